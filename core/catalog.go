@@ -1,0 +1,65 @@
+package core
+
+import "context"
+
+// PeerState is a node's liveness state as the cluster sees it.
+//
+// Only Online nodes dispatch or receive deliveries. InProgress nodes (joined,
+// still syncing their view of the catalog) receive catalog writes but are not
+// routed to. Spare nodes (lease gone, or failing their health checks) are
+// skipped. "Spare" is this transport's own liveness word and nothing more.
+type PeerState string
+
+// Peer states.
+const (
+	StateInProgress PeerState = "in_progress"
+	StateOnline     PeerState = "online"
+	StateSpare      PeerState = "spare"
+)
+
+// NodeInfo is a node's record in the catalog (/nodes/{id}).
+type NodeInfo struct {
+	ID       string
+	PeerAddr string
+	HTTPAddr string
+	GRPCAddr string
+	Zone     string
+	State    PeerState
+}
+
+// ConsumerInfo is a consumer's record in the catalog (/q/{queue}/c/{id}):
+// where a worker lives and what it can run.
+type ConsumerInfo struct {
+	ID           string
+	Queue        string
+	Node         string
+	Name         string
+	Capabilities Capabilities
+	Concurrency  int
+	Zone         string
+}
+
+// DispatchInfo is a queue's dispatch record (/q/{queue}).
+type DispatchInfo struct {
+	Dispatcher string
+	ReplyTo    string
+	Zone       string
+}
+
+// Catalog is the node's handle on the replicated registries. Writes are
+// attached to the node's lease, so a node that dies takes its records with
+// it. Reads come from a watched in-memory view and never wait on the store:
+// routing must not block on the catalog.
+type Catalog interface {
+	// PublishConsumer writes (or rewrites) a consumer record under the node's
+	// lease. It returns once the store has accepted the write.
+	PublishConsumer(ctx context.Context, c ConsumerInfo) error
+	// WithdrawConsumer deletes a consumer record. Withdrawing a record that
+	// does not exist is not an error.
+	WithdrawConsumer(ctx context.Context, queue, id string) error
+	// Consumers returns the consumers of a queue on every node, from the
+	// watched view.
+	Consumers(queue string) []ConsumerInfo
+	// Nodes returns every node record, from the watched view.
+	Nodes() []NodeInfo
+}
