@@ -1,0 +1,30 @@
+// Package core is Switchyard's domain: the envelope a requester posts, the
+// job it becomes, the queue that holds it, the binding of a job to exactly
+// one consumer, and the single terminal outcome every job ends in.
+//
+// It imports no transport. httpapi, the gRPC worker service and the catalog
+// adapter are thin layers that validate, call an Engine and map its errors.
+//
+// # Roles
+//
+// A job passes through three roles, which in a cluster may sit on three
+// nodes and on a single node are one Engine:
+//
+//   - ingress (ingress.go): owns the requester's stream, the job record, its
+//     event History and its one terminal outcome. It alone decides whether a
+//     job has produced output.
+//   - dispatcher (dispatch.go): holds the only copy of a queue's pending jobs,
+//     decrements their TTL at dequeue and binds each to one consumer.
+//   - consumer host (host.go): holds worker sessions and their credits, offers
+//     jobs, relays accept, reject, output and end back to the ingress.
+//
+// The calls between roles carry (job id, generation); the generation is the
+// fencing token that makes a stale accept, output or end harmless.
+//
+// # Locking
+//
+// One mutex, Engine.mu, guards every role's state. Calls out of the engine
+// made under it (WorkerConn methods, History appends) never block: the
+// transport queues them for its single stream writer. Lock order:
+// Engine.mu → History.mu.
+package core

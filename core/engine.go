@@ -1,0 +1,216 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures an Engine. Start from DefaultConfig.
+type Config struct {
+	// Node is this node's id.
+	Node string
+	// Zone is this node's zone label; empty means unlabelled.
+	Zone string
+	// Limits are the node's ceilings.
+	Limits Limits
+	// DispatchTimeoutFraction of a job's remaining TTL is how long a worker
+	// gets to accept it, between DispatchTimeoutFloor and
+	// DispatchTimeoutCeiling (see DispatchTimeout). The same bound applies to
+	// a worker acknowledging a cancel.
+	DispatchTimeoutFraction float64
+	DispatchTimeoutFloor    time.Duration
+	DispatchTimeoutCeiling  time.Duration
+	// HistoryEvents and HistoryBytes bound each job's retained history.
+	HistoryEvents int
+	HistoryBytes  int64
+	// Retention is how long an ended job stays readable and resumable.
+	Retention time.Duration
+	// ExpirySlack delays the ingress node's own deadline past the job's TTL,
+	// so a TTL that runs out is failed where it is found (in the queue, at
+	// the worker) and the ingress timer is only the backstop that makes a
+	// lost hop end in a terminal event rather than a hang.
+	ExpirySlack time.Duration
+	// Catalog receives consumer records; nil runs without one (unit tests).
+	Catalog Catalog
+	// Registerer receives the engine's metrics; nil means a private registry.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// DefaultConfig returns a Config with every tunable set.
+func DefaultConfig() Config {
+	return Config{
+		Node:                    "node",
+		Limits:                  DefaultLimits(),
+		DispatchTimeoutFraction: 0.25,
+		DispatchTimeoutFloor:    100 * time.Millisecond,
+		DispatchTimeoutCeiling:  5 * time.Second,
+		HistoryEvents:           4096,
+		HistoryBytes:            8 << 20,
+		Retention:               5 * time.Minute,
+		ExpirySlack:             100 * time.Millisecond,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	if !ValidName(c.Node) {
+		return &ConfigError{"name", c.Node, errors.New("must be 1-128 of [A-Za-z0-9._-]")}
+	}
+	if c.Zone != "" && !ValidName(c.Zone) {
+		return &ConfigError{"zone", c.Zone, errors.New("must be 1-128 of [A-Za-z0-9._-]")}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.DispatchTimeoutFraction <= 0 || c.DispatchTimeoutFraction >= 1:
+		return &ConfigError{"dispatch-timeout-fraction", c.DispatchTimeoutFraction, errors.New("must be between 0 and 1")}
+	case c.DispatchTimeoutFloor <= 0:
+		return &ConfigError{"dispatch-timeout-floor", c.DispatchTimeoutFloor, errors.New("must be positive")}
+	case c.DispatchTimeoutCeiling < c.DispatchTimeoutFloor:
+		return &ConfigError{"dispatch-timeout", c.DispatchTimeoutCeiling, errors.New("must be at least the floor")}
+	case c.HistoryEvents < 1:
+		return &ConfigError{"history-events", c.HistoryEvents, errors.New("must be positive")}
+	case c.HistoryBytes < c.Limits.MaxInputBytes:
+		return &ConfigError{"history-bytes", c.HistoryBytes, errors.New("must be at least max-input-bytes")}
+	case c.Retention <= 0:
+		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
+	case c.ExpirySlack < 0:
+		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
+	}
+	return nil
+}
+
+// Engine is one node's job machinery: ingress, dispatcher and consumer host.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+	m   *Metrics
+	cat Catalog
+
+	mu       sync.Mutex
+	jobs     map[string]*Job
+	idem     map[string]string
+	queues   map[string]*queue
+	workers  map[string]*Worker
+	active   int
+	draining bool
+	drained  chan struct{}
+	closed   bool
+}
+
+// New returns an Engine. It starts no goroutines: everything it does later
+// happens on callers' goroutines or on timers it stops in Close.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	return &Engine{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		m:       NewMetrics(cfg.Registerer),
+		cat:     cfg.Catalog,
+		jobs:    map[string]*Job{},
+		idem:    map[string]string{},
+		queues:  map[string]*queue{},
+		workers: map[string]*Worker{},
+		drained: make(chan struct{}),
+	}, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Draining reports whether the engine has stopped taking jobs.
+func (e *Engine) Draining() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.draining
+}
+
+// Drain stops taking new jobs, lets bound and queued jobs finish until ctx is
+// done, then ends every job still open with node_shutdown. It returns the
+// number of jobs it had to end that way.
+func (e *Engine) Drain(ctx context.Context) int {
+	e.mu.Lock()
+	if !e.draining {
+		e.draining = true
+		if e.active == 0 {
+			close(e.drained)
+		}
+	}
+	e.mu.Unlock()
+	select {
+	case <-e.drained:
+		return 0
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, j := range e.jobs {
+		if e.finishLocked(j, CodeNodeShutdown, "the node shut down before the job ended", nil) {
+			n++
+		}
+	}
+	return n
+}
+
+// Close stops every timer. Jobs still open are ended with node_shutdown, so
+// no requester is left waiting on a stream that will never end.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	for _, j := range e.jobs {
+		e.finishLocked(j, CodeNodeShutdown, "the node shut down before the job ended", nil)
+	}
+	e.closed = true
+	for _, j := range e.jobs {
+		stopTimer(j.timer)
+		stopTimer(j.graceTimer)
+	}
+	for _, q := range e.queues {
+		for _, t := range q.pending {
+			stopTimer(t.timer)
+		}
+	}
+	for _, w := range e.workers {
+		for _, b := range w.bindings {
+			stopTimer(b.timer)
+		}
+	}
+}
+
+// activeDoneLocked accounts for a job reaching its terminal outcome.
+func (e *Engine) activeDoneLocked() {
+	e.active--
+	if e.draining && e.active == 0 {
+		select {
+		case <-e.drained:
+		default:
+			close(e.drained)
+		}
+	}
+}
+
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
+}

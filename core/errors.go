@@ -1,0 +1,105 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code is a stable, machine-readable error or outcome code. Transports map
+// it to a status (HTTP) or a gRPC code in one function each; clients match
+// on it.
+type Code string
+
+// Codes for requests refused before anything was enqueued.
+const (
+	CodeMalformedJSON      Code = "malformed_json"
+	CodeInvalidField       Code = "invalid_field"
+	CodeUnsupportedVersion Code = "unsupported_version"
+	CodeMissingInput       Code = "missing_input"
+	CodeInvalidQueueName   Code = "invalid_queue_name"
+	CodeInputTooLarge      Code = "input_too_large"
+	CodeTTLOutOfRange      Code = "ttl_out_of_range"
+	CodeLimitAboveCeiling  Code = "limit_above_ceiling"
+	CodeNoCapableWorker    Code = "no_capable_worker"
+	CodeQueueFull          Code = "queue_full"
+	CodeQueueBytesFull     Code = "queue_bytes_full"
+	CodeDraining           Code = "draining"
+	CodeJobNotFound        Code = "job_not_found"
+	CodeIdempotencyReuse   Code = "idempotency_key_reused"
+	CodeInvalidWorker      Code = "invalid_worker"
+)
+
+// Codes a job can end with. CodeCancelled and CodeExpired are also outcomes
+// of their own; the others end a job as OutcomeFailed.
+const (
+	CodeCancelled      Code = "cancelled"
+	CodeExpired        Code = "expired"
+	CodeWorkerLost     Code = "worker_lost"
+	CodeRejected       Code = "rejected"
+	CodeNodeShutdown   Code = "node_shutdown"
+	CodeOutputTooLarge Code = "output_too_large"
+	CodeBadOutput      Code = "bad_output"
+	CodeWorkerError    Code = "worker_error"
+)
+
+// Error is a refusal with a stable code. It wraps nothing: it is the
+// reason, meant to be shown to the caller.
+type Error struct {
+	Code   Code
+	Detail string
+	// Field names the envelope field at fault, when there is one.
+	Field string
+	// RetryAfter is a hint for refusals that may succeed later (queue_full).
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("switchyard: %s: %s: %s", e.Code, e.Field, e.Detail)
+	}
+	return fmt.Sprintf("switchyard: %s: %s", e.Code, e.Detail)
+}
+
+// Is makes errors.Is match any *Error with the same code, so callers can
+// compare against the sentinels below whatever the detail says.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrNoCapableWorker = &Error{Code: CodeNoCapableWorker}
+	ErrQueueFull       = &Error{Code: CodeQueueFull}
+	ErrDraining        = &Error{Code: CodeDraining}
+	ErrJobNotFound     = &Error{Code: CodeJobNotFound}
+)
+
+func errorf(code Code, field, format string, args ...any) *Error {
+	return &Error{Code: code, Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err if it is (or wraps) an *Error.
+func CodeOf(err error) (Code, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code, true
+	}
+	return "", false
+}
+
+// ConfigError is a node configuration value that cannot work. Field names
+// the setting as the operator wrote it (the flag), so the message points at
+// the fix.
+type ConfigError struct {
+	Field string
+	Value any
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("config %s=%v: %v", e.Field, e.Value, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"errors"
+	"sync"
+)
+
+// EventKind names an event on a job's stream. The names are the SSE event
+// names, a surface clients script against: keep them stable.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventAccepted is the first event: the node took the job.
+	EventAccepted EventKind = "accepted"
+	// EventOutput is one chunk of output, in the order the worker sent it.
+	EventOutput EventKind = "output"
+	// EventDone ends a job that completed.
+	EventDone EventKind = "done"
+	// EventError ends a job that did not complete; its data carries the code.
+	EventError EventKind = "error"
+)
+
+// Terminal reports whether k ends a stream.
+func (k EventKind) Terminal() bool { return k == EventDone || k == EventError }
+
+// Event is one entry in a job's history. Data is the JSON the transports
+// send as is.
+type Event struct {
+	Seq  uint64
+	Kind EventKind
+	Gen  uint64
+	Data []byte
+	// cum is the summed Data bytes of every event up to and including this
+	// one, so the byte distance between two positions is one subtraction.
+	cum int64
+}
+
+// ErrHistoryGone is returned for a position older than the retained history.
+var ErrHistoryGone = errors.New("core: position is older than the retained history")
+
+// History is a job's event log on its ingress node: the retained history
+// that every stream of the job reads with its own cursor. A reader never
+// blocks the writer and never holds memory of its own beyond its cursor: a
+// slow reader shows up as distance between its cursor and the head, which
+// the transport bounds (terminating or skipping), not as a growing queue.
+//
+// Retention is bounded by count and bytes; the oldest events go first, but
+// the newest event is always kept.
+type History struct {
+	mu        sync.Mutex
+	events    []Event
+	next      uint64
+	maxEvents int
+	maxBytes  int64
+	ended     bool
+	wake      chan struct{}
+}
+
+// NewHistory returns an empty history retaining at most maxEvents events and
+// maxBytes bytes of data.
+func NewHistory(maxEvents int, maxBytes int64) *History {
+	return &History{next: 1, maxEvents: max(maxEvents, 1), maxBytes: maxBytes, wake: make(chan struct{})}
+}
+
+// Append adds an event and wakes every reader. Appending after a terminal
+// event is refused: a job has exactly one terminal outcome.
+func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return Event{}, false
+	}
+	var cum int64
+	if n := len(h.events); n > 0 {
+		cum = h.events[n-1].cum
+	}
+	ev := Event{Seq: h.next, Kind: kind, Gen: gen, Data: data, cum: cum + int64(len(data))}
+	h.next++
+	h.events = append(h.events, ev)
+	h.ended = kind.Terminal()
+	for len(h.events) > 1 && (len(h.events) > h.maxEvents || h.retainedBytes() > h.maxBytes) {
+		h.events[0] = Event{}
+		h.events = h.events[1:]
+	}
+	close(h.wake)
+	h.wake = make(chan struct{})
+	return ev, true
+}
+
+func (h *History) retainedBytes() int64 {
+	first := h.events[0]
+	return h.events[len(h.events)-1].cum - first.cum + int64(len(first.Data))
+}
+
+// Read is what a reader gets from Since.
+type Read struct {
+	// Events after the cursor, oldest first, at most the number asked for.
+	Events []Event
+	// Ended is true when the terminal event is in the history.
+	Ended bool
+	// Lag is how many events, and how many data bytes, lie after the cursor.
+	LagEvents int
+	LagBytes  int64
+	// Wake is closed by the next Append.
+	Wake <-chan struct{}
+}
+
+// Since returns up to max events with Seq > after. It returns ErrHistoryGone
+// (and the oldest retained Seq) when events after the cursor are no longer
+// retained: the caller must tell its client to resync, never skip silently.
+func (h *History) Since(after uint64, max int) (Read, uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := Read{Ended: h.ended, Wake: h.wake}
+	if len(h.events) == 0 {
+		return r, 0, nil
+	}
+	first := h.events[0].Seq
+	if after+1 < first {
+		return r, first, ErrHistoryGone
+	}
+	i := int(after + 1 - first)
+	if i >= len(h.events) {
+		return r, first, nil
+	}
+	last := h.events[len(h.events)-1]
+	r.LagEvents = len(h.events) - i
+	r.LagBytes = last.cum - h.events[i].cum + int64(len(h.events[i].Data))
+	n := min(r.LagEvents, max)
+	r.Events = append([]Event(nil), h.events[i:i+n]...)
+	return r, first, nil
+}
+
+// Head returns the Seq of the newest event (0 when empty).
+func (h *History) Head() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.next - 1
+}

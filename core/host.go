@@ -1,0 +1,333 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// This file is the consumer-host role: worker sessions, their credits and
+// their bindings, and the relay of accept, reject, output and end.
+
+// Offer is a job as a worker receives it.
+type Offer struct {
+	JobID          string
+	Gen            uint64
+	Queue          string
+	Input          json.RawMessage
+	Options        json.RawMessage
+	Capabilities   []string
+	TTL            time.Duration
+	MaxOutputBytes int64
+}
+
+// WorkerConn is the transport's side of a worker session. Its methods are
+// called with Engine.mu held and must not block: they queue the message for
+// the session's single stream writer and report an error if they cannot
+// (the session is then dropped, exactly like a stall).
+type WorkerConn interface {
+	SendOffer(Offer) error
+	SendCancel(jobID string, gen uint64, reason Code) error
+	// Close ends the session from the node's side; the transport then calls
+	// Worker.Detach as it does for any session that ends.
+	Close(cause error)
+}
+
+// WorkerSpec is what a worker declares when it registers.
+type WorkerSpec struct {
+	Queue        string
+	Name         string
+	Capabilities []string
+	Concurrency  int
+}
+
+// Worker is one registered worker session on this node (a consumer).
+type Worker struct {
+	ID           string
+	Name         string
+	Queue        string
+	Capabilities Capabilities
+	Concurrency  int
+
+	e    *Engine
+	conn WorkerConn
+
+	// guarded by Engine.mu
+	bindings map[string]*binding
+	gone     bool
+}
+
+// binding is a job bound to a worker, as the host tracks it.
+type binding struct {
+	t          *task
+	accepted   bool
+	cancelling bool
+	timer      *time.Timer
+}
+
+// ErrStalled is the cause given to a session dropped for not answering.
+var ErrStalled = errors.New("core: worker did not answer within the dispatch timeout")
+
+// AttachWorker registers a worker session: it validates the declaration,
+// publishes the consumer record to the catalog (so ingress nodes anywhere
+// can match capabilities against it), then makes the worker eligible.
+func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerConn) (*Worker, error) {
+	if err := CheckQueueName(spec.Queue); err != nil {
+		return nil, err
+	}
+	caps, err := ParseCapabilities(spec.Capabilities)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidWorker, Field: "capabilities", Detail: err.Error()}
+	}
+	if spec.Concurrency == 0 {
+		spec.Concurrency = 1
+	}
+	if spec.Concurrency < 0 || spec.Concurrency > 10000 {
+		return nil, &Error{Code: CodeInvalidWorker, Field: "concurrency", Detail: "concurrency must be between 1 and 10000"}
+	}
+	if len(spec.Name) > 128 {
+		return nil, &Error{Code: CodeInvalidWorker, Field: "name", Detail: "name must be at most 128 bytes"}
+	}
+	w := &Worker{
+		ID: newID("c_"), Name: spec.Name, Queue: spec.Queue, Capabilities: caps,
+		Concurrency: spec.Concurrency, e: e, conn: conn, bindings: map[string]*binding{},
+	}
+	if e.cat != nil {
+		err := e.cat.PublishConsumer(ctx, ConsumerInfo{
+			ID: w.ID, Queue: w.Queue, Node: e.cfg.Node, Name: w.Name,
+			Capabilities: caps, Concurrency: w.Concurrency, Zone: e.cfg.Zone,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("publish consumer: %w", err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining || e.closed {
+		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down"}
+	}
+	e.workers[w.ID] = w
+	q := e.queueLocked(w.Queue)
+	q.workers = append(q.workers, w)
+	e.m.WorkersConnected.Inc()
+	e.log.Info("worker registered", "consumer", w.ID, "name", w.Name, "queue", w.Queue, "capabilities", caps.Strings(), "concurrency", w.Concurrency)
+	e.dispatchLocked(q)
+	return w, nil
+}
+
+// offerLocked sends a bound job to the worker and arms the accept deadline.
+func (e *Engine) offerLocked(w *Worker, t *task) {
+	left := t.budget.Remaining(time.Now())
+	b := &binding{t: t}
+	w.bindings[t.d.JobID] = b
+	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
+	b.timer = time.AfterFunc(wait, func() { e.stalled(w, t.d.JobID, t.d.Gen) })
+	err := w.conn.SendOffer(Offer{
+		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
+		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
+	})
+	if err != nil {
+		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
+	}
+}
+
+// stalled fires when a worker did not accept (or acknowledge a cancel) in
+// time. A stall is the worker being slow or gone, so it is dropped; its jobs
+// follow the lost-worker rule. (A reject is different: see Reject.)
+func (e *Engine) stalled(w *Worker, id string, gen uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindings[id]
+	if e.closed || w.gone || b == nil || b.t.d.Gen != gen || (b.accepted && !b.cancelling) {
+		return
+	}
+	e.m.Stalls.Inc()
+	e.log.Warn("worker stalled; dropping it", "consumer", w.ID, "name", w.Name, "job", id, "cancelling", b.cancelling)
+	e.dropLocked(w, ErrStalled)
+}
+
+// dropLocked removes a worker from service now and closes its session.
+func (e *Engine) dropLocked(w *Worker, cause error) {
+	if w.gone {
+		return
+	}
+	e.detachLocked(w)
+	w.conn.Close(cause)
+}
+
+// Detach ends a worker session: called by the transport when the stream
+// ends for any reason. Its bound jobs that produced no output go back to
+// the queue; the others fail worker_lost. Detach is idempotent.
+func (w *Worker) Detach(ctx context.Context) {
+	e := w.e
+	e.mu.Lock()
+	e.detachLocked(w)
+	e.mu.Unlock()
+	if e.cat != nil {
+		if err := e.cat.WithdrawConsumer(ctx, w.Queue, w.ID); err != nil {
+			// The record is attached to the node's lease: it goes when the
+			// node does, so a failed withdraw leaves a stale entry, not a leak.
+			e.log.Warn("withdraw consumer", "consumer", w.ID, "err", err)
+		}
+	}
+}
+
+func (e *Engine) detachLocked(w *Worker) {
+	if w.gone {
+		return
+	}
+	w.gone = true
+	delete(e.workers, w.ID)
+	e.m.WorkersConnected.Dec()
+	q := e.queues[w.Queue]
+	if q != nil {
+		if i := indexOf(q.workers, w); i >= 0 {
+			q.workers = append(q.workers[:i:i], q.workers[i+1:]...)
+		}
+	}
+	for id, b := range w.bindings {
+		stopTimer(b.timer)
+		delete(w.bindings, id)
+		e.unbindLocked(id, w.Queue)
+		if !b.cancelling {
+			e.lostLocked(b.t)
+		}
+	}
+	e.log.Info("worker withdrawn", "consumer", w.ID, "name", w.Name, "queue", w.Queue)
+	e.dispatchLocked(q)
+}
+
+// bindingLocked returns the binding a worker message refers to, or nil (and
+// counts it) when (job, gen) is not this worker's current binding: the
+// fencing check every accept, output and end goes through.
+func (w *Worker) bindingLocked(kind, id string, gen uint64) *binding {
+	b := w.bindings[id]
+	if w.gone || b == nil || b.t.d.Gen != gen {
+		w.e.m.StaleMessages.WithLabelValues(kind).Inc()
+		return nil
+	}
+	return b
+}
+
+// Accept records that the worker took a job.
+func (w *Worker) Accept(id string, gen uint64) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindingLocked("accept", id, gen)
+	if b == nil || b.accepted {
+		return
+	}
+	w.acceptLocked(b)
+}
+
+func (w *Worker) acceptLocked(b *binding) {
+	b.accepted = true
+	if !b.cancelling {
+		stopTimer(b.timer)
+		w.e.onAcceptedLocked(b.t.d.JobID, b.t.d.Gen, w.ID, w.Name)
+	}
+}
+
+// Reject records that the worker refused a job. The worker keeps its
+// registration: being wrong for one job is not being dead.
+func (w *Worker) Reject(id string, gen uint64, reason string) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindingLocked("reject", id, gen)
+	if b == nil || b.accepted {
+		return
+	}
+	w.releaseLocked(id, b)
+	if !b.cancelling {
+		e.rejectedLocked(b.t, w, reason)
+	}
+	e.dispatchLocked(e.queues[w.Queue])
+}
+
+// Output relays one chunk of output to the job's ingress. Output before an
+// Accept counts as the accept.
+func (w *Worker) Output(id string, gen uint64, data []byte) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindingLocked("output", id, gen)
+	if b == nil || b.cancelling {
+		return
+	}
+	if !b.accepted {
+		w.acceptLocked(b)
+	}
+	if e.onOutputLocked(id, gen, data) {
+		e.m.StaleMessages.WithLabelValues("output").Inc()
+	}
+}
+
+// End records that the worker finished a job: code "" is success, anything
+// else a failure with that code. It frees the worker's credit.
+func (w *Worker) End(id string, gen uint64, code Code, detail string, result json.RawMessage) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindingLocked("end", id, gen)
+	if b == nil {
+		return
+	}
+	w.releaseLocked(id, b)
+	if !b.cancelling {
+		if code != "" && !validWorkerCode(code) {
+			detail, code = fmt.Sprintf("%s (worker code %q)", detail, code), CodeWorkerError
+		}
+		e.onEndLocked(id, gen, code, detail, result)
+	}
+	e.dispatchLocked(e.queues[w.Queue])
+}
+
+// releaseLocked frees a binding and its credit.
+func (w *Worker) releaseLocked(id string, b *binding) {
+	stopTimer(b.timer)
+	delete(w.bindings, id)
+	w.e.unbindLocked(id, w.Queue)
+}
+
+// cancelOnWorkerLocked tells a worker to stop a job. The binding (and the
+// credit) is held until the worker acknowledges with an end, or is dropped
+// as stalled if it does not within the dispatch timeout ceiling.
+func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason Code) {
+	b := w.bindings[id]
+	if b == nil || b.cancelling || w.gone {
+		return
+	}
+	b.cancelling = true
+	stopTimer(b.timer)
+	b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
+	if err := w.conn.SendCancel(id, gen, reason); err != nil {
+		e.dropLocked(w, fmt.Errorf("send cancel: %w", err))
+	}
+}
+
+// validWorkerCode keeps worker-chosen codes short and printable; a code is
+// a machine-readable word, not a message.
+func validWorkerCode(c Code) bool {
+	return len(c) <= 64 && ValidName(string(c))
+}
+
+func capabilityStrings(m map[string]string) []string {
+	c := Capabilities{}
+	for k, v := range m {
+		c[k] = []string{v}
+	}
+	return c.Strings()
+}
+
+func indexOf(ws []*Worker, w *Worker) int {
+	for i, x := range ws {
+		if x == w {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,159 @@
+package core
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"strings"
+	"time"
+)
+
+// State is where a job is in its life.
+//
+//	queued ──bind──▶ offered ──accept──▶ running ──end──▶ completed | failed
+//	  ▲                │  │                │
+//	  └──reject/reclaim┘  └──────reclaim───┘ (only with no output yet)
+//	any non-terminal ──────────────────────────────────▶ cancelled | expired | failed
+type State string
+
+// Job states.
+const (
+	StateQueued    State = "queued"
+	StateOffered   State = "offered"
+	StateRunning   State = "running"
+	StateCompleted State = "completed"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+	StateExpired   State = "expired"
+)
+
+// Terminal reports whether s is an outcome.
+func (s State) Terminal() bool {
+	switch s {
+	case StateCompleted, StateFailed, StateCancelled, StateExpired:
+		return true
+	}
+	return false
+}
+
+// CanMove reports whether the state machine allows s → to. Every transition
+// the engine makes goes through it, so the diagram above is enforced, not
+// just drawn.
+func (s State) CanMove(to State) bool {
+	if s.Terminal() {
+		return false
+	}
+	switch to {
+	case StateOffered:
+		return s == StateQueued
+	case StateRunning:
+		return s == StateOffered
+	case StateQueued:
+		return s == StateOffered || s == StateRunning
+	case StateCompleted:
+		return s == StateOffered || s == StateRunning
+	case StateFailed, StateCancelled, StateExpired:
+		return true
+	}
+	return false
+}
+
+// Outcome is the one terminal outcome a job ends with, as counted by
+// switchyard_jobs_total{outcome}.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeExpired   Outcome = "expired"
+)
+
+// outcomeFor maps a terminal code to its outcome and state.
+func outcomeFor(code Code) (Outcome, State) {
+	switch code {
+	case "":
+		return OutcomeCompleted, StateCompleted
+	case CodeCancelled:
+		return OutcomeCancelled, StateCancelled
+	case CodeExpired:
+		return OutcomeExpired, StateExpired
+	}
+	return OutcomeFailed, StateFailed
+}
+
+// Job is the ingress node's record of one job: the requester-facing half.
+// Fields after the marker are guarded by Engine.mu.
+type Job struct {
+	ID      string
+	Queue   string
+	Created time.Time
+	Env     *Envelope
+	Limits  Effective
+	// History is the job's event log; streams read it with their own cursors.
+	History *History
+
+	deadline time.Time
+
+	// guarded by Engine.mu
+	state         State
+	gen           uint64
+	consumer      string
+	worker        string
+	produced      bool
+	outBytes      int64
+	outputs       int
+	code          Code
+	detail        string
+	ended         time.Time
+	firstOutputAt time.Time
+	streams       int
+	timer         *time.Timer
+	graceTimer    *time.Timer
+	idemKey       string
+}
+
+// JobView is a snapshot of a job for GET /v1/jobs/{id} and friends.
+type JobView struct {
+	ID         string
+	Queue      string
+	State      State
+	Outcome    Outcome
+	Code       Code
+	Detail     string
+	Generation uint64
+	HandledBy  string
+	WorkerName string
+	Created    time.Time
+	Ended      time.Time
+	TTL        time.Duration
+	Remaining  time.Duration
+	Outputs    int
+	LastSeq    uint64
+}
+
+func (j *Job) view(now time.Time) JobView {
+	v := JobView{
+		ID: j.ID, Queue: j.Queue, State: j.state, Code: j.code, Detail: j.detail,
+		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
+		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
+		LastSeq: j.History.Head(),
+	}
+	if j.state.Terminal() {
+		v.Outcome, _ = outcomeFor(j.code)
+	} else {
+		v.Remaining = max(j.deadline.Sub(now), 0)
+	}
+	return v
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// newID returns a random id with a prefix, e.g. "j_3k9…". 80 random bits:
+// ids are unguessable handles, not just labels, since a job id is enough to
+// read its stream.
+func newID(prefix string) string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:]))
+}

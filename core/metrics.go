@@ -1,0 +1,72 @@
+package core
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the engine's collectors. Each node has its own registry (never
+// the global one), so several nodes can run in one process.
+type Metrics struct {
+	Jobs             *prometheus.CounterVec
+	QueueDepth       *prometheus.GaugeVec
+	TimeToFirst      prometheus.Histogram
+	Duration         *prometheus.HistogramVec
+	WorkersConnected prometheus.Gauge
+	Rejects          prometheus.Counter
+	Stalls           prometheus.Counter
+	Reclaims         prometheus.Counter
+	StaleMessages    *prometheus.CounterVec
+	LocalDeliveries  prometheus.Counter
+}
+
+// NewMetrics creates the engine's collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Name: "jobs_total",
+			Help: "Jobs ended, by their one terminal outcome, counted on the ingress node.",
+		}, []string{"outcome"}),
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "switchyard", Name: "queue_depth",
+			Help: "Jobs waiting in a queue on its dispatcher (bound jobs excluded).",
+		}, []string{"queue"}),
+		TimeToFirst: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Name: "time_to_first_output_seconds",
+			Help:    "From submission to the first output of a job.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "switchyard", Name: "job_duration_seconds",
+			Help:    "From submission to the terminal outcome of a job.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}, []string{"outcome"}),
+		WorkersConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Name: "workers_connected",
+			Help: "Worker sessions registered on this node.",
+		}),
+		Rejects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "rejects_total",
+			Help: "Jobs a worker refused; each went to a different worker or failed rejected.",
+		}),
+		Stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "stalls_total",
+			Help: "Workers dropped for not answering an offer, or a cancel, within the dispatch timeout.",
+		}),
+		Reclaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "reclaims_total",
+			Help: "Bound jobs returned to the queue because their worker was lost before any output.",
+		}),
+		StaleMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "stale_messages_total",
+			Help: "Worker messages refused because their (job, generation) was not the current binding.",
+		}, []string{"kind"}),
+		LocalDeliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "colocated_deliveries_total",
+			Help: "Deliveries where ingress, dispatcher and consumer were this node: no network involved.",
+		}),
+	}
+	for _, o := range []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeExpired} {
+		m.Jobs.WithLabelValues(string(o))
+	}
+	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
+		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries)
+	return m
+}

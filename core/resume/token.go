@@ -1,0 +1,158 @@
+package resume
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Token limits and tolerances.
+const (
+	// MaxTokenLen is the longest token Verify looks at; anything longer is
+	// rejected before any decoding. Sign never produces a longer one.
+	MaxTokenLen = 256
+	// MaxStreamLen is the longest stream id a token can carry, chosen so that
+	// the worst-case token fits MaxTokenLen.
+	MaxStreamLen = 64
+	// MaxTTL is the longest lifetime Sign gives a token.
+	MaxTTL = 24 * time.Hour
+	// ClockSkew is how far in the future a token's issue time may be before
+	// Verify calls it not yet valid: nodes' clocks differ a little, and a
+	// token signed by one node is often verified by another.
+	ClockSkew = 30 * time.Second
+)
+
+// macDomain prefixes every MACed message: it separates resume-token MACs from
+// other uses of the same secret and from future formats.
+const macDomain = "swy-resume-v1"
+
+// b64 is the token's segment encoding. Strict rejects encodings whose unused
+// trailing bits are set, so each MAC has exactly one accepted spelling.
+var b64 = base64.RawURLEncoding.Strict()
+
+// macSegmentLen is the length of the encoded MAC segment.
+var macSegmentLen = b64.EncodedLen(sha256.Size)
+
+// Sign returns the token for p, issued at now and expiring ttl later,
+// signed with the keyring's signing key. p.IssuedAt and p.ExpiresAt are
+// ignored; times are kept to the second, so ttl is truncated to whole
+// seconds.
+//
+// Sign fails, with an error matching ErrUnsignable, only on inputs the
+// caller controls: a stream id that is empty or longer than MaxStreamLen, a
+// ttl under a second or over MaxTTL, or a now before 1970 or absurdly far
+// ahead. Every token it returns is at most MaxTokenLen bytes of base64url
+// characters and '.'.
+func (k *Keyring) Sign(p Position, now time.Time, ttl time.Duration) (string, error) {
+	if len(p.Stream) == 0 || len(p.Stream) > MaxStreamLen {
+		return "", fmt.Errorf("%w: stream id is %d bytes, must be 1 to %d",
+			ErrUnsignable, len(p.Stream), MaxStreamLen)
+	}
+	if ttl < time.Second || ttl > MaxTTL {
+		return "", fmt.Errorf("%w: ttl %v out of range [1s, %v]", ErrUnsignable, ttl, MaxTTL)
+	}
+	issued := now.Unix()
+	if issued < 0 || issued > maxIssued {
+		return "", fmt.Errorf("%w: issue time %v out of range", ErrUnsignable, now)
+	}
+	var raw [maxPayloadLen]byte
+	payload := appendPayload(raw[:0], &p, uint64(issued), uint64(ttl/time.Second))
+
+	kid := k.signing
+	var buf [MaxTokenLen]byte
+	tok := append(buf[:0], kid...)
+	tok = append(tok, '.')
+	tok = b64.AppendEncode(tok, payload)
+	mac := k.mac(k.keys[kid], tok)
+	tok = append(tok, '.')
+	tok = b64.AppendEncode(tok, mac[:])
+	return string(tok), nil
+}
+
+// Verify checks token against the keyring, the time now and what the current
+// request has, and returns the position it carries. Every error matches
+// ErrInvalidToken and carries a Reason (see InvalidError). The checks run in
+// this order, cheapest and least trusting first:
+//
+//  1. length: at most MaxTokenLen bytes and not empty, before anything else;
+//  2. shape: exactly three non-empty '.'-separated segments;
+//  3. key id: present in the keyring (a lookup; nothing is decoded);
+//  4. MAC: the right length, canonical base64url, and equal (hmac.Equal) to
+//     the MAC recomputed over the key id and the payload segment as sent;
+//  5. payload: decoded only now that it is known to be a node's;
+//  6. time: issued no more than ClockSkew after now, and not expired;
+//  7. binding: stream, caller fingerprint, filter fingerprint equal want's.
+//
+// Generation and snapshot are the caller's to compare, with Position.Check.
+func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, error) {
+	if len(token) > MaxTokenLen {
+		return Position{}, invalid(ReasonOversized)
+	}
+	if len(token) == 0 {
+		return Position{}, invalid(ReasonEmpty)
+	}
+	kid, rest, _ := strings.Cut(token, ".")
+	payloadSeg, macSeg, ok := strings.Cut(rest, ".")
+	if !ok || kid == "" || payloadSeg == "" || macSeg == "" || strings.IndexByte(macSeg, '.') >= 0 {
+		return Position{}, invalid(ReasonMalformed)
+	}
+	secret, ok := k.keys[kid]
+	if !ok {
+		return Position{}, invalid(ReasonUnknownKey)
+	}
+	if len(macSeg) != macSegmentLen {
+		return Position{}, invalid(ReasonMACLength)
+	}
+	var got [sha256.Size]byte
+	if n, err := b64.Decode(got[:], []byte(macSeg)); err != nil || n != len(got) {
+		return Position{}, invalid(ReasonMACEncoding)
+	}
+	// The MAC covers the segments exactly as received, so nothing has been
+	// decoded or normalized yet.
+	signed := token[:len(kid)+1+len(payloadSeg)]
+	wantMAC := k.mac(secret, []byte(signed))
+	if !hmac.Equal(got[:], wantMAC[:]) {
+		return Position{}, invalid(ReasonBadSignature)
+	}
+
+	var raw [MaxTokenLen]byte
+	n, err := b64.Decode(raw[:], []byte(payloadSeg))
+	if err != nil {
+		return Position{}, invalid(ReasonBadPayload)
+	}
+	p, reason := decodePayload(raw[:n])
+	if reason != "" {
+		return Position{}, invalid(reason)
+	}
+
+	if p.IssuedAt.After(now.Add(ClockSkew)) {
+		return Position{}, invalid(ReasonNotYetValid)
+	}
+	if !now.Before(p.ExpiresAt) {
+		return Position{}, invalid(ReasonExpired)
+	}
+	if p.Stream != want.Stream {
+		return Position{}, invalid(ReasonStreamMismatch)
+	}
+	if !equalFingerprint(p.Caller, want.Caller) {
+		return Position{}, invalid(ReasonCallerMismatch)
+	}
+	if !equalFingerprint(p.Filter, want.Filter) {
+		return Position{}, invalid(ReasonFilterMismatch)
+	}
+	return p, nil
+}
+
+// mac returns HMAC-SHA256(secret, macDomain || signed), where signed is
+// "<kid>.<payload segment>": the key id is bound into the MAC.
+func (k *Keyring) mac(secret []byte, signed []byte) [sha256.Size]byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(macDomain))
+	h.Write(signed)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}

@@ -1,0 +1,154 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// Defaults applied by Open to zero-valued Config fields.
+const (
+	DefaultAddr           = "127.0.0.1:0"
+	DefaultLeaseTTL       = 5 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 3 * time.Second
+)
+
+// Config configures a Catalog. The zero value of every field but Name (and
+// Dir, when embedding) means its default.
+type Config struct {
+	// Name is this node's id: the key of its node record and the name of its
+	// embedded etcd member. 1-128 of [A-Za-z0-9._-].
+	Name string
+	// Dir is the node's data directory; the embedded member lives in
+	// Dir/etcd. Required unless Endpoints is set.
+	Dir string
+	// ClientAddr and PeerAddr are the host:port the embedded member listens
+	// on for clients and for other members. Default DefaultAddr: port 0
+	// binds an ephemeral port, which works for a single member; read the
+	// bound ports back with Catalog.ClientAddr and Catalog.PeerAddr.
+	ClientAddr string
+	PeerAddr   string
+	// Endpoints, if set, are the client URLs of an external etcd cluster:
+	// nothing is embedded and the node keeps no catalog state on disk.
+	Endpoints []string
+	// LeaseTTL is the TTL of the node's lease: how long after its last
+	// renewal a dead node's records outlive it. etcd leases are granted in
+	// whole seconds, so it must be a whole number of seconds, at least 1s.
+	// Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// FenceMargin is how long before the lease could expire anywhere the node
+	// already treats it as lost (see Catalog.LeaseLost). Default LeaseTTL/3.
+	// It must be positive and smaller than LeaseTTL.
+	FenceMargin time.Duration
+	// DialTimeout bounds connecting to external Endpoints. Default
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each catalog write and lease call, on top of the
+	// caller's context, so that a catalog without quorum fails a write
+	// instead of blocking it. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Logger receives the catalog's logs. Default: discard.
+	Logger *slog.Logger
+	// UnsafeNoFsync turns off fsync in the embedded member. Tests only: a
+	// crash can lose acknowledged writes.
+	UnsafeNoFsync bool
+	// FastElection sets the embedded member's heartbeat to 10 ms and its
+	// election timeout to 100 ms (etcd's defaults are 100 ms and 1 s) so a
+	// member becomes leader in tens of milliseconds. Tests only: on a busy
+	// machine it causes spurious elections.
+	FastElection bool
+}
+
+// embedded reports whether the configuration runs an embedded member.
+func (c *Config) embedded() bool { return len(c.Endpoints) == 0 }
+
+// withDefaults returns c with every zero-valued field set to its default.
+func (c Config) withDefaults() Config {
+	if c.embedded() {
+		if c.ClientAddr == "" {
+			c.ClientAddr = DefaultAddr
+		}
+		if c.PeerAddr == "" {
+			c.PeerAddr = DefaultAddr
+		}
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.FenceMargin == 0 {
+		c.FenceMargin = c.LeaseTTL / 3
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every field that cannot be used, each error naming its
+// field. Zero values stand for their defaults and are valid. Validate does
+// not modify c.
+func (c *Config) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("catalog config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if !core.ValidName(d.Name) {
+		bad("Name", "%q is not a node id (1-128 of [A-Za-z0-9._-], not starting with '.')", d.Name)
+	}
+	if d.embedded() {
+		if d.Dir == "" {
+			bad("Dir", "required for the embedded catalog (or set Endpoints)")
+		}
+		if _, _, err := net.SplitHostPort(d.ClientAddr); err != nil {
+			bad("ClientAddr", "%q is not host:port: %v", d.ClientAddr, err)
+		}
+		if _, _, err := net.SplitHostPort(d.PeerAddr); err != nil {
+			bad("PeerAddr", "%q is not host:port: %v", d.PeerAddr, err)
+		}
+	} else {
+		for i, ep := range d.Endpoints {
+			if ep == "" {
+				bad("Endpoints", "entry %d is empty", i)
+			}
+		}
+		// These only shape an embedded member; accepting them here would
+		// let a config silently mean something it does not.
+		if c.ClientAddr != "" {
+			bad("ClientAddr", "applies to the embedded catalog only, but Endpoints is set")
+		}
+		if c.PeerAddr != "" {
+			bad("PeerAddr", "applies to the embedded catalog only, but Endpoints is set")
+		}
+		if d.UnsafeNoFsync {
+			bad("UnsafeNoFsync", "applies to the embedded catalog only, but Endpoints is set")
+		}
+		if d.FastElection {
+			bad("FastElection", "applies to the embedded catalog only, but Endpoints is set")
+		}
+	}
+	if d.LeaseTTL < time.Second || d.LeaseTTL%time.Second != 0 {
+		bad("LeaseTTL", "must be a whole number of seconds, at least 1s, got %v", d.LeaseTTL)
+	}
+	if d.FenceMargin <= 0 || d.FenceMargin >= d.LeaseTTL {
+		bad("FenceMargin", "must be in (0, LeaseTTL=%v), got %v", d.LeaseTTL, d.FenceMargin)
+	}
+	if d.DialTimeout < 0 {
+		bad("DialTimeout", "must not be negative, got %v", d.DialTimeout)
+	}
+	if d.RequestTimeout < 0 {
+		bad("RequestTimeout", "must not be negative, got %v", d.RequestTimeout)
+	}
+	return errors.Join(errs...)
+}

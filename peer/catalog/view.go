@@ -1,0 +1,165 @@
+package catalog
+
+import (
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// view is the in-memory copy of the registries that reads are served from.
+// Records are stored as parsed; readers get copies, so nothing they do can
+// reach back into the view.
+type view struct {
+	mu        sync.RWMutex
+	nodes     map[string]core.NodeInfo
+	dispatch  map[string]core.DispatchInfo
+	consumers map[string]map[string]core.ConsumerInfo // queue → id → record
+}
+
+func newViewState() *view {
+	return &view{
+		nodes:     map[string]core.NodeInfo{},
+		dispatch:  map[string]core.DispatchInfo{},
+		consumers: map[string]map[string]core.ConsumerInfo{},
+	}
+}
+
+// replaceWith swaps in the contents of fresh (a view built by a full load).
+func (v *view) replaceWith(fresh *view) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.nodes, v.dispatch, v.consumers = fresh.nodes, fresh.dispatch, fresh.consumers
+}
+
+// The setters below are called with v.mu held for writing (or on a view no
+// one else can see yet).
+
+func (v *view) setNode(n core.NodeInfo) { v.nodes[n.ID] = n }
+
+func (v *view) deleteNode(id string) { delete(v.nodes, id) }
+
+func (v *view) setDispatch(queue string, d core.DispatchInfo) { v.dispatch[queue] = d }
+
+func (v *view) deleteDispatch(queue string) { delete(v.dispatch, queue) }
+
+func (v *view) setConsumer(c core.ConsumerInfo) {
+	q := v.consumers[c.Queue]
+	if q == nil {
+		q = map[string]core.ConsumerInfo{}
+		v.consumers[c.Queue] = q
+	}
+	q[c.ID] = c
+}
+
+func (v *view) deleteConsumer(queue, id string) {
+	q := v.consumers[queue]
+	delete(q, id)
+	// Drop the empty map so Queues no longer lists a queue whose last
+	// consumer left (unless it still has a dispatch record).
+	if len(q) == 0 {
+		delete(v.consumers, queue)
+	}
+}
+
+func cloneConsumer(c core.ConsumerInfo) core.ConsumerInfo {
+	caps := make(core.Capabilities, len(c.Capabilities))
+	for k, vs := range c.Capabilities {
+		caps[k] = slices.Clone(vs)
+	}
+	c.Capabilities = caps
+	return c
+}
+
+func (v *view) consumersOf(queue string) []core.ConsumerInfo {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	q := v.consumers[queue]
+	if len(q) == 0 {
+		return nil
+	}
+	out := make([]core.ConsumerInfo, 0, len(q))
+	for _, id := range slices.Sorted(maps.Keys(q)) {
+		out = append(out, cloneConsumer(q[id]))
+	}
+	return out
+}
+
+func (v *view) allNodes() []core.NodeInfo {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if len(v.nodes) == 0 {
+		return nil
+	}
+	out := make([]core.NodeInfo, 0, len(v.nodes))
+	for _, id := range slices.Sorted(maps.Keys(v.nodes)) {
+		out = append(out, v.nodes[id])
+	}
+	return out
+}
+
+func (v *view) node(id string) (core.NodeInfo, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	n, ok := v.nodes[id]
+	return n, ok
+}
+
+func (v *view) dispatchOf(queue string) (core.DispatchInfo, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	d, ok := v.dispatch[queue]
+	return d, ok
+}
+
+func (v *view) queues() []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	set := make(map[string]struct{}, len(v.dispatch)+len(v.consumers))
+	for q := range v.dispatch {
+		set[q] = struct{}{}
+	}
+	for q := range v.consumers {
+		set[q] = struct{}{}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// subscribers are the channels Catalog.Watch hands out.
+type subscribers struct {
+	mu   sync.Mutex
+	next int
+	m    map[int]chan struct{}
+}
+
+func (s *subscribers) add() (<-chan struct{}, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[int]chan struct{}{}
+	}
+	id := s.next
+	s.next++
+	ch := make(chan struct{}, 1)
+	s.m[id] = ch
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.m, id)
+	}
+}
+
+// notify wakes every subscriber without blocking: a subscriber that has not
+// consumed the previous wake-up still has one pending, which is all it needs
+// to re-read the view.
+func (s *subscribers) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.m {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
