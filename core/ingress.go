@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -71,7 +72,7 @@ func (e *Engine) Submit(_ context.Context, queue string, env *Envelope, opts Sub
 	}
 	e.active++
 	j.History.Append(EventAccepted, 0, mustJSON(map[string]any{
-		"job_id": j.ID, "queue": queue, "ttl_ms": eff.TTL.Milliseconds(),
+		"queue": queue, "ttl_ms": eff.TTL.Milliseconds(),
 	}))
 	j.timer = time.AfterFunc(eff.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
 	e.dispatchLocked(e.queues[queue])
@@ -188,10 +189,13 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	if j == nil || j.gen != gen || j.state != StateRunning {
 		return true
 	}
-	if !json.Valid(data) {
+	// Compacting validates, and keeps a worker's newlines out of SSE data.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil || !json.Valid(data) {
 		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one JSON value", nil)
 		return false
 	}
+	data = buf.Bytes()
 	j.outBytes += int64(len(data))
 	if j.outBytes > j.Limits.MaxOutputBytes {
 		e.finishLocked(j, CodeOutputTooLarge, "the job's output passed its max_output_bytes", nil)

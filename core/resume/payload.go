@@ -29,9 +29,9 @@ const maxPayloadLen = 1 + 3*binary.MaxVarintLen64 + maxIssuedLen + maxLifetimeLe
 // Bounds that keep the worst-case payload, and so the worst-case token,
 // within MaxTokenLen.
 const (
-	// maxIssued is the latest issue time Sign accepts, in unix seconds (the
-	// year 36812), so that it fits maxIssuedLen varint bytes and issued plus
-	// lifetime can never overflow.
+	// maxIssued is the latest issue time Sign accepts, in unix seconds
+	// (about the year 141,000), so that it fits maxIssuedLen varint bytes
+	// and issued plus lifetime can never overflow.
 	maxIssued = 1<<42 - 1
 	// maxIssuedLen is the varint length of maxIssued.
 	maxIssuedLen = 6

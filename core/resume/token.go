@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"strings"
 	"time"
 )
@@ -28,6 +29,9 @@ const (
 // macDomain prefixes every MACed message: it separates resume-token MACs from
 // other uses of the same secret and from future formats.
 const macDomain = "swy-resume-v1"
+
+// macDomainBytes is macDomain, converted once.
+var macDomainBytes = []byte(macDomain)
 
 // b64 is the token's segment encoding. Strict rejects encodings whose unused
 // trailing bits are set, so each MAC has exactly one accepted spelling.
@@ -66,7 +70,7 @@ func (k *Keyring) Sign(p Position, now time.Time, ttl time.Duration) (string, er
 	tok := append(buf[:0], kid...)
 	tok = append(tok, '.')
 	tok = b64.AppendEncode(tok, payload)
-	mac := k.mac(k.keys[kid], tok)
+	mac := k.keys[kid].mac(tok)
 	tok = append(tok, '.')
 	tok = b64.AppendEncode(tok, mac[:])
 	return string(tok), nil
@@ -99,7 +103,7 @@ func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, er
 	if !ok || kid == "" || payloadSeg == "" || macSeg == "" || strings.IndexByte(macSeg, '.') >= 0 {
 		return Position{}, invalid(ReasonMalformed)
 	}
-	secret, ok := k.keys[kid]
+	mk, ok := k.keys[kid]
 	if !ok {
 		return Position{}, invalid(ReasonUnknownKey)
 	}
@@ -113,7 +117,7 @@ func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, er
 	// The MAC covers the segments exactly as received, so nothing has been
 	// decoded or normalized yet.
 	signed := token[:len(kid)+1+len(payloadSeg)]
-	wantMAC := k.mac(secret, []byte(signed))
+	wantMAC := mk.mac([]byte(signed))
 	if !hmac.Equal(got[:], wantMAC[:]) {
 		return Position{}, invalid(ReasonBadSignature)
 	}
@@ -148,9 +152,11 @@ func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, er
 
 // mac returns HMAC-SHA256(secret, macDomain || signed), where signed is
 // "<kid>.<payload segment>": the key id is bound into the MAC.
-func (k *Keyring) mac(secret []byte, signed []byte) [sha256.Size]byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(macDomain))
+func (mk *macKey) mac(signed []byte) [sha256.Size]byte {
+	h := mk.pool.Get().(hash.Hash)
+	defer mk.pool.Put(h)
+	h.Reset()
+	h.Write(macDomainBytes)
 	h.Write(signed)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])

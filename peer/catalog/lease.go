@@ -86,6 +86,12 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration) {
 	l.fenceAt = FenceDeadline(sent, ttl, l.margin)
 }
 
+func (l *lease) lastSent() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent
+}
+
 func (l *lease) deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,14 +126,18 @@ func (c *Catalog) fence(reason string) {
 // renewLoop renews the lease with KeepAliveOnce rather than clientv3's
 // KeepAlive, because KeepAlive's channel does not tell when the renewing
 // request was sent, and the send time is what bounds the lease's expiry.
-// It ends when ctx is done or the lease is lost; in the second case it
-// revokes the lease, so that the node's records go at once instead of
+// It ends when ctx is done or the lease is lost. A lease fenced because it
+// could not be renewed in time may still be alive in etcd; the loop then
+// revokes it, best effort, so that the node's records go at once instead of
 // lingering while nobody renews them.
 func (c *Catalog) renewLoop(ctx context.Context) {
 	defer c.wg.Done()
 	interval := renewInterval(c.cfg.LeaseTTL, c.cfg.FenceMargin)
 	retry := max(interval/4, 10*time.Millisecond)
-	t := time.NewTimer(interval)
+	// Renewals are timed from the send time of the last one that worked
+	// (the grant, at first), the same origin as the fence deadline, so a
+	// slow Open or a slow renewal does not eat into the retry budget.
+	t := time.NewTimer(time.Until(c.lease.lastSent().Add(interval)))
 	defer t.Stop()
 	for {
 		select {
@@ -141,11 +151,11 @@ func (c *Catalog) renewLoop(ctx context.Context) {
 		err := c.renewOnce(ctx)
 		switch {
 		case err == nil:
-			t.Reset(interval)
+			t.Reset(time.Until(c.lease.lastSent().Add(interval)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// Gone already: nothing left to revoke.
 			c.fence("lease not found on renewal")
-			// The next turn of the loop sees lost.
-			t.Reset(0)
+			return
 		case ctx.Err() != nil:
 			return
 		default:
@@ -180,7 +190,9 @@ func (c *Catalog) renewOnce(ctx context.Context) error {
 func (c *Catalog) revokeAfterFence(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), c.lease.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), c.lease.id)
+	// A cancelled ctx means Close is running; it revokes the lease itself.
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
 		c.log.Warn("catalog: revoke fenced lease", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "err", err)
 	}
 }

@@ -18,7 +18,7 @@ type view struct {
 	consumers map[string]map[string]core.ConsumerInfo // queue → id → record
 }
 
-func newViewState() *view {
+func newView() *view {
 	return &view{
 		nodes:     map[string]core.NodeInfo{},
 		dispatch:  map[string]core.DispatchInfo{},

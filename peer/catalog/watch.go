@@ -25,7 +25,7 @@ func (c *Catalog) load(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load catalog: %w", err)
 	}
-	fresh := newViewState()
+	fresh := newView()
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().GetKvs() {
 			c.applyPut(fresh, string(kv.Key), kv.Value)
@@ -98,9 +98,9 @@ func (c *Catalog) applyEvents(evs []*clientv3.Event) {
 	for _, ev := range evs {
 		switch ev.Type {
 		case mvccpb.PUT:
-			c.applyPut(&c.view, string(ev.Kv.Key), ev.Kv.Value)
+			c.applyPut(c.view, string(ev.Kv.Key), ev.Kv.Value)
 		case mvccpb.DELETE:
-			c.applyDelete(&c.view, string(ev.Kv.Key))
+			c.applyDelete(c.view, string(ev.Kv.Key))
 		}
 	}
 	c.view.mu.Unlock()

@@ -1,0 +1,65 @@
+// Command switchyard runs a Switchyard node, a demo worker, a client that
+// streams a job, or a load benchmark.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is stamped by the Makefile.
+var Version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "switchyard:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: switchyard <command> [flags]
+
+commands:
+  node     run a node (HTTP API, worker gRPC API, embedded catalog)
+  worker   run a worker; --demo tokens streams the input's words back
+  submit   post a job and stream its events to stdout
+  bench    drive jobs through a node and print latency and throughput
+  version  print the version
+
+Run 'switchyard <command> -h' for its flags. Every flag can also be set as
+SWITCHYARD_<FLAG> in the environment (dashes become underscores).
+`
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "node":
+		return runNode(ctx, args[1:])
+	case "worker":
+		return runWorker(ctx, args[1:])
+	case "submit":
+		return runSubmit(ctx, args[1:])
+	case "bench":
+		return runBench(ctx, args[1:])
+	case "version":
+		fmt.Println(Version)
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(os.Stdout, usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"time"
+
+	"github.com/switchyard/switchyard"
+)
+
+func runNode(ctx context.Context, args []string) error {
+	cfg := switchyard.DefaultConfig()
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.StringVar(&cfg.Name, "name", cfg.Name, "node id, unique in the cluster")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address (port 0 picks one)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (default data/<name>)")
+	fs.StringVar(&cfg.Zone, "zone", "", "zone label of this node")
+	fs.StringVar(&cfg.EtcdClientAddr, "etcd-client-addr", cfg.EtcdClientAddr, "embedded etcd client listen address")
+	fs.StringVar(&cfg.EtcdPeerAddr, "etcd-peer-addr", cfg.EtcdPeerAddr, "embedded etcd peer listen address")
+	var endpoints stringList
+	fs.Var(&endpoints, "etcd-endpoints", "external etcd endpoints (comma-separated); embeds nothing when set")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "catalog lease TTL: how long a dead node's registrations outlive it")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long bound jobs may finish")
+	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "gRPC max message size, sent and received")
+
+	l := &cfg.Engine.Limits
+	fs.Int64Var(&l.MaxInputBytes, "max-input-bytes", l.MaxInputBytes, "ceiling on a job's input size")
+	fs.IntVar(&l.MaxQueueDepth, "max-queue-depth", l.MaxQueueDepth, "ceiling on jobs waiting in one queue")
+	fs.Int64Var(&l.MaxQueueBytes, "max-queue-bytes", l.MaxQueueBytes, "ceiling on input bytes waiting in one queue")
+	fs.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "ceiling on a job's TTL")
+	fs.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "TTL of a job whose envelope names none")
+	fs.Int64Var(&l.MaxOutputBytes, "max-output-bytes", l.MaxOutputBytes, "ceiling on a job's total output")
+	fs.DurationVar(&l.MaxGrace, "max-grace", l.MaxGrace, "ceiling on an envelope's disconnect grace window")
+	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
+	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable")
+	fs.DurationVar(&cfg.HTTP.HeartbeatInterval, "sse-heartbeat", cfg.HTTP.HeartbeatInterval, "SSE heartbeat after this much silence")
+	fs.DurationVar(&cfg.Workers.HeartbeatInterval, "heartbeat-interval", cfg.Workers.HeartbeatInterval, "worker session heartbeat interval")
+	fs.DurationVar(&cfg.Workers.IdleTimeout, "worker-idle-timeout", cfg.Workers.IdleTimeout, "end a worker session silent this long")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg.EtcdEndpoints = endpoints
+	if cfg.DataDir == "" {
+		cfg.DataDir = "data/" + cfg.Name
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	n, err := switchyard.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down: draining", "timeout", cfg.DrainTimeout)
+	cctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout+10*time.Second)
+	defer cancel()
+	return n.Close(cctx)
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+func runWorker(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var cfg worker.Config
+	fs.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "node gRPC address")
+	fs.StringVar(&cfg.Queue, "queue", "demo", "queue to serve")
+	fs.StringVar(&cfg.Name, "name", "", "worker name shown in logs and cluster views")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "most jobs held at once")
+	caps := stringList{}
+	fs.Var(&caps, "capability", "capability key=value this worker can run (repeatable; default model=demo)")
+	demo := fs.String("demo", "", "demo handler to run: tokens")
+	delay := fs.Duration("delay", 150*time.Millisecond, "tokens demo: delay before each word")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var h worker.Handler
+	switch *demo {
+	case "tokens":
+		h = worker.Tokens(*delay)
+	case "":
+		return errors.New("--demo is required: this binary only ships demo handlers; write your own with the peer/worker package")
+	default:
+		return fmt.Errorf("--demo %q: want tokens", *demo)
+	}
+	if len(caps) == 0 {
+		caps = stringList{"model=demo"}
+	}
+	cfg.Capabilities = caps
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	log.Info("worker starting", "server", cfg.Server, "queue", cfg.Queue, "capabilities", []string(caps), "concurrency", cfg.Concurrency)
+	return worker.Run(ctx, cfg, h)
+}

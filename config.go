@@ -1,0 +1,99 @@
+package switchyard
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/httpapi"
+	"github.com/switchyard/switchyard/peer/workerapi"
+)
+
+// Config is everything a node needs. Start from DefaultConfig; cmd fills it
+// from flags and SWITCHYARD_* variables, tests set fields directly.
+type Config struct {
+	// Name is the node's id in the cluster.
+	Name string
+	// HTTPAddr and GRPCAddr are the listen addresses; port 0 picks one.
+	HTTPAddr string
+	GRPCAddr string
+	// DataDir holds the embedded etcd member.
+	DataDir string
+	Zone    string
+
+	// EtcdClientAddr and EtcdPeerAddr are the embedded member's listeners
+	// (port 0 by default: a single member is reached in-process, so several
+	// nodes on one machine never clash). EtcdEndpoints, when set, embeds
+	// nothing and uses that etcd cluster instead.
+	EtcdClientAddr string
+	EtcdPeerAddr   string
+	EtcdEndpoints  []string
+	LeaseTTL       time.Duration
+
+	// DrainTimeout bounds how long SIGTERM lets bound jobs finish.
+	DrainTimeout time.Duration
+	// gRPC limits, set on every server and client from here.
+	MaxMessageBytes      int
+	MaxConcurrentStreams uint32
+
+	Engine  core.Config
+	HTTP    httpapi.Config
+	Workers workerapi.Config
+
+	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
+	FastCatalog bool
+	Logger      *slog.Logger
+}
+
+// DefaultConfig returns a node configuration that works out of the box.
+func DefaultConfig() Config {
+	return Config{
+		Name:                 "node-1",
+		HTTPAddr:             "127.0.0.1:8080",
+		GRPCAddr:             "127.0.0.1:9090",
+		DataDir:              "data/node-1",
+		EtcdClientAddr:       "127.0.0.1:0",
+		EtcdPeerAddr:         "127.0.0.1:0",
+		LeaseTTL:             5 * time.Second,
+		DrainTimeout:         30 * time.Second,
+		MaxMessageBytes:      4 << 20,
+		MaxConcurrentStreams: 10000,
+		Engine:               core.DefaultConfig(),
+		HTTP:                 httpapi.DefaultConfig(),
+		Workers:              workerapi.DefaultConfig(),
+	}
+}
+
+// Validate reports the first setting that cannot work, naming its flag.
+func (c *Config) Validate() error {
+	c.Engine.Node, c.Engine.Zone = c.Name, c.Zone
+	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New("must be host:port (port 0 picks a free one)")}
+		}
+	}
+	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {
+		return &core.ConfigError{Field: "data-dir", Value: c.DataDir, Err: errors.New("is required for the embedded catalog")}
+	}
+	if c.LeaseTTL < 2*time.Second {
+		return &core.ConfigError{Field: "lease-ttl", Value: c.LeaseTTL, Err: errors.New("must be at least 2s (etcd rounds leases to seconds)")}
+	}
+	if c.DrainTimeout < 0 {
+		return &core.ConfigError{Field: "drain-timeout", Value: c.DrainTimeout, Err: errors.New("must not be negative")}
+	}
+	if int64(c.MaxMessageBytes) < c.Engine.Limits.MaxInputBytes+64<<10 {
+		return &core.ConfigError{Field: "max-message-bytes", Value: c.MaxMessageBytes, Err: errors.New("must exceed max-input-bytes by at least 64KiB, or a job that passed ingress could not be delivered")}
+	}
+	if c.MaxConcurrentStreams == 0 {
+		return &core.ConfigError{Field: "max-concurrent-streams", Value: c.MaxConcurrentStreams, Err: errors.New("must be positive")}
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	if err := c.HTTP.Validate(); err != nil {
+		return err
+	}
+	return c.Workers.Validate()
+}

@@ -1,0 +1,161 @@
+// Package httpapi is Switchyard's HTTP front end: JSON in, server-sent
+// events or JSON out, problem+json for every refusal. It validates, calls
+// the core.Engine and maps errors; the job machinery lives in core.
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// Config configures the HTTP layer.
+type Config struct {
+	// MaxBodyBytes bounds a request body; it is read through this limit
+	// before anything is parsed. Zero means the engine's max input + 64 KiB.
+	MaxBodyBytes int64
+	// Stream clocks: a heartbeat comment is sent after HeartbeatInterval of
+	// silence; a write that cannot complete within WriteTimeout ends the
+	// stream (the client resumes).
+	HeartbeatInterval time.Duration
+	WriteTimeout      time.Duration
+	// MaxLagEvents and MaxLagBytes bound how far a stream may fall behind
+	// its job's history: its queue. A stream past either is terminated.
+	MaxLagEvents int
+	MaxLagBytes  int64
+	// Ready reports whether the node should receive traffic (/readyz).
+	Ready    func() error
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+}
+
+// DefaultConfig returns the HTTP settings a node uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatInterval: 15 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		MaxLagEvents:      1024,
+		MaxLagBytes:       4 << 20,
+	}
+}
+
+// Validate refuses settings that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.HeartbeatInterval <= 0:
+		return &core.ConfigError{Field: "sse-heartbeat", Value: c.HeartbeatInterval, Err: errors.New("must be positive")}
+	case c.WriteTimeout <= 0:
+		return &core.ConfigError{Field: "sse-write-timeout", Value: c.WriteTimeout, Err: errors.New("must be positive")}
+	case c.MaxLagEvents <= 0:
+		return &core.ConfigError{Field: "stream-max-events", Value: c.MaxLagEvents, Err: errors.New("must be positive")}
+	case c.MaxLagBytes <= 0:
+		return &core.ConfigError{Field: "stream-max-bytes", Value: c.MaxLagBytes, Err: errors.New("must be positive")}
+	}
+	return nil
+}
+
+// Server is the HTTP API of one node.
+type Server struct {
+	e   *core.Engine
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	mux *chi.Mux
+}
+
+// New returns the HTTP API over e; reg receives its metrics.
+func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = e.Config().Limits.MaxInputBytes + 64<<10
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() error { return nil }
+	}
+	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: newMetrics(reg)}
+	s.mux = s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Router exposes the chi router, so a test can walk the routes.
+func (s *Server) Router() chi.Routes { return s.mux }
+
+func (s *Server) routes() *chi.Mux {
+	r := chi.NewRouter()
+	// No Timeout middleware and no server WriteTimeout: streams live as long
+	// as their job; their own clocks bound them (see sse.go).
+	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, &core.Error{Code: CodeNotFound, Detail: "no such route"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, &core.Error{Code: CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
+	})
+	r.Route("/v1", func(r chi.Router) {
+		r.Post("/queues/{queue}/jobs", s.handleSubmit)
+		r.Get("/jobs/{id}", s.handleGetJob)
+		r.Delete("/jobs/{id}", s.handleCancel)
+		r.Get("/jobs/{id}/events", s.handleEvents)
+	})
+	r.Get("/healthz", s.handleHealthz)
+	r.Get("/readyz", s.handleReadyz)
+	if s.cfg.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return r
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	err := s.cfg.Ready()
+	if err == nil && s.e.Draining() {
+		err = errors.New("draining")
+	}
+	if err != nil {
+		writeProblem(w, r, &core.Error{Code: core.CodeDraining, Detail: "not ready: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+type metrics struct {
+	streamsOpen prometheus.Gauge
+	slowClosed  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "http", Name: "streams_open",
+			Help: "Client SSE streams open on this node.",
+		}),
+		slowClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "http", Name: "streams_terminated_slow_total",
+			Help: "Client streams terminated because they fell behind their bound.",
+		}),
+	}
+	reg.MustRegister(m.streamsOpen, m.slowClosed)
+	return m
+}

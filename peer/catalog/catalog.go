@@ -1,0 +1,327 @@
+// Package catalog is Switchyard's catalog on etcd: the registries of nodes
+// (/nodes/{id}), dispatch records (/q/{queue}) and consumers
+// (/q/{queue}/c/{id}), written under this node's lease and read from an
+// in-memory view that a watch keeps current, so routing never waits on etcd.
+//
+// By default a Catalog runs an embedded single-member etcd in the node's data
+// directory; with Config.Endpoints it is a client of an external cluster.
+//
+// A Catalog also fences its node: LeaseLost is closed before the lease can
+// have expired anywhere else, which is what lets other nodes take a lease's
+// expiry as proof that its holder has stopped (see FenceDeadline).
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+var _ core.Catalog = (*Catalog)(nil)
+
+// Catalog is a node's handle on the catalog. It owns its goroutines (lease
+// renewal, fencing, the watch) and, when embedded, the etcd member; Close
+// ends them all. Its methods are safe for concurrent use.
+type Catalog struct {
+	cfg    Config
+	log    *slog.Logger
+	etcd   *embed.Etcd // nil with external Endpoints
+	client *clientv3.Client
+	lease  *lease
+
+	clientAddr, peerAddr string
+
+	view *view
+	subs subscribers
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts (or connects to) etcd, grants this node's lease, loads the
+// registries and starts watching them. It returns once the view is loaded
+// and the watch established, so the first read already reflects the store.
+// ctx bounds the start only; the Catalog lives until Close.
+func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Catalog{cfg: cfg, log: cfg.Logger, view: newView()}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	defer func() {
+		if err != nil {
+			// Undo whatever was started; the error that matters is err.
+			_ = c.shutdown(ctx)
+		}
+	}()
+
+	if cfg.embedded() {
+		c.etcd, err = startEmbedded(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("open catalog: %w", err)
+		}
+		c.clientAddr = c.etcd.Clients[0].Addr().String()
+		c.peerAddr = c.etcd.Peers[0].Addr().String()
+		// The in-process client calls the server's handlers directly: no
+		// socket, no gRPC encoding. It bypasses the gRPC interceptors, so
+		// WithRequireLeader has no effect on it; RequestTimeout still
+		// bounds every write.
+		c.client = v3client.New(c.etcd.Server)
+		c.wg.Add(1)
+		go c.embedLoop(runCtx)
+	} else {
+		c.client, err = clientv3.New(clientv3.Config{
+			Endpoints:   cfg.Endpoints,
+			DialTimeout: cfg.DialTimeout,
+			Logger:      zap.NewNop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open catalog: connect to %v: %w", cfg.Endpoints, err)
+		}
+	}
+
+	gctx, gcancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	sent := time.Now()
+	g, err := c.client.Grant(clientv3.WithRequireLeader(gctx), int64(cfg.LeaseTTL/time.Second))
+	gcancel()
+	if err != nil {
+		return nil, fmt.Errorf("open catalog: grant lease: %w", err)
+	}
+	c.lease = newLease(g.ID, sent, time.Duration(g.TTL)*time.Second, cfg.FenceMargin)
+	c.log.Debug("catalog lease granted", "lease", fmt.Sprintf("%x", int64(g.ID)), "ttl", time.Duration(g.TTL)*time.Second,
+		"fence_margin", cfg.FenceMargin)
+
+	rev, err := c.load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open catalog: %w", err)
+	}
+	ws, err := c.startWatch(runCtx, ctx, rev+1)
+	if err != nil {
+		return nil, fmt.Errorf("open catalog: %w", err)
+	}
+	c.wg.Add(3)
+	go c.watchLoop(runCtx, ws)
+	go c.renewLoop(runCtx)
+	go c.fenceLoop(runCtx)
+	return c, nil
+}
+
+// embedLoop logs the embedded member failing after it started. The Catalog
+// does not restart it: a node whose catalog died stops renewing its lease
+// and fences, which is the behaviour the rest of the system expects.
+func (c *Catalog) embedLoop(ctx context.Context) {
+	defer c.wg.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-c.etcd.Err():
+		c.log.Error("embedded etcd failed", "err", err)
+	case <-c.etcd.Server.StopNotify():
+		c.log.Error("embedded etcd stopped")
+	}
+}
+
+// Close stops the Catalog: it ends the renewal and watch goroutines, revokes
+// the lease so that this node's records vanish at once rather than after
+// LeaseTTL, closes the client and the embedded member, and waits for every
+// goroutine it started. It closes LeaseLost, since the node no longer holds
+// a lease. A revoke that fails is only logged: the records then expire with
+// the lease. Close is idempotent; later calls return the first result.
+func (c *Catalog) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.shutdown(ctx) })
+	return c.closeErr
+}
+
+// shutdown tears down whatever Open got as far as starting.
+func (c *Catalog) shutdown(ctx context.Context) error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	if c.lease != nil {
+		// The caller's ctx may already be cancelled (shutdown on a signal);
+		// the revoke must still get its chance.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.cfg.RequestTimeout, time.Second))
+		_, err := c.client.Revoke(rctx, c.lease.id)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.log.Warn("catalog: revoke lease on close; records expire with it", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "err", err)
+		}
+		c.lease.fence()
+	}
+	var errs []error
+	if c.client != nil {
+		if err := c.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("close catalog client: %w", err))
+		}
+	}
+	if c.etcd != nil {
+		c.etcd.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// LeaseLost is closed when this node must treat its lease as lost: a renewal
+// found it gone, or it was not renewed by its fence deadline (see
+// FenceDeadline), or the Catalog was closed. From then on the node cancels
+// the jobs bound to its consumers and forwards no output, and the Catalog's
+// writes fail with ErrLeaseLost.
+func (c *Catalog) LeaseLost() <-chan struct{} { return c.lease.lost }
+
+// LeaseID returns the id of this node's lease.
+func (c *Catalog) LeaseID() clientv3.LeaseID { return c.lease.id }
+
+// Client returns the etcd client, for other adapters (dispatcher claims use
+// transactions on it). It is closed by Close.
+func (c *Catalog) Client() *clientv3.Client { return c.client }
+
+// ClientAddr returns the host:port the embedded member serves clients on,
+// or "" with external Endpoints.
+func (c *Catalog) ClientAddr() string { return c.clientAddr }
+
+// PeerAddr returns the host:port the embedded member serves peers on, or ""
+// with external Endpoints.
+func (c *Catalog) PeerAddr() string { return c.peerAddr }
+
+// Name returns this node's id.
+func (c *Catalog) Name() string { return c.cfg.Name }
+
+// writeCtx bounds a write by RequestTimeout and makes it fail at once on a
+// member with no leader instead of waiting for one.
+func (c *Catalog) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	return clientv3.WithRequireLeader(ctx), cancel
+}
+
+// putLeased writes key under this node's lease.
+func (c *Catalog) putLeased(ctx context.Context, key string, value []byte) error {
+	if c.lease.isLost() {
+		return fmt.Errorf("put %s: %w", key, ErrLeaseLost)
+	}
+	ctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	if _, err := c.client.Put(ctx, key, string(value), clientv3.WithLease(c.lease.id)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.fence("lease not found on write")
+			return fmt.Errorf("put %s: %w: %w", key, ErrLeaseLost, err)
+		}
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// PublishNode writes this node's record (/nodes/{Name}) under its lease.
+// n.ID may be empty; otherwise it must be this node's Name.
+func (c *Catalog) PublishNode(ctx context.Context, n core.NodeInfo) error {
+	if n.ID == "" {
+		n.ID = c.cfg.Name
+	}
+	if n.ID != c.cfg.Name {
+		return fmt.Errorf("publish node: id %q is not this node (%q)", n.ID, c.cfg.Name)
+	}
+	switch n.State {
+	case core.StateOnline, core.StateInProgress, core.StateSpare:
+	default:
+		return fmt.Errorf("publish node: state %q is not one of %s, %s, %s", n.State, core.StateOnline, core.StateInProgress, core.StateSpare)
+	}
+	if n.Zone != "" && !core.ValidName(n.Zone) {
+		return fmt.Errorf("publish node: zone %q is not 1-128 of [A-Za-z0-9._-]", n.Zone)
+	}
+	b, err := encodeNode(n)
+	if err != nil {
+		return fmt.Errorf("publish node: %w", err)
+	}
+	if err := c.putLeased(ctx, NodeKey(n.ID), b); err != nil {
+		return fmt.Errorf("publish node: %w", err)
+	}
+	return nil
+}
+
+// PublishConsumer writes (or rewrites) a consumer record under this node's
+// lease. c.Node may be empty; otherwise it must be this node's Name, because
+// the record lives and dies with this node's lease.
+func (c *Catalog) PublishConsumer(ctx context.Context, ci core.ConsumerInfo) error {
+	if ci.Node == "" {
+		ci.Node = c.cfg.Name
+	}
+	switch {
+	case !core.ValidName(ci.Queue):
+		return fmt.Errorf("publish consumer: queue %q is not 1-128 of [A-Za-z0-9._-]", ci.Queue)
+	case !core.ValidName(ci.ID):
+		return fmt.Errorf("publish consumer: id %q is not 1-128 of [A-Za-z0-9._-]", ci.ID)
+	case ci.Node != c.cfg.Name:
+		return fmt.Errorf("publish consumer %s/%s: node %q is not this node (%q)", ci.Queue, ci.ID, ci.Node, c.cfg.Name)
+	case ci.Concurrency < 0:
+		return fmt.Errorf("publish consumer %s/%s: concurrency %d is negative", ci.Queue, ci.ID, ci.Concurrency)
+	case ci.Zone != "" && !core.ValidName(ci.Zone):
+		return fmt.Errorf("publish consumer %s/%s: zone %q is not 1-128 of [A-Za-z0-9._-]", ci.Queue, ci.ID, ci.Zone)
+	}
+	b, err := encodeConsumer(ci)
+	if err != nil {
+		return fmt.Errorf("publish consumer %s/%s: %w", ci.Queue, ci.ID, err)
+	}
+	if err := c.putLeased(ctx, ConsumerKey(ci.Queue, ci.ID), b); err != nil {
+		return fmt.Errorf("publish consumer %s/%s: %w", ci.Queue, ci.ID, err)
+	}
+	return nil
+}
+
+// WithdrawConsumer deletes a consumer record if it is still attached to this
+// node's lease. A record that is gone, or that another node has since
+// published under the same id, is left alone and is not an error: a late
+// withdrawal must not remove a worker that reconnected elsewhere.
+func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error {
+	if !core.ValidName(queue) || !core.ValidName(id) {
+		return fmt.Errorf("withdraw consumer: %q/%q is not a valid queue/id", queue, id)
+	}
+	ctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	key := ConsumerKey(queue, id)
+	_, err := c.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.lease.id)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("withdraw consumer %s/%s: %w", queue, id, err)
+	}
+	return nil
+}
+
+// Consumers returns the consumers of queue on every node, sorted by id,
+// from the watched view.
+func (c *Catalog) Consumers(queue string) []core.ConsumerInfo { return c.view.consumersOf(queue) }
+
+// Nodes returns every node record, sorted by id, from the watched view.
+func (c *Catalog) Nodes() []core.NodeInfo { return c.view.allNodes() }
+
+// Node returns one node's record from the watched view.
+func (c *Catalog) Node(id string) (core.NodeInfo, bool) { return c.view.node(id) }
+
+// Dispatch returns a queue's dispatch record from the watched view.
+func (c *Catalog) Dispatch(queue string) (core.DispatchInfo, bool) { return c.view.dispatchOf(queue) }
+
+// Queues returns, sorted, every queue that has a dispatch record or at least
+// one consumer.
+func (c *Catalog) Queues() []string { return c.view.queues() }
+
+// Watch returns a channel that receives a value, without blocking the
+// catalog, after each change to the view, and a func that unsubscribes it.
+// The channel holds one pending wake-up: a subscriber re-reads the view when
+// woken and never misses the latest state, though it may not see every
+// intermediate one. The channel is never closed.
+func (c *Catalog) Watch() (<-chan struct{}, func()) { return c.subs.add() }

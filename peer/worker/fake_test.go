@@ -1,0 +1,317 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard/switchyard/peer/worker"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// wait bounds every wait for something that should happen promptly.
+const wait = 5 * time.Second
+
+// fakeNode is the test's node: a WorkerService that records what workers
+// send and lets the test push Job and Cancel messages. Its fields are set
+// before the server starts and only read afterwards.
+type fakeNode struct {
+	pb.UnimplementedWorkerServiceServer
+	// heartbeatMS goes in Registered; the node heartbeats every half of it.
+	heartbeatMS int64
+	// silent: never send heartbeats (a node that vanished without a FIN).
+	silent bool
+	// registerErr, if set, is returned instead of Registered.
+	registerErr error
+
+	registers atomic.Int32
+	sessions  chan *fakeSession
+}
+
+// fakeSession is one Connect call as the node sees it.
+type fakeSession struct {
+	reg        *pb.Register
+	msgs       chan *pb.WorkerMessage // everything but heartbeats, in order
+	heartbeats atomic.Int32
+	push       chan *pb.NodeMessage
+	drop       chan struct{} // close to end the stream with Unavailable
+	ended      chan struct{} // closed when Connect has returned
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{heartbeatMS: 1000, sessions: make(chan *fakeSession, 16)}
+}
+
+func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
+	ctx := stream.Context()
+	m, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	reg := m.GetRegister()
+	if reg == nil {
+		return status.Error(codes.InvalidArgument, "first message must be register")
+	}
+	n := f.registers.Add(1)
+	if f.registerErr != nil {
+		return f.registerErr
+	}
+	if err := stream.Send(&pb.NodeMessage{Msg: &pb.NodeMessage_Registered{Registered: &pb.Registered{
+		ConsumerId: fmt.Sprintf("c%d", n), Node: "fake", HeartbeatMs: f.heartbeatMS,
+	}}}); err != nil {
+		return err
+	}
+	s := &fakeSession{
+		reg:   reg,
+		msgs:  make(chan *pb.WorkerMessage, 1024),
+		push:  make(chan *pb.NodeMessage),
+		drop:  make(chan struct{}),
+		ended: make(chan struct{}),
+	}
+	defer close(s.ended)
+	f.sessions <- s
+
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if m.GetHeartbeat() != nil {
+				s.heartbeats.Add(1)
+				continue
+			}
+			select {
+			case s.msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var tick <-chan time.Time
+	if !f.silent {
+		t := time.NewTicker(time.Duration(f.heartbeatMS) * time.Millisecond / 2)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case m := <-s.push:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-tick:
+			if err := stream.Send(&pb.NodeMessage{Msg: &pb.NodeMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
+				return err
+			}
+		case <-s.drop:
+			return status.Error(codes.Unavailable, "dropped by the test")
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// start serves f on loopback and returns its address.
+func (f *fakeNode) start(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterWorkerServiceServer(srv, f)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return lis.Addr().String()
+}
+
+func (f *fakeNode) nextSession(t *testing.T) *fakeSession {
+	t.Helper()
+	select {
+	case s := <-f.sessions:
+		return s
+	case <-time.After(wait):
+		t.Fatal("no worker session")
+		return nil
+	}
+}
+
+// next returns the next non-heartbeat message the worker sent.
+func (s *fakeSession) next(t *testing.T) *pb.WorkerMessage {
+	t.Helper()
+	select {
+	case m := <-s.msgs:
+		return m
+	case <-time.After(wait):
+		t.Fatal("no message from the worker")
+		return nil
+	}
+}
+
+func (s *fakeSession) send(t *testing.T, m *pb.NodeMessage) {
+	t.Helper()
+	select {
+	case s.push <- m:
+	case <-s.ended:
+		t.Fatal("session ended before the node could send")
+	case <-time.After(wait):
+		t.Fatal("node could not send")
+	}
+}
+
+func (s *fakeSession) sendJob(t *testing.T, j *pb.Job) {
+	t.Helper()
+	if j.TtlMs == 0 {
+		j.TtlMs = 60_000
+	}
+	if j.Queue == "" {
+		j.Queue = "q"
+	}
+	s.send(t, &pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: j}})
+}
+
+func (s *fakeSession) sendCancel(t *testing.T, id string, gen uint64, reason string) {
+	t.Helper()
+	s.send(t, &pb.NodeMessage{Msg: &pb.NodeMessage_Cancel{Cancel: &pb.Cancel{JobId: id, Generation: gen, Reason: reason}}})
+}
+
+func (s *fakeSession) expectAccept(t *testing.T, id string, gen uint64) {
+	t.Helper()
+	a := s.next(t).GetAccept()
+	if a == nil || a.JobId != id || a.Generation != gen {
+		t.Fatalf("want Accept{%s, %d}, got %v", id, gen, a)
+	}
+}
+
+func (s *fakeSession) expectFail(t *testing.T, id string, gen uint64) *pb.Fail {
+	t.Helper()
+	m := s.next(t)
+	f := m.GetFail()
+	if f == nil || f.JobId != id || f.Generation != gen {
+		t.Fatalf("want Fail{%s, %d}, got %v", id, gen, m)
+	}
+	return f
+}
+
+// runningWorker is a Run in a goroutine.
+type runningWorker struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startWorker runs worker.Run against addr; the test's cleanup stops it.
+func startWorker(t *testing.T, addr string, cfg worker.Config, h worker.Handler) *runningWorker {
+	t.Helper()
+	cfg.Server = addr
+	if cfg.Queue == "" {
+		cfg.Queue = "q"
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 20 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &runningWorker{cancel: cancel, done: make(chan error, 1)}
+	go func() { w.done <- worker.Run(ctx, cfg, h) }()
+	t.Cleanup(func() {
+		if err := w.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return w
+}
+
+// stop cancels Run and returns its result.
+func (w *runningWorker) stop() error {
+	w.cancel()
+	return w.wait()
+}
+
+func (w *runningWorker) wait() error {
+	select {
+	case err, ok := <-w.done:
+		if !ok {
+			return nil
+		}
+		close(w.done)
+		return err
+	case <-time.After(wait):
+		return errors.New("Run did not return")
+	}
+}
+
+// blockUntilCancelled is a handler that waits for its context and reports
+// the context's error on ctxErr.
+func blockUntilCancelled(started chan<- *worker.Job, ctxErr chan<- error) worker.Handler {
+	return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+		if started != nil {
+			started <- job
+		}
+		<-ctx.Done()
+		if ctxErr != nil {
+			ctxErr <- ctx.Err()
+		}
+		// Claim success: a cancelled job must be reported cancelled anyway.
+		return "done anyway", nil
+	}
+}
+
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(wait):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
+// logBuffer collects a worker's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}

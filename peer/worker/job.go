@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// Job is one job offered to this worker.
+type Job struct {
+	// ID and Generation identify this binding of the job; every message about
+	// it carries both, and the node refuses any whose generation moved on.
+	ID         string
+	Generation uint64
+	Queue      string
+	// Input is the envelope's input, one JSON value.
+	Input json.RawMessage
+	// Options is the envelope's options object as JSON; it may be empty.
+	Options json.RawMessage
+	// Capabilities the job requires, as "key=value".
+	Capabilities []string
+	// Deadline is the local time the job expires: the moment this worker
+	// received the offer plus the TTL the node reported then.
+	Deadline time.Time
+	// MaxOutputBytes caps the total bytes of output; 0 means no limit.
+	// Output enforces it.
+	MaxOutputBytes int64
+}
+
+// Handler runs one job. It streams output through out and returns the
+// job's result: a non-nil result is marshalled as JSON and reported with the
+// completion. An error fails the job: one made by Fail carries its code, any
+// other fails with code "worker_error". ctx ends when the job is cancelled,
+// expires, or the session or Run ends; a handler must return promptly then.
+//
+// A panic in a handler is recovered and fails that job with "worker_error",
+// so one bad job does not take the other jobs of the process down with it.
+type Handler func(ctx context.Context, job *Job, out *Output) (result any, err error)
+
+// ErrJobEnded is returned (wrapped) by Output's methods once the job has
+// ended, been cancelled or expired; nothing is sent then.
+var ErrJobEnded = errors.New("worker: job ended")
+
+// ErrOutputLimit is returned (wrapped) by Output's methods when the output
+// would exceed Job.MaxOutputBytes; nothing is sent then.
+var ErrOutputLimit = errors.New("worker: output limit exceeded")
+
+// FailError is a job failure with a machine-readable code. Make one with
+// Fail and return it from a Handler.
+type FailError struct {
+	Code    string
+	Message string
+}
+
+// Error implements error.
+func (e *FailError) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + ": " + e.Message
+}
+
+// codeWorkerError is the code of any handler error not made by Fail.
+const codeWorkerError = "worker_error"
+
+// Fail returns an error that fails a job with code and message when a
+// Handler returns it (possibly wrapped). An empty code means "worker_error".
+func Fail(code, message string) error {
+	if code == "" {
+		code = codeWorkerError
+	}
+	return &FailError{Code: code, Message: message}
+}
+
+// Output streams one job's output to the node. Its methods are safe for
+// concurrent use; chunks are delivered in the order the calls returned.
+type Output struct {
+	s   *session
+	job *Job
+	// jctx is the job's context: once it is done the job is over for the
+	// node too (cancelled, expired, or the session is gone).
+	jctx context.Context
+
+	mu    sync.Mutex
+	ended bool
+	sent  int64
+}
+
+// Send marshals v as JSON and sends it as one output chunk. It returns once
+// the chunk is queued for the stream (not when the node has it), and blocks
+// while the queue is full, which is how a slow node slows a handler down.
+func (o *Output) Send(ctx context.Context, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("worker: marshal output: %w", err)
+	}
+	return o.send(ctx, data)
+}
+
+// SendRaw sends data, which must be one valid JSON value, as one output
+// chunk. data is copied, so the caller may reuse it.
+func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
+	if !json.Valid(data) {
+		return errors.New("worker: output is not valid JSON")
+	}
+	return o.send(ctx, bytes.Clone(data))
+}
+
+func (o *Output) send(ctx context.Context, data []byte) error {
+	// The lock is held while queueing so that end, which takes it too,
+	// cannot let the terminal message overtake a chunk being queued.
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return ErrJobEnded
+	}
+	if o.jctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+	}
+	n := int64(len(data))
+	if limit := o.job.MaxOutputBytes; limit > 0 && o.sent+n > limit {
+		return fmt.Errorf("%w: %d bytes sent, %d more would pass the limit of %d", ErrOutputLimit, o.sent, n, limit)
+	}
+	m := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{
+		JobId: o.job.ID, Generation: o.job.Generation, Data: data,
+	}}}
+	select {
+	case o.s.out <- m:
+		o.sent += n
+		return nil
+	case <-o.jctx.Done():
+		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+	case <-ctx.Done():
+		return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
+	}
+}
+
+// end makes every later send fail with ErrJobEnded. It returns once no send
+// is in progress, so nothing of this job can be queued after its end.
+func (o *Output) end() {
+	o.mu.Lock()
+	o.ended = true
+	o.mu.Unlock()
+}

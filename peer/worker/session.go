@@ -1,0 +1,410 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// Session end causes.
+var (
+	errHandshakeTimeout = errors.New("no Registered from the node in time")
+	errNodeSilent       = errors.New("node silent")
+	errExpired          = errors.New("job deadline passed")
+)
+
+// cancelledError is the cause of a job context cancelled by a Cancel from
+// the node; it is what tells a cancelled job from an abandoned one.
+type cancelledError struct{ reason string }
+
+func (e *cancelledError) Error() string { return "cancelled by the node: " + e.reason }
+
+// Job outcomes as logged on "job ended".
+const (
+	outcomeCompleted = "completed"
+	outcomeFailed    = "failed"
+	outcomeCancelled = "cancelled"
+	outcomeExpired   = "expired"
+	// outcomeAbandoned: the session ended under the job; nothing can be
+	// sent, and the node reclaims or fails it by its own rules.
+	outcomeAbandoned = "abandoned"
+)
+
+type jobKey struct {
+	id  string
+	gen uint64
+}
+
+// session is one Connect stream: register, serve, end. Its goroutines are
+// the caller's (the receive loop), one writer and one per running job; all
+// have ended when run returns.
+type session struct {
+	r      *runner
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stream grpc.BidiStreamingClient[pb.WorkerMessage, pb.NodeMessage]
+	// out feeds the writer, the stream's only sender.
+	out chan *pb.WorkerMessage
+	hb  time.Duration
+
+	wg   sync.WaitGroup // the writer and the job goroutines
+	mu   sync.Mutex
+	jobs map[jobKey]context.CancelCauseFunc
+}
+
+// session runs one session and returns why it ended. Errors retrying cannot
+// fix are wrapped in backoff.Permanent.
+func (r *runner) session(ctx context.Context) error {
+	// A fresh connection per session: after a silent node the old one may
+	// be a black hole that gRPC still believes healthy.
+	conn, err := grpc.NewClient(r.cfg.Server, r.cfg.DialOptions...)
+	if err != nil {
+		return backoff.Permanent(fmt.Errorf("dial %s: %w", r.cfg.Server, err))
+	}
+	defer conn.Close()
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s := &session{
+		r:      r,
+		log:    r.log,
+		ctx:    sctx,
+		cancel: cancel,
+		out:    make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
+		jobs:   make(map[jobKey]context.CancelCauseFunc),
+	}
+	reg, err := s.handshake(pb.NewWorkerServiceClient(conn))
+	if err != nil {
+		return err
+	}
+	registeredAt := time.Now()
+	defer func() {
+		// Only a session that stayed up a while proves the node healthy; one
+		// dropped right after registering must keep backing off, or a node
+		// that accepts and then fails would be hammered.
+		if time.Since(registeredAt) >= r.cfg.MaxBackoff {
+			r.healthy.Store(true)
+		}
+	}()
+	s.hb = r.cfg.HeartbeatInterval
+	if s.hb == 0 {
+		s.hb = time.Duration(reg.GetHeartbeatMs()) * time.Millisecond
+	}
+	if s.hb <= 0 {
+		s.hb = DefaultHeartbeatInterval
+	}
+	s.log = r.log.With("consumer", reg.GetConsumerId(), "node", reg.GetNode())
+	s.log.Info("worker registered", "server", r.cfg.Server, "heartbeat", s.hb, "concurrency", r.cfg.Concurrency)
+
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.write()
+	}()
+	err = s.receive()
+	// Ending the session context cancels every job's context (they derive
+	// from it) and stops the writer; wait for all of them before the caller
+	// reconnects, so no handler of this session overlaps the next one.
+	cancel(err)
+	s.wg.Wait()
+	return context.Cause(sctx)
+}
+
+// handshake opens the stream, sends Register and waits for Registered.
+func (s *session) handshake(c pb.WorkerServiceClient) (*pb.Registered, error) {
+	t := time.AfterFunc(handshakeTimeout, func() { s.cancel(errHandshakeTimeout) })
+	defer t.Stop()
+	stream, err := c.Connect(s.ctx)
+	if err != nil {
+		return nil, s.handshakeErr("connect", err)
+	}
+	s.stream = stream
+	cfg := s.r.cfg
+	err = stream.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{
+		Queue: cfg.Queue, Capabilities: cfg.Capabilities, Concurrency: uint32(cfg.Concurrency), Name: cfg.Name,
+	}}})
+	// io.EOF from Send means the node ended the stream; Recv below returns
+	// its status, which is the error worth reporting.
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, s.handshakeErr("send register", err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		return nil, s.handshakeErr("register", err)
+	}
+	reg := m.GetRegistered()
+	if reg == nil {
+		return nil, fmt.Errorf("register: node answered %T, not Registered", m.GetMsg())
+	}
+	return reg, nil
+}
+
+func (s *session) handshakeErr(step string, err error) error {
+	if cause := context.Cause(s.ctx); cause != nil {
+		// Our own cancellation (timeout or shutdown) says more than the
+		// Canceled status it produced.
+		return fmt.Errorf("%s: %w", step, cause)
+	}
+	err = fmt.Errorf("%s: %w", step, err)
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+		// The node read the registration and refused it, or this is not a
+		// node we may talk to: another attempt gets the same answer.
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+// write is the stream's only sender. A heartbeat goes out whenever nothing
+// else did for an interval.
+func (s *session) write() {
+	t := time.NewTimer(s.hb)
+	defer t.Stop()
+	heartbeat := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
+	for {
+		var m *pb.WorkerMessage
+		select {
+		case <-s.ctx.Done():
+			return
+		case m = <-s.out:
+		case <-t.C:
+			m = heartbeat
+		}
+		if err := s.stream.Send(m); err != nil {
+			// On io.EOF the stream is over and Recv is about to return the
+			// node's status: let that be the session's cause.
+			if !errors.Is(err, io.EOF) {
+				s.cancel(fmt.Errorf("send: %w", err))
+			}
+			return
+		}
+		t.Reset(s.hb)
+	}
+}
+
+// enqueue queues m for the writer, waiting while the queue is full.
+func (s *session) enqueue(m *pb.WorkerMessage) error {
+	select {
+	case s.out <- m:
+		return nil
+	case <-s.ctx.Done():
+		return fmt.Errorf("session ended: %w", context.Cause(s.ctx))
+	}
+}
+
+// receive is the stream's only receiver; it returns when the stream ends.
+func (s *session) receive() error {
+	silence := silenceFactor * s.hb
+	watchdog := time.AfterFunc(silence, func() {
+		s.cancel(fmt.Errorf("%w: nothing received for %s", errNodeSilent, silence))
+	})
+	defer watchdog.Stop()
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		// The deadline counts from here, on this machine's clock.
+		now := time.Now()
+		watchdog.Reset(silence)
+		switch msg := m.GetMsg().(type) {
+		case *pb.NodeMessage_Job:
+			s.offer(msg.Job, now)
+		case *pb.NodeMessage_Cancel:
+			s.cancelJob(msg.Cancel)
+		case *pb.NodeMessage_Heartbeat:
+		case *pb.NodeMessage_Registered:
+			s.log.Warn("unexpected Registered in an established session; ignored")
+		default:
+			// A newer node may send messages this worker does not know;
+			// unknown is never fatal.
+			s.log.Debug("unknown node message ignored", "type", fmt.Sprintf("%T", msg))
+		}
+	}
+}
+
+// offer decides on a job and, if taken, starts it.
+func (s *session) offer(pj *pb.Job, received time.Time) {
+	job := &Job{
+		ID:             pj.GetJobId(),
+		Generation:     pj.GetGeneration(),
+		Queue:          pj.GetQueue(),
+		Input:          json.RawMessage(pj.GetInput()),
+		Options:        json.RawMessage(pj.GetOptions()),
+		Capabilities:   pj.GetCapabilities(),
+		Deadline:       received.Add(time.Duration(pj.GetTtlMs()) * time.Millisecond),
+		MaxOutputBytes: pj.GetMaxOutputBytes(),
+	}
+	key := jobKey{job.ID, job.Generation}
+	log := s.log.With("job", job.ID, "generation", job.Generation)
+
+	s.mu.Lock()
+	_, dup := s.jobs[key]
+	running := len(s.jobs)
+	s.mu.Unlock()
+	if dup {
+		// Already accepted and running: answering again would contradict
+		// the first answer.
+		log.Warn("duplicate job offer ignored")
+		return
+	}
+	reason := ""
+	if running >= s.r.cfg.Concurrency {
+		// The node tracks our credits and should never do this; refusing
+		// keeps Concurrency a promise to the handler whatever it does.
+		reason = "over concurrency"
+	} else if s.r.cfg.Decide != nil {
+		if err := s.r.cfg.Decide(job); err != nil {
+			reason = err.Error()
+		}
+	}
+	if reason != "" {
+		log.Info("job rejected", "reason", reason)
+		_ = s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Reject{Reject: &pb.Reject{
+			JobId: job.ID, Generation: job.Generation, Reason: reason,
+		}}})
+		return
+	}
+
+	jctx, cancel := context.WithCancelCause(s.ctx)
+	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
+	s.mu.Lock()
+	s.jobs[key] = cancel
+	s.mu.Unlock()
+	// Accept is queued before the handler starts, so it precedes every
+	// output of the job on the stream.
+	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{
+		JobId: job.ID, Generation: job.Generation,
+	}}}); err != nil {
+		s.forget(key)
+		cancelDeadline()
+		cancel(err)
+		return
+	}
+	log.Info("job accepted", "ttl", job.Deadline.Sub(received))
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel(nil)
+		defer cancelDeadline()
+		s.run(jctx, job, log)
+	}()
+}
+
+// cancelJob cancels a running job's context on the node's word.
+func (s *session) cancelJob(c *pb.Cancel) {
+	key := jobKey{c.GetJobId(), c.GetGeneration()}
+	s.mu.Lock()
+	cancel := s.jobs[key]
+	s.mu.Unlock()
+	log := s.log.With("job", key.id, "generation", key.gen)
+	if cancel == nil {
+		// It ended already and its end is on the way, or it is a stale
+		// generation: either way there is nothing to stop.
+		log.Debug("cancel for a job not running ignored", "reason", c.GetReason())
+		return
+	}
+	log.Info("job cancelled", "reason", c.GetReason())
+	cancel(&cancelledError{reason: c.GetReason()})
+}
+
+func (s *session) forget(key jobKey) {
+	s.mu.Lock()
+	delete(s.jobs, key)
+	s.mu.Unlock()
+}
+
+// run runs the handler and sends the job's one terminal message.
+func (s *session) run(jctx context.Context, job *Job, log *slog.Logger) {
+	started := time.Now()
+	out := &Output{s: s, job: job, jctx: jctx}
+	result, herr := s.callHandler(jctx, job, out, log)
+
+	// Decide the outcome from why the context ended before looking at what
+	// the handler returned: a cancelled job is acknowledged as cancelled
+	// whatever the handler said, because that acknowledgement is what
+	// releases this worker's credit on the node.
+	var end *pb.WorkerMessage
+	outcome, code := outcomeCompleted, ""
+	cause := context.Cause(jctx)
+	var ce *cancelledError
+	switch {
+	case errors.As(cause, &ce):
+		outcome, code = outcomeCancelled, "cancelled"
+		end = failMsg(job, code, ce.reason)
+	case s.ctx.Err() != nil:
+		outcome = outcomeAbandoned
+	case errors.Is(cause, errExpired):
+		outcome, code = outcomeExpired, "expired"
+		end = failMsg(job, code, "the job's deadline passed on the worker")
+	case herr != nil:
+		outcome, code = outcomeFailed, codeWorkerError
+		msg := herr.Error()
+		var fe *FailError
+		if errors.As(herr, &fe) {
+			code, msg = fe.Code, fe.Message
+		}
+		end = failMsg(job, code, msg)
+	default:
+		var data []byte
+		if result != nil {
+			var err error
+			if data, err = json.Marshal(result); err != nil {
+				outcome, code = outcomeFailed, codeWorkerError
+				end = failMsg(job, code, fmt.Sprintf("marshal result: %v", err))
+				break
+			}
+		}
+		end = &pb.WorkerMessage{Msg: &pb.WorkerMessage_Complete{Complete: &pb.Complete{
+			JobId: job.ID, Generation: job.Generation, Result: data,
+		}}}
+	}
+
+	out.end()
+	// Free the slot before the end is queued: the node may offer the next
+	// job as soon as it reads the end, and must not find us still full.
+	s.forget(jobKey{job.ID, job.Generation})
+	if end != nil {
+		if err := s.enqueue(end); err != nil {
+			outcome = outcomeAbandoned
+		}
+	}
+	attrs := []any{"outcome", outcome, "elapsed", time.Since(started).Round(time.Millisecond)}
+	if code != "" {
+		attrs = append(attrs, "code", code)
+	}
+	if herr != nil {
+		attrs = append(attrs, "err", herr)
+	}
+	log.Info("job ended", attrs...)
+}
+
+func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log *slog.Logger) (result any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("handler panicked", "panic", p, "stack", string(debug.Stack()))
+			result, err = nil, fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return s.r.h(ctx, job, out)
+}
+
+func failMsg(job *Job, code, message string) *pb.WorkerMessage {
+	return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Fail{Fail: &pb.Fail{
+		JobId: job.ID, Generation: job.Generation, Code: code, Message: message,
+	}}}
+}

@@ -1,0 +1,90 @@
+package worker_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/peer/worker"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+func TestTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name, input string
+		want        []string
+	}{
+		{"string", `"hello  big world"`, []string{`"hello "`, `"big "`, `"world"`}},
+		{"object", `{"text":"one two","extra":1}`, []string{`"one "`, `"two"`}},
+		{"empty", `""`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNode()
+			addr := f.start(t)
+			// An hour of default delay: the job's delay_ms must override it.
+			startWorker(t, addr, worker.Config{}, worker.Tokens(time.Hour))
+			s := f.nextSession(t)
+			start := time.Now()
+			s.sendJob(t, &pb.Job{JobId: "t", Generation: 1, Input: []byte(tc.input), Options: []byte(`{"delay_ms":30}`)})
+			s.expectAccept(t, "t", 1)
+			for i, w := range tc.want {
+				o := s.next(t).GetOutput()
+				if o == nil || string(o.Data) != w {
+					t.Fatalf("output %d = %v, want %s", i, o, w)
+				}
+			}
+			c := s.next(t).GetComplete()
+			if c == nil {
+				t.Fatal("want Complete")
+			}
+			if want := fmt.Sprintf(`{"words":%d}`, len(tc.want)); string(c.Result) != want {
+				t.Fatalf("result = %s, want %s", c.Result, want)
+			}
+			if least := time.Duration(len(tc.want)) * 30 * time.Millisecond; time.Since(start) < least {
+				t.Fatalf("took %s, less than delay_ms × words = %s", time.Since(start), least)
+			}
+		})
+	}
+}
+
+func TestTokensBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, options, code string
+	}{
+		{"number", `42`, ``, "bad_input"},
+		{"object without text", `{"txt":"a"}`, ``, "bad_input"},
+		{"delay too long", `"a"`, `{"delay_ms":20000}`, "bad_options"},
+		{"negative delay", `"a"`, `{"delay_ms":-1}`, "bad_options"},
+		{"huge delay", `"a"`, `{"delay_ms":9223372036854775807}`, "bad_options"},
+		{"delay not a number", `"a"`, `{"delay_ms":"5"}`, "bad_options"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeNode()
+			addr := f.start(t)
+			startWorker(t, addr, worker.Config{}, worker.Tokens(0))
+			s := f.nextSession(t)
+			s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(tc.input), Options: []byte(tc.options)})
+			s.expectAccept(t, "b", 1)
+			if fl := s.expectFail(t, "b", 1); fl.Code != tc.code {
+				t.Fatalf("code = %q (%s), want %q", fl.Code, fl.Message, tc.code)
+			}
+		})
+	}
+}
+
+func TestTokensCancelledPromptly(t *testing.T) {
+	f := newFakeNode()
+	addr := f.start(t)
+	startWorker(t, addr, worker.Config{}, worker.Tokens(0))
+	s := f.nextSession(t)
+	s.sendJob(t, &pb.Job{JobId: "c", Generation: 1, Input: []byte(`"a b c"`), Options: []byte(`{"delay_ms":10000}`)})
+	s.expectAccept(t, "c", 1)
+	start := time.Now()
+	s.sendCancel(t, "c", 1, "cancelled")
+	if fl := s.expectFail(t, "c", 1); fl.Code != "cancelled" {
+		t.Fatalf("code = %q, want cancelled", fl.Code)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("cancel took %s: the 10s delay was not interrupted", d)
+	}
+}

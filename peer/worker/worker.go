@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Defaults and bounds of Config.
+const (
+	DefaultConcurrency       = 1
+	DefaultMaxBackoff        = 5 * time.Second
+	DefaultHeartbeatInterval = 2 * time.Second
+
+	// maxConcurrency bounds Concurrency: the send queue is sized from it
+	// and allocated up front.
+	maxConcurrency = 1 << 16
+	// initialBackoff is the first reconnect delay (capped by MaxBackoff).
+	initialBackoff = 100 * time.Millisecond
+	// handshakeTimeout bounds connecting plus the Register/Registered
+	// exchange: a node that accepts the TCP connection and never answers
+	// must not hold the worker forever.
+	handshakeTimeout = 10 * time.Second
+	// silenceFactor × heartbeat interval without a message from the node
+	// ends the session: several heartbeats must be missed, not one late.
+	silenceFactor = 3
+)
+
+// ErrInvalidConfig is wrapped by the error Run returns for a Config it
+// cannot use; Run does not connect then.
+var ErrInvalidConfig = errors.New("worker: invalid config")
+
+// Config says where a worker connects and what it serves.
+type Config struct {
+	// Server is the node's gRPC address, host:port (any gRPC target works).
+	Server string
+	// Queue is the queue this worker serves. The node validates the name.
+	Queue string
+	// Capabilities this worker can run, as "key=value".
+	Capabilities []string
+	// Concurrency is the most jobs run at once; 0 means 1.
+	Concurrency int
+	// Name is a human label for the node's logs and cluster view.
+	Name string
+	// Decide, if set, is called before a job is accepted; a non-nil error
+	// rejects the job with err.Error() as the reason, and the node offers it
+	// to another worker. It runs on the session's receive loop, so it must
+	// be quick. Default: accept everything.
+	Decide func(*Job) error
+	// Logger receives one Info line per job accepted, rejected, cancelled
+	// and ended, and session events. nil discards.
+	Logger *slog.Logger
+	// DialOptions for the gRPC connection. When empty the connection uses
+	// insecure (plaintext) credentials, which suits loopback and
+	// development; when set they replace that default, so they must carry
+	// transport credentials of their own.
+	DialOptions []grpc.DialOption
+	// MaxBackoff caps the delay between reconnect attempts; 0 means 5s.
+	MaxBackoff time.Duration
+	// HeartbeatInterval overrides the interval the node asks for in its
+	// Registered message (2s if it names none). The worker sends a heartbeat
+	// after this long without sending anything, and ends the session after
+	// three intervals without hearing anything.
+	HeartbeatInterval time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Server == "":
+		return c, fmt.Errorf("%w: Server is empty", ErrInvalidConfig)
+	case c.Queue == "":
+		// Only emptiness is checked here: the node owns the naming rules
+		// and answers InvalidArgument, which Run returns unretried.
+		return c, fmt.Errorf("%w: Queue is empty", ErrInvalidConfig)
+	case c.Concurrency < 0 || c.Concurrency > maxConcurrency:
+		return c, fmt.Errorf("%w: Concurrency %d is outside 0..%d", ErrInvalidConfig, c.Concurrency, maxConcurrency)
+	case c.MaxBackoff < 0:
+		return c, fmt.Errorf("%w: MaxBackoff %s is negative", ErrInvalidConfig, c.MaxBackoff)
+	case c.HeartbeatInterval < 0:
+		return c, fmt.Errorf("%w: HeartbeatInterval %s is negative", ErrInvalidConfig, c.HeartbeatInterval)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.DialOptions) == 0 {
+		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return c, nil
+}
+
+// runner is one Run: the config, the handler and what outlives a session.
+type runner struct {
+	cfg Config
+	h   Handler
+	log *slog.Logger
+	// healthy is set by a session that stayed registered for at least
+	// MaxBackoff; the backoff reads and clears it, so a worker that was
+	// connected for an hour reconnects quickly instead of inheriting an
+	// old, long delay.
+	healthy atomic.Bool
+}
+
+// Run connects to cfg.Server, registers and serves jobs with h until ctx is
+// done, then returns nil. When a session ends for any other reason (the
+// node went away, the stream broke, the node fell silent) Run cancels the
+// session's jobs, waits for their handlers and reconnects with capped
+// exponential backoff. It returns an error only for what retrying cannot
+// fix: an invalid Config, or the node refusing the registration
+// (InvalidArgument, Unimplemented, PermissionDenied, Unauthenticated); the
+// gRPC status is preserved in the chain for status.Code.
+//
+// When Run returns, every goroutine it started has ended.
+func Run(ctx context.Context, cfg Config, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil Handler", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	r := &runner{cfg: cfg, h: h, log: cfg.Logger.With("queue", cfg.Queue)}
+	b := &sessionBackOff{
+		inner: &backoff.ExponentialBackOff{
+			InitialInterval:     min(initialBackoff, cfg.MaxBackoff),
+			RandomizationFactor: backoff.DefaultRandomizationFactor,
+			Multiplier:          2,
+			MaxInterval:         cfg.MaxBackoff,
+		},
+		max:   cfg.MaxBackoff,
+		reset: &r.healthy,
+	}
+	op := func() (struct{}, error) {
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			// Shutdown is the one way a session may end that is not retried
+			// and not an error.
+			return struct{}{}, nil
+		}
+		return struct{}{}, err
+	}
+	_, err = backoff.Retry(ctx, op,
+		backoff.WithBackOff(b),
+		// A worker keeps trying for as long as it runs: a node restart of
+		// any length must not leave it given up.
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, d time.Duration) {
+			r.log.Warn("worker session ended; reconnecting", "err", err, "in", d)
+		}),
+	)
+	if ctx.Err() != nil {
+		r.log.Info("worker stopped")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// sessionBackOff is the exponential backoff with two changes: it starts
+// over after a healthy session (the old delay says nothing about now), and it never exceeds max even with
+// randomization applied.
+type sessionBackOff struct {
+	inner *backoff.ExponentialBackOff
+	max   time.Duration
+	reset *atomic.Bool
+}
+
+func (b *sessionBackOff) Reset() { b.inner.Reset() }
+
+func (b *sessionBackOff) NextBackOff() time.Duration {
+	if b.reset.Swap(false) {
+		b.inner.Reset()
+	}
+	d := b.inner.NextBackOff()
+	if d == backoff.Stop {
+		return d
+	}
+	return min(d, b.max)
+}

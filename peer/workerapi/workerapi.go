@@ -1,0 +1,299 @@
+// Package workerapi serves the public gRPC WorkerService: a thin transport
+// that turns a worker's bidirectional stream into calls on a core.Engine.
+//
+// Each session has three goroutines, all ended by the stream: the handler
+// (setup, inbound messages, liveness), a reader (the stream's only Recv
+// caller) and a writer (its only Send caller, fed by a bounded queue). The
+// engine never blocks on a worker: it queues, and a full queue drops the
+// session exactly as a stall would.
+package workerapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// Config are the session clocks.
+type Config struct {
+	// SetupTimeout bounds the wait for the first (Register) message.
+	SetupTimeout time.Duration
+	// HeartbeatInterval is how often each side speaks when it has nothing
+	// to say. IdleTimeout ends a session that heard nothing for that long;
+	// it must allow several missed heartbeats.
+	HeartbeatInterval time.Duration
+	IdleTimeout       time.Duration
+	Logger            *slog.Logger
+}
+
+// DefaultConfig returns the clocks a node uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{SetupTimeout: 5 * time.Second, HeartbeatInterval: 2 * time.Second, IdleTimeout: 6 * time.Second}
+}
+
+// Validate refuses clocks where one could never fire.
+func (c Config) Validate() error {
+	switch {
+	case c.SetupTimeout <= 0:
+		return &core.ConfigError{Field: "worker-setup-timeout", Value: c.SetupTimeout, Err: errors.New("must be positive")}
+	case c.HeartbeatInterval <= 0:
+		return &core.ConfigError{Field: "heartbeat-interval", Value: c.HeartbeatInterval, Err: errors.New("must be positive")}
+	case c.IdleTimeout < 2*c.HeartbeatInterval:
+		return &core.ConfigError{Field: "worker-idle-timeout", Value: c.IdleTimeout, Err: errors.New("must be at least twice heartbeat-interval, or one late heartbeat ends a healthy session")}
+	}
+	return nil
+}
+
+// Server implements pb.WorkerServiceServer.
+type Server struct {
+	pb.UnimplementedWorkerServiceServer
+	e   *core.Engine
+	cfg Config
+	log *slog.Logger
+	wg  sync.WaitGroup
+}
+
+var _ pb.WorkerServiceServer = (*Server)(nil)
+
+// New returns a WorkerService over e.
+func New(e *core.Engine, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Server{e: e, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Wait blocks until every session goroutine has ended. Call it after the
+// gRPC server stopped.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// Connect serves one worker session.
+func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
+	ctx := stream.Context()
+	sess := &session{
+		s:       s,
+		stream:  stream,
+		in:      make(chan *pb.WorkerMessage),
+		recvErr: make(chan error, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	sess.touch()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); sess.read(ctx) }()
+	// The writer starts only once the session is registered; until then the
+	// handler is the only sender. After that it is the only one.
+	defer close(sess.done)
+
+	reg, err := sess.awaitRegister(ctx)
+	if err != nil {
+		return err
+	}
+	sess.out = make(chan *pb.NodeMessage, 4*max(int(reg.Concurrency), 1)+16)
+	w, err := s.e.AttachWorker(ctx, core.WorkerSpec{
+		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
+	}, sess)
+	if err != nil {
+		return toStatus(err)
+	}
+	// Detach must run even though the stream's context is done by then:
+	// withdrawing the consumer record is cleanup, not request work.
+	defer w.Detach(context.WithoutCancel(ctx))
+	if err := stream.Send(&pb.NodeMessage{Msg: &pb.NodeMessage_Registered{Registered: &pb.Registered{
+		ConsumerId: w.ID, Node: s.e.Config().Node, HeartbeatMs: s.cfg.HeartbeatInterval.Milliseconds(),
+	}}}); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); sess.write() }()
+	return sess.serve(ctx, w)
+}
+
+// session is one worker stream; it implements core.WorkerConn.
+type session struct {
+	s       *Server
+	stream  pb.WorkerService_ConnectServer
+	in      chan *pb.WorkerMessage
+	recvErr chan error
+	out     chan *pb.NodeMessage
+	closing chan struct{}
+	done    chan struct{}
+
+	lastRecv  atomic.Int64
+	closeOnce sync.Once
+	cause     error
+}
+
+var _ core.WorkerConn = (*session)(nil)
+
+func (ss *session) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
+
+// read is the stream's only Recv caller. It ends when the stream does.
+func (ss *session) read(ctx context.Context) {
+	for {
+		m, err := ss.stream.Recv()
+		if err != nil {
+			ss.recvErr <- err
+			return
+		}
+		ss.touch()
+		select {
+		case ss.in <- m:
+		case <-ss.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (ss *session) awaitRegister(ctx context.Context) (*pb.Register, error) {
+	t := time.NewTimer(ss.s.cfg.SetupTimeout)
+	defer t.Stop()
+	select {
+	case m := <-ss.in:
+		reg := m.GetRegister()
+		if reg == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message of a worker session must be register")
+		}
+		return reg, nil
+	case err := <-ss.recvErr:
+		return nil, err
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no register within %s", ss.s.cfg.SetupTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serve handles inbound messages and liveness until the session ends.
+func (ss *session) serve(ctx context.Context, w *core.Worker) error {
+	tick := time.NewTicker(ss.s.cfg.HeartbeatInterval / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case m := <-ss.in:
+			if err := ss.handle(w, m); err != nil {
+				return err
+			}
+		case err := <-ss.recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ss.closing:
+			return status.Errorf(codes.Unavailable, "session ended by the node: %v", ss.cause)
+		case <-tick.C:
+			if idle := time.Since(time.Unix(0, ss.lastRecv.Load())); idle > ss.s.cfg.IdleTimeout {
+				ss.s.log.Warn("worker silent; ending session", "consumer", w.ID, "idle", idle)
+				return status.Errorf(codes.Unavailable, "no message from the worker for %s", ss.s.cfg.IdleTimeout)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
+	switch msg := m.Msg.(type) {
+	case *pb.WorkerMessage_Accept:
+		w.Accept(msg.Accept.JobId, msg.Accept.Generation)
+	case *pb.WorkerMessage_Reject:
+		w.Reject(msg.Reject.JobId, msg.Reject.Generation, msg.Reject.Reason)
+	case *pb.WorkerMessage_Output:
+		w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data)
+	case *pb.WorkerMessage_Complete:
+		w.End(msg.Complete.JobId, msg.Complete.Generation, "", "", nilIfEmpty(msg.Complete.Result))
+	case *pb.WorkerMessage_Fail:
+		code := core.Code(msg.Fail.Code)
+		if code == "" {
+			code = core.CodeWorkerError
+		}
+		w.End(msg.Fail.JobId, msg.Fail.Generation, code, msg.Fail.Message, nil)
+	case *pb.WorkerMessage_Heartbeat:
+	case *pb.WorkerMessage_Register:
+		return status.Error(codes.InvalidArgument, "register is only valid as the first message; reconnect to change the declaration")
+	default:
+		return status.Error(codes.InvalidArgument, "unknown worker message")
+	}
+	return nil
+}
+
+// write is the stream's only Send caller once the session is registered.
+// Heartbeats go out only when nothing else did for an interval.
+func (ss *session) write() {
+	hb := time.NewTicker(ss.s.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	heartbeat := &pb.NodeMessage{Msg: &pb.NodeMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
+	sent := false
+	for {
+		select {
+		case m := <-ss.out:
+			if err := ss.stream.Send(m); err != nil {
+				return
+			}
+			sent = true
+		case <-hb.C:
+			if !sent {
+				if err := ss.stream.Send(heartbeat); err != nil {
+					return
+				}
+			}
+			sent = false
+		case <-ss.done:
+			return
+		}
+	}
+}
+
+func (ss *session) enqueue(m *pb.NodeMessage) error {
+	select {
+	case ss.out <- m:
+		return nil
+	case <-ss.done:
+		return errors.New("session ended")
+	default:
+		return errors.New("worker send queue full")
+	}
+}
+
+// SendOffer implements core.WorkerConn.
+func (ss *session) SendOffer(o core.Offer) error {
+	return ss.enqueue(&pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: &pb.Job{
+		JobId: o.JobID, Generation: o.Gen, Queue: o.Queue, Input: o.Input, Options: o.Options,
+		Capabilities: o.Capabilities, TtlMs: max(o.TTL.Milliseconds(), 1), MaxOutputBytes: o.MaxOutputBytes,
+	}}})
+}
+
+// SendCancel implements core.WorkerConn.
+func (ss *session) SendCancel(id string, gen uint64, reason core.Code) error {
+	return ss.enqueue(&pb.NodeMessage{Msg: &pb.NodeMessage_Cancel{Cancel: &pb.Cancel{JobId: id, Generation: gen, Reason: string(reason)}}})
+}
+
+// Close implements core.WorkerConn.
+func (ss *session) Close(cause error) {
+	ss.closeOnce.Do(func() {
+		ss.cause = cause
+		close(ss.closing)
+	})
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
