@@ -4,20 +4,59 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X 'main.Version=$(VERSION)'
 TOOLBIN  := $(CURDIR)/.bin
 PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
+FUZZTIME ?= 10s
 
-.PHONY: build run test test-short bench proto tools verify clean
+.PHONY: build run test test-short fuzz bench proto tools verify clean
 
+## build: the one binary, bin/switchyard
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/switchyard
+
+## run: one node (embedded catalog) plus a demo worker; prints a curl line
+run: build
+	$(BIN) demo --name node-1 --data-dir data/node-1
+
+## test: vet, then every test with the race detector and leak checks, then short fuzz runs
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+## test-short: unit tests only (skips the binary build)
+test-short:
+	$(GO) test -race -count=1 -short ./...
+
+## fuzz: short runs of every fuzz target (the corpus lives in testdata/fuzz)
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
+	  done; \
+	done
+
+## bench: a node with a demo worker, driven by `switchyard bench`; prints figures
+bench: build
+	@set -e; dir=$$(mktemp -d); \
+	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
+	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
+	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
 
+## proto: regenerate the gRPC code (needs protoc: apt-get install protobuf-compiler)
 proto: tools
 	PATH=$(TOOLBIN):$$PATH protoc -I proto \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 	  $(PROTOS)
+
+## verify: fail when generated code is stale or the tree is not gofmt-clean
+verify: proto
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	@git diff --exit-code -- proto || { echo "generated code is stale: run make proto and commit"; exit 1; }
 
 clean:
 	rm -rf bin .bin

@@ -31,6 +31,7 @@ const usage = `usage: switchyard <command> [flags]
 commands:
   node     run a node (HTTP API, worker gRPC API, embedded catalog)
   worker   run a worker; --demo tokens streams the input's words back
+  demo     run a node and a demo tokens worker in one process (make run)
   submit   post a job and stream its events to stdout
   bench    drive jobs through a node and print latency and throughput
   version  print the version
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string) error {
 		return runNode(ctx, args[1:])
 	case "worker":
 		return runWorker(ctx, args[1:])
+	case "demo":
+		return runDemo(ctx, args[1:])
 	case "submit":
 		return runSubmit(ctx, args[1:])
 	case "bench":

@@ -9,8 +9,34 @@ import (
 )
 
 func runNode(ctx context.Context, args []string) error {
-	cfg := switchyard.DefaultConfig()
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	cfg, finish := nodeFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	n, err := switchyard.Open(ctx, *cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return closeNode(n, cfg)
+}
+
+// closeNode drains the node after a signal, bounded by its drain timeout.
+func closeNode(n *switchyard.Node, cfg *switchyard.Config) error {
+	cfg.Logger.Info("shutting down: draining", "timeout", cfg.DrainTimeout)
+	cctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout+10*time.Second)
+	defer cancel()
+	return n.Close(cctx)
+}
+
+// nodeFlags registers the node's flags on fs; finish applies what flags
+// cannot express directly, after parsing.
+func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
+	cfg := switchyard.DefaultConfig()
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "node id, unique in the cluster")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address (port 0 picks one)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
@@ -39,25 +65,17 @@ func runNode(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Workers.IdleTimeout, "worker-idle-timeout", cfg.Workers.IdleTimeout, "end a worker session silent this long")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	finish := func() error {
+		cfg.EtcdEndpoints = endpoints
+		if cfg.DataDir == "" {
+			cfg.DataDir = "data/" + cfg.Name
+		}
+		log, err := newLogger(*logLevel, *logFormat)
+		if err != nil {
+			return err
+		}
+		cfg.Logger = log
+		return nil
 	}
-	cfg.EtcdEndpoints = endpoints
-	if cfg.DataDir == "" {
-		cfg.DataDir = "data/" + cfg.Name
-	}
-	log, err := newLogger(*logLevel, *logFormat)
-	if err != nil {
-		return err
-	}
-	cfg.Logger = log
-	n, err := switchyard.Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	log.Info("shutting down: draining", "timeout", cfg.DrainTimeout)
-	cctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout+10*time.Second)
-	defer cancel()
-	return n.Close(cctx)
+	return &cfg, finish
 }

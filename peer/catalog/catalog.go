@@ -86,6 +86,11 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		c.wg.Add(1)
 		go c.embedLoop(runCtx)
 	} else {
+		if cfg.Dir != "" || cfg.ClientAddr != "" || cfg.PeerAddr != "" || cfg.UnsafeNoFsync || cfg.FastElection {
+			c.log.Debug("catalog: external endpoints; ignoring the embedded-only settings",
+				"endpoints", cfg.Endpoints, "dir", cfg.Dir, "client_addr", cfg.ClientAddr, "peer_addr", cfg.PeerAddr,
+				"unsafe_no_fsync", cfg.UnsafeNoFsync, "fast_election", cfg.FastElection)
+		}
 		c.client, err = clientv3.New(clientv3.Config{
 			Endpoints:   cfg.Endpoints,
 			DialTimeout: cfg.DialTimeout,
@@ -104,8 +109,8 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		return nil, fmt.Errorf("open catalog: grant lease: %w", err)
 	}
 	c.lease = newLease(g.ID, sent, time.Duration(g.TTL)*time.Second, cfg.FenceMargin)
-	c.log.Debug("catalog lease granted", "lease", fmt.Sprintf("%x", int64(g.ID)), "ttl", time.Duration(g.TTL)*time.Second,
-		"fence_margin", cfg.FenceMargin)
+	c.log.Debug("catalog lease granted", c.lease.attr(), "ttl", time.Duration(g.TTL)*time.Second,
+		"fence_margin", cfg.FenceMargin, "renew_every", renewInterval(cfg.LeaseTTL, cfg.FenceMargin))
 
 	rev, err := c.load(ctx)
 	if err != nil {
@@ -160,7 +165,7 @@ func (c *Catalog) shutdown(ctx context.Context) error {
 		_, err := c.client.Revoke(rctx, c.lease.id)
 		cancel()
 		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.log.Warn("catalog: revoke lease on close; records expire with it", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "err", err)
+			c.log.Warn("catalog: revoke lease on close; records expire with it", c.lease.attr(), "err", err)
 		}
 		c.lease.fence()
 	}

@@ -420,3 +420,43 @@ func TestOpenFailsFast(t *testing.T) {
 		t.Fatal("Open on a client address in use = nil error")
 	}
 }
+
+// TestViewRecoversFromCompactedWatch: a client cut off while the revisions
+// it was watching from are compacted away cannot resume its watch; the view
+// must reload and follow the store again rather than freeze.
+func TestViewRecoversFromCompactedWatch(t *testing.T) {
+	a := open(t, embeddedConfig(t, "node-a"))
+	p := startProxy(t, a.ClientAddr())
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + p.Addr()}, LeaseTTL: 10 * time.Second})
+	ctx := context.Background()
+	if err := a.PublishConsumer(ctx, core.ConsumerInfo{ID: "w1", Queue: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "b sees w1", func() bool { return len(b.Consumers("jobs")) == 1 })
+
+	p.Block()
+	if err := a.WithdrawConsumer(ctx, "jobs", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PublishConsumer(ctx, core.ConsumerInfo{ID: "w2", Queue: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := a.Client().Put(ctx, catalog.DispatchKey("jobs"), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client().Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatalf("Compact: %v", err)
+	}
+	p.Unblock()
+	took := eventually(t, 15*time.Second, "b's view follows after the compaction", func() bool {
+		d, ok := b.Dispatch("jobs")
+		return ok && d.Dispatcher == "node-a" && slices.Equal(consumerIDs(b.Consumers("jobs")), []string{"w2"})
+	})
+	t.Logf("b's view caught up %v after the proxy let it through again", took.Round(time.Millisecond))
+	// And it keeps following.
+	if err := a.PublishConsumer(ctx, core.ConsumerInfo{ID: "w3", Queue: "jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "b sees w3 on the new watch", func() bool { return len(b.Consumers("jobs")) == 2 })
+}

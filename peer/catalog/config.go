@@ -34,7 +34,9 @@ type Config struct {
 	ClientAddr string
 	PeerAddr   string
 	// Endpoints, if set, are the client URLs of an external etcd cluster:
-	// nothing is embedded and the node keeps no catalog state on disk.
+	// nothing is embedded and the node keeps no catalog state on disk. The
+	// embedded-only fields (Dir, ClientAddr, PeerAddr, UnsafeNoFsync,
+	// FastElection) are then ignored.
 	Endpoints []string
 	// LeaseTTL is the TTL of the node's lease: how long after its last
 	// renewal a dead node's records outlive it. etcd leases are granted in
@@ -42,8 +44,10 @@ type Config struct {
 	// Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// FenceMargin is how long before the lease could expire anywhere the node
-	// already treats it as lost (see Catalog.LeaseLost). Default LeaseTTL/3.
-	// It must be positive and smaller than LeaseTTL.
+	// already treats it as lost (see Catalog.LeaseLost and FenceDeadline).
+	// Default LeaseTTL/3. It must be positive and smaller than LeaseTTL. The
+	// lease is renewed every (LeaseTTL-FenceMargin)/2, LeaseTTL/3 by
+	// default, which leaves as long again for retries before the node fences.
 	FenceMargin time.Duration
 	// DialTimeout bounds connecting to external Endpoints. Default
 	// DefaultDialTimeout.
@@ -123,20 +127,10 @@ func (c *Config) Validate() error {
 				bad("Endpoints", "entry %d is empty", i)
 			}
 		}
-		// These only shape an embedded member; accepting them here would
-		// let a config silently mean something it does not.
-		if c.ClientAddr != "" {
-			bad("ClientAddr", "applies to the embedded catalog only, but Endpoints is set")
-		}
-		if c.PeerAddr != "" {
-			bad("PeerAddr", "applies to the embedded catalog only, but Endpoints is set")
-		}
-		if d.UnsafeNoFsync {
-			bad("UnsafeNoFsync", "applies to the embedded catalog only, but Endpoints is set")
-		}
-		if d.FastElection {
-			bad("FastElection", "applies to the embedded catalog only, but Endpoints is set")
-		}
+		// ClientAddr, PeerAddr, Dir, UnsafeNoFsync and FastElection only
+		// shape an embedded member and are ignored here rather than
+		// refused: a node's flags carry defaults for them whichever mode
+		// it runs in. Open logs them at debug level.
 	}
 	if d.LeaseTTL < time.Second || d.LeaseTTL%time.Second != 0 {
 		bad("LeaseTTL", "must be a whole number of seconds, at least 1s, got %v", d.LeaseTTL)

@@ -71,10 +71,11 @@ type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+	cut     bool
+	blocked bool
+	wg      sync.WaitGroup
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -99,17 +100,24 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		blocked := p.blocked
+		p.mu.Unlock()
+		if blocked {
+			in.Close()
+			continue
+		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			in.Close()
 			continue
 		}
 		p.mu.Lock()
-		if p.cut {
+		if p.cut || p.blocked {
 			p.mu.Unlock()
 			in.Close()
 			out.Close()
-			return
+			continue
 		}
 		p.conns = append(p.conns, in, out)
 		p.wg.Add(2)
@@ -124,6 +132,24 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	_, _ = io.Copy(dst, src)
 	dst.Close()
 	src.Close()
+}
+
+// Block drops every connection and closes new ones at once until Unblock.
+func (p *proxy) Block() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// Unblock lets connections through again.
+func (p *proxy) Unblock() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = false
 }
 
 // Cut closes the listener and every connection and waits for the proxy's

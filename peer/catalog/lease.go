@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -21,14 +22,17 @@ var ErrLeaseLost = errors.New("catalog: lease lost")
 // which the keepalive that last renewed the lease was sent.
 //
 // Why this is safe: etcd computes a lease's expiry from the moment its
-// leader handles the renewal, which is after the client sent it, so the
-// lease cannot expire anywhere before renewSent + ttl. (A leader change only
-// extends leases.) Fencing margin earlier leaves room for everything the
-// arithmetic does not see: the two machines' clocks running at slightly
-// different rates, the time between this deadline passing and the fenced
-// node actually stopping its work, and scheduling delays. Times from
-// time.Now carry a monotonic reading, so wall-clock jumps do not move the
-// deadline.
+// leader handles the renewal (now + the TTL it reports back, which is the
+// ttl to pass here), and that moment is after the client sent it, so the
+// lease cannot expire anywhere before renewSent + ttl. A leader change only
+// pushes expiry later. Fencing margin before that instant leaves room for
+// what the arithmetic does not see: the two machines' clocks running at
+// slightly different rates, the time between this deadline passing and the
+// fenced node actually stopping its work (cancelling bound jobs, refusing
+// output), and scheduling delays. With the default margin of ttl/3 a 5s
+// lease fences 3.33s after the last renewal was sent, 1.67s before the
+// earliest possible expiry. Times from time.Now carry a monotonic reading,
+// so wall-clock jumps do not move the deadline.
 //
 // A negative margin is treated as zero (fencing later than the earliest
 // possible expiry would defeat the point), and a margin of ttl or more
@@ -86,6 +90,9 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration) {
 	l.fenceAt = FenceDeadline(sent, ttl, l.margin)
 }
 
+// attr is the lease id as a log attribute, in etcdctl's hex form.
+func (l *lease) attr() slog.Attr { return slog.String("lease", fmt.Sprintf("%x", int64(l.id))) }
+
 func (l *lease) lastSent() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -119,7 +126,7 @@ func (l *lease) fence() (first bool) {
 // fence marks the lease lost for reason and logs it once.
 func (c *Catalog) fence(reason string) {
 	if c.lease.fence() {
-		c.log.Warn("catalog lease lost: fencing", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "reason", reason)
+		c.log.Warn("catalog lease lost: fencing", c.lease.attr(), "reason", reason)
 	}
 }
 
@@ -161,7 +168,7 @@ func (c *Catalog) renewLoop(ctx context.Context) {
 		default:
 			// Keep trying until the fence deadline; fenceLoop fences
 			// when it passes.
-			c.log.Warn("catalog lease renewal failed; retrying", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "err", err, "fence_in", time.Until(c.lease.deadline()).Round(time.Millisecond))
+			c.log.Warn("catalog lease renewal failed; retrying", c.lease.attr(), "err", err, "fence_in", time.Until(c.lease.deadline()).Round(time.Millisecond))
 			t.Reset(retry)
 		}
 	}
@@ -175,7 +182,11 @@ func (c *Catalog) renewOnce(ctx context.Context) error {
 	if d := time.Now().Add(c.cfg.RequestTimeout); d.Before(deadline) {
 		deadline = d
 	}
-	cctx, cancel := context.WithDeadline(clientv3.WithRequireLeader(ctx), deadline)
+	// No WithRequireLeader here, unlike writes: KeepAliveOnce retries
+	// "no leader" (codes.Unavailable) at once, in a tight loop, until its
+	// context ends. Without it, a member with no leader holds the renewal
+	// until one is elected or the deadline passes, which is what we want.
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
 	resp, err := c.client.KeepAliveOnce(cctx, c.lease.id)
@@ -193,7 +204,7 @@ func (c *Catalog) revokeAfterFence(ctx context.Context) {
 	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), c.lease.id)
 	// A cancelled ctx means Close is running; it revokes the lease itself.
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
-		c.log.Warn("catalog: revoke fenced lease", "lease", fmt.Sprintf("%x", int64(c.lease.id)), "err", err)
+		c.log.Warn("catalog: revoke fenced lease", c.lease.attr(), "err", err)
 	}
 }
 

@@ -127,10 +127,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad client addr", base: ok, mod: func(c *catalog.Config) { c.ClientAddr = "localhost" }, wantField: "ClientAddr"},
 		{name: "bad peer addr", base: ok, mod: func(c *catalog.Config) { c.PeerAddr = "::1" }, wantField: "PeerAddr"},
 		{name: "empty endpoint", base: ext, mod: func(c *catalog.Config) { c.Endpoints = append(c.Endpoints, "") }, wantField: "Endpoints"},
-		{name: "client addr with endpoints", base: ext, mod: func(c *catalog.Config) { c.ClientAddr = "127.0.0.1:0" }, wantField: "ClientAddr"},
-		{name: "peer addr with endpoints", base: ext, mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:0" }, wantField: "PeerAddr"},
-		{name: "no fsync with endpoints", base: ext, mod: func(c *catalog.Config) { c.UnsafeNoFsync = true }, wantField: "UnsafeNoFsync"},
-		{name: "fast election with endpoints", base: ext, mod: func(c *catalog.Config) { c.FastElection = true }, wantField: "FastElection"},
+		{name: "embedded-only fields are ignored with endpoints", base: ext, mod: func(c *catalog.Config) {
+			c.Dir, c.ClientAddr, c.PeerAddr = "/tmp/x", "not an address", "127.0.0.1:0"
+			c.UnsafeNoFsync, c.FastElection = true, true
+		}},
 		{name: "ttl below a second", base: ok, mod: func(c *catalog.Config) { c.LeaseTTL = 500 * time.Millisecond }, wantField: "LeaseTTL"},
 		{name: "ttl not whole seconds", base: ok, mod: func(c *catalog.Config) { c.LeaseTTL = 2500 * time.Millisecond }, wantField: "LeaseTTL"},
 		{name: "negative ttl", base: ok, mod: func(c *catalog.Config) { c.LeaseTTL = -time.Second }, wantField: "LeaseTTL"},

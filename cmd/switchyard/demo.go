@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+// runDemo is what `make run` starts: one node with its embedded catalog and
+// a demo tokens worker attached over gRPC, the same path a remote worker
+// takes. It prints a curl line that streams a job.
+func runDemo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	cfg, finish := nodeFlags(fs)
+	delay := fs.Duration("delay", 150*time.Millisecond, "demo worker: delay before each word")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	n, err := switchyard.Open(ctx, *cfg)
+	if err != nil {
+		return err
+	}
+	wctx, stopWorker := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := worker.Run(wctx, worker.Config{
+			Server: n.GRPCAddr(), Queue: "demo", Name: "demo-worker", Concurrency: 16,
+			Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", "demo-worker"),
+		}, worker.Tokens(*delay))
+		if err != nil {
+			cfg.Logger.Error("demo worker stopped", "err", err)
+		}
+	})
+	url := "http://" + hostForURL(n.HTTPAddr())
+	fmt.Fprintf(os.Stderr, `
+Switchyard is running: one node, embedded catalog, a demo worker on queue "demo".
+
+  Stream a job (words arrive one by one; Ctrl-C cancels it on the worker):
+    curl -N -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
+      -d '{"input":"the quick brown fox jumps over the lazy dog"}' %[1]s/v1/queues/demo/jobs
+
+  Submit for later, then stream or cancel it:
+    curl -s -H 'Content-Type: application/json' -d '{"input":"hello there"}' %[1]s/v1/queues/demo/jobs
+    curl -N %[1]s/v1/jobs/<job_id>/events
+    curl -X DELETE %[1]s/v1/jobs/<job_id>
+
+  Metrics: %[1]s/metrics    Stop: Ctrl-C
+
+`, url)
+	<-ctx.Done()
+	// Drain first, with the worker still attached, so bound jobs can finish.
+	err = closeNode(n, cfg)
+	stopWorker()
+	wg.Wait()
+	return err
+}
+
+func hostForURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || host == "::" || host == "0.0.0.0" {
+		return "127.0.0.1:" + port
+	}
+	return net.JoinHostPort(host, port)
+}

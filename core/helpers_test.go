@@ -1,0 +1,320 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// waitFor polls cond until it holds or timeout passes, then fails the test.
+// It is the only way real-clock tests wait for something asynchronous.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+type cancelMsg struct {
+	JobID  string
+	Gen    uint64
+	Reason core.Code
+}
+
+// fakeConn is a core.WorkerConn that records what the engine sends. Its
+// methods are called with the engine's lock held, so they only append.
+// Close records the cause; like a transport, the test then calls
+// Worker.Detach itself.
+type fakeConn struct {
+	mu       sync.Mutex
+	offers   []core.Offer
+	cancels  []cancelMsg
+	closes   []error
+	offerErr error
+}
+
+func (f *fakeConn) SendOffer(o core.Offer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.offerErr != nil {
+		return f.offerErr
+	}
+	f.offers = append(f.offers, o)
+	return nil
+}
+
+func (f *fakeConn) SendCancel(id string, gen uint64, reason core.Code) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancels = append(f.cancels, cancelMsg{id, gen, reason})
+	return nil
+}
+
+func (f *fakeConn) Close(cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closes = append(f.closes, cause)
+}
+
+func (f *fakeConn) Offers() []core.Offer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.offers)
+}
+
+func (f *fakeConn) Cancels() []cancelMsg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.cancels)
+}
+
+func (f *fakeConn) Closes() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.closes)
+}
+
+// offersFor returns the offers this worker got for one job.
+func (f *fakeConn) offersFor(id string) []core.Offer {
+	var out []core.Offer
+	for _, o := range f.Offers() {
+		if o.JobID == id {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// lastOffer returns the newest offer, failing the test if there is none.
+func (f *fakeConn) lastOffer(t *testing.T) core.Offer {
+	t.Helper()
+	o := f.Offers()
+	if len(o) == 0 {
+		t.Fatal("the worker got no offer")
+	}
+	return o[len(o)-1]
+}
+
+type harness struct {
+	t   *testing.T
+	e   *core.Engine
+	reg *prometheus.Registry
+}
+
+// testConfig is DefaultConfig with short dispatch timeouts so that stalls
+// happen in test time, and the harness's own registry.
+func testConfig(reg *prometheus.Registry) core.Config {
+	cfg := core.DefaultConfig()
+	cfg.Registerer = reg
+	cfg.DispatchTimeoutFloor = 50 * time.Millisecond
+	cfg.DispatchTimeoutCeiling = 200 * time.Millisecond
+	cfg.Retention = time.Minute
+	return cfg
+}
+
+// newHarness builds an engine (no catalog) and closes it when the test ends,
+// which stops every timer it armed.
+func newHarness(t *testing.T, adjust func(*core.Config)) *harness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := testConfig(reg)
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
+	t.Cleanup(e.Close)
+	return &harness{t: t, e: e, reg: reg}
+}
+
+// attach registers a worker on queue with a fake connection.
+func (h *harness) attach(queue string, concurrency int, caps ...string) (*core.Worker, *fakeConn) {
+	h.t.Helper()
+	fc := &fakeConn{}
+	w, err := h.e.AttachWorker(context.Background(), core.WorkerSpec{
+		Queue: queue, Name: "w-" + queue, Capabilities: caps, Concurrency: concurrency,
+	}, fc)
+	if err != nil {
+		h.t.Fatalf("AttachWorker: %v", err)
+	}
+	return w, fc
+}
+
+// env returns an envelope with a small JSON input and the given TTL.
+func env(ttl time.Duration) *core.Envelope {
+	return &core.Envelope{Version: 1, TTL: ttl, Input: json.RawMessage(`{"prompt":"hi"}`)}
+}
+
+func (h *harness) submit(queue string, e *core.Envelope) *core.Job {
+	h.t.Helper()
+	j, existing, err := h.e.Submit(context.Background(), queue, e, core.SubmitOptions{})
+	if err != nil {
+		h.t.Fatalf("Submit: %v", err)
+	}
+	if existing {
+		h.t.Fatal("Submit: existing=true without an idempotency key")
+	}
+	return j
+}
+
+func (h *harness) view(id string) core.JobView {
+	h.t.Helper()
+	v, err := h.e.View(id)
+	if err != nil {
+		h.t.Fatalf("View(%s): %v", id, err)
+	}
+	return v
+}
+
+// metric returns the value of a counter or gauge with the given labels, or
+// -1 if the series does not exist.
+func (h *harness) metric(name string, labels ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatalf("Gather: %v", err)
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(want) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if want[lp.GetName()] != lp.GetValue() {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			if hist := m.GetHistogram(); hist != nil {
+				return float64(hist.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+// jobsTotal returns switchyard_jobs_total for each outcome.
+func (h *harness) jobsTotal() map[core.Outcome]float64 {
+	out := map[core.Outcome]float64{}
+	for _, o := range []core.Outcome{core.OutcomeCompleted, core.OutcomeFailed, core.OutcomeCancelled, core.OutcomeExpired} {
+		out[o] = h.metric("switchyard_jobs_total", "outcome", string(o))
+	}
+	return out
+}
+
+func wantJobsTotal(t *testing.T, h *harness, want map[core.Outcome]float64) {
+	t.Helper()
+	got := h.jobsTotal()
+	for _, o := range []core.Outcome{core.OutcomeCompleted, core.OutcomeFailed, core.OutcomeCancelled, core.OutcomeExpired} {
+		if got[o] != want[o] {
+			t.Errorf("switchyard_jobs_total{outcome=%q} = %v, want %v", o, got[o], want[o])
+		}
+	}
+}
+
+// events returns every retained event of a job.
+func events(t *testing.T, j *core.Job) []core.Event {
+	t.Helper()
+	r, _, err := j.History.Since(0, 1<<20)
+	if err != nil {
+		t.Fatalf("History.Since(0): %v", err)
+	}
+	return r.Events
+}
+
+func kinds(evs []core.Event) []core.EventKind {
+	out := make([]core.EventKind, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Kind
+	}
+	return out
+}
+
+// terminalEvent checks that the job's history has exactly one terminal
+// event, as its last, and returns its decoded data.
+func terminalEvent(t *testing.T, j *core.Job) (core.Event, map[string]any) {
+	t.Helper()
+	evs := events(t, j)
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind.Terminal() {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("job %s has %d terminal events, want exactly 1: %v", j.ID, n, kinds(evs))
+	}
+	last := evs[len(evs)-1]
+	if !last.Kind.Terminal() {
+		t.Fatalf("job %s: the terminal event is not the last: %v", j.ID, kinds(evs))
+	}
+	var data map[string]any
+	if err := json.Unmarshal(last.Data, &data); err != nil {
+		t.Fatalf("terminal event data %s: %v", last.Data, err)
+	}
+	return last, data
+}
+
+// wantEnded checks a job's view and terminal event agree on an outcome and code.
+func wantEnded(t *testing.T, h *harness, j *core.Job, outcome core.Outcome, code core.Code) {
+	t.Helper()
+	v := h.view(j.ID)
+	if v.Outcome != outcome || v.Code != code {
+		t.Fatalf("job %s: outcome=%q code=%q state=%q, want outcome=%q code=%q", j.ID, v.Outcome, v.Code, v.State, outcome, code)
+	}
+	ev, data := terminalEvent(t, j)
+	wantKind := core.EventError
+	if outcome == core.OutcomeCompleted {
+		wantKind = core.EventDone
+	}
+	if ev.Kind != wantKind || data["outcome"] != string(outcome) {
+		t.Fatalf("job %s: terminal event %s %s, want kind %s outcome %s", j.ID, ev.Kind, ev.Data, wantKind, outcome)
+	}
+	if code != "" && data["code"] != string(code) {
+		t.Fatalf("job %s: terminal event code %v, want %s", j.ID, data["code"], code)
+	}
+}
+
+func wantCode(t *testing.T, err error, want core.Code) *core.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("err = nil, want code %s", want)
+	}
+	var ce *core.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v (%T), want *core.Error with code %s", err, err, want)
+	}
+	if ce.Code != want {
+		t.Fatalf("code = %s (%v), want %s", ce.Code, err, want)
+	}
+	return ce
+}

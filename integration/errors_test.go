@@ -1,0 +1,150 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+// Every bad request gets problem+json with a stable code and changes nothing.
+func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
+	n := MustStartNode(t, func(c *switchyard.Config) {
+		c.Engine.Limits.MaxInputBytes = 1024
+		c.Engine.Limits.MaxQueueBytes = 4096
+		c.Engine.Limits.MaxQueueDepth = 1
+		c.Engine.Limits.MaxTTL = time.Minute
+		c.Engine.Limits.DefaultTTL = 30 * time.Second
+		c.Engine.HistoryBytes = 1 << 20
+	})
+	release := make(chan struct{})
+	defer close(release)
+	MustStartWorker(t, n, worker.Config{Concurrency: 1}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	// Occupy the worker, then fill the queue (depth 1).
+	for range 2 {
+		res := post(t.Context(), t, n, "demo", `{"input":"hold"}`, false)
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted {
+			t.Fatalf("setup post: %d", res.StatusCode)
+		}
+	}
+	waitFor(t, 2*time.Second, "queue depth 1", func() bool {
+		return metric(t, n, "switchyard_queue_depth", map[string]string{"queue": "demo"}) == 1
+	})
+
+	big := strings.Repeat("x", 200<<10)
+	cases := []struct {
+		name, method, path, ctype, body string
+		status                          int
+		code                            string
+	}{
+		{"malformed json", "POST", "/v1/queues/other/jobs", "application/json", `{"input":`, 400, "malformed_json"},
+		{"not an object", "POST", "/v1/queues/other/jobs", "application/json", `[1,2]`, 400, "malformed_json"},
+		{"wrong type", "POST", "/v1/queues/other/jobs", "application/json", `{"input":"x","ttl_ms":"soon"}`, 400, "invalid_field"},
+		{"unsupported version", "POST", "/v1/queues/other/jobs", "application/json", `{"version":9,"input":"x"}`, 400, "unsupported_version"},
+		{"missing input", "POST", "/v1/queues/other/jobs", "application/json", `{"ttl_ms":100}`, 400, "missing_input"},
+		{"missing content type", "POST", "/v1/queues/other/jobs", "", `{"input":"x"}`, 415, "unsupported_media_type"},
+		{"wrong content type", "POST", "/v1/queues/other/jobs", "text/plain", `{"input":"x"}`, 415, "unsupported_media_type"},
+		{"invalid queue name", "POST", "/v1/queues/bad$name/jobs", "application/json", `{"input":"x"}`, 400, "invalid_queue_name"},
+		{"body too large", "POST", "/v1/queues/other/jobs", "application/json", `{"input":"` + big + `"}`, 413, "body_too_large"},
+		{"input too large", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"` + strings.Repeat("y", 2000) + `"}`, 413, "input_too_large"},
+		{"ttl above ceiling", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"x","ttl_ms":600000}`, 422, "ttl_out_of_range"},
+		{"ttl zero", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"x","ttl_ms":0}`, 422, "ttl_out_of_range"},
+		{"limit raised", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"x","limits":{"max_input_bytes":999999}}`, 422, "limit_above_ceiling"},
+		{"no capable worker", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"x","capabilities":{"model":"gpt"}}`, 503, "no_capable_worker"},
+		{"no worker on queue", "POST", "/v1/queues/empty/jobs", "application/json", `{"input":"x"}`, 503, "no_capable_worker"},
+		{"queue full", "POST", "/v1/queues/demo/jobs", "application/json", `{"input":"x"}`, 429, "queue_full"},
+		{"unknown job", "GET", "/v1/jobs/j_nope", "", "", 404, "job_not_found"},
+		{"cancel unknown job", "DELETE", "/v1/jobs/j_nope", "", "", 404, "job_not_found"},
+		{"unknown route", "GET", "/v1/nothing", "", "", 404, "not_found"},
+		{"wrong method", "PUT", "/v1/queues/demo/jobs", "", "", 405, "method_not_allowed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, baseURL(n)+tc.path, strings.NewReader(tc.body))
+			if tc.ctype != "" {
+				req.Header.Set("Content-Type", tc.ctype)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			var p struct {
+				Type, Title, Detail, Code string
+				Status                    int
+			}
+			if err := json.Unmarshal(b, &p); err != nil {
+				t.Fatalf("body %q: %v", b, err)
+			}
+			if res.StatusCode != tc.status || p.Code != tc.code || p.Status != tc.status {
+				t.Fatalf("got %d %q (%s), want %d %q", res.StatusCode, p.Code, p.Detail, tc.status, tc.code)
+			}
+			if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("content type %q", ct)
+			}
+			if p.Type != "urn:switchyard:problem:"+tc.code || p.Title == "" {
+				t.Errorf("problem %+v", p)
+			}
+			if tc.status == 429 || tc.status == 503 {
+				if res.Header.Get("Retry-After") == "" {
+					t.Errorf("no Retry-After on %d", tc.status)
+				}
+			}
+		})
+	}
+	// Nothing was created or enqueued by any refusal.
+	if d := metric(t, n, "switchyard_queue_depth", map[string]string{"queue": "demo"}); d != 1 {
+		t.Errorf("queue depth %v after refusals, want 1", d)
+	}
+	if d := metric(t, n, "switchyard_queue_depth", map[string]string{"queue": "other"}); d != 0 {
+		t.Errorf("queue other depth %v", d)
+	}
+	for _, o := range []string{"completed", "failed", "cancelled", "expired"} {
+		if v := metric(t, n, "switchyard_jobs_total", map[string]string{"outcome": o}); v != 0 {
+			t.Errorf("jobs_total{%s} = %v after refusals", o, v)
+		}
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	n := MustStartNode(t, nil)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		res, err := http.Get(baseURL(n) + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Errorf("%s: %d", p, res.StatusCode)
+		}
+	}
+	res, err := http.Get(baseURL(n) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, want := range []string{
+		`switchyard_jobs_total{outcome="completed"} 0`, "switchyard_workers_connected 0",
+		"switchyard_http_streams_open 0", "switchyard_time_to_first_output_seconds_bucket",
+		"go_goroutines",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

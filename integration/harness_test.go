@@ -1,0 +1,202 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+// MustStartNode starts an in-process node on loopback with ephemeral ports
+// and an embedded etcd, through the same Open that main uses.
+func MustStartNode(tb testing.TB, mutate func(*switchyard.Config)) *switchyard.Node {
+	tb.Helper()
+	cfg := switchyard.DefaultConfig()
+	cfg.Name = "it-node"
+	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DataDir = tb.TempDir()
+	cfg.FastCatalog = true
+	cfg.DrainTimeout = 2 * time.Second
+	cfg.Workers.HeartbeatInterval = 200 * time.Millisecond
+	cfg.Workers.IdleTimeout = time.Second
+	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := switchyard.Open(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("open node: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := n.Close(ctx); err != nil {
+			tb.Errorf("close node: %v", err)
+		}
+	})
+	return n
+}
+
+// MustStartWorker runs a real SDK worker against the node's gRPC address
+// until the test ends, and waits until the node has registered it.
+func MustStartWorker(tb testing.TB, n *switchyard.Node, cfg worker.Config, h worker.Handler) (stop func()) {
+	tb.Helper()
+	cfg.Server = n.GRPCAddr()
+	if cfg.Queue == "" {
+		cfg.Queue = "demo"
+	}
+	if cfg.Capabilities == nil {
+		cfg.Capabilities = []string{"model=demo"}
+	}
+	before := metric(tb, n, "switchyard_workers_connected", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = worker.Run(ctx, cfg, h)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	tb.Cleanup(stop)
+	waitFor(tb, 5*time.Second, "worker registered", func() bool {
+		return metric(tb, n, "switchyard_workers_connected", nil) > before
+	})
+	return stop
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func baseURL(n *switchyard.Node) string { return "http://" + n.HTTPAddr() }
+
+// post sends an envelope; stream asks for text/event-stream.
+func post(ctx context.Context, tb testing.TB, n *switchyard.Node, queue, body string, stream bool) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL(n)+"/v1/queues/"+queue+"/jobs", strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("post: %v", err)
+	}
+	return res
+}
+
+// readAll parses a whole SSE body with a spec-compliant parser.
+func readAll(tb testing.TB, r io.Reader) []sse.Event {
+	tb.Helper()
+	var evs []sse.Event
+	for ev, err := range sse.Read(r, nil) {
+		if err != nil {
+			tb.Fatalf("read sse: %v", err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+func types(evs []sse.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// field decodes one field of an event's JSON data.
+func field[T any](tb testing.TB, ev sse.Event, name string) T {
+	tb.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+		tb.Fatalf("event data %q: %v", ev.Data, err)
+	}
+	var v T
+	if raw, ok := m[name]; ok {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			tb.Fatalf("field %s of %q: %v", name, ev.Data, err)
+		}
+	}
+	return v
+}
+
+func getJSON(tb testing.TB, url string, into any) int {
+	tb.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if into != nil {
+		if err := json.Unmarshal(b, into); err != nil {
+			tb.Fatalf("GET %s: %v: %s", url, err, b)
+		}
+	}
+	return res.StatusCode
+}
+
+func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]string) float64 {
+	tb.Helper()
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func jsonBody(v any) string {
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode(v)
+	return b.String()
+}
+
+func jsonDecoder(res *http.Response) *json.Decoder { return json.NewDecoder(res.Body) }
