@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -69,7 +68,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	n.cat, err = catalog.Open(ctx, catalog.Config{
-		Name: cfg.Name, Dir: filepath.Join(cfg.DataDir, "etcd"),
+		Name: cfg.Name, Dir: cfg.DataDir,
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
 		LeaseTTL: cfg.LeaseTTL, Logger: log.With("system", "catalog"),
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,

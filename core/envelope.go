@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -66,6 +67,10 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 	if dec.More() {
 		return nil, errorf(CodeMalformedJSON, "", "the body holds more than one JSON value")
 	}
+	// More stops at a stray ']' or '}'; only whitespace may follow the object.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errorf(CodeMalformedJSON, "", "the body has data after the JSON object")
+	}
 	env := &Envelope{Version: EnvelopeVersion, Capabilities: w.Capabilities, Zone: w.Zone}
 	if w.Version != nil {
 		if *w.Version < 1 || *w.Version > EnvelopeVersion {
@@ -84,14 +89,15 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 		env.Options = w.Options
 	}
 	if w.TTLMs != nil {
-		if *w.TTLMs <= 0 {
-			return nil, errorf(CodeTTLOutOfRange, "ttl_ms", "ttl_ms must be positive")
+		// An absurd ttl_ms must not wrap around into a small Duration.
+		if *w.TTLMs <= 0 || *w.TTLMs > maxDurationMs {
+			return nil, errorf(CodeTTLOutOfRange, "ttl_ms", "ttl_ms must be positive and at most %d", maxDurationMs)
 		}
 		env.TTL = time.Duration(*w.TTLMs) * time.Millisecond
 	}
 	if w.GraceMs != nil {
-		if *w.GraceMs < 0 {
-			return nil, errorf(CodeLimitAboveCeiling, "grace_ms", "grace_ms must not be negative")
+		if *w.GraceMs < 0 || *w.GraceMs > maxDurationMs {
+			return nil, errorf(CodeLimitAboveCeiling, "grace_ms", "grace_ms must be between 0 and %d", maxDurationMs)
 		}
 		env.Grace = time.Duration(*w.GraceMs) * time.Millisecond
 	}
@@ -108,6 +114,9 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 	}
 	return env, nil
 }
+
+// maxDurationMs is the largest millisecond count a time.Duration can hold.
+const maxDurationMs = int64(1<<63-1) / int64(time.Millisecond)
 
 // ValidName reports whether s can name a queue, a zone or a node:
 // 1-128 characters of [A-Za-z0-9._-], not starting with a dot. Names become
