@@ -104,6 +104,7 @@ type Engine struct {
 	draining bool
 	drained  chan struct{}
 	closed   bool
+	epoch    uint64
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later
@@ -128,8 +129,14 @@ func New(cfg Config) (*Engine, error) {
 		queues:  map[string]*queue{},
 		workers: map[string]*Worker{},
 		drained: make(chan struct{}),
+		epoch:   uint64(time.Now().UnixMilli()),
 	}, nil
 }
+
+// Epoch identifies this engine's incarnation: the snapshot version of every
+// history it holds. Histories live in memory, so a position from before a
+// restart refers to events that no longer exist and must be refused.
+func (e *Engine) Epoch() uint64 { return e.epoch }
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }

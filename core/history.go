@@ -138,3 +138,29 @@ func (h *History) Head() uint64 {
 	defer h.mu.Unlock()
 	return h.next - 1
 }
+
+// SkipTo returns the cursor a drop-oldest stream should jump to from after,
+// so that what is left behind the head is within maxEvents and maxBytes; it
+// returns after unchanged when that already holds. The newest event is
+// never skipped.
+func (h *History) SkipTo(after uint64, maxEvents int, maxBytes int64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.events) == 0 {
+		return after
+	}
+	first := h.events[0].Seq
+	if after+1 < first {
+		after = first - 1
+	}
+	last := h.events[len(h.events)-1]
+	for i := int(after + 1 - first); i < len(h.events)-1; i++ {
+		lagEvents := len(h.events) - i
+		lagBytes := last.cum - h.events[i].cum + int64(len(h.events[i].Data))
+		if lagEvents <= maxEvents && lagBytes <= maxBytes {
+			break
+		}
+		after = h.events[i].Seq
+	}
+	return after
+}

@@ -122,6 +122,7 @@ func (e *Engine) StreamOpened(id string) {
 		j.streams++
 		if j.graceTimer != nil && j.graceTimer.Stop() {
 			j.graceTimer = nil
+			e.m.GraceSaves.Inc()
 		}
 	}
 }

@@ -113,6 +113,14 @@ type Job struct {
 	idemKey       string
 }
 
+// StreamGeneration is the generation of the job's event stream: the
+// numbering its sequence numbers belong to. It would rise only if a job
+// restarted after producing output (an envelope opt-in not built yet); a
+// job that went back to the queue before any output keeps its stream, so
+// resume tokens issued for it stay valid. Binding generations (fencing) are
+// separate: see Event.Gen.
+func (j *Job) StreamGeneration() uint64 { return 1 }
+
 // JobView is a snapshot of a job for GET /v1/jobs/{id} and friends.
 type JobView struct {
 	ID         string

@@ -15,6 +15,7 @@ type Metrics struct {
 	Reclaims         prometheus.Counter
 	StaleMessages    *prometheus.CounterVec
 	LocalDeliveries  prometheus.Counter
+	GraceSaves       prometheus.Counter
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -62,11 +63,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "dispatch", Name: "colocated_deliveries_total",
 			Help: "Deliveries where ingress, dispatcher and consumer were this node: no network involved.",
 		}),
+		GraceSaves: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "grace_saves_total",
+			Help: "Jobs whose streaming client came back within the disconnect grace window.",
+		}),
 	}
 	for _, o := range []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeExpired} {
 		m.Jobs.WithLabelValues(string(o))
 	}
 	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
-		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries)
+		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves)
 	return m
 }

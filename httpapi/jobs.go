@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
 // JobLinks are where a job can be read, streamed and cancelled.
@@ -98,7 +99,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	// A retried POST that matched an idempotency key must not take
 	// ownership of a job some other request is streaming.
 	if wantsEventStream(r) {
-		s.stream(w, r, j, 0, !existing)
+		s.streamJob(w, r, j, 0, nil, stream.Terminate, !existing)
 		return
 	}
 	v, err := s.e.View(j.ID)
@@ -135,20 +136,45 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobResponse(v))
 }
 
-// handleEvents is GET /v1/jobs/{id}/events: the job's stream from the start,
-// or after the position in Last-Event-ID (or ?last_event_id=).
+// handleEvents is GET /v1/jobs/{id}/events: the job's stream from the
+// start, or after the position in Last-Event-ID (or ?last_event_id=).
+// ?types=output,done filters event kinds (terminal events always come);
+// ?slow=drop-oldest asks for drop-oldest instead of termination when the
+// stream falls behind.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.e.Job(chi.URLParam(r, "id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	after, err := s.cursor(r, j)
+	filter, err := parseFilter(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.stream(w, r, j, after, false)
+	slow := stream.Terminate
+	switch r.URL.Query().Get("slow") {
+	case "", "terminate":
+	case "drop-oldest":
+		slow = stream.DropOldest
+	default:
+		s.writeError(w, r, &core.Error{Code: core.CodeInvalidField, Field: "slow", Detail: "slow is terminate or drop-oldest"})
+		return
+	}
+	after, err := s.resumePosition(r, j, filter)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if after > 0 && after >= j.History.Head() {
+		if v, _ := s.e.View(j.ID); v.State.Terminal() {
+			// The client has everything, terminal event included. 204 is
+			// the one answer that stops an EventSource from reconnecting.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	s.streamJob(w, r, j, after, filter, slow, false)
 }
 
 func requireJSON(r *http.Request) error {

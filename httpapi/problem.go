@@ -17,7 +17,6 @@ const (
 	CodeBodyTooLarge         core.Code = "body_too_large"
 	CodeNotFound             core.Code = "not_found"
 	CodeMethodNotAllowed     core.Code = "method_not_allowed"
-	CodeInvalidCursor        core.Code = "invalid_cursor"
 	CodeInternal             core.Code = "internal"
 )
 
@@ -40,7 +39,7 @@ type Problem struct {
 func statusOf(code core.Code) int {
 	switch code {
 	case core.CodeMalformedJSON, core.CodeInvalidField, core.CodeUnsupportedVersion,
-		core.CodeMissingInput, core.CodeInvalidQueueName, CodeInvalidCursor:
+		core.CodeMissingInput, core.CodeInvalidQueueName, CodeInvalidResumeToken:
 		return http.StatusBadRequest
 	case CodeUnsupportedMediaType:
 		return http.StatusUnsupportedMediaType
@@ -77,6 +76,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 func writeProblem(w http.ResponseWriter, r *http.Request, ce *core.Error) {
 	st := statusOf(ce.Code)
+	instance := r.URL.Path
+	if ce.Code == CodeInvalidResumeToken {
+		// Byte-identical for every bad token: not even the path varies.
+		instance = ""
+	}
 	if ce.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
 	}
@@ -88,7 +92,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, ce *core.Error) {
 		Title:    http.StatusText(st),
 		Status:   st,
 		Detail:   ce.Detail,
-		Instance: r.URL.Path,
+		Instance: instance,
 		Code:     string(ce.Code),
 		Field:    ce.Field,
 	})

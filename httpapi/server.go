@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
 // Config configures the HTTP layer.
@@ -23,15 +25,14 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; it is read through this limit
 	// before anything is parsed. Zero means the engine's max input + 64 KiB.
 	MaxBodyBytes int64
-	// Stream clocks: a heartbeat comment is sent after HeartbeatInterval of
-	// silence; a write that cannot complete within WriteTimeout ends the
-	// stream (the client resumes).
-	HeartbeatInterval time.Duration
-	WriteTimeout      time.Duration
-	// MaxLagEvents and MaxLagBytes bound how far a stream may fall behind
-	// its job's history: its queue. A stream past either is terminated.
-	MaxLagEvents int
-	MaxLagBytes  int64
+	// Stream is every job stream's bounds and clocks.
+	Stream stream.Policy
+	// Keyring signs and verifies resume tokens; nil means a fresh random
+	// key (tokens then do not survive a restart — nor does the history they
+	// point into).
+	Keyring *resume.Keyring
+	// TokenTTL is how long a resume token stays valid.
+	TokenTTL time.Duration
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -40,27 +41,15 @@ type Config struct {
 
 // DefaultConfig returns the HTTP settings a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{
-		HeartbeatInterval: 15 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		MaxLagEvents:      1024,
-		MaxLagBytes:       4 << 20,
-	}
+	return Config{Stream: stream.DefaultPolicy(), TokenTTL: time.Hour}
 }
 
 // Validate refuses settings that cannot work.
 func (c Config) Validate() error {
-	switch {
-	case c.HeartbeatInterval <= 0:
-		return &core.ConfigError{Field: "sse-heartbeat", Value: c.HeartbeatInterval, Err: errors.New("must be positive")}
-	case c.WriteTimeout <= 0:
-		return &core.ConfigError{Field: "sse-write-timeout", Value: c.WriteTimeout, Err: errors.New("must be positive")}
-	case c.MaxLagEvents <= 0:
-		return &core.ConfigError{Field: "stream-max-events", Value: c.MaxLagEvents, Err: errors.New("must be positive")}
-	case c.MaxLagBytes <= 0:
-		return &core.ConfigError{Field: "stream-max-bytes", Value: c.MaxLagBytes, Err: errors.New("must be positive")}
+	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
+		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
 	}
-	return nil
+	return c.Stream.Validate()
 }
 
 // Server is the HTTP API of one node.
@@ -82,6 +71,13 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = e.Config().Limits.MaxInputBytes + 64<<10
+	}
+	if cfg.Keyring == nil {
+		ring, err := resume.NewKeyring("k0", resume.GenerateKey("k0"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Keyring = ring
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
@@ -141,8 +137,11 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 }
 
 type metrics struct {
-	streamsOpen prometheus.Gauge
-	slowClosed  prometheus.Counter
+	streamsOpen     prometheus.Gauge
+	ended           *prometheus.CounterVec
+	gaps            prometheus.Counter
+	resumesAccepted prometheus.Counter
+	resumesRefused  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -151,11 +150,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "switchyard", Subsystem: "http", Name: "streams_open",
 			Help: "Client SSE streams open on this node.",
 		}),
-		slowClosed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "http", Name: "streams_terminated_slow_total",
-			Help: "Client streams terminated because they fell behind their bound.",
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "ended_total",
+			Help: "Client streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).",
+		}, []string{"reason"}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "drop_oldest_gaps_total",
+			Help: "Gaps announced on drop-oldest streams that fell behind.",
 		}),
+		resumesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_accepted_total",
+			Help: "Streams resumed from a valid resume token.",
+		}),
+		resumesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_refused_total",
+			Help: "Resume tokens refused, by internal reason (clients always see one identical error).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.streamsOpen, m.slowClosed)
+	for _, r := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
+		m.ended.WithLabelValues(string(r))
+	}
+	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused)
 	return m
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,21 +9,56 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
-// readBatch is how many events a stream takes from the history per read.
-const readBatch = 64
+// sseSink writes one job stream as server-sent events. The go-sse encoder
+// validates ids and event names, so no CR or LF from anywhere can reach an
+// id: or event: line; data is JSON we compacted, one line.
+type sseSink struct {
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	job  *core.Job
+	snap uint64
+}
 
-// stream writes a job's events as server-sent events, starting after the
-// cursor. It is the stream's one writer: it reads the job's History with its
-// own cursor, so a slow client costs the node nothing but that cursor, and
-// is bounded by how far behind the head it may fall (MaxLagEvents,
-// MaxLagBytes) rather than by a queue that grows.
-//
-// owner marks the stream opened by the job's POST: its client leaving before
-// the terminal event cancels the job (after the envelope's grace window).
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, owner bool) {
-	rc := http.NewResponseController(w)
+var _ stream.Sink = (*sseSink)(nil)
+
+func (s *sseSink) Event(ev core.Event, token string) error {
+	m := &sse.Message{Type: sse.Type(string(ev.Kind))}
+	if token != "" {
+		m.ID = sse.ID(token)
+	}
+	m.AppendData(string(eventData(s.job, ev, s.snap)))
+	_, err := m.WriteTo(s.w)
+	return err
+}
+
+func (s *sseSink) Control(c stream.Control, data map[string]any) error {
+	m := &sse.Message{Type: sse.Type(string(c))}
+	m.AppendData(string(mustJSON(data)))
+	_, err := m.WriteTo(s.w)
+	return err
+}
+
+// Heartbeat writes an SSE comment line: liveness only. Clients ignore
+// comments, so it can never be mistaken for an event or an acknowledgement.
+func (s *sseSink) Heartbeat() error {
+	m := &sse.Message{}
+	m.AppendComment("heartbeat")
+	_, err := m.WriteTo(s.w)
+	return err
+}
+
+func (s *sseSink) Flush() error { return s.rc.Flush() }
+
+func (s *sseSink) SetWriteDeadline(t time.Time) error { return s.rc.SetWriteDeadline(t) }
+
+// streamJob serves a job's stream from after. owner marks the stream opened
+// by the job's own POST: its client leaving before the terminal event cancels
+// the job (after the envelope's grace window). A stream the node ends itself
+// (slow, idle, max duration) does not: its client is expected to resume.
+func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, owner bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -34,120 +68,35 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *core.Job, aft
 
 	s.e.StreamOpened(j.ID)
 	s.m.streamsOpen.Inc()
-	clientLeft := true
-	defer func() {
-		s.m.streamsOpen.Dec()
-		s.e.StreamClosed(j.ID, owner && clientLeft)
-	}()
-
-	write := func(m *sse.Message) error {
-		// A client that cannot take a write within WriteTimeout is gone or
-		// hopelessly slow: end the stream; it resumes from its last id.
-		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		_, err := m.WriteTo(w)
-		return err
-	}
-	heartbeat := time.NewTimer(s.cfg.HeartbeatInterval)
-	defer heartbeat.Stop()
-	cursor := after
-	for {
-		rd, oldest, err := j.History.Since(cursor, readBatch)
-		if errors.Is(err, core.ErrHistoryGone) {
-			clientLeft = false
-			m := &sse.Message{Type: sse.Type("resync")}
-			m.AppendData(string(mustJSON(map[string]any{
-				"job_id": j.ID, "oldest_seq": oldest, "detail": "full resync required: the events after your position are no longer retained",
-			})))
-			_ = write(m)
-			_ = rc.Flush()
-			return
-		}
-		if rd.LagEvents > s.cfg.MaxLagEvents || rd.LagBytes > s.cfg.MaxLagBytes {
-			// Terminate, never drop silently: the client resumes from the id
-			// of the last event it got, inside retained history.
-			clientLeft = false
-			s.m.slowClosed.Inc()
-			m := &sse.Message{Type: sse.Type("terminated")}
-			m.AppendData(string(mustJSON(map[string]any{
-				"job_id": j.ID, "reason": "slow_consumer", "resume_after_seq": cursor,
-				"detail": "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received",
-			})))
-			_ = write(m)
-			_ = rc.Flush()
-			return
-		}
-		for _, ev := range rd.Events {
-			m := &sse.Message{ID: sse.ID(s.eventID(j, ev)), Type: sse.Type(string(ev.Kind))}
-			m.AppendData(string(eventData(j, ev)))
-			if err := write(m); err != nil {
-				return
-			}
-			cursor = ev.Seq
-			if ev.Kind.Terminal() {
-				clientLeft = false
-			}
-		}
-		if len(rd.Events) > 0 {
-			if err := rc.Flush(); err != nil {
-				return
-			}
-			if !clientLeft {
-				return
-			}
-			heartbeat.Reset(s.cfg.HeartbeatInterval)
-			if len(rd.Events) == readBatch {
-				continue
-			}
-		}
-		select {
-		case <-rd.Wake:
-		case <-heartbeat.C:
-			// A heartbeat is liveness only: it acknowledges nothing and says
-			// nothing about order. Do not reuse it as either.
-			m := &sse.Message{}
-			m.AppendComment("heartbeat")
-			if write(m) != nil || rc.Flush() != nil {
-				return
-			}
-			heartbeat.Reset(s.cfg.HeartbeatInterval)
-		case <-r.Context().Done():
-			return
-		}
-	}
+	pol := s.cfg.Stream
+	pol.Slow = slow
+	caller, filterFP := callerFingerprint(r), filterFingerprint(filter)
+	res := stream.Run(r.Context(), stream.Request{
+		Job: j, After: after, Filter: filter, Policy: pol,
+		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
+	}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch()})
+	s.m.streamsOpen.Dec()
+	s.m.ended.WithLabelValues(string(res.End)).Inc()
+	s.m.gaps.Add(float64(res.Gaps))
+	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
 }
 
-// eventID is the SSE id of an event: the position a client resumes from.
-func (s *Server) eventID(_ *core.Job, ev core.Event) string {
-	return strconv.FormatUint(ev.Seq, 10)
-}
-
-// cursor reads the resume position of a GET stream.
-func (s *Server) cursor(r *http.Request, j *core.Job) (uint64, error) {
-	raw := r.Header.Get("Last-Event-ID")
-	if q := r.URL.Query().Get("last_event_id"); q != "" {
-		raw = q
-	}
-	if raw == "" {
-		return 0, nil
-	}
-	seq, err := strconv.ParseUint(raw, 10, 64)
-	if err != nil || seq > j.History.Head() {
-		return 0, &core.Error{Code: CodeInvalidCursor, Detail: "the resume position is not valid for this job"}
-	}
-	return seq, nil
-}
-
-// eventData is the JSON data of an event: the stream envelope (job, gen,
-// seq) followed by the event's own fields.
-func eventData(j *core.Job, ev core.Event) []byte {
+// eventData is the JSON data of an event: the stream envelope (job id,
+// stream generation, sequence, snapshot version, and the attempt — the
+// binding generation that produced it) followed by the event's own fields.
+func eventData(j *core.Job, ev core.Event, snap uint64) []byte {
 	var b bytes.Buffer
-	b.Grow(len(ev.Data) + 64)
+	b.Grow(len(ev.Data) + 96)
 	b.WriteString(`{"job_id":`)
 	b.Write(mustJSON(j.ID))
 	b.WriteString(`,"gen":`)
-	b.WriteString(strconv.FormatUint(ev.Gen, 10))
+	b.WriteString(strconv.FormatUint(j.StreamGeneration(), 10))
 	b.WriteString(`,"seq":`)
 	b.WriteString(strconv.FormatUint(ev.Seq, 10))
+	b.WriteString(`,"snap":`)
+	b.WriteString(strconv.FormatUint(snap, 10))
+	b.WriteString(`,"attempt":`)
+	b.WriteString(strconv.FormatUint(ev.Gen, 10))
 	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 {
 		b.WriteByte(',')
 		b.Write(inner[1:])

@@ -105,8 +105,8 @@ func TestStalledWorkerIsDropped(t *testing.T) {
 	}
 	MustStartWorker(t, n, worker.Config{}, worker.Tokens(0))
 	evs := readAll(t, res.Body)
-	if last := evs[len(evs)-1]; last.Type != "done" || field[uint64](t, last, "gen") != 2 {
-		t.Fatalf("events %v, last %s (want done at generation 2)", types(evs), last.Data)
+	if last := evs[len(evs)-1]; last.Type != "done" || field[uint64](t, last, "attempt") != 2 {
+		t.Fatalf("events %v, last %s (want done at attempt 2)", types(evs), last.Data)
 	}
 }
 

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"time"
+
+	"github.com/switchyard/switchyard/core/resume"
 
 	"github.com/switchyard/switchyard"
 )
@@ -60,13 +64,45 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&l.MaxGrace, "max-grace", l.MaxGrace, "ceiling on an envelope's disconnect grace window")
 	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
 	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable")
-	fs.DurationVar(&cfg.HTTP.HeartbeatInterval, "sse-heartbeat", cfg.HTTP.HeartbeatInterval, "SSE heartbeat after this much silence")
+	sp := &cfg.HTTP.Stream
+	fs.IntVar(&sp.MaxLagEvents, "stream-max-events", sp.MaxLagEvents, "a client stream further behind than this many events is terminated (it resumes)")
+	fs.Int64Var(&sp.MaxLagBytes, "stream-max-bytes", sp.MaxLagBytes, "a client stream further behind than this many bytes is terminated (it resumes)")
+	fs.DurationVar(&sp.Setup, "stream-setup-timeout", sp.Setup, "a client stream's first write must complete within this")
+	fs.DurationVar(&sp.Idle, "stream-idle-timeout", sp.Idle, "end a client stream that carried no event for this long (it resumes)")
+	fs.DurationVar(&sp.MaxDuration, "stream-max-duration", sp.MaxDuration, "end any client stream after this long (it resumes)")
+	fs.DurationVar(&sp.Heartbeat, "stream-heartbeat", sp.Heartbeat, "send an SSE heartbeat comment after this much silence")
+	fs.DurationVar(&sp.WriteTimeout, "stream-write-timeout", sp.WriteTimeout, "end a client stream whose write blocks this long")
+	fs.DurationVar(&cfg.HTTP.TokenTTL, "resume-token-ttl", cfg.HTTP.TokenTTL, "how long a resume token stays valid")
+	var resumeKeys stringList
+	fs.Var(&resumeKeys, "resume-key", "resume token key kid:base64secret (repeatable); the first signs unless --resume-signing-key says otherwise; default: a random key per start")
+	signing := fs.String("resume-signing-key", "", "key id that signs resume tokens (the others only verify)")
 	fs.DurationVar(&cfg.Workers.HeartbeatInterval, "heartbeat-interval", cfg.Workers.HeartbeatInterval, "worker session heartbeat interval")
 	fs.DurationVar(&cfg.Workers.IdleTimeout, "worker-idle-timeout", cfg.Workers.IdleTimeout, "end a worker session silent this long")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	finish := func() error {
 		cfg.EtcdEndpoints = endpoints
+		if len(resumeKeys) > 0 {
+			var keys []resume.Key
+			for _, s := range resumeKeys {
+				k, err := resume.ParseKey(s)
+				if err != nil {
+					return fmt.Errorf("--resume-key: %w", err)
+				}
+				keys = append(keys, k)
+			}
+			sign := *signing
+			if sign == "" {
+				sign = keys[0].ID
+			}
+			ring, err := resume.NewKeyring(sign, keys...)
+			if err != nil {
+				return fmt.Errorf("--resume-key: %w", err)
+			}
+			cfg.HTTP.Keyring = ring
+		} else if *signing != "" {
+			return errors.New("--resume-signing-key needs --resume-key")
+		}
 		if cfg.DataDir == "" {
 			cfg.DataDir = "data/" + cfg.Name
 		}

@@ -1,0 +1,245 @@
+package core_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+func appendN(t *testing.T, h *core.History, n int, size int) {
+	t.Helper()
+	for i := range n {
+		if _, ok := h.Append(core.EventOutput, 1, []byte(strings.Repeat(fmt.Sprint(i%10), size))); !ok {
+			t.Fatalf("Append %d refused", i)
+		}
+	}
+}
+
+func seqs(evs []core.Event) []uint64 {
+	out := make([]uint64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Seq
+	}
+	return out
+}
+
+func TestHistoryAppendAndSince(t *testing.T) {
+	h := core.NewHistory(100, 1<<20)
+	if h.Head() != 0 {
+		t.Fatalf("Head of an empty history = %d", h.Head())
+	}
+	r, first, err := h.Since(0, 10)
+	if err != nil || first != 0 || len(r.Events) != 0 || r.Ended || r.LagEvents != 0 {
+		t.Fatalf("Since on empty = %+v, %d, %v", r, first, err)
+	}
+	ev, ok := h.Append(core.EventAccepted, 0, []byte(`{"a":1}`))
+	if !ok || ev.Seq != 1 || ev.Kind != core.EventAccepted {
+		t.Fatalf("first Append = %+v, %v", ev, ok)
+	}
+	for i := 2; i <= 5; i++ {
+		ev, ok := h.Append(core.EventOutput, 7, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+		if !ok || ev.Seq != uint64(i) || ev.Gen != 7 {
+			t.Fatalf("Append %d = %+v, %v", i, ev, ok)
+		}
+	}
+	if h.Head() != 5 {
+		t.Fatalf("Head = %d, want 5", h.Head())
+	}
+	r, first, err = h.Since(0, 100)
+	if err != nil || first != 1 {
+		t.Fatalf("Since(0) first=%d err=%v", first, err)
+	}
+	if got := fmt.Sprint(seqs(r.Events)); got != "[1 2 3 4 5]" {
+		t.Fatalf("Since(0) seqs = %s", got)
+	}
+	for i, ev := range r.Events[1:] {
+		if string(ev.Data) != fmt.Sprintf(`{"i":%d}`, i+2) {
+			t.Errorf("event %d data = %s", ev.Seq, ev.Data)
+		}
+	}
+	r, _, _ = h.Since(2, 2)
+	if got := fmt.Sprint(seqs(r.Events)); got != "[3 4]" {
+		t.Fatalf("Since(2, max 2) = %s, want [3 4]", got)
+	}
+	if r.LagEvents != 3 {
+		t.Errorf("LagEvents after 2 = %d, want 3", r.LagEvents)
+	}
+	r, _, err = h.Since(5, 10)
+	if err != nil || len(r.Events) != 0 || r.LagEvents != 0 || r.LagBytes != 0 {
+		t.Fatalf("Since(head) = %+v, %v", r, err)
+	}
+	r, _, err = h.Since(99, 10)
+	if err != nil || len(r.Events) != 0 {
+		t.Fatalf("Since(beyond head) = %+v, %v", r, err)
+	}
+}
+
+func TestHistorySinceReturnsACopy(t *testing.T) {
+	h := core.NewHistory(10, 1<<20)
+	h.Append(core.EventOutput, 1, []byte("a"))
+	r, _, _ := h.Since(0, 10)
+	r.Events[0].Seq = 42
+	r2, _, _ := h.Since(0, 10)
+	if r2.Events[0].Seq != 1 {
+		t.Fatal("a reader changed the history through the slice Since returned")
+	}
+}
+
+func TestHistoryLag(t *testing.T) {
+	h := core.NewHistory(100, 1<<20)
+	sizes := []int{3, 5, 7, 11}
+	for _, n := range sizes {
+		h.Append(core.EventOutput, 1, make([]byte, n))
+	}
+	for after := range 5 {
+		r, _, err := h.Since(uint64(after), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEvents, wantBytes := 0, int64(0)
+		for _, n := range sizes[min(after, len(sizes)):] {
+			wantEvents++
+			wantBytes += int64(n)
+		}
+		if r.LagEvents != wantEvents || r.LagBytes != wantBytes {
+			t.Errorf("Since(%d): lag %d events %d bytes, want %d, %d", after, r.LagEvents, r.LagBytes, wantEvents, wantBytes)
+		}
+		if wantEvents > 0 && len(r.Events) != 1 {
+			t.Errorf("Since(%d, max 1) returned %d events", after, len(r.Events))
+		}
+	}
+}
+
+func TestHistoryRetentionByCount(t *testing.T) {
+	h := core.NewHistory(3, 1<<20)
+	appendN(t, h, 5, 1)
+	r, first, err := h.Since(2, 10)
+	if err != nil || first != 3 {
+		t.Fatalf("Since(2) first=%d err=%v, want first 3", first, err)
+	}
+	if got := fmt.Sprint(seqs(r.Events)); got != "[3 4 5]" {
+		t.Fatalf("retained %s, want [3 4 5]", got)
+	}
+	if h.Head() != 5 {
+		t.Fatalf("Head = %d", h.Head())
+	}
+	// A cursor before the oldest retained event has lost events: gone.
+	for _, after := range []uint64{0, 1} {
+		_, first, err := h.Since(after, 10)
+		if !errors.Is(err, core.ErrHistoryGone) || first != 3 {
+			t.Errorf("Since(%d) = first %d, %v; want ErrHistoryGone with oldest 3", after, first, err)
+		}
+	}
+}
+
+func TestHistoryRetentionByBytes(t *testing.T) {
+	h := core.NewHistory(100, 10)
+	appendN(t, h, 3, 4) // 12 bytes: the first goes
+	r, first, err := h.Since(1, 10)
+	if err != nil || first != 2 || fmt.Sprint(seqs(r.Events)) != "[2 3]" {
+		t.Fatalf("after 3×4 bytes under 10: first %d, %v, %v", first, seqs(r.Events), err)
+	}
+	if r.LagBytes != 8 {
+		t.Errorf("LagBytes = %d, want 8", r.LagBytes)
+	}
+	if _, _, err := h.Since(0, 10); !errors.Is(err, core.ErrHistoryGone) {
+		t.Errorf("Since(0) = %v, want ErrHistoryGone", err)
+	}
+	// An event larger than the whole byte budget is still kept, alone: the
+	// newest event always is.
+	h.Append(core.EventOutput, 1, make([]byte, 50))
+	r, first, err = h.Since(3, 10)
+	if err != nil || first != 4 || len(r.Events) != 1 || len(r.Events[0].Data) != 50 {
+		t.Fatalf("oversized newest: first %d, %v, %v", first, seqs(r.Events), err)
+	}
+	if r.LagBytes != 50 {
+		t.Errorf("LagBytes = %d, want 50", r.LagBytes)
+	}
+	// The next small event pushes the oversized one out.
+	h.Append(core.EventOutput, 1, []byte("x"))
+	r, first, err = h.Since(4, 10)
+	if err != nil || first != 5 || fmt.Sprint(seqs(r.Events)) != "[5]" {
+		t.Fatalf("after a small event: first %d, %v, %v", first, seqs(r.Events), err)
+	}
+}
+
+func TestHistoryNewestAlwaysKept(t *testing.T) {
+	h := core.NewHistory(0, 0) // budgets that admit nothing still keep one
+	appendN(t, h, 3, 5)
+	r, first, err := h.Since(2, 10)
+	if err != nil || first != 3 || fmt.Sprint(seqs(r.Events)) != "[3]" {
+		t.Fatalf("Since(2) = first %d, %v, %v", first, seqs(r.Events), err)
+	}
+}
+
+func TestHistoryWakeClosesOnAppend(t *testing.T) {
+	h := core.NewHistory(10, 1<<20)
+	r, _, _ := h.Since(0, 10)
+	select {
+	case <-r.Wake:
+		t.Fatal("Wake closed before any append")
+	default:
+	}
+	h.Append(core.EventOutput, 1, []byte("a"))
+	select {
+	case <-r.Wake:
+	default:
+		t.Fatal("Wake not closed by Append")
+	}
+	// The next read gets a fresh channel that the next append closes.
+	r2, _, _ := h.Since(1, 10)
+	select {
+	case <-r2.Wake:
+		t.Fatal("fresh Wake already closed")
+	default:
+	}
+	h.Append(core.EventDone, 1, []byte("{}"))
+	select {
+	case <-r2.Wake:
+	default:
+		t.Fatal("Wake not closed by the terminal Append")
+	}
+}
+
+func TestHistoryRefusesAppendAfterTerminal(t *testing.T) {
+	for _, kind := range []core.EventKind{core.EventDone, core.EventError} {
+		t.Run(string(kind), func(t *testing.T) {
+			h := core.NewHistory(10, 1<<20)
+			h.Append(core.EventAccepted, 0, []byte("{}"))
+			if _, ok := h.Append(kind, 1, []byte("{}")); !ok {
+				t.Fatal("terminal Append refused")
+			}
+			r, _, _ := h.Since(2, 10)
+			wake := r.Wake
+			if !r.Ended {
+				t.Fatal("Ended = false after a terminal event")
+			}
+			for _, k := range []core.EventKind{core.EventOutput, core.EventDone, core.EventError, core.EventAccepted} {
+				if ev, ok := h.Append(k, 1, []byte("{}")); ok {
+					t.Fatalf("Append(%s) after terminal accepted: %+v", k, ev)
+				}
+			}
+			if h.Head() != 2 {
+				t.Fatalf("Head = %d, want 2", h.Head())
+			}
+			select {
+			case <-wake:
+				t.Fatal("a refused Append woke readers")
+			default:
+			}
+		})
+	}
+}
+
+func TestEventKindTerminal(t *testing.T) {
+	for k, want := range map[core.EventKind]bool{
+		core.EventAccepted: false, core.EventOutput: false, core.EventDone: true, core.EventError: true,
+	} {
+		if k.Terminal() != want {
+			t.Errorf("%s.Terminal() = %v", k, !want)
+		}
+	}
+}
