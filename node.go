@@ -119,6 +119,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.http = &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
+		// No ReadTimeout or WriteTimeout: streams live as long as their job
+		// and bound themselves (core/stream). Idle keep-alive connections do
+		// not get to live forever.
+		IdleTimeout: 2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return httpCtx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

@@ -66,6 +66,19 @@ func TestNewRegistersMetrics(t *testing.T) {
 	}
 }
 
+func TestEpochIdentifiesTheEngine(t *testing.T) {
+	before := uint64(time.Now().UnixMilli())
+	h := newHarness(t, nil)
+	after := uint64(time.Now().UnixMilli())
+	ep := h.e.Epoch()
+	if ep < before || ep > after {
+		t.Fatalf("Epoch = %d, want the creation time in ms [%d, %d]", ep, before, after)
+	}
+	if h.e.Epoch() != ep {
+		t.Fatal("Epoch changed between calls")
+	}
+}
+
 func TestAttachWorkerValidation(t *testing.T) {
 	h := newHarness(t, nil)
 	tests := []struct {

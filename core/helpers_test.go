@@ -115,15 +115,23 @@ type harness struct {
 	reg *prometheus.Registry
 }
 
-// testConfig is DefaultConfig with short dispatch timeouts so that stalls
-// happen in test time, and the harness's own registry.
+// testConfig is DefaultConfig with the harness's own registry. Its dispatch
+// timeouts are generous so that a test goroutine descheduled under -race
+// never looks like a stalled worker; stall tests opt into shortDispatch.
 func testConfig(reg *prometheus.Registry) core.Config {
 	cfg := core.DefaultConfig()
 	cfg.Registerer = reg
-	cfg.DispatchTimeoutFloor = 50 * time.Millisecond
-	cfg.DispatchTimeoutCeiling = 200 * time.Millisecond
+	cfg.DispatchTimeoutFloor = time.Second
+	cfg.DispatchTimeoutCeiling = 10 * time.Second
 	cfg.Retention = time.Minute
 	return cfg
+}
+
+// shortDispatch makes stalls happen in test time: a worker gets between
+// 50ms and 200ms to accept an offer, and 200ms to acknowledge a cancel.
+func shortDispatch(c *core.Config) {
+	c.DispatchTimeoutFloor = 50 * time.Millisecond
+	c.DispatchTimeoutCeiling = 200 * time.Millisecond
 }
 
 // newHarness builds an engine (no catalog) and closes it when the test ends,

@@ -243,3 +243,89 @@ func TestEventKindTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestHistorySkipTo(t *testing.T) {
+	h := core.NewHistory(100, 1<<20)
+	appendN(t, h, 5, 10) // seqs 1..5, 10 bytes each
+	tests := []struct {
+		name      string
+		after     uint64
+		maxEvents int
+		maxBytes  int64
+		want      uint64
+	}{
+		{"within both bounds", 0, 10, 1000, 0},
+		{"exactly at the bounds", 0, 5, 50, 0},
+		{"over the event bound", 0, 3, 1000, 2},
+		{"over the byte bound", 0, 10, 25, 3},
+		{"both bounds, the tighter wins", 1, 3, 15, 4},
+		{"nothing allowed keeps the newest", 0, 0, 0, 4},
+		{"cursor already close", 3, 2, 20, 3},
+		{"cursor at the newest but one", 4, 0, 0, 4},
+		{"cursor at the head", 5, 0, 0, 5},
+		{"cursor beyond the head", 9, 0, 0, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := h.SkipTo(tt.after, tt.maxEvents, tt.maxBytes)
+			if got != tt.want {
+				t.Fatalf("SkipTo(%d, %d, %d) = %d, want %d", tt.after, tt.maxEvents, tt.maxBytes, got, tt.want)
+			}
+			if got < tt.after {
+				t.Fatalf("SkipTo moved the cursor backwards")
+			}
+		})
+	}
+}
+
+func TestHistorySkipToPastRetention(t *testing.T) {
+	h := core.NewHistory(3, 1<<20)
+	appendN(t, h, 5, 1) // retained: 3, 4, 5
+	if got := h.SkipTo(0, 10, 1000); got != 2 {
+		t.Fatalf("SkipTo from a dropped position = %d, want 2 (just before the oldest retained)", got)
+	}
+	if _, _, err := h.Since(h.SkipTo(0, 10, 1000), 10); err != nil {
+		t.Fatalf("Since(SkipTo(...)) = %v: a skipped-to cursor must be readable", err)
+	}
+	if got := core.NewHistory(3, 1<<20).SkipTo(7, 0, 0); got != 7 {
+		t.Fatalf("SkipTo on an empty history = %d, want the cursor unchanged", got)
+	}
+}
+
+// TestHistorySkipToBoundsLag checks the contract over many shapes: after a
+// skip the lag is within the bounds (unless only the newest is left), the
+// cursor never moves backwards, and it never skips the newest event.
+func TestHistorySkipToBoundsLag(t *testing.T) {
+	for size := 1; size <= 7; size += 3 {
+		h := core.NewHistory(8, 1<<20)
+		for i := range 12 {
+			h.Append(core.EventOutput, 1, make([]byte, size*(i%3+1)))
+		}
+		head := h.Head()
+		for after := uint64(0); after <= head; after++ {
+			for maxEvents := 0; maxEvents <= 9; maxEvents++ {
+				for _, maxBytes := range []int64{0, 5, 13, 40, 1000} {
+					got := h.SkipTo(after, maxEvents, maxBytes)
+					if got < after || (after < head && got >= head) {
+						t.Fatalf("SkipTo(%d, %d, %d) = %d with head %d", after, maxEvents, maxBytes, got, head)
+					}
+					r, _, err := h.Since(got, 100)
+					if err != nil {
+						t.Fatalf("Since(SkipTo(%d, %d, %d) = %d): %v", after, maxEvents, maxBytes, got, err)
+					}
+					if r.LagEvents > 1 && (r.LagEvents > maxEvents || r.LagBytes > maxBytes) {
+						t.Fatalf("SkipTo(%d, %d, %d) = %d leaves lag %d events %d bytes", after, maxEvents, maxBytes, got, r.LagEvents, r.LagBytes)
+					}
+					// Not more than needed: one event less skipped would
+					// break a bound (or the cursor did not move at all).
+					if got > after {
+						r0, first, err := h.Since(got-1, 100)
+						if err == nil && got-1 >= first-1 && r0.LagEvents <= maxEvents && r0.LagBytes <= maxBytes {
+							t.Fatalf("SkipTo(%d, %d, %d) = %d skipped more than needed", after, maxEvents, maxBytes, got)
+						}
+					}
+				}
+			}
+		}
+	}
+}

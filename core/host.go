@@ -65,6 +65,10 @@ type binding struct {
 	accepted   bool
 	cancelling bool
 	timer      *time.Timer
+	// short is set when the job's own TTL cut the accept window below
+	// DispatchTimeoutFloor: missing it is the job running out of time, not
+	// the worker stalling.
+	short bool
 }
 
 // ErrStalled is the cause given to a session dropped for not answering.
@@ -123,6 +127,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	b := &binding{t: t}
 	w.bindings[t.d.JobID] = b
 	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
+	b.short = wait < e.cfg.DispatchTimeoutFloor
 	b.timer = time.AfterFunc(wait, func() { e.stalled(w, t.d.JobID, t.d.Gen) })
 	err := w.conn.SendOffer(Offer{
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
@@ -141,6 +146,15 @@ func (e *Engine) stalled(w *Worker, id string, gen uint64) {
 	defer e.mu.Unlock()
 	b := w.bindings[id]
 	if e.closed || w.gone || b == nil || b.t.d.Gen != gen || (b.accepted && !b.cancelling) {
+		return
+	}
+	if b.short && !b.accepted && !b.cancelling {
+		// The worker was not given the floor: expire the job (which tells
+		// the worker to stop it) rather than drop a healthy worker and
+		// every other job it runs.
+		if j := e.jobs[id]; j != nil {
+			e.finishLocked(j, CodeExpired, "too little of the job's TTL was left for a worker to accept it in time", nil)
+		}
 		return
 	}
 	e.m.Stalls.Inc()

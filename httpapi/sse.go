@@ -97,7 +97,9 @@ func eventData(j *core.Job, ev core.Event, snap uint64) []byte {
 	b.WriteString(strconv.FormatUint(snap, 10))
 	b.WriteString(`,"attempt":`)
 	b.WriteString(strconv.FormatUint(ev.Gen, 10))
-	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 {
+	// An object with no fields ("{}", "{ }") adds nothing: writing its
+	// closing brace after a comma would not be JSON.
+	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 && len(bytes.TrimSpace(inner[1:len(inner)-1])) > 0 {
 		b.WriteByte(',')
 		b.Write(inner[1:])
 	} else {

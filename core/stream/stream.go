@@ -79,6 +79,10 @@ func (p Policy) Validate() error {
 		return bad("stream-max-bytes", p.MaxLagBytes, "must be positive")
 	case p.Setup <= 0:
 		return bad("stream-setup-timeout", p.Setup, "must be positive")
+	case p.Idle <= 0:
+		return bad("stream-idle-timeout", p.Idle, "must be positive")
+	case p.MaxDuration <= 0:
+		return bad("stream-max-duration", p.MaxDuration, "must be positive")
 	case p.Heartbeat <= 0:
 		return bad("stream-heartbeat", p.Heartbeat, "must be positive")
 	case p.WriteTimeout <= 0:
@@ -248,7 +252,7 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		wrote := false
 		for _, ev := range rd.Events {
 			cursor = ev.Seq
-			if req.Filter != nil && !req.Filter[ev.Kind] && !ev.Kind.Terminal() {
+			if req.Filter != nil && !req.Filter[ev.Kind]  {
 				continue
 			}
 			var tok string

@@ -1,0 +1,230 @@
+package stream_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/stream"
+)
+
+// call is one thing Run did to a sink, in order.
+type call struct {
+	Op    string // "event", "control", "heartbeat", "flush"
+	At    time.Time
+	Event core.Event
+	Token string
+	Ctl   stream.Control
+	// Data is the control's data after a JSON round trip, as a client would
+	// see it (numbers are float64).
+	Data map[string]any
+}
+
+// deadlineCall is one SetWriteDeadline: when Run called it and the deadline.
+type deadlineCall struct {
+	At, Deadline time.Time
+}
+
+// fakeSink records what Run writes, in order. Hooks may block or fail a
+// call; they run without the sink's lock held so a test can inspect the
+// sink while Run is blocked in one.
+type fakeSink struct {
+	mu        sync.Mutex
+	calls     []call
+	deadlines []deadlineCall
+
+	onEvent     func(ev core.Event) error
+	onControl   func(c stream.Control) error
+	onHeartbeat func() error
+	onFlush     func() error
+}
+
+var _ stream.Sink = (*fakeSink)(nil)
+
+func (s *fakeSink) record(c call) {
+	c.At = time.Now()
+	s.mu.Lock()
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+}
+
+func (s *fakeSink) Event(ev core.Event, token string) error {
+	if s.onEvent != nil {
+		if err := s.onEvent(ev); err != nil {
+			return err
+		}
+	}
+	s.record(call{Op: "event", Event: ev, Token: token})
+	return nil
+}
+
+func (s *fakeSink) Control(c stream.Control, data map[string]any) error {
+	if s.onControl != nil {
+		if err := s.onControl(c); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("control data does not marshal: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	s.record(call{Op: "control", Ctl: c, Data: m})
+	return nil
+}
+
+func (s *fakeSink) Heartbeat() error {
+	if s.onHeartbeat != nil {
+		if err := s.onHeartbeat(); err != nil {
+			return err
+		}
+	}
+	s.record(call{Op: "heartbeat"})
+	return nil
+}
+
+func (s *fakeSink) Flush() error {
+	if s.onFlush != nil {
+		if err := s.onFlush(); err != nil {
+			return err
+		}
+	}
+	s.record(call{Op: "flush"})
+	return nil
+}
+
+func (s *fakeSink) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	s.deadlines = append(s.deadlines, deadlineCall{At: time.Now(), Deadline: t})
+	s.mu.Unlock()
+	return nil
+}
+
+// snapshot returns a copy of the calls so far.
+func (s *fakeSink) snapshot() []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]call(nil), s.calls...)
+}
+
+func (s *fakeSink) deadlineCalls() []deadlineCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]deadlineCall(nil), s.deadlines...)
+}
+
+// ops returns the calls filtered to the given ops (all when none given).
+func (s *fakeSink) ops(ops ...string) []call {
+	var out []call
+	for _, c := range s.snapshot() {
+		if len(ops) == 0 || containsStr(ops, c.Op) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// events returns the job events written so far.
+func (s *fakeSink) events() []core.Event {
+	var out []core.Event
+	for _, c := range s.ops("event") {
+		out = append(out, c.Event)
+	}
+	return out
+}
+
+// controls returns the control events written so far.
+func (s *fakeSink) controls() []call { return s.ops("control") }
+
+func (s *fakeSink) count(op string) int { return len(s.ops(op)) }
+
+// trace is a compact rendering of the calls, for failure messages.
+func (s *fakeSink) trace() string {
+	var b strings.Builder
+	for _, c := range s.snapshot() {
+		switch c.Op {
+		case "event":
+			fmt.Fprintf(&b, "event(%d %s %q) ", c.Event.Seq, c.Event.Kind, c.Token)
+		case "control":
+			fmt.Fprintf(&b, "control(%s %v) ", c.Ctl, c.Data)
+		default:
+			b.WriteString(c.Op + " ")
+		}
+	}
+	return b.String()
+}
+
+func containsStr(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls cond until it holds, failing the test after a bound: no
+// bare sleeps standing in for synchronisation.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runAsync starts Run on its own goroutine, under a context the test's
+// cleanup cancels, and returns a function that waits (bounded) for its
+// Result. The cleanup waits too, so a test that fails early never leaves the
+// goroutine for goleak to find.
+func runAsync(t *testing.T, ctx context.Context, req stream.Request, sink stream.Sink) func() stream.Result {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan stream.Result, 1)
+	go func() { done <- stream.Run(ctx, req, sink) }()
+	var (
+		res stream.Result
+		got bool
+	)
+	t.Cleanup(func() {
+		cancel()
+		if got {
+			return
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return after its context was cancelled")
+		}
+	})
+	return func() stream.Result {
+		t.Helper()
+		if !got {
+			select {
+			case res = <-done:
+				got = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Run did not return in time; sink saw: %s", sinkTrace(sink))
+			}
+		}
+		return res
+	}
+}
+
+func sinkTrace(s stream.Sink) string {
+	if fs, ok := s.(*fakeSink); ok {
+		return fs.trace()
+	}
+	return "?"
+}

@@ -1,0 +1,777 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/stream"
+)
+
+const testJobID = "j_test"
+
+func newJob(maxEvents int, maxBytes int64) *core.Job {
+	return &core.Job{ID: testJobID, History: core.NewHistory(maxEvents, maxBytes)}
+}
+
+func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
+	t.Helper()
+	ev, ok := j.History.Append(kind, 1, []byte(data))
+	if !ok {
+		t.Fatalf("Append(%s) refused", kind)
+	}
+	return ev
+}
+
+func appendOutputs(t *testing.T, j *core.Job, n int) {
+	t.Helper()
+	for i := range n {
+		appendEv(t, j, core.EventOutput, fmt.Sprintf(`{"data":"out-%d"}`, i))
+	}
+}
+
+func seqTokens(ev core.Event) string { return fmt.Sprintf("tok-%d", ev.Seq) }
+
+func seqsOf(evs []core.Event) []uint64 {
+	out := make([]uint64, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, ev.Seq)
+	}
+	return out
+}
+
+func seqRange(from, to uint64) []uint64 {
+	var out []uint64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+func equalSeqs(a, b []uint64) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// shortClocks satisfy Validate and let the clock tests finish in about a
+// second: heartbeat 20ms < setup 100ms < idle 200ms < max duration 1s.
+func shortClocks() stream.Policy {
+	p := stream.DefaultPolicy()
+	p.Heartbeat = 20 * time.Millisecond
+	p.Setup = 100 * time.Millisecond
+	p.WriteTimeout = 50 * time.Millisecond
+	p.Idle = 200 * time.Millisecond
+	p.MaxDuration = time.Second
+	return p
+}
+
+// num reads a JSON number from control data.
+func num(t *testing.T, data map[string]any, key string) uint64 {
+	t.Helper()
+	v, ok := data[key].(float64)
+	if !ok {
+		t.Fatalf("control data %v: %q is %T, want a number", data, key, data[key])
+	}
+	return uint64(v)
+}
+
+// onlyControl asserts the sink got exactly one control event, of kind c,
+// carrying the job id, and returns its data.
+func onlyControl(t *testing.T, s *fakeSink, c stream.Control) map[string]any {
+	t.Helper()
+	ctls := s.controls()
+	if len(ctls) != 1 || ctls[0].Ctl != c {
+		t.Fatalf("controls = %s, want one %s", s.trace(), c)
+	}
+	if ctls[0].Data["job_id"] != testJobID {
+		t.Errorf("%s control job_id = %v, want %s", c, ctls[0].Data["job_id"], testJobID)
+	}
+	return ctls[0].Data
+}
+
+func TestPolicyValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(p *stream.Policy)
+		field string // "" means valid
+	}{
+		{"default", func(*stream.Policy) {}, ""},
+		{"short test clocks", func(p *stream.Policy) { *p = shortClocks() }, ""},
+		{"heartbeat just under idle", func(p *stream.Policy) { p.Heartbeat = p.Idle - 1 }, ""},
+		{"max events zero", func(p *stream.Policy) { p.MaxLagEvents = 0 }, "stream-max-events"},
+		{"max events negative", func(p *stream.Policy) { p.MaxLagEvents = -1 }, "stream-max-events"},
+		{"max bytes zero", func(p *stream.Policy) { p.MaxLagBytes = 0 }, "stream-max-bytes"},
+		{"max bytes negative", func(p *stream.Policy) { p.MaxLagBytes = -5 }, "stream-max-bytes"},
+		{"setup zero", func(p *stream.Policy) { p.Setup = 0 }, "stream-setup-timeout"},
+		{"setup negative", func(p *stream.Policy) { p.Setup = -time.Second }, "stream-setup-timeout"},
+		{"idle zero", func(p *stream.Policy) { p.Idle = 0 }, "stream-idle-timeout"},
+		{"idle negative", func(p *stream.Policy) { p.Idle = -time.Second }, "stream-idle-timeout"},
+		{"max duration zero", func(p *stream.Policy) { p.MaxDuration = 0 }, "stream-max-duration"},
+		{"max duration negative", func(p *stream.Policy) { p.MaxDuration = -time.Second }, "stream-max-duration"},
+		{"heartbeat zero", func(p *stream.Policy) { p.Heartbeat = 0 }, "stream-heartbeat"},
+		{"heartbeat negative", func(p *stream.Policy) { p.Heartbeat = -time.Second }, "stream-heartbeat"},
+		{"write timeout zero", func(p *stream.Policy) { p.WriteTimeout = 0 }, "stream-write-timeout"},
+		{"write timeout negative", func(p *stream.Policy) { p.WriteTimeout = -time.Second }, "stream-write-timeout"},
+		{"heartbeat equals idle", func(p *stream.Policy) { p.Heartbeat = p.Idle }, "stream-heartbeat"},
+		{"heartbeat above idle", func(p *stream.Policy) { p.Heartbeat = p.Idle + time.Second }, "stream-heartbeat"},
+		{"setup equals idle", func(p *stream.Policy) { p.Setup = p.Idle }, "stream-setup-timeout"},
+		{"setup above idle", func(p *stream.Policy) { p.Setup = 2 * p.Idle }, "stream-setup-timeout"},
+		{"idle equals max duration", func(p *stream.Policy) { p.Idle = p.MaxDuration }, "stream-idle-timeout"},
+		{"idle above max duration", func(p *stream.Policy) { p.MaxDuration = p.Idle / 2 }, "stream-idle-timeout"},
+		{"write timeout equals idle", func(p *stream.Policy) { p.WriteTimeout = p.Idle }, "stream-write-timeout"},
+		{"write timeout above idle", func(p *stream.Policy) { p.WriteTimeout = p.Idle * 2 }, "stream-write-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := stream.DefaultPolicy()
+			tt.edit(&p)
+			err := p.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate(%+v) = %v, want nil", p, err)
+				}
+				return
+			}
+			var ce *core.ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Validate(%+v) = %v (%T), want *core.ConfigError", p, err, err)
+			}
+			if ce.Field != tt.field {
+				t.Errorf("ConfigError.Field = %q, want %q (%v)", ce.Field, tt.field, err)
+			}
+			if ce.Err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("error %q should name %s and carry a cause", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestEndClientLeft(t *testing.T) {
+	for _, e := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
+		want := e == stream.EndClientGone || e == stream.EndWriteFailed
+		if got := e.ClientLeft(); got != want {
+			t.Errorf("%s.ClientLeft() = %v, want %v", e, got, want)
+		}
+	}
+}
+
+func TestReplayAfterPosition(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	appendOutputs(t, j, 4)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+
+	sink := &fakeSink{}
+	res := stream.Run(context.Background(), stream.Request{
+		Job: j, After: 2, Policy: stream.DefaultPolicy(), Token: seqTokens,
+	}, sink)
+
+	if res.End != stream.EndTerminal || res.LastSeq != 6 || res.Gaps != 0 || res.Dropped != 0 {
+		t.Fatalf("Result = %+v, want terminal at 6, no gaps", res)
+	}
+	evs := sink.ops("event")
+	if got := seqsOf(sink.events()); !equalSeqs(got, seqRange(3, 6)) {
+		t.Fatalf("seqs = %v, want 3..6 (%s)", got, sink.trace())
+	}
+	for _, c := range evs {
+		if c.Token != seqTokens(c.Event) {
+			t.Errorf("event %d token %q, want %q", c.Event.Seq, c.Token, seqTokens(c.Event))
+		}
+	}
+	if evs[len(evs)-1].Event.Kind != core.EventDone || string(evs[len(evs)-1].Event.Data) != `{"outcome":"completed"}` {
+		t.Errorf("last event = %+v, want the done event as appended", evs[len(evs)-1].Event)
+	}
+	if n := len(sink.controls()); n != 0 {
+		t.Errorf("%d control events on a clean replay: %s", n, sink.trace())
+	}
+	calls := sink.snapshot()
+	if calls[0].Op != "flush" {
+		t.Errorf("first call %s, want the headers flush before any event", calls[0].Op)
+	}
+	if last := calls[len(calls)-1]; last.Op != "flush" {
+		t.Errorf("last call %s, want a flush after the terminal event", last.Op)
+	}
+}
+
+func TestReplayFromStartWithoutTokens(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	appendOutputs(t, j, 150) // more than one read batch
+	appendEv(t, j, core.EventError, `{"code":"x"}`)
+
+	sink := &fakeSink{}
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 1000
+	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, sink)
+	if res.End != stream.EndTerminal || res.LastSeq != 152 {
+		t.Fatalf("Result = %+v, want terminal at 152", res)
+	}
+	if got := seqsOf(sink.events()); !equalSeqs(got, seqRange(1, 152)) {
+		t.Fatalf("seqs = %v, want 1..152", got)
+	}
+	for _, c := range sink.ops("event") {
+		if c.Token != "" {
+			t.Fatalf("event %d token %q with a nil Token func", c.Event.Seq, c.Token)
+		}
+	}
+}
+
+func TestLiveEvents(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	sink := &fakeSink{}
+	wait := runAsync(t, context.Background(), stream.Request{
+		Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens,
+	}, sink)
+
+	waitFor(t, "the accepted event", func() bool { return len(sink.events()) == 1 })
+	for i := range 3 {
+		ev := appendEv(t, j, core.EventOutput, fmt.Sprintf(`{"data":"live-%d"}`, i))
+		waitFor(t, fmt.Sprintf("live event %d and its flush", ev.Seq), func() bool {
+			calls := sink.snapshot()
+			last := calls[len(calls)-1]
+			return len(sink.events()) == int(ev.Seq) && last.Op == "flush"
+		})
+	}
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	res := wait()
+	if res.End != stream.EndTerminal || res.LastSeq != 5 {
+		t.Fatalf("Result = %+v, want terminal at 5", res)
+	}
+	if got := seqsOf(sink.events()); !equalSeqs(got, seqRange(1, 5)) {
+		t.Fatalf("seqs = %v, want 1..5", got)
+	}
+	for _, c := range sink.ops("event") {
+		if c.Token != seqTokens(c.Event) {
+			t.Errorf("event %d token %q", c.Event.Seq, c.Token)
+		}
+	}
+}
+
+func TestFilter(t *testing.T) {
+	tests := []struct {
+		name     string
+		filter   map[core.EventKind]bool
+		terminal core.EventKind
+		want     []uint64
+	}{
+		{"outputs", map[core.EventKind]bool{core.EventOutput: true}, core.EventDone, []uint64{2, 3, 5}},
+		{"accepted only, error terminal", map[core.EventKind]bool{core.EventAccepted: true}, core.EventError, []uint64{1, 4, 5}},
+		{"empty filter still ends", map[core.EventKind]bool{}, core.EventDone, []uint64{5}},
+		{"nil filter is everything", nil, core.EventDone, []uint64{1, 2, 3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newJob(100, 1<<20)
+			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			appendEv(t, j, core.EventOutput, `{"data":1}`)
+			appendEv(t, j, core.EventOutput, `{"data":2}`)
+			// A kind outside the filter set between two that are in it.
+			appendEv(t, j, core.EventAccepted, `{"queue":"again"}`)
+			j.History.Append(tt.terminal, 1, []byte(`{"outcome":"x"}`))
+			sink := &fakeSink{}
+			res := stream.Run(context.Background(), stream.Request{
+				Job: j, Filter: tt.filter, Policy: stream.DefaultPolicy(), Token: seqTokens,
+			}, sink)
+			if res.End != stream.EndTerminal || res.LastSeq != 5 {
+				t.Fatalf("Result = %+v, want terminal at 5", res)
+			}
+			got := sink.events()
+			if !equalSeqs(seqsOf(got), tt.want) {
+				t.Fatalf("seqs = %v, want %v", seqsOf(got), tt.want)
+			}
+			for _, ev := range got {
+				if tt.filter != nil && !tt.filter[ev.Kind] && !ev.Kind.Terminal() {
+					t.Errorf("event %d of kind %s passed the filter %v", ev.Seq, ev.Kind, tt.filter)
+				}
+			}
+			if last := got[len(got)-1]; last.Kind != tt.terminal {
+				t.Errorf("last event kind %s, want the terminal %s", last.Kind, tt.terminal)
+			}
+		})
+	}
+}
+
+// blocker blocks Event for seqs >= from until release is closed, and
+// signals blocked when it first does.
+type blocker struct {
+	from    uint64
+	blocked chan struct{}
+	release chan struct{}
+	once    sync.Once
+	rel     sync.Once
+}
+
+func newBlocker(from uint64) *blocker {
+	return &blocker{from: from, blocked: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (b *blocker) onEvent(ev core.Event) error {
+	if ev.Seq >= b.from {
+		b.once.Do(func() { close(b.blocked) })
+		<-b.release
+	}
+	return nil
+}
+
+func (b *blocker) Release() { b.rel.Do(func() { close(b.release) }) }
+
+func waitChan(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	b := newBlocker(2)
+	sink := &fakeSink{onEvent: b.onEvent}
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 5
+	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+	t.Cleanup(b.Release) // runs before runAsync's cleanup
+
+	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2: the sink blocks on it
+	waitChan(t, "the sink to block", b.blocked)
+	appendOutputs(t, j, 10) // seqs 3..12 pile up behind the stream
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	b.Release()
+
+	res := wait()
+	if res.End != stream.EndSlow || res.LastSeq != 2 {
+		t.Fatalf("Result = %+v, want slow with LastSeq 2 (%s)", res, sink.trace())
+	}
+	if got := seqsOf(sink.events()); !equalSeqs(got, []uint64{1, 2}) {
+		t.Fatalf("seqs = %v, want 1, 2 and nothing after the bound was passed", got)
+	}
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != "slow_consumer" {
+		t.Errorf("reason = %v, want slow_consumer", data["reason"])
+	}
+	if got := num(t, data, "resume_after_seq"); got != 2 {
+		t.Errorf("resume_after_seq = %d, want 2", got)
+	}
+	if got := num(t, data, "lag_events"); got != 11 {
+		t.Errorf("lag_events = %d, want 11", got)
+	}
+	calls := sink.snapshot()
+	if calls[len(calls)-1].Op != "flush" || calls[len(calls)-2].Op != "control" {
+		t.Errorf("the terminated control should be the last thing written, then flushed: %s", sink.trace())
+	}
+}
+
+func TestLagAtTheBoundIsNotSlow(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendOutputs(t, j, 4)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 5
+	p.MaxLagBytes = int64(j.History.Head()) * 1000
+	sink := &fakeSink{}
+	if res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, sink); res.End != stream.EndTerminal {
+		t.Fatalf("Result = %+v with lag exactly MaxLagEvents, want terminal (%s)", res, sink.trace())
+	}
+}
+
+func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
+	j := newJob(100, 1<<20)
+	big := `{"data":"` + strings.Repeat("x", 600) + `"}`
+	for range 3 {
+		appendEv(t, j, core.EventOutput, big)
+	}
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 100
+	p.MaxLagBytes = 1000
+	sink := &fakeSink{}
+	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+	if res.End != stream.EndSlow || res.LastSeq != 0 {
+		t.Fatalf("Result = %+v, want slow at 0 (%s)", res, sink.trace())
+	}
+	if n := len(sink.events()); n != 0 {
+		t.Fatalf("%d events written by a stream over its byte bound", n)
+	}
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != "slow_consumer" {
+		t.Errorf("reason = %v, want slow_consumer", data["reason"])
+	}
+	if got := num(t, data, "lag_events"); got != 4 {
+		t.Errorf("lag_events = %d, want 4 (few events: bytes are the bound that tripped)", got)
+	}
+	if got := num(t, data, "lag_bytes"); got <= 1000 {
+		t.Errorf("lag_bytes = %d, want > MaxLagBytes", got)
+	}
+}
+
+func TestDropOldest(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendOutputs(t, j, 9)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 10
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 4
+	p.Slow = stream.DropOldest
+	sink := &fakeSink{}
+	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+
+	if res.End != stream.EndTerminal || res.LastSeq != 10 {
+		t.Fatalf("Result = %+v, want terminal at 10 (%s)", res, sink.trace())
+	}
+	data := onlyControl(t, sink, stream.Gap)
+	from, to, dropped := num(t, data, "from_seq"), num(t, data, "to_seq"), num(t, data, "dropped")
+	if from != 1 || to < from || dropped != to-from+1 {
+		t.Fatalf("gap from %d to %d dropped %d: inconsistent", from, to, dropped)
+	}
+	// SkipTo leaves MaxLagEvents/2+1 events behind the head.
+	if to != 7 {
+		t.Errorf("gap to_seq = %d, want 7 (3 events left after skipping)", to)
+	}
+	if got := seqsOf(sink.events()); !equalSeqs(got, seqRange(to+1, 10)) {
+		t.Fatalf("seqs = %v, want %d..10 after the gap", got, to+1)
+	}
+	if res.Gaps != 1 || res.Dropped != int(dropped) {
+		t.Errorf("Result gaps=%d dropped=%d, want 1 and %d", res.Gaps, res.Dropped, dropped)
+	}
+	// The gap comes before any event it precedes.
+	calls := sink.ops("event", "control")
+	if calls[0].Op != "control" {
+		t.Errorf("first write %s, want the gap control (%s)", calls[0].Op, sink.trace())
+	}
+	if last := calls[len(calls)-1]; last.Op != "event" || last.Event.Kind != core.EventDone {
+		t.Errorf("last write %+v, want the terminal event", last)
+	}
+}
+
+func TestDropOldestLive(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	b := newBlocker(2)
+	sink := &fakeSink{onEvent: b.onEvent}
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 6
+	p.Slow = stream.DropOldest
+	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+	t.Cleanup(b.Release)
+
+	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2 blocks
+	waitChan(t, "the sink to block", b.blocked)
+	appendOutputs(t, j, 20)                                   // 3..22
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // 23
+	b.Release()
+
+	res := wait()
+	if res.End != stream.EndTerminal || res.LastSeq != 23 {
+		t.Fatalf("Result = %+v, want terminal at 23 (%s)", res, sink.trace())
+	}
+	data := onlyControl(t, sink, stream.Gap)
+	from, to, dropped := num(t, data, "from_seq"), num(t, data, "to_seq"), num(t, data, "dropped")
+	if from != 3 || dropped != to-from+1 || res.Dropped != int(dropped) || res.Gaps != 1 {
+		t.Fatalf("gap %v, result %+v: want from_seq 3 (just after the last event written)", data, res)
+	}
+	want := append([]uint64{1, 2}, seqRange(to+1, 23)...)
+	if got := seqsOf(sink.events()); !equalSeqs(got, want) {
+		t.Fatalf("seqs = %v, want %v", got, want)
+	}
+	if len(want)-2 > p.MaxLagEvents {
+		t.Errorf("%d events left after the gap, more than MaxLagEvents %d", len(want)-2, p.MaxLagEvents)
+	}
+}
+
+func TestResyncWhenPositionNoLongerRetained(t *testing.T) {
+	j := newJob(3, 1<<20)
+	appendOutputs(t, j, 6) // retains 4, 5, 6
+	sink := &fakeSink{}
+	res := stream.Run(context.Background(), stream.Request{
+		Job: j, After: 2, Policy: stream.DefaultPolicy(), Token: seqTokens,
+	}, sink)
+	if res.End != stream.EndResync {
+		t.Fatalf("Result = %+v, want resync (%s)", res, sink.trace())
+	}
+	if n := len(sink.events()); n != 0 {
+		t.Fatalf("%d events written after a position older than the history: a silent skip", n)
+	}
+	data := onlyControl(t, sink, stream.Resync)
+	if got := num(t, data, "oldest_seq"); got != 4 {
+		t.Errorf("oldest_seq = %d, want 4", got)
+	}
+	if got := num(t, data, "after_seq"); got != 2 {
+		t.Errorf("after_seq = %d, want 2", got)
+	}
+}
+
+func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
+	j := newJob(3, 1<<20)
+	appendOutputs(t, j, 6)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // retains 5, 6, 7
+	sink := &fakeSink{}
+	res := stream.Run(context.Background(), stream.Request{Job: j, After: 4, Policy: stream.DefaultPolicy()}, sink)
+	if res.End != stream.EndTerminal || !equalSeqs(seqsOf(sink.events()), []uint64{5, 6, 7}) {
+		t.Fatalf("Result = %+v, events %v; want 5..7 and terminal", res, seqsOf(sink.events()))
+	}
+}
+
+func TestHeartbeatAfterSilence(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	p := shortClocks()
+	sink := &fakeSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runAsync(t, ctx, stream.Request{Job: j, Policy: p}, sink)
+
+	waitFor(t, "two heartbeats", func() bool { return sink.count("heartbeat") >= 2 })
+	cancel()
+	res := wait()
+	if res.End != stream.EndClientGone || !res.End.ClientLeft() {
+		t.Fatalf("Result = %+v, want client_gone", res)
+	}
+	evs := sink.ops("event")
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want only accepted: a heartbeat is not an event", len(evs))
+	}
+	hbs := sink.ops("heartbeat")
+	if gap := hbs[0].At.Sub(evs[0].At); gap < p.Heartbeat*3/4 {
+		t.Errorf("first heartbeat %v after the last event, want about %v of silence", gap, p.Heartbeat)
+	}
+	calls := sink.snapshot()
+	for i, c := range calls {
+		if c.Op == "heartbeat" && (i+1 >= len(calls) || calls[i+1].Op != "flush") {
+			t.Errorf("heartbeat at %d not flushed: %s", i, sink.trace())
+		}
+	}
+	if len(sink.controls()) != 0 {
+		t.Errorf("controls on a stream the client closed: %s", sink.trace())
+	}
+}
+
+func TestIdleTerminates(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	p := shortClocks()
+	sink := &fakeSink{}
+	start := time.Now()
+	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
+	res := wait()
+	elapsed := time.Since(start)
+	if res.End != stream.EndIdle || res.End.ClientLeft() {
+		t.Fatalf("Result = %+v, want idle (%s)", res, sink.trace())
+	}
+	if elapsed < p.Idle || elapsed >= p.MaxDuration {
+		t.Errorf("idle fired after %v, want between %v and %v", elapsed, p.Idle, p.MaxDuration)
+	}
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != "idle" {
+		t.Errorf("reason = %v, want idle", data["reason"])
+	}
+	if got := num(t, data, "resume_after_seq"); got != 1 {
+		t.Errorf("resume_after_seq = %d, want 1", got)
+	}
+	if sink.count("heartbeat") == 0 {
+		t.Errorf("no heartbeats before idle: heartbeats must not reset the idle clock, but they must be sent")
+	}
+}
+
+func TestMaxDurationTerminatesBusyStream(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	p := shortClocks()
+	sink := &fakeSink{}
+	start := time.Now()
+	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
+
+	// Events every 40ms keep the idle clock (200ms) from firing: only the
+	// max duration may end this stream.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(40 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				j.History.Append(core.EventOutput, 1, []byte(`{"data":"tick"}`))
+			}
+		}
+	}()
+	res := wait()
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if res.End != stream.EndMaxDuration {
+		t.Fatalf("Result = %+v after %v, want max_duration (%s)", res, elapsed, sink.trace())
+	}
+	if elapsed < p.MaxDuration {
+		t.Errorf("max duration fired after %v, want >= %v", elapsed, p.MaxDuration)
+	}
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != "max_duration" {
+		t.Errorf("reason = %v, want max_duration", data["reason"])
+	}
+	if got := num(t, data, "resume_after_seq"); got != res.LastSeq {
+		t.Errorf("resume_after_seq = %d, want the last seq written %d", got, res.LastSeq)
+	}
+	if n := len(sink.events()); n < 10 {
+		t.Errorf("only %d events on a busy stream", n)
+	}
+}
+
+func TestContextCancelIsClientGone(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	sink := &fakeSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runAsync(t, ctx, stream.Request{Job: j, Policy: stream.DefaultPolicy()}, sink)
+	waitFor(t, "the accepted event", func() bool { return len(sink.events()) == 1 })
+	cancel()
+	res := wait()
+	if res.End != stream.EndClientGone || !res.End.ClientLeft() || res.LastSeq != 1 {
+		t.Fatalf("Result = %+v, want client_gone at 1", res)
+	}
+	if len(sink.controls()) != 0 {
+		t.Errorf("control written to a client that left: %s", sink.trace())
+	}
+}
+
+func TestSinkErrorsAreWriteFailed(t *testing.T) {
+	boom := errors.New("broken pipe")
+	tests := []struct {
+		name    string
+		sink    func() *fakeSink
+		policy  stream.Policy
+		lastSeq uint64
+	}{
+		{"event", func() *fakeSink {
+			return &fakeSink{onEvent: func(ev core.Event) error {
+				if ev.Seq == 2 {
+					return boom
+				}
+				return nil
+			}}
+		}, stream.DefaultPolicy(), 1},
+		{"headers flush", func() *fakeSink {
+			return &fakeSink{onFlush: func() error { return boom }}
+		}, stream.DefaultPolicy(), 0},
+		{"flush after events", func() *fakeSink {
+			n := 0
+			return &fakeSink{onFlush: func() error {
+				if n++; n > 1 {
+					return boom
+				}
+				return nil
+			}}
+		}, stream.DefaultPolicy(), 3},
+		{"heartbeat", func() *fakeSink {
+			return &fakeSink{onHeartbeat: func() error { return boom }}
+		}, shortClocks(), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newJob(100, 1<<20)
+			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			appendOutputs(t, j, 2) // no terminal: only the failure ends the stream
+			sink := tt.sink()
+			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: tt.policy}, sink)
+			res := wait()
+			if res.End != stream.EndWriteFailed || !res.End.ClientLeft() {
+				t.Fatalf("Result = %+v, want write_failed (%s)", res, sink.trace())
+			}
+			if res.LastSeq != tt.lastSeq {
+				t.Errorf("LastSeq = %d, want %d", res.LastSeq, tt.lastSeq)
+			}
+			if len(sink.controls()) != 0 {
+				t.Errorf("control written after a failed write: %s", sink.trace())
+			}
+		})
+	}
+}
+
+func TestWriteDeadlines(t *testing.T) {
+	j := newJob(100, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	p := stream.DefaultPolicy()
+	p.Setup = 3 * time.Second
+	p.WriteTimeout = time.Second
+	sink := &fakeSink{}
+	before := time.Now()
+	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
+	waitFor(t, "the accepted event", func() bool { return len(sink.events()) == 1 })
+	appendOutputs(t, j, 2)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	if res := wait(); res.End != stream.EndTerminal {
+		t.Fatalf("Result = %+v", res)
+	}
+
+	ds := sink.deadlineCalls()
+	if len(ds) < 4 {
+		t.Fatalf("only %d SetWriteDeadline calls for a flush and four events", len(ds))
+	}
+	// The first write is bounded by the setup deadline, from when Run started.
+	if d := ds[0].Deadline.Add(-p.Setup); d.Before(before) || d.After(ds[0].At) {
+		t.Errorf("first deadline %v: want start+Setup, start in [%v, %v]", ds[0].Deadline, before, ds[0].At)
+	}
+	// Every later one is now+WriteTimeout, taken just before the call.
+	for i, dc := range ds[1:] {
+		d := dc.Deadline.Add(-p.WriteTimeout)
+		if d.Before(ds[i].At) || d.After(dc.At) {
+			t.Errorf("deadline %d = %v called at %v: want now+WriteTimeout", i+1, dc.Deadline, dc.At)
+		}
+	}
+	// And there is one before every write the stream makes.
+	if n, writes := len(ds), len(sink.snapshot()); n < writes {
+		t.Errorf("%d deadlines for %d writes and flushes", n, writes)
+	}
+}
+
+func TestSlowSinkDoesNotDelayOtherStreams(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+
+	b := newBlocker(2)
+	slow := &fakeSink{onEvent: b.onEvent}
+	fast := &fakeSink{}
+	waitSlow := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy()}, slow)
+	waitFast := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy()}, fast)
+	t.Cleanup(b.Release)
+
+	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
+	waitChan(t, "the slow sink to block", b.blocked)
+	appendStart := time.Now()
+	appendOutputs(t, j, 5)
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	if d := time.Since(appendStart); d > time.Second {
+		t.Errorf("appending took %v with a blocked reader: the writer must never wait for readers", d)
+	}
+
+	res := waitFast()
+	released := time.Now()
+	if res.End != stream.EndTerminal || res.LastSeq != 8 {
+		t.Fatalf("fast stream Result = %+v, want terminal at 8", res)
+	}
+	if got := seqsOf(fast.events()); !equalSeqs(got, seqRange(1, 8)) {
+		t.Fatalf("fast stream seqs = %v", got)
+	}
+	if n := len(slow.events()); n != 1 {
+		t.Fatalf("slow sink recorded %d events while blocked on seq 2", n)
+	}
+	b.Release()
+	res = waitSlow()
+	if res.End != stream.EndTerminal || res.LastSeq != 8 {
+		t.Fatalf("slow stream Result = %+v, want terminal at 8 once released", res)
+	}
+	if ev := slow.ops("event")[1]; ev.At.Before(released) {
+		t.Errorf("slow stream's seq 2 recorded at %v, before release at %v", ev.At, released)
+	}
+	if last := fast.ops("event"); last[len(last)-1].At.After(released) {
+		t.Errorf("fast stream's terminal event came after the slow one was released")
+	}
+}

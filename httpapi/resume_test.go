@@ -1,0 +1,262 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
+)
+
+// resumeFixture is one server, one job and the one request identity the
+// fuzzer resumes as; valid records every token the server signed for that
+// job, caller and filter, with its seq.
+type resumeFixture struct {
+	s      *Server
+	j      *core.Job
+	filter map[core.EventKind]bool
+
+	mu    sync.Mutex
+	valid map[string]uint64
+}
+
+const (
+	fuzzJobID  = "j_resume"
+	fuzzCaller = "Bearer alice"
+)
+
+func newResumeFixture(tb testing.TB) *resumeFixture {
+	tb.Helper()
+	fx := &resumeFixture{
+		s:      newTestServer(tb),
+		j:      &core.Job{ID: fuzzJobID, History: core.NewHistory(100, 1<<20)},
+		filter: map[core.EventKind]bool{core.EventOutput: true, core.EventDone: true},
+		valid:  map[string]uint64{},
+	}
+	fx.j.History.Append(core.EventAccepted, 0, []byte(`{"queue":"q"}`))
+	for range 4 {
+		fx.j.History.Append(core.EventOutput, 1, []byte(`{"data":1}`))
+	}
+	return fx
+}
+
+func (fx *resumeFixture) request(raw string, viaQuery bool) *http.Request {
+	r := httptest.NewRequest("GET", "/v1/jobs/"+fuzzJobID+"/events?types=done,output", nil)
+	r.Header.Set("Authorization", fuzzCaller)
+	if viaQuery {
+		q := r.URL.Query()
+		q.Set("last_event_id", raw)
+		r.URL.RawQuery = q.Encode()
+	} else {
+		r.Header.Set("Last-Event-ID", raw)
+	}
+	return r
+}
+
+// sign returns a token for seq as the server signs it for a request with
+// the given Authorization and filter.
+func (fx *resumeFixture) sign(seq uint64, authorization string, filter map[core.EventKind]bool) string {
+	return fx.s.token(fx.j, seq, resume.Fingerprint("authorization", authorization), filterFingerprint(filter))
+}
+
+// position signs p with the server's own keyring, for positions s.token
+// cannot make (another snapshot, generation or clock).
+func (fx *resumeFixture) position(tb testing.TB, p resume.Position, now time.Time) string {
+	tb.Helper()
+	p.Caller = resume.Fingerprint("authorization", fuzzCaller)
+	p.Filter = filterFingerprint(fx.filter)
+	tok, err := fx.s.cfg.Keyring.Sign(p, now, time.Hour)
+	if err != nil {
+		tb.Fatalf("Sign: %v", err)
+	}
+	return tok
+}
+
+// Resume modes: how the fuzzer's candidate token is made.
+const (
+	modeRaw          = iota // the fuzzer's bytes as they are
+	modeValid               // signed by the server for this job, caller and filter
+	modeOtherJob            // signed for another job
+	modeOtherCaller         // signed for another Authorization
+	modeOtherFilter         // signed for another filter
+	modeOtherKeySame        // signed by another node's key with the same key id
+	modeOtherKeyID          // signed by a key id this node does not have
+	modeOtherSnap           // signed in another epoch (a restart)
+	modeOtherGen            // signed for another stream generation
+	modeExpired             // expired
+	modeFuture              // issued in the future
+	numModes
+)
+
+func (fx *resumeFixture) candidate(tb testing.TB, mode uint8, raw string, seq uint64) string {
+	tb.Helper()
+	s, j := fx.s, fx.j
+	pos := resume.Position{Stream: j.ID, Generation: j.StreamGeneration(), Seq: seq, Snapshot: s.e.Epoch()}
+	other := func(kid string) string {
+		ring, err := resume.NewKeyring(kid, resume.GenerateKey(kid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := pos
+		p.Caller = resume.Fingerprint("authorization", fuzzCaller)
+		p.Filter = filterFingerprint(fx.filter)
+		tok, err := ring.Sign(p, time.Now(), time.Hour)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return tok
+	}
+	switch mode % numModes {
+	case modeValid:
+		tok := fx.sign(seq, fuzzCaller, fx.filter)
+		if seq <= j.History.Head() {
+			fx.mu.Lock()
+			fx.valid[tok] = seq
+			fx.mu.Unlock()
+		}
+		return tok
+	case modeOtherJob:
+		p := pos
+		p.Stream = "j_other"
+		return fx.position(tb, p, time.Now())
+	case modeOtherCaller:
+		return fx.sign(seq, "Bearer mallory", fx.filter)
+	case modeOtherFilter:
+		if seq%2 == 0 {
+			return fx.sign(seq, fuzzCaller, nil)
+		}
+		return fx.sign(seq, fuzzCaller, map[core.EventKind]bool{core.EventOutput: true})
+	case modeOtherKeySame:
+		return other(s.cfg.Keyring.SigningKeyID())
+	case modeOtherKeyID:
+		return other("k9")
+	case modeOtherSnap:
+		p := pos
+		p.Snapshot++
+		return fx.position(tb, p, time.Now())
+	case modeOtherGen:
+		p := pos
+		p.Generation++
+		return fx.position(tb, p, time.Now())
+	case modeExpired:
+		return fx.position(tb, pos, time.Now().Add(-2*time.Hour))
+	case modeFuture:
+		return fx.position(tb, pos, time.Now().Add(2*time.Hour))
+	}
+	return raw
+}
+
+// problemBytes renders an error as the client would receive it.
+func problemBytes(err error) []byte {
+	var ce *core.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	rec := httptest.NewRecorder()
+	writeProblem(rec, httptest.NewRequest("GET", "/v1/jobs/whatever/events", nil), ce)
+	return append([]byte(rec.Result().Status+"\n"), rec.Body.Bytes()...)
+}
+
+// FuzzLastEventID drives Server.resumePosition with fuzzed, signed and
+// mutated Last-Event-ID values. It must never panic; it may succeed only
+// for a token the server itself signed for this job, caller and filter
+// (returning that token's seq), or for no token at all (from the start);
+// every other answer is the one identical invalid_resume_token error.
+func FuzzLastEventID(f *testing.F) {
+	fx := newResumeFixture(f)
+	refused := problemBytes(errInvalidResumeToken)
+
+	f.Add("", uint8(modeRaw), uint64(0), -1, byte(0), false)
+	f.Add("k0.AAAA.BBBB", uint8(modeRaw), uint64(0), -1, byte(0), false)
+	f.Add("j_resume/3", uint8(modeRaw), uint64(3), -1, byte(0), true)
+	f.Add("", uint8(modeValid), uint64(3), -1, byte(0), false)
+	f.Add("", uint8(modeValid), uint64(0), -1, byte(0), true)
+	f.Add("", uint8(modeValid), uint64(9), -1, byte(0), false) // ahead of the history
+	f.Add("", uint8(modeValid), uint64(2), 5, byte('A'), false)
+	f.Add("", uint8(modeValid), uint64(2), 100, byte('\n'), true)
+	for m := modeOtherJob; m < numModes; m++ {
+		f.Add("", uint8(m), uint64(2), -1, byte(0), m%2 == 0)
+	}
+	f.Fuzz(func(t *testing.T, raw string, mode uint8, seq uint64, at int, b byte, viaQuery bool) {
+		cand := fx.candidate(t, mode, raw, seq)
+		if at >= 0 && len(cand) > 0 {
+			i := at % len(cand)
+			cand = cand[:i] + string([]byte{b}) + cand[i+1:]
+		}
+		r := fx.request(cand, viaQuery)
+		got, err := fx.s.resumePosition(r, fx.j, fx.filter)
+
+		fx.mu.Lock()
+		wantSeq, isValid := fx.valid[cand]
+		fx.mu.Unlock()
+		switch {
+		case cand == "":
+			if err != nil || got != 0 {
+				t.Fatalf("no token: (%d, %v), want (0, nil)", got, err)
+			}
+		case err == nil:
+			if !isValid {
+				t.Fatalf("resumePosition accepted %q (seq %d): not a token the server signed for this job, caller and filter", cand, got)
+			}
+			if got != wantSeq {
+				t.Fatalf("resumePosition(%q) = %d, want the signed seq %d", cand, got, wantSeq)
+			}
+		default:
+			if isValid {
+				t.Fatalf("resumePosition refused its own token %q: %v", cand, err)
+			}
+			if err != errInvalidResumeToken {
+				t.Fatalf("refusal %#v is not the one invalid_resume_token error", err)
+			}
+			if got != 0 {
+				t.Fatalf("refusal returned seq %d", got)
+			}
+			if pb := problemBytes(err); !bytes.Equal(pb, refused) {
+				t.Fatalf("refusal renders as %q, want the identical %q", pb, refused)
+			}
+		}
+	})
+}
+
+func TestResumePositionModes(t *testing.T) {
+	fx := newResumeFixture(t)
+	for m := uint8(modeRaw); m < numModes; m++ {
+		for _, viaQuery := range []bool{false, true} {
+			cand := fx.candidate(t, m, "garbage", 3)
+			got, err := fx.s.resumePosition(fx.request(cand, viaQuery), fx.j, fx.filter)
+			if m == modeValid {
+				if err != nil || got != 3 {
+					t.Errorf("mode %d query=%v: (%d, %v), want (3, nil)", m, viaQuery, got, err)
+				}
+				continue
+			}
+			if err != errInvalidResumeToken {
+				t.Errorf("mode %d query=%v: err %v, want invalid_resume_token", m, viaQuery, err)
+			}
+		}
+	}
+	// The query parameter wins over the header.
+	r := fx.request(fx.candidate(t, modeValid, "", 2), false)
+	q := r.URL.Query()
+	q.Set("last_event_id", fx.candidate(t, modeValid, "", 4))
+	r.URL.RawQuery = q.Encode()
+	if got, err := fx.s.resumePosition(r, fx.j, fx.filter); err != nil || got != 4 {
+		t.Errorf("header 2, query 4: (%d, %v), want (4, nil)", got, err)
+	}
+	// A token is bound to the filter as a set, not to the order in the URL.
+	tok := fx.candidate(t, modeValid, "", 1)
+	same := map[core.EventKind]bool{core.EventDone: true, core.EventOutput: true}
+	if got, err := fx.s.resumePosition(fx.request(tok, false), fx.j, same); err != nil || got != 1 {
+		t.Errorf("same filter built in another order: (%d, %v)", got, err)
+	}
+	// Ahead of the history: signed by us, still refused.
+	ahead := fx.sign(fx.j.History.Head()+1, fuzzCaller, fx.filter)
+	if _, err := fx.s.resumePosition(fx.request(ahead, false), fx.j, fx.filter); err != errInvalidResumeToken {
+		t.Errorf("token ahead of the history: %v, want invalid_resume_token", err)
+	}
+}
