@@ -123,8 +123,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// and bound themselves (core/stream). Idle keep-alive connections do
 		// not get to live forever.
 		IdleTimeout: 2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return httpCtx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		BaseContext: func(net.Listener) context.Context { return httpCtx },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	n.wg.Add(3)
 	go func() {
