@@ -164,3 +164,24 @@ func (h *History) SkipTo(after uint64, maxEvents int, maxBytes int64) uint64 {
 	}
 	return after
 }
+
+// Lag returns how many events, and data bytes, lie after the cursor, and a
+// channel closed by the next Append. A cursor older than the retained
+// history counts everything retained.
+func (h *History) Lag(after uint64) (events int, bytes int64, wake <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.events) == 0 {
+		return 0, 0, h.wake
+	}
+	first := h.events[0].Seq
+	i := 0
+	if after+1 > first {
+		i = int(after + 1 - first)
+	}
+	if i >= len(h.events) {
+		return 0, 0, h.wake
+	}
+	last := h.events[len(h.events)-1]
+	return len(h.events) - i, last.cum - h.events[i].cum + int64(len(h.events[i].Data)), h.wake
+}

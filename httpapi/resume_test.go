@@ -260,3 +260,53 @@ func TestResumePositionModes(t *testing.T) {
 		t.Errorf("token ahead of the history: %v, want invalid_resume_token", err)
 	}
 }
+
+func TestParseFilter(t *testing.T) {
+	tests := []struct {
+		query string
+		want  []core.EventKind // nil: no filter
+		bad   bool
+	}{
+		{"", nil, false},
+		{"types=output", []core.EventKind{core.EventOutput}, false},
+		{"types=output,%20done", []core.EventKind{core.EventOutput, core.EventDone}, false},
+		{"types=accepted,output,done,error", kinds, false},
+		{"types=output,bogus", nil, true},
+		{"types=,", nil, true},
+		{"types=OUTPUT", nil, true},
+	}
+	for _, tt := range tests {
+		f, err := parseFilter(httptest.NewRequest("GET", "/v1/jobs/j/events?"+tt.query, nil))
+		if tt.bad {
+			var ce *core.Error
+			if !errors.As(err, &ce) || ce.Code != core.CodeInvalidField || ce.Field != "types" {
+				t.Errorf("%q: err %v, want invalid_field on types", tt.query, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tt.query, err)
+			continue
+		}
+		if tt.want == nil {
+			if f != nil {
+				t.Errorf("%q: filter %v, want none", tt.query, f)
+			}
+			continue
+		}
+		if len(f) != len(tt.want) {
+			t.Errorf("%q: filter %v, want %v", tt.query, f, tt.want)
+		}
+		for _, k := range tt.want {
+			if !f[k] {
+				t.Errorf("%q: filter %v lacks %s", tt.query, f, k)
+			}
+		}
+	}
+	// The fingerprint depends on the set, not on the order it was asked in.
+	a, _ := parseFilter(httptest.NewRequest("GET", "/x?types=done,output", nil))
+	b, _ := parseFilter(httptest.NewRequest("GET", "/x?types=output,done,output", nil))
+	if filterFingerprint(a) != filterFingerprint(b) || filterFingerprint(a) == filterFingerprint(nil) {
+		t.Errorf("filter fingerprints do not follow the set")
+	}
+}

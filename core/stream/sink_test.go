@@ -228,3 +228,10 @@ func sinkTrace(s stream.Sink) string {
 	}
 	return "?"
 }
+
+// runSync runs a stream expected to end by itself, bounded: a Run that
+// never returns fails the test instead of hanging it.
+func runSync(t *testing.T, req stream.Request, sink stream.Sink) stream.Result {
+	t.Helper()
+	return runAsync(t, context.Background(), req, sink)()
+}

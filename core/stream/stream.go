@@ -252,7 +252,7 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		wrote := false
 		for _, ev := range rd.Events {
 			cursor = ev.Seq
-			if req.Filter != nil && !req.Filter[ev.Kind]  {
+			if req.Filter != nil && !req.Filter[ev.Kind] && !ev.Kind.Terminal() {
 				continue
 			}
 			var tok string

@@ -164,7 +164,7 @@ func TestReplayAfterPosition(t *testing.T) {
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 
 	sink := &fakeSink{}
-	res := stream.Run(context.Background(), stream.Request{
+	res := runSync(t, stream.Request{
 		Job: j, After: 2, Policy: stream.DefaultPolicy(), Token: seqTokens,
 	}, sink)
 
@@ -204,7 +204,7 @@ func TestReplayFromStartWithoutTokens(t *testing.T) {
 	sink := &fakeSink{}
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 1000
-	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, sink)
+	res := runSync(t, stream.Request{Job: j, Policy: p}, sink)
 	if res.End != stream.EndTerminal || res.LastSeq != 152 {
 		t.Fatalf("Result = %+v, want terminal at 152", res)
 	}
@@ -272,7 +272,7 @@ func TestFilter(t *testing.T) {
 			appendEv(t, j, core.EventAccepted, `{"queue":"again"}`)
 			j.History.Append(tt.terminal, 1, []byte(`{"outcome":"x"}`))
 			sink := &fakeSink{}
-			res := stream.Run(context.Background(), stream.Request{
+			res := runSync(t, stream.Request{
 				Job: j, Filter: tt.filter, Policy: stream.DefaultPolicy(), Token: seqTokens,
 			}, sink)
 			if res.End != stream.EndTerminal || res.LastSeq != 5 {
@@ -374,7 +374,7 @@ func TestLagAtTheBoundIsNotSlow(t *testing.T) {
 	p.MaxLagEvents = 5
 	p.MaxLagBytes = int64(j.History.Head()) * 1000
 	sink := &fakeSink{}
-	if res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, sink); res.End != stream.EndTerminal {
+	if res := runSync(t, stream.Request{Job: j, Policy: p}, sink); res.End != stream.EndTerminal {
 		t.Fatalf("Result = %+v with lag exactly MaxLagEvents, want terminal (%s)", res, sink.trace())
 	}
 }
@@ -390,7 +390,7 @@ func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
 	p.MaxLagEvents = 100
 	p.MaxLagBytes = 1000
 	sink := &fakeSink{}
-	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+	res := runSync(t, stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 	if res.End != stream.EndSlow || res.LastSeq != 0 {
 		t.Fatalf("Result = %+v, want slow at 0 (%s)", res, sink.trace())
 	}
@@ -417,7 +417,7 @@ func TestDropOldest(t *testing.T) {
 	p.MaxLagEvents = 4
 	p.Slow = stream.DropOldest
 	sink := &fakeSink{}
-	res := stream.Run(context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
+	res := runSync(t, stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 
 	if res.End != stream.EndTerminal || res.LastSeq != 10 {
 		t.Fatalf("Result = %+v, want terminal at 10 (%s)", res, sink.trace())
@@ -486,7 +486,7 @@ func TestResyncWhenPositionNoLongerRetained(t *testing.T) {
 	j := newJob(3, 1<<20)
 	appendOutputs(t, j, 6) // retains 4, 5, 6
 	sink := &fakeSink{}
-	res := stream.Run(context.Background(), stream.Request{
+	res := runSync(t, stream.Request{
 		Job: j, After: 2, Policy: stream.DefaultPolicy(), Token: seqTokens,
 	}, sink)
 	if res.End != stream.EndResync {
@@ -509,7 +509,7 @@ func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 	appendOutputs(t, j, 6)
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // retains 5, 6, 7
 	sink := &fakeSink{}
-	res := stream.Run(context.Background(), stream.Request{Job: j, After: 4, Policy: stream.DefaultPolicy()}, sink)
+	res := runSync(t, stream.Request{Job: j, After: 4, Policy: stream.DefaultPolicy()}, sink)
 	if res.End != stream.EndTerminal || !equalSeqs(seqsOf(sink.events()), []uint64{5, 6, 7}) {
 		t.Fatalf("Result = %+v, events %v; want 5..7 and terminal", res, seqsOf(sink.events()))
 	}
