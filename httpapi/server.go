@@ -142,6 +142,8 @@ type metrics struct {
 	gaps            prometheus.Counter
 	resumesAccepted prometheus.Counter
 	resumesRefused  *prometheus.CounterVec
+	slowLagEvents   prometheus.Histogram
+	slowLagBytes    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -166,10 +168,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_refused_total",
 			Help: "Resume tokens refused, by internal reason (clients always see one identical error).",
 		}, []string{"reason"}),
+		slowLagEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_events",
+			Help:    "Events queued for a stream when it was terminated as a slow consumer.",
+			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
+		}),
+		slowLagBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_bytes",
+			Help:    "Bytes queued for a stream when it was terminated as a slow consumer.",
+			Buckets: prometheus.ExponentialBuckets(4096, 2, 16),
+		}),
 	}
 	for _, r := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
 		m.ended.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused)
+	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused, m.slowLagEvents, m.slowLagBytes)
 	return m
 }

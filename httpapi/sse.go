@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
@@ -20,6 +21,9 @@ type sseSink struct {
 	rc   *http.ResponseController
 	job  *core.Job
 	snap uint64
+
+	mu      sync.Mutex
+	aborted bool
 }
 
 var _ stream.Sink = (*sseSink)(nil)
@@ -52,7 +56,25 @@ func (s *sseSink) Heartbeat() error {
 
 func (s *sseSink) Flush() error { return s.rc.Flush() }
 
-func (s *sseSink) SetWriteDeadline(t time.Time) error { return s.rc.SetWriteDeadline(t) }
+func (s *sseSink) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted {
+		return nil
+	}
+	return s.rc.SetWriteDeadline(t)
+}
+
+// Abort unblocks a write stuck on a client that stopped reading: a deadline
+// in the past fails it (and every later one) at once. net.Conn deadlines
+// are safe to set from another goroutine; that is the only reason this
+// method may be called concurrently with the writer.
+func (s *sseSink) Abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborted = true
+	_ = s.rc.SetWriteDeadline(time.Now())
+}
 
 // streamJob serves a job's stream from after. owner marks the stream opened
 // by the job's own POST: its client leaving before the terminal event cancels
@@ -78,6 +100,11 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	s.m.streamsOpen.Dec()
 	s.m.ended.WithLabelValues(string(res.End)).Inc()
 	s.m.gaps.Add(float64(res.Gaps))
+	if res.End == stream.EndSlow {
+		s.m.slowLagEvents.Observe(float64(res.LagEvents))
+		s.m.slowLagBytes.Observe(float64(res.LagBytes))
+		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+	}
 	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
 }
 

@@ -187,6 +187,8 @@ func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]st
 				return m.Counter.GetValue()
 			case m.Gauge != nil:
 				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return m.Histogram.GetSampleSum()
 			}
 		}
 	}

@@ -42,9 +42,28 @@ type fakeSink struct {
 	onControl   func(c stream.Control) error
 	onHeartbeat func() error
 	onFlush     func() error
+
+	abortOnce sync.Once
+	aborted   chan struct{}
 }
 
 var _ stream.Sink = (*fakeSink)(nil)
+
+// Abort records the watcher's abort; a test that blocks the sink uses
+// aborted to unblock itself.
+func (s *fakeSink) Abort() {
+	s.record(call{Op: "abort"})
+	s.abortOnce.Do(func() { close(s.abortedCh()) })
+}
+
+func (s *fakeSink) abortedCh() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted == nil {
+		s.aborted = make(chan struct{})
+	}
+	return s.aborted
+}
 
 func (s *fakeSink) record(c call) {
 	c.At = time.Now()

@@ -13,6 +13,8 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/core"
@@ -129,6 +131,10 @@ type Sink interface {
 	Flush() error
 	// SetWriteDeadline bounds the writes and flushes that follow.
 	SetWriteDeadline(t time.Time) error
+	// Abort makes a write that is blocked now, and every later one, fail at
+	// once. It is the only method called from another goroutine (the
+	// stream's lag watcher) and must be safe for that.
+	Abort()
 }
 
 // End says why a stream ended.
@@ -155,6 +161,10 @@ type Result struct {
 	LastSeq uint64
 	Gaps    int
 	Dropped int
+	// LagEvents and LagBytes are the stream's queue when it was terminated
+	// as slow: how far past its bound it was allowed to get.
+	LagEvents int
+	LagBytes  int64
 }
 
 // Request is one stream of one job.
@@ -175,6 +185,14 @@ const readBatch = 64
 
 // Run writes the stream until the job's terminal event, the client leaving,
 // or a policy ending it. It is the stream's one writer.
+//
+// The stream's queue is what was appended to the job after the stream
+// opened and is not yet written: a replay of history that already existed
+// is catch-up, not lag, so a client that resumes far back is never judged
+// slow for it. A watcher goroutine (Terminate streams only) checks that
+// queue on every append, so a writer blocked on a client that stopped
+// reading is aborted the moment the bound is passed, not when the write
+// finally returns.
 func Run(ctx context.Context, req Request, sink Sink) Result {
 	p := req.Policy
 	start := time.Now()
@@ -186,6 +204,18 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	defer idle.Stop()
 	maxDur := time.NewTimer(p.MaxDuration)
 	defer maxDur.Stop()
+
+	cursor := req.After
+	base := max(h.Head(), cursor)
+	var written atomic.Uint64
+	written.Store(cursor)
+	over := &overflow{abortc: make(chan struct{})}
+	if p.Slow == Terminate {
+		stopw := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { watch(h, &written, base, p, over, sink, stopw) })
+		defer func() { close(stopw); wg.Wait() }()
+	}
 
 	first := true
 	deadline := func() {
@@ -206,6 +236,23 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		}
 		return res
 	}
+	slow := func(lagEvents int, lagBytes int64) Result {
+		res.LagEvents, res.LagBytes = lagEvents, lagBytes
+		return end(EndSlow, Terminated, map[string]any{
+			"reason": "slow_consumer", "resume_after_seq": res.LastSeq,
+			"lag_events": lagEvents, "lag_bytes": lagBytes,
+			"detail": "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received",
+		})
+	}
+	// failed ends a stream whose write failed: as slow if the watcher
+	// aborted it (the terminated event cannot get through a connection the
+	// client stopped reading, but the count and the reason are right).
+	failed := func() Result {
+		if e, b, ok := over.get(); ok {
+			return slow(e, b)
+		}
+		return end(EndWriteFailed, "", nil)
+	}
 	flush := func() bool {
 		deadline()
 		if err := sink.Flush(); err != nil {
@@ -217,32 +264,42 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	// The headers (and a replay, if any) go out at once, so a client knows
 	// its stream is open before the job has anything to say.
 	if !flush() {
-		return end(EndWriteFailed, "", nil)
+		return failed()
 	}
-	cursor := req.After
 	for {
 		rd, oldest, err := h.Since(cursor, readBatch)
 		if errors.Is(err, core.ErrHistoryGone) {
-			return end(EndResync, Resync, map[string]any{
-				"oldest_seq": oldest, "after_seq": cursor,
-				"detail": "full resync required: the events after your position are no longer retained",
-			})
-		}
-		if rd.LagEvents > p.MaxLagEvents || rd.LagBytes > p.MaxLagBytes {
-			if p.Slow == Terminate {
-				return end(EndSlow, Terminated, map[string]any{
-					"reason": "slow_consumer", "resume_after_seq": cursor,
-					"lag_events": rd.LagEvents, "lag_bytes": rd.LagBytes,
-					"detail": "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received",
+			if cursor > 0 {
+				return end(EndResync, Resync, map[string]any{
+					"oldest_seq": oldest, "after_seq": cursor,
+					"detail": "full resync required: the events after your position are no longer retained",
 				})
 			}
-			to := h.SkipTo(cursor, p.MaxLagEvents/2+1, p.MaxLagBytes/2+1)
+			// A client starting from the beginning is not resuming: it
+			// gets what is retained, after a gap event that says what is not.
+			deadline()
+			if sink.Control(Gap, map[string]any{
+				"job_id": req.Job.ID, "from_seq": 1, "to_seq": oldest - 1, "dropped": oldest - 1,
+				"detail": "the oldest events of this job are no longer retained",
+			}) != nil {
+				return failed()
+			}
+			res.Gaps++
+			res.Dropped += int(oldest - 1)
+			cursor = oldest - 1
+			continue
+		}
+		if lagE, lagB, _ := h.Lag(max(cursor, base)); lagE > p.MaxLagEvents || lagB > p.MaxLagBytes {
+			if p.Slow == Terminate {
+				return slow(lagE, lagB)
+			}
+			to := h.SkipTo(max(cursor, base), p.MaxLagEvents/2+1, p.MaxLagBytes/2+1)
 			deadline()
 			if err := sink.Control(Gap, map[string]any{
 				"job_id": req.Job.ID, "from_seq": cursor + 1, "to_seq": to, "dropped": to - cursor,
 				"detail": "this stream asked for drop-oldest and fell behind: these events were skipped",
 			}); err != nil {
-				return end(EndWriteFailed, "", nil)
+				return failed()
 			}
 			res.Gaps++
 			res.Dropped += int(to - cursor)
@@ -253,6 +310,7 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		for _, ev := range rd.Events {
 			cursor = ev.Seq
 			if req.Filter != nil && !req.Filter[ev.Kind] && !ev.Kind.Terminal() {
+				written.Store(cursor)
 				continue
 			}
 			var tok string
@@ -261,8 +319,9 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 			}
 			deadline()
 			if err := sink.Event(ev, tok); err != nil {
-				return end(EndWriteFailed, "", nil)
+				return failed()
 			}
+			written.Store(cursor)
 			wrote = true
 			res.LastSeq = ev.Seq
 			if ev.Kind.Terminal() {
@@ -272,7 +331,7 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		}
 		if wrote {
 			if !flush() {
-				return end(EndWriteFailed, "", nil)
+				return failed()
 			}
 			resetTimer(heartbeat, p.Heartbeat)
 			resetTimer(idle, p.Idle)
@@ -282,10 +341,13 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		}
 		select {
 		case <-rd.Wake:
+		case <-over.abortc:
+			e, b, _ := over.get()
+			return slow(e, b)
 		case <-heartbeat.C:
 			deadline()
 			if sink.Heartbeat() != nil || !flush() {
-				return end(EndWriteFailed, "", nil)
+				return failed()
 			}
 			heartbeat.Reset(p.Heartbeat)
 		case <-idle.C:
@@ -300,6 +362,49 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 			})
 		case <-ctx.Done():
 			return end(EndClientGone, "", nil)
+		}
+	}
+}
+
+// overflow is the watcher's verdict, read by the writer.
+type overflow struct {
+	once   sync.Once
+	abortc chan struct{}
+	events int
+	bytes  int64
+}
+
+func (o *overflow) set(events int, bytes int64) {
+	o.once.Do(func() {
+		o.events, o.bytes = events, bytes
+		close(o.abortc)
+	})
+}
+
+func (o *overflow) get() (int, int64, bool) {
+	select {
+	case <-o.abortc:
+		return o.events, o.bytes, true
+	default:
+		return 0, 0, false
+	}
+}
+
+// watch wakes on every append to the job and aborts the stream's writer as
+// soon as what was appended since the stream opened, and not yet written,
+// passes a bound. It owns nothing but its loop; Run stops and waits for it.
+func watch(h *core.History, written *atomic.Uint64, base uint64, p Policy, over *overflow, sink Sink, stopc <-chan struct{}) {
+	for {
+		e, b, wake := h.Lag(max(written.Load(), base))
+		if e > p.MaxLagEvents || b > p.MaxLagBytes {
+			over.set(e, b)
+			sink.Abort()
+			return
+		}
+		select {
+		case <-wake:
+		case <-stopc:
+			return
 		}
 	}
 }
