@@ -65,15 +65,14 @@ func (s *sseSink) SetWriteDeadline(t time.Time) error {
 	return s.rc.SetWriteDeadline(t)
 }
 
-// Abort unblocks a write stuck on a client that stopped reading: a deadline
-// in the past fails it (and every later one) at once. net.Conn deadlines
-// are safe to set from another goroutine; that is the only reason this
-// method may be called concurrently with the writer.
-func (s *sseSink) Abort() {
+// Abort bounds a write stuck on a slow client, and all later ones, by
+// deadline. net.Conn deadlines are safe to set from another goroutine; that
+// is why this method may be called concurrently with the writer.
+func (s *sseSink) Abort(deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aborted = true
-	_ = s.rc.SetWriteDeadline(time.Now())
+	_ = s.rc.SetWriteDeadline(deadline)
 }
 
 // streamJob serves a job's stream from after. owner marks the stream opened

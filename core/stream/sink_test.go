@@ -51,7 +51,7 @@ var _ stream.Sink = (*fakeSink)(nil)
 
 // Abort records the watcher's abort; a test that blocks the sink uses
 // aborted to unblock itself.
-func (s *fakeSink) Abort() {
+func (s *fakeSink) Abort(time.Time) {
 	s.record(call{Op: "abort"})
 	s.abortOnce.Do(func() { close(s.abortedCh()) })
 }

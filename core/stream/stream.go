@@ -131,11 +131,20 @@ type Sink interface {
 	Flush() error
 	// SetWriteDeadline bounds the writes and flushes that follow.
 	SetWriteDeadline(t time.Time) error
-	// Abort makes a write that is blocked now, and every later one, fail at
-	// once. It is the only method called from another goroutine (the
-	// stream's lag watcher) and must be safe for that.
-	Abort()
+	// Abort bounds the write that is in progress now, and every later one,
+	// by deadline, whatever SetWriteDeadline says after it: the stream is
+	// over, and the writer only gets until then to finish the write it is in
+	// and to say so with a terminated event. It is the only method called
+	// from another goroutine (the stream's lag watcher) and must be safe for
+	// that.
+	Abort(deadline time.Time)
 }
+
+// abortGrace is how long a stream judged slow gets to finish the write it
+// is blocked in and send its terminated event. A client that reads slowly
+// gets the event telling it how to resume; one that stopped reading is cut
+// when the grace runs out — and resumes all the same.
+func abortGrace(p Policy) time.Duration { return min(p.WriteTimeout, time.Second) }
 
 // End says why a stream ended.
 type End string
@@ -308,6 +317,9 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 		}
 		wrote := false
 		for _, ev := range rd.Events {
+			if e, b, ok := over.get(); ok {
+				return slow(e, b)
+			}
 			cursor = ev.Seq
 			if req.Filter != nil && !req.Filter[ev.Kind] && !ev.Kind.Terminal() {
 				written.Store(cursor)
@@ -398,7 +410,7 @@ func watch(h *core.History, written *atomic.Uint64, base uint64, p Policy, over 
 		e, b, wake := h.Lag(max(written.Load(), base))
 		if e > p.MaxLagEvents || b > p.MaxLagBytes {
 			over.set(e, b)
-			sink.Abort()
+			sink.Abort(time.Now().Add(abortGrace(p)))
 			return
 		}
 		select {
