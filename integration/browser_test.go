@@ -1,0 +1,389 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+// browserPage is the whole client: a real EventSource on the job's events,
+// same-origin with the page. The EventSource reconnects by itself and
+// sends the last id it saw as Last-Event-ID; the page does nothing for it.
+const browserPage = `<!doctype html>
+<meta charset="utf-8">
+<title>switchyard events</title>
+<script>
+window.seqs = [];        // seq of every job event, in the order delivered
+window.ids = [];         // its SSE id (the resume token)
+window.types = [];       // its event name
+window.other = [];       // resync / terminated control events, if any
+window.opens = 0;        // connections opened (first one and reconnects)
+window.connErrors = 0;   // EventSource's own error events (drops)
+window.finished = false; // a terminal job event arrived
+window.closedEarly = false; // EventSource gave up before a terminal event
+function start(id) {
+  const es = new EventSource('/v1/jobs/' + encodeURIComponent(id) + '/events');
+  es.onopen = () => { window.opens++; };
+  const onEvent = (e) => {
+    // The job's "error" event and EventSource's own connection error share
+    // a name; only the job's is a MessageEvent with data.
+    if (!(e instanceof MessageEvent)) {
+      window.connErrors++;
+      if (es.readyState === EventSource.CLOSED && !window.finished) window.closedEarly = true;
+      return;
+    }
+    window.seqs.push(JSON.parse(e.data).seq);
+    window.ids.push(e.lastEventId);
+    window.types.push(e.type);
+    if (e.type === 'done' || e.type === 'error') {
+      window.finished = true;
+      es.close();
+    }
+  };
+  for (const t of ['accepted', 'output', 'done', 'error']) es.addEventListener(t, onEvent);
+  for (const t of ['resync', 'terminated']) es.addEventListener(t, (e) => window.other.push(e.type + ' ' + e.data));
+}
+</script>
+<p>switchyard</p>
+`
+
+// browserReconnectMS is sent to the EventSource as an SSE "retry:" field by
+// the test's proxy. Without it Chromium waits its default 3 s before each
+// reconnect; the value changes only that wait, nothing of how it resumes.
+const browserReconnectMS = 100
+
+// errCut is what the cutting writer returns once its byte budget is spent:
+// ReverseProxy then closes the upstream body and aborts the response with
+// http.ErrAbortHandler, so the browser sees the connection die mid-stream.
+var errCut = errors.New("test proxy: connection cut")
+
+// cuttingWriter passes an SSE response through and, with a limit, lets only
+// the first limit bytes of the upstream body reach the client — usually in
+// the middle of an event — then fails the write.
+type cuttingWriter struct {
+	http.ResponseWriter
+	limit   int // 0: never cut
+	written int
+}
+
+func (c *cuttingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *cuttingWriter) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
+
+func (c *cuttingWriter) WriteHeader(code int) {
+	c.ResponseWriter.WriteHeader(code)
+	if code == http.StatusOK && strings.HasPrefix(c.Header().Get("Content-Type"), "text/event-stream") {
+		// A field-only block: sets the reconnection time, dispatches nothing.
+		_, _ = fmt.Fprintf(c.ResponseWriter, "retry: %d\n\n", browserReconnectMS)
+	}
+}
+
+func (c *cuttingWriter) Write(p []byte) (int, error) {
+	if c.limit > 0 && c.written+len(p) >= c.limit {
+		n, _ := c.ResponseWriter.Write(p[:c.limit-c.written])
+		c.written += n
+		c.Flush()
+		return n, errCut
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.written += n
+	return n, err
+}
+
+// tLogWriter sends a logger's lines to the test log.
+type tLogWriter struct{ tb testing.TB }
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// lockedBuffer collects the browser's output, written from chromedp's goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A real browser's EventSource, its connection dropped twice mid-job by a
+// proxy, resumes by itself with the signed tokens the node put in the SSE
+// ids, and sees every event exactly once, in order. A token edited by hand
+// is refused.
+func TestBrowserEventSourceResumes(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("chromium is not on PATH (%v): CI must install it (.ci/run)", err)
+		}
+		t.Skipf("chromium is not on PATH: %v", err)
+	}
+	t0 := time.Now()
+
+	n := MustStartNode(t, nil)
+	const outputs = 60
+	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
+		for i := range outputs {
+			if err := out.Send(ctx, fmt.Sprintf("token-%02d", i)); err != nil {
+				return nil, err
+			}
+			time.Sleep(4 * time.Millisecond)
+		}
+		return nil, nil
+	})
+
+	// The page's origin: the page itself, and /v1/ reverse-proxied to the
+	// node with the first two event streams cut after cutAfter bytes.
+	const cutAfter = 1500
+	target, err := url.Parse(baseURL(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := &http.Transport{}
+	defer upstream.CloseIdleConnections()
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = upstream
+	proxy.FlushInterval = -1 // stream every write: this is SSE
+	proxy.ErrorLog = log.New(tLogWriter{t}, "proxy: ", 0)
+	var (
+		mu      sync.Mutex
+		lastIDs []string // Last-Event-ID of each events request, in order
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, browserPage)
+	})
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/events") {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		k := len(lastIDs)
+		mu.Unlock()
+		cw := &cuttingWriter{ResponseWriter: w}
+		if k <= 2 {
+			cw.limit = cutAfter
+		}
+		proxy.ServeHTTP(cw, r)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer srv.CloseClientConnections()
+
+	// Chromium with the flags that work on these machines (TOOLCHAIN.md).
+	var browserOut lockedBuffer
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true), // as root
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.CombinedOutput(&browserOut),
+	)
+	defer cancelAlloc() // waits for the browser process and its output copier
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser() // before cancelAlloc: closes the browser
+	defer func() {
+		if t.Failed() {
+			t.Logf("browser output:\n%s", browserOut.String())
+		}
+	}()
+
+	// Start the browser with no deadline (a deadline on the first Run
+	// bounds the whole browser's life), then bound each step.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	tBrowser := time.Since(t0)
+	step := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(bctx, d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	if err := chromedp.Do(step(10*time.Second), chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatalf("load the page: %v", err)
+	}
+
+	// The job runs on its own (202): no stream holds it.
+	res := post(t.Context(), t, n, "demo", `{"input":"x","ttl_ms":20000}`, false)
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit: %d", res.StatusCode)
+	}
+	var job struct {
+		JobID string `json:"job_id"`
+	}
+	decode(t, res, &job)
+	tStart := time.Now()
+	idJS, _ := json.Marshal(job.JobID)
+	if err := chromedp.Do(step(5*time.Second), chromedp.Evaluate[chromedp.Void](fmt.Sprintf("start(%s)", idJS))); err != nil {
+		t.Fatalf("open the EventSource: %v", err)
+	}
+
+	if _, err := chromedp.Run(step(25*time.Second), chromedp.Poll[bool](`window.finished || window.closedEarly`,
+		chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("waiting for the terminal event: %v", err)
+	}
+	tStream := time.Since(tStart)
+
+	type pageState struct {
+		Seqs        []uint64 `json:"seqs"`
+		IDs         []string `json:"ids"`
+		Types       []string `json:"types"`
+		Other       []string `json:"other"`
+		Opens       int      `json:"opens"`
+		ConnErrors  int      `json:"connErrors"`
+		Finished    bool     `json:"finished"`
+		ClosedEarly bool     `json:"closedEarly"`
+	}
+	st, err := chromedp.Run(step(5*time.Second), chromedp.Evaluate[pageState](`({
+		seqs: window.seqs, ids: window.ids, types: window.types, other: window.other,
+		opens: window.opens, connErrors: window.connErrors,
+		finished: window.finished, closedEarly: window.closedEarly})`))
+	if err != nil {
+		t.Fatalf("read the page: %v", err)
+	}
+	mu.Lock()
+	reqs := append([]string(nil), lastIDs...)
+	mu.Unlock()
+	t.Logf("browser up in %s (incl. node and worker); stream done %s after the EventSource opened: "+
+		"%d events, %d events requests, %d opens, %d connection errors",
+		tBrowser, tStream.Round(time.Millisecond), len(st.Seqs), len(reqs), st.Opens, st.ConnErrors)
+
+	if !st.Finished || st.ClosedEarly {
+		t.Fatalf("EventSource stopped before the terminal event; seqs %v, types %v, other %v", st.Seqs, st.Types, st.Other)
+	}
+	for _, o := range st.Other {
+		if strings.HasPrefix(o, "resync") {
+			t.Errorf("resume refused with %s", o)
+		} else {
+			t.Logf("control event (the EventSource resumes after it): %s", o)
+		}
+	}
+	for i, s := range st.Seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("position %d has seq %d (a gap or a duplicate): %v", i, s, st.Seqs)
+		}
+	}
+	if want := outputs + 2; len(st.Seqs) != want { // accepted, outputs, done
+		t.Fatalf("got %d events, want %d: %v", len(st.Seqs), want, st.Types)
+	}
+	if first, last := st.Types[0], st.Types[len(st.Types)-1]; first != "accepted" || last != "done" {
+		t.Fatalf("events from %s to %s, want accepted to done", first, last)
+	}
+	if len(reqs) < 3 {
+		t.Fatalf("the proxy saw %d events requests, want at least 3 (two cut, one to the end)", len(reqs))
+	}
+	if reqs[0] != "" {
+		t.Errorf("the first events request carried Last-Event-ID %q", reqs[0])
+	}
+	seen := map[string]bool{}
+	for i, id := range st.IDs {
+		seen[id] = true
+		if id == "" {
+			t.Errorf("event %d (seq %d) has no id", i, st.Seqs[i])
+		}
+	}
+	for i, id := range reqs[1:] {
+		if id == "" {
+			t.Errorf("events request %d carried no Last-Event-ID", i+2)
+		} else if !seen[id] {
+			t.Errorf("events request %d carried a Last-Event-ID the page never received: %q", i+2, id)
+		} else {
+			t.Logf("events request %d resumed after seq %d", i+2, st.Seqs[slices.Index(st.IDs, id)])
+		}
+	}
+	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", nil); got < 2 {
+		t.Errorf("switchyard_stream_resumes_accepted_total = %v, want >= 2", got)
+	}
+	if t.Failed() {
+		return
+	}
+
+	t.Run("TamperedTokenRefused", func(t *testing.T) {
+		// A real id from the stream, one character in the middle changed.
+		// Not the last character of a segment, whose low bits base64 may
+		// not carry.
+		tok := st.IDs[len(st.IDs)/2]
+		i := len(tok) / 2
+		for i < len(tok)-1 && (tok[i] == '.' || tok[i+1] == '.') {
+			i++
+		}
+		if i >= len(tok)-1 {
+			t.Fatalf("no character to flip in %q", tok)
+		}
+		b := []byte(tok)
+		if b[i] == 'A' {
+			b[i] = 'B'
+		} else {
+			b[i] = 'A'
+		}
+		tampered := string(b)
+		idJS, _ := json.Marshal(job.JobID)
+		tokJS, _ := json.Marshal(tampered)
+		type answer struct {
+			Status int    `json:"status"`
+			Body   string `json:"body"`
+		}
+		got, err := chromedp.Run(step(10*time.Second), chromedp.Evaluate[answer](fmt.Sprintf(`(async (id, tok) => {
+			const r = await fetch('/v1/jobs/' + encodeURIComponent(id) + '/events', {headers: {'Last-Event-ID': tok}});
+			return {status: r.status, body: await r.text()};
+		})(%s, %s)`, idJS, tokJS), chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("fetch from the page: %v", err)
+		}
+		mu.Lock()
+		sent := lastIDs[len(lastIDs)-1]
+		mu.Unlock()
+		if sent != tampered {
+			t.Fatalf("the proxy saw Last-Event-ID %q, want the tampered %q", sent, tampered)
+		}
+		var p struct {
+			Code string `json:"code"`
+		}
+		if err := json.Unmarshal([]byte(got.Body), &p); err != nil {
+			t.Fatalf("status %d, body %q: %v", got.Status, got.Body, err)
+		}
+		if got.Status != http.StatusBadRequest || p.Code != "invalid_resume_token" {
+			t.Fatalf("tampered token: %d %s, want 400 invalid_resume_token", got.Status, got.Body)
+		}
+	})
+}
