@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/peer/jobapi"
 	"github.com/switchyard/switchyard/peer/workerapi"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -89,7 +91,20 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	hcfg := cfg.HTTP
 	hcfg.Logger, hcfg.Gatherer, hcfg.Ready = log.With("system", "http"), n.reg, n.ready
+	if hcfg.Keyring == nil {
+		// One keyring for SSE and gRPC job streams: a resume token issued
+		// on one transport resumes on the other.
+		if hcfg.Keyring, err = resume.NewKeyring("k0", resume.GenerateKey("k0")); err != nil {
+			return nil, err
+		}
+	}
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := jobapi.New(n.engine, jobapi.Config{
+		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, Logger: log.With("system", "jobs"),
+	}, n.reg)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +126,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	pb.RegisterWorkerServiceServer(n.grpc, n.workers)
+	pb.RegisterJobServiceServer(n.grpc, jobs)
 
 	// Streams watch this context: cancelling it is how shutdown ends SSE
 	// handlers, which http.Server.Shutdown alone would wait for forever.

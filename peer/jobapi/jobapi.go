@@ -1,0 +1,303 @@
+// Package jobapi serves the public gRPC JobService: submit a job and stream
+// its events, resume a stream, get and cancel a job. It is a thin transport
+// over a core.Engine, and applies exactly the stream policy of the SSE
+// transport (httpapi): the one writer is core/stream, the resume tokens are
+// core/resume tokens signed with the node's keyring, and every refusal
+// carries the same stable code as the HTTP API's problem documents.
+//
+// Each stream has two goroutines of this package: the handler, which runs
+// stream.Run (the stream's one writer; Run adds its lag watcher, which may
+// Abort the sink), and a sender, the stream's only Send caller, fed by an
+// unbuffered handoff that the writer waits on only until its write deadline
+// (see sink). Both end with the stream; Server.Wait waits for them.
+package jobapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// HeaderJobID is the response header metadata that names a stream's job
+// before its first event.
+const HeaderJobID = "x-job-id"
+
+// Config configures the job service. A node passes the HTTP API's stream
+// policy, keyring and token TTL, so both transports apply one policy and
+// honour each other's resume tokens.
+type Config struct {
+	// Stream is every job stream's bounds and clocks.
+	Stream stream.Policy
+	// Keyring signs and verifies resume tokens. Required: it must be the
+	// keyring the HTTP API uses.
+	Keyring *resume.Keyring
+	// TokenTTL is how long a resume token stays valid.
+	TokenTTL time.Duration
+	Logger   *slog.Logger
+}
+
+// Validate refuses settings that cannot work.
+func (c Config) Validate() error {
+	if c.Keyring == nil {
+		return &core.ConfigError{Field: "resume-key", Value: nil, Err: errors.New("the job service needs the node's resume keyring")}
+	}
+	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
+		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
+	}
+	return c.Stream.Validate()
+}
+
+// Server implements pb.JobServiceServer over a core.Engine.
+type Server struct {
+	pb.UnimplementedJobServiceServer
+	e   *core.Engine
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	wg  sync.WaitGroup
+}
+
+var _ pb.JobServiceServer = (*Server)(nil)
+
+// New returns a JobService over e; reg (nil: none) receives its metrics.
+func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	return &Server{e: e, cfg: cfg, log: cfg.Logger, m: newMetrics(reg)}, nil
+}
+
+// Wait blocks until every stream handler and its sender goroutine have
+// ended. Call it after the gRPC server stopped (grpc.Server.Stop does not
+// wait for handlers): by then every stream's context is done, so every
+// stream ends promptly.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// Submit posts an envelope to a queue and streams the job's events. The
+// client leaving cancels the job (after the envelope's grace window),
+// exactly like an SSE POST.
+func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+	ctx := gs.Context()
+	queue := req.GetQueue()
+	if err := core.CheckQueueName(queue); err != nil {
+		return s.fail("Submit", err)
+	}
+	env, err := core.ParseEnvelope(req.GetEnvelopeJson())
+	if err != nil {
+		return s.fail("Submit", err)
+	}
+	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey()})
+	if err != nil {
+		return s.fail("Submit", err)
+	}
+	// A retried Submit that matched an idempotency key must not take
+	// ownership of a job some other call is streaming.
+	return s.streamJob(gs, j, 0, nil, stream.Terminate, !existing)
+}
+
+// Resume continues a job's stream after the position in a resume token
+// (from the start without one). It never owns the job: leaving does not
+// cancel it.
+func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+	j, err := s.e.Job(req.GetJobId())
+	if err != nil {
+		return s.fail("Resume", err)
+	}
+	filter, err := parseTypes(req.GetTypes())
+	if err != nil {
+		return s.fail("Resume", err)
+	}
+	slow := stream.Terminate
+	if req.GetDropOldest() {
+		slow = stream.DropOldest
+	}
+	after, err := s.resumePosition(gs.Context(), j, req.GetResumeToken(), filter)
+	if err != nil {
+		return err
+	}
+	if after > 0 && after >= j.History.Head() {
+		if v, _ := s.e.View(j.ID); v.State.Terminal() {
+			// The client has everything, terminal event included: OK with
+			// no events, nothing left to send.
+			return nil
+		}
+	}
+	return s.streamJob(gs, j, after, filter, slow, false)
+}
+
+// Get returns a job's status.
+func (s *Server) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+	v, err := s.e.View(req.GetJobId())
+	if err != nil {
+		return nil, s.fail("Get", err)
+	}
+	return jobStatus(v), nil
+}
+
+// Cancel ends a job as cancelled (unless it had already ended); its worker
+// is told at once.
+func (s *Server) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+	v, err := s.e.Cancel(req.GetJobId(), "cancelled by request")
+	if err != nil {
+		return nil, s.fail("Cancel", err)
+	}
+	return jobStatus(v), nil
+}
+
+// fail maps err to a status, logging what the caller will not see.
+func (s *Server) fail(method string, err error) error {
+	var ce *core.Error
+	if errors.As(err, &ce) {
+		s.log.Debug("request refused", "method", method, "code", ce.Code, "detail", ce.Detail)
+	} else if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("request failed", "method", method, "err", err)
+	}
+	return toStatus(err)
+}
+
+// streamJob serves a job's stream from after. owner marks the stream opened
+// by the job's own Submit: its client leaving before the terminal event
+// cancels the job (after the envelope's grace window). A stream the node
+// ends itself (slow, idle, max duration) does not: its client is expected
+// to resume.
+func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, owner bool) error {
+	s.wg.Add(1)
+	defer s.wg.Done()
+	ctx := gs.Context()
+	// Set before the sender starts; from then on only the sender touches
+	// the stream's send side.
+	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, j.ID))
+	snk := newSink(gs, j, s.e.Epoch())
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		snk.send()
+	}()
+
+	s.e.StreamOpened(j.ID)
+	s.m.streamsOpen.Inc()
+	pol := s.cfg.Stream
+	pol.Slow = slow
+	caller, filterFP := callerFingerprint(ctx), filterFingerprint(filter)
+	res := stream.Run(ctx, stream.Request{
+		Job: j, After: after, Filter: filter, Policy: pol,
+		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
+	}, snk)
+	snk.stop()
+	s.m.streamsOpen.Dec()
+	s.m.ended.WithLabelValues(string(res.End)).Inc()
+	s.m.gaps.Add(float64(res.Gaps))
+	if res.End == stream.EndSlow {
+		s.m.slowLagEvents.Observe(float64(res.LagEvents))
+		s.m.slowLagBytes.Observe(float64(res.LagBytes))
+		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+	}
+	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
+	return endStatus(ctx, res.End, snk.lastWriteFailed())
+}
+
+// endStatus is how a stream's call ends. A stream that said why it ended
+// in its last event — the job's terminal event, or a "terminated" or
+// "resync" control event — ends OK. One the client left ends with the
+// context's status (nobody reads it). One whose last write did not get
+// through — a client that stopped reading, the write timeout, a slow
+// stream whose terminated event could not be sent — ends UNAVAILABLE with
+// write_failed, so a client that reads what its transport still holds
+// learns that the stream did not end by itself and resumes from the last
+// token it received.
+func endStatus(ctx context.Context, end stream.End, lastWriteFailed bool) error {
+	if !lastWriteFailed && end != stream.EndWriteFailed && end != stream.EndClientGone {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "write_failed: the stream ended (%s) before its last event could be written; resume with the last resume_token received", end)
+}
+
+func jobStatus(v core.JobView) *pb.JobStatus {
+	r := &pb.JobStatus{
+		JobId: v.ID, Queue: v.Queue, State: string(v.State), Outcome: string(v.Outcome),
+		Code: string(v.Code), Detail: v.Detail, Generation: v.Generation, HandledBy: v.HandledBy,
+		Worker: v.WorkerName, CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
+		TtlMs: v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: int64(v.Outputs),
+		LastSeq: v.LastSeq,
+		Links:   &pb.JobLinks{Self: "/v1/jobs/" + v.ID, Events: "/v1/jobs/" + v.ID + "/events"},
+	}
+	if !v.Ended.IsZero() {
+		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)
+	}
+	return r
+}
+
+type metrics struct {
+	streamsOpen     prometheus.Gauge
+	ended           *prometheus.CounterVec
+	gaps            prometheus.Counter
+	resumesAccepted prometheus.Counter
+	resumesRefused  *prometheus.CounterVec
+	slowLagEvents   prometheus.Histogram
+	slowLagBytes    prometheus.Histogram
+}
+
+// newMetrics registers the gRPC job streams' metrics: the SSE ones
+// (httpapi) under a grpc_ prefix, so the two transports can be told apart.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "grpc", Name: "job_streams_open",
+			Help: "Client gRPC job streams open on this node.",
+		}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "ended_total",
+			Help: "Client gRPC job streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).",
+		}, []string{"reason"}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "drop_oldest_gaps_total",
+			Help: "Gaps announced on drop-oldest gRPC job streams that fell behind.",
+		}),
+		resumesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "resumes_accepted_total",
+			Help: "gRPC job streams resumed from a valid resume token.",
+		}),
+		resumesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "resumes_refused_total",
+			Help: "Resume tokens refused on gRPC, by internal reason (clients always see one identical status).",
+		}, []string{"reason"}),
+		slowLagEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "slow_terminated_lag_events",
+			Help:    "Events queued for a gRPC job stream when it was terminated as a slow consumer.",
+			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
+		}),
+		slowLagBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "slow_terminated_lag_bytes",
+			Help:    "Bytes queued for a gRPC job stream when it was terminated as a slow consumer.",
+			Buckets: prometheus.ExponentialBuckets(4096, 2, 16),
+		}),
+	}
+	for _, r := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
+		m.ended.WithLabelValues(string(r))
+	}
+	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused, m.slowLagEvents, m.slowLagBytes)
+	return m
+}
