@@ -38,6 +38,7 @@ type Node struct {
 	cat     *catalog.Catalog
 	engine  *core.Engine
 	workers *workerapi.Server
+	jobs    *jobapi.Server
 	grpc    *grpc.Server
 	http    *http.Server
 
@@ -102,7 +103,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := jobapi.New(n.engine, jobapi.Config{
+	n.jobs, err = jobapi.New(n.engine, jobapi.Config{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, Logger: log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
@@ -126,7 +127,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	pb.RegisterWorkerServiceServer(n.grpc, n.workers)
-	pb.RegisterJobServiceServer(n.grpc, jobs)
+	pb.RegisterJobServiceServer(n.grpc, n.jobs)
 
 	// Streams watch this context: cancelling it is how shutdown ends SSE
 	// handlers, which http.Server.Shutdown alone would wait for forever.
@@ -238,6 +239,7 @@ func (n *Node) stop(ctx context.Context) error {
 	// say: stop at once rather than let GracefulStop wait on idle streams.
 	n.grpc.Stop()
 	n.workers.Wait()
+	n.jobs.Wait()
 	n.engine.Close()
 	if err := n.cat.Close(ctx); err != nil {
 		errs = append(errs, err)

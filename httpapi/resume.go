@@ -2,12 +2,11 @@ package httpapi
 
 import (
 	"net/http"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
 // CodeInvalidResumeToken is the one answer to every resume token that does
@@ -15,14 +14,16 @@ import (
 // from the response. The reason is logged and counted internally.
 const CodeInvalidResumeToken core.Code = "invalid_resume_token"
 
+// positions are this node's token rules, shared with every transport.
+func (s *Server) positions() stream.Positions {
+	return stream.Positions{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch()}
+}
+
 // token signs the position of the event seq for this caller and filter.
 // A token that cannot be signed (never for ids this node makes) is sent as
 // no id at all: the client then resumes from its previous id.
 func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
-	tok, err := s.cfg.Keyring.Sign(resume.Position{
-		Stream: j.ID, Generation: j.StreamGeneration(), Seq: seq, Snapshot: s.e.Epoch(),
-		Caller: caller, Filter: filter,
-	}, time.Now(), s.cfg.TokenTTL)
+	tok, err := s.positions().Token(j, seq, caller, filter)
 	if err != nil {
 		s.log.Warn("sign resume token", "job", j.ID, "err", err)
 		return ""
@@ -41,17 +42,7 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 	if raw == "" {
 		return 0, nil
 	}
-	pos, err := s.cfg.Keyring.Verify(raw, time.Now(), resume.Expect{
-		Stream: j.ID, Caller: callerFingerprint(r), Filter: filterFingerprint(filter),
-	})
-	if err == nil {
-		err = pos.Check(j.StreamGeneration(), s.e.Epoch())
-	}
-	if err == nil && pos.Seq > j.History.Head() {
-		// Signed by us but ahead of the history: only possible across an
-		// epoch we failed to notice. Refuse rather than skip.
-		err = &resume.InvalidError{Reason: "ahead_of_history"}
-	}
+	seq, err := s.positions().Verify(j, raw, callerFingerprint(r), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.resumesRefused.WithLabelValues(reason).Inc()
@@ -59,49 +50,24 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 		return 0, errInvalidResumeToken
 	}
 	s.m.resumesAccepted.Inc()
-	return pos.Seq, nil
+	return seq, nil
 }
 
 var errInvalidResumeToken = &core.Error{Code: CodeInvalidResumeToken, Detail: "the resume token is not valid for this stream"}
 
-// callerFingerprint identifies who a token is issued to. Until the node
-// authenticates callers, the caller is whatever Authorization they present
-// (hashed; possibly none): a token issued under one credential does not
-// resume under another.
 func callerFingerprint(r *http.Request) [16]byte {
-	return resume.Fingerprint("authorization", r.Header.Get("Authorization"))
+	return stream.CallerFingerprint(r.Header.Get("Authorization"))
 }
 
-// filterFingerprint binds a token to the event types the stream was opened
-// with, so a resume cannot widen or narrow what the positions refer to.
 func filterFingerprint(filter map[core.EventKind]bool) [16]byte {
-	if filter == nil {
-		return resume.Fingerprint("types", "*")
-	}
-	parts := []string{"types"}
-	for k := range filter {
-		parts = append(parts, string(k))
-	}
-	slices.Sort(parts[1:])
-	return resume.Fingerprint(parts...)
+	return stream.FilterFingerprint(filter)
 }
 
-// parseFilter reads ?types=output,done. Unknown types are refused rather
-// than ignored: a filter that silently matches nothing is a bug report.
+// parseFilter reads ?types=output,done.
 func parseFilter(r *http.Request) (map[core.EventKind]bool, error) {
 	raw := r.URL.Query().Get("types")
 	if raw == "" {
 		return nil, nil
 	}
-	f := map[core.EventKind]bool{}
-	for _, t := range strings.Split(raw, ",") {
-		k := core.EventKind(strings.TrimSpace(t))
-		switch k {
-		case core.EventAccepted, core.EventOutput, core.EventDone, core.EventError:
-			f[k] = true
-		default:
-			return nil, &core.Error{Code: core.CodeInvalidField, Field: "types", Detail: "types is a comma-separated list of accepted, output, done, error"}
-		}
-	}
-	return f, nil
+	return stream.ParseTypes(strings.Split(raw, ","))
 }

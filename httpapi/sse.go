@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -107,29 +105,5 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
 }
 
-// eventData is the JSON data of an event: the stream envelope (job id,
-// stream generation, sequence, snapshot version, and the attempt — the
-// binding generation that produced it) followed by the event's own fields.
-func eventData(j *core.Job, ev core.Event, snap uint64) []byte {
-	var b bytes.Buffer
-	b.Grow(len(ev.Data) + 96)
-	b.WriteString(`{"job_id":`)
-	b.Write(mustJSON(j.ID))
-	b.WriteString(`,"gen":`)
-	b.WriteString(strconv.FormatUint(j.StreamGeneration(), 10))
-	b.WriteString(`,"seq":`)
-	b.WriteString(strconv.FormatUint(ev.Seq, 10))
-	b.WriteString(`,"snap":`)
-	b.WriteString(strconv.FormatUint(snap, 10))
-	b.WriteString(`,"attempt":`)
-	b.WriteString(strconv.FormatUint(ev.Gen, 10))
-	// An object with no fields ("{}", "{ }") adds nothing: writing its
-	// closing brace after a comma would not be JSON.
-	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 && len(bytes.TrimSpace(inner[1:len(inner)-1])) > 0 {
-		b.WriteByte(',')
-		b.Write(inner[1:])
-	} else {
-		b.WriteByte('}')
-	}
-	return b.Bytes()
-}
+// eventData is the JSON data of an event, shared with every transport.
+func eventData(j *core.Job, ev core.Event, snap uint64) []byte { return stream.EventData(j, ev, snap) }

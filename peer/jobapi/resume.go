@@ -1,34 +1,30 @@
 package jobapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
-// The functions in this file are the gRPC side of rules httpapi applies to
-// SSE (httpapi/resume.go and httpapi/sse.go). Tokens are interchangeable
-// between the two transports only while these stay byte-for-byte in step:
-// the same Position, the same caller and filter fingerprints, the same
-// event data. They are copies until they move to a shared package.
+// The token, fingerprint and envelope rules live in core/stream, shared
+// with httpapi, so tokens are interchangeable between the two transports.
+
+// positions are this node's token rules, shared with SSE: a token from
+// either transport resumes on the other.
+func (s *Server) positions() stream.Positions {
+	return stream.Positions{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch()}
+}
 
 // token signs the position of the event seq for this caller and filter. A
 // token that cannot be signed (never for ids this node makes) is sent as no
 // token at all: the client then resumes from its previous one.
 func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
-	tok, err := s.cfg.Keyring.Sign(resume.Position{
-		Stream: j.ID, Generation: j.StreamGeneration(), Seq: seq, Snapshot: s.e.Epoch(),
-		Caller: caller, Filter: filter,
-	}, time.Now(), s.cfg.TokenTTL)
+	tok, err := s.positions().Token(j, seq, caller, filter)
 	if err != nil {
 		s.log.Warn("sign resume token", "job", j.ID, "err", err)
 		return ""
@@ -44,17 +40,7 @@ func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, fi
 	if raw == "" {
 		return 0, nil
 	}
-	pos, err := s.cfg.Keyring.Verify(raw, time.Now(), resume.Expect{
-		Stream: j.ID, Caller: callerFingerprint(ctx), Filter: filterFingerprint(filter),
-	})
-	if err == nil {
-		err = pos.Check(j.StreamGeneration(), s.e.Epoch())
-	}
-	if err == nil && pos.Seq > j.History.Head() {
-		// Signed by us but ahead of the history: only possible across an
-		// epoch we failed to notice. Refuse rather than skip.
-		err = &resume.InvalidError{Reason: "ahead_of_history"}
-	}
+	seq, err := s.positions().Verify(j, raw, callerFingerprint(ctx), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.resumesRefused.WithLabelValues(reason).Inc()
@@ -62,83 +48,26 @@ func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, fi
 		return 0, invalidResumeToken()
 	}
 	s.m.resumesAccepted.Inc()
-	return pos.Seq, nil
+	return seq, nil
 }
 
-// callerFingerprint identifies who a token is issued to: whatever
-// "authorization" metadata the caller presents (hashed; possibly none), as
-// httpapi does with the Authorization header — so a token issued to one
-// credential does not resume under another, on either transport.
+// callerFingerprint: the "authorization" metadata, as httpapi uses the
+// Authorization header.
 func callerFingerprint(ctx context.Context) [16]byte {
 	var auth string
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		auth = v[0]
 	}
-	return resume.Fingerprint("authorization", auth)
+	return stream.CallerFingerprint(auth)
 }
 
-// filterFingerprint binds a token to the event types the stream was opened
-// with, so a resume cannot widen or narrow what the positions refer to.
-// Identical to httpapi's.
 func filterFingerprint(filter map[core.EventKind]bool) [16]byte {
-	if filter == nil {
-		return resume.Fingerprint("types", "*")
-	}
-	parts := []string{"types"}
-	for k := range filter {
-		parts = append(parts, string(k))
-	}
-	slices.Sort(parts[1:])
-	return resume.Fingerprint(parts...)
+	return stream.FilterFingerprint(filter)
 }
 
-// parseTypes reads ResumeRequest.types. No types means every event. Unknown
-// types are refused rather than ignored, as on HTTP: a filter that silently
-// matches nothing is a bug report.
-func parseTypes(types []string) (map[core.EventKind]bool, error) {
-	if len(types) == 0 {
-		return nil, nil
-	}
-	f := map[core.EventKind]bool{}
-	for _, t := range types {
-		k := core.EventKind(strings.TrimSpace(t))
-		switch k {
-		case core.EventAccepted, core.EventOutput, core.EventDone, core.EventError:
-			f[k] = true
-		default:
-			return nil, &core.Error{Code: core.CodeInvalidField, Field: "types", Detail: "types is a list of accepted, output, done, error"}
-		}
-	}
-	return f, nil
-}
+func parseTypes(types []string) (map[core.EventKind]bool, error) { return stream.ParseTypes(types) }
 
-// eventData is the JSON data of an event, byte for byte what the SSE event
-// carries: the stream envelope (job id, stream generation, sequence,
-// snapshot version, and the attempt — the binding generation that produced
-// it) followed by the event's own fields.
-func eventData(j *core.Job, ev core.Event, snap uint64) []byte {
-	var b bytes.Buffer
-	b.Grow(len(ev.Data) + 96)
-	b.WriteString(`{"job_id":`)
-	b.Write(mustJSON(j.ID))
-	b.WriteString(`,"gen":`)
-	b.WriteString(strconv.FormatUint(j.StreamGeneration(), 10))
-	b.WriteString(`,"seq":`)
-	b.WriteString(strconv.FormatUint(ev.Seq, 10))
-	b.WriteString(`,"snap":`)
-	b.WriteString(strconv.FormatUint(snap, 10))
-	b.WriteString(`,"attempt":`)
-	b.WriteString(strconv.FormatUint(ev.Gen, 10))
-	// An object with no fields ("{}", "{ }") adds nothing: writing its
-	// closing brace after a comma would not be JSON.
-	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 && len(bytes.TrimSpace(inner[1:len(inner)-1])) > 0 {
-		b.WriteByte(',')
-		b.Write(inner[1:])
-	} else {
-		b.WriteByte('}')
-	}
-	return b.Bytes()
-}
+func eventData(j *core.Job, ev core.Event, snap uint64) []byte { return stream.EventData(j, ev, snap) }
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

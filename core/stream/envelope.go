@@ -1,0 +1,124 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
+)
+
+// This file holds what every transport of a job stream must do byte for
+// byte the same, so that a resume token from one (an SSE id) resumes on
+// another (a gRPC Resume): the event envelope, the fingerprints and the
+// token rules.
+
+// EventData is the JSON data of a job event: the stream envelope (job id,
+// stream generation, sequence, snapshot version, and the attempt — the
+// binding generation that produced it) followed by the event's own fields.
+func EventData(j *core.Job, ev core.Event, snap uint64) []byte {
+	var b bytes.Buffer
+	b.Grow(len(ev.Data) + 96)
+	b.WriteString(`{"job_id":`)
+	id, _ := json.Marshal(j.ID)
+	b.Write(id)
+	b.WriteString(`,"gen":`)
+	b.WriteString(strconv.FormatUint(j.StreamGeneration(), 10))
+	b.WriteString(`,"seq":`)
+	b.WriteString(strconv.FormatUint(ev.Seq, 10))
+	b.WriteString(`,"snap":`)
+	b.WriteString(strconv.FormatUint(snap, 10))
+	b.WriteString(`,"attempt":`)
+	b.WriteString(strconv.FormatUint(ev.Gen, 10))
+	// An object with no fields ("{}", "{ }") adds nothing: writing its
+	// closing brace after a comma would not be JSON.
+	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 && len(bytes.TrimSpace(inner[1:len(inner)-1])) > 0 {
+		b.WriteByte(',')
+		b.Write(inner[1:])
+	} else {
+		b.WriteByte('}')
+	}
+	return b.Bytes()
+}
+
+// CallerFingerprint identifies who a token is issued to. Until nodes
+// authenticate callers, the caller is whatever credential they present
+// (the Authorization header, or "authorization" gRPC metadata; possibly
+// none), hashed: a token issued under one credential does not resume under
+// another, on any transport.
+func CallerFingerprint(credential string) [16]byte {
+	return resume.Fingerprint("authorization", credential)
+}
+
+// FilterFingerprint binds a token to the event types a stream was opened
+// with, so a resume cannot widen or narrow what its positions refer to.
+func FilterFingerprint(filter map[core.EventKind]bool) [16]byte {
+	if filter == nil {
+		return resume.Fingerprint("types", "*")
+	}
+	parts := []string{"types"}
+	for k := range filter {
+		parts = append(parts, string(k))
+	}
+	slices.Sort(parts[1:])
+	return resume.Fingerprint(parts...)
+}
+
+// ParseTypes reads a stream's event-type filter. None means every event.
+// Unknown types are refused rather than ignored: a filter that silently
+// matches nothing is a bug report.
+func ParseTypes(types []string) (map[core.EventKind]bool, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	f := map[core.EventKind]bool{}
+	for _, t := range types {
+		k := core.EventKind(strings.TrimSpace(t))
+		switch k {
+		case core.EventAccepted, core.EventOutput, core.EventDone, core.EventError:
+			f[k] = true
+		default:
+			return nil, &core.Error{Code: core.CodeInvalidField, Field: "types", Detail: "types is a list of accepted, output, done, error"}
+		}
+	}
+	return f, nil
+}
+
+// Positions signs and verifies the resume tokens of one node's job streams.
+type Positions struct {
+	Keyring *resume.Keyring
+	TTL     time.Duration
+	// Snapshot is the snapshot version of every history on this node.
+	Snapshot uint64
+}
+
+// Token signs the position of the event seq of j for this caller and filter.
+func (p Positions) Token(j *core.Job, seq uint64, caller, filter [16]byte) (string, error) {
+	return p.Keyring.Sign(resume.Position{
+		Stream: j.ID, Generation: j.StreamGeneration(), Seq: seq, Snapshot: p.Snapshot,
+		Caller: caller, Filter: filter,
+	}, time.Now(), p.TTL)
+}
+
+// Verify returns the position a token resumes after. Every failure matches
+// resume.ErrInvalidToken and carries an internal reason (resume.ReasonOf)
+// for logs and counters; transports answer all of them identically.
+func (p Positions) Verify(j *core.Job, raw string, caller, filter [16]byte) (uint64, error) {
+	pos, err := p.Keyring.Verify(raw, time.Now(), resume.Expect{Stream: j.ID, Caller: caller, Filter: filter})
+	if err == nil {
+		err = pos.Check(j.StreamGeneration(), p.Snapshot)
+	}
+	if err == nil && pos.Seq > j.History.Head() {
+		// Signed by us but ahead of the history: only possible across a
+		// snapshot we failed to notice. Refuse rather than skip.
+		err = &resume.InvalidError{Reason: "ahead_of_history"}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return pos.Seq, nil
+}
