@@ -22,6 +22,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer/catalog"
 	"github.com/switchyard/switchyard/peer/jobapi"
@@ -99,12 +100,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	hcfg.StreamMetrics = stream.NewMetrics(n.reg)
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return nil, err
 	}
 	n.jobs, err = jobapi.New(n.engine, jobapi.Config{
-		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, Logger: log.With("system", "jobs"),
+		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
+		Logger: log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
 		return nil, err

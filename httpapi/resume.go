@@ -45,11 +45,11 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 	seq, err := s.positions().Verify(j, raw, callerFingerprint(r), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
-		s.m.resumesRefused.WithLabelValues(reason).Inc()
+		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
 		return 0, errInvalidResumeToken
 	}
-	s.m.resumesAccepted.Inc()
+	s.m.Resumed()
 	return seq, nil
 }
 

@@ -33,6 +33,9 @@ type Config struct {
 	Keyring *resume.Keyring
 	// TokenTTL is how long a resume token stays valid.
 	TokenTTL time.Duration
+	// StreamMetrics are the node's client-stream metrics, shared with the
+	// other stream transports; nil registers a set of its own.
+	StreamMetrics *stream.Metrics
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -57,7 +60,7 @@ type Server struct {
 	e   *core.Engine
 	cfg Config
 	log *slog.Logger
-	m   *metrics
+	m   *stream.TransportMetrics
 	mux *chi.Mux
 }
 
@@ -82,7 +85,10 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
-	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: newMetrics(reg)}
+	if cfg.StreamMetrics == nil {
+		cfg.StreamMetrics = stream.NewMetrics(reg)
+	}
+	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse")}
 	s.mux = s.routes()
 	return s, nil
 }
@@ -134,54 +140,4 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
-}
-
-type metrics struct {
-	streamsOpen     prometheus.Gauge
-	ended           *prometheus.CounterVec
-	gaps            prometheus.Counter
-	resumesAccepted prometheus.Counter
-	resumesRefused  *prometheus.CounterVec
-	slowLagEvents   prometheus.Histogram
-	slowLagBytes    prometheus.Histogram
-}
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "switchyard", Subsystem: "http", Name: "streams_open",
-			Help: "Client SSE streams open on this node.",
-		}),
-		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "ended_total",
-			Help: "Client streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).",
-		}, []string{"reason"}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "drop_oldest_gaps_total",
-			Help: "Gaps announced on drop-oldest streams that fell behind.",
-		}),
-		resumesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_accepted_total",
-			Help: "Streams resumed from a valid resume token.",
-		}),
-		resumesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_refused_total",
-			Help: "Resume tokens refused, by internal reason (clients always see one identical error).",
-		}, []string{"reason"}),
-		slowLagEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_events",
-			Help:    "Events queued for a stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
-		}),
-		slowLagBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_bytes",
-			Help:    "Bytes queued for a stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(4096, 2, 16),
-		}),
-	}
-	for _, r := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
-		m.ended.WithLabelValues(string(r))
-	}
-	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused, m.slowLagEvents, m.slowLagBytes)
-	return m
 }

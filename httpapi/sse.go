@@ -86,7 +86,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	w.WriteHeader(http.StatusOK)
 
 	s.e.StreamOpened(j.ID)
-	s.m.streamsOpen.Inc()
+	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
 	caller, filterFP := callerFingerprint(r), filterFingerprint(filter)
@@ -94,12 +94,8 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
 	}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch()})
-	s.m.streamsOpen.Dec()
-	s.m.ended.WithLabelValues(string(res.End)).Inc()
-	s.m.gaps.Add(float64(res.Gaps))
+	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.m.slowLagEvents.Observe(float64(res.LagEvents))
-		s.m.slowLagBytes.Observe(float64(res.LagBytes))
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
 	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())

@@ -331,7 +331,7 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 			t.Logf("events request %d resumed after seq %d", i+2, st.Seqs[slices.Index(st.IDs, id)])
 		}
 	}
-	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", nil); got < 2 {
+	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", map[string]string{"transport": "sse"}); got < 2 {
 		t.Errorf("switchyard_stream_resumes_accepted_total = %v, want >= 2", got)
 	}
 	if t.Failed() {

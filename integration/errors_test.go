@@ -140,7 +140,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	b, _ := io.ReadAll(res.Body)
 	for _, want := range []string{
 		`switchyard_jobs_total{outcome="completed"} 0`, "switchyard_workers_connected 0",
-		"switchyard_http_streams_open 0", "switchyard_time_to_first_output_seconds_bucket",
+		`switchyard_stream_open{transport="sse"} 0`, "switchyard_time_to_first_output_seconds_bucket",
 		"go_goroutines",
 	} {
 		if !strings.Contains(string(b), want) {

@@ -235,10 +235,10 @@ func TestGRPCSubmitStreamsInOrder(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339Nano, js.GetCreatedAt()); err != nil {
 		t.Errorf("created_at %q: %v", js.GetCreatedAt(), err)
 	}
-	if got := metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "terminal"}); got != 1 {
+	if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "terminal"}); got != 1 {
 		t.Errorf("grpc streams ended terminal = %v, want 1", got)
 	}
-	if got := metric(t, n, "switchyard_grpc_job_streams_open", nil); got != 0 {
+	if got := metric(t, n, "switchyard_stream_open", map[string]string{"transport": "grpc"}); got != 0 {
 		t.Errorf("grpc job streams open = %v after the stream ended", got)
 	}
 }
@@ -279,7 +279,7 @@ func TestGRPCClientLeavingCancelsJob(t *testing.T) {
 		t.Errorf("job %v", js)
 	}
 	waitFor(t, 5*time.Second, "stream counted as client_gone", func() bool {
-		return metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "client_gone"}) == 1
+		return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "client_gone"}) == 1
 	})
 }
 
@@ -323,7 +323,7 @@ func TestGRPCResumeFromEveryEvent(t *testing.T) {
 		t.Fatalf("resume from a resumed stream's token: %v, %v", seqs(rest), err)
 	}
 	// Seven tokens, then two more: the empty token is not a resume.
-	if got := metric(t, n, "switchyard_grpc_stream_resumes_accepted_total", nil); got != 9 {
+	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", map[string]string{"transport": "grpc"}); got != 9 {
 		t.Errorf("resumes accepted = %v, want 9", got)
 	}
 }
@@ -413,7 +413,7 @@ func TestGRPCInvalidResumeTokens(t *testing.T) {
 	}
 	var refused float64
 	for _, r := range append([]string{"ahead_of_history"}, reasonsOf()...) {
-		refused += metric(t, n, "switchyard_grpc_stream_resumes_refused_total", map[string]string{"reason": r})
+		refused += metric(t, n, "switchyard_stream_resumes_refused_total", map[string]string{"transport": "grpc", "reason": r})
 	}
 	if refused != float64(len(cases)) {
 		t.Errorf("refused resumes counted %v, want %d", refused, len(cases))
@@ -540,7 +540,7 @@ func TestGRPCSubmitRefusals(t *testing.T) {
 		t.Fatalf("keyed submit: %v, %v", kinds(evs), err)
 	}
 	wantStatus(t, submitErr("other", `{"input":"x"}`, "key-1"), codes.AlreadyExists, "idempotency_key_reused")
-	if got := metric(t, n, "switchyard_grpc_job_streams_open", nil); got != 0 {
+	if got := metric(t, n, "switchyard_stream_open", map[string]string{"transport": "grpc"}); got != 0 {
 		t.Errorf("grpc job streams open = %v", got)
 	}
 }
@@ -569,7 +569,7 @@ func TestGRPCIdempotentSubmitDoesNotOwnTheJob(t *testing.T) {
 	}
 	cancel()
 	waitFor(t, 5*time.Second, "the retried stream to end", func() bool {
-		return metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "client_gone"}) == 1
+		return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "client_gone"}) == 1
 	})
 	evs, err := recvAll(owner)
 	if err != nil || evs[len(evs)-1].GetKind() != "done" {
@@ -651,7 +651,7 @@ func TestGRPCHeartbeatsAndIdle(t *testing.T) {
 		dataField[uint64](t, term, "resume_after_seq") != 1 || dataField[string](t, term, "job_id") != evs[0].GetJobId() {
 		t.Errorf("terminated: %v %s", term, term.GetDataJson())
 	}
-	if got := metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "idle"}); got != 1 {
+	if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "idle"}); got != 1 {
 		t.Errorf("idle ends = %v", got)
 	}
 	rest, err := resumeAll(t, t.Context(), c, &pb.ResumeRequest{JobId: evs[0].GetJobId(), ResumeToken: evs[0].GetResumeToken()})
@@ -760,14 +760,14 @@ func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
 				}
 			} else {
 				waitFor(t, 10*time.Second, "the stream to be terminated", func() bool {
-					return metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "slow"}) == 1
+					return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}) == 1
 				})
 				evs, err = recvAll(st)
 				if status.Code(err) != codes.Unavailable || !strings.HasPrefix(status.Convert(err).Message(), "write_failed: ") {
 					t.Fatalf("after %d buffered events: %v, want UNAVAILABLE write_failed", len(evs), err)
 				}
 			}
-			if got := metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "slow"}); got != 1 {
+			if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}); got != 1 {
 				t.Errorf("slow ends = %v", got)
 			}
 			last := checkContiguous(t, evs, 2)
@@ -847,7 +847,7 @@ func TestGRPCDropOldest(t *testing.T) {
 		t.Fatalf("stream ended before %d with %d gaps", next, gaps)
 	}
 	t.Logf("%d gaps, %d events dropped", gaps, dropped)
-	if got := metric(t, n, "switchyard_grpc_stream_drop_oldest_gaps_total", nil); got != float64(gaps) {
+	if got := metric(t, n, "switchyard_stream_drop_oldest_gaps_total", map[string]string{"transport": "grpc"}); got != float64(gaps) {
 		t.Errorf("gaps counted %v, seen %d", got, gaps)
 	}
 }
@@ -893,10 +893,10 @@ func TestGRPCClientNotReadingFailsWritesAndCancelsJob(t *testing.T) {
 	first := mustRecv(t, st)
 	t0 := time.Now()
 	waitFor(t, 10*time.Second, "the stream to fail its writes", func() bool {
-		return metric(t, n, "switchyard_grpc_stream_ended_total", map[string]string{"reason": "write_failed"}) == 1
+		return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "write_failed"}) == 1
 	})
 	t.Logf("write failed %s after the client stopped reading", time.Since(t0))
-	if got := metric(t, n, "switchyard_grpc_job_streams_open", nil); got != 0 {
+	if got := metric(t, n, "switchyard_stream_open", map[string]string{"transport": "grpc"}); got != 0 {
 		t.Errorf("grpc job streams open = %v after the write failed", got)
 	}
 	recvWithin(t, stopped, 5*time.Second, "the worker to be stopped")

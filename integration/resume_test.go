@@ -143,7 +143,7 @@ func TestResumeAcrossRandomDisconnects(t *testing.T) {
 		t.Fatalf("only %d reconnects over all runs: the proxy did not cut enough to test anything", totalReconnects)
 	}
 	t.Logf("%d reconnects over 12 jobs; every stream ordered, unique, gap-free", totalReconnects)
-	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", nil); got < float64(totalReconnects)/2 {
+	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", map[string]string{"transport": "sse"}); got < float64(totalReconnects)/2 {
 		t.Errorf("resumes accepted = %v for %d reconnects", got, totalReconnects)
 	}
 }
@@ -236,7 +236,7 @@ func TestBadResumeTokensAllLookTheSame(t *testing.T) {
 			t.Errorf("%s: body differs from the others:\n%s\n%s", name, body, first)
 		}
 	}
-	if got := metric(t, n, "switchyard_stream_resumes_refused_total", map[string]string{"reason": "bad_signature"}); got < 2 {
+	if got := metric(t, n, "switchyard_stream_resumes_refused_total", map[string]string{"transport": "sse", "reason": "bad_signature"}); got < 2 {
 		t.Errorf("refusals by reason bad_signature = %v", got)
 	}
 	// After the terminal event there is nothing left: 204 stops EventSource.

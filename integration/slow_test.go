@@ -139,7 +139,7 @@ func TestSlowConsumer(t *testing.T) {
 						t.Fatalf("out of order at %d: %d after %d", i, seqs[i], seqs[i-1])
 					}
 				}
-				if got := metric(t, n, "switchyard_stream_drop_oldest_gaps_total", nil); got < 1 {
+				if got := metric(t, n, "switchyard_stream_drop_oldest_gaps_total", map[string]string{"transport": "sse"}); got < 1 {
 					t.Fatalf("gaps metric %v", got)
 				}
 				t.Logf("drop-oldest: %d of %d events delivered, first gap %v", len(seqs), tc.n+2, gap)
@@ -150,11 +150,11 @@ func TestSlowConsumer(t *testing.T) {
 			// passes the bound — while its writer is still blocked on the
 			// client — without waiting for the client to drain anything.
 			waitFor(t, 20*time.Second, "slow stream terminated", func() bool {
-				return metric(t, n, "switchyard_stream_ended_total", map[string]string{"reason": "slow"}) == 1
+				return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "sse", "reason": "slow"}) == 1
 			})
 			terminatedAfter := time.Since(t0)
-			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events", nil)
-			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes", nil)
+			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events", map[string]string{"transport": "sse"})
+			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes", map[string]string{"transport": "sse"})
 			if lagE <= float64(tc.maxEvents) && lagB <= float64(tc.maxBytes) {
 				t.Fatalf("terminated with %v events / %v bytes queued: within the bounds", lagE, lagB)
 			}

@@ -47,7 +47,10 @@ type Config struct {
 	Keyring *resume.Keyring
 	// TokenTTL is how long a resume token stays valid.
 	TokenTTL time.Duration
-	Logger   *slog.Logger
+	// StreamMetrics are the node's client-stream metrics, shared with SSE;
+	// nil registers a set of its own.
+	StreamMetrics *stream.Metrics
+	Logger        *slog.Logger
 }
 
 // Validate refuses settings that cannot work.
@@ -67,7 +70,7 @@ type Server struct {
 	e   *core.Engine
 	cfg Config
 	log *slog.Logger
-	m   *metrics
+	m   *stream.TransportMetrics
 	wg  sync.WaitGroup
 }
 
@@ -84,7 +87,10 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	return &Server{e: e, cfg: cfg, log: cfg.Logger, m: newMetrics(reg)}, nil
+	if cfg.StreamMetrics == nil {
+		cfg.StreamMetrics = stream.NewMetrics(reg)
+	}
+	return &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc")}, nil
 }
 
 // Wait blocks until every stream handler and its sender goroutine have
@@ -195,7 +201,7 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 	}()
 
 	s.e.StreamOpened(j.ID)
-	s.m.streamsOpen.Inc()
+	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
 	caller, filterFP := callerFingerprint(ctx), filterFingerprint(filter)
@@ -204,12 +210,8 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
 	}, snk)
 	snk.stop()
-	s.m.streamsOpen.Dec()
-	s.m.ended.WithLabelValues(string(res.End)).Inc()
-	s.m.gaps.Add(float64(res.Gaps))
+	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.m.slowLagEvents.Observe(float64(res.LagEvents))
-		s.m.slowLagBytes.Observe(float64(res.LagBytes))
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
 	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
@@ -248,56 +250,4 @@ func jobStatus(v core.JobView) *pb.JobStatus {
 		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)
 	}
 	return r
-}
-
-type metrics struct {
-	streamsOpen     prometheus.Gauge
-	ended           *prometheus.CounterVec
-	gaps            prometheus.Counter
-	resumesAccepted prometheus.Counter
-	resumesRefused  *prometheus.CounterVec
-	slowLagEvents   prometheus.Histogram
-	slowLagBytes    prometheus.Histogram
-}
-
-// newMetrics registers the gRPC job streams' metrics: the SSE ones
-// (httpapi) under a grpc_ prefix, so the two transports can be told apart.
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "switchyard", Subsystem: "grpc", Name: "job_streams_open",
-			Help: "Client gRPC job streams open on this node.",
-		}),
-		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "ended_total",
-			Help: "Client gRPC job streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).",
-		}, []string{"reason"}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "drop_oldest_gaps_total",
-			Help: "Gaps announced on drop-oldest gRPC job streams that fell behind.",
-		}),
-		resumesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "resumes_accepted_total",
-			Help: "gRPC job streams resumed from a valid resume token.",
-		}),
-		resumesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "resumes_refused_total",
-			Help: "Resume tokens refused on gRPC, by internal reason (clients always see one identical status).",
-		}, []string{"reason"}),
-		slowLagEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "slow_terminated_lag_events",
-			Help:    "Events queued for a gRPC job stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
-		}),
-		slowLagBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "grpc_stream", Name: "slow_terminated_lag_bytes",
-			Help:    "Bytes queued for a gRPC job stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(4096, 2, 16),
-		}),
-	}
-	for _, r := range []stream.End{stream.EndTerminal, stream.EndClientGone, stream.EndWriteFailed, stream.EndSlow, stream.EndIdle, stream.EndMaxDuration, stream.EndResync} {
-		m.ended.WithLabelValues(string(r))
-	}
-	reg.MustRegister(m.streamsOpen, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused, m.slowLagEvents, m.slowLagBytes)
-	return m
 }

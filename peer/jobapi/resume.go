@@ -43,11 +43,11 @@ func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, fi
 	seq, err := s.positions().Verify(j, raw, callerFingerprint(ctx), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
-		s.m.resumesRefused.WithLabelValues(reason).Inc()
+		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
 		return 0, invalidResumeToken()
 	}
-	s.m.resumesAccepted.Inc()
+	s.m.Resumed()
 	return seq, nil
 }
 
