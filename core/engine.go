@@ -51,7 +51,7 @@ func DefaultConfig() Config {
 		DispatchTimeoutFraction: 0.25,
 		DispatchTimeoutFloor:    100 * time.Millisecond,
 		DispatchTimeoutCeiling:  5 * time.Second,
-		HistoryEvents:           4096,
+		HistoryEvents:           8192,
 		HistoryBytes:            8 << 20,
 		Retention:               5 * time.Minute,
 		ExpirySlack:             100 * time.Millisecond,

@@ -58,8 +58,8 @@ type Policy struct {
 // otherwise.
 func DefaultPolicy() Policy {
 	return Policy{
-		MaxLagEvents: 256,
-		MaxLagBytes:  1 << 20,
+		MaxLagEvents: 1024,
+		MaxLagBytes:  4 << 20,
 		Setup:        10 * time.Second,
 		Idle:         5 * time.Minute,
 		MaxDuration:  time.Hour,
