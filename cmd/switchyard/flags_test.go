@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Flags come from SWITCHYARD_<FLAG> when not given; the command line wins.
+func TestParseFlagsEnvironment(t *testing.T) {
+	t.Setenv("SWITCHYARD_HTTP_ADDR", "0.0.0.0:1")
+	t.Setenv("SWITCHYARD_DRAIN_TIMEOUT", "7s")
+	t.Setenv("SWITCHYARD_NAME", "from-env")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg, finish := nodeFlags(fs)
+	if err := parseFlags(fs, []string{"--name", "from-flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != "0.0.0.0:1" || cfg.DrainTimeout != 7*time.Second || cfg.Name != "from-flag" {
+		t.Fatalf("got http=%s drain=%s name=%s", cfg.HTTPAddr, cfg.DrainTimeout, cfg.Name)
+	}
+	if cfg.DataDir != "data/from-flag" {
+		t.Errorf("data dir %q, want data/<name>", cfg.DataDir)
+	}
+}
+
+func TestParseFlagsBadEnvironmentNamesTheVariable(t *testing.T) {
+	t.Setenv("SWITCHYARD_DRAIN_TIMEOUT", "soon")
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	nodeFlags(fs)
+	err := parseFlags(fs, nil)
+	if err == nil || !strings.Contains(err.Error(), "SWITCHYARD_DRAIN_TIMEOUT") {
+		t.Fatalf("got %v, want an error naming SWITCHYARD_DRAIN_TIMEOUT", err)
+	}
+}
+
+func TestResumeKeyFlags(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg, finish := nodeFlags(fs)
+	key := "k1:" + "MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE="
+	if err := parseFlags(fs, []string{"--resume-key", key, "--resume-key", "k2:MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDI=", "--resume-signing-key", "k2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Keyring == nil || cfg.HTTP.Keyring.SigningKeyID() != "k2" {
+		t.Fatalf("keyring %v, want signing key k2", cfg.HTTP.Keyring)
+	}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	_, finish = nodeFlags(fs)
+	if err := parseFlags(fs, []string{"--resume-key", "k1:short"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err == nil {
+		t.Fatal("a short secret was accepted")
+	}
+}

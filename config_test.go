@@ -1,0 +1,51 @@
+package switchyard_test
+
+import (
+	"errors"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/core"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Config errors name the flag an operator has to fix.
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		mut  func(*switchyard.Config)
+	}{
+		{"", func(*switchyard.Config) {}},
+		{"http-addr", func(c *switchyard.Config) { c.HTTPAddr = "8080" }},
+		{"grpc-addr", func(c *switchyard.Config) { c.GRPCAddr = "" }},
+		{"data-dir", func(c *switchyard.Config) { c.DataDir = "" }},
+		{"lease-ttl", func(c *switchyard.Config) { c.LeaseTTL = 0 }},
+		{"drain-timeout", func(c *switchyard.Config) { c.DrainTimeout = -1 }},
+		{"max-message-bytes", func(c *switchyard.Config) { c.MaxMessageBytes = 1024 }},
+		{"name", func(c *switchyard.Config) { c.Name = "a/b" }},
+		{"zone", func(c *switchyard.Config) { c.Zone = "eu west" }},
+		{"max-queue-depth", func(c *switchyard.Config) { c.Engine.Limits.MaxQueueDepth = 0 }},
+		{"default-ttl", func(c *switchyard.Config) { c.Engine.Limits.DefaultTTL = c.Engine.Limits.MaxTTL * 2 }},
+		{"stream-heartbeat", func(c *switchyard.Config) { c.HTTP.Stream.Heartbeat = c.HTTP.Stream.Idle }},
+		{"worker-idle-timeout", func(c *switchyard.Config) { c.Workers.IdleTimeout = c.Workers.HeartbeatInterval }},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			c := switchyard.DefaultConfig()
+			tc.mut(&c)
+			err := c.Validate()
+			var ce *core.ConfigError
+			if tc.flag == "" {
+				if err != nil {
+					t.Fatalf("default config: %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &ce) || ce.Field != tc.flag {
+				t.Fatalf("got %v, want a ConfigError naming --%s", err, tc.flag)
+			}
+		})
+	}
+}
