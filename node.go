@@ -101,6 +101,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	hcfg.StreamMetrics = stream.NewMetrics(n.reg)
+	hcfg.Cluster = n.cat
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -277,4 +278,31 @@ func (e *Engine) failAtIngressLocked(d Delivery, code Code, detail string) {
 	if j := e.jobs[d.JobID]; j != nil {
 		e.finishLocked(j, code, detail, nil)
 	}
+}
+
+// QueueStat is one queue as this node's dispatcher holds it.
+type QueueStat struct {
+	Name    string
+	Depth   int
+	Bytes   int64
+	Bound   int
+	Workers int
+}
+
+// QueueStats returns the queues this node holds, sorted by name.
+func (e *Engine) QueueStats() []QueueStat {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]QueueStat, 0, len(e.queues))
+	for _, q := range e.queues {
+		n := 0
+		for _, w := range q.workers {
+			if !w.gone {
+				n++
+			}
+		}
+		out = append(out, QueueStat{Name: q.name, Depth: len(q.pending), Bytes: q.bytes, Bound: len(q.bound), Workers: n})
+	}
+	slices.SortFunc(out, func(a, b QueueStat) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

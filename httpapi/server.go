@@ -36,6 +36,9 @@ type Config struct {
 	// StreamMetrics are the node's client-stream metrics, shared with the
 	// other stream transports; nil registers a set of its own.
 	StreamMetrics *stream.Metrics
+	// Cluster is the catalog view behind the cluster and queue views; nil
+	// shows an empty cluster.
+	Cluster ClusterView
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -82,6 +85,9 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		}
 		cfg.Keyring = ring
 	}
+	if cfg.Cluster == nil {
+		cfg.Cluster = emptyCluster{}
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -115,6 +121,9 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/jobs/{id}", s.handleGetJob)
 		r.Delete("/jobs/{id}", s.handleCancel)
 		r.Get("/jobs/{id}/events", s.handleEvents)
+		r.Get("/cluster/nodes", s.handleNodes)
+		r.Get("/queues", s.handleQueues)
+		r.Get("/queues/{queue}", s.handleQueue)
 	})
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
