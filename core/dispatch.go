@@ -35,6 +35,8 @@ type queue struct {
 	// dispatching and again make dispatchLocked safe to re-enter: dropping a
 	// worker mid-pass (a failed send) dispatches again from inside the pass.
 	dispatching, again bool
+	// reap removes the queue once it has been empty for QueueIdle.
+	reap *time.Timer
 }
 
 // task is a pending or bound job on the dispatcher.
@@ -51,8 +53,31 @@ func (e *Engine) queueLocked(name string) *queue {
 	if q == nil {
 		q = &queue{name: name, bound: map[string]*task{}}
 		e.queues[name] = q
+		e.idleLocked(q)
 	}
 	return q
+}
+
+// idleLocked arms the reaper of a queue that has just become empty: no
+// waiting job, no bound job, no worker. Queues are created implicitly by
+// any name a caller posts to, so without this the map would only grow.
+func (e *Engine) idleLocked(q *queue) {
+	if len(q.pending) > 0 || len(q.bound) > 0 || len(q.workers) > 0 || e.closed {
+		return
+	}
+	stopTimer(q.reap)
+	q.reap = time.AfterFunc(e.cfg.QueueIdle, func() { e.reapQueue(q) })
+}
+
+func (e *Engine) reapQueue(q *queue) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.queues[q.name] != q || len(q.pending) > 0 || len(q.bound) > 0 || len(q.workers) > 0 {
+		return
+	}
+	delete(e.queues, q.name)
+	e.m.QueueDepth.DeleteLabelValues(q.name)
+	e.log.Debug("queue reaped", "queue", q.name)
 }
 
 // enqueueLocked takes a delivery into a queue, or refuses it synchronously
@@ -98,6 +123,7 @@ func (e *Engine) removePendingLocked(q *queue, t *task) bool {
 	q.bytes -= int64(len(t.d.Input))
 	stopTimer(t.timer)
 	e.m.QueueDepth.WithLabelValues(q.name).Set(float64(len(q.pending)))
+	e.idleLocked(q)
 	return true
 }
 
@@ -219,6 +245,7 @@ func (e *Engine) unbindLocked(id string, queueName string) *task {
 	if t != nil {
 		t.worker = nil
 	}
+	e.idleLocked(q)
 	return t
 }
 

@@ -36,6 +36,9 @@ type Config struct {
 	// the worker) and the ingress timer is only the backstop that makes a
 	// lost hop end in a terminal event rather than a hang.
 	ExpirySlack time.Duration
+	// QueueIdle is how long a queue with no job and no worker lives on
+	// before the reaper removes it.
+	QueueIdle time.Duration
 	// Catalog receives consumer records; nil runs without one (unit tests).
 	Catalog Catalog
 	// Registerer receives the engine's metrics; nil means a private registry.
@@ -55,6 +58,7 @@ func DefaultConfig() Config {
 		HistoryBytes:            8 << 20,
 		Retention:               5 * time.Minute,
 		ExpirySlack:             100 * time.Millisecond,
+		QueueIdle:               5 * time.Minute,
 	}
 }
 
@@ -82,6 +86,8 @@ func (c *Config) Validate() error {
 		return &ConfigError{"history-bytes", c.HistoryBytes, errors.New("must be at least max-input-bytes")}
 	case c.Retention <= 0:
 		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
+	case c.QueueIdle <= 0:
+		return &ConfigError{"queue-idle", c.QueueIdle, errors.New("must be positive")}
 	case c.ExpirySlack < 0:
 		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
 	}
@@ -193,6 +199,7 @@ func (e *Engine) Close() {
 		stopTimer(j.graceTimer)
 	}
 	for _, q := range e.queues {
+		stopTimer(q.reap)
 		for _, t := range q.pending {
 			stopTimer(t.timer)
 		}

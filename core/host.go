@@ -211,6 +211,9 @@ func (e *Engine) detachLocked(w *Worker) {
 	}
 	e.log.Info("worker withdrawn", "consumer", w.ID, "name", w.Name, "queue", w.Queue)
 	e.dispatchLocked(q)
+	if q != nil {
+		e.idleLocked(q)
+	}
 }
 
 // bindingLocked returns the binding a worker message refers to, or nil (and

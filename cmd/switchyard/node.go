@@ -63,6 +63,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.Int64Var(&l.MaxOutputBytes, "max-output-bytes", l.MaxOutputBytes, "ceiling on a job's total output")
 	fs.DurationVar(&l.MaxGrace, "max-grace", l.MaxGrace, "ceiling on an envelope's disconnect grace window")
 	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
+	fs.DurationVar(&cfg.Engine.QueueIdle, "queue-idle", cfg.Engine.QueueIdle, "remove a queue with no job and no worker after this long")
 	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable")
 	sp := &cfg.HTTP.Stream
 	fs.IntVar(&sp.MaxLagEvents, "stream-max-events", sp.MaxLagEvents, "a client stream further behind than this many events is terminated (it resumes)")
