@@ -386,4 +386,61 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 			t.Fatalf("tampered token: %d %s, want 400 invalid_resume_token", got.Status, got.Body)
 		}
 	})
+
+	// A web app that POSTs with fetch and reads the SSE body from a
+	// ReadableStream sees every event as it is produced, in order.
+	t.Run("FetchReadableStream", func(t *testing.T) {
+		type result struct {
+			Types  []string `json:"types"`
+			Seqs   []int    `json:"seqs"`
+			Chunks int      `json:"chunks"`
+			Status int      `json:"status"`
+		}
+		got, err := chromedp.Run(step(15*time.Second), chromedp.Evaluate[result](`(async () => {
+			const r = await fetch('/v1/queues/demo/jobs', {
+				method: 'POST',
+				headers: {'Content-Type': 'application/json', 'Accept': 'text/event-stream'},
+				body: JSON.stringify({input: 'x', ttl_ms: 20000}),
+			});
+			const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+			let buf = '', chunks = 0;
+			const types = [], seqs = [];
+			for (;;) {
+				const {value, done} = await reader.read();
+				if (done) break;
+				chunks++;
+				buf += value;
+				let i;
+				while ((i = buf.indexOf('\n\n')) >= 0) {
+					const block = buf.slice(0, i);
+					buf = buf.slice(i + 2);
+					let type = 'message', data = '';
+					for (const line of block.split('\n')) {
+						if (line.startsWith('event:')) type = line.slice(6).trim();
+						if (line.startsWith('data:')) data += line.slice(5).trim();
+					}
+					if (!data) continue;
+					types.push(type);
+					seqs.push(JSON.parse(data).seq);
+				}
+			}
+			return {types, seqs, chunks, status: r.status};
+		})()`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("fetch from the page: %v", err)
+		}
+		if got.Status != 200 || len(got.Types) == 0 || got.Types[0] != "accepted" || got.Types[len(got.Types)-1] != "done" {
+			t.Fatalf("fetch stream: status %d, events %v", got.Status, got.Types)
+		}
+		for i, seq := range got.Seqs {
+			if seq != i+1 {
+				t.Fatalf("fetch stream seqs %v: not 1..n", got.Seqs)
+			}
+		}
+		// Streamed, not buffered to the end: the body arrived in pieces.
+		if got.Chunks < 3 {
+			t.Fatalf("the body arrived in %d chunks: it was buffered, not streamed", got.Chunks)
+		}
+		t.Logf("fetch + ReadableStream: %d events in %d chunks", len(got.Types), got.Chunks)
+	})
 }
