@@ -223,7 +223,12 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 			}
 		}
 	}
-	if e.cat == nil {
+	// Consumers on other nodes count only once this engine can route a job
+	// to them. Until then (no peer transport yet: docs/cluster.md) counting
+	// them would accept a job that can only wait in a queue with no worker
+	// until it expires — the "job that waits to die" the capability check
+	// exists to prevent.
+	if e.cat == nil || !e.routesRemote {
 		return false
 	}
 	for _, c := range e.cat.Consumers(queue) {

@@ -111,6 +111,9 @@ type Engine struct {
 	drained  chan struct{}
 	closed   bool
 	epoch    uint64
+	// routesRemote is set once a peer transport can carry jobs to other
+	// nodes; see capableLocked.
+	routesRemote bool
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later

@@ -1,0 +1,81 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// recordingCatalog is a core.Catalog that keeps records in memory.
+type recordingCatalog struct {
+	mu        sync.Mutex
+	consumers map[string]core.ConsumerInfo
+}
+
+var _ core.Catalog = (*recordingCatalog)(nil)
+
+func (c *recordingCatalog) PublishConsumer(_ context.Context, ci core.ConsumerInfo) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumers[ci.ID] = ci
+	return nil
+}
+
+func (c *recordingCatalog) WithdrawConsumer(_ context.Context, _, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.consumers, id)
+	return nil
+}
+
+func (c *recordingCatalog) Consumers(queue string) []core.ConsumerInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []core.ConsumerInfo
+	for _, ci := range c.consumers {
+		if ci.Queue == queue {
+			out = append(out, ci)
+		}
+	}
+	return out
+}
+
+func (c *recordingCatalog) Nodes() []core.NodeInfo { return nil }
+
+// A worker's registration is published with this node and zone and
+// withdrawn on detach; a consumer on another node does not make a job
+// acceptable while this node cannot route to it.
+func TestCatalogRecordsAndRemoteConsumers(t *testing.T) {
+	cat := &recordingCatalog{consumers: map[string]core.ConsumerInfo{}}
+	cfg := testConfig(prometheus.NewRegistry())
+	cfg.Node, cfg.Zone, cfg.Catalog = "n1", "z1", cat
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	w, err := e.AttachWorker(t.Context(), core.WorkerSpec{Queue: "q", Name: "w", Capabilities: []string{"model=a"}, Concurrency: 2}, &fakeConn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cat.Consumers("q")
+	if len(got) != 1 || got[0].ID != w.ID || got[0].Node != "n1" || got[0].Zone != "z1" || got[0].Concurrency != 2 || !got[0].Capabilities.Satisfies(map[string]string{"model": "a"}) {
+		t.Fatalf("published %+v", got)
+	}
+	w.Detach(t.Context())
+	if got := cat.Consumers("q"); len(got) != 0 {
+		t.Fatalf("after detach: %+v", got)
+	}
+
+	caps, _ := core.ParseCapabilities([]string{"model=a"})
+	_ = cat.PublishConsumer(t.Context(), core.ConsumerInfo{ID: "c_remote", Queue: "q", Node: "n2", Capabilities: caps, Concurrency: 1})
+	_, _, err = e.Submit(t.Context(), "q", env(0), core.SubmitOptions{})
+	if !errors.Is(err, core.ErrNoCapableWorker) {
+		t.Fatalf("submit with only a remote consumer: %v, want no_capable_worker until remote routing exists", err)
+	}
+}
