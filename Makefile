@@ -42,6 +42,7 @@ bench: build
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
 	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
+	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
