@@ -30,7 +30,12 @@ type Config struct {
 	EtcdClientAddr string
 	EtcdPeerAddr   string
 	EtcdEndpoints  []string
-	LeaseTTL       time.Duration
+	// EtcdInitialCluster makes the embedded member one of a cluster of
+	// nodes that each embed one ("n1=http://127.0.0.1:2380,n2=…", etcd's
+	// --initial-cluster); EtcdClusterState is "new" or "existing".
+	EtcdInitialCluster string
+	EtcdClusterState   string
+	LeaseTTL           time.Duration
 
 	// DrainTimeout bounds how long SIGTERM lets bound jobs finish.
 	DrainTimeout time.Duration

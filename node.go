@@ -74,6 +74,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.cat, err = catalog.Open(ctx, catalog.Config{
 		Name: cfg.Name, Dir: cfg.DataDir,
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
+		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState,
 		LeaseTTL: cfg.LeaseTTL, Logger: log.With("system", "catalog"),
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
 	})

@@ -50,6 +50,8 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.EtcdPeerAddr, "etcd-peer-addr", cfg.EtcdPeerAddr, "embedded etcd peer listen address")
 	var endpoints stringList
 	fs.Var(&endpoints, "etcd-endpoints", "external etcd endpoints (comma-separated); embeds nothing when set")
+	fs.StringVar(&cfg.EtcdInitialCluster, "initial-cluster", "", "embedded etcd cluster of several nodes: name=http://host:peerport,... (needs explicit --etcd-client-addr and --etcd-peer-addr)")
+	fs.StringVar(&cfg.EtcdClusterState, "initial-cluster-state", "", "new (bootstrap together) or existing (join a running cluster)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "catalog lease TTL: how long a dead node's registrations outlive it")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long bound jobs may finish")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "gRPC max message size, sent and received")
