@@ -16,6 +16,8 @@ const (
 	DefaultLeaseTTL       = 5 * time.Second
 	DefaultDialTimeout    = 5 * time.Second
 	DefaultRequestTimeout = 3 * time.Second
+	DefaultClusterState   = ClusterStateNew
+	DefaultClusterToken   = "switchyard"
 )
 
 // Config configures a Catalog. The zero value of every field but Name (and
@@ -31,12 +33,37 @@ type Config struct {
 	// on for clients and for other members. Default DefaultAddr: port 0
 	// binds an ephemeral port, which works for a single member; read the
 	// bound ports back with Catalog.ClientAddr and Catalog.PeerAddr.
+	// With InitialCluster both must be explicit (port 0 is refused): the
+	// members must know each other's addresses, and other nodes reach the
+	// cluster through the members' client addresses.
 	ClientAddr string
 	PeerAddr   string
-	// Endpoints, if set, are the client URLs of an external etcd cluster:
-	// nothing is embedded and the node keeps no catalog state on disk. The
-	// embedded-only fields (Dir, ClientAddr, PeerAddr, UnsafeNoFsync,
-	// FastElection) are then ignored.
+	// InitialCluster, if set, makes the embedded member one of a cluster of
+	// nodes that each embed a member (see cluster.go): etcd's
+	// --initial-cluster list, "n1=http://10.0.0.1:2380,n2=http://...", one
+	// entry per member, named by the member's node Name and giving its
+	// PeerAddr. This node's entry must be Name=http://PeerAddr. Keep the
+	// voting members to 3 or 5: a cluster of n survives (n-1)/2 failures, so
+	// 2 survive none (Open warns) and an even count adds no tolerance. Further
+	// nodes join as clients, with Endpoints set to the members' client URLs.
+	// Empty (the default): a single member of its own.
+	InitialCluster string
+	// ClusterState is etcd's --initial-cluster-state: ClusterStateNew (the
+	// default) when the members in InitialCluster bootstrap a new cluster
+	// together, ClusterStateExisting for a member added to a running cluster
+	// (after etcd's MemberAdd; InitialCluster then lists the current members
+	// and this one). Both only matter on the first start: a member whose
+	// data directory already holds the cluster restarts from it either way.
+	ClusterState string
+	// ClusterToken is etcd's --initial-cluster-token, from which a new
+	// cluster's id is derived: every member of one InitialCluster must use
+	// the same token. Default DefaultClusterToken.
+	ClusterToken string
+	// Endpoints, if set, are the client URLs of an external etcd cluster (or
+	// of the members of an embedded one): nothing is embedded and the node
+	// keeps no catalog state on disk. The embedded-only fields (Dir,
+	// ClientAddr, PeerAddr, ClusterState, ClusterToken, UnsafeNoFsync,
+	// FastElection) are then ignored; InitialCluster is refused.
 	Endpoints []string
 	// LeaseTTL is the TTL of the node's lease: how long after its last
 	// renewal a dead node's records outlive it. etcd leases are granted in
@@ -80,6 +107,12 @@ func (c Config) withDefaults() Config {
 		if c.PeerAddr == "" {
 			c.PeerAddr = DefaultAddr
 		}
+		if c.ClusterState == "" {
+			c.ClusterState = DefaultClusterState
+		}
+		if c.ClusterToken == "" {
+			c.ClusterToken = DefaultClusterToken
+		}
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
@@ -121,7 +154,11 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(d.PeerAddr); err != nil {
 			bad("PeerAddr", "%q is not host:port: %v", d.PeerAddr, err)
 		}
+		d.validateCluster(bad)
 	} else {
+		if d.InitialCluster != "" {
+			bad("InitialCluster", "set together with Endpoints: a node either embeds a member of the cluster (InitialCluster) or is a client of it (Endpoints)")
+		}
 		for i, ep := range d.Endpoints {
 			if ep == "" {
 				bad("Endpoints", "entry %d is empty", i)

@@ -10,8 +10,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// startEmbedded starts the single-member etcd in cfg.Dir/etcd and waits,
-// bounded by ctx, until it serves. On any failure the member is closed.
+// startEmbedded starts the embedded etcd member in cfg.Dir/etcd, a cluster of
+// its own or one of cfg.InitialCluster, and waits, bounded by ctx, until it
+// serves: for a member of a cluster, until it has joined, which for a new
+// cluster takes a quorum of members started. (etcd's own bootstrap checks
+// before that, asking the other members whether the cluster already exists,
+// are bounded by etcd: about a second for a new cluster, ten seconds per
+// peer for an existing one.) On any failure the member is closed.
 func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
@@ -28,8 +33,20 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	ec.AdvertiseClientUrls = []url.URL{curl}
 	ec.ListenPeerUrls = []url.URL{purl}
 	ec.AdvertisePeerUrls = []url.URL{purl}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.InitialClusterToken = "switchyard"
+	members := 1
+	if cfg.InitialCluster != "" {
+		ms, err := parseInitialCluster(cfg.InitialCluster) // Validate passed it
+		if err != nil {
+			return nil, fmt.Errorf("start embedded etcd: InitialCluster: %w", err)
+		}
+		members = len(ms)
+		ec.InitialCluster = joinInitialCluster(ms)
+		ec.ClusterState = cfg.ClusterState
+		logCluster(cfg.Logger, cfg, ms)
+	} else {
+		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	}
+	ec.InitialClusterToken = cfg.ClusterToken
 	// Every put of a leased record adds a revision; without compaction the
 	// member's database grows for as long as the node runs. An hour of
 	// history is far more than a watcher ever needs to catch up (one that
@@ -48,10 +65,23 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("start embedded etcd in %s: server stopped before it was ready", ec.Dir)
 	case err := <-e.Err():
-		e.Close()
+		closeUnready(e)
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
 	case <-ctx.Done():
-		e.Close()
+		closeUnready(e)
+		if members > 1 {
+			return nil, fmt.Errorf("start embedded etcd in %s: member %s has not joined its cluster of %d (a new cluster needs %d members started, see InitialCluster): %w",
+				ec.Dir, cfg.Name, members, quorum(members), ctx.Err())
+		}
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, ctx.Err())
 	}
+}
+
+// closeUnready closes a member that never became ready. embed.Etcd.Close
+// alone hangs on one: it waits for the client servers, which only give up
+// when the server stops, and it stops the server only after them. So stop
+// the server first (there is no leadership to hand over: it never served).
+func closeUnready(e *embed.Etcd) {
+	e.Server.HardStop()
+	e.Close()
 }

@@ -1,0 +1,202 @@
+package catalog
+
+// A cluster of embedding nodes. Up to a handful of nodes can each embed one
+// member of a single etcd cluster (Config.InitialCluster), so that the
+// catalog survives the loss of a node without running etcd separately:
+//
+//   - Every member is named after its node and listens on explicit client and
+//     peer addresses; the members find each other through InitialCluster.
+//   - A node's Catalog keeps using the in-process client of its own member.
+//     The member is a full member of the cluster: writes and lease grants are
+//     proposed through raft (a follower forwards them to the leader), lease
+//     renewals are forwarded to the leader, and reads are linearizable by
+//     default (a read index from the leader). Only the watch is served from
+//     the member's own copy of the store, which is what a watch is.
+//   - Open returns once the member has joined: for a new cluster that is when
+//     a quorum of members has started, so members must be started together
+//     (each Open waits for the others, bounded by its ctx).
+//   - Each node still holds its own lease and fences on it: a node whose
+//     member is cut off from the quorum cannot renew and fences, and its
+//     records expire for the others; Close revokes the lease (through the
+//     leader) before stopping the member, so its records go at once. Closing
+//     the leader's member hands leadership to another member first.
+//   - Voting members should number 3 or 5: a cluster of n survives the loss
+//     of (n-1)/2 members, so 2 survive none and an even count adds none over
+//     the odd count below it. Further nodes are clients (Config.Endpoints set
+//     to the members' client URLs) and keep no catalog state.
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// The values of Config.ClusterState.
+const (
+	// ClusterStateNew: the members of InitialCluster bootstrap a new cluster.
+	ClusterStateNew = "new"
+	// ClusterStateExisting: this member joins a running cluster that has
+	// already added it (etcd's MemberAdd).
+	ClusterStateExisting = "existing"
+)
+
+// clusterMember is one entry of Config.InitialCluster.
+type clusterMember struct {
+	name string
+	host string // host:port of its peer URL
+}
+
+func (m clusterMember) String() string { return m.name + "=http://" + m.host }
+
+// parseInitialCluster parses etcd's "name=url,name=url" list as the catalog
+// accepts it: one http URL of the form http://host:port per member (peer TLS
+// is not configured), member names that are node ids, no name or address
+// twice. Blanks around entries are ignored.
+func parseInitialCluster(s string) ([]clusterMember, error) {
+	var ms []clusterMember
+	names := map[string]bool{}
+	hosts := map[string]string{}
+	for i, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		name, raw, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("entry %d %q is not name=http://host:port", i+1, entry)
+		}
+		name, raw = strings.TrimSpace(name), strings.TrimSpace(raw)
+		if !core.ValidName(name) {
+			return nil, fmt.Errorf("entry %d: member name %q is not a node id (1-128 of [A-Za-z0-9._-])", i+1, name)
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d (%s): %v", i+1, name, err)
+		}
+		if u.Scheme != "http" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return nil, fmt.Errorf("entry %d (%s): %q is not http://host:port", i+1, name, raw)
+		}
+		if err := explicitHostPort(u.Host); err != nil {
+			return nil, fmt.Errorf("entry %d (%s): %q: %v", i+1, name, raw, err)
+		}
+		if names[name] {
+			return nil, fmt.Errorf("member %q is listed twice (each member has one peer address, its PeerAddr)", name)
+		}
+		host := normHostPort(u.Host)
+		if other, dup := hosts[host]; dup {
+			return nil, fmt.Errorf("members %q and %q have the same peer address %s", other, name, u.Host)
+		}
+		names[name], hosts[host] = true, name
+		ms = append(ms, clusterMember{name: name, host: u.Host})
+	}
+	return ms, nil
+}
+
+// joinInitialCluster is the list in the form etcd parses.
+func joinInitialCluster(ms []clusterMember) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = m.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// explicitHostPort checks that hp is host:port with a host and a port that
+// is a number from 1 to 65535: an address another machine can be told.
+func explicitHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return fmt.Errorf("not host:port: %v", err)
+	}
+	if host == "" {
+		return fmt.Errorf("no host")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// normHostPort lower-cases the host, for comparing addresses.
+func normHostPort(hp string) string {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return hp
+	}
+	return net.JoinHostPort(strings.ToLower(host), port)
+}
+
+// validateCluster checks the cluster fields of an embedded configuration
+// (with defaults applied), reporting through bad.
+func (d *Config) validateCluster(bad func(field, format string, args ...any)) {
+	switch d.ClusterState {
+	case ClusterStateNew, ClusterStateExisting:
+	default:
+		bad("ClusterState", "%q is neither %q nor %q", d.ClusterState, ClusterStateNew, ClusterStateExisting)
+	}
+	if strings.TrimSpace(d.ClusterToken) != d.ClusterToken {
+		bad("ClusterToken", "%q has leading or trailing blanks", d.ClusterToken)
+	}
+	if d.InitialCluster == "" {
+		if d.ClusterState == ClusterStateExisting {
+			bad("ClusterState", "%q needs InitialCluster: a member joins a cluster through the peers listed there", d.ClusterState)
+		}
+		return
+	}
+	// The members are told each other's addresses: an ephemeral port, the
+	// default, cannot be told in advance.
+	if _, _, err := net.SplitHostPort(d.ClientAddr); err == nil {
+		if err := explicitHostPort(d.ClientAddr); err != nil {
+			bad("ClientAddr", "%q: with InitialCluster the member's client address must be explicit, for the nodes that use the cluster through Endpoints: %v", d.ClientAddr, err)
+		}
+	}
+	peerOK := false
+	if _, _, err := net.SplitHostPort(d.PeerAddr); err == nil {
+		host, _, _ := net.SplitHostPort(d.PeerAddr)
+		if err := explicitHostPort(d.PeerAddr); err != nil {
+			bad("PeerAddr", "%q: with InitialCluster the peer address must be explicit, since peers must know each other's addresses: %v", d.PeerAddr, err)
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			bad("PeerAddr", "%q: with InitialCluster the member advertises PeerAddr to its peers, and %s is not an address they can reach", d.PeerAddr, host)
+		} else {
+			peerOK = true
+		}
+	}
+	ms, err := parseInitialCluster(d.InitialCluster)
+	if err != nil {
+		bad("InitialCluster", "%v", err)
+		return
+	}
+	for _, m := range ms {
+		if m.name != d.Name {
+			continue
+		}
+		if peerOK && normHostPort(m.host) != normHostPort(d.PeerAddr) {
+			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=http://%s", m, d.PeerAddr, d.Name, d.PeerAddr)
+		}
+		return
+	}
+	bad("InitialCluster", "does not list this node (%s=http://%s): every member must be in it, under its Name", d.Name, d.PeerAddr)
+}
+
+// logCluster logs, at Open, which cluster the member is part of, and warns
+// about a membership that tolerates no more failures than a smaller one.
+func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
+	n := len(ms)
+	log.Info("catalog: embedded etcd member of a cluster", "members", n, "initial_cluster", joinInitialCluster(ms),
+		"cluster_state", cfg.ClusterState, "client_addr", cfg.ClientAddr, "peer_addr", cfg.PeerAddr)
+	switch {
+	case n == 2:
+		log.Warn("catalog: a 2-member etcd cluster survives no failure: losing either member stops every catalog write; use 3 or 5 voting members and make further nodes clients (Endpoints)",
+			"members", n)
+	case n > 2 && n%2 == 0:
+		log.Warn(fmt.Sprintf("catalog: a %d-member etcd cluster survives no more failures than %d members do, with a larger quorum; use 3 or 5 voting members and make further nodes clients (Endpoints)", n, n-1),
+			"members", n, "tolerates", (n-1)/2)
+	case n > 7:
+		log.Warn("catalog: more than 7 voting etcd members slow every write; use 3 or 5 and make further nodes clients (Endpoints)", "members", n)
+	}
+}
+
+// quorum is the number of members a cluster of n needs to work.
+func quorum(n int) int { return n/2 + 1 }
