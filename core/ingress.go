@@ -114,8 +114,11 @@ func (e *Engine) Cancel(id, detail string) (JobView, error) {
 	return j.view(time.Now()), nil
 }
 
-// StreamOpened records that a client is reading the job's stream.
-func (e *Engine) StreamOpened(id string) {
+// StreamOpened records that a client is reading the job's stream. It
+// reports whether this stream saved the job from its disconnect grace
+// window: such a stream takes over from the POST's stream, so its own
+// client leaving starts the window again.
+func (e *Engine) StreamOpened(id string) (adopted bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[id]; j != nil {
@@ -123,8 +126,10 @@ func (e *Engine) StreamOpened(id string) {
 		if j.graceTimer != nil && j.graceTimer.Stop() {
 			j.graceTimer = nil
 			e.m.GraceSaves.Inc()
+			return true
 		}
 	}
+	return false
 }
 
 // StreamClosed records that a client stopped reading. When owner is true the

@@ -85,7 +85,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	h.Set("X-Job-Id", j.ID)
 	w.WriteHeader(http.StatusOK)
 
-	s.e.StreamOpened(j.ID)
+	adopted := s.e.StreamOpened(j.ID)
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
@@ -98,7 +98,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
-	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
+	s.e.StreamClosed(j.ID, (owner || adopted) && res.End.ClientLeft())
 }
 
 // eventData is the JSON data of an event, shared with every transport.

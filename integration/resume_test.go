@@ -298,6 +298,32 @@ func TestGraceWindow(t *testing.T) {
 		getJSON(t, baseURL(n)+"/v1/jobs/"+id, &view)
 		return view.State == "cancelled"
 	})
+
+	// The stream that saved the job takes over: when its client leaves too,
+	// the window starts again, and without a resume the job is cancelled.
+	res, cancel, ev = open()
+	id = res.Header.Get("X-Job-Id")
+	cancel()
+	res.Body.Close()
+	time.Sleep(100 * time.Millisecond)
+	rctx, rcancel := context.WithCancel(t.Context())
+	req, _ = http.NewRequestWithContext(rctx, http.MethodGet, baseURL(n)+"/v1/jobs/"+id+"/events", nil)
+	req.Header.Set("Last-Event-ID", ev.LastEventID)
+	rres, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range sse.Read(rres.Body, nil) {
+		if err != nil || ev.Type == "output" {
+			break
+		}
+	}
+	rcancel()
+	rres.Body.Close()
+	waitFor(t, 3*time.Second, "cancel after the adopting stream left too", func() bool {
+		getJSON(t, baseURL(n)+"/v1/jobs/"+id, &view)
+		return view.State == "cancelled"
+	})
 }
 
 // A silent job still shows its stream alive: heartbeat comments at the

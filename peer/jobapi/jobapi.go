@@ -200,7 +200,7 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 		snk.send()
 	}()
 
-	s.e.StreamOpened(j.ID)
+	adopted := s.e.StreamOpened(j.ID)
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
@@ -214,7 +214,7 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
-	s.e.StreamClosed(j.ID, owner && res.End.ClientLeft())
+	s.e.StreamClosed(j.ID, (owner || adopted) && res.End.ClientLeft())
 	return endStatus(ctx, res.End, snk.lastWriteFailed())
 }
 
