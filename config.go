@@ -61,7 +61,7 @@ func DefaultConfig() Config {
 		DataDir:              "data/node-1",
 		EtcdClientAddr:       "127.0.0.1:0",
 		EtcdPeerAddr:         "127.0.0.1:0",
-		LeaseTTL:             5 * time.Second,
+		LeaseTTL:             10 * time.Second,
 		DrainTimeout:         30 * time.Second,
 		MaxMessageBytes:      4 << 20,
 		MaxConcurrentStreams: 10000,

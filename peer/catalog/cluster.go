@@ -19,7 +19,18 @@ package catalog
 //     member is cut off from the quorum cannot renew and fences, and its
 //     records expire for the others; Close revokes the lease (through the
 //     leader) before stopping the member, so its records go at once. Closing
-//     the leader's member hands leadership to another member first.
+//     the leader's member hands leadership to another member first. Close
+//     takes about a second more than with a single member: etcd waits that
+//     long for its peer connections to close.
+//   - With no leader, a write through the in-process client waits for one
+//     until RequestTimeout (the client skips the gRPC layer that implements
+//     WithRequireLeader); the caller's shorter deadline applies as usual.
+//   - While the members elect a new leader after the leader's member fails
+//     (measured 1.0-1.6 s with etcd's default timing), no lease can be
+//     renewed. A node fences (LeaseTTL-FenceMargin)/2 after a renewal that
+//     fell due and did not go through, so that must outlast the election,
+//     or the failure of one member fences every node: with the default
+//     FenceMargin, LeaseTTL 6s or more. Open warns when it is shorter.
 //   - Voting members should number 3 or 5: a cluster of n survives the loss
 //     of (n-1)/2 members, so 2 survive none and an even count adds none over
 //     the odd count below it. Further nodes are clients (Config.Endpoints set
@@ -32,6 +43,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchyard/switchyard/core"
 )
@@ -130,58 +142,59 @@ func normHostPort(hp string) string {
 
 // validateCluster checks the cluster fields of an embedded configuration
 // (with defaults applied), reporting through bad.
-func (d *Config) validateCluster(bad func(field, format string, args ...any)) {
-	switch d.ClusterState {
+func (c *Config) validateCluster(bad func(field, format string, args ...any)) {
+	switch c.ClusterState {
 	case ClusterStateNew, ClusterStateExisting:
 	default:
-		bad("ClusterState", "%q is neither %q nor %q", d.ClusterState, ClusterStateNew, ClusterStateExisting)
+		bad("ClusterState", "%q is neither %q nor %q", c.ClusterState, ClusterStateNew, ClusterStateExisting)
 	}
-	if strings.TrimSpace(d.ClusterToken) != d.ClusterToken {
-		bad("ClusterToken", "%q has leading or trailing blanks", d.ClusterToken)
+	if strings.TrimSpace(c.ClusterToken) != c.ClusterToken {
+		bad("ClusterToken", "%q has leading or trailing blanks", c.ClusterToken)
 	}
-	if d.InitialCluster == "" {
-		if d.ClusterState == ClusterStateExisting {
-			bad("ClusterState", "%q needs InitialCluster: a member joins a cluster through the peers listed there", d.ClusterState)
+	if c.InitialCluster == "" {
+		if c.ClusterState == ClusterStateExisting {
+			bad("ClusterState", "%q needs InitialCluster: a member joins a cluster through the peers listed there", c.ClusterState)
 		}
 		return
 	}
 	// The members are told each other's addresses: an ephemeral port, the
 	// default, cannot be told in advance.
-	if _, _, err := net.SplitHostPort(d.ClientAddr); err == nil {
-		if err := explicitHostPort(d.ClientAddr); err != nil {
-			bad("ClientAddr", "%q: with InitialCluster the member's client address must be explicit, for the nodes that use the cluster through Endpoints: %v", d.ClientAddr, err)
+	if _, _, err := net.SplitHostPort(c.ClientAddr); err == nil {
+		if err := explicitHostPort(c.ClientAddr); err != nil {
+			bad("ClientAddr", "%q: with InitialCluster the member's client address must be explicit, for the nodes that use the cluster through Endpoints: %v", c.ClientAddr, err)
 		}
 	}
 	peerOK := false
-	if _, _, err := net.SplitHostPort(d.PeerAddr); err == nil {
-		host, _, _ := net.SplitHostPort(d.PeerAddr)
-		if err := explicitHostPort(d.PeerAddr); err != nil {
-			bad("PeerAddr", "%q: with InitialCluster the peer address must be explicit, since peers must know each other's addresses: %v", d.PeerAddr, err)
+	if _, _, err := net.SplitHostPort(c.PeerAddr); err == nil {
+		host, _, _ := net.SplitHostPort(c.PeerAddr)
+		if err := explicitHostPort(c.PeerAddr); err != nil {
+			bad("PeerAddr", "%q: with InitialCluster the peer address must be explicit, since peers must know each other's addresses: %v", c.PeerAddr, err)
 		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			bad("PeerAddr", "%q: with InitialCluster the member advertises PeerAddr to its peers, and %s is not an address they can reach", d.PeerAddr, host)
+			bad("PeerAddr", "%q: with InitialCluster the member advertises PeerAddr to its peers, and %s is not an address they can reach", c.PeerAddr, host)
 		} else {
 			peerOK = true
 		}
 	}
-	ms, err := parseInitialCluster(d.InitialCluster)
+	ms, err := parseInitialCluster(c.InitialCluster)
 	if err != nil {
 		bad("InitialCluster", "%v", err)
 		return
 	}
 	for _, m := range ms {
-		if m.name != d.Name {
+		if m.name != c.Name {
 			continue
 		}
-		if peerOK && normHostPort(m.host) != normHostPort(d.PeerAddr) {
-			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=http://%s", m, d.PeerAddr, d.Name, d.PeerAddr)
+		if peerOK && normHostPort(m.host) != normHostPort(c.PeerAddr) {
+			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=http://%s", m, c.PeerAddr, c.Name, c.PeerAddr)
 		}
 		return
 	}
-	bad("InitialCluster", "does not list this node (%s=http://%s): every member must be in it, under its Name", d.Name, d.PeerAddr)
+	bad("InitialCluster", "does not list this node (%s=http://%s): every member must be in it, under its Name", c.Name, c.PeerAddr)
 }
 
 // logCluster logs, at Open, which cluster the member is part of, and warns
-// about a membership that tolerates no more failures than a smaller one.
+// about a membership that tolerates no more failures than a smaller one and
+// about a lease too short to outlast the election of a new leader.
 func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
 	n := len(ms)
 	log.Info("catalog: embedded etcd member of a cluster", "members", n, "initial_cluster", joinInitialCluster(ms),
@@ -195,6 +208,20 @@ func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
 			"members", n, "tolerates", (n-1)/2)
 	case n > 7:
 		log.Warn("catalog: more than 7 voting etcd members slow every write; use 3 or 5 and make further nodes clients (Endpoints)", "members", n)
+	}
+	// When the leader fails, no lease is renewed until the others elect a
+	// new one: 1 to 2 election timeouts. A renewal falls due every
+	// renewInterval and the node fences renewInterval after a due renewal
+	// that did not go through, so a shorter renewInterval can fence every
+	// node of the cluster on one member's failure.
+	election := time.Second // etcd's default election timeout
+	if cfg.FastElection {
+		election = 100 * time.Millisecond
+	}
+	if slack := renewInterval(cfg.LeaseTTL, cfg.FenceMargin); slack < 2*election {
+		log.Warn("catalog: LeaseTTL is short for a cluster: when the etcd leader fails, leases are not renewed until a new leader is elected (1-2 election timeouts), and this node fences if that takes longer than (LeaseTTL-FenceMargin)/2; raise LeaseTTL",
+			"lease_ttl", cfg.LeaseTTL, "fence_margin", cfg.FenceMargin, "fence_after_missed_renewal", slack, "election_timeout", election,
+			"min_lease_ttl_with_default_margin", 6*election)
 	}
 }
 

@@ -105,19 +105,7 @@ func startCluster(t *testing.T, mod func(*catalog.Config), names ...string) []*m
 		err := errors.Join(errs...)
 		if err == nil {
 			t.Logf("cluster of %d started in %v (attempt %d)", len(names), time.Since(start).Round(time.Millisecond), attempt)
-			// Closed together: closed one by one, the last members would
-			// each wait for a quorum that is gone to revoke their lease.
-			t.Cleanup(func() {
-				var wg sync.WaitGroup
-				for _, m := range ms {
-					wg.Go(func() {
-						if err := m.cat.Close(context.Background()); err != nil {
-							t.Errorf("Close(%s): %v", m.cat.Name(), err)
-						}
-					})
-				}
-				wg.Wait()
-			})
+			t.Cleanup(func() { closeCluster(t, ms) })
 			return ms
 		}
 		var cwg sync.WaitGroup
@@ -132,6 +120,47 @@ func startCluster(t *testing.T, mod func(*catalog.Config), names ...string) []*m
 		}
 		t.Logf("start cluster, attempt %d: a port was taken, retrying: %v", attempt, err)
 	}
+}
+
+// closeCluster closes the followers together, then the leader. Closed all
+// at once, a leader stopping hands its leadership to a member that is
+// stopping too and waits for etcd's request timeout (5s) for the handover;
+// closed one by one, each later member waits for a quorum that is gone to
+// revoke its lease (RequestTimeout, capped at 1s).
+func closeCluster(t *testing.T, ms []*member) {
+	start := time.Now()
+	var leader *member
+	for _, m := range ms {
+		select {
+		case <-m.cat.LeaseLost():
+			// Closed already (or fenced): the in-process client of a
+			// closed member must not be used (etcd's Status crashes).
+			continue
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		st, err := m.cat.Client().Status(ctx, "")
+		cancel()
+		if err == nil && st.Header.MemberId == st.Leader {
+			leader = m
+		}
+	}
+	closeAll := func(ms []*member) {
+		var wg sync.WaitGroup
+		for _, m := range ms {
+			wg.Go(func() {
+				if err := m.cat.Close(context.Background()); err != nil {
+					t.Errorf("Close(%s): %v", m.cat.Name(), err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	closeAll(slices.DeleteFunc(slices.Clone(ms), func(m *member) bool { return m == leader }))
+	if leader != nil {
+		closeAll([]*member{leader})
+	}
+	t.Logf("cluster closed in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // status is c's embedded member's view of the cluster.
@@ -418,7 +447,9 @@ func TestEmbeddedClusterLeaderClosed(t *testing.T) {
 				default:
 					began = time.Time{} // began before Close returned
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+				// The write's deadline is the resolution of the stall
+				// measured (see TestEmbeddedClusterLeaderCrash).
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				err := s.cat.PublishConsumer(ctx, core.ConsumerInfo{Queue: "jobs", ID: "after-" + s.cat.Name()})
 				cancel()
 				now := time.Now()
@@ -441,11 +472,27 @@ func TestEmbeddedClusterLeaderClosed(t *testing.T) {
 			}
 		})
 	}
+	// And watches its view for the closed node's records to go.
+	goneAt := make([]time.Time, len(survivors))
+	for i, s := range survivors {
+		wg.Go(func() {
+			for time.Since(start) < 5*time.Second {
+				_, ok := s.cat.Node(gone)
+				if !ok && !hasConsumer(s.cat, "jobs", "w-"+gone, gone) {
+					goneAt[i] = time.Now()
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
 	time.Sleep(20 * time.Millisecond) // the writers are writing
+	closeBegan := time.Now()
 	if err := leader.cat.Close(context.Background()); err != nil {
 		t.Fatalf("Close(%s): %v", gone, err)
 	}
 	closed = time.Since(start)
+	closeTook := time.Since(closeBegan)
 	close(closedc)
 	wg.Wait()
 	for i, s := range survivors {
@@ -454,16 +501,16 @@ func TestEmbeddedClusterLeaderClosed(t *testing.T) {
 			t.Fatalf("%s: %v", s.cat.Name(), r.err)
 		}
 		t.Logf("%s: Close(%s) took %v; longest time without a successful write %v (%d failed writes); first write started after Close returned succeeded in %v",
-			s.cat.Name(), gone, closed.Round(time.Millisecond), r.stall.Round(time.Millisecond), r.failures, r.after.Round(time.Millisecond))
+			s.cat.Name(), gone, closeTook.Round(time.Millisecond), r.stall.Round(time.Millisecond), r.failures, r.after.Round(time.Millisecond))
 	}
 
-	// The closed node revoked its lease: its records are gone everywhere.
-	for _, s := range survivors {
-		d := eventually(t, time.Second, s.cat.Name()+" no longer sees "+gone, func() bool {
-			_, ok := s.cat.Node(gone)
-			return !ok && !hasConsumer(s.cat, "jobs", "w-"+gone, gone)
-		})
-		t.Logf("%s: %s's records left the view %v after its Close returned", s.cat.Name(), gone, (closed + d).Round(time.Millisecond))
+	// The closed node revoked its lease: its records are gone everywhere,
+	// by the time its Close returned.
+	for i, s := range survivors {
+		if goneAt[i].IsZero() || goneAt[i].After(closeBegan.Add(closeTook)) {
+			t.Fatalf("%s: %s's records still in the view when its Close returned (gone at %v)", s.cat.Name(), gone, goneAt[i])
+		}
+		t.Logf("%s: %s's records left the view %v after its Close began", s.cat.Name(), gone, goneAt[i].Sub(closeBegan).Round(time.Millisecond))
 		for _, other := range survivors {
 			eventually(t, 2*time.Second, s.cat.Name()+" sees after-"+other.cat.Name(), func() bool {
 				return hasConsumer(s.cat, "jobs", "after-"+other.cat.Name(), other.cat.Name())
@@ -519,9 +566,23 @@ func TestEmbeddedClusterLeaderClosed(t *testing.T) {
 // without handing over leadership or revoking its node's lease. The other two
 // elect a leader and accept writes again; the crashed node, which can no
 // longer renew its lease, fences before that lease expires for the others;
-// then its records expire from their views.
+// then its records expire from their views. Run with the fast election
+// timing of the other tests and with etcd's default timing (heartbeat 100 ms,
+// election timeout 1 s), which a real cluster uses.
 func TestEmbeddedClusterLeaderCrash(t *testing.T) {
-	ms := startCluster(t, nil, "m1", "m2", "m3")
+	t.Run("FastElection", func(t *testing.T) { testLeaderCrash(t, true) })
+	t.Run("DefaultElection", func(t *testing.T) { testLeaderCrash(t, false) })
+}
+
+func testLeaderCrash(t *testing.T, fast bool) {
+	ms := startCluster(t, func(c *catalog.Config) {
+		c.FastElection = fast
+		if !fast {
+			// Long enough for a failover with etcd's default timing,
+			// as Open's warning asks (see logCluster).
+			c.LeaseTTL = 6 * time.Second
+		}
+	}, "m1", "m2", "m3")
 	cs := catalogs(ms)
 	for _, c := range cs {
 		setState(t, c, core.StateOnline)
@@ -546,7 +607,10 @@ func TestEmbeddedClusterLeaderCrash(t *testing.T) {
 	for i, s := range survivors {
 		wg.Go(func() {
 			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+				// The in-process client ignores WithRequireLeader: with no
+				// leader a write waits for its deadline, which is therefore
+				// the resolution of this measurement.
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				err := s.cat.PublishConsumer(ctx, core.ConsumerInfo{Queue: "jobs", ID: "after-" + s.cat.Name()})
 				cancel()
 				if err == nil {
@@ -604,11 +668,16 @@ func TestEmbeddedClusterLeaderCrash(t *testing.T) {
 
 // TestEmbeddedClusterOpenWaitsForQuorum: a member of a new cluster whose
 // peers never start does not serve: Open fails when its ctx ends, naming the
-// cause, and leaves nothing running.
+// cause, and leaves nothing running. (It also checks Open's warning about a
+// lease too short for the cluster's election timing.)
 func TestEmbeddedClusterOpenWaitsForQuorum(t *testing.T) {
 	for attempt := 1; ; attempt++ {
 		cfg := clusterConfigs(t, "m1", "m2", "m3")[0]
-		cfg.Logger = testLogger(t).With("node", cfg.Name)
+		// etcd's default election timing, for which a 2s lease is too
+		// short: Open warns (before it waits for the others).
+		cfg.FastElection = false
+		log, warned := warnings(t, cfg.Name)
+		cfg.Logger = log
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		start := time.Now()
 		c, err := catalog.Open(ctx, cfg)
@@ -624,6 +693,12 @@ func TestEmbeddedClusterOpenWaitsForQuorum(t *testing.T) {
 			t.Fatalf("Open = %v, want the deadline while waiting to join", err)
 		}
 		t.Logf("Open failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if !warned(warnLease) {
+			t.Errorf("no warning about LeaseTTL %v with etcd's default election timeout", cfg.LeaseTTL)
+		}
+		if warned(warnTwo) {
+			t.Error("a 3-member cluster warned that it has 2 members")
+		}
 		return
 	}
 }
@@ -652,24 +727,44 @@ func (r recorder) WithGroup(name string) slog.Handler {
 	return recorder{r.Handler.WithGroup(name), r.mu, r.warns}
 }
 
+// warnings returns a logger for node name that also records its warnings,
+// and a func that reports whether one of them contains text.
+func warnings(t *testing.T, name string) (*slog.Logger, func(text string) bool) {
+	var mu sync.Mutex
+	var warns []string
+	log := slog.New(recorder{testLogger(t).Handler(), &mu, &warns}).With("node", name)
+	return log, func(text string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(warns, func(m string) bool { return strings.Contains(m, text) })
+	}
+}
+
+const (
+	warnTwo   = "2-member etcd cluster survives no failure"
+	warnLease = "LeaseTTL is short for a cluster"
+)
+
 // TestEmbeddedClusterOfTwoWarns: two members form a cluster, and each warns
 // at Open that it survives no failure.
 func TestEmbeddedClusterOfTwoWarns(t *testing.T) {
 	var mu sync.Mutex
-	warns := map[string]*[]string{}
+	warned := map[string]func(string) bool{}
 	ms := startCluster(t, func(c *catalog.Config) {
-		w := new([]string)
+		log, w := warnings(t, c.Name)
+		c.Logger = log
 		mu.Lock()
-		warns[c.Name] = w
+		warned[c.Name] = w
 		mu.Unlock()
-		c.Logger = slog.New(recorder{testLogger(t).Handler(), &mu, w}).With("node", c.Name)
 	}, "m1", "m2")
 	addConsumer(t, ms[0].cat, "jobs", "w1", ms[1].cat)
-	mu.Lock()
-	defer mu.Unlock()
-	for name, w := range warns {
-		if !slices.ContainsFunc(*w, func(m string) bool { return strings.Contains(m, "2-member etcd cluster survives no failure") }) {
-			t.Errorf("%s logged no warning about a 2-member cluster; warnings: %q", name, *w)
+	for name, w := range warned {
+		if !w(warnTwo) {
+			t.Errorf("%s logged no warning about a 2-member cluster", name)
+		}
+		// FastElection: a 2s lease is long enough.
+		if w(warnLease) {
+			t.Errorf("%s warned about LeaseTTL %v with FastElection", name, ms[0].cfg.LeaseTTL)
 		}
 	}
 }

@@ -46,7 +46,11 @@ type Config struct {
 	// voting members to 3 or 5: a cluster of n survives (n-1)/2 failures, so
 	// 2 survive none (Open warns) and an even count adds no tolerance. Further
 	// nodes join as clients, with Endpoints set to the members' client URLs.
-	// Empty (the default): a single member of its own.
+	// Empty (the default): a single member of its own. While the cluster
+	// elects a new leader, after the leader's member fails (1-2 s with etcd's
+	// timing), no lease is renewed: (LeaseTTL-FenceMargin)/2 must be longer
+	// than that, or every node fences (Open warns). With the default
+	// FenceMargin that means a LeaseTTL of at least 6s.
 	InitialCluster string
 	// ClusterState is etcd's --initial-cluster-state: ClusterStateNew (the
 	// default) when the members in InitialCluster bootstrap a new cluster
