@@ -11,6 +11,9 @@ import (
 	"github.com/switchyard/switchyard/core/stream"
 )
 
+// reconnectHint is the SSE retry: field every stream starts with.
+const reconnectHint = time.Second
+
 // sseSink writes one job stream as server-sent events. The go-sse encoder
 // validates ids and event names, so no CR or LF from anywhere can reach an
 // id: or event: line; data is JSON we compacted, one line.
@@ -85,6 +88,10 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	h.Set("X-Job-Id", j.ID)
 	w.WriteHeader(http.StatusOK)
 
+	// Ask browsers to reconnect after 1s instead of their default 3s: a
+	// dropped stream resumes by itself (Last-Event-ID), so sooner is better.
+	// Written before anything else; the first flush sends it with the headers.
+	_, _ = (&sse.Message{Retry: reconnectHint}).WriteTo(w)
 	adopted := s.e.StreamOpened(j.ID)
 	s.m.Opened()
 	pol := s.cfg.Stream
