@@ -33,6 +33,10 @@ type Config struct {
 	Keyring *resume.Keyring
 	// TokenTTL is how long a resume token stays valid.
 	TokenTTL time.Duration
+	// RetryHint is the SSE retry: field of every stream's first message:
+	// how long a browser waits before it resumes a dropped stream (their
+	// default is 3s). Zero sends none.
+	RetryHint time.Duration
 	// StreamMetrics are the node's client-stream metrics, shared with the
 	// other stream transports; nil registers a set of its own.
 	StreamMetrics *stream.Metrics
@@ -47,7 +51,7 @@ type Config struct {
 
 // DefaultConfig returns the HTTP settings a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Stream: stream.DefaultPolicy(), TokenTTL: time.Hour}
+	return Config{Stream: stream.DefaultPolicy(), TokenTTL: time.Hour, RetryHint: time.Second}
 }
 
 // Validate refuses settings that cannot work.

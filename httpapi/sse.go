@@ -11,9 +11,6 @@ import (
 	"github.com/switchyard/switchyard/core/stream"
 )
 
-// reconnectHint is the SSE retry: field every stream starts with.
-const reconnectHint = time.Second
-
 // sseSink writes one job stream as server-sent events. The go-sse encoder
 // validates ids and event names, so no CR or LF from anywhere can reach an
 // id: or event: line; data is JSON we compacted, one line.
@@ -25,12 +22,19 @@ type sseSink struct {
 
 	mu      sync.Mutex
 	aborted bool
+	// retryHint is sent once, as the retry: field of the first message.
+	retryHint time.Duration
+	// retrySent: the first message carries retry:, asking browsers to
+	// reconnect after 1s instead of their default 3s — a dropped stream
+	// resumes by itself, so sooner is better. It rides on a real event: a
+	// block with nothing but retry: trips up some clients.
+	retrySent bool
 }
 
 var _ stream.Sink = (*sseSink)(nil)
 
 func (s *sseSink) Event(ev core.Event, token string) error {
-	m := &sse.Message{Type: sse.Type(string(ev.Kind))}
+	m := &sse.Message{Type: sse.Type(string(ev.Kind)), Retry: s.retry()}
 	if token != "" {
 		m.ID = sse.ID(token)
 	}
@@ -40,7 +44,7 @@ func (s *sseSink) Event(ev core.Event, token string) error {
 }
 
 func (s *sseSink) Control(c stream.Control, data map[string]any) error {
-	m := &sse.Message{Type: sse.Type(string(c))}
+	m := &sse.Message{Type: sse.Type(string(c)), Retry: s.retry()}
 	m.AppendData(string(mustJSON(data)))
 	_, err := m.WriteTo(s.w)
 	return err
@@ -53,6 +57,15 @@ func (s *sseSink) Heartbeat() error {
 	m.AppendComment("heartbeat")
 	_, err := m.WriteTo(s.w)
 	return err
+}
+
+// retry returns the reconnect hint for the first message, zero after.
+func (s *sseSink) retry() time.Duration {
+	if s.retrySent {
+		return 0
+	}
+	s.retrySent = true
+	return s.retryHint
 }
 
 func (s *sseSink) Flush() error { return s.rc.Flush() }
@@ -88,10 +101,6 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	h.Set("X-Job-Id", j.ID)
 	w.WriteHeader(http.StatusOK)
 
-	// Ask browsers to reconnect after 1s instead of their default 3s: a
-	// dropped stream resumes by itself (Last-Event-ID), so sooner is better.
-	// Written before anything else; the first flush sends it with the headers.
-	_, _ = (&sse.Message{Retry: reconnectHint}).WriteTo(w)
 	adopted := s.e.StreamOpened(j.ID)
 	s.m.Opened()
 	pol := s.cfg.Stream
@@ -100,7 +109,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	res := stream.Run(r.Context(), stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
-	}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch()})
+	}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)

@@ -25,7 +25,7 @@ var envelopeKeys = map[string]bool{"job_id": true, "gen": true, "seq": true, "sn
 
 func newRecorderSink(j *core.Job, snap uint64) (*sseSink, *httptest.ResponseRecorder) {
 	rec := httptest.NewRecorder()
-	return &sseSink{w: rec, rc: http.NewResponseController(rec), job: j, snap: snap}, rec
+	return &sseSink{w: rec, rc: http.NewResponseController(rec), job: j, snap: snap, retryHint: time.Second}, rec
 }
 
 // readAll parses an SSE byte stream the way a client does.
@@ -57,10 +57,14 @@ func checkFieldLines(t *testing.T, out string, wantID bool) {
 	count := map[string]int{}
 	for _, l := range lines {
 		name, _, ok := strings.Cut(l, ": ")
-		if !ok || (name != "id" && name != "event" && name != "data") {
+		if !ok || (name != "id" && name != "event" && name != "data" && l != "retry: 1000") {
 			t.Fatalf("unexpected line %q in %q", l, out)
 		}
 		count[name]++
+	}
+	// Every stream's first message carries the reconnect hint, once.
+	if count["retry"] != 1 {
+		t.Fatalf("retry lines %d in the first message %q, want 1", count["retry"], out)
 	}
 	ids := 0
 	if wantID {

@@ -75,7 +75,9 @@ func (p *cuttingProxy) serve() {
 // (go-sse, which resumes with Last-Event-ID like a browser) receives across
 // all its connections are ordered, unique and gap-free.
 func TestResumeAcrossRandomDisconnects(t *testing.T) {
-	n := MustStartNode(t, nil)
+	// go-sse honours the stream's retry: hint like a browser; a short one
+	// keeps ~150 reconnects quick.
+	n := MustStartNode(t, func(c *switchyard.Config) { c.HTTP.RetryHint = time.Millisecond })
 	const outputs = 40
 	MustStartWorker(t, n, worker.Config{Concurrency: 8}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		for i := range outputs {
