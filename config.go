@@ -2,12 +2,14 @@ package switchyard
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/httpapi"
+	"github.com/switchyard/switchyard/peer"
 	"github.com/switchyard/switchyard/peer/workerapi"
 )
 
@@ -39,6 +41,22 @@ type Config struct {
 
 	// DrainTimeout bounds how long SIGTERM lets bound jobs finish.
 	DrainTimeout time.Duration
+	// PeerAddr is the listen address of the node-to-node PeerService
+	// (port 0 picks one); the node's catalog record carries the bound one.
+	PeerAddr string
+	// ClusterSecret authenticates nodes to each other: every peer call
+	// carries hex(HMAC-SHA256(secret, node id)). Nodes of one cluster must
+	// share it. Empty means a random secret per start, which is fine for a
+	// single node, but then no other node can call this one (each would see
+	// the other as spare). At least 16 bytes when set. It proves membership,
+	// not the channel: mutual TLS is the upgrade path.
+	ClusterSecret string
+	// PeerHeartbeatInterval is how often the node pings every other node;
+	// one that misses PeerFailureThreshold pings in a row is spare in this
+	// node's view.
+	PeerHeartbeatInterval time.Duration
+	PeerFailureThreshold  int
+
 	// gRPC limits, set on every server and client from here.
 	MaxMessageBytes      int
 	MaxConcurrentStreams uint32
@@ -55,26 +73,29 @@ type Config struct {
 // DefaultConfig returns a node configuration that works out of the box.
 func DefaultConfig() Config {
 	return Config{
-		Name:                 "node-1",
-		HTTPAddr:             "127.0.0.1:8080",
-		GRPCAddr:             "127.0.0.1:9090",
-		DataDir:              "data/node-1",
-		EtcdClientAddr:       "127.0.0.1:0",
-		EtcdPeerAddr:         "127.0.0.1:0",
-		LeaseTTL:             10 * time.Second,
-		DrainTimeout:         30 * time.Second,
-		MaxMessageBytes:      4 << 20,
-		MaxConcurrentStreams: 10000,
-		Engine:               core.DefaultConfig(),
-		HTTP:                 httpapi.DefaultConfig(),
-		Workers:              workerapi.DefaultConfig(),
+		Name:                  "node-1",
+		HTTPAddr:              "127.0.0.1:8080",
+		GRPCAddr:              "127.0.0.1:9090",
+		PeerAddr:              "127.0.0.1:0",
+		DataDir:               "data/node-1",
+		EtcdClientAddr:        "127.0.0.1:0",
+		EtcdPeerAddr:          "127.0.0.1:0",
+		LeaseTTL:              10 * time.Second,
+		DrainTimeout:          30 * time.Second,
+		MaxMessageBytes:       4 << 20,
+		MaxConcurrentStreams:  10000,
+		PeerHeartbeatInterval: time.Second,
+		PeerFailureThreshold:  3,
+		Engine:                core.DefaultConfig(),
+		HTTP:                  httpapi.DefaultConfig(),
+		Workers:               workerapi.DefaultConfig(),
 	}
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
 func (c *Config) Validate() error {
 	c.Engine.Node, c.Engine.Zone = c.Name, c.Zone
-	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}} {
+	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}, {"peer-addr", c.PeerAddr}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New("must be host:port (port 0 picks a free one)")}
 		}
@@ -90,6 +111,15 @@ func (c *Config) Validate() error {
 	}
 	if int64(c.MaxMessageBytes) < c.Engine.Limits.MaxInputBytes+64<<10 {
 		return &core.ConfigError{Field: "max-message-bytes", Value: c.MaxMessageBytes, Err: errors.New("must exceed max-input-bytes by at least 64KiB, or a job that passed ingress could not be delivered")}
+	}
+	if c.ClusterSecret != "" && len(c.ClusterSecret) < peer.MinSecretBytes {
+		return &core.ConfigError{Field: "cluster-secret", Value: "(hidden)", Err: fmt.Errorf("must be at least %d bytes (or empty for a random one per start)", peer.MinSecretBytes)}
+	}
+	if c.PeerHeartbeatInterval <= 0 {
+		return &core.ConfigError{Field: "peer-heartbeat-interval", Value: c.PeerHeartbeatInterval, Err: errors.New("must be positive")}
+	}
+	if c.PeerFailureThreshold < 1 {
+		return &core.ConfigError{Field: "peer-failure-threshold", Value: c.PeerFailureThreshold, Err: errors.New("must be at least 1")}
 	}
 	if c.MaxConcurrentStreams == 0 {
 		return &core.ConfigError{Field: "max-concurrent-streams", Value: c.MaxConcurrentStreams, Err: errors.New("must be positive")}

@@ -6,6 +6,8 @@ package switchyard
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +26,7 @@ import (
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
 	"github.com/switchyard/switchyard/httpapi"
+	"github.com/switchyard/switchyard/peer"
 	"github.com/switchyard/switchyard/peer/catalog"
 	"github.com/switchyard/switchyard/peer/jobapi"
 	"github.com/switchyard/switchyard/peer/workerapi"
@@ -43,9 +46,15 @@ type Node struct {
 	grpc    *grpc.Server
 	http    *http.Server
 
-	httpLn, grpcLn net.Listener
-	stopHTTP       context.CancelFunc
-	fenced         chan struct{}
+	peerSrv     *peer.Server
+	peers       *peer.Client
+	tracker     *peer.Tracker
+	stopTracker context.CancelFunc
+	trackerWG   sync.WaitGroup
+
+	httpLn, grpcLn, peerLn net.Listener
+	stopHTTP               context.CancelFunc
+	fenced                 chan struct{}
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -53,8 +62,10 @@ type Node struct {
 }
 
 // Open starts a node: the catalog (embedded etcd unless endpoints are
-// given), the listeners, and the servers. It returns once the node is
-// serving and registered in the catalog as online.
+// given), the listeners, and the servers. The node's record is published
+// in_progress once its listeners are bound, and online once its catalog view
+// has loaded (catalog.Open waits for it) and its peer server answers an
+// authenticated Ping; Open returns then, with the peer tracker running.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -82,6 +93,26 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	secret := []byte(cfg.ClusterSecret)
+	if len(secret) == 0 {
+		// Fine alone; a second node could never authenticate to this one.
+		secret = []byte(hex.EncodeToString(randomBytes(32)))
+		log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
+	}
+	pm := peer.NewMetrics(n.reg)
+	if n.peerSrv, err = peer.NewServer(peer.ServerConfig{
+		Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams, Metrics: pm,
+	}); err != nil {
+		return nil, err
+	}
+	n.peers = peer.NewClient(peer.ClientConfig{Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes})
+	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
+		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
+		View: n.cat, Client: n.peers, Metrics: pm, Logger: log.With("system", "peers"),
+	}); err != nil {
+		return nil, err
+	}
+
 	ecfg := cfg.Engine
 	ecfg.Catalog, ecfg.Registerer, ecfg.Logger = n.cat, n.reg, log.With("system", "engine")
 	if n.engine, err = core.New(ecfg); err != nil {
@@ -102,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	hcfg.StreamMetrics = stream.NewMetrics(n.reg)
-	hcfg.Cluster = n.cat
+	hcfg.Cluster = clusterView{n.cat, n.tracker}
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return nil, err
@@ -120,6 +151,17 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, &core.ConfigError{Field: "http-addr", Value: cfg.HTTPAddr, Err: err}
+	}
+	if n.peerLn, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
+		return nil, &core.ConfigError{Field: "peer-addr", Value: cfg.PeerAddr, Err: err}
+	}
+	record := core.NodeInfo{
+		ID: cfg.Name, PeerAddr: n.PeerAddr(), HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateInProgress,
+	}
+	// Joined, not yet routable: other nodes may write to the catalog about
+	// this one, but route nothing to it.
+	if err := n.cat.PublishNode(ctx, record); err != nil {
+		return nil, fmt.Errorf("register node: %w", err)
 	}
 	n.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -148,7 +190,13 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		BaseContext: func(net.Listener) context.Context { return httpCtx },
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() {
+		defer n.wg.Done()
+		if err := n.peerSrv.Serve(n.peerLn); err != nil {
+			log.Error("peer server stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer n.wg.Done()
 		if err := n.grpc.Serve(n.grpcLn); err != nil {
@@ -166,12 +214,22 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.watchFence(httpCtx)
 	}()
 
-	if err := n.cat.PublishNode(ctx, core.NodeInfo{
-		ID: cfg.Name, HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateOnline,
-	}); err != nil {
+	// The peer server serves when it answers this node's own authenticated
+	// Ping through the same client pool its peers' calls take.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = n.peers.Ping(pctx, n.PeerAddr())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("peer server not answering on %s: %w", n.PeerAddr(), err)
+	}
+	record.State = core.StateOnline
+	if err := n.cat.PublishNode(ctx, record); err != nil {
 		return nil, fmt.Errorf("register node: %w", err)
 	}
-	log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(),
+	tctx, stopTracker := context.WithCancel(context.Background())
+	n.stopTracker = stopTracker
+	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
+	log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
 		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
 	return n, nil
 }
@@ -181,6 +239,13 @@ func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
 // GRPCAddr is the address the gRPC API is bound to.
 func (n *Node) GRPCAddr() string { return n.grpcLn.Addr().String() }
+
+// PeerAddr is the address the peer server is bound to.
+func (n *Node) PeerAddr() string { return n.peerLn.Addr().String() }
+
+// PeerStates returns every node in the catalog view with its state as this
+// node sees it (see peer.Tracker.States).
+func (n *Node) PeerStates() map[string]core.PeerState { return n.tracker.States() }
 
 // Engine returns the node's engine.
 func (n *Node) Engine() *core.Engine { return n.engine }
@@ -231,6 +296,8 @@ func (n *Node) Close(ctx context.Context) error {
 
 func (n *Node) stop(ctx context.Context) error {
 	var errs []error
+	n.stopTracker()
+	n.trackerWG.Wait()
 	// Streams see their terminal events before the servers go: Drain ended
 	// every job, and each SSE writer exits after writing the terminal event.
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -243,6 +310,8 @@ func (n *Node) stop(ctx context.Context) error {
 	// Every job has ended by now, so worker sessions have nothing left to
 	// say: stop at once rather than let GracefulStop wait on idle streams.
 	n.grpc.Stop()
+	n.peerSrv.Stop()
+	_ = n.peers.Close()
 	n.workers.Wait()
 	n.jobs.Wait()
 	n.engine.Close()
@@ -255,6 +324,19 @@ func (n *Node) stop(ctx context.Context) error {
 
 // abort undoes a partial Open.
 func (n *Node) abort() {
+	if n.stopTracker != nil {
+		n.stopTracker()
+		n.trackerWG.Wait()
+	}
+	if n.peerLn != nil {
+		_ = n.peerLn.Close()
+	}
+	if n.peerSrv != nil {
+		n.peerSrv.Stop()
+	}
+	if n.peers != nil {
+		_ = n.peers.Close()
+	}
 	if n.httpLn != nil {
 		_ = n.httpLn.Close()
 	}
@@ -275,6 +357,31 @@ func (n *Node) abort() {
 		_ = n.cat.Close(context.Background())
 	}
 	n.wg.Wait()
+}
+
+// clusterView is the catalog as the HTTP cluster views show it, with this
+// node's verdict on each peer overlaid: a node the tracker found silent is
+// spare here whatever its record says.
+type clusterView struct {
+	*catalog.Catalog
+	tracker *peer.Tracker
+}
+
+func (v clusterView) Nodes() []core.NodeInfo {
+	nodes := v.Catalog.Nodes()
+	states := v.tracker.States()
+	for i, nd := range nodes {
+		if st, ok := states[nd.ID]; ok {
+			nodes[i].State = st
+		}
+	}
+	return nodes
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return b
 }
 
 func canceledContext() context.Context {

@@ -1,0 +1,128 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// Client keepalive: a peer connection that carries nothing is still probed,
+// so a peer that vanished without a FIN is noticed.
+const (
+	ClientKeepaliveTime    = 10 * time.Second
+	ClientKeepaliveTimeout = 5 * time.Second
+)
+
+// ClientConfig is what a node's client pool needs.
+type ClientConfig struct {
+	// Node is this node's id, presented on every call.
+	Node   string
+	Secret []byte
+	// MaxMessageBytes bounds messages both ways, from node config.
+	MaxMessageBytes int
+	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
+	// back is reached again within about this long (default 5s).
+	MaxReconnectDelay time.Duration
+}
+
+// Client is a pool of connections, one per peer address, each created on
+// first use. It is safe for concurrent use.
+type Client struct {
+	cfg   ClientConfig
+	creds grpc.DialOption
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+// ErrClosed is returned by a Client after Close.
+var ErrClosed = errors.New("peer client closed")
+
+// NewClient returns an empty pool.
+func NewClient(cfg ClientConfig) *Client {
+	if cfg.MaxReconnectDelay <= 0 {
+		cfg.MaxReconnectDelay = 5 * time.Second
+	}
+	return &Client{cfg: cfg, creds: grpc.WithPerRPCCredentials(newTokenCreds(cfg.Secret, cfg.Node)), conns: map[string]*grpc.ClientConn{}}
+}
+
+// Conn returns the pool's connection to addr, creating it if needed. It does
+// not dial: the connection is made by the first call.
+func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	bo := backoff.DefaultConfig
+	bo.BaseDelay = min(bo.BaseDelay, c.cfg.MaxReconnectDelay)
+	bo.MaxDelay = c.cfg.MaxReconnectDelay
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		c.creds,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.cfg.MaxMessageBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// Ping calls Ping on the peer at addr and returns the id it answered with.
+func (c *Client) Ping(ctx context.Context, addr string) (string, error) {
+	cc, err := c.Conn(addr)
+	if err != nil {
+		return "", err
+	}
+	res, err := pb.NewPeerServiceClient(cc).Ping(ctx, &pb.PingRequest{})
+	if err != nil {
+		return "", err
+	}
+	return res.GetNode(), nil
+}
+
+// Retain closes the connections to every address not in keep: peers that
+// left the catalog, or moved.
+func (c *Client) Retain(keep map[string]bool) {
+	c.mu.Lock()
+	var drop []*grpc.ClientConn
+	for addr, cc := range c.conns {
+		if !keep[addr] {
+			drop = append(drop, cc)
+			delete(c.conns, addr)
+		}
+	}
+	c.mu.Unlock()
+	for _, cc := range drop {
+		_ = cc.Close()
+	}
+}
+
+// Close closes every connection; later calls fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	conns := c.conns
+	c.conns, c.closed = nil, true
+	c.mu.Unlock()
+	var errs []error
+	for _, cc := range conns {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}
