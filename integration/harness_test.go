@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -193,12 +192,6 @@ func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]st
 		}
 	}
 	return 0
-}
-
-func jsonBody(v any) string {
-	var b bytes.Buffer
-	_ = json.NewEncoder(&b).Encode(v)
-	return b.String()
 }
 
 func jsonDecoder(res *http.Response) *json.Decoder { return json.NewDecoder(res.Body) }
