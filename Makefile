@@ -6,7 +6,9 @@ TOOLBIN  := $(CURDIR)/.bin
 PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 FUZZTIME ?= 10s
 
-.PHONY: build run test test-short fuzz bench proto tools verify clean
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: build run test test-short lint fuzz bench proto tools verify clean
 
 ## build: the one binary, bin/switchyard
 build:
@@ -21,6 +23,10 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+## lint: staticcheck (pinned)
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 ## test-short: unit tests only (skips the binary build)
 test-short:
@@ -54,8 +60,8 @@ proto: tools
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 	  $(PROTOS)
 
-## verify: fail when generated code is stale or the tree is not gofmt-clean
-verify: proto
+## verify: fail when generated code is stale, the tree is not gofmt-clean, or staticcheck finds something
+verify: proto lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	@git diff --exit-code -- proto || { echo "generated code is stale: run make proto and commit"; exit 1; }
 

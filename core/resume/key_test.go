@@ -126,6 +126,7 @@ func TestKeySecretsStayOut(t *testing.T) {
 	_, swapErr := resume.ParseKey(enc + ":k1")
 	_, shortErr := resume.ParseKey("k1:" + base64.StdEncoding.EncodeToString(k.Secret[:20]))
 	outputs := []string{
+		//lint:ignore S1025 every formatting verb is the point: none may print the secret
 		fmt.Sprint(k), fmt.Sprintf("%v", k), fmt.Sprintf("%+v", k), fmt.Sprintf("%#v", k), fmt.Sprintf("%s", k),
 		fmt.Sprint(kr), fmt.Sprintf("%+v", kr), fmt.Sprintf("%#v", kr),
 		fmt.Sprint([]resume.Key{k}),
