@@ -97,11 +97,3 @@ func writeProblem(w http.ResponseWriter, r *http.Request, ce *core.Error) {
 		Field:    ce.Field,
 	})
 }
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic("httpapi: marshal: " + err.Error())
-	}
-	return b
-}

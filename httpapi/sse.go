@@ -45,7 +45,7 @@ func (s *sseSink) Event(ev core.Event, token string) error {
 
 func (s *sseSink) Control(c stream.Control, data map[string]any) error {
 	m := &sse.Message{Type: sse.Type(string(c)), Retry: s.retry()}
-	m.AppendData(string(mustJSON(data)))
+	m.AppendData(string(stream.ControlData(data)))
 	_, err := m.WriteTo(s.w)
 	return err
 }

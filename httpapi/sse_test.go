@@ -166,7 +166,8 @@ func FuzzSSEEncoder(f *testing.F) {
 		// The client sees the envelope and then every original field.
 		m := decodeObject(t, []byte(got.Data))
 		var wantJobID any
-		_ = json.Unmarshal(mustJSON(jobID), &wantJobID) // invalid UTF-8 comes back as U+FFFD
+		quoted, _ := json.Marshal(jobID)
+		_ = json.Unmarshal(quoted, &wantJobID) // invalid UTF-8 comes back as U+FFFD
 		if m["job_id"] != wantJobID {
 			t.Errorf("job_id %q, want %q", m["job_id"], wantJobID)
 		}

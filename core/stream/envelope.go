@@ -45,6 +45,17 @@ func EventData(j *core.Job, ev core.Event, snap uint64) []byte {
 	return b.Bytes()
 }
 
+// ControlData is the JSON data of a control event (gap, resync,
+// terminated), the same on every transport. Run builds the maps from
+// numbers and strings only, so marshalling cannot fail.
+func ControlData(data map[string]any) []byte {
+	b, err := json.Marshal(data)
+	if err != nil {
+		panic("stream: marshal control data: " + err.Error())
+	}
+	return b
+}
+
 // CallerFingerprint identifies who a token is issued to. Until nodes
 // authenticate callers, the caller is whatever credential they present
 // (the Authorization header, or "authorization" gRPC metadata; possibly

@@ -2,7 +2,6 @@ package jobapi
 
 import (
 	"context"
-	"encoding/json"
 
 	"google.golang.org/grpc/metadata"
 
@@ -68,11 +67,3 @@ func filterFingerprint(filter map[core.EventKind]bool) [16]byte {
 func parseTypes(types []string) (map[core.EventKind]bool, error) { return stream.ParseTypes(types) }
 
 func eventData(j *core.Job, ev core.Event, snap uint64) []byte { return stream.EventData(j, ev, snap) }
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic("jobapi: marshal: " + err.Error())
-	}
-	return b
-}

@@ -168,7 +168,7 @@ func (s *sink) Event(ev core.Event, token string) error {
 
 // Control hands a control event (no position, no token) to the sender.
 func (s *sink) Control(c stream.Control, data map[string]any) error {
-	o := op{ev: &pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: mustJSON(data)}}
+	o := op{ev: &pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: stream.ControlData(data)}}
 	return s.write(&o, nil)
 }
 
