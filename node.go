@@ -48,6 +48,7 @@ type Node struct {
 
 	peerSrv     *peer.Server
 	peers       *peer.Client
+	router      *peer.Router
 	tracker     *peer.Tracker
 	stopTracker context.CancelFunc
 	trackerWG   sync.WaitGroup
@@ -113,11 +114,23 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	if n.router, err = peer.NewRouter(peer.RouterConfig{
+		Client: n.peers, MaxMessageBytes: cfg.MaxMessageBytes, Metrics: pm, Logger: log.With("system", "router"),
+		Addr: func(node string) (string, bool) {
+			nd, ok := n.cat.Node(node)
+			return nd.PeerAddr, ok && nd.PeerAddr != ""
+		},
+	}); err != nil {
+		return nil, err
+	}
+
 	ecfg := cfg.Engine
 	ecfg.Catalog, ecfg.Registerer, ecfg.Logger = n.cat, n.reg, log.With("system", "engine")
+	ecfg.Cluster = &nodeCluster{self: cfg.Name, cat: n.cat, tracker: n.tracker, transport: n.router}
 	if n.engine, err = core.New(ecfg); err != nil {
 		return nil, err
 	}
+	n.peerSrv.SetHandler(n.engine)
 	wcfg := cfg.Workers
 	wcfg.Logger = log.With("system", "workers")
 	if n.workers, err = workerapi.New(n.engine, wcfg); err != nil {
@@ -190,7 +203,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		BaseContext: func(net.Listener) context.Context { return httpCtx },
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
 		if err := n.peerSrv.Serve(n.peerLn); err != nil {
@@ -212,6 +225,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() {
 		defer n.wg.Done()
 		n.watchFence(httpCtx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.watchCluster(httpCtx)
 	}()
 
 	// The peer server serves when it answers this node's own authenticated
@@ -278,6 +295,26 @@ func (n *Node) watchFence(ctx context.Context) {
 	}
 }
 
+// watchCluster tells the engine each time the catalog view changes (a node
+// or consumer came or went: proven deaths, new routes), and every peer
+// heartbeat besides, because this node's own verdict on a peer (spare or
+// not) changes without any catalog write.
+func (n *Node) watchCluster(ctx context.Context) {
+	changed, unsubscribe := n.cat.Watch()
+	defer unsubscribe()
+	tick := time.NewTicker(n.cfg.PeerHeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-tick.C:
+		}
+		n.engine.ClusterChanged()
+	}
+}
+
 // Close drains and stops the node: new jobs are refused, bound jobs get up
 // to DrainTimeout to finish, the rest end with node_shutdown; then the
 // servers stop, streams end, and the catalog revokes the node's lease so its
@@ -311,6 +348,7 @@ func (n *Node) stop(ctx context.Context) error {
 	// say: stop at once rather than let GracefulStop wait on idle streams.
 	n.grpc.Stop()
 	n.peerSrv.Stop()
+	_ = n.router.Close()
 	_ = n.peers.Close()
 	n.workers.Wait()
 	n.jobs.Wait()
@@ -333,6 +371,9 @@ func (n *Node) abort() {
 	}
 	if n.peerSrv != nil {
 		n.peerSrv.Stop()
+	}
+	if n.router != nil {
+		_ = n.router.Close()
 	}
 	if n.peers != nil {
 		_ = n.peers.Close()

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -11,7 +12,8 @@ import (
 // TTL decremented at dequeue, and the binding of each job to one consumer.
 
 // Delivery is a job as it travels from ingress to dispatcher to consumer
-// host. TTL is what the sender measured as remaining when it sent it.
+// host. TTL is what the sender measured as remaining when it sent it: each
+// hop subtracts what it spent, queue residence included.
 type Delivery struct {
 	JobID          string
 	Gen            uint64
@@ -23,6 +25,16 @@ type Delivery struct {
 	Zone           string
 	TTL            time.Duration
 	MaxOutputBytes int64
+	// MaxQueueDepth and MaxQueueBytes are the envelope's own (lowered)
+	// queue caps; the dispatcher applies them under its node's ceilings.
+	MaxQueueDepth int
+	MaxQueueBytes int64
+	// Exclude lists the consumers that refused this job: it is never
+	// offered to them again.
+	Exclude []string
+	// Front puts a job that comes back to its queue (a reject, a lost
+	// worker) at the head, so it keeps its place.
+	Front bool
 }
 
 // queue is one queue on its dispatcher.
@@ -32,26 +44,67 @@ type queue struct {
 	bytes   int64
 	bound   map[string]*task
 	workers []*Worker
+	// remote tracks the credits this dispatcher has used on consumers
+	// hosted by other nodes (their records come from the catalog view).
+	remote map[string]*remoteConsumer
+	// seen makes a forward idempotent: the highest generation of each job
+	// this dispatcher took, kept until the job's TTL has passed.
+	seen map[string]seenJob
 	// dispatching and again make dispatchLocked safe to re-enter: dropping a
 	// worker mid-pass (a failed send) dispatches again from inside the pass.
 	dispatching, again bool
+	// claiming is set while a consumer's claim on the queue is in flight.
+	claiming bool
 	// reap removes the queue once it has been empty for QueueIdle.
 	reap *time.Timer
+	// pinTo is the node this dispatcher would hand the queue to, and
+	// pinSince when that became so; pinTimer re-checks after PinStable.
+	pinTo    string
+	pinSince time.Time
+	pinTimer *time.Timer
 }
 
-// task is a pending or bound job on the dispatcher.
+// remoteConsumer is a consumer on another node, as its dispatcher counts it.
+type remoteConsumer struct {
+	info  ConsumerInfo
+	bound int
+}
+
+type seenJob struct {
+	gen     uint64
+	expires time.Time
+}
+
+// task is a pending or bound job on the dispatcher, or a job bound to a
+// local worker on its consumer host.
 type task struct {
 	d        Delivery
 	budget   Budget
 	timer    *time.Timer
 	rejected map[string]bool
 	worker   *Worker
+	// remote is the consumer on another node this dispatcher bound it to.
+	remote *remoteConsumer
+	// from is, on a consumer host, the dispatcher node that delivered the
+	// job ("" when the dispatcher is this node).
+	from string
+}
+
+func newTask(d Delivery, now time.Time) *task {
+	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}}
+	if len(d.Exclude) > 0 {
+		t.rejected = make(map[string]bool, len(d.Exclude))
+		for _, c := range d.Exclude {
+			t.rejected[c] = true
+		}
+	}
+	return t
 }
 
 func (e *Engine) queueLocked(name string) *queue {
 	q := e.queues[name]
 	if q == nil {
-		q = &queue{name: name, bound: map[string]*task{}}
+		q = &queue{name: name, bound: map[string]*task{}, remote: map[string]*remoteConsumer{}, seen: map[string]seenJob{}}
 		e.queues[name] = q
 		e.idleLocked(q)
 	}
@@ -67,36 +120,83 @@ func (e *Engine) idleLocked(q *queue) {
 	}
 	stopTimer(q.reap)
 	q.reap = time.AfterFunc(e.cfg.QueueIdle, func() { e.reapQueue(q) })
+	e.pinCheckLocked(q)
 }
 
+// reapQueue removes an idle queue from memory and, when this node is its
+// dispatcher and no consumer of it is left anywhere, from the catalog.
 func (e *Engine) reapQueue(q *queue) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed || e.queues[q.name] != q || len(q.pending) > 0 || len(q.bound) > 0 || len(q.workers) > 0 {
 		return
 	}
+	if e.cat != nil && len(e.cat.Consumers(q.name)) > 0 {
+		// Consumers elsewhere still route through this dispatcher.
+		e.idleLocked(q)
+		return
+	}
 	delete(e.queues, q.name)
+	stopTimer(q.pinTimer)
 	e.m.QueueDepth.DeleteLabelValues(q.name)
+	e.m.QueuesReaped.Inc()
 	e.log.Debug("queue reaped", "queue", q.name)
+	if e.cluster != nil {
+		if node, ok := e.cluster.CachedDispatcher(q.name); ok && node == e.cfg.Node {
+			e.goLocked(func(ctx context.Context) {
+				if err := e.cluster.ReleaseQueue(ctx, q.name); err != nil {
+					e.log.Warn("release dispatch record", "queue", q.name, "err", err)
+				}
+			})
+		}
+	}
 }
 
 // enqueueLocked takes a delivery into a queue, or refuses it synchronously
-// when the queue is over depth or bytes. The time it spends queued counts
-// against its TTL: the budget starts now, on this node's clock.
-func (e *Engine) enqueueLocked(d Delivery, now time.Time, eff Effective) error {
+// when the queue is over depth or bytes (the node's ceilings, or the
+// envelope's lower caps). The time it spends queued counts against its TTL:
+// the budget starts now, on this node's clock. A job coming back to its
+// queue (Front) is not a new arrival and is not refused for the caps.
+func (e *Engine) enqueueLocked(d Delivery, now time.Time) error {
 	if d.TTL <= 0 {
 		return &Error{Code: CodeExpired, Detail: "the job's TTL ran out before it reached the dispatcher"}
 	}
 	q := e.queueLocked(d.Queue)
-	if len(q.pending)+1 > eff.MaxQueueDepth {
-		return &Error{Code: CodeQueueFull, Detail: "the queue holds its maximum number of waiting jobs", RetryAfter: time.Second}
+	if s, ok := q.seen[d.JobID]; ok && s.gen >= d.Gen {
+		// A retried forward: this dispatcher already holds (or held) it.
+		return nil
 	}
-	if n := int64(len(d.Input)); q.bytes+n > eff.MaxQueueBytes {
-		return &Error{Code: CodeQueueBytesFull, Detail: "the queue holds its maximum bytes of waiting input", RetryAfter: time.Second}
+	if !d.Front {
+		depth, bytes := e.cfg.Limits.MaxQueueDepth, e.cfg.Limits.MaxQueueBytes
+		if d.MaxQueueDepth > 0 {
+			depth = min(depth, d.MaxQueueDepth)
+		}
+		if d.MaxQueueBytes > 0 {
+			bytes = min(bytes, d.MaxQueueBytes)
+		}
+		if len(q.pending)+1 > depth {
+			return &Error{Code: CodeQueueFull, Detail: "the queue holds its maximum number of waiting jobs", RetryAfter: time.Second}
+		}
+		if n := int64(len(d.Input)); q.bytes+n > bytes {
+			return &Error{Code: CodeQueueBytesFull, Detail: "the queue holds its maximum bytes of waiting input", RetryAfter: time.Second}
+		}
 	}
-	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}}
-	e.pushLocked(q, t, false)
+	e.rememberLocked(q, d, now)
+	e.pushLocked(q, newTask(d, now), d.Front)
 	return nil
+}
+
+// rememberLocked records (job, gen) for forward idempotency. Entries live
+// as long as the job's TTL could, and are swept when the map has doubled.
+func (e *Engine) rememberLocked(q *queue, d Delivery, now time.Time) {
+	q.seen[d.JobID] = seenJob{gen: d.Gen, expires: now.Add(d.TTL)}
+	if len(q.seen) >= 64 && len(q.seen)&(len(q.seen)-1) == 0 {
+		for id, s := range q.seen {
+			if now.After(s.expires) {
+				delete(q.seen, id)
+			}
+		}
+	}
 }
 
 // pushLocked puts a task in the pending list (at the front for a job coming
@@ -168,8 +268,8 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 			e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 			continue
 		}
-		w := e.pickLocked(q, t)
-		if w == nil {
+		w, rc := e.pickLocked(q, t)
+		if w == nil && rc == nil {
 			i++
 			continue
 		}
@@ -178,9 +278,15 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		// queue residence included.
 		t.d.TTL = left
 		t.budget = Budget{TTL: left, At: now}
-		t.d.Gen++
-		t.worker = w
 		q.bound[t.d.JobID] = t
+		if rc != nil {
+			rc.bound++
+			t.remote = rc
+			d := t.d
+			e.sendLocked(rc.info.Node, Message{Kind: MsgDeliver, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d, Consumer: rc.info.ID})
+			continue
+		}
+		t.worker = w
 		if t.d.Ingress == e.cfg.Node {
 			e.m.LocalDeliveries.Inc()
 		}
@@ -189,10 +295,11 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 	}
 }
 
-// pickLocked chooses a consumer for t: a capable worker with a free credit
-// that has not refused this job, the least loaded first. Local workers are
-// the only kind a single node has; remote consumers join here in a cluster.
-func (e *Engine) pickLocked(q *queue, t *task) *Worker {
+// pickLocked chooses a consumer for t: a capable consumer with a free
+// credit that has not refused this job. Workers on this node come first
+// (nothing touches the network); then consumers on other routable nodes
+// from the catalog view, the least outstanding first.
+func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
 	for _, w := range q.workers {
 		if w.gone || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
@@ -203,7 +310,29 @@ func (e *Engine) pickLocked(q *queue, t *task) *Worker {
 			best = w
 		}
 	}
-	return best
+	if best != nil || e.cluster == nil {
+		return best, nil
+	}
+	var rbest *remoteConsumer
+	for _, c := range e.cat.Consumers(q.name) {
+		if c.Node == e.cfg.Node || t.rejected[c.ID] || !c.Capabilities.Satisfies(t.d.Capabilities) ||
+			!e.zoneOKLocked(t.d.Zone, c.Zone) || !e.cluster.Routable(c.Node) {
+			continue
+		}
+		rc := q.remote[c.ID]
+		if rc == nil {
+			rc = &remoteConsumer{}
+			q.remote[c.ID] = rc
+		}
+		rc.info = c
+		if rc.bound >= max(c.Concurrency, 1) {
+			continue
+		}
+		if rbest == nil || rc.bound < rbest.bound {
+			rbest = rc
+		}
+	}
+	return nil, rbest
 }
 
 // zoneOKLocked is the zone test: a zone-scoped job goes only to a node
@@ -213,8 +342,8 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
 }
 
 // capableLocked reports whether any consumer anywhere (local sessions, then
-// the catalog's view of other nodes) could run a job, ignoring credits and
-// skipping the consumers in exclude.
+// the catalog's view of other routable nodes) could run a job, ignoring
+// credits and skipping the consumers in exclude.
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
 	if q := e.queues[queue]; q != nil {
 		for _, w := range q.workers {
@@ -223,93 +352,51 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 			}
 		}
 	}
-	// Consumers on other nodes count only once this engine can route a job
-	// to them. Until then (no peer transport yet: docs/cluster.md) counting
-	// them would accept a job that can only wait in a queue with no worker
-	// until it expires — the "job that waits to die" the capability check
-	// exists to prevent.
-	if e.cat == nil || !e.routesRemote {
+	if e.cluster == nil {
 		return false
 	}
 	for _, c := range e.cat.Consumers(queue) {
-		if c.Node != e.cfg.Node && !exclude[c.ID] && c.Capabilities.Satisfies(caps) && e.zoneOKLocked(zone, c.Zone) {
+		if c.Node != e.cfg.Node && !exclude[c.ID] && c.Capabilities.Satisfies(caps) &&
+			e.zoneOKLocked(zone, c.Zone) && e.cluster.Routable(c.Node) {
 			return true
 		}
 	}
 	return false
 }
 
-// unbindLocked forgets a bound task on the dispatcher.
-func (e *Engine) unbindLocked(id string, queueName string) *task {
+// unbindLocked forgets a bound task on the dispatcher and frees the credit
+// it held on a remote consumer. gen 0 matches any generation.
+func (e *Engine) unbindLocked(id string, queueName string, gen uint64) *task {
 	q := e.queues[queueName]
 	if q == nil {
 		return nil
 	}
 	t := q.bound[id]
+	if t == nil || gen != 0 && t.d.Gen != gen {
+		return nil
+	}
 	delete(q.bound, id)
-	if t != nil {
-		t.worker = nil
+	t.worker = nil
+	if t.remote != nil {
+		t.remote.bound--
+		t.remote = nil
 	}
 	e.idleLocked(q)
 	return t
 }
 
-// rejectedLocked: a worker refused t. The binding is cleared at once and the
-// job is offered to a different consumer, never back to this one; with no
-// other capable consumer left it fails as rejected.
-func (e *Engine) rejectedLocked(t *task, by *Worker, reason string) {
-	e.m.Rejects.Inc()
-	if t.rejected == nil {
-		t.rejected = map[string]bool{}
-	}
-	t.rejected[by.ID] = true
-	if !e.reclaimLocked(t.d.JobID, t.d.Gen) {
-		return
-	}
-	if !e.capableLocked(t.d.Queue, t.d.Capabilities, t.d.Zone, t.rejected) {
-		e.failAtIngressLocked(t.d, CodeRejected, "every capable worker refused the job; last reason: "+reason)
-		return
-	}
-	t.budget = Budget{TTL: t.budget.Remaining(time.Now()), At: time.Now()}
-	q := e.queueLocked(t.d.Queue)
-	e.pushLocked(q, t, true)
-	e.dispatchLocked(q)
-}
-
-// lostLocked: t's worker is gone (disconnected or dropped as stalled). The
-// job runs again only if the ingress says it produced no output.
-func (e *Engine) lostLocked(t *task) {
-	if !e.reclaimLocked(t.d.JobID, t.d.Gen) {
-		return
-	}
-	e.m.Reclaims.Inc()
-	t.budget = Budget{TTL: t.budget.Remaining(time.Now()), At: time.Now()}
-	e.pushLocked(e.queueLocked(t.d.Queue), t, true)
-}
-
-// withdrawLocked takes an ended job out of the dispatcher: out of the queue
-// if it waited, or off its worker (which is told to stop) if it was bound.
-func (e *Engine) withdrawLocked(j *Job, code Code) {
-	q := e.queues[j.Queue]
-	if q == nil {
-		return
-	}
-	for _, t := range q.pending {
-		if t.d.JobID == j.ID {
-			e.removePendingLocked(q, t)
-			return
-		}
-	}
-	if t := q.bound[j.ID]; t != nil && t.worker != nil {
-		e.cancelOnWorkerLocked(t.worker, t.d.JobID, t.d.Gen, code)
-	}
-}
-
-// failAtIngressLocked ends a job from the dispatcher's side.
+// failAtIngressLocked ends a job from the dispatcher's or host's side: in
+// place when the ingress is this node, by a reply carrying the end when it
+// is another.
 func (e *Engine) failAtIngressLocked(d Delivery, code Code, detail string) {
-	if j := e.jobs[d.JobID]; j != nil {
-		e.finishLocked(j, code, detail, nil)
+	if d.Ingress == e.cfg.Node {
+		if j := e.jobs[d.JobID]; j != nil && j.gen == d.Gen {
+			j.settled = true
+			e.finishLocked(j, code, detail, nil)
+		}
+		return
 	}
+	e.sendLocked(d.Ingress, Message{Kind: MsgReply, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, End: &End{Code: code, Detail: detail}})
 }
 
 // QueueStat is one queue as this node's dispatcher holds it.

@@ -41,6 +41,13 @@ type Config struct {
 	QueueIdle time.Duration
 	// Catalog receives consumer records; nil runs without one (unit tests).
 	Catalog Catalog
+	// Cluster routes jobs to and from other nodes; nil is a single node.
+	// It needs Catalog.
+	Cluster Cluster
+	// PinStable is how long a queue's consumers must have lived on one
+	// other node before a dispatcher that hosts none of them hands the
+	// queue over to that node (relocation hysteresis).
+	PinStable time.Duration
 	// Registerer receives the engine's metrics; nil means a private registry.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -59,6 +66,7 @@ func DefaultConfig() Config {
 		Retention:               5 * time.Minute,
 		ExpirySlack:             100 * time.Millisecond,
 		QueueIdle:               5 * time.Minute,
+		PinStable:               5 * time.Second,
 	}
 }
 
@@ -88,6 +96,10 @@ func (c *Config) Validate() error {
 		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
 	case c.QueueIdle <= 0:
 		return &ConfigError{"queue-idle", c.QueueIdle, errors.New("must be positive")}
+	case c.Cluster != nil && c.Catalog == nil:
+		return &ConfigError{"catalog", nil, errors.New("a cluster needs a catalog")}
+	case c.PinStable <= 0:
+		return &ConfigError{"pin-stable", c.PinStable, errors.New("must be positive")}
 	case c.ExpirySlack < 0:
 		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
 	}
@@ -100,20 +112,29 @@ type Engine struct {
 	log *slog.Logger
 	m   *Metrics
 	cat Catalog
+	// cluster is nil on a single node: see self and the *Locked routing
+	// helpers in route.go.
+	cluster Cluster
 
-	mu       sync.Mutex
-	jobs     map[string]*Job
-	idem     map[string]string
-	queues   map[string]*queue
-	workers  map[string]*Worker
+	// bg owns the goroutines the engine starts itself (elections and
+	// catalog writes that must not run under mu); bgCtx ends them on Close.
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	mu      sync.Mutex
+	jobs    map[string]*Job
+	idem    map[string]string
+	queues  map[string]*queue
+	workers map[string]*Worker
+	// hosted indexes this node's bindings by job id: where a cancel for a
+	// job running here finds its worker.
+	hosted   map[string]*Worker
 	active   int
 	draining bool
 	drained  chan struct{}
 	closed   bool
 	epoch    uint64
-	// routesRemote is set once a peer transport can carry jobs to other
-	// nodes; see capableLocked.
-	routesRemote bool
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later
@@ -128,18 +149,22 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
-	return &Engine{
+	e := &Engine{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		m:       NewMetrics(cfg.Registerer),
 		cat:     cfg.Catalog,
+		cluster: cfg.Cluster,
 		jobs:    map[string]*Job{},
 		idem:    map[string]string{},
 		queues:  map[string]*queue{},
 		workers: map[string]*Worker{},
+		hosted:  map[string]*Worker{},
 		drained: make(chan struct{}),
 		epoch:   uint64(time.Now().UnixMilli()),
-	}, nil
+	}
+	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
+	return e, nil
 }
 
 // Epoch identifies this engine's incarnation: the snapshot version of every
@@ -188,6 +213,8 @@ func (e *Engine) Drain(ctx context.Context) int {
 // Close stops every timer. Jobs still open are ended with node_shutdown, so
 // no requester is left waiting on a stream that will never end.
 func (e *Engine) Close() {
+	e.bgCancel()
+	defer e.bg.Wait()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -203,6 +230,7 @@ func (e *Engine) Close() {
 	}
 	for _, q := range e.queues {
 		stopTimer(q.reap)
+		stopTimer(q.pinTimer)
 		for _, t := range q.pending {
 			stopTimer(t.timer)
 		}

@@ -28,6 +28,10 @@ const (
 	CodeJobNotFound        Code = "job_not_found"
 	CodeIdempotencyReuse   Code = "idempotency_key_reused"
 	CodeInvalidWorker      Code = "invalid_worker"
+	// CodeDispatcherUnavailable: the queue's dispatcher is on another node
+	// that could not be reached or elected. Also a job's end when a job
+	// going back to its queue could not be handed to any dispatcher.
+	CodeDispatcherUnavailable Code = "dispatcher_unavailable"
 )
 
 // Codes a job can end with. CodeCancelled and CodeExpired are also outcomes

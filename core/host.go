@@ -118,6 +118,17 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	e.m.WorkersConnected.Inc()
 	e.log.Info("worker registered", "consumer", w.ID, "name", w.Name, "queue", w.Queue, "capabilities", caps.Strings(), "concurrency", w.Concurrency)
 	e.dispatchLocked(q)
+	if e.cluster != nil {
+		// A consumer's node claims the queue at once, taking it over from a
+		// dispatcher that hosts no consumer: the dispatcher then sits at the
+		// consumer's end and a job costs one hop to reach it. The claim is a
+		// catalog write, off this caller's path.
+		e.goLocked(func(ctx context.Context) {
+			if err := e.cluster.ClaimConsumer(ctx, w.Queue); err != nil {
+				e.log.Warn("claim queue as consumer host", "queue", w.Queue, "err", err)
+			}
+		})
+	}
 	return w, nil
 }
 
@@ -126,6 +137,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	left := t.budget.Remaining(time.Now())
 	b := &binding{t: t}
 	w.bindings[t.d.JobID] = b
+	e.hosted[t.d.JobID] = w
 	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
 	b.short = wait < e.cfg.DispatchTimeoutFloor
 	b.timer = time.AfterFunc(wait, func() { e.stalled(w, t.d.JobID, t.d.Gen) })
@@ -149,12 +161,11 @@ func (e *Engine) stalled(w *Worker, id string, gen uint64) {
 		return
 	}
 	if b.short && !b.accepted && !b.cancelling {
-		// The worker was not given the floor: expire the job (which tells
-		// the worker to stop it) rather than drop a healthy worker and
-		// every other job it runs.
-		if j := e.jobs[id]; j != nil {
-			e.finishLocked(j, CodeExpired, "too little of the job's TTL was left for a worker to accept it in time", nil)
-		}
+		// The worker was not given the floor: expire the job and tell the
+		// worker to stop it, rather than drop a healthy worker and every
+		// other job it runs.
+		e.cancelOnWorkerLocked(w, id, gen, CodeExpired)
+		e.failAtIngressLocked(b.t.d, CodeExpired, "too little of the job's TTL was left for a worker to accept it in time")
 		return
 	}
 	e.m.Stalls.Inc()
@@ -202,11 +213,9 @@ func (e *Engine) detachLocked(w *Worker) {
 		}
 	}
 	for id, b := range w.bindings {
-		stopTimer(b.timer)
-		delete(w.bindings, id)
-		e.unbindLocked(id, w.Queue)
+		w.releaseLocked(id, b)
 		if !b.cancelling {
-			e.lostLocked(b.t)
+			e.releaseToIngressLocked(b.t.d, w.ID, false, "the worker disconnected")
 		}
 	}
 	e.log.Info("worker withdrawn", "consumer", w.ID, "name", w.Name, "queue", w.Queue)
@@ -240,11 +249,25 @@ func (w *Worker) Accept(id string, gen uint64) {
 	w.acceptLocked(b)
 }
 
+// acceptLocked relays an accept. To a remote ingress it is sent on its own
+// only when the dispatcher is a third node: the ingress must then learn
+// where the job runs before that dispatcher could die (see
+// Engine.nodesGoneLocked). When this node dispatched the job, the accept
+// rides on the first output or the end instead, which keeps a round trip
+// at two peer messages (docs/cluster.md, cost model).
 func (w *Worker) acceptLocked(b *binding) {
+	e := w.e
 	b.accepted = true
-	if !b.cancelling {
-		stopTimer(b.timer)
-		w.e.onAcceptedLocked(b.t.d.JobID, b.t.d.Gen, w.ID, w.Name)
+	if b.cancelling {
+		return
+	}
+	stopTimer(b.timer)
+	d := b.t.d
+	switch {
+	case d.Ingress == e.cfg.Node:
+		e.onAcceptedLocked(d.JobID, d.Gen, w.ID, w.Name)
+	case b.t.from != "" && b.t.from != d.Ingress:
+		e.replyLocked(w, d, Message{Accepted: true})
 	}
 }
 
@@ -260,7 +283,8 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 	}
 	w.releaseLocked(id, b)
 	if !b.cancelling {
-		e.rejectedLocked(b.t, w, reason)
+		e.m.Rejects.Inc()
+		e.releaseToIngressLocked(b.t.d, w.ID, true, reason)
 	}
 	e.dispatchLocked(e.queues[w.Queue])
 }
@@ -277,6 +301,10 @@ func (w *Worker) Output(id string, gen uint64, data []byte) {
 	}
 	if !b.accepted {
 		w.acceptLocked(b)
+	}
+	if b.t.d.Ingress != e.cfg.Node {
+		e.replyLocked(w, b.t.d, Message{Output: data})
+		return
 	}
 	if e.onOutputLocked(id, gen, data) {
 		e.m.StaleMessages.WithLabelValues("output").Inc()
@@ -298,16 +326,34 @@ func (w *Worker) End(id string, gen uint64, code Code, detail string, result jso
 		if code != "" && !validWorkerCode(code) {
 			detail, code = fmt.Sprintf("%s (worker code %q)", detail, code), CodeWorkerError
 		}
-		e.onEndLocked(id, gen, code, detail, result)
+		if b.t.d.Ingress != e.cfg.Node {
+			e.replyLocked(w, b.t.d, Message{End: &End{Code: code, Detail: detail, Result: result}})
+		} else {
+			e.onEndLocked(id, gen, code, detail, result)
+		}
 	}
 	e.dispatchLocked(e.queues[w.Queue])
 }
 
-// releaseLocked frees a binding and its credit.
+// releaseLocked frees a binding and its credit, on this node and on the
+// job's dispatcher.
 func (w *Worker) releaseLocked(id string, b *binding) {
+	e := w.e
 	stopTimer(b.timer)
 	delete(w.bindings, id)
-	w.e.unbindLocked(id, w.Queue)
+	if e.hosted[id] == w {
+		delete(e.hosted, id)
+	}
+	t := b.t
+	switch {
+	case t.from == "":
+		e.unbindLocked(id, w.Queue, t.d.Gen)
+	case t.from == t.d.Ingress && !b.cancelling:
+		// The dispatcher is the ingress: the end or release this binding
+		// finishes with frees the credit there, one message instead of two.
+	default:
+		e.sendLocked(t.from, Message{Kind: MsgUnbind, JobID: id, Gen: t.d.Gen, Queue: t.d.Queue, Consumer: w.ID})
+	}
 }
 
 // cancelOnWorkerLocked tells a worker to stop a job. The binding (and the

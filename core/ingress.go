@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"slices"
 	"time"
 )
 
@@ -20,7 +22,7 @@ type SubmitOptions struct {
 // registry and, if it passes, creates the job and hands it to the queue's
 // dispatcher. A refusal changes nothing. existing is true when an
 // idempotency key matched a job created earlier.
-func (e *Engine) Submit(_ context.Context, queue string, env *Envelope, opts SubmitOptions) (j *Job, existing bool, err error) {
+func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions) (*Job, bool, error) {
 	if err := CheckQueueName(queue); err != nil {
 		return nil, false, err
 	}
@@ -28,16 +30,35 @@ func (e *Engine) Submit(_ context.Context, queue string, env *Envelope, opts Sub
 	if err != nil {
 		return nil, false, err
 	}
+	// Where the queue's pending jobs live. Electing may write to the
+	// catalog, so it happens before the lock; the view answers without
+	// waiting when the queue already has a live dispatcher.
+	dispatcher := e.cfg.Node
+	if e.cluster != nil {
+		// Refuse what no consumer can run before touching the catalog: a
+		// refusal changes nothing, not even the queue's dispatch record.
+		e.mu.Lock()
+		capable := e.capableLocked(queue, env.Capabilities, env.Zone, nil)
+		e.mu.Unlock()
+		if !capable {
+			return nil, false, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
+		}
+		if dispatcher, err = e.cluster.Dispatcher(ctx, queue); err != nil {
+			e.log.Warn("no dispatcher for queue", "queue", queue, "err", err)
+			return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher could not be found or elected", RetryAfter: time.Second}
+		}
+	}
 	now := time.Now()
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.draining || e.closed {
+		e.mu.Unlock()
 		return nil, false, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
 	}
 	if opts.IdempotencyKey != "" {
 		if id, ok := e.idem[opts.IdempotencyKey]; ok {
 			if old := e.jobs[id]; old != nil {
+				e.mu.Unlock()
 				if old.Queue != queue {
 					return nil, false, errorf(CodeIdempotencyReuse, "Idempotency-Key", "the key was used for a job on queue %q", old.Queue)
 				}
@@ -46,37 +67,97 @@ func (e *Engine) Submit(_ context.Context, queue string, env *Envelope, opts Sub
 		}
 	}
 	if !e.capableLocked(queue, env.Capabilities, env.Zone, nil) {
+		e.mu.Unlock()
 		return nil, false, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
 
-	j = &Job{
+	j := &Job{
 		ID: newID("j_"), Queue: queue, Created: now, Env: env, Limits: eff,
 		History:  NewHistory(e.cfg.HistoryEvents, e.cfg.HistoryBytes),
 		deadline: now.Add(eff.TTL),
 		state:    StateQueued,
 		idemKey:  opts.IdempotencyKey,
+		gen:      1,
+		// The generation is the ingress's to allocate: every forward
+		// carries a fresh one (see reforwardLocked).
+		dispatcher: dispatcher,
 	}
-	d := Delivery{
-		JobID: j.ID, Queue: queue, Ingress: e.cfg.Node,
-		Input: env.Input, Options: env.Options, Capabilities: env.Capabilities, Zone: env.Zone,
-		TTL: eff.TTL, MaxOutputBytes: eff.MaxOutputBytes,
+	d := e.deliveryLocked(j, now)
+	if dispatcher == e.cfg.Node {
+		// The dispatcher checks depth and bytes; refusing there, before the
+		// job record exists, is what makes "over a cap changes nothing" true.
+		if err := e.enqueueLocked(d, now); err != nil {
+			e.mu.Unlock()
+			return nil, false, err
+		}
+		e.startLocked(j)
+		e.dispatchLocked(e.queues[queue])
+		e.mu.Unlock()
+		return j, false, nil
 	}
-	// The dispatcher checks depth and bytes; refusing there, before the job
-	// record exists, is what makes "over a cap changes nothing" true.
-	if err := e.enqueueLocked(d, now, eff); err != nil {
-		return nil, false, err
+
+	// A remote dispatcher: the record exists before the forward, so an
+	// answer that races the forward's own response finds its job.
+	e.startLocked(j)
+	e.mu.Unlock()
+	ferr := e.cluster.Forward(ctx, dispatcher, d)
+	if ferr == nil {
+		return j, false, nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j.state.Terminal() {
+		// Something answered for the job after all: its outcome stands.
+		return j, false, nil
+	}
+	e.unstartLocked(j)
+	var ce *Error
+	if errors.As(ferr, &ce) {
+		return nil, false, ce
+	}
+	e.log.Warn("forward to dispatcher failed", "queue", queue, "dispatcher", dispatcher, "err", ferr)
+	return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher on another node could not be reached", RetryAfter: time.Second}
+}
+
+// startLocked makes a new job live: indexed, counted, its first event
+// written and its ingress deadline armed.
+func (e *Engine) startLocked(j *Job) {
 	e.jobs[j.ID] = j
 	if j.idemKey != "" {
 		e.idem[j.idemKey] = j.ID
 	}
 	e.active++
 	j.History.Append(EventAccepted, 0, mustJSON(map[string]any{
-		"queue": queue, "ttl_ms": eff.TTL.Milliseconds(),
+		"queue": j.Queue, "ttl_ms": j.Limits.TTL.Milliseconds(),
 	}))
-	j.timer = time.AfterFunc(eff.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
-	e.dispatchLocked(e.queues[queue])
-	return j, false, nil
+	j.timer = time.AfterFunc(j.Limits.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
+}
+
+// unstartLocked undoes startLocked for a job its dispatcher refused: the
+// caller gets the refusal and the job never existed.
+func (e *Engine) unstartLocked(j *Job) {
+	stopTimer(j.timer)
+	delete(e.jobs, j.ID)
+	if j.idemKey != "" && e.idem[j.idemKey] == j.ID {
+		delete(e.idem, j.idemKey)
+	}
+	e.activeDoneLocked()
+}
+
+// deliveryLocked is the job as the ingress hands it to a dispatcher, with
+// what is left of its TTL now.
+func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
+	d := Delivery{
+		JobID: j.ID, Gen: j.gen, Queue: j.Queue, Ingress: e.cfg.Node,
+		Input: j.Env.Input, Options: j.Env.Options, Capabilities: j.Env.Capabilities, Zone: j.Env.Zone,
+		TTL: j.deadline.Sub(now), MaxOutputBytes: j.Limits.MaxOutputBytes,
+		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
+	}
+	for c := range j.exclude {
+		d.Exclude = append(d.Exclude, c)
+	}
+	slices.Sort(d.Exclude)
+	return d
 }
 
 // Job returns the job record for streaming.
@@ -173,17 +254,17 @@ func (e *Engine) ingressDeadline(id string) {
 // onAccepted: the consumer host says a worker took the job.
 func (e *Engine) onAcceptedLocked(id string, gen uint64, consumer, name string) bool {
 	j := e.jobs[id]
-	if j == nil || gen < j.gen || !j.state.CanMove(StateRunning) && j.state != StateQueued {
+	if j == nil || gen != j.gen || !j.state.CanMove(StateRunning) && j.state != StateQueued {
 		return false
 	}
-	j.gen, j.consumer, j.worker, j.state = gen, consumer, name, StateRunning
+	j.consumer, j.worker, j.state = consumer, name, StateRunning
 	return true
 }
 
 // onOffered: the dispatcher bound the job to a consumer.
 func (e *Engine) onOfferedLocked(id string, gen uint64, consumer, name string) {
-	if j := e.jobs[id]; j != nil && j.state.CanMove(StateOffered) {
-		j.gen, j.consumer, j.worker, j.state = gen, consumer, name, StateOffered
+	if j := e.jobs[id]; j != nil && j.gen == gen && j.state.CanMove(StateOffered) {
+		j.consumer, j.worker, j.state = consumer, name, StateOffered
 	}
 }
 
@@ -229,21 +310,38 @@ func (e *Engine) onEndLocked(id string, gen uint64, code Code, detail string, re
 	return e.finishLocked(j, code, detail, result)
 }
 
-// reclaimLocked decides, for a job whose worker is gone, whether it may run
-// again: only if it produced no output. The ingress decides because it is
-// the node that saw the output. It returns true when the job went back to
-// the queue's pool.
-func (e *Engine) reclaimLocked(id string, gen uint64) bool {
+// releaseAtIngressLocked decides what happens to a job whose binding (job,
+// gen) ended without an outcome: a worker refused it (rejected), or the
+// worker or its node was lost. The ingress decides because it is the node
+// that saw the output: a job that produced some fails worker_lost (no
+// silent restart); otherwise it goes back to its queue under a new
+// generation, never again to a consumer that refused it, and fails
+// rejected when no other capable consumer is left.
+func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, rejected bool, reason string) {
 	j := e.jobs[id]
-	if j == nil || j.state.Terminal() || gen < j.gen {
-		return false
+	if j == nil || j.state.Terminal() || gen != j.gen {
+		e.m.StaleMessages.WithLabelValues("release").Inc()
+		return
 	}
-	if j.produced {
-		e.finishLocked(j, CodeWorkerLost, "the worker was lost after it had produced output", nil)
-		return false
+	if rejected {
+		if consumer != "" {
+			if j.exclude == nil {
+				j.exclude = map[string]bool{}
+			}
+			j.exclude[consumer] = true
+		}
+		if !e.capableLocked(j.Queue, j.Env.Capabilities, j.Env.Zone, j.exclude) {
+			e.finishLocked(j, CodeRejected, "every capable worker refused the job; last reason: "+reason, nil)
+			return
+		}
+	} else {
+		if j.produced {
+			e.finishLocked(j, CodeWorkerLost, "the worker was lost after it had produced output: "+reason, nil)
+			return
+		}
+		e.m.Reclaims.Inc()
 	}
-	j.state, j.consumer, j.worker = StateQueued, "", ""
-	return true
+	e.reforwardLocked(j)
 }
 
 // finishLocked gives a job its one terminal outcome. Everything that ends a

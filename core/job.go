@@ -111,6 +111,18 @@ type Job struct {
 	timer         *time.Timer
 	graceTimer    *time.Timer
 	idemKey       string
+	// dispatcher is the node the current generation was forwarded to;
+	// host is the node its consumer lives on, once a reply names it (""
+	// before: a dispatcher at the consumer's node answers only with the
+	// first output or the end, see host.go).
+	dispatcher string
+	host       string
+	// exclude holds the consumers that refused the job.
+	exclude map[string]bool
+	// settled is set when the nodes downstream have let go of the job
+	// (its worker ended it, or the dispatcher failed it): ending it then
+	// sends them no cancel.
+	settled bool
 }
 
 // StreamGeneration is the generation of the job's event stream: the

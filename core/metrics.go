@@ -16,6 +16,9 @@ type Metrics struct {
 	StaleMessages    *prometheus.CounterVec
 	LocalDeliveries  prometheus.Counter
 	GraceSaves       prometheus.Counter
+	QueuesReaped     prometheus.Counter
+	FencedMessages   prometheus.Counter
+	Relocations      prometheus.Counter
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -67,11 +70,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "stream", Name: "grace_saves_total",
 			Help: "Jobs whose streaming client came back within the disconnect grace window.",
 		}),
+		QueuesReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "queues_reaped_total",
+			Help: "Queues removed after staying empty, with no consumer, for the queue idle time.",
+		}),
+		FencedMessages: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "fenced_messages_total",
+			Help: "Worker answers this node did not forward because it had to treat its catalog lease as lost.",
+		}),
+		Relocations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "dispatch", Name: "relocations_total",
+			Help: "Queues whose dispatch this node handed to the node hosting all their consumers.",
+		}),
 	}
 	for _, o := range []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeExpired} {
 		m.Jobs.WithLabelValues(string(o))
 	}
 	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
-		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves)
+		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves,
+		m.QueuesReaped, m.FencedMessages, m.Relocations)
 	return m
 }

@@ -49,7 +49,7 @@ func statusOf(code core.Code) int {
 		return http.StatusUnprocessableEntity
 	case core.CodeQueueFull, core.CodeQueueBytesFull:
 		return http.StatusTooManyRequests
-	case core.CodeNoCapableWorker, core.CodeDraining:
+	case core.CodeNoCapableWorker, core.CodeDraining, core.CodeDispatcherUnavailable:
 		return http.StatusServiceUnavailable
 	case core.CodeJobNotFound, CodeNotFound:
 		return http.StatusNotFound

@@ -5,13 +5,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Metadata keys every peer call carries.
@@ -74,18 +75,16 @@ func (a *authenticator) check(ctx context.Context) (context.Context, error) {
 	return context.WithValue(ctx, callerKey{}, id), nil
 }
 
-// kind names a peer method for switchyard_peer_messages_total: its last path
-// element, lower-cased ("/switchyard.v1.PeerService/Ping" → "ping").
-func kind(fullMethod string) string {
-	return strings.ToLower(fullMethod[strings.LastIndexByte(fullMethod, '/')+1:])
-}
-
 func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	ctx, err := a.check(ctx)
 	if err != nil {
 		return nil, err
 	}
-	a.metrics.messages.WithLabelValues(kind(info.FullMethod)).Inc()
+	// Pings are counted where they are answered; routing messages where
+	// they are sent (Router), by the kinds they carry.
+	if info.FullMethod == pb.PeerService_Ping_FullMethodName {
+		a.metrics.messages.WithLabelValues(kindPing).Inc()
+	}
 	return h(ctx, req)
 }
 
@@ -94,9 +93,6 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if err != nil {
 		return err
 	}
-	// Streams are counted once, at open; per-message counts come with the
-	// streaming calls themselves.
-	a.metrics.messages.WithLabelValues(kind(info.FullMethod)).Inc()
 	return h(srv, &authedStream{ServerStream: ss, ctx: ctx})
 }
 

@@ -25,20 +25,27 @@ type served struct {
 	addr string
 	stop func()
 	reg  *prometheus.Registry
+	srv  *peer.Server
 }
 
 // startServer runs a peer server for node on a loopback port until stop or
 // the end of the test.
 func startServer(t *testing.T, node string) served {
 	t.Helper()
+	return startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: node})
+}
+
+// startServerOn runs a peer server with cfg (the test's secret and limits
+// filled in) on addr until stop or the end of the test.
+func startServerOn(t *testing.T, addr string, cfg peer.ServerConfig) served {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := peer.NewServer(peer.ServerConfig{
-		Node: node, Secret: secret, MaxMessageBytes: 1 << 20, MaxConcurrentStreams: 100, Metrics: peer.NewMetrics(reg),
-	})
+	cfg.Secret, cfg.MaxMessageBytes, cfg.MaxConcurrentStreams, cfg.Metrics = secret, 1<<20, 100, peer.NewMetrics(reg)
+	s, err := peer.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +59,7 @@ func startServer(t *testing.T, node string) served {
 	var once sync.Once
 	stop := func() { once.Do(func() { s.Stop(); <-done }) }
 	t.Cleanup(stop)
-	return served{addr: ln.Addr().String(), stop: stop, reg: reg}
+	return served{addr: ln.Addr().String(), stop: stop, reg: reg, srv: s}
 }
 
 func newClient(t *testing.T, node string, secret []byte) *peer.Client {

@@ -3,11 +3,17 @@ package peer
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -23,13 +29,49 @@ type ServerConfig struct {
 	MaxMessageBytes      int
 	MaxConcurrentStreams uint32
 	Metrics              *Metrics
+	// Handler receives the routing calls. Nil: they are answered
+	// Unavailable until SetHandler installs one.
+	Handler Handler
+	Logger  *slog.Logger
+}
+
+// Handler is the engine's side of the routing calls: what a node does with
+// the jobs and messages its peers send it. from is the authenticated id of
+// the node that sent them.
+type Handler interface {
+	// HandleForward takes a job as its queue's dispatcher: nil once it
+	// holds it, a *core.Error to refuse it (an answer the caller passes
+	// on), any other error when it cannot decide (the caller may retry).
+	// It is called again with the same (job id, generation) when a caller
+	// lost the answer, and must not create a second job.
+	HandleForward(from string, d core.Delivery) error
+	// HandleMessage handles one routing message. Messages from one node
+	// arrive one at a time, in the order that node sent them.
+	HandleMessage(from string, m core.Message)
 }
 
 // Server is the PeerService on its own listener.
 type Server struct {
 	pb.UnimplementedPeerServiceServer
-	cfg  ServerConfig
-	grpc *grpc.Server
+	cfg     ServerConfig
+	grpc    *grpc.Server
+	handler atomic.Pointer[handlerBox]
+
+	mu      sync.Mutex
+	senders map[string]*inbox // by sending node id
+}
+
+// handlerBox lets an interface value live in an atomic.Pointer.
+type handlerBox struct{ h Handler }
+
+// inbox is what a server remembers of one sending node's Posts: it
+// serialises them (a resend may arrive while the attempt it replaces is
+// still being handled) and skips what it already handled. One per node id
+// that ever posted; a node that restarts reuses its entry.
+type inbox struct {
+	mu      sync.Mutex
+	session string
+	next    uint64
 }
 
 var _ pb.PeerServiceServer = (*Server)(nil)
@@ -42,8 +84,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, senders: map[string]*inbox{}}
+	s.SetHandler(cfg.Handler)
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -73,4 +119,108 @@ func (s *Server) Stop() { s.grpc.Stop() }
 // Ping answers with this node's id.
 func (s *Server) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error) {
 	return &pb.PingResponse{Node: s.cfg.Node}, nil
+}
+
+// SetHandler installs the handler of the routing calls (nil: refuse them
+// as Unavailable again). The engine is built after the peer server, so a
+// node serves Ping first and starts routing once this is called. Safe for
+// concurrent use.
+func (s *Server) SetHandler(h Handler) {
+	if h == nil {
+		s.handler.Store(nil)
+		return
+	}
+	s.handler.Store(&handlerBox{h})
+}
+
+var errNotRouting = status.Error(codes.Unavailable, "node not routing yet")
+
+func (s *Server) getHandler() (Handler, error) {
+	b := s.handler.Load()
+	if b == nil {
+		return nil, errNotRouting
+	}
+	return b.h, nil
+}
+
+// Forward hands one job to the handler and answers with its verdict. A
+// refusal is an answer; an error the handler could not classify is
+// Unavailable, which the caller retries.
+func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	from, ok := Caller(ctx)
+	if !ok {
+		return nil, errUnauthenticated
+	}
+	d, err := DeliveryFromPB(req.GetDelivery())
+	if err != nil {
+		s.cfg.Metrics.invalid.Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	h, err := s.getHandler()
+	if err != nil {
+		return nil, err
+	}
+	err = h.HandleForward(from, d)
+	res, ok := ForwardResponse(err)
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "dispatcher could not take job %s: %v", d.JobID, err)
+	}
+	return res, nil
+}
+
+// Post hands each message of the batch to the handler, in order, and
+// answers once all are handled.
+//
+// A message no handler could act on (unknown kind, no job id, a forward
+// or deliver without its job) is skipped, logged and counted in
+// switchyard_peer_messages_invalid_total; the rest of the batch is still
+// handled. Refusing the whole batch instead would make the sender resend
+// it forever and stall every message queued behind it for a fault that
+// resending cannot cure.
+func (s *Server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostResponse, error) {
+	from, ok := Caller(ctx)
+	if !ok {
+		return nil, errUnauthenticated
+	}
+	h, err := s.getHandler()
+	if err != nil {
+		return nil, err
+	}
+	in := s.inbox(from)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	session, seq := req.GetSession(), req.GetFirstSeq()
+	if session != in.session {
+		// A new sender process (or the first Post from this node): what
+		// the last one sent says nothing about this one's numbers.
+		in.session, in.next = session, 0
+	}
+	for i, p := range req.GetMessages() {
+		n := seq + uint64(i)
+		if session != "" && n < in.next {
+			continue // handled already: this is a resend whose answer was lost
+		}
+		m, err := MessageFromPB(p)
+		if err != nil {
+			s.cfg.Metrics.invalid.Inc()
+			s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
+			continue
+		}
+		h.HandleMessage(from, m)
+	}
+	if session != "" {
+		in.next = max(in.next, seq+uint64(len(req.GetMessages())))
+	}
+	return &pb.PostResponse{}, nil
+}
+
+func (s *Server) inbox(from string) *inbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.senders[from]
+	if in == nil {
+		in = &inbox{}
+		s.senders[from] = in
+	}
+	return in
 }

@@ -162,6 +162,18 @@ func (t *Tracker) round(ctx context.Context) {
 	t.cfg.Client.Retain(addrs)
 }
 
+// Spare reports whether this node holds node spare: it missed Threshold
+// pings in a row at the address its record names.
+func (t *Tracker) Spare(node NodeAddr) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.misses[node.ID]
+	return ok && node.ID != t.cfg.Self && m.addr == node.PeerAddr && m.n >= t.cfg.Threshold
+}
+
+// NodeAddr names a node at an address, as its catalog record does.
+type NodeAddr struct{ ID, PeerAddr string }
+
 // States returns every node in the catalog view with its state as this
 // node sees it: the state its record states, except spare for a node that
 // missed Threshold pings in a row. A node whose record is gone is absent.

@@ -188,6 +188,16 @@ func (c *Catalog) shutdown(ctx context.Context) error {
 // writes fail with ErrLeaseLost.
 func (c *Catalog) LeaseLost() <-chan struct{} { return c.lease.lost }
 
+// LeaseValid reports whether the node may still act on its lease: it has
+// not been declared lost and its fence deadline (FenceDeadline) has not
+// passed on this node's own monotonic clock. It is checked on the hot path,
+// synchronously, because the goroutine that would close LeaseLost may not
+// have run yet when a paused process wakes up with its worker's output
+// already waiting.
+func (c *Catalog) LeaseValid() bool {
+	return !c.lease.isLost() && time.Now().Before(c.lease.deadline())
+}
+
 // LeaseID returns the id of this node's lease.
 func (c *Catalog) LeaseID() clientv3.LeaseID { return c.lease.id }
 

@@ -44,7 +44,7 @@ func grpcCode(code core.Code) codes.Code {
 		return codes.OutOfRange
 	case core.CodeQueueFull, core.CodeQueueBytesFull:
 		return codes.ResourceExhausted
-	case core.CodeNoCapableWorker, core.CodeDraining:
+	case core.CodeNoCapableWorker, core.CodeDraining, core.CodeDispatcherUnavailable:
 		return codes.Unavailable
 	case core.CodeJobNotFound:
 		return codes.NotFound

@@ -21,6 +21,77 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind names the leg the message travels (core.MessageKind). A receiver
+// skips a kind it does not know rather than guess at it.
+type PeerMessage_Kind int32
+
+const (
+	PeerMessage_KIND_UNSPECIFIED PeerMessage_Kind = 0
+	// ingress → dispatcher: a job going back to its queue (reject, lost
+	// worker); a first forward is the Forward call.
+	PeerMessage_KIND_FORWARD PeerMessage_Kind = 1
+	// dispatcher → consumer host: a job bound to one consumer.
+	PeerMessage_KIND_DELIVER PeerMessage_Kind = 2
+	// consumer host → ingress: accepted, one output, or the end.
+	PeerMessage_KIND_REPLY PeerMessage_Kind = 3
+	// consumer host or dispatcher → ingress: a binding ended without an
+	// outcome.
+	PeerMessage_KIND_RELEASE PeerMessage_Kind = 4
+	// consumer host → dispatcher: a remote consumer's credit is free again.
+	PeerMessage_KIND_UNBIND PeerMessage_Kind = 5
+	// → dispatcher or consumer host: stop the job.
+	PeerMessage_KIND_CANCEL PeerMessage_Kind = 6
+)
+
+// Enum value maps for PeerMessage_Kind.
+var (
+	PeerMessage_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_FORWARD",
+		2: "KIND_DELIVER",
+		3: "KIND_REPLY",
+		4: "KIND_RELEASE",
+		5: "KIND_UNBIND",
+		6: "KIND_CANCEL",
+	}
+	PeerMessage_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_FORWARD":     1,
+		"KIND_DELIVER":     2,
+		"KIND_REPLY":       3,
+		"KIND_RELEASE":     4,
+		"KIND_UNBIND":      5,
+		"KIND_CANCEL":      6,
+	}
+)
+
+func (x PeerMessage_Kind) Enum() *PeerMessage_Kind {
+	p := new(PeerMessage_Kind)
+	*p = x
+	return p
+}
+
+func (x PeerMessage_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PeerMessage_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_v1_peer_proto_enumTypes[0].Descriptor()
+}
+
+func (PeerMessage_Kind) Type() protoreflect.EnumType {
+	return &file_switchyard_v1_peer_proto_enumTypes[0]
+}
+
+func (x PeerMessage_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PeerMessage_Kind.Descriptor instead.
+func (PeerMessage_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7, 0}
+}
+
 type PingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -103,6 +174,669 @@ func (x *PingResponse) GetNode() string {
 	return ""
 }
 
+type ForwardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Delivery      *PeerDelivery          `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardRequest) Reset() {
+	*x = ForwardRequest{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardRequest) ProtoMessage() {}
+
+func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
+func (*ForwardRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ForwardRequest) GetDelivery() *PeerDelivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+type ForwardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// refusal is why the dispatcher would not take the job; absent when it
+	// holds it now. It carries core.Error field for field, so the ingress
+	// answers its submitter exactly as a local refusal would.
+	Refusal       *PeerRefusal `protobuf:"bytes,1,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardResponse) Reset() {
+	*x = ForwardResponse{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardResponse) ProtoMessage() {}
+
+func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
+func (*ForwardResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ForwardResponse) GetRefusal() *PeerRefusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
+// PeerRefusal is a core.Error on the wire.
+type PeerRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the stable code clients match on (queue_full, draining, ...).
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// detail is the human explanation, passed through to the submitter.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// field names the envelope field at fault, when there is one, so the
+	// submitter's error points at it as it would on a single node.
+	Field string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	// retry_after_ms is the dispatcher's hint of when a retry may succeed;
+	// 0 means no hint. Rounded up, so a hint never becomes "no hint".
+	RetryAfterMs  int64 `protobuf:"varint,4,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerRefusal) Reset() {
+	*x = PeerRefusal{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerRefusal) ProtoMessage() {}
+
+func (x *PeerRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerRefusal.ProtoReflect.Descriptor instead.
+func (*PeerRefusal) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PeerRefusal) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *PeerRefusal) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *PeerRefusal) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *PeerRefusal) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
+type PostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session identifies the sender's routing incarnation (random per
+	// process). Together with seq it lets the receiver skip messages it has
+	// already handled when a batch is resent after an answer was lost, so a
+	// resend never repeats an output. Empty: no such check.
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// first_seq is the sequence number of messages[0]; the others follow
+	// one by one. Within a session a sender's numbers only grow (with gaps:
+	// one counter serves every destination), and the receiver skips any
+	// message numbered below the next it expects from that session.
+	FirstSeq uint64 `protobuf:"varint,2,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	// messages in the order the sender queued them.
+	Messages      []*PeerMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PostRequest) Reset() {
+	*x = PostRequest{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostRequest) ProtoMessage() {}
+
+func (x *PostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostRequest.ProtoReflect.Descriptor instead.
+func (*PostRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PostRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *PostRequest) GetFirstSeq() uint64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *PostRequest) GetMessages() []*PeerMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type PostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PostResponse) Reset() {
+	*x = PostResponse{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostResponse) ProtoMessage() {}
+
+func (x *PostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostResponse.ProtoReflect.Descriptor instead.
+func (*PostResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+// PeerMessage is a core.Message on the wire: one routing step of one job.
+type PeerMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  PeerMessage_Kind       `protobuf:"varint,1,opt,name=kind,proto3,enum=switchyard.v1.PeerMessage_Kind" json:"kind,omitempty"`
+	// job_id and generation name the binding the message belongs to; the
+	// receiver refuses a generation that is not the job's current one, so a
+	// message from an earlier binding can never act on a later one.
+	JobId      string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// queue lets a dispatcher find the job without an index by job id.
+	Queue string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
+	// delivery is the job itself, for forward and deliver; absent otherwise.
+	Delivery *PeerDelivery `protobuf:"bytes,5,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// consumer is the consumer a deliver is for, or the one a reply, release
+	// or unbind comes from, so the receiver settles the right credit;
+	// worker_name is its worker's label, for job status and logs.
+	Consumer   string `protobuf:"bytes,6,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	WorkerName string `protobuf:"bytes,7,opt,name=worker_name,json=workerName,proto3" json:"worker_name,omitempty"`
+	// Reply: accepted alone, or one output, or the end.
+	Accepted bool `protobuf:"varint,8,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// output is one output chunk as raw JSON; empty means no output.
+	Output []byte `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	// end is present only on the reply that ends the job, so a success (an
+	// end with no code) is told apart from a reply that carries no end.
+	End *PeerEnd `protobuf:"bytes,10,opt,name=end,proto3" json:"end,omitempty"`
+	// Release: rejected is true for a worker's refusal (the consumer must not
+	// be offered the job again); false means the worker was lost. reason is
+	// the worker's or host's explanation, kept for the job's record.
+	Rejected bool   `protobuf:"varint,11,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Reason   string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Cancel: the code the job ended with, so every node records the same
+	// outcome.
+	Code          string `protobuf:"bytes,13,opt,name=code,proto3" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerMessage) Reset() {
+	*x = PeerMessage{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerMessage) ProtoMessage() {}
+
+func (x *PeerMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerMessage.ProtoReflect.Descriptor instead.
+func (*PeerMessage) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PeerMessage) GetKind() PeerMessage_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return PeerMessage_KIND_UNSPECIFIED
+}
+
+func (x *PeerMessage) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *PeerMessage) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *PeerMessage) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PeerMessage) GetDelivery() *PeerDelivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+func (x *PeerMessage) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *PeerMessage) GetWorkerName() string {
+	if x != nil {
+		return x.WorkerName
+	}
+	return ""
+}
+
+func (x *PeerMessage) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *PeerMessage) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *PeerMessage) GetEnd() *PeerEnd {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *PeerMessage) GetRejected() bool {
+	if x != nil {
+		return x.Rejected
+	}
+	return false
+}
+
+func (x *PeerMessage) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PeerMessage) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+// PeerEnd is a job's end as its worker reported it.
+type PeerEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is empty for success, else the failure's code.
+	Code   string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// result is the worker's optional result value as raw JSON; empty means
+	// none.
+	Result        []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerEnd) Reset() {
+	*x = PeerEnd{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerEnd) ProtoMessage() {}
+
+func (x *PeerEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerEnd.ProtoReflect.Descriptor instead.
+func (*PeerEnd) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PeerEnd) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *PeerEnd) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *PeerEnd) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// PeerDelivery is a core.Delivery: a job as it travels ingress →
+// dispatcher → consumer host, with what each hop needs to enforce the
+// envelope without asking the ingress.
+type PeerDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// generation is the binding this delivery belongs to; every (re)forward
+	// carries a fresh one (allocated by the ingress), so a retried Forward of
+	// the same generation is recognised as the same job.
+	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Queue      string `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	// ingress is the node that owns the job's outcome: replies and releases
+	// go straight there.
+	Ingress string `protobuf:"bytes,4,opt,name=ingress,proto3" json:"ingress,omitempty"`
+	// input and options are the envelope's raw JSON, passed through
+	// untouched; empty means absent.
+	Input   []byte `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
+	Options []byte `protobuf:"bytes,6,opt,name=options,proto3" json:"options,omitempty"`
+	// capabilities and zone are what a consumer must offer to be given the
+	// job; the dispatcher matches them without the envelope.
+	Capabilities map[string]string `protobuf:"bytes,7,rep,name=capabilities,proto3" json:"capabilities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Zone         string            `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	// ttl_ns is the TTL the sender measured as remaining when it sent the
+	// job, in nanoseconds so each hop's decrement is exact (no rounding
+	// drift over several hops).
+	TtlNs int64 `protobuf:"varint,9,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	// max_output_bytes bounds what the job may produce in total; 0: no limit.
+	MaxOutputBytes int64 `protobuf:"varint,10,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	// max_queue_depth and max_queue_bytes are the envelope's own (lowered)
+	// queue caps; the dispatcher applies them under its node's ceilings.
+	MaxQueueDepth int64 `protobuf:"varint,11,opt,name=max_queue_depth,json=maxQueueDepth,proto3" json:"max_queue_depth,omitempty"`
+	MaxQueueBytes int64 `protobuf:"varint,12,opt,name=max_queue_bytes,json=maxQueueBytes,proto3" json:"max_queue_bytes,omitempty"`
+	// exclude lists the consumers that refused this job, so it is never
+	// offered to them again wherever it is dispatched next.
+	Exclude []string `protobuf:"bytes,13,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	// front puts a job that comes back to its queue (a reject, a lost
+	// worker) at the head, so it keeps its place.
+	Front         bool `protobuf:"varint,14,opt,name=front,proto3" json:"front,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerDelivery) Reset() {
+	*x = PeerDelivery{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerDelivery) ProtoMessage() {}
+
+func (x *PeerDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerDelivery.ProtoReflect.Descriptor instead.
+func (*PeerDelivery) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PeerDelivery) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetIngress() string {
+	if x != nil {
+		return x.Ingress
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *PeerDelivery) GetOptions() []byte {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *PeerDelivery) GetCapabilities() map[string]string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *PeerDelivery) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetMaxQueueDepth() int64 {
+	if x != nil {
+		return x.MaxQueueDepth
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetMaxQueueBytes() int64 {
+	if x != nil {
+		return x.MaxQueueBytes
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *PeerDelivery) GetFront() bool {
+	if x != nil {
+		return x.Front
+	}
+	return false
+}
+
 var File_switchyard_v1_peer_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_peer_proto_rawDesc = "" +
@@ -110,9 +844,77 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x18switchyard/v1/peer.proto\x12\rswitchyard.v1\"\r\n" +
 	"\vPingRequest\"\"\n" +
 	"\fPingResponse\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node2N\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"I\n" +
+	"\x0eForwardRequest\x127\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x1b.switchyard.v1.PeerDeliveryR\bdelivery\"G\n" +
+	"\x0fForwardResponse\x124\n" +
+	"\arefusal\x18\x01 \x01(\v2\x1a.switchyard.v1.PeerRefusalR\arefusal\"u\n" +
+	"\vPeerRefusal\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\x12$\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"|\n" +
+	"\vPostRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x1b\n" +
+	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x126\n" +
+	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\"\x0e\n" +
+	"\fPostResponse\"\xb2\x04\n" +
+	"\vPeerMessage\x123\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1f.switchyard.v1.PeerMessage.KindR\x04kind\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\x127\n" +
+	"\bdelivery\x18\x05 \x01(\v2\x1b.switchyard.v1.PeerDeliveryR\bdelivery\x12\x1a\n" +
+	"\bconsumer\x18\x06 \x01(\tR\bconsumer\x12\x1f\n" +
+	"\vworker_name\x18\a \x01(\tR\n" +
+	"workerName\x12\x1a\n" +
+	"\baccepted\x18\b \x01(\bR\baccepted\x12\x16\n" +
+	"\x06output\x18\t \x01(\fR\x06output\x12(\n" +
+	"\x03end\x18\n" +
+	" \x01(\v2\x16.switchyard.v1.PeerEndR\x03end\x12\x1a\n" +
+	"\brejected\x18\v \x01(\bR\brejected\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x12\n" +
+	"\x04code\x18\r \x01(\tR\x04code\"\x84\x01\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fKIND_FORWARD\x10\x01\x12\x10\n" +
+	"\fKIND_DELIVER\x10\x02\x12\x0e\n" +
+	"\n" +
+	"KIND_REPLY\x10\x03\x12\x10\n" +
+	"\fKIND_RELEASE\x10\x04\x12\x0f\n" +
+	"\vKIND_UNBIND\x10\x05\x12\x0f\n" +
+	"\vKIND_CANCEL\x10\x06\"M\n" +
+	"\aPeerEnd\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\x8e\x04\n" +
+	"\fPeerDelivery\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05queue\x18\x03 \x01(\tR\x05queue\x12\x18\n" +
+	"\aingress\x18\x04 \x01(\tR\aingress\x12\x14\n" +
+	"\x05input\x18\x05 \x01(\fR\x05input\x12\x18\n" +
+	"\aoptions\x18\x06 \x01(\fR\aoptions\x12Q\n" +
+	"\fcapabilities\x18\a \x03(\v2-.switchyard.v1.PeerDelivery.CapabilitiesEntryR\fcapabilities\x12\x12\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\x12\x15\n" +
+	"\x06ttl_ns\x18\t \x01(\x03R\x05ttlNs\x12(\n" +
+	"\x10max_output_bytes\x18\n" +
+	" \x01(\x03R\x0emaxOutputBytes\x12&\n" +
+	"\x0fmax_queue_depth\x18\v \x01(\x03R\rmaxQueueDepth\x12&\n" +
+	"\x0fmax_queue_bytes\x18\f \x01(\x03R\rmaxQueueBytes\x12\x18\n" +
+	"\aexclude\x18\r \x03(\tR\aexclude\x12\x14\n" +
+	"\x05front\x18\x0e \x01(\bR\x05front\x1a?\n" +
+	"\x11CapabilitiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xd9\x01\n" +
 	"\vPeerService\x12?\n" +
-	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponseBCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
+	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponse\x12H\n" +
+	"\aForward\x12\x1d.switchyard.v1.ForwardRequest\x1a\x1e.switchyard.v1.ForwardResponse\x12?\n" +
+	"\x04Post\x12\x1a.switchyard.v1.PostRequest\x1a\x1b.switchyard.v1.PostResponseBCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
 var (
 	file_switchyard_v1_peer_proto_rawDescOnce sync.Once
@@ -126,19 +928,41 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_peer_proto_rawDescData
 }
 
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_switchyard_v1_peer_proto_goTypes = []any{
-	(*PingRequest)(nil),  // 0: switchyard.v1.PingRequest
-	(*PingResponse)(nil), // 1: switchyard.v1.PingResponse
+	(PeerMessage_Kind)(0),   // 0: switchyard.v1.PeerMessage.Kind
+	(*PingRequest)(nil),     // 1: switchyard.v1.PingRequest
+	(*PingResponse)(nil),    // 2: switchyard.v1.PingResponse
+	(*ForwardRequest)(nil),  // 3: switchyard.v1.ForwardRequest
+	(*ForwardResponse)(nil), // 4: switchyard.v1.ForwardResponse
+	(*PeerRefusal)(nil),     // 5: switchyard.v1.PeerRefusal
+	(*PostRequest)(nil),     // 6: switchyard.v1.PostRequest
+	(*PostResponse)(nil),    // 7: switchyard.v1.PostResponse
+	(*PeerMessage)(nil),     // 8: switchyard.v1.PeerMessage
+	(*PeerEnd)(nil),         // 9: switchyard.v1.PeerEnd
+	(*PeerDelivery)(nil),    // 10: switchyard.v1.PeerDelivery
+	nil,                     // 11: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
-	0, // 0: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	1, // 1: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	10, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
+	5,  // 1: switchyard.v1.ForwardResponse.refusal:type_name -> switchyard.v1.PeerRefusal
+	8,  // 2: switchyard.v1.PostRequest.messages:type_name -> switchyard.v1.PeerMessage
+	0,  // 3: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
+	10, // 4: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
+	9,  // 5: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
+	11, // 6: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	1,  // 7: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	3,  // 8: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	6,  // 9: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	2,  // 10: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	4,  // 11: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	7,  // 12: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -151,13 +975,14 @@ func file_switchyard_v1_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_switchyard_v1_peer_proto_goTypes,
 		DependencyIndexes: file_switchyard_v1_peer_proto_depIdxs,
+		EnumInfos:         file_switchyard_v1_peer_proto_enumTypes,
 		MessageInfos:      file_switchyard_v1_peer_proto_msgTypes,
 	}.Build()
 	File_switchyard_v1_peer_proto = out.File

@@ -19,7 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PeerService_Ping_FullMethodName = "/switchyard.v1.PeerService/Ping"
+	PeerService_Ping_FullMethodName    = "/switchyard.v1.PeerService/Ping"
+	PeerService_Forward_FullMethodName = "/switchyard.v1.PeerService/Forward"
+	PeerService_Post_FullMethodName    = "/switchyard.v1.PeerService/Post"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -33,13 +35,32 @@ const (
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Today it has only Ping. The routing calls (Forward, Deliver, Reply, Cancel,
-// Reclaim) will join it as cross-node routing is built (docs/cluster.md).
+// Routing (docs/cluster.md) uses two calls: Forward, the one leg whose
+// caller must know the answer before it answers its own client, and Post,
+// which carries every other routing message asynchronously in per-node
+// order.
 type PeerServiceClient interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
 	// enough pings in a row is spare in the pinger's view.
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// Forward hands one job to the node that dispatches its queue and waits
+	// for the dispatcher's verdict. The ingress calls it on a first submit so
+	// a refusal (queue_full, no_capable_worker, ...) reaches the submitter as
+	// the answer to its own request. The dispatcher accepts a job at most once
+	// per (job_id, generation), so a caller that lost the answer (a timeout, a
+	// broken connection) simply calls again.
+	//
+	// A refusal is an answer, carried in the response; a gRPC error means the
+	// dispatcher could not decide (UNAVAILABLE: not routing yet, or failing),
+	// and the caller may retry.
+	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// Post carries an ordered batch of routing messages from one node. The
+	// receiver handles them one by one, in order, before it answers; a sender
+	// keeps at most one Post in flight to each node and resends a failed batch
+	// unchanged before anything queued after it, so messages from one node to
+	// another arrive in the order they were sent.
+	Post(ctx context.Context, in *PostRequest, opts ...grpc.CallOption) (*PostResponse, error)
 }
 
 type peerServiceClient struct {
@@ -60,6 +81,26 @@ func (c *peerServiceClient) Ping(ctx context.Context, in *PingRequest, opts ...g
 	return out, nil
 }
 
+func (c *peerServiceClient) Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardResponse)
+	err := c.cc.Invoke(ctx, PeerService_Forward_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerServiceClient) Post(ctx context.Context, in *PostRequest, opts ...grpc.CallOption) (*PostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PostResponse)
+	err := c.cc.Invoke(ctx, PeerService_Post_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -71,13 +112,32 @@ func (c *peerServiceClient) Ping(ctx context.Context, in *PingRequest, opts ...g
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Today it has only Ping. The routing calls (Forward, Deliver, Reply, Cancel,
-// Reclaim) will join it as cross-node routing is built (docs/cluster.md).
+// Routing (docs/cluster.md) uses two calls: Forward, the one leg whose
+// caller must know the answer before it answers its own client, and Post,
+// which carries every other routing message asynchronously in per-node
+// order.
 type PeerServiceServer interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
 	// enough pings in a row is spare in the pinger's view.
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// Forward hands one job to the node that dispatches its queue and waits
+	// for the dispatcher's verdict. The ingress calls it on a first submit so
+	// a refusal (queue_full, no_capable_worker, ...) reaches the submitter as
+	// the answer to its own request. The dispatcher accepts a job at most once
+	// per (job_id, generation), so a caller that lost the answer (a timeout, a
+	// broken connection) simply calls again.
+	//
+	// A refusal is an answer, carried in the response; a gRPC error means the
+	// dispatcher could not decide (UNAVAILABLE: not routing yet, or failing),
+	// and the caller may retry.
+	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// Post carries an ordered batch of routing messages from one node. The
+	// receiver handles them one by one, in order, before it answers; a sender
+	// keeps at most one Post in flight to each node and resends a failed batch
+	// unchanged before anything queued after it, so messages from one node to
+	// another arrive in the order they were sent.
+	Post(context.Context, *PostRequest) (*PostResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -90,6 +150,12 @@ type UnimplementedPeerServiceServer struct{}
 
 func (UnimplementedPeerServiceServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedPeerServiceServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedPeerServiceServer) Post(context.Context, *PostRequest) (*PostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Post not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -130,6 +196,42 @@ func _PeerService_Ping_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Forward_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Forward(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Forward_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Forward(ctx, req.(*ForwardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PeerService_Post_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Post(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Post_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Post(ctx, req.(*PostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -140,6 +242,14 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _PeerService_Ping_Handler,
+		},
+		{
+			MethodName: "Forward",
+			Handler:    _PeerService_Forward_Handler,
+		},
+		{
+			MethodName: "Post",
+			Handler:    _PeerService_Post_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,345 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/peer/worker"
+)
+
+// startCluster starts n nodes sharing the first one's embedded etcd and one
+// cluster secret, and waits until every node sees every other online.
+func startCluster(tb testing.TB, n int, mutate func(i int, c *switchyard.Config)) []*switchyard.Node {
+	tb.Helper()
+	cfg := func(i int) func(*switchyard.Config) {
+		return func(c *switchyard.Config) {
+			c.Name, c.ClusterSecret = fmt.Sprintf("n%d", i+1), testSecret
+			c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 5
+			if mutate != nil {
+				mutate(i, c)
+			}
+		}
+	}
+	nodes := []*switchyard.Node{MustStartNode(tb, cfg(0))}
+	for i := 1; i < n; i++ {
+		nodes = append(nodes, MustStartNode(tb, func(c *switchyard.Config) {
+			cfg(i)(c)
+			c.EtcdEndpoints = []string{"http://" + nodes[0].Catalog().ClientAddr()}
+		}))
+	}
+	for _, nd := range nodes {
+		waitFor(tb, 10*time.Second, "every node online in "+nd.Catalog().Name()+"'s view", func() bool {
+			view := clusterNodes(tb, nd)
+			for _, cn := range view {
+				if cn.State != "online" {
+					return false
+				}
+			}
+			return len(view) == n
+		})
+	}
+	return nodes
+}
+
+// peerMessages sums switchyard_peer_messages_total over the routing kinds
+// (pings are liveness, not routing) on every node.
+func peerMessages(tb testing.TB, nodes []*switchyard.Node) map[string]float64 {
+	tb.Helper()
+	out := map[string]float64{}
+	for _, n := range nodes {
+		for _, k := range []string{"forward", "deliver", "reply", "release", "unbind", "cancel"} {
+			out[k] += metric(tb, n, "switchyard_peer_messages_total", map[string]string{"kind": k})
+		}
+	}
+	return out
+}
+
+func total(m map[string]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// A job posted to n1 runs on a worker connected to n3 and streams back: the
+// consumer's node claimed the queue, so the job takes one hop there and its
+// output one hop back.
+func TestJobCrossesNodes(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	n1, n3 := nodes[0], nodes[2]
+	MustStartWorker(t, n3, worker.Config{Name: "w3"}, worker.Tokens(time.Millisecond))
+	waitFor(t, 5*time.Second, "n3 dispatches demo in n1's view", func() bool {
+		d, ok := n1.Catalog().Dispatch("demo")
+		return ok && d.Dispatcher == "n3"
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := post(ctx, t, n1, "demo", `{"ttl_ms":5000,"input":"one two three"}`, true)
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("POST: %d", res.StatusCode)
+	}
+	evs := readAll(t, res.Body)
+	got := strings.Join(types(evs), ",")
+	if got != "accepted,output,output,output,done" {
+		t.Fatalf("events %s, want accepted,output×3,done", got)
+	}
+	msgs := peerMessages(t, nodes)
+	t.Logf("peer messages: %v", msgs)
+	// forward n1→n3, reply×3 outputs + 1 end n3→n1.
+	if msgs["forward"] != 1 || msgs["reply"] != 4 || total(msgs) != 5 {
+		t.Errorf("peer messages %v, want forward 1 and reply 4 only", msgs)
+	}
+}
+
+// oneShot answers with a result and no output: one request, one reply, the
+// shape the cost model counts.
+func oneShot(_ context.Context, job *worker.Job, _ *worker.Output) (any, error) {
+	return map[string]any{"echo": string(job.Input)}, nil
+}
+
+// The cost model, asserted from switchyard_peer_messages_total: a round trip
+// costs 0 peer messages when ingress, dispatcher and worker are one node, and
+// 2 when the ingress is another node (the dispatcher sits at the worker's
+// end: one forward there, one reply back), whatever the cluster size.
+func TestCostModel(t *testing.T) {
+	const jobs = 20
+	type row struct {
+		n                 int
+		colocated, remote float64
+	}
+	var rows []row
+	for _, n := range []int{3, 5, 9} {
+		// Each size in a subtest, so the previous cluster is closed first.
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			nodes := startCluster(t, n, func(_ int, c *switchyard.Config) {
+				// 2 cores and up to 9 nodes pinging each other under -race:
+				// slow the heartbeat so a busy node is not judged spare.
+				c.PeerHeartbeatInterval = 500 * time.Millisecond
+			})
+			host := nodes[n-1]
+			queue := fmt.Sprintf("cost%d", n)
+			MustStartWorker(t, host, worker.Config{Name: "w", Queue: queue, Concurrency: 4}, oneShot)
+			for _, nd := range nodes {
+				waitFor(t, 5*time.Second, "the worker's node dispatches "+queue, func() bool {
+					d, ok := nd.Catalog().Dispatch(queue)
+					return ok && d.Dispatcher == host.Catalog().Name()
+				})
+			}
+			run := func(ingress *switchyard.Node) float64 {
+				before := total(peerMessages(t, nodes))
+				for i := range jobs {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					res := post(ctx, t, ingress, queue, fmt.Sprintf(`{"ttl_ms":5000,"input":"job %d"}`, i), true)
+					if res.StatusCode != 200 {
+						b, _ := io.ReadAll(res.Body)
+						t.Fatalf("N=%d job %d: POST %d %s", n, i, res.StatusCode, b)
+					}
+					evs := readAll(t, res.Body)
+					res.Body.Close()
+					cancel()
+					if got := strings.Join(types(evs), ","); got != "accepted,done" {
+						t.Fatalf("N=%d job %d: events %s", n, i, got)
+					}
+				}
+				// Unbinds and cancels would arrive after the stream ended: give
+				// them a moment to be counted before reading the counters.
+				time.Sleep(100 * time.Millisecond)
+				return (total(peerMessages(t, nodes)) - before) / jobs
+			}
+			r := row{n: n, colocated: run(host), remote: run(nodes[0])}
+			rows = append(rows, r)
+			if r.colocated != 0 || r.remote != 2 {
+				t.Errorf("N=%d: %.2f peer messages per co-located round trip (want 0), %.2f per remote one (want 2)", n, r.colocated, r.remote)
+			}
+			stalls := 0.0
+			for _, nd := range nodes {
+				stalls += metric(t, nd, "switchyard_dispatch_stalls_total", nil)
+			}
+			t.Logf("N=%d kinds: %v stalls %v", n, peerMessages(t, nodes), stalls)
+		})
+	}
+	t.Logf("peer messages per round trip (%d jobs each):", jobs)
+	t.Logf("  %-3s  %-10s  %-10s", "N", "co-located", "remote")
+	for _, r := range rows {
+		t.Logf("  %-3d  %-10.2f  %-10.2f", r.n, r.colocated, r.remote)
+	}
+}
+
+// named answers with the name of the worker that ran the job.
+func named(name string) worker.Handler {
+	return func(context.Context, *worker.Job, *worker.Output) (any, error) { return name, nil }
+}
+
+// resultOf posts a one-shot job and returns the status and, on 200, the
+// done event's result.
+func resultOf(tb testing.TB, n *switchyard.Node, queue, body string) (int, string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := post(ctx, tb, n, queue, body, true)
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	evs := readAll(tb, res.Body)
+	last := evs[len(evs)-1]
+	if last.Type != "done" {
+		tb.Fatalf("job on %s ended %s: %s", queue, last.Type, last.Data)
+	}
+	return 200, field[string](tb, last, "result")
+}
+
+// A zone-scoped job runs only on a node labelled with its zone, never on
+// another zone's or an unlabelled node; with no capable worker in the zone
+// it is refused at ingress.
+func TestZoneScopedRouting(t *testing.T) {
+	zones := []string{"eu", "us", ""}
+	nodes := startCluster(t, 3, func(i int, c *switchyard.Config) { c.Zone = zones[i] })
+	MustStartWorker(t, nodes[1], worker.Config{Name: "w-us", Queue: "z"}, named("w-us"))
+	MustStartWorker(t, nodes[2], worker.Config{Name: "w-none", Queue: "z"}, named("w-none"))
+	for _, nd := range nodes {
+		waitFor(t, 5*time.Second, "both consumers in "+nd.Catalog().Name()+"'s view", func() bool {
+			return len(nd.Catalog().Consumers("z")) == 2
+		})
+	}
+	for i := range 10 {
+		if code, who := resultOf(t, nodes[i%3], "z", `{"ttl_ms":5000,"zone":"us","input":"x"}`); code != 200 || who != "w-us" {
+			t.Fatalf("zone us job from n%d: %d %q, want it run by w-us", i%3+1, code, who)
+		}
+	}
+	for _, nd := range nodes {
+		code, body := resultOf(t, nd, "z", `{"ttl_ms":5000,"zone":"eu","input":"x"}`)
+		if code != 503 || !strings.Contains(body, "no_capable_worker") {
+			t.Fatalf("zone eu job (no worker there) from %s: %d %s, want 503 no_capable_worker", nd.Catalog().Name(), code, body)
+		}
+	}
+	// Unscoped jobs may run anywhere: both workers get some.
+	seen := map[string]bool{}
+	for range 20 {
+		_, who := resultOf(t, nodes[0], "z", `{"ttl_ms":5000,"input":"x"}`)
+		seen[who] = true
+	}
+	if !seen["w-us"] && !seen["w-none"] {
+		t.Fatalf("unscoped jobs ran on %v", seen)
+	}
+}
+
+// A node that is not online is not routed to: an in_progress node's (or a
+// spare node's) consumers do not make a job acceptable, and no job goes to
+// them; once the node is online again, they do.
+func TestPeerStatesGateRouting(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	n1, n2 := nodes[0], nodes[1]
+	MustStartWorker(t, n2, worker.Config{Name: "w2", Queue: "ps"}, named("w2"))
+	waitFor(t, 5*time.Second, "n1 sees w2", func() bool { return len(n1.Catalog().Consumers("ps")) == 1 })
+	if code, who := resultOf(t, n1, "ps", `{"ttl_ms":5000,"input":"x"}`); code != 200 || who != "w2" {
+		t.Fatalf("job with n2 online: %d %q", code, who)
+	}
+
+	// n2 says it is in_progress (as while it syncs after a start): n1 must
+	// not route to it.
+	rec, _ := n1.Catalog().Node("n2")
+	rec.State = "in_progress"
+	if err := n2.Catalog().PublishNode(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "n1 sees n2 in_progress", func() bool { return clusterNodes(t, n1)["n2"].State == "in_progress" })
+	if code, body := resultOf(t, n1, "ps", `{"ttl_ms":5000,"input":"x"}`); code != 503 {
+		t.Fatalf("job with n2 in_progress: %d %s, want 503", code, body)
+	}
+
+	rec.State = "online"
+	if err := n2.Catalog().PublishNode(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "n1 sees n2 online", func() bool { return clusterNodes(t, n1)["n2"].State == "online" })
+	if code, who := resultOf(t, n1, "ps", `{"ttl_ms":5000,"input":"x"}`); code != 200 || who != "w2" {
+		t.Fatalf("job with n2 online again: %d %q", code, who)
+	}
+}
+
+func dispatcherOf(n *switchyard.Node, queue string) string {
+	d, _ := n.Catalog().Dispatch(queue)
+	return d.Dispatcher
+}
+
+// Relocation with hysteresis: a dispatcher left hosting none of its queue's
+// consumers hands the queue to the node that hosts them all only after they
+// have been there for PinStable, and never while a job is bound.
+func TestRelocationHysteresis(t *testing.T) {
+	const pin = time.Second
+	nodes := startCluster(t, 2, func(_ int, c *switchyard.Config) { c.Engine.PinStable = pin })
+	n1, n2 := nodes[0], nodes[1]
+	stopW1 := MustStartWorker(t, n1, worker.Config{Name: "w1", Queue: "rl"}, named("w1"))
+	waitFor(t, 5*time.Second, "n1 dispatches rl", func() bool { return dispatcherOf(n2, "rl") == "n1" })
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	MustStartWorker(t, n2, worker.Config{Name: "w2", Queue: "rl"}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return "w2", nil
+	})
+	waitFor(t, 5*time.Second, "both consumers in n1's view", func() bool { return len(n1.Catalog().Consumers("rl")) == 2 })
+	if d := dispatcherOf(n1, "rl"); d != "n1" {
+		t.Fatalf("two consumers on two nodes moved the dispatcher to %s", d)
+	}
+
+	// Leave w1 only busy: the next job must go to w2 through n1.
+	stopW1()
+	waitFor(t, 5*time.Second, "w1 gone from n1's view", func() bool { return len(n1.Catalog().Consumers("rl")) == 1 })
+	left := time.Now()
+	done := make(chan string, 1)
+	go func() { _, who := resultOf(t, n1, "rl", `{"ttl_ms":20000,"input":"x"}`); done <- who }()
+	<-started
+	time.Sleep(2 * pin)
+	if d := dispatcherOf(n2, "rl"); d != "n1" {
+		t.Fatalf("dispatcher moved to %s while a job was bound", d)
+	}
+	close(release)
+	if who := <-done; who != "w2" {
+		t.Fatalf("job ran on %q", who)
+	}
+	waitFor(t, 10*time.Second, "dispatch relocated to n2", func() bool { return dispatcherOf(n1, "rl") == "n2" })
+	if since := time.Since(left); since < pin {
+		t.Fatalf("relocated %v after the consumers settled, before PinStable %v", since, pin)
+	}
+	if got := metric(t, n1, "switchyard_dispatch_relocations_total", nil); got != 1 {
+		t.Errorf("relocations on n1 = %v, want 1", got)
+	}
+	// Jobs now cost one hop to the dispatcher at the consumer's end.
+	if code, who := resultOf(t, n1, "rl", `{"ttl_ms":5000,"input":"x"}`); code != 200 || who != "w2" {
+		t.Fatalf("job after relocation: %d %q", code, who)
+	}
+}
+
+// The reaper removes a queue with no job and no consumer after QueueIdle,
+// from memory and from the catalog.
+func TestQueueReaperReleasesRecord(t *testing.T) {
+	nodes := startCluster(t, 2, func(_ int, c *switchyard.Config) { c.Engine.QueueIdle = 300 * time.Millisecond })
+	n1, n2 := nodes[0], nodes[1]
+	stop := MustStartWorker(t, n2, worker.Config{Name: "w", Queue: "rp"}, named("w"))
+	waitFor(t, 5*time.Second, "n2 dispatches rp", func() bool { return dispatcherOf(n1, "rp") == "n2" })
+	if code, _ := resultOf(t, n1, "rp", `{"ttl_ms":5000,"input":"x"}`); code != 200 {
+		t.Fatalf("job: %d", code)
+	}
+	stop()
+	waitFor(t, 10*time.Second, "rp's dispatch record gone", func() bool {
+		_, ok := n1.Catalog().Dispatch("rp")
+		return !ok
+	})
+	if metric(t, n2, "switchyard_dispatch_queues_reaped_total", nil) < 1 {
+		t.Error("n2 reaped no queue")
+	}
+}

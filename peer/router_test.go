@@ -1,0 +1,691 @@
+package peer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/peer"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// recorder is a Handler that keeps what it was given.
+type recorder struct {
+	mu       sync.Mutex
+	msgs     []received
+	forwards []received
+	// verdict answers HandleForward (nil: accept).
+	verdict func(d core.Delivery) error
+}
+
+type received struct {
+	from string
+	m    core.Message
+	d    core.Delivery
+}
+
+func (r *recorder) HandleForward(from string, d core.Delivery) error {
+	r.mu.Lock()
+	r.forwards = append(r.forwards, received{from: from, d: d})
+	v := r.verdict
+	r.mu.Unlock()
+	if v != nil {
+		return v(d)
+	}
+	return nil
+}
+
+func (r *recorder) HandleMessage(from string, m core.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, received{from: from, m: m})
+}
+
+func (r *recorder) messages() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.msgs...)
+}
+
+func (r *recorder) forwarded() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.forwards...)
+}
+
+// book is a catalog view the test edits: node id → peer address.
+type book struct {
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+func newBook(kv ...string) *book {
+	b := &book{addrs: map[string]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		b.addrs[kv[i]] = kv[i+1]
+	}
+	return b
+}
+
+func (b *book) Addr(node string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok := b.addrs[node]
+	return a, ok
+}
+
+func (b *book) set(node, addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.addrs[node] = addr
+}
+
+func (b *book) remove(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.addrs, node)
+}
+
+type routed struct {
+	*peer.Router
+	reg *prometheus.Registry
+}
+
+// newRouter returns node self's router, with fast retries, closed at the
+// end of the test.
+func newRouter(t *testing.T, self string, key []byte, addr func(string) (string, bool), tweak func(*peer.RouterConfig)) routed {
+	t.Helper()
+	c := peer.NewClient(peer.ClientConfig{Node: self, Secret: key, MaxMessageBytes: 1 << 20, MaxReconnectDelay: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewRegistry()
+	cfg := peer.RouterConfig{
+		Client: c, Addr: addr, Metrics: peer.NewMetrics(reg),
+		Logger:         slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", self),
+		AttemptTimeout: 10 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := peer.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return routed{r, reg}
+}
+
+// freeAddr returns a loopback address nothing listens on (for now).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
+
+// msg is the i-th test message of job: its Gen is i, its kind cycles.
+func msg(job string, i int) core.Message {
+	m := core.Message{Kind: kinds[i%len(kinds)], JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+	if m.Kind == core.MsgForward || m.Kind == core.MsgDeliver {
+		m.Delivery = &core.Delivery{JobID: job, Gen: uint64(i), Queue: "q", TTL: time.Duration(i)}
+	}
+	if i%7 == 0 {
+		m.End = &core.End{}
+	}
+	return m
+}
+
+// checkOrder fails unless got holds, for each job, gens 0..n-1 in order,
+// each message intact and from node from.
+func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
+	t.Helper()
+	next := map[string]int{}
+	for _, r := range got {
+		if r.from != from {
+			t.Fatalf("message from %q, want %q", r.from, from)
+		}
+		i := next[r.m.JobID]
+		if want := msg(r.m.JobID, i); !equalMessage(r.m, want) {
+			t.Fatalf("job %s: message %d is %+v, want %+v", r.m.JobID, i, r.m, want)
+		}
+		next[r.m.JobID] = i + 1
+	}
+	for _, j := range jobs {
+		if next[j] != n {
+			t.Fatalf("job %s: %d messages arrived, want %d", j, next[j], n)
+		}
+	}
+	if len(next) != len(jobs) {
+		t.Fatalf("messages of %d jobs arrived, want %d", len(next), len(jobs))
+	}
+}
+
+func equalMessage(a, b core.Message) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// waitSent waits until nothing is queued for node, the batch in flight
+// included: its answer has come back and it is counted.
+func waitSent(t *testing.T, r routed, node string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "queue to "+node+" empty", func() bool {
+		return counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": node}) == 0
+	})
+}
+
+func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	var n float64
+	for _, k := range kinds {
+		n += counter(t, reg, name, map[string]string{"kind": string(k)})
+	}
+	return n
+}
+
+// Messages from one node to another arrive in the order they were sent,
+// under concurrent senders and to several nodes at once, each counted once
+// by its kind on the sending side.
+func TestRouterPostsInOrder(t *testing.T) {
+	hb, hc := &recorder{}, &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: hb})
+	c := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "c", Handler: hc})
+	r := newRouter(t, "a", secret, newBook("b", b.addr, "c", c.addr).Addr, nil)
+
+	const n, senders = 1000, 4
+	for i := range n {
+		r.Send("b", msg("one", i))
+		r.Send("c", msg("one", i))
+	}
+	// Concurrent senders: each one's messages keep their order.
+	var wg sync.WaitGroup
+	var jobs []string
+	for g := range senders {
+		job := fmt.Sprintf("g%d", g)
+		jobs = append(jobs, job)
+		wg.Go(func() {
+			for i := range n {
+				r.Send("b", msg(job, i))
+			}
+		})
+	}
+	wg.Wait()
+
+	waitFor(t, 20*time.Second, "every message", func() bool {
+		return len(hb.messages()) == n*(senders+1) && len(hc.messages()) == n
+	})
+	checkOrder(t, hb.messages(), "a", n, append(jobs, "one")...)
+	checkOrder(t, hc.messages(), "a", n, "one")
+
+	waitSent(t, r, "b")
+	waitSent(t, r, "c")
+	if got, want := sum(t, r.reg, "switchyard_peer_messages_total"), float64(n*(senders+2)); got != want {
+		t.Errorf("messages sent = %v, want %v", got, want)
+	}
+	perKind := map[core.MessageKind]float64{}
+	for i := range n {
+		perKind[msg("", i).Kind] += senders + 2
+	}
+	for k, want := range perKind {
+		if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": string(k)}); got != want {
+			t.Errorf("%s messages = %v, want %v", k, got, want)
+		}
+	}
+	// The receiving side counts no routing messages: each is counted once,
+	// where it was sent.
+	if got := sum(t, b.reg, "switchyard_peer_messages_total"); got != 0 {
+		t.Errorf("receiver counted %v routing messages", got)
+	}
+	if got := counter(t, r.reg, "switchyard_peer_send_failures_total", nil); got != 0 {
+		t.Errorf("send failures = %v", got)
+	}
+}
+
+// A batch is cut at the message size limit, in order; a message that alone
+// exceeds it is dropped and counted, and the others still go.
+func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.MaxMessageBytes = 8 << 10 })
+
+	chunk := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
+	const n = 100
+	for i := range n {
+		r.Send("b", core.Message{Kind: core.MsgReply, JobID: "j", Gen: uint64(i), Output: chunk})
+		if i == 50 {
+			r.Send("b", core.Message{Kind: core.MsgReply, JobID: "huge", Output: json.RawMessage(`"` + strings.Repeat("y", 10<<10) + `"`)})
+		}
+	}
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) == n })
+	for i, got := range h.messages() {
+		if got.m.JobID != "j" || got.m.Gen != uint64(i) {
+			t.Fatalf("message %d is %s/%d", i, got.m.JobID, got.m.Gen)
+		}
+	}
+	if got := counter(t, r.reg, "switchyard_peer_messages_dropped_total", map[string]string{"kind": "reply"}); got != 1 {
+		t.Errorf("dropped = %v, want 1 (the oversized one)", got)
+	}
+	waitSent(t, r, "b")
+	if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n {
+		t.Errorf("sent = %v, want %d", got, n)
+	}
+}
+
+// A refusal is an answer: it comes back as the *core.Error the dispatcher
+// returned, code, detail, field and hint intact.
+func TestForwardRefusalIsACoreError(t *testing.T) {
+	h := &recorder{verdict: func(d core.Delivery) error {
+		if d.Queue == "full" {
+			return &core.Error{Code: core.CodeQueueFull, Detail: "the queue is full", Field: "queue", RetryAfter: time.Second}
+		}
+		return nil
+	}}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	d := fullDelivery()
+	if err := r.Forward(ctx, "b", d); err != nil {
+		t.Fatalf("accepted forward: %v", err)
+	}
+	if got := h.forwarded(); len(got) != 1 || got[0].from != "a" || !equalDelivery(got[0].d, d) {
+		t.Fatalf("dispatcher got %+v, want %+v from a", got, d)
+	}
+
+	err := r.Forward(ctx, "b", core.Delivery{JobID: "j2", Queue: "full"})
+	var ce *core.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("got %v (%T), want a *core.Error", err, err)
+	}
+	want := core.Error{Code: core.CodeQueueFull, Detail: "the queue is full", Field: "queue", RetryAfter: time.Second}
+	if *ce != want || !errors.Is(err, core.ErrQueueFull) {
+		t.Fatalf("got %#v, want %#v", *ce, want)
+	}
+	if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": "forward"}); got != 2 {
+		t.Errorf("forwards counted = %v, want 2 (a refusal is an answer)", got)
+	}
+	if got := counter(t, r.reg, "switchyard_peer_send_failures_total", nil); got != 0 {
+		t.Errorf("send failures = %v, want 0", got)
+	}
+
+	if err := r.Forward(ctx, "nobody", d); !errors.Is(err, peer.ErrUnknownNode) {
+		t.Errorf("forward to an unknown node: got %v, want ErrUnknownNode", err)
+	}
+}
+
+func equalDelivery(a, b core.Delivery) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// A dispatcher that cannot decide (an error that is no *core.Error) is
+// Unavailable, retried until the caller's context ends; the error then
+// wraps the context's and is no refusal.
+func TestForwardUndecidedIsRetriedUntilTheDeadline(t *testing.T) {
+	h := &recorder{verdict: func(core.Delivery) error { return errors.New("disk on fire") }}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := r.Forward(ctx, "b", core.Delivery{JobID: "j"})
+	if _, isRefusal := core.CodeOf(err); isRefusal || !errors.Is(err, context.DeadlineExceeded) || status.Code(errors.Unwrap(err)) == codes.OK {
+		t.Fatalf("got %v, want the deadline, no refusal", err)
+	}
+	if !strings.Contains(err.Error(), "disk on fire") {
+		t.Errorf("%v does not say why the attempts failed", err)
+	}
+	if got := len(h.forwarded()); got < 2 {
+		t.Errorf("dispatcher asked %d times, want retries", got)
+	}
+}
+
+// Forward retries while the dispatcher's peer port is down, and succeeds
+// once it is up; messages sent meanwhile wait and arrive in order. A node
+// that is up but not routing yet answers Unavailable, and is retried too.
+func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
+	addr := freeAddr(t)
+	r := newRouter(t, "a", secret, newBook("b", addr).Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	const n = 50
+	for i := range n {
+		r.Send("b", msg("j", i))
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Forward(ctx, "b", core.Delivery{JobID: "f", Gen: 3}) }()
+
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("forward returned %v while the peer was down", err)
+	default:
+	}
+	h := &recorder{}
+	b := startServerOn(t, addr, peer.ServerConfig{Node: "b"}) // no handler yet: Unavailable
+	time.Sleep(200 * time.Millisecond)
+	b.srv.SetHandler(h)
+
+	if err := <-errc; err != nil {
+		t.Fatalf("forward: %v", err)
+	}
+	if got := h.forwarded(); len(got) != 1 || got[0].d.JobID != "f" || got[0].d.Gen != 3 {
+		t.Fatalf("dispatcher got %+v, want job f once", got)
+	}
+	waitFor(t, 10*time.Second, "queued messages", func() bool { return len(h.messages()) == n })
+	checkOrder(t, h.messages(), "a", n, "j")
+	if got := counter(t, r.reg, "switchyard_peer_send_failures_total", nil); got < 2 {
+		t.Errorf("send failures = %v, want the failed attempts counted", got)
+	}
+	waitSent(t, r, "b")
+	if got := sum(t, r.reg, "switchyard_peer_messages_total"); got != n+1 {
+		t.Errorf("messages counted = %v, want %d: a resent batch counts once", got, n+1)
+	}
+}
+
+// A Post attempt that times out while the receiver is still handling it is
+// resent; the receiver handles each message once, in order.
+func TestPostResendIsHandledOnce(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	h := &slowRecorder{gate: func() { once.Do(func() { <-release }) }}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.AttemptTimeout = 100 * time.Millisecond })
+
+	const n = 20
+	for i := range n {
+		r.Send("b", msg("j", i))
+	}
+	// The first message blocks its batch past several attempt timeouts.
+	waitFor(t, 5*time.Second, "resends", func() bool {
+		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 2
+	})
+	for i := n; i < 2*n; i++ {
+		r.Send("b", msg("j", i))
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) >= 2*n })
+	time.Sleep(200 * time.Millisecond) // a duplicate would land now
+	checkOrder(t, h.messages(), "a", 2*n, "j")
+	waitSent(t, r, "b")
+	if got := sum(t, r.reg, "switchyard_peer_messages_total"); got != 2*n {
+		t.Errorf("messages counted = %v, want %d", got, 2*n)
+	}
+}
+
+type slowRecorder struct {
+	recorder
+	gate func()
+}
+
+func (s *slowRecorder) HandleMessage(from string, m core.Message) {
+	s.gate()
+	s.recorder.HandleMessage(from, m)
+}
+
+// Messages for a node that left the catalog (its lease is gone: it is
+// dead) are dropped and counted, not retried forever; its sender exits.
+func TestSendToAVanishedNodeIsDropped(t *testing.T) {
+	bk := newBook("b", freeAddr(t))
+	r := newRouter(t, "a", secret, bk.Addr, nil)
+	const n = 5
+	for i := range n {
+		r.Send("b", msg("j", i))
+	}
+	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
+		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
+	})
+	if got := counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}); got != n {
+		t.Errorf("queue gauge = %v while undeliverable, want %d", got, n)
+	}
+	bk.remove("b")
+	waitFor(t, 5*time.Second, "drops", func() bool { return sum(t, r.reg, "switchyard_peer_messages_dropped_total") == n })
+	if got := counter(t, r.reg, "switchyard_peer_messages_dropped_total", map[string]string{"kind": "reply"}); got != 1 {
+		t.Errorf("dropped replies = %v, want 1", got)
+	}
+	if got := sum(t, r.reg, "switchyard_peer_messages_total"); got != 0 {
+		t.Errorf("dropped messages counted as sent: %v", got)
+	}
+	r.Send("b", msg("k", 0))
+	waitFor(t, 5*time.Second, "later send dropped", func() bool { return sum(t, r.reg, "switchyard_peer_messages_dropped_total") == n+1 })
+	waitFor(t, 5*time.Second, "queue gauge at 0", func() bool {
+		return counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}) == 0
+	})
+}
+
+// Post and Forward without cluster credentials are refused and counted;
+// a router whose secret is wrong drops what it cannot deliver rather than
+// stall behind it.
+func TestRoutingCallsAreAuthenticated(t *testing.T) {
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	bare := pb.NewPeerServiceClient(raw)
+	p, _ := peer.MessageToPB(msg("j", 0))
+	if _, err := bare.Post(ctx, &pb.PostRequest{Messages: []*pb.PeerMessage{p}}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("bare Post: got %v, want Unauthenticated", err)
+	}
+	if _, err := bare.Forward(ctx, &pb.ForwardRequest{Delivery: peer.DeliveryToPB(fullDelivery())}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("bare Forward: got %v, want Unauthenticated", err)
+	}
+
+	r := newRouter(t, "a", []byte("another-secret-of-16+"), newBook("b", b.addr).Addr, nil)
+	r.Send("b", msg("j", 0))
+	r.Send("b", msg("j", 1))
+	waitFor(t, 5*time.Second, "drops", func() bool { return sum(t, r.reg, "switchyard_peer_messages_dropped_total") == 2 })
+	if err := r.Forward(ctx, "b", fullDelivery()); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+		t.Errorf("forward with a wrong secret: got %v, want Unauthenticated at once", err)
+	}
+	// 2 bare calls, the Forward, and one Post per batch the router tried.
+	if got := counter(t, b.reg, "switchyard_peer_auth_failures_total", nil); got < 4 || got > 5 {
+		t.Errorf("auth failures = %v, want 4 or 5", got)
+	}
+	if len(h.messages()) != 0 || len(h.forwarded()) != 0 {
+		t.Errorf("the handler saw unauthenticated calls: %v %v", h.messages(), h.forwarded())
+	}
+}
+
+// The receiver skips what it handled already (same session, lower
+// sequence numbers) and messages no handler could act on, which it counts,
+// and handles the rest of the batch in order.
+func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	cc, err := newClient(t, "a", secret).Conn(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := pb.NewPeerServiceClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	batch := func(session string, first int, n int) *pb.PostRequest {
+		req := &pb.PostRequest{Session: session, FirstSeq: uint64(first)}
+		for i := first; i < first+n; i++ {
+			p, _ := peer.MessageToPB(msg(session, i))
+			req.Messages = append(req.Messages, p)
+		}
+		return req
+	}
+	post := func(req *pb.PostRequest) {
+		t.Helper()
+		if _, err := cl.Post(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(batch("s1", 0, 3))
+	post(batch("s1", 0, 3)) // a resend: skipped
+	post(batch("s1", 2, 3)) // overlaps: 2 skipped, 3 and 4 handled
+	post(batch("s2", 0, 2)) // a new sender process starts afresh
+	post(batch("s1", 4, 2)) // and the first one, back: afresh as well (it cannot tell)
+	var got []string
+	for _, r := range h.messages() {
+		got = append(got, fmt.Sprintf("%s/%d", r.m.JobID, r.m.Gen))
+	}
+	want := "s1/0 s1/1 s1/2 s1/3 s1/4 s2/0 s2/1 s1/4 s1/5"
+	if strings.Join(got, " ") != want {
+		t.Errorf("handled %v, want %v", got, want)
+	}
+
+	bad := batch("s3", 0, 3)
+	bad.Messages[1] = &pb.PeerMessage{Kind: 42, JobId: "x"}
+	bad.Messages = append(bad.Messages, &pb.PeerMessage{Kind: pb.PeerMessage_KIND_CANCEL})
+	post(bad)
+	if got := h.messages()[len(h.messages())-2:]; got[0].m.Gen != 0 || got[1].m.Gen != 2 || got[1].m.JobID != "s3" {
+		t.Errorf("around the invalid message: %+v", got)
+	}
+	if got := counter(t, b.reg, "switchyard_peer_messages_invalid_total", nil); got != 2 {
+		t.Errorf("invalid messages = %v, want 2", got)
+	}
+	if _, err := cl.Forward(ctx, &pb.ForwardRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("forward without a job: got %v, want InvalidArgument", err)
+	}
+}
+
+// Until the engine installs its handler, routing calls are Unavailable;
+// Ping already answers.
+func TestServerWithoutHandlerIsUnavailable(t *testing.T) {
+	b := startServer(t, "b")
+	c := newClient(t, "a", secret)
+	cc, err := c.Conn(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl := pb.NewPeerServiceClient(cc)
+	if _, err := cl.Post(ctx, &pb.PostRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Post: got %v, want Unavailable", err)
+	}
+	if _, err := cl.Forward(ctx, &pb.ForwardRequest{Delivery: &pb.PeerDelivery{JobId: "j"}}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Forward: got %v, want Unavailable", err)
+	}
+	if got, err := c.Ping(ctx, b.addr); err != nil || got != "b" {
+		t.Errorf("Ping: %q, %v", got, err)
+	}
+	b.srv.SetHandler(&recorder{})
+	if _, err := cl.Post(ctx, &pb.PostRequest{}); err != nil {
+		t.Errorf("Post after SetHandler: %v", err)
+	}
+	b.srv.SetHandler(nil)
+	if _, err := cl.Post(ctx, &pb.PostRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("Post after SetHandler(nil): got %v, want Unavailable", err)
+	}
+}
+
+// A node's sender exits once its queue stayed empty for the idle interval;
+// the next Send starts another.
+func TestSenderExitsWhenIdle(t *testing.T) {
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.IdleTimeout = 50 * time.Millisecond })
+	for round := range 2 {
+		r.Send("b", msg("j", round))
+		waitFor(t, 5*time.Second, "delivery", func() bool { return len(h.messages()) == round+1 })
+		waitFor(t, 5*time.Second, "sender gone", func() bool { return series(t, r.reg, "switchyard_peer_queue_messages") == 0 })
+	}
+	checkOrder(t, h.messages(), "a", 2, "j")
+}
+
+// Close stops every sender at once, even one waiting on a peer that
+// accepted the connection but never answers and one backing off from a
+// peer that is down; what they held is dropped and counted, and later
+// Sends are dropped too. TestMain's leak check proves the goroutines gone.
+func TestCloseStopsEverySender(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never speaks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr, "hung", hung.Addr().String(), "down", freeAddr(t)).Addr,
+		func(c *peer.RouterConfig) {
+			c.AttemptTimeout = time.Minute
+			c.RetryMin, c.RetryMax = time.Minute, time.Minute
+		})
+	r.Send("b", msg("j", 0))
+	waitFor(t, 5*time.Second, "delivery", func() bool { return len(h.messages()) == 1 })
+	r.Send("hung", msg("j", 0))
+	r.Send("down", msg("j", 0))
+	r.Send("down", msg("j", 1))
+	waitFor(t, 5*time.Second, "the down peer failing", func() bool {
+		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
+	})
+	fctx, fcancel := context.WithCancel(context.Background())
+	defer fcancel()
+	ferr := make(chan error, 1)
+	go func() { ferr <- r.Forward(fctx, "hung", core.Delivery{JobID: "f"}) }()
+	time.Sleep(100 * time.Millisecond)
+
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s", took)
+	}
+	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
+		t.Errorf("forward in flight at Close: got %v, want ErrClosed", err)
+	}
+	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 3 {
+		t.Errorf("dropped at Close = %v, want 3", got)
+	}
+	r.Send("b", msg("j", 1))
+	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 4 {
+		t.Errorf("dropped after Close = %v, want 4", got)
+	}
+	if got := series(t, r.reg, "switchyard_peer_queue_messages"); got != 0 {
+		t.Errorf("queue gauges left after Close: %d", got)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// The node's address is resolved again on every attempt: a node that
+// moved (restarted on another port) gets what was queued for it.
+func TestPostFollowsANodeThatMoved(t *testing.T) {
+	bk := newBook("b", freeAddr(t))
+	r := newRouter(t, "a", secret, bk.Addr, nil)
+	const n = 10
+	for i := range n {
+		r.Send("b", msg("j", i))
+	}
+	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
+		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
+	})
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	bk.set("b", b.addr)
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) == n })
+	checkOrder(t, h.messages(), "a", n, "j")
+}
