@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,5 +349,66 @@ func TestQueueReaperReleasesRecord(t *testing.T) {
 	})
 	if metric(t, n2, "switchyard_dispatch_queues_reaped_total", nil) < 1 {
 		t.Error("n2 reaped no queue")
+	}
+}
+
+// Cluster formation with three nodes that each embed an etcd member
+// (--initial-cluster): a job posted to n1 runs on a worker connected to n3.
+func TestJobCrossesEmbeddedMembers(t *testing.T) {
+	var addrs []string
+	var lns []net.Listener
+	for range 6 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	ic := fmt.Sprintf("n1=http://%s,n2=http://%s,n3=http://%s", addrs[1], addrs[3], addrs[5])
+	nodes := make([]*switchyard.Node, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			cfg := switchyard.DefaultConfig()
+			cfg.Name, cfg.ClusterSecret = fmt.Sprintf("n%d", i+1), testSecret
+			cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+			cfg.DataDir = t.TempDir()
+			cfg.FastCatalog = true
+			cfg.DrainTimeout = 2 * time.Second
+			cfg.EtcdClientAddr, cfg.EtcdPeerAddr, cfg.EtcdInitialCluster = addrs[2*i], addrs[2*i+1], ic
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			nodes[i], errs[i] = switchyard.Open(ctx, cfg)
+		})
+	}
+	wg.Wait()
+	// Close the nodes together: each embedded member waits for a quorum.
+	t.Cleanup(func() {
+		var cw sync.WaitGroup
+		for _, n := range nodes {
+			if n != nil {
+				cw.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					_ = n.Close(ctx)
+				})
+			}
+		}
+		cw.Wait()
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("open n%d: %v", i+1, err)
+		}
+	}
+	MustStartWorker(t, nodes[2], worker.Config{Name: "w3", Queue: "em"}, named("w3"))
+	waitFor(t, 10*time.Second, "n1 sees n3 dispatching em", func() bool { return dispatcherOf(nodes[0], "em") == "n3" })
+	if code, who := resultOf(t, nodes[0], "em", `{"ttl_ms":5000,"input":"x"}`); code != 200 || who != "w3" {
+		t.Fatalf("job from n1: %d %q, want run by w3", code, who)
 	}
 }
