@@ -132,6 +132,40 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	return w, nil
 }
 
+// UpdateCapabilities replaces what the worker declared it can run. The
+// consumer record is republished first, so ingress nodes elsewhere match
+// against the new set; jobs already bound keep running (they matched when
+// they were bound), and waiting jobs the worker can now run are offered.
+func (w *Worker) UpdateCapabilities(ctx context.Context, capabilities []string) error {
+	caps, err := ParseCapabilities(capabilities)
+	if err != nil {
+		return &Error{Code: CodeInvalidWorker, Field: "capabilities", Detail: err.Error()}
+	}
+	e := w.e
+	if e.cat != nil {
+		err := e.cat.PublishConsumer(ctx, ConsumerInfo{
+			ID: w.ID, Queue: w.Queue, Node: e.cfg.Node, Name: w.Name,
+			Capabilities: caps, Concurrency: w.Concurrency, Zone: e.cfg.Zone,
+		})
+		if err != nil {
+			return fmt.Errorf("republish consumer: %w", err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w.gone {
+		// Detach withdrew the record before this republished it.
+		if e.cat != nil {
+			e.goLocked(func(ctx context.Context) { _ = e.cat.WithdrawConsumer(ctx, w.Queue, w.ID) })
+		}
+		return &Error{Code: CodeInvalidWorker, Detail: "the worker session has ended"}
+	}
+	w.Capabilities = caps
+	e.log.Info("worker capabilities changed", "consumer", w.ID, "name", w.Name, "queue", w.Queue, "capabilities", caps.Strings())
+	e.dispatchLocked(e.queues[w.Queue])
+	return nil
+}
+
 // offerLocked sends a bound job to the worker and arms the accept deadline.
 func (e *Engine) offerLocked(w *Worker, t *task) {
 	left := t.budget.Remaining(time.Now())
@@ -351,6 +385,10 @@ func (w *Worker) releaseLocked(id string, b *binding) {
 	case t.from == t.d.Ingress && !b.cancelling:
 		// The dispatcher is the ingress: the end or release this binding
 		// finishes with frees the credit there, one message instead of two.
+	case !e.cluster.LeaseValid():
+		// Fenced: the release to the ingress is not sent either, so the
+		// dispatcher must keep the binding and hand the job back once this
+		// node's records are gone (proven death), not free it now.
 	default:
 		e.sendLocked(t.from, Message{Kind: MsgUnbind, JobID: id, Gen: t.d.Gen, Queue: t.d.Queue, Consumer: w.ID})
 	}

@@ -109,7 +109,7 @@ func (e *Engine) electAndForwardLocked(j *Job, d Delivery) {
 			e.finishLocked(j, CodeDispatcherUnavailable, "the job could not go back to its queue: no dispatcher could be elected", nil)
 			return
 		}
-		d.TTL = j.deadline.Sub(time.Now())
+		d.TTL = time.Until(j.deadline)
 		e.forwardToLocked(j, node, d)
 	})
 }
@@ -119,23 +119,28 @@ func (e *Engine) electAndForwardLocked(j *Job, d Delivery) {
 // (its consumer host when known, else its dispatcher, which passes the
 // cancel on).
 func (e *Engine) withdrawLocked(j *Job, code Code) {
-	e.cancelHereLocked(j.Queue, j.ID, j.gen, code)
+	sent := e.cancelHereLocked(j.Queue, j.ID, j.gen, code)
 	if j.settled || e.cluster == nil {
 		return
 	}
+	to := ""
 	switch {
 	case j.host != "" && j.host != e.cfg.Node:
-		e.sendLocked(j.host, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: code})
+		to = j.host
 	case j.host == "" && j.dispatcher != "" && j.dispatcher != e.cfg.Node:
-		e.sendLocked(j.dispatcher, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: code})
+		to = j.dispatcher
+	}
+	if to != "" && to != sent {
+		e.sendLocked(to, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: code})
 	}
 }
 
 // cancelHereLocked stops job (id, gen) in whatever role this node holds it:
 // a pending job leaves the queue; a job bound to a consumer elsewhere gets
 // its cancel passed on; a job on a worker here is cancelled on the worker,
-// which keeps its credit until it acknowledges.
-func (e *Engine) cancelHereLocked(queue, id string, gen uint64, code Code) {
+// which keeps its credit until it acknowledges. It returns the node it
+// passed the cancel on to, if any.
+func (e *Engine) cancelHereLocked(queue, id string, gen uint64, code Code) (sentTo string) {
 	if q := e.queues[queue]; q != nil {
 		for _, t := range q.pending {
 			if t.d.JobID == id {
@@ -144,7 +149,8 @@ func (e *Engine) cancelHereLocked(queue, id string, gen uint64, code Code) {
 			}
 		}
 		if t := q.bound[id]; t != nil && t.d.Gen == gen && t.remote != nil {
-			e.sendLocked(t.remote.info.Node, Message{Kind: MsgCancel, JobID: id, Gen: gen, Queue: queue, Code: code})
+			sentTo = t.remote.info.Node
+			e.sendLocked(sentTo, Message{Kind: MsgCancel, JobID: id, Gen: gen, Queue: queue, Code: code})
 		}
 	}
 	if w := e.hosted[id]; w != nil {
@@ -152,6 +158,7 @@ func (e *Engine) cancelHereLocked(queue, id string, gen uint64, code Code) {
 			e.cancelOnWorkerLocked(w, id, gen, code)
 		}
 	}
+	return sentTo
 }
 
 // HandleForward takes a job forwarded by the ingress node from into this
@@ -231,6 +238,12 @@ func (e *Engine) ingressReplyLocked(from string, m Message) {
 	}
 	if m.Gen != j.gen {
 		e.m.StaleMessages.WithLabelValues("reply").Inc()
+		if m.Gen < j.gen && m.End == nil {
+			// A binding the job has moved on from is still running: stop it.
+			// The cancel names the old generation, so it cannot touch the
+			// current one.
+			e.sendLocked(from, Message{Kind: MsgCancel, JobID: m.JobID, Gen: m.Gen, Queue: m.Queue, Code: CodeCancelled})
+		}
 		return
 	}
 	if m.Consumer != "" {
@@ -264,9 +277,28 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 	t := newTask(d, time.Now())
 	t.from = from
 	w := e.workers[m.Consumer]
+	if old := e.hosted[d.JobID]; old != nil {
+		if b := old.bindings[d.JobID]; b != nil {
+			if b.t.d.Gen >= d.Gen {
+				// A late delivery from a dispatcher the job has moved on
+				// from: the binding here is newer.
+				e.m.StaleMessages.WithLabelValues("deliver").Inc()
+				if from != d.Ingress {
+					e.sendLocked(from, Message{Kind: MsgUnbind, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Consumer: m.Consumer})
+				}
+				return
+			}
+			// An older binding of the job is still here: stop it, and hand
+			// the new one back until it has gone (one job id, one binding).
+			e.cancelOnWorkerLocked(old, d.JobID, b.t.d.Gen, CodeCancelled)
+			w = nil
+		}
+	}
 	switch {
 	case d.TTL <= 0:
 		e.failAtIngressLocked(d, CodeExpired, "the job's TTL ran out before it reached its worker")
+	case w == nil && e.hosted[d.JobID] != nil:
+		e.releaseToIngressLocked(d, m.Consumer, false, "an earlier binding of the job is still ending on this node")
 	case w == nil || w.gone:
 		// The consumer is gone: it must not be offered the job again.
 		e.releaseToIngressLocked(d, m.Consumer, true, "the consumer left before the job reached it")
@@ -276,7 +308,9 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 		e.offerLocked(w, t)
 		return
 	}
-	if from != d.Ingress {
+	// A fenced node sends no unbind either: the dispatcher keeps the
+	// binding, and hands the job back when this node's records are gone.
+	if from != d.Ingress && e.cluster.LeaseValid() {
 		e.sendLocked(from, Message{Kind: MsgUnbind, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Consumer: m.Consumer})
 	}
 }

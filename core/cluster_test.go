@@ -1,0 +1,1344 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// This file runs several engines in one process, joined by fakeNet: an
+// in-memory core.Cluster that delivers peer messages on a goroutine of its
+// own, in order per (from, to) pair, and records every message so a test
+// can assert exactly which ones flowed.
+
+// link is one direction between two nodes: messages on it arrive in order.
+type link struct{ from, to string }
+
+// sentMsg is one peer message as the fake saw it.
+type sentMsg struct {
+	Kind     core.MessageKind
+	From, To string
+	// Call is set for a synchronous Cluster.Forward (Kind is MsgForward).
+	Call bool
+	// Dropped is set for a message the test's drop filter discarded.
+	Dropped bool
+	Msg     core.Message
+}
+
+func (s sentMsg) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s>%s", s.Kind, s.From, s.To)
+	switch {
+	case s.Call:
+		b.WriteString(" (call)")
+	case s.Msg.Accepted:
+		b.WriteString(" accepted")
+	case s.Msg.Output != nil:
+		b.WriteString(" output")
+	case s.Msg.End != nil:
+		fmt.Fprintf(&b, " end(%s)", s.Msg.End.Code)
+	}
+	if s.Dropped {
+		b.WriteString(" [dropped]")
+	}
+	return b.String()
+}
+
+// Gen is the generation a logged message carries.
+func (s sentMsg) Gen() uint64 { return s.Msg.Gen }
+
+// fakeNet is the cluster the engines of one test share: the catalog view
+// (dispatch records, which nodes are routable and alive, each node's lease)
+// and the message transport.
+type fakeNet struct {
+	t   *testing.T
+	cat *recordingCatalog
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	nodes    map[string]*clusterNode
+	dispatch map[string]string // queue → dispatcher node
+	routable map[string]bool
+	alive    map[string]bool
+	lease    map[string]bool
+	// queued holds the undelivered messages of each link; ready lists the
+	// links with messages, in the order the deliverer serves them.
+	queued map[link][]core.Message
+	ready  []link
+	held   map[link]bool
+	busy   int
+	stop   bool
+	done   chan struct{}
+
+	log      []sentMsg
+	claims   []string // "node queue" per ClaimConsumer
+	releases []string // "node queue" per ReleaseQueue
+	// dupForward makes Forward hand the delivery over twice, as a retry
+	// after a lost response would.
+	dupForward bool
+	// drop, when set, discards the messages it returns true for (they are
+	// still logged, marked Dropped).
+	drop func(s sentMsg) bool
+}
+
+func newFakeNet(t *testing.T) *fakeNet {
+	t.Helper()
+	n := &fakeNet{
+		t:        t,
+		cat:      &recordingCatalog{consumers: map[string]core.ConsumerInfo{}},
+		nodes:    map[string]*clusterNode{},
+		dispatch: map[string]string{},
+		routable: map[string]bool{},
+		alive:    map[string]bool{},
+		lease:    map[string]bool{},
+		queued:   map[link][]core.Message{},
+		held:     map[link]bool{},
+		done:     make(chan struct{}),
+	}
+	n.cond = sync.NewCond(&n.mu)
+	go n.run()
+	// Registered first, so it runs last: the engines close (and send their
+	// last cancels) while the deliverer still runs.
+	t.Cleanup(func() {
+		n.mu.Lock()
+		n.stop = true
+		n.cond.Broadcast()
+		n.mu.Unlock()
+		<-n.done
+	})
+	return n
+}
+
+// run is the deliverer: one message at a time, links served round-robin, so
+// a link's messages arrive in order and different links interleave.
+func (n *fakeNet) run() {
+	defer close(n.done)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for {
+		i := -1
+		for !n.stop {
+			if i = slices.IndexFunc(n.ready, func(l link) bool { return !n.held[l] }); i >= 0 {
+				break
+			}
+			n.cond.Wait()
+		}
+		if n.stop {
+			return
+		}
+		l := n.ready[i]
+		n.ready = slices.Delete(n.ready, i, i+1)
+		m := n.queued[l][0]
+		n.queued[l] = n.queued[l][1:]
+		if len(n.queued[l]) > 0 {
+			n.ready = append(n.ready, l)
+		}
+		target := n.nodes[l.to]
+		n.busy++
+		n.mu.Unlock()
+		if target != nil {
+			target.e.HandleMessage(l.from, m)
+		}
+		n.mu.Lock()
+		n.busy--
+		n.cond.Broadcast()
+	}
+}
+
+// settle waits until every message not on a held link has been handled.
+func (n *fakeNet) settle() {
+	n.t.Helper()
+	waitFor(n.t, 5*time.Second, "the network to go quiet", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.busy > 0 {
+			return false
+		}
+		for _, l := range n.ready {
+			if !n.held[l] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// hold stops delivery on a link until unhold.
+func (n *fakeNet) hold(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.held[link{from, to}] = true
+}
+
+func (n *fakeNet) unhold(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.held, link{from, to})
+	n.cond.Broadcast()
+}
+
+func (n *fakeNet) setDispatcher(queue, node string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if node == "" {
+		delete(n.dispatch, queue)
+		return
+	}
+	n.dispatch[queue] = node
+}
+
+func (n *fakeNet) setRoutable(node string, v bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.routable[node] = v
+}
+
+func (n *fakeNet) setAlive(node string, v bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.alive[node] = v
+}
+
+func (n *fakeNet) setLease(node string, v bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lease[node] = v
+}
+
+// kill proves node dead the way the catalog does: its record (and with it
+// every consumer record under its lease) is gone, it is not routable, and
+// it has fenced itself.
+func (n *fakeNet) kill(node string) {
+	n.mu.Lock()
+	n.alive[node], n.routable[node], n.lease[node] = false, false, false
+	n.mu.Unlock()
+	n.cat.mu.Lock()
+	for id, c := range n.cat.consumers {
+		if c.Node == node {
+			delete(n.cat.consumers, id)
+		}
+	}
+	n.cat.mu.Unlock()
+}
+
+// sent returns every message sent so far, in order.
+func (n *fakeNet) sent() []sentMsg {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.log)
+}
+
+// sentFor returns the messages about one job.
+func (n *fakeNet) sentFor(id string) []sentMsg {
+	var out []sentMsg
+	for _, s := range n.sent() {
+		if s.Msg.JobID == id {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// wantSent checks that the messages about job id were exactly want (as
+// sentMsg.String renders them), in order.
+func (n *fakeNet) wantSent(t *testing.T, id string, want ...string) {
+	t.Helper()
+	var got []string
+	for _, s := range n.sentFor(id) {
+		got = append(got, s.String())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("messages about %s:\n got  %q\n want %q", id, got, want)
+	}
+}
+
+// clusterNode is one engine of the fake cluster.
+type clusterNode struct {
+	*harness
+	name string
+}
+
+// add starts an engine for node name, routable, alive and with a valid
+// lease, and closes it when the test ends.
+func (n *fakeNet) add(name string, adjust func(*core.Config)) *clusterNode {
+	n.t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := testConfig(reg)
+	cfg.Node, cfg.Catalog, cfg.Cluster = name, n.cat, &fakePeer{net: n, node: name}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	e, err := core.New(cfg)
+	if err != nil {
+		n.t.Fatalf("core.New(%s): %v", name, err)
+	}
+	n.t.Cleanup(e.Close)
+	cn := &clusterNode{harness: &harness{t: n.t, e: e, reg: reg}, name: name}
+	n.mu.Lock()
+	n.nodes[name] = cn
+	n.routable[name], n.alive[name], n.lease[name] = true, true, true
+	n.mu.Unlock()
+	return cn
+}
+
+// worker registers a worker on queue on this node.
+func (c *clusterNode) worker(queue, name string, concurrency int, caps ...string) (*core.Worker, *fakeConn) {
+	c.t.Helper()
+	fc := &fakeConn{}
+	w, err := c.e.AttachWorker(context.Background(), core.WorkerSpec{
+		Queue: queue, Name: name, Capabilities: caps, Concurrency: concurrency,
+	}, fc)
+	if err != nil {
+		c.t.Fatalf("AttachWorker on %s: %v", c.name, err)
+	}
+	return w, fc
+}
+
+// waitState waits until the job's view on this (ingress) node is in state.
+func (c *clusterNode) waitState(id string, state core.State) core.JobView {
+	c.t.Helper()
+	var v core.JobView
+	waitFor(c.t, 5*time.Second, fmt.Sprintf("job %s on %s to be %s", id, c.name, state), func() bool {
+		var err error
+		v, err = c.e.View(id)
+		return err == nil && v.State == state
+	})
+	return v
+}
+
+// queueStat returns this node's dispatcher view of queue (zero if none).
+func (c *clusterNode) queueStat(queue string) core.QueueStat {
+	for _, s := range c.e.QueueStats() {
+		if s.Name == queue {
+			return s
+		}
+	}
+	return core.QueueStat{Name: queue}
+}
+
+// waitOffers waits until fc holds n offers of job id and returns them.
+func waitOffers(t *testing.T, fc *fakeConn, id string, n int) []core.Offer {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d offer(s) of %s", n, id), func() bool { return len(fc.offersFor(id)) >= n })
+	o := fc.offersFor(id)
+	if len(o) != n {
+		t.Fatalf("job %s was offered %d times, want %d: %+v", id, len(o), n, o)
+	}
+	return o
+}
+
+// fakePeer is one node's core.Cluster.
+type fakePeer struct {
+	net  *fakeNet
+	node string
+}
+
+var _ core.Cluster = (*fakePeer)(nil)
+
+func (p *fakePeer) Dispatcher(_ context.Context, queue string) (string, error) {
+	n := p.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d, ok := n.dispatch[queue]; ok && n.routable[d] {
+		return d, nil
+	}
+	// A producer's claim: the record is missing or void.
+	n.dispatch[queue] = p.node
+	return p.node, nil
+}
+
+func (p *fakePeer) CachedDispatcher(queue string) (string, bool) {
+	n := p.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d, ok := n.dispatch[queue]
+	return d, ok && n.routable[d]
+}
+
+func (p *fakePeer) ClaimConsumer(_ context.Context, queue string) error {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	p.net.claims = append(p.net.claims, p.node+" "+queue)
+	return nil
+}
+
+func (p *fakePeer) ReleaseQueue(_ context.Context, queue string) error {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	p.net.releases = append(p.net.releases, p.node+" "+queue)
+	return nil
+}
+
+func (p *fakePeer) Routable(node string) bool {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	return p.net.routable[node]
+}
+
+func (p *fakePeer) Alive(node string) bool {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	return p.net.alive[node]
+}
+
+func (p *fakePeer) LeaseValid() bool {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	return p.net.lease[p.node]
+}
+
+func (p *fakePeer) Forward(_ context.Context, node string, d core.Delivery) error {
+	n := p.net
+	n.mu.Lock()
+	n.log = append(n.log, sentMsg{Kind: core.MsgForward, From: p.node, To: node, Call: true,
+		Msg: core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d}})
+	target, dup := n.nodes[node], n.dupForward
+	n.mu.Unlock()
+	if target == nil {
+		return fmt.Errorf("fake: no node %q", node)
+	}
+	err := target.e.HandleForward(p.node, d)
+	if dup && err == nil {
+		err = target.e.HandleForward(p.node, d)
+	}
+	return err
+}
+
+// Send is called with the sender's engine lock held: it only queues.
+func (p *fakePeer) Send(node string, m core.Message) {
+	n := p.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := sentMsg{Kind: m.Kind, From: p.node, To: node, Msg: m}
+	if n.drop != nil && n.drop(s) {
+		s.Dropped = true
+		n.log = append(n.log, s)
+		return
+	}
+	n.log = append(n.log, s)
+	if n.stop {
+		return
+	}
+	l := link{p.node, node}
+	if len(n.queued[l]) == 0 {
+		n.ready = append(n.ready, l)
+	}
+	n.queued[l] = append(n.queued[l], m)
+	n.cond.Broadcast()
+}
+
+// submit posts a job on this node.
+func (c *clusterNode) submit(queue string, e *core.Envelope) *core.Job {
+	c.t.Helper()
+	j, _, err := c.e.Submit(context.Background(), queue, e, core.SubmitOptions{})
+	if err != nil {
+		c.t.Fatalf("Submit on %s: %v", c.name, err)
+	}
+	return j
+}
+
+// outputsOf returns the data of the job's output events, in order.
+func outputsOf(t *testing.T, j *core.Job) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range events(t, j) {
+		if ev.Kind != core.EventOutput {
+			continue
+		}
+		var d struct {
+			Data json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatalf("output event %s: %v", ev.Data, err)
+		}
+		out = append(out, string(d.Data))
+	}
+	return out
+}
+
+func wantKinds(t *testing.T, j *core.Job, want ...core.EventKind) {
+	t.Helper()
+	if got := kinds(events(t, j)); !slices.Equal(got, want) {
+		t.Fatalf("job %s history %v, want %v", j.ID, got, want)
+	}
+}
+
+func wantMetric(t *testing.T, c *clusterNode, want float64, name string, labels ...string) {
+	t.Helper()
+	if got := c.metric(name, labels...); got != want {
+		t.Errorf("%s: %s%v = %v, want %v", c.name, name, labels, got, want)
+	}
+}
+
+const clusterTTL = 30 * time.Second
+
+// 1. Ingress n1, dispatcher and worker on n2: one synchronous forward and
+// one reply per worker answer, and no accept message of its own (the
+// dispatcher is the host, so the accept rides on the first output).
+func TestClusterCrossNodeHappyPath(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n2.worker("q", "a", 1)
+
+	j := n1.submit("q", env(clusterTTL))
+	if got := net.sentFor(j.ID); len(got) != 1 || !got[0].Call || got[0].To != "n2" {
+		t.Fatalf("after Submit: %v, want one Forward call to n2", got)
+	}
+	o := waitOffers(t, fc, j.ID, 1)[0]
+	if o.Gen != 1 || o.Queue != "q" || string(o.Input) != `{"prompt":"hi"}` {
+		t.Fatalf("offer %+v", o)
+	}
+	if o.TTL <= 0 || o.TTL > clusterTTL {
+		t.Fatalf("offer TTL %v, want in (0, %v]", o.TTL, clusterTTL)
+	}
+
+	w.Accept(j.ID, o.Gen)
+	w.Output(j.ID, o.Gen, []byte(`{"n":1}`))
+	w.Output(j.ID, o.Gen, []byte(`{"n":2}`))
+	w.End(j.ID, o.Gen, "", "", json.RawMessage(`{"ok":true}`))
+	v := n1.waitState(j.ID, core.StateCompleted)
+	net.settle()
+
+	wantKinds(t, j, core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone)
+	if got := outputsOf(t, j); !slices.Equal(got, []string{`{"n":1}`, `{"n":2}`}) {
+		t.Fatalf("outputs %q", got)
+	}
+	wantEnded(t, n1.harness, j, core.OutcomeCompleted, "")
+	if v.HandledBy != w.ID || v.WorkerName != "a" || v.Generation != 1 {
+		t.Fatalf("view %+v, want handled by %s (a), gen 1", v, w.ID)
+	}
+	net.wantSent(t, j.ID,
+		"forward n1>n2 (call)",
+		"reply n2>n1 output",
+		"reply n2>n1 output",
+		"reply n2>n1 end()",
+	)
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
+		t.Fatalf("n2 queue after the job: %+v", s)
+	}
+	wantJobsTotal(t, n1.harness, map[core.Outcome]float64{core.OutcomeCompleted: 1})
+	// The outcome is counted on the ingress only.
+	wantJobsTotal(t, n2.harness, map[core.Outcome]float64{})
+}
+
+// 2. Ingress n1, dispatcher n2 without workers, worker on n3: the job is
+// delivered n2→n3, the host tells the ingress at once that it took the job
+// (so the ingress knows the host before the dispatcher could die), and the
+// credit goes back to n2 when the binding ends. A cancel then goes
+// straight to the host.
+func TestClusterThirdPartyDispatcher(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n3.worker("q", "b", 1)
+
+	t.Run("completes", func(t *testing.T) {
+		j := n1.submit("q", env(clusterTTL))
+		o := waitOffers(t, fc, j.ID, 1)[0]
+		if o.Gen != 1 || o.TTL <= 0 || o.TTL > clusterTTL {
+			t.Fatalf("offer %+v", o)
+		}
+		if s := n2.queueStat("q"); s.Bound != 1 || s.Depth != 0 {
+			t.Fatalf("n2 while the job is delivered: %+v, want 1 bound", s)
+		}
+		w.Accept(j.ID, o.Gen)
+		v := n1.waitState(j.ID, core.StateRunning)
+		if v.HandledBy != w.ID || v.WorkerName != "b" {
+			t.Fatalf("the accept did not name the consumer: %+v", v)
+		}
+		w.Output(j.ID, o.Gen, []byte(`"x"`))
+		w.End(j.ID, o.Gen, "", "", nil)
+		n1.waitState(j.ID, core.StateCompleted)
+		net.settle()
+		wantKinds(t, j, core.EventAccepted, core.EventOutput, core.EventDone)
+		net.wantSent(t, j.ID,
+			"forward n1>n2 (call)",
+			"deliver n2>n3",
+			"reply n3>n1 accepted",
+			"reply n3>n1 output",
+			"unbind n3>n2",
+			"reply n3>n1 end()",
+		)
+		if s := n2.queueStat("q"); s.Bound != 0 {
+			t.Fatalf("n2 kept the credit after the unbind: %+v", s)
+		}
+	})
+
+	t.Run("cancel goes to the host", func(t *testing.T) {
+		j := n1.submit("q", env(clusterTTL))
+		o := waitOffers(t, fc, j.ID, 1)[0]
+		w.Accept(j.ID, o.Gen)
+		n1.waitState(j.ID, core.StateRunning)
+		if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, 1, core.CodeCancelled}) {
+			t.Fatalf("worker cancels %+v", c)
+		}
+		w.End(j.ID, o.Gen, core.CodeCancelled, "stopped", nil) // the acknowledgement
+		net.settle()
+		wantEnded(t, n1.harness, j, core.OutcomeCancelled, core.CodeCancelled)
+		net.wantSent(t, j.ID,
+			"forward n1>n2 (call)",
+			"deliver n2>n3",
+			"reply n3>n1 accepted",
+			"cancel n1>n3",
+			"unbind n3>n2",
+		)
+		if s := n2.queueStat("q"); s.Bound != 0 {
+			t.Fatalf("n2 kept the credit after the cancelled job: %+v", s)
+		}
+	})
+}
+
+// 3. A worker lost before any output: the ingress re-forwards under gen+1
+// and another worker gets it; whatever the old binding still says is
+// refused at the ingress, at the old host and at the new host.
+func TestClusterStaleGenerationRefused(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	a, fa := n2.worker("q", "a", 1)
+
+	j := n1.submit("q", env(clusterTTL))
+	oa := waitOffers(t, fa, j.ID, 1)[0]
+	a.Accept(j.ID, oa.Gen)
+	b, fb := n3.worker("q", "b", 1) // arrives while a runs the job
+
+	a.Detach(context.Background())
+	ob := waitOffers(t, fb, j.ID, 1)[0]
+	if ob.Gen != oa.Gen+1 {
+		t.Fatalf("re-offered with gen %d, want %d", ob.Gen, oa.Gen+1)
+	}
+	b.Accept(j.ID, ob.Gen)
+	n1.waitState(j.ID, core.StateRunning)
+	net.settle()
+	net.wantSent(t, j.ID,
+		"forward n1>n2 (call)",
+		"release n2>n1",
+		"forward n1>n2",
+		"deliver n2>n3",
+		"reply n3>n1 accepted",
+	)
+	if s := net.sentFor(j.ID)[2]; s.Gen() != 2 || s.Msg.Delivery == nil || !s.Msg.Delivery.Front {
+		t.Fatalf("the re-forward %+v, want gen 2 at the front of the queue", s.Msg)
+	}
+	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
+
+	before := kinds(events(t, j))
+	// The old binding's answers, as its host would relay them late.
+	n1.e.HandleMessage("n2", core.Message{Kind: core.MsgReply, JobID: j.ID, Gen: 1, Queue: "q", Consumer: a.ID, WorkerName: "a", Output: json.RawMessage(`"old"`)})
+	n1.e.HandleMessage("n2", core.Message{Kind: core.MsgReply, JobID: j.ID, Gen: 1, Queue: "q", Consumer: a.ID, WorkerName: "a", End: &core.End{}})
+	n1.e.HandleMessage("n2", core.Message{Kind: core.MsgRelease, JobID: j.ID, Gen: 1, Queue: "q", Consumer: a.ID})
+	// The old worker itself, on its own node.
+	a.Output(j.ID, oa.Gen, []byte(`"old"`))
+	a.End(j.ID, oa.Gen, "", "", nil)
+	// An old cancel on the new host, an old unbind on the dispatcher.
+	n3.e.HandleMessage("n1", core.Message{Kind: core.MsgCancel, JobID: j.ID, Gen: 1, Queue: "q", Code: core.CodeCancelled})
+	n2.e.HandleMessage("n3", core.Message{Kind: core.MsgUnbind, JobID: j.ID, Gen: 1, Queue: "q", Consumer: b.ID})
+	net.settle()
+
+	v := n1.view(j.ID)
+	if v.State != core.StateRunning || v.Generation != 2 || v.HandledBy != b.ID || v.Outputs != 0 {
+		t.Fatalf("after stale messages: %+v", v)
+	}
+	if got := kinds(events(t, j)); !slices.Equal(got, before) {
+		t.Fatalf("history changed by stale messages: %v, was %v", got, before)
+	}
+	wantMetric(t, n1, 2, "switchyard_dispatch_stale_messages_total", "kind", "reply")
+	wantMetric(t, n1, 1, "switchyard_dispatch_stale_messages_total", "kind", "release")
+	wantMetric(t, n2, 1, "switchyard_dispatch_stale_messages_total", "kind", "output")
+	wantMetric(t, n2, 1, "switchyard_dispatch_stale_messages_total", "kind", "end")
+	if c := fb.Cancels(); len(c) != 0 {
+		t.Fatalf("a gen-1 cancel reached the gen-2 worker: %+v", c)
+	}
+	if s := n2.queueStat("q"); s.Bound != 1 {
+		t.Fatalf("a gen-1 unbind freed the gen-2 binding on the dispatcher: %+v", s)
+	}
+
+	b.Output(j.ID, ob.Gen, []byte(`"new"`))
+	b.End(j.ID, ob.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	wantKinds(t, j, core.EventAccepted, core.EventOutput, core.EventDone)
+	if got := outputsOf(t, j); !slices.Equal(got, []string{`"new"`}) {
+		t.Fatalf("outputs %q", got)
+	}
+	for _, ev := range events(t, j)[1:] {
+		if ev.Gen != 2 {
+			t.Fatalf("event %s has gen %d, want 2", ev.Kind, ev.Gen)
+		}
+	}
+}
+
+// 4. The ingress decides a lost worker's job: run again when it produced
+// nothing, worker_lost when it did.
+func TestClusterLostWorker(t *testing.T) {
+	t.Run("before output runs again", func(t *testing.T) {
+		net := newFakeNet(t)
+		n1, n2 := net.add("n1", nil), net.add("n2", nil)
+		net.setDispatcher("q", "n2")
+		a, fa := n2.worker("q", "a", 1)
+		j := n1.submit("q", env(clusterTTL))
+		oa := waitOffers(t, fa, j.ID, 1)[0]
+		a.Accept(j.ID, oa.Gen)
+		b, fb := n2.worker("q", "b", 1)
+		a.Detach(context.Background())
+		ob := waitOffers(t, fb, j.ID, 1)[0]
+		if ob.Gen != 2 {
+			t.Fatalf("re-offered with gen %d", ob.Gen)
+		}
+		b.Output(j.ID, ob.Gen, []byte(`1`))
+		b.End(j.ID, ob.Gen, "", "", nil)
+		n1.waitState(j.ID, core.StateCompleted)
+		wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
+		wantKinds(t, j, core.EventAccepted, core.EventOutput, core.EventDone)
+		if v := n1.view(j.ID); v.HandledBy != b.ID {
+			t.Fatalf("handled by %s, want %s", v.HandledBy, b.ID)
+		}
+	})
+
+	t.Run("after output fails worker_lost", func(t *testing.T) {
+		net := newFakeNet(t)
+		n1, n2 := net.add("n1", nil), net.add("n2", nil)
+		net.setDispatcher("q", "n2")
+		a, fa := n2.worker("q", "a", 1)
+		_, fb := n2.worker("q", "b", 1)
+		j := n1.submit("q", env(clusterTTL))
+		oa := waitOffers(t, fa, j.ID, 1)[0]
+		a.Output(j.ID, oa.Gen, []byte(`1`))
+		// The release follows the output on the same link: no wait needed.
+		a.Detach(context.Background())
+		n1.waitState(j.ID, core.StateFailed)
+		wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeWorkerLost)
+		wantKinds(t, j, core.EventAccepted, core.EventOutput, core.EventError)
+		wantMetric(t, n1, 0, "switchyard_dispatch_reclaims_total")
+		net.settle()
+		if o := fb.offersFor(j.ID); len(o) != 0 {
+			t.Fatalf("a job with output ran again: %+v", o)
+		}
+	})
+}
+
+// 5. A refusal on one node sends the job to a consumer on another, never
+// back to the one that refused; when every capable consumer refused, the
+// job fails rejected.
+func TestClusterRejectAcrossNodes(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	a, fa := n2.worker("q", "a", 1)
+	b, fb := n3.worker("q", "b", 1)
+
+	j := n1.submit("q", env(clusterTTL))
+	oa := waitOffers(t, fa, j.ID, 1)[0] // local first
+	a.Reject(j.ID, oa.Gen, "not me")
+	ob := waitOffers(t, fb, j.ID, 1)[0]
+	if ob.Gen != 2 {
+		t.Fatalf("offered to b with gen %d, want 2", ob.Gen)
+	}
+	wantMetric(t, n2, 1, "switchyard_dispatch_rejects_total")
+	net.settle()
+	if o := fa.offersFor(j.ID); len(o) != 1 {
+		t.Fatalf("the job went back to the worker that refused it: %+v", o)
+	}
+	rel := net.sentFor(j.ID)[1]
+	if rel.Kind != core.MsgRelease || !rel.Msg.Rejected || rel.Msg.Consumer != a.ID || rel.Msg.Reason != "not me" {
+		t.Fatalf("a's refusal travelled as %+v", rel.Msg)
+	}
+	fwd := net.sentFor(j.ID)[2]
+	if fwd.Kind != core.MsgForward || fwd.Msg.Delivery == nil || !slices.Equal(fwd.Msg.Delivery.Exclude, []string{a.ID}) {
+		t.Fatalf("the re-forward %+v does not exclude a", fwd.Msg)
+	}
+
+	b.Reject(j.ID, ob.Gen, "nor me")
+	n1.waitState(j.ID, core.StateFailed)
+	wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeRejected)
+	if v := n1.view(j.ID); !strings.Contains(v.Detail, "nor me") {
+		t.Fatalf("detail %q does not carry the last reason", v.Detail)
+	}
+	net.settle()
+	if len(fa.offersFor(j.ID)) != 1 || len(fb.offersFor(j.ID)) != 1 {
+		t.Fatalf("offers after both refused: a %d, b %d", len(fa.offersFor(j.ID)), len(fb.offersFor(j.ID)))
+	}
+	for _, n := range []*clusterNode{n2, n3} {
+		if s := n.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
+			t.Fatalf("%s still holds the job: %+v", n.name, s)
+		}
+	}
+	// Both workers are still there and free.
+	j2 := n1.submit("q", env(clusterTTL))
+	waitOffers(t, fa, j2.ID, 1)
+}
+
+// 6. A retried forward of the same (job, gen) never makes a second job.
+func TestClusterForwardIdempotent(t *testing.T) {
+	net := newFakeNet(t)
+	_, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+
+	d := core.Delivery{JobID: "j_fwd", Gen: 1, Queue: "q", Ingress: "n1", Input: json.RawMessage(`1`), TTL: clusterTTL, MaxOutputBytes: 1 << 20}
+	for range 2 {
+		if err := n2.e.HandleForward("n1", d); err != nil {
+			t.Fatalf("HandleForward: %v", err)
+		}
+	}
+	// The asynchronous leg too.
+	n2.e.HandleMessage("n1", core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: 1, Queue: "q", Delivery: &d})
+	if s := n2.queueStat("q"); s.Depth != 1 {
+		t.Fatalf("after three forwards of one (job, gen): %+v, want depth 1", s)
+	}
+	// An older generation is not taken either.
+	old := d
+	old.Gen = 0
+	if err := n2.e.HandleForward("n1", old); err != nil {
+		t.Fatalf("HandleForward(old gen): %v", err)
+	}
+	if s := n2.queueStat("q"); s.Depth != 1 {
+		t.Fatalf("an older generation was queued: %+v", s)
+	}
+	// Only the job's own ingress forwards it.
+	wantCode(t, n2.e.HandleForward("n3", d), core.CodeInvalidField)
+
+	_, fc := n2.worker("q", "a", 2)
+	waitOffers(t, fc, d.JobID, 1)
+	if err := n2.e.HandleForward("n1", d); err != nil {
+		t.Fatalf("HandleForward after the bind: %v", err)
+	}
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
+		t.Fatalf("after a retry of a bound job: %+v", s)
+	}
+	net.settle()
+	if o := fc.offersFor(d.JobID); len(o) != 1 {
+		t.Fatalf("offers %+v, want exactly one", o)
+	}
+	if got := net.sent(); len(got) != 0 {
+		t.Fatalf("idempotent forwards sent %v", got)
+	}
+}
+
+// 6b. The same through Submit: the transport retries the Forward (its
+// response was lost) and the job still runs once.
+func TestClusterSubmitForwardRetried(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n2.worker("q", "a", 2)
+	net.mu.Lock()
+	net.dupForward = true
+	net.mu.Unlock()
+	j := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, j.ID, 1)[0]
+	w.End(j.ID, o.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	net.settle()
+	if got := len(fc.offersFor(j.ID)); got != 1 {
+		t.Fatalf("%d offers", got)
+	}
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
+		t.Fatalf("n2 after the job: %+v", s)
+	}
+}
+
+// 7. A host that must treat its lease as lost forwards no worker answer.
+func TestClusterFencedHost(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n2.worker("q", "a", 1)
+	j := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, j.ID, 1)[0]
+
+	net.setLease("n2", false)
+	w.Accept(j.ID, o.Gen)
+	w.Output(j.ID, o.Gen, []byte(`1`))
+	w.End(j.ID, o.Gen, "", "", nil)
+	net.settle()
+	net.wantSent(t, j.ID, "forward n1>n2 (call)")
+	wantMetric(t, n2, 2, "switchyard_dispatch_fenced_messages_total")
+	v := n1.view(j.ID)
+	if v.State.Terminal() || v.Outputs != 0 {
+		t.Fatalf("the ingress heard from a fenced host: %+v", v)
+	}
+	wantKinds(t, j, core.EventAccepted)
+}
+
+// 7b. A fenced host that lets go of a job it never ran (it refused the
+// delivery, or its worker left before accepting) must leave the job where
+// the cluster finds it again: once the host's death is proven, the job runs
+// elsewhere, long before its TTL. Here the dispatcher is a third node, so
+// the ingress does not know the host and counts on the dispatcher's
+// binding (consumersGoneLocked) to bring the job back.
+func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		name := "delivery refused"
+		if detach {
+			name = "worker left before accepting"
+		}
+		t.Run(name, func(t *testing.T) {
+			net := newFakeNet(t)
+			n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+			net.setDispatcher("q", "n2")
+			b, fb := n3.worker("q", "b", 1)
+			if !detach {
+				net.setLease("n3", false)
+			}
+			j := n1.submit("q", env(clusterTTL))
+			if detach {
+				waitOffers(t, fb, j.ID, 1)
+				net.setLease("n3", false)
+				b.Detach(context.Background())
+			}
+			net.settle()
+			if !detach {
+				if o := fb.offersFor(j.ID); len(o) != 0 {
+					t.Fatalf("a fenced host offered the job: %+v", o)
+				}
+			}
+
+			// n3's lease runs out: its records go, and a worker turns up on n2.
+			net.kill("n3")
+			c, fc := n2.worker("q", "c", 1)
+			n1.e.ClusterChanged()
+			n2.e.ClusterChanged()
+			oc := waitOffers(t, fc, j.ID, 1)[0]
+			c.End(j.ID, oc.Gen, "", "", nil)
+			n1.waitState(j.ID, core.StateCompleted)
+		})
+	}
+}
+
+// 8a. The dispatcher (also the host) dies: a job it held with no output
+// goes to the queue's new dispatcher and completes; one with output fails
+// worker_lost.
+func TestClusterDispatcherDies(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	a, fa := n2.worker("q", "a", 2)
+	c, fc := n3.worker("q", "c", 1)
+
+	quiet := n1.submit("q", env(clusterTTL))
+	loud := n1.submit("q", env(clusterTTL))
+	oq := waitOffers(t, fa, quiet.ID, 1)[0]
+	ol := waitOffers(t, fa, loud.ID, 1)[0]
+	a.Accept(quiet.ID, oq.Gen)
+	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	net.settle()
+
+	net.kill("n2")
+	net.setDispatcher("q", "n3")
+	n1.e.ClusterChanged()
+
+	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
+	oc := waitOffers(t, fc, quiet.ID, 1)[0]
+	if oc.Gen != 2 {
+		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
+	}
+	c.Output(quiet.ID, oc.Gen, []byte(`"done"`))
+	c.End(quiet.ID, oc.Gen, "", "", nil)
+	n1.waitState(quiet.ID, core.StateCompleted)
+	wantKinds(t, quiet, core.EventAccepted, core.EventOutput, core.EventDone)
+	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
+	var fwd []string
+	for _, s := range net.sentFor(quiet.ID) {
+		if s.Kind == core.MsgForward {
+			fwd = append(fwd, fmt.Sprintf("%s gen %d", s, s.Gen()))
+		}
+	}
+	if want := []string{"forward n1>n2 (call) gen 1", "forward n1>n3 gen 2"}; !slices.Equal(fwd, want) {
+		t.Fatalf("forwards %q, want %q", fwd, want)
+	}
+}
+
+// 8b. A remote consumer's record disappears: its dispatcher hands the job
+// bound to it back to the ingress, which runs it again.
+func TestClusterRemoteConsumerGone(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	b, fb := n3.worker("q", "b", 1)
+
+	j := n1.submit("q", env(clusterTTL))
+	waitOffers(t, fb, j.ID, 1)
+	net.settle()
+	if s := n2.queueStat("q"); s.Bound != 1 {
+		t.Fatalf("n2 before: %+v", s)
+	}
+
+	if err := net.cat.WithdrawConsumer(context.Background(), "q", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	n2.e.ClusterChanged()
+	net.settle()
+	net.wantSent(t, j.ID,
+		"forward n1>n2 (call)",
+		"deliver n2>n3",
+		"release n2>n1",
+		"forward n1>n2",
+	)
+	if rel := net.sentFor(j.ID)[2].Msg; rel.Consumer != b.ID || rel.Rejected || rel.Gen != 1 {
+		t.Fatalf("release %+v", rel)
+	}
+	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
+	if s := n2.queueStat("q"); s.Bound != 0 || s.Depth != 1 {
+		t.Fatalf("n2 after: %+v, want the job waiting again", s)
+	}
+	if v := n1.view(j.ID); v.State != core.StateQueued || v.Generation != 2 {
+		t.Fatalf("ingress after: %+v", v)
+	}
+
+	d, fd := n2.worker("q", "d", 1)
+	od := waitOffers(t, fd, j.ID, 1)[0]
+	d.End(j.ID, od.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+}
+
+// 8c. The ingress dies: its job is cancelled on the worker running it, and
+// a job of it still waiting on the dispatcher is dropped.
+func TestClusterIngressDies(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n2.worker("q", "a", 1)
+	running := n1.submit("q", env(clusterTTL))
+	waiting := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, running.ID, 1)[0]
+	w.Accept(running.ID, o.Gen)
+	if s := n2.queueStat("q"); s.Depth != 1 || s.Bound != 1 {
+		t.Fatalf("n2 before: %+v", s)
+	}
+
+	net.kill("n1")
+	n2.e.ClusterChanged()
+	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{running.ID, 1, core.CodeCancelled}) {
+		t.Fatalf("worker cancels %+v", c)
+	}
+	w.End(running.ID, o.Gen, core.CodeCancelled, "", nil)
+	net.settle()
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
+		t.Fatalf("n2 after: %+v, want nothing left of the dead ingress's jobs", s)
+	}
+	if o := fc.offersFor(waiting.ID); len(o) != 0 {
+		t.Fatalf("the dead ingress's waiting job was offered: %+v", o)
+	}
+}
+
+// 9. A reply for a job the ingress does not know gets a cancel back to the
+// host that sent it.
+func TestClusterReplyForUnknownJob(t *testing.T) {
+	t.Run("made-up id", func(t *testing.T) {
+		net := newFakeNet(t)
+		n1, _ := net.add("n1", nil), net.add("n2", nil)
+		n1.e.HandleMessage("n2", core.Message{Kind: core.MsgReply, JobID: "j_nope", Gen: 3, Queue: "q", Consumer: "c_x", Output: json.RawMessage(`1`)})
+		n1.e.HandleMessage("n2", core.Message{Kind: core.MsgReply, JobID: "j_nope2", Gen: 1, Queue: "q", Consumer: "c_x", Accepted: true})
+		// An end needs no cancel: the host has already let go.
+		n1.e.HandleMessage("n2", core.Message{Kind: core.MsgReply, JobID: "j_nope3", Gen: 1, Queue: "q", Consumer: "c_x", End: &core.End{}})
+		net.settle()
+		var got []string
+		for _, s := range net.sent() {
+			got = append(got, fmt.Sprintf("%s %s gen %d code %s", s, s.Msg.JobID, s.Gen(), s.Msg.Code))
+		}
+		want := []string{"cancel n1>n2 j_nope gen 3 code cancelled", "cancel n1>n2 j_nope2 gen 1 code cancelled"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("sent %q, want %q", got, want)
+		}
+	})
+
+	t.Run("forgotten job", func(t *testing.T) {
+		net := newFakeNet(t)
+		n1 := net.add("n1", func(c *core.Config) { c.Retention = 20 * time.Millisecond })
+		n2 := net.add("n2", nil)
+		net.setDispatcher("q", "n2")
+		w, fc := n2.worker("q", "a", 1)
+		j := n1.submit("q", env(clusterTTL))
+		o := waitOffers(t, fc, j.ID, 1)[0]
+		w.Accept(j.ID, o.Gen)
+		// The cancel the ingress sends when the job ends is lost.
+		var once sync.Once
+		net.mu.Lock()
+		net.drop = func(s sentMsg) bool {
+			d := false
+			if s.Kind == core.MsgCancel {
+				once.Do(func() { d = true })
+			}
+			return d
+		}
+		net.mu.Unlock()
+		if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the ingress to forget the job", func() bool {
+			_, err := n1.e.View(j.ID)
+			return errors.Is(err, core.ErrJobNotFound)
+		})
+		if c := fc.Cancels(); len(c) != 0 {
+			t.Fatalf("cancel arrived although dropped: %+v", c)
+		}
+
+		w.Output(j.ID, o.Gen, []byte(`"late"`))
+		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
+		if c := fc.Cancels()[0]; c != (cancelMsg{j.ID, 1, core.CodeCancelled}) {
+			t.Fatalf("cancel %+v", c)
+		}
+		w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
+		net.settle()
+		net.wantSent(t, j.ID,
+			"forward n1>n2 (call)",
+			"cancel n1>n2 [dropped]",
+			"reply n2>n1 output",
+			"cancel n1>n2",
+		)
+		if s := n2.queueStat("q"); s.Bound != 0 {
+			t.Fatalf("n2 still binds the job: %+v", s)
+		}
+	})
+}
+
+// The ingress is also the dispatcher and the consumer is on n2: a cancel
+// after the host is known travels once.
+func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n1")
+	w, fc := n2.worker("q", "a", 1)
+	j := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, j.ID, 1)[0]
+	w.Output(j.ID, o.Gen, []byte(`1`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+	w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
+	net.settle()
+	if s := n1.queueStat("q"); s.Bound != 0 {
+		t.Fatalf("n1 kept the credit: %+v", s)
+	}
+	net.wantSent(t, j.ID,
+		"deliver n1>n2",
+		"reply n2>n1 output",
+		"cancel n1>n2",
+		"unbind n2>n1",
+	)
+}
+
+// A delivery from an earlier generation that arrives late (a zombie
+// dispatcher flushing its queue) must not replace the current binding of
+// the same job on the host.
+func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	b, fb := n3.worker("q", "b", 2)
+	net.hold("n2", "n3")
+	j := n1.submit("q", env(clusterTTL))
+	net.settle()
+	if s := n2.queueStat("q"); s.Bound != 1 {
+		t.Fatalf("n2: %+v", s)
+	}
+
+	// n2 is declared dead with the deliver still in its outbox; the job
+	// goes to the new dispatcher n3, which is also b's node.
+	net.setAlive("n2", false)
+	net.setRoutable("n2", false)
+	net.setDispatcher("q", "n3")
+	n1.e.ClusterChanged()
+	o2 := waitOffers(t, fb, j.ID, 1)[0]
+	if o2.Gen != 2 {
+		t.Fatalf("gen %d", o2.Gen)
+	}
+	// The zombie's deliver arrives now.
+	net.unhold("n2", "n3")
+	net.settle()
+
+	b.Accept(j.ID, 2)
+	b.Output(j.ID, 2, []byte(`1`))
+	b.End(j.ID, 2, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+}
+
+// The queue's dispatcher died and no record names another: the ingress
+// elects (here: itself) and the job runs on a consumer elsewhere.
+func TestClusterDispatcherDiesNoRecord(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	_, fa := n2.worker("q", "a", 1)
+	c, fc := n3.worker("q", "c", 1)
+	j := n1.submit("q", env(clusterTTL))
+	waitOffers(t, fa, j.ID, 1)
+
+	net.kill("n2") // the record still names n2, which is not routable
+	n1.e.ClusterChanged()
+	oc := waitOffers(t, fc, j.ID, 1)[0]
+	if oc.Gen != 2 {
+		t.Fatalf("gen %d", oc.Gen)
+	}
+	if d, ok := (&fakePeer{net: net, node: "n3"}).CachedDispatcher("q"); !ok || d != "n1" {
+		t.Fatalf("dispatch record %q %v, want n1 elected", d, ok)
+	}
+	c.Output(j.ID, oc.Gen, []byte(`1`))
+	c.End(j.ID, oc.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	net.settle()
+	net.wantSent(t, j.ID,
+		"forward n1>n2 (call)",
+		"deliver n1>n3",
+		"reply n3>n1 output",
+		"reply n3>n1 end()",
+	)
+	if s := n1.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
+		t.Fatalf("n1 as dispatcher after the job: %+v", s)
+	}
+}
+
+// A job whose TTL runs out while it waits on a remote dispatcher is failed
+// there, and the ingress, told by the end, sends no cancel back.
+func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
+	net := newFakeNet(t)
+	n1 := net.add("n1", func(c *core.Config) { c.ExpirySlack = 5 * time.Second })
+	n2, n3 := net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	_, fb := n3.worker("q", "b", 1)
+	busy := n1.submit("q", env(clusterTTL))
+	waitOffers(t, fb, busy.ID, 1)
+
+	j := n1.submit("q", env(150*time.Millisecond))
+	if s := n2.queueStat("q"); s.Depth != 1 {
+		t.Fatalf("n2: %+v, want the job waiting", s)
+	}
+	n1.waitState(j.ID, core.StateExpired)
+	wantEnded(t, n1.harness, j, core.OutcomeExpired, core.CodeExpired)
+	net.settle()
+	net.wantSent(t, j.ID, "forward n1>n2 (call)", "reply n2>n1 end(expired)")
+	if s := n2.queueStat("q"); s.Depth != 0 {
+		t.Fatalf("n2 after: %+v", s)
+	}
+}
+
+// A remote dispatcher's refusal is the Submit's refusal, and leaves no job
+// behind on the ingress.
+func TestClusterForwardRefused(t *testing.T) {
+	net := newFakeNet(t)
+	n1 := net.add("n1", nil)
+	n2 := net.add("n2", func(c *core.Config) { c.Limits.MaxQueueDepth = 1 })
+	net.setDispatcher("q", "n2")
+	_, fc := n2.worker("q", "a", 1)
+	n1.submit("q", env(clusterTTL)) // bound
+	n1.submit("q", env(clusterTTL)) // waits: the queue is full
+
+	_, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"})
+	wantCode(t, err, core.CodeQueueFull)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n2.e.Drain(ctx)
+	_, _, err = n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"})
+	wantCode(t, err, core.CodeDraining)
+
+	if s := n2.queueStat("q"); s.Depth != 1 || s.Bound != 1 {
+		t.Fatalf("n2: %+v", s)
+	}
+	if n := len(fc.Offers()); n != 1 {
+		t.Fatalf("%d offers", n)
+	}
+	wantJobsTotal(t, n1.harness, map[core.Outcome]float64{})
+	// The refused key is free again: the refused jobs never existed.
+	net.setDispatcher("q", "n1")
+	if _, existing, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"}); err != nil || existing {
+		t.Fatalf("Submit with the refused key: %v existing=%v", err, existing)
+	}
+}
+
+// A cancel before the ingress knows the host goes to the dispatcher, which
+// drops a waiting job or passes the cancel on to the host of a bound one.
+func TestClusterCancelBeforeHostKnown(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n3.worker("q", "b", 1)
+	bound := n1.submit("q", env(clusterTTL))
+	waiting := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, bound.ID, 1)[0]
+	net.settle()
+
+	if _, err := n1.e.Cancel(waiting.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	net.settle()
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
+		t.Fatalf("n2 after cancelling the waiting job: %+v", s)
+	}
+	net.wantSent(t, waiting.ID, "forward n1>n2 (call)", "cancel n1>n2")
+
+	if _, err := n1.e.Cancel(bound.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
+	w.End(bound.ID, o.Gen, core.CodeCancelled, "", nil)
+	net.settle()
+	net.wantSent(t, bound.ID,
+		"forward n1>n2 (call)",
+		"deliver n2>n3",
+		"cancel n1>n2",
+		"cancel n2>n3",
+		"unbind n3>n2",
+	)
+	if s := n2.queueStat("q"); s.Bound != 0 {
+		t.Fatalf("n2 kept the credit: %+v", s)
+	}
+	if o := fc.offersFor(waiting.ID); len(o) != 0 {
+		t.Fatalf("the cancelled waiting job was offered: %+v", o)
+	}
+}
+
+// A dispatcher hosting none of its queue's consumers hands the queue to the
+// one node that hosts them all, once that has held for PinStable and the
+// queue is empty; a consumer's node claims a queue whose dispatcher is gone.
+func TestClusterRelocationAndClaims(t *testing.T) {
+	net := newFakeNet(t)
+	n1 := net.add("n1", nil)
+	n2 := net.add("n2", func(c *core.Config) { c.PinStable = 20 * time.Millisecond })
+	n3 := net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	w, fc := n3.worker("q", "b", 1)
+	j := n1.submit("q", env(clusterTTL))
+	o := waitOffers(t, fc, j.ID, 1)[0]
+	w.End(j.ID, o.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	waitFor(t, 5*time.Second, "n2 to release q", func() bool {
+		net.mu.Lock()
+		defer net.mu.Unlock()
+		return slices.Contains(net.releases, "n2 q")
+	})
+	wantMetric(t, n2, 1, "switchyard_dispatch_relocations_total")
+
+	claims := func() int {
+		net.mu.Lock()
+		defer net.mu.Unlock()
+		c := 0
+		for _, s := range net.claims {
+			if s == "n3 q" {
+				c++
+			}
+		}
+		return c
+	}
+	waitFor(t, 5*time.Second, "n3's claim at attach", func() bool { return claims() == 1 })
+	net.kill("n2")
+	n3.e.ClusterChanged()
+	waitFor(t, 5*time.Second, "n3 to claim the orphaned queue", func() bool { return claims() == 2 })
+}
