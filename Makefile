@@ -33,11 +33,26 @@ test-short:
 	$(GO) test -race -count=1 -short ./...
 
 ## fuzz: short runs of every fuzz target (the corpus lives in testdata/fuzz)
+# Each run's output is kept in a temp file and printed when the run fails.
+# A run whose only failure is a bare "context deadline exceeded" with no
+# failing input written is not a finding: it is the race in Go's fuzz
+# coordinator at the end of a duration -fuzztime (go.dev/issue/75804; go1.26.8
+# has it), so that run is repeated once. Drop the retry once go.mod requires a
+# Go whose internal/fuzz has the fix.
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
+	@set -e; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
+	    for try in 1 2; do \
+	      echo "fuzz $$pkg $$f"; \
+	      if $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >"$$log" 2>&1; then break; fi; \
+	      cat "$$log"; \
+	      if [ $$try = 1 ] && grep -qx '    context deadline exceeded' "$$log" && ! grep -q 'Failing input written to' "$$log"; then \
+	        echo "fuzz $$pkg $$f: fuzz coordinator -fuzztime race (go.dev/issue/75804), not a finding: running it again"; \
+	        continue; \
+	      fi; \
+	      exit 1; \
+	    done; \
 	  done; \
 	done
 
