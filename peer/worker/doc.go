@@ -21,6 +21,11 @@
 //     any reason but Run's context; errors that retrying cannot fix (the node
 //     refusing the registration as invalid) are returned instead.
 //
+// A worker whose capabilities change while it runs (a model loaded or
+// unloaded) is made with New instead: Worker.SetCapabilities replaces the
+// declared set on the live session, without dropping running jobs, and
+// every later registration declares the new set.
+//
 // Handlers must honour their context: when a session ends Run cancels every
 // running job and waits for its handler before it reconnects or returns, so
 // a handler that ignores ctx holds the worker up.

@@ -47,6 +47,7 @@ type fakeSession struct {
 	heartbeats atomic.Int32
 	push       chan *pb.NodeMessage
 	drop       chan struct{} // close to end the stream with Unavailable
+	endWith    chan error    // send an error to end the stream with it
 	ended      chan struct{} // closed when Connect has returned
 }
 
@@ -74,11 +75,12 @@ func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
 		return err
 	}
 	s := &fakeSession{
-		reg:   reg,
-		msgs:  make(chan *pb.WorkerMessage, 1024),
-		push:  make(chan *pb.NodeMessage),
-		drop:  make(chan struct{}),
-		ended: make(chan struct{}),
+		reg:     reg,
+		msgs:    make(chan *pb.WorkerMessage, 1024),
+		push:    make(chan *pb.NodeMessage),
+		drop:    make(chan struct{}),
+		endWith: make(chan error, 1),
+		ended:   make(chan struct{}),
 	}
 	defer close(s.ended)
 	f.sessions <- s
@@ -120,6 +122,8 @@ func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
 			}
 		case <-s.drop:
 			return status.Error(codes.Unavailable, "dropped by the test")
+		case err := <-s.endWith:
+			return err
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				return nil

@@ -24,6 +24,9 @@ var (
 	errHandshakeTimeout = errors.New("no Registered from the node in time")
 	errNodeSilent       = errors.New("node silent")
 	errExpired          = errors.New("job deadline passed")
+	// errSessionGone: the session ended before the node answered an
+	// UpdateCapabilities.
+	errSessionGone = errors.New("session ended")
 )
 
 // cancelledError is the cause of a job context cancelled by a Cancel from
@@ -64,6 +67,18 @@ type session struct {
 	wg   sync.WaitGroup // the writer and the job goroutines
 	mu   sync.Mutex
 	jobs map[jobKey]context.CancelCauseFunc
+
+	// capSlot holds a token while an UpdateCapabilities is unanswered: one
+	// at a time, so the node's in-order answers match without ids and it
+	// never sees a pile of them. capPending (under mu) is that update.
+	capSlot    chan struct{}
+	capPending *capUpdate
+}
+
+// capUpdate is an UpdateCapabilities waiting for the node's answer.
+type capUpdate struct {
+	caps []string
+	done chan error // buffered: the receive loop never waits on it
 }
 
 // session runs one session and returns why it ended. Errors retrying cannot
@@ -80,12 +95,13 @@ func (r *runner) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s := &session{
-		r:      r,
-		log:    r.log,
-		ctx:    sctx,
-		cancel: cancel,
-		out:    make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
-		jobs:   make(map[jobKey]context.CancelCauseFunc),
+		r:       r,
+		log:     r.log,
+		ctx:     sctx,
+		cancel:  cancel,
+		out:     make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
+		jobs:    make(map[jobKey]context.CancelCauseFunc),
+		capSlot: make(chan struct{}, 1),
 	}
 	reg, err := s.handshake(pb.NewWorkerServiceClient(conn))
 	if err != nil {
@@ -115,7 +131,9 @@ func (r *runner) session(ctx context.Context) error {
 		defer s.wg.Done()
 		s.write()
 	}()
+	r.setLive(s, false)
 	err = s.receive()
+	r.setLive(nil, false)
 	// Ending the session context cancels every job's context (they derive
 	// from it) and stops the writer; wait for all of them before the caller
 	// reconnects, so no handler of this session overlaps the next one.
@@ -135,7 +153,7 @@ func (s *session) handshake(c pb.WorkerServiceClient) (*pb.Registered, error) {
 	s.stream = stream
 	cfg := s.r.cfg
 	err = stream.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{
-		Queue: cfg.Queue, Capabilities: cfg.Capabilities, Concurrency: uint32(cfg.Concurrency), Name: cfg.Name,
+		Queue: cfg.Queue, Capabilities: s.r.declared(), Concurrency: uint32(cfg.Concurrency), Name: cfg.Name,
 	}}})
 	// io.EOF from Send means the node ended the stream; Recv below returns
 	// its status, which is the error worth reporting.
@@ -227,6 +245,8 @@ func (s *session) receive() error {
 		case *pb.NodeMessage_Cancel:
 			s.cancelJob(msg.Cancel)
 		case *pb.NodeMessage_Heartbeat:
+		case *pb.NodeMessage_CapabilitiesUpdated:
+			s.capabilitiesUpdated(msg.CapabilitiesUpdated)
 		case *pb.NodeMessage_Registered:
 			s.log.Warn("unexpected Registered in an established session; ignored")
 		default:
@@ -235,6 +255,65 @@ func (s *session) receive() error {
 			s.log.Debug("unknown node message ignored", "type", fmt.Sprintf("%T", msg))
 		}
 	}
+}
+
+// setCapabilities sends an UpdateCapabilities and waits for the node's
+// answer. It returns errSessionGone when the session ended first.
+func (s *session) setCapabilities(ctx context.Context, caps []string) error {
+	select {
+	case s.capSlot <- struct{}{}:
+	case <-s.ctx.Done():
+		return errSessionGone
+	case <-ctx.Done():
+		return fmt.Errorf("worker: set capabilities: %w", context.Cause(ctx))
+	}
+	done := make(chan error, 1)
+	s.mu.Lock()
+	s.capPending = &capUpdate{caps: caps, done: done}
+	s.mu.Unlock()
+	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_UpdateCapabilities{
+		UpdateCapabilities: &pb.UpdateCapabilities{Capabilities: caps},
+	}}); err != nil {
+		return errSessionGone
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-s.ctx.Done():
+		select {
+		case err := <-done:
+			return err
+		default:
+			return errSessionGone
+		}
+	case <-ctx.Done():
+		// The answer, when it comes, still updates what the worker declares.
+		return fmt.Errorf("worker: set capabilities: %w", context.Cause(ctx))
+	}
+}
+
+// capabilitiesUpdated takes the node's answer to the unanswered update. On
+// success the set becomes what every later registration declares; that
+// happens here, on the receive loop, so it precedes the next session.
+func (s *session) capabilitiesUpdated(a *pb.CapabilitiesUpdated) {
+	s.mu.Lock()
+	p := s.capPending
+	s.capPending = nil
+	s.mu.Unlock()
+	if p == nil {
+		s.log.Warn("CapabilitiesUpdated without an update; ignored")
+		return
+	}
+	var err error
+	if a.GetCode() == "" {
+		s.r.setDeclared(p.caps)
+		s.log.Info("capabilities updated", "capabilities", a.GetCapabilities())
+	} else {
+		err = &CapabilitiesError{Code: a.GetCode(), Message: a.GetMessage()}
+		s.log.Warn("capability update refused", "capabilities", p.caps, "code", a.GetCode(), "message", a.GetMessage())
+	}
+	p.done <- err
+	<-s.capSlot
 }
 
 // offer decides on a job and, if taken, starts it.

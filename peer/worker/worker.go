@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults and bounds of Config.
@@ -43,7 +47,9 @@ type Config struct {
 	Server string
 	// Queue is the queue this worker serves. The node validates the name.
 	Queue string
-	// Capabilities this worker can run, as "key=value".
+	// Capabilities this worker can run, as "key=value": what it declares
+	// when it first registers. Worker.SetCapabilities changes the set while
+	// the worker runs.
 	Capabilities []string
 	// Concurrency is the most jobs run at once; 0 means 1.
 	Concurrency int
@@ -111,6 +117,90 @@ type runner struct {
 	// connected for an hour reconnects quickly instead of inheriting an
 	// old, long delay.
 	healthy atomic.Bool
+
+	mu sync.Mutex
+	// caps is the set every registration declares: Config.Capabilities,
+	// then each set a node accepted. A session's receive loop replaces it
+	// when the node's answer arrives, so the next session (which cannot
+	// start before that loop ends) registers with it.
+	caps []string
+	// live is the registered session, nil between sessions; stopped is set
+	// when Run has returned. changed is closed and replaced whenever either
+	// changes.
+	live    *session
+	stopped bool
+	changed chan struct{}
+}
+
+func (r *runner) declared() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.caps)
+}
+
+func (r *runner) setDeclared(caps []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.caps = caps
+}
+
+// setLive records the registered session (nil when it ended) and wakes
+// SetCapabilities calls waiting for one.
+func (r *runner) setLive(s *session, stopped bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live, r.stopped = s, stopped
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// liveSession waits for a registered session.
+func (r *runner) liveSession(ctx context.Context) (*session, error) {
+	for {
+		r.mu.Lock()
+		s, stopped, changed := r.live, r.stopped, r.changed
+		r.mu.Unlock()
+		switch {
+		case stopped:
+			return nil, ErrStopped
+		case s != nil && s.ctx.Err() == nil:
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// Worker is a worker that can change its declaration while it runs. Make
+// one with New and serve with Run; the package-level Run is New plus Run
+// for a worker that never changes its capabilities.
+type Worker struct {
+	r       *runner
+	started atomic.Bool
+}
+
+// ErrStopped is returned (wrapped) by Worker.SetCapabilities once Run has
+// returned, and by a second call of Worker.Run.
+var ErrStopped = errors.New("worker: stopped")
+
+// New validates cfg and returns a Worker that serves jobs with h once Run
+// is called. It does not connect.
+func New(cfg Config, h Handler) (*Worker, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil Handler", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{
+		cfg: cfg, h: h, log: cfg.Logger.With("queue", cfg.Queue),
+		caps: slices.Clone(cfg.Capabilities), changed: make(chan struct{}),
+	}
+	return &Worker{r: r}, nil
 }
 
 // Run connects to cfg.Server, registers and serves jobs with h until ctx is
@@ -124,14 +214,22 @@ type runner struct {
 //
 // When Run returns, every goroutine it started has ended.
 func Run(ctx context.Context, cfg Config, h Handler) error {
-	if h == nil {
-		return fmt.Errorf("%w: nil Handler", ErrInvalidConfig)
-	}
-	cfg, err := cfg.withDefaults()
+	w, err := New(cfg, h)
 	if err != nil {
 		return err
 	}
-	r := &runner{cfg: cfg, h: h, log: cfg.Logger.With("queue", cfg.Queue)}
+	return w.Run(ctx)
+}
+
+// Run serves as the package-level Run does, with the Config and Handler
+// given to New. A Worker runs once: a second call returns ErrStopped.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Run was already called", ErrStopped)
+	}
+	r := w.r
+	defer r.setLive(nil, true)
+	cfg := r.cfg
 	b := &sessionBackOff{
 		inner: &backoff.ExponentialBackOff{
 			InitialInterval:     min(initialBackoff, cfg.MaxBackoff),
@@ -151,7 +249,7 @@ func Run(ctx context.Context, cfg Config, h Handler) error {
 		}
 		return struct{}{}, err
 	}
-	_, err = backoff.Retry(ctx, op,
+	_, err := backoff.Retry(ctx, op,
 		backoff.WithBackOff(b),
 		// A worker keeps trying for as long as it runs: a node restart of
 		// any length must not leave it given up.
@@ -190,4 +288,67 @@ func (b *sessionBackOff) NextBackOff() time.Duration {
 		return d
 	}
 	return min(d, b.max)
+}
+
+// Capabilities returns the set the worker declares: Config.Capabilities
+// until a SetCapabilities succeeds, then the set it gave.
+func (w *Worker) Capabilities() []string { return w.r.declared() }
+
+// CapabilitiesError is a node's refusal of Worker.SetCapabilities; the
+// worker goes on with the set it had. Code is "invalid_worker" when the
+// list itself is invalid (sending it again gets the same answer) or
+// "unavailable" when the node could not publish it (a retry may succeed).
+type CapabilitiesError struct {
+	Code    string
+	Message string
+}
+
+// Error implements error.
+func (e *CapabilitiesError) Error() string {
+	return "worker: node refused capabilities: " + e.Code + ": " + e.Message
+}
+
+// SetCapabilities replaces the capabilities the worker declares ("key=value"
+// strings, the complete new set) without reconnecting, for example when a
+// model is loaded or unloaded:
+//
+//	err := w.SetCapabilities(ctx, []string{"model=llama-70b", "gpu=a100"})
+//
+// It returns nil once the node has republished the worker's record, so
+// ingress on every node matches jobs against the new set: jobs needing it
+// are offered from then on (some may arrive just before SetCapabilities
+// returns), and jobs the old set allowed but the new one does not are
+// refused. Jobs already running are not touched. The set is kept for every
+// later registration after a reconnect.
+//
+// A node's refusal is a *CapabilitiesError and leaves the previous set in
+// effect. When no session is registered (Run has not connected yet, or is
+// reconnecting) SetCapabilities waits for one, and it sends the update again
+// when a session ends before the node answered; ctx bounds the whole wait.
+// If ctx ends after the update was sent, the node may still apply it, and
+// Capabilities reports the outcome once the answer arrives. Once Run has
+// returned, SetCapabilities returns ErrStopped. Calls are safe from any
+// goroutine; concurrent ones are applied one after the other.
+func (w *Worker) SetCapabilities(ctx context.Context, caps []string) error {
+	caps = slices.Clone(caps)
+	for {
+		s, err := w.r.liveSession(ctx)
+		if err != nil {
+			return fmt.Errorf("worker: set capabilities: %w", err)
+		}
+		err = s.setCapabilities(ctx, caps)
+		if !errors.Is(err, errSessionGone) {
+			return err
+		}
+		cause := context.Cause(s.ctx)
+		switch status.Code(cause) {
+		case codes.InvalidArgument, codes.Unimplemented, codes.ResourceExhausted:
+			// The node ended the session over the update (a node that does
+			// not know the message ends it InvalidArgument): sending it
+			// again on the next session would end that one too.
+			return fmt.Errorf("worker: set capabilities: the node ended the session: %w", cause)
+		}
+		// The session ended for its own reasons; the next one registers
+		// with the set the node last accepted, and gets the update again.
+	}
 }

@@ -1,11 +1,13 @@
 // Package workerapi serves the public gRPC WorkerService: a thin transport
 // that turns a worker's bidirectional stream into calls on a core.Engine.
 //
-// Each session has three goroutines, all ended by the stream: the handler
+// Each session has four goroutines, all ended by the stream: the handler
 // (setup, inbound messages, liveness), a reader (the stream's only Recv
-// caller) and a writer (its only Send caller, fed by a bounded queue). The
-// engine never blocks on a worker: it queues, and a full queue drops the
-// session exactly as a stall would.
+// caller), a writer (its only Send caller, fed by a bounded queue) and an
+// updater (capability updates, which write to the catalog and so must not
+// hold up the handler's accepts and ends). The engine never blocks on a
+// worker: it queues, and a full queue drops the session exactly as a stall
+// would.
 package workerapi
 
 import (
@@ -54,6 +56,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// maxPendingUpdates is how many UpdateCapabilities a session may have
+// queued behind the one being applied. A worker waits for each answer
+// before sending the next, so more is a worker ignoring the protocol.
+const maxPendingUpdates = 4
+
 // Server implements pb.WorkerServiceServer.
 type Server struct {
 	pb.UnimplementedWorkerServiceServer
@@ -88,6 +95,7 @@ func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
 		stream:  stream,
 		in:      make(chan *pb.WorkerMessage),
 		recvErr: make(chan error, 1),
+		updates: make(chan []string, maxPendingUpdates),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -119,6 +127,8 @@ func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); sess.write() }()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); sess.applyUpdates(ctx, w) }()
 	return sess.serve(ctx, w)
 }
 
@@ -129,6 +139,8 @@ type session struct {
 	in      chan *pb.WorkerMessage
 	recvErr chan error
 	out     chan *pb.NodeMessage
+	// updates feeds the updater: capability lists in the order received.
+	updates chan []string
 	closing chan struct{}
 	done    chan struct{}
 
@@ -224,12 +236,43 @@ func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
 		}
 		w.End(msg.Fail.JobId, msg.Fail.Generation, code, msg.Fail.Message, nil)
 	case *pb.WorkerMessage_Heartbeat:
+	case *pb.WorkerMessage_UpdateCapabilities:
+		select {
+		case ss.updates <- msg.UpdateCapabilities.GetCapabilities():
+		default:
+			return status.Error(codes.ResourceExhausted,
+				"too many capability updates unanswered; wait for capabilities_updated before sending another")
+		}
 	case *pb.WorkerMessage_Register:
 		return status.Error(codes.InvalidArgument, "register is only valid as the first message; reconnect to change the declaration")
 	default:
 		return status.Error(codes.InvalidArgument, "unknown worker message")
 	}
 	return nil
+}
+
+// applyUpdates applies capability updates one at a time, in the order the
+// worker sent them, and answers each: the answers go out in that order too.
+// An update the engine refuses is answered with its code and the session
+// goes on with the previous set; bound jobs are never touched.
+func (ss *session) applyUpdates(ctx context.Context, w *core.Worker) {
+	for {
+		select {
+		case caps := <-ss.updates:
+			err := w.UpdateCapabilities(ctx, caps)
+			ans := capabilitiesAnswer(caps, err)
+			if err != nil {
+				ss.s.log.Warn("worker capability update refused", "consumer", w.ID, "capabilities", caps, "code", ans.Code, "err", err)
+			}
+			select {
+			case ss.out <- &pb.NodeMessage{Msg: &pb.NodeMessage_CapabilitiesUpdated{CapabilitiesUpdated: ans}}:
+			case <-ss.done:
+				return
+			}
+		case <-ss.done:
+			return
+		}
+	}
 }
 
 // write is the stream's only Send caller once the session is registered.

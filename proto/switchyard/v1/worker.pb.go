@@ -41,6 +41,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Complete
 	//	*WorkerMessage_Fail
 	//	*WorkerMessage_Heartbeat
+	//	*WorkerMessage_UpdateCapabilities
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -146,6 +147,15 @@ func (x *WorkerMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *WorkerMessage) GetUpdateCapabilities() *UpdateCapabilities {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_UpdateCapabilities); ok {
+			return x.UpdateCapabilities
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -178,6 +188,10 @@ type WorkerMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,7,opt,name=heartbeat,proto3,oneof"`
 }
 
+type WorkerMessage_UpdateCapabilities struct {
+	UpdateCapabilities *UpdateCapabilities `protobuf:"bytes,8,opt,name=update_capabilities,json=updateCapabilities,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Accept) isWorkerMessage_Msg() {}
@@ -192,6 +206,8 @@ func (*WorkerMessage_Fail) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_UpdateCapabilities) isWorkerMessage_Msg() {}
+
 // NodeMessage is what a node sends on a worker session.
 type NodeMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -201,6 +217,7 @@ type NodeMessage struct {
 	//	*NodeMessage_Job
 	//	*NodeMessage_Cancel
 	//	*NodeMessage_Heartbeat
+	//	*NodeMessage_CapabilitiesUpdated
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,6 +296,15 @@ func (x *NodeMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *NodeMessage) GetCapabilitiesUpdated() *CapabilitiesUpdated {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_CapabilitiesUpdated); ok {
+			return x.CapabilitiesUpdated
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -299,6 +325,10 @@ type NodeMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type NodeMessage_CapabilitiesUpdated struct {
+	CapabilitiesUpdated *CapabilitiesUpdated `protobuf:"bytes,5,opt,name=capabilities_updated,json=capabilitiesUpdated,proto3,oneof"`
+}
+
 func (*NodeMessage_Registered) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Job) isNodeMessage_Msg() {}
@@ -306,6 +336,8 @@ func (*NodeMessage_Job) isNodeMessage_Msg() {}
 func (*NodeMessage_Cancel) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Heartbeat) isNodeMessage_Msg() {}
+
+func (*NodeMessage_CapabilitiesUpdated) isNodeMessage_Msg() {}
 
 // Register declares the queue a worker serves and what it can run.
 type Register struct {
@@ -444,6 +476,137 @@ func (x *Registered) GetHeartbeatMs() int64 {
 	return 0
 }
 
+// UpdateCapabilities replaces the capabilities a registered worker declared,
+// without ending the session. The node republishes the worker's consumer
+// record to the registry (the catalog) before it answers, because ingress on
+// every node matches a job's required capabilities against the records
+// there: until the record changes, a node elsewhere would refuse jobs only
+// the new set can run (no_capable_worker) and accept jobs only the old set
+// could. Jobs already bound to the worker keep running: they matched when
+// they were bound. Waiting jobs the new set can run are offered at once,
+// possibly before the answer arrives.
+//
+// The node answers each UpdateCapabilities with one CapabilitiesUpdated, in
+// the order they were sent. A worker should wait for that answer before it
+// sends another: a node ends a session that has more than a few unanswered
+// (ResourceExhausted). A reconnecting worker declares the set it wants in its
+// Register; nothing of an update outlives the session it was sent on.
+type UpdateCapabilities struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The complete new set, as in Register: "key=value" strings. It replaces
+	// the old set; it is not merged with it. Empty means none.
+	Capabilities  []string `protobuf:"bytes,1,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateCapabilities) Reset() {
+	*x = UpdateCapabilities{}
+	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCapabilities) ProtoMessage() {}
+
+func (x *UpdateCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCapabilities.ProtoReflect.Descriptor instead.
+func (*UpdateCapabilities) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateCapabilities) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// CapabilitiesUpdated answers one UpdateCapabilities. A refusal does not end
+// the session: the worker keeps serving with its previous set.
+type CapabilitiesUpdated struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Code is empty when the new set is in effect. Otherwise the update was
+	// refused and the node still offers jobs against the previous set:
+	// "invalid_worker" means the list itself is invalid (resending it gets
+	// the same answer); "unavailable" means the node could not republish the
+	// record (the registry may hold either set until an update succeeds, so
+	// retry).
+	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Capabilities now in effect when the update succeeded, normalized:
+	// sorted, duplicates removed. Empty on a refusal.
+	Capabilities  []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapabilitiesUpdated) Reset() {
+	*x = CapabilitiesUpdated{}
+	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapabilitiesUpdated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapabilitiesUpdated) ProtoMessage() {}
+
+func (x *CapabilitiesUpdated) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapabilitiesUpdated.ProtoReflect.Descriptor instead.
+func (*CapabilitiesUpdated) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CapabilitiesUpdated) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CapabilitiesUpdated) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CapabilitiesUpdated) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
 // Job offers a job to a worker. The worker must answer with Accept or Reject
 // within the dispatch timeout, or it is treated as stalled and dropped.
 type Job struct {
@@ -469,7 +632,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +644,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +657,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Job) GetJobId() string {
@@ -564,7 +727,7 @@ type Accept struct {
 
 func (x *Accept) Reset() {
 	*x = Accept{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +739,7 @@ func (x *Accept) String() string {
 func (*Accept) ProtoMessage() {}
 
 func (x *Accept) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +752,7 @@ func (x *Accept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accept.ProtoReflect.Descriptor instead.
 func (*Accept) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Accept) GetJobId() string {
@@ -619,7 +782,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +794,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +807,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reject) GetJobId() string {
@@ -681,7 +844,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +856,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +869,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Output) GetJobId() string {
@@ -743,7 +906,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +918,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +931,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Complete) GetJobId() string {
@@ -807,7 +970,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +982,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +995,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Fail) GetJobId() string {
@@ -876,7 +1039,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1051,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1064,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Cancel) GetJobId() string {
@@ -934,7 +1097,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1109,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,14 +1122,14 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 var File_switchyard_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1aswitchyard/v1/worker.proto\x12\rswitchyard.v1\"\xfc\x02\n" +
+	"\x1aswitchyard/v1/worker.proto\x12\rswitchyard.v1\"\xd2\x03\n" +
 	"\rWorkerMessage\x125\n" +
 	"\bregister\x18\x01 \x01(\v2\x17.switchyard.v1.RegisterH\x00R\bregister\x12/\n" +
 	"\x06accept\x18\x02 \x01(\v2\x15.switchyard.v1.AcceptH\x00R\x06accept\x12/\n" +
@@ -974,15 +1137,17 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x06output\x18\x04 \x01(\v2\x15.switchyard.v1.OutputH\x00R\x06output\x125\n" +
 	"\bcomplete\x18\x05 \x01(\v2\x17.switchyard.v1.CompleteH\x00R\bcomplete\x12)\n" +
 	"\x04fail\x18\x06 \x01(\v2\x13.switchyard.v1.FailH\x00R\x04fail\x128\n" +
-	"\theartbeat\x18\a \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\xe4\x01\n" +
+	"\theartbeat\x18\a \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x12T\n" +
+	"\x13update_capabilities\x18\b \x01(\v2!.switchyard.v1.UpdateCapabilitiesH\x00R\x12updateCapabilitiesB\x05\n" +
+	"\x03msg\"\xbd\x02\n" +
 	"\vNodeMessage\x12;\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x19.switchyard.v1.RegisteredH\x00R\n" +
 	"registered\x12&\n" +
 	"\x03job\x18\x02 \x01(\v2\x12.switchyard.v1.JobH\x00R\x03job\x12/\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x15.switchyard.v1.CancelH\x00R\x06cancel\x128\n" +
-	"\theartbeat\x18\x04 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x12W\n" +
+	"\x14capabilities_updated\x18\x05 \x01(\v2\".switchyard.v1.CapabilitiesUpdatedH\x00R\x13capabilitiesUpdatedB\x05\n" +
 	"\x03msg\"z\n" +
 	"\bRegister\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
@@ -994,7 +1159,13 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
 	"consumerId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
-	"\fheartbeat_ms\x18\x03 \x01(\x03R\vheartbeatMs\"\xe7\x01\n" +
+	"\fheartbeat_ms\x18\x03 \x01(\x03R\vheartbeatMs\"8\n" +
+	"\x12UpdateCapabilities\x12\"\n" +
+	"\fcapabilities\x18\x01 \x03(\tR\fcapabilities\"g\n" +
+	"\x13CapabilitiesUpdated\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xe7\x01\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1058,40 +1229,44 @@ func file_switchyard_v1_worker_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_worker_proto_rawDescData
 }
 
-var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_switchyard_v1_worker_proto_goTypes = []any{
-	(*WorkerMessage)(nil), // 0: switchyard.v1.WorkerMessage
-	(*NodeMessage)(nil),   // 1: switchyard.v1.NodeMessage
-	(*Register)(nil),      // 2: switchyard.v1.Register
-	(*Registered)(nil),    // 3: switchyard.v1.Registered
-	(*Job)(nil),           // 4: switchyard.v1.Job
-	(*Accept)(nil),        // 5: switchyard.v1.Accept
-	(*Reject)(nil),        // 6: switchyard.v1.Reject
-	(*Output)(nil),        // 7: switchyard.v1.Output
-	(*Complete)(nil),      // 8: switchyard.v1.Complete
-	(*Fail)(nil),          // 9: switchyard.v1.Fail
-	(*Cancel)(nil),        // 10: switchyard.v1.Cancel
-	(*Heartbeat)(nil),     // 11: switchyard.v1.Heartbeat
+	(*WorkerMessage)(nil),       // 0: switchyard.v1.WorkerMessage
+	(*NodeMessage)(nil),         // 1: switchyard.v1.NodeMessage
+	(*Register)(nil),            // 2: switchyard.v1.Register
+	(*Registered)(nil),          // 3: switchyard.v1.Registered
+	(*UpdateCapabilities)(nil),  // 4: switchyard.v1.UpdateCapabilities
+	(*CapabilitiesUpdated)(nil), // 5: switchyard.v1.CapabilitiesUpdated
+	(*Job)(nil),                 // 6: switchyard.v1.Job
+	(*Accept)(nil),              // 7: switchyard.v1.Accept
+	(*Reject)(nil),              // 8: switchyard.v1.Reject
+	(*Output)(nil),              // 9: switchyard.v1.Output
+	(*Complete)(nil),            // 10: switchyard.v1.Complete
+	(*Fail)(nil),                // 11: switchyard.v1.Fail
+	(*Cancel)(nil),              // 12: switchyard.v1.Cancel
+	(*Heartbeat)(nil),           // 13: switchyard.v1.Heartbeat
 }
 var file_switchyard_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: switchyard.v1.WorkerMessage.register:type_name -> switchyard.v1.Register
-	5,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
-	6,  // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
-	7,  // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
-	8,  // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
-	9,  // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
-	11, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
-	3,  // 7: switchyard.v1.NodeMessage.registered:type_name -> switchyard.v1.Registered
-	4,  // 8: switchyard.v1.NodeMessage.job:type_name -> switchyard.v1.Job
-	10, // 9: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
-	11, // 10: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
-	0,  // 11: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
-	1,  // 12: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
+	8,  // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
+	9,  // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
+	10, // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
+	11, // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
+	13, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	4,  // 7: switchyard.v1.WorkerMessage.update_capabilities:type_name -> switchyard.v1.UpdateCapabilities
+	3,  // 8: switchyard.v1.NodeMessage.registered:type_name -> switchyard.v1.Registered
+	6,  // 9: switchyard.v1.NodeMessage.job:type_name -> switchyard.v1.Job
+	12, // 10: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
+	13, // 11: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	5,  // 12: switchyard.v1.NodeMessage.capabilities_updated:type_name -> switchyard.v1.CapabilitiesUpdated
+	0,  // 13: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
+	1,  // 14: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_worker_proto_init() }
@@ -1107,12 +1282,14 @@ func file_switchyard_v1_worker_proto_init() {
 		(*WorkerMessage_Complete)(nil),
 		(*WorkerMessage_Fail)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
+		(*WorkerMessage_UpdateCapabilities)(nil),
 	}
 	file_switchyard_v1_worker_proto_msgTypes[1].OneofWrappers = []any{
 		(*NodeMessage_Registered)(nil),
 		(*NodeMessage_Job)(nil),
 		(*NodeMessage_Cancel)(nil),
 		(*NodeMessage_Heartbeat)(nil),
+		(*NodeMessage_CapabilitiesUpdated)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1120,7 +1297,7 @@ func file_switchyard_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_worker_proto_rawDesc), len(file_switchyard_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,9 @@ type WorkerServiceClient interface {
 	// else to say: a side that hears nothing for the idle timeout ends the
 	// session, so a peer that vanished without a FIN is noticed in seconds.
 	//
+	// A registered worker may change its capabilities without reconnecting:
+	// it sends UpdateCapabilities and the node answers CapabilitiesUpdated.
+	//
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkerMessage, NodeMessage], error)
@@ -79,6 +82,9 @@ type WorkerServiceServer interface {
 	// messages as they happen. Both sides send Heartbeat when they have nothing
 	// else to say: a side that hears nothing for the idle timeout ends the
 	// session, so a peer that vanished without a FIN is noticed in seconds.
+	//
+	// A registered worker may change its capabilities without reconnecting:
+	// it sends UpdateCapabilities and the node answers CapabilitiesUpdated.
 	//
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
