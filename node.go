@@ -184,6 +184,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// keepalive is the transport's backstop. Accept client pings as
 		// often as every 5s so a worker's keepalive is never punished.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Stop waits for session handlers, whose deferred Detach withdraws
+		// the consumer record: Close must not return before that.
+		grpc.WaitForHandlers(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	pb.RegisterWorkerServiceServer(n.grpc, n.workers)
@@ -289,8 +292,8 @@ func (n *Node) watchFence(ctx context.Context) {
 	select {
 	case <-n.cat.LeaseLost():
 		close(n.fenced)
-		n.log.Error("catalog lease lost; fencing: ending every job on this node")
-		n.engine.Drain(canceledContext())
+		n.log.Error("catalog lease lost; fencing: stopping every job on this node")
+		n.engine.Fence()
 	case <-ctx.Done():
 	}
 }
@@ -423,10 +426,4 @@ func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	return b
-}
-
-func canceledContext() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
 }

@@ -259,6 +259,10 @@ func (e *Engine) dispatchLocked(q *queue) {
 }
 
 func (e *Engine) dispatchPassLocked(q *queue) {
+	if e.cluster != nil && !e.cluster.LeaseValid() {
+		// Fenced: the cluster may already be running these jobs elsewhere.
+		return
+	}
 	now := time.Now()
 	for i := 0; i < len(q.pending); {
 		t := q.pending[i]

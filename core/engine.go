@@ -210,6 +210,39 @@ func (e *Engine) Drain(ctx context.Context) int {
 	return n
 }
 
+// Fence stops all work on this node because its catalog lease must be
+// treated as lost: other nodes will soon take its registrations as proof of
+// death and run its jobs elsewhere, so nothing may keep running here. It
+// refuses new jobs, cancels every job bound to this node's workers (whoever
+// its ingress), drops queued jobs that other nodes forwarded here (their
+// ingress re-forwards them once this node's record is gone), and ends this
+// node's own jobs with node_shutdown.
+func (e *Engine) Fence() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.draining {
+		e.draining = true
+		if e.active == 0 {
+			close(e.drained)
+		}
+	}
+	for id, w := range e.hosted {
+		if b := w.bindings[id]; b != nil {
+			e.cancelOnWorkerLocked(w, id, b.t.d.Gen, CodeNodeShutdown)
+		}
+	}
+	for _, q := range e.queues {
+		for _, t := range append([]*task(nil), q.pending...) {
+			if t.d.Ingress != e.cfg.Node {
+				e.removePendingLocked(q, t)
+			}
+		}
+	}
+	for _, j := range e.jobs {
+		e.finishLocked(j, CodeNodeShutdown, "the node lost its catalog lease and stopped its work", nil)
+	}
+}
+
 // Close stops every timer. Jobs still open are ended with node_shutdown, so
 // no requester is left waiting on a stream that will never end.
 func (e *Engine) Close() {

@@ -224,6 +224,11 @@ func (w *Worker) Detach(ctx context.Context) {
 	e.mu.Lock()
 	e.detachLocked(w)
 	e.mu.Unlock()
+	if e.cluster != nil && !e.cluster.LeaseValid() {
+		// The record goes with the lease; a write now would only wait on a
+		// catalog this node has lost.
+		return
+	}
 	if e.cat != nil {
 		if err := e.cat.WithdrawConsumer(ctx, w.Queue, w.ID); err != nil {
 			// The record is attached to the node's lease: it goes when the

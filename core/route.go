@@ -61,7 +61,9 @@ func (e *Engine) releaseToIngressLocked(d Delivery, consumer string, rejected bo
 func (e *Engine) reforwardLocked(j *Job) {
 	now := time.Now()
 	j.gen++
-	j.state, j.consumer, j.worker, j.host, j.settled = StateQueued, "", "", "", false
+	// No node holds the job until it is forwarded again: a node death
+	// seen meanwhile must not release it a second time.
+	j.state, j.consumer, j.worker, j.host, j.dispatcher, j.settled = StateQueued, "", "", "", "", false
 	d := e.deliveryLocked(j, now)
 	d.Front = true
 	if d.TTL <= 0 {
