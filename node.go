@@ -124,6 +124,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	n.cat.SetReachable(func(node string) bool {
+		nd, ok := n.cat.Node(node)
+		return node == cfg.Name || !ok || !n.tracker.Spare(peer.NodeAddr{ID: nd.ID, PeerAddr: nd.PeerAddr})
+	})
+
 	ecfg := cfg.Engine
 	ecfg.Catalog, ecfg.Registerer, ecfg.Logger = n.cat, n.reg, log.With("system", "engine")
 	ecfg.Cluster = &nodeCluster{self: cfg.Name, cat: n.cat, tracker: n.tracker, transport: n.router}

@@ -412,3 +412,29 @@ func TestJobCrossesEmbeddedMembers(t *testing.T) {
 		t.Fatalf("job from n1: %d %q, want run by w3", code, who)
 	}
 }
+
+// A spare node is skipped: a node that cannot authenticate to the others
+// (wrong cluster secret) fails their pings and is spare in their view, so
+// its consumers do not make a job acceptable there.
+func TestSpareNodeSkipped(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	n1 := nodes[0]
+	bad := MustStartNode(t, func(c *switchyard.Config) {
+		c.Name, c.ClusterSecret = "n3", "a-different-cluster-secret"
+		c.EtcdEndpoints = []string{"http://" + n1.Catalog().ClientAddr()}
+		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 3
+	})
+	MustStartWorker(t, bad, worker.Config{Name: "w3", Queue: "sp"}, named("w3"))
+	waitFor(t, 10*time.Second, "n3 spare in n1's view", func() bool { return clusterNodes(t, n1)["n3"].State == "spare" })
+	waitFor(t, 5*time.Second, "n1 sees w3's record", func() bool { return len(n1.Catalog().Consumers("sp")) == 1 })
+	if code, body := resultOf(t, n1, "sp", `{"ttl_ms":5000,"input":"x"}`); code != 503 {
+		t.Fatalf("job with the only consumer on a spare node: %d %s, want 503", code, body)
+	}
+	// A healthy node's worker takes the queue's jobs meanwhile.
+	MustStartWorker(t, nodes[1], worker.Config{Name: "w2", Queue: "sp"}, named("w2"))
+	for range 5 {
+		if code, who := resultOf(t, n1, "sp", `{"ttl_ms":5000,"input":"x"}`); code != 200 || who != "w2" {
+			t.Fatalf("job: %d %q, want run by w2", code, who)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,6 +51,8 @@ type Catalog struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// reach is this node's verdict on its peers (SetReachable).
+	reach atomic.Pointer[func(string) bool]
 }
 
 // Open starts (or connects to) etcd, grants this node's lease, loads the

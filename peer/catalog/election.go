@@ -170,7 +170,7 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 	}
 	// The view first: most elections adopt, and need no more reads.
 	online := false
-	if n, ok := c.view.node(d); ok && n.State == core.StateOnline {
+	if n, ok := c.view.node(d); ok && n.State == core.StateOnline && c.reachable(d) {
 		online = true
 	}
 	if online && (claim == ClaimProducer || hostsConsumer(c.view.consumersOf(queue), d)) {
@@ -181,6 +181,7 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 	if err != nil {
 		return core.DispatchInfo{}, adopt, err
 	}
+	online = online && c.reachable(d)
 	switch {
 	case !online:
 		return cur, void, nil
@@ -190,6 +191,21 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 	default:
 		return cur, takeover, nil
 	}
+}
+
+// SetReachable installs this node's own verdict on its peers (the peer
+// tracker's: a node that misses its pings is spare here). Elect treats a
+// record naming a node this node cannot reach like one naming a node that
+// is not online: void. It is a local verdict, so two nodes that disagree
+// about a third may each claim over it; the transaction still leaves one
+// record, and the cost of a wrong claim is an extra hop, never a lost job.
+func (c *Catalog) SetReachable(f func(node string) bool) { c.reach.Store(&f) }
+
+func (c *Catalog) reachable(node string) bool {
+	if f := c.reach.Load(); f != nil {
+		return (*f)(node)
+	}
+	return true
 }
 
 func hostsConsumer(cs []core.ConsumerInfo, node string) bool {
