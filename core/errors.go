@@ -45,6 +45,10 @@ const (
 	CodeOutputTooLarge Code = "output_too_large"
 	CodeBadOutput      Code = "bad_output"
 	CodeWorkerError    Code = "worker_error"
+	// CodeTooLarge: a message of the job could not travel between nodes
+	// (over the peer message size limit, or not encodable). It is not a
+	// stall and is never retried on another transport.
+	CodeTooLarge Code = "too_large"
 )
 
 // Error is a refusal with a stable code. It wraps nothing: it is the

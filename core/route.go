@@ -487,6 +487,44 @@ func (e *Engine) claimOrphansLocked(q *queue) {
 	})
 }
 
+// Undeliverable is the transport reporting that m could not be sent to
+// node at all: larger than the peer message limit, or not encodable. That
+// is the job's fault, not the link's, so the job fails too_large where it
+// is decided, rather than wait for a route that cannot carry it.
+func (e *Engine) Undeliverable(node string, m Message, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.log.Warn("peer message undeliverable", "kind", m.Kind, "node", node, "job", m.JobID, "reason", reason)
+	detail := "a message of the job could not be sent between nodes: " + reason
+	switch m.Kind {
+	case MsgForward:
+		if j := e.jobs[m.JobID]; j != nil && j.gen == m.Gen {
+			j.settled = true
+			e.finishLocked(j, CodeTooLarge, detail, nil)
+		}
+	case MsgDeliver:
+		if t := e.unbindLocked(m.JobID, m.Queue, m.Gen); t != nil {
+			e.failAtIngressLocked(t.d, CodeTooLarge, detail)
+			e.dispatchLocked(e.queues[m.Queue])
+		}
+	case MsgReply:
+		// The host could not carry an output (or the end) to the ingress:
+		// stop the worker and tell the ingress in a message that fits.
+		if w := e.hosted[m.JobID]; w != nil {
+			if b := w.bindings[m.JobID]; b != nil && b.t.d.Gen == m.Gen {
+				e.cancelOnWorkerLocked(w, m.JobID, m.Gen, CodeTooLarge)
+			}
+		}
+		if m.Output != nil || m.End != nil && m.End.Result != nil {
+			e.sendLocked(node, Message{Kind: MsgReply, JobID: m.JobID, Gen: m.Gen, Queue: m.Queue, Consumer: m.Consumer, WorkerName: m.WorkerName,
+				End: &End{Code: CodeTooLarge, Detail: detail}})
+		}
+	}
+}
+
 // codeOr returns err's code, or def when err is not an *Error.
 func codeOr(err error, def Code) Code {
 	if c, ok := CodeOf(err); ok {
