@@ -76,3 +76,13 @@ func (c *nodeCluster) Alive(node string) bool {
 }
 
 func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }
+
+// Room is the transport's reply-leg flow control, when it has one.
+func (c *nodeCluster) Room(node, job string) <-chan struct{} {
+	if r, ok := c.transport.(interface {
+		Room(node, job string) <-chan struct{}
+	}); ok {
+		return r.Room(node, job)
+	}
+	return nil
+}

@@ -54,6 +54,11 @@ type Cluster interface {
 	// Send queues m for node and returns at once. Messages to one node
 	// arrive in the order they were sent.
 	Send(node string, m Message)
+	// Room is the reply leg's flow control: nil when the replies of job to
+	// node may keep coming, or a channel closed once they may. The worker
+	// session waits on it before it reads its worker's next message, so a
+	// slow ingress slows the worker down and no output is dropped.
+	Room(node, job string) <-chan struct{}
 }
 
 // MessageKind names a peer message. The kinds are the label values of

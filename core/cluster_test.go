@@ -397,6 +397,9 @@ func (p *fakePeer) LeaseValid() bool {
 	return p.net.lease[p.node]
 }
 
+// Room: the fake's reply leg never pushes back.
+func (p *fakePeer) Room(string, string) <-chan struct{} { return nil }
+
 func (p *fakePeer) Forward(_ context.Context, node string, d core.Delivery) error {
 	n := p.net
 	n.mu.Lock()

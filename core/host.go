@@ -329,25 +329,28 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 }
 
 // Output relays one chunk of output to the job's ingress. Output before an
-// Accept counts as the accept.
-func (w *Worker) Output(id string, gen uint64, data []byte) {
+// Accept counts as the accept. When the ingress is another node, Output may
+// return a channel: the session must not read its worker's next message
+// until it is closed (flow control on the reply leg; see Cluster.Room).
+func (w *Worker) Output(id string, gen uint64, data []byte) (wait <-chan struct{}) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := w.bindingLocked("output", id, gen)
 	if b == nil || b.cancelling {
-		return
+		return nil
 	}
 	if !b.accepted {
 		w.acceptLocked(b)
 	}
 	if b.t.d.Ingress != e.cfg.Node {
 		e.replyLocked(w, b.t.d, Message{Output: data})
-		return
+		return e.cluster.Room(b.t.d.Ingress, id)
 	}
 	if e.onOutputLocked(id, gen, data) {
 		e.m.StaleMessages.WithLabelValues("output").Inc()
 	}
+	return nil
 }
 
 // End records that the worker finished a job: code "" is success, anything

@@ -198,7 +198,7 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	for {
 		select {
 		case m := <-ss.in:
-			if err := ss.handle(w, m); err != nil {
+			if err := ss.handle(ctx, w, m); err != nil {
 				return err
 			}
 		case err := <-ss.recvErr:
@@ -219,14 +219,25 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	}
 }
 
-func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
+func (ss *session) handle(ctx context.Context, w *core.Worker, m *pb.WorkerMessage) error {
 	switch msg := m.Msg.(type) {
 	case *pb.WorkerMessage_Accept:
 		w.Accept(msg.Accept.JobId, msg.Accept.Generation)
 	case *pb.WorkerMessage_Reject:
 		w.Reject(msg.Reject.JobId, msg.Reject.Generation, msg.Reject.Reason)
 	case *pb.WorkerMessage_Output:
-		w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data)
+		if wait := w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data); wait != nil {
+			// The job's ingress is behind: stop reading this worker until it
+			// catches up, so gRPC flow control slows the worker down rather
+			// than the node buffering (or dropping) its output.
+			select {
+			case <-wait:
+			case <-ss.closing:
+			case <-ctx.Done():
+			}
+			// Not reading was this node's choice, not the worker's silence.
+			ss.touch()
+		}
 	case *pb.WorkerMessage_Complete:
 		w.End(msg.Complete.JobId, msg.Complete.Generation, "", "", nilIfEmpty(msg.Complete.Result))
 	case *pb.WorkerMessage_Fail:
