@@ -56,6 +56,13 @@ type Config struct {
 	// node's view.
 	PeerHeartbeatInterval time.Duration
 	PeerFailureThreshold  int
+	// PeerStreamIdle closes a delivery stream (one per peer node and queue)
+	// that carried nothing for this long; the next delivery re-opens it.
+	// It must be well above the dispatch timeout ceiling.
+	PeerStreamIdle time.Duration
+	// PeerForceUnary sends every peer message by unary calls instead of
+	// delivery streams: the fallback, as an operator switch.
+	PeerForceUnary bool
 
 	// gRPC limits, set on every server and client from here.
 	MaxMessageBytes      int
@@ -86,6 +93,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams:  10000,
 		PeerHeartbeatInterval: time.Second,
 		PeerFailureThreshold:  3,
+		PeerStreamIdle:        30 * time.Second,
 		Engine:                core.DefaultConfig(),
 		HTTP:                  httpapi.DefaultConfig(),
 		Workers:               workerapi.DefaultConfig(),

@@ -114,11 +114,32 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	ec := cfg.Engine
 	if n.router, err = peer.NewRouter(peer.RouterConfig{
 		Client: n.peers, MaxMessageBytes: cfg.MaxMessageBytes, Metrics: pm, Logger: log.With("system", "router"),
 		Addr: func(node string) (string, bool) {
 			nd, ok := n.cat.Node(node)
 			return nd.PeerAddr, ok && nd.PeerAddr != ""
+		},
+		// A delivery must be acked within the time its worker would get to
+		// accept it: a fraction of what is left of its TTL, so the accept
+		// wait never eats the budget the work needs.
+		AckTimeout: func(m core.Message) time.Duration {
+			if m.Delivery != nil {
+				return core.DispatchTimeout(m.Delivery.TTL, ec.DispatchTimeoutFloor, ec.DispatchTimeoutCeiling, ec.DispatchTimeoutFraction)
+			}
+			return ec.DispatchTimeoutCeiling
+		},
+		AckTimeoutCeiling: ec.DispatchTimeoutCeiling,
+		StreamIdle:        cfg.PeerStreamIdle,
+		Heartbeat:         cfg.PeerHeartbeatInterval,
+		ForceUnary:        cfg.PeerForceUnary,
+		// The engine is built below; the router calls this from its own
+		// goroutines, never from Send.
+		Undeliverable: func(node string, m core.Message, reason string) {
+			if e := n.engine; e != nil {
+				e.Undeliverable(node, m, reason)
+			}
 		},
 	}); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 // Cluster is what an engine needs to route jobs across nodes. A nil Cluster
@@ -113,6 +114,11 @@ type Message struct {
 
 	// Cancel: the code the job ended with.
 	Code Code
+
+	// TTL is, on a reply, what was left of the job's TTL when the host sent
+	// it: a transport bounds the job's reply stream by it, since a reply leg
+	// is closed by the job's end or its TTL, never by an idle timer.
+	TTL time.Duration
 }
 
 // End is a job's end as its worker reported it: Code "" is success.

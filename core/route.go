@@ -39,6 +39,9 @@ func (e *Engine) replyLocked(w *Worker, d Delivery, m Message) {
 		return
 	}
 	m.Kind, m.JobID, m.Gen, m.Queue, m.Consumer, m.WorkerName = MsgReply, d.JobID, d.Gen, d.Queue, w.ID, w.Name
+	if b := w.bindings[d.JobID]; b != nil {
+		m.TTL = b.t.budget.Remaining(time.Now())
+	}
 	e.sendLocked(d.Ingress, m)
 }
 
@@ -523,6 +526,21 @@ func (e *Engine) Undeliverable(node string, m Message, reason string) {
 				End: &End{Code: CodeTooLarge, Detail: detail}})
 		}
 	}
+}
+
+// ReplyLegSilent is the transport reporting that the reply stream of job
+// (id, gen) from host went silent: no frame and no heartbeat for several
+// heartbeat intervals, without the connection closing. Silence is not proof
+// of death (only the catalog gives that), so the job is not run again: it
+// fails worker_lost, and the host is told to stop it should it come back.
+func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.jobs[id]
+	if e.closed || j == nil || j.gen != gen || j.state.Terminal() {
+		return
+	}
+	e.finishLocked(j, CodeWorkerLost, "the consumer host "+host+" went silent (no heartbeat on the job's reply stream)", nil)
 }
 
 // codeOr returns err's code, or def when err is not an *Error.

@@ -22,12 +22,17 @@ const (
 	ClientKeepaliveTimeout = 5 * time.Second
 )
 
+// defaultMaxMessageBytes is gRPC's own default message limit, used when a
+// config leaves it 0 (gRPC would read 0 as "nothing may be received").
+const defaultMaxMessageBytes = 4 << 20
+
 // ClientConfig is what a node's client pool needs.
 type ClientConfig struct {
 	// Node is this node's id, presented on every call.
 	Node   string
 	Secret []byte
-	// MaxMessageBytes bounds messages both ways, from node config.
+	// MaxMessageBytes bounds messages both ways, from node config (default
+	// 4 MiB). It must match the peers' servers' limit.
 	MaxMessageBytes int
 	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
 	// back is reached again within about this long (default 5s).
@@ -52,6 +57,9 @@ var ErrClosed = errors.New("peer client closed")
 func NewClient(cfg ClientConfig) *Client {
 	if cfg.MaxReconnectDelay <= 0 {
 		cfg.MaxReconnectDelay = 5 * time.Second
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = defaultMaxMessageBytes
 	}
 	return &Client{cfg: cfg, creds: grpc.WithPerRPCCredentials(newTokenCreds(cfg.Secret, cfg.Node)), conns: map[string]*grpc.ClientConn{}}
 }

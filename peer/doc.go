@@ -5,14 +5,22 @@
 // core.Cluster: Forward and Send) and the server's Handler that hands what
 // peers send to the engine.
 //
-// Routing has two calls. Forward carries one job synchronously, because the
-// ingress needs the dispatcher's verdict (a refusal travels as an answer,
-// not a gRPC error) and is retried on transient failures: the dispatcher
-// takes a (job id, generation) once. Post carries batches of every other
-// message: one FIFO and one sender per destination node, one Post in flight
-// per node, a failed batch resent unchanged before anything behind it, and
-// a (session, sequence) pair so a resend is not handled twice. Messages to
-// a node whose catalog record is gone are dropped: it is dead.
+// Routing has two paths. The request leg (forward, deliver, cancel, unbind,
+// and the synchronous Forward, which needs the dispatcher's verdict) goes
+// by lanes, one per (destination node, queue): each lane's goroutine opens
+// a Deliver stream to the node on its first message, sends its messages on
+// it in order and closes it when idle; a stream that stalls (an ack later
+// than the job's TTL allows), fails, or goes silent (no heartbeat) is
+// dropped, and what it held unacked is resent in order by unary Post and
+// Forward calls, the receiver skipping anything it already handled by
+// either path (lane.go, deliver.go). The response leg (reply, release) goes
+// by one FIFO per node as batched Posts, one in flight per node, a failed
+// batch resent unchanged before anything behind it. Every message carries
+// a (session, sequence) pair so a resend is never handled twice, and a
+// refusal travels as an answer, not a gRPC error. A message no transport
+// can carry (too large, no valid wire form) is never sent: the engine is
+// told, and fails its job. Messages to a node whose catalog record is gone
+// are dropped: it is dead.
 //
 // Authentication proves membership, not the channel. Every call carries the
 // caller's node id ("x-switchyard-node") and hex(HMAC-SHA256(secret, id))

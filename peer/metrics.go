@@ -16,7 +16,21 @@ type Metrics struct {
 	invalid      prometheus.Counter
 	queue        *prometheus.GaugeVec
 	state        *prometheus.GaugeVec
+
+	// Deliver streams (lane.go): a silent downgrade from streaming to unary
+	// reads as "works, just slower", so every step of it is counted.
+	streamsOpen   *prometheus.GaugeVec
+	streamsOpened *prometheus.CounterVec
+	streamed      prometheus.Counter
+	fallbacks     prometheus.Counter
+	idleCloses    prometheus.Counter
+	ackExpiries   prometheus.Counter
+	undeliverable *prometheus.CounterVec
 }
+
+// kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
+// stream.
+const kindDeliver = "deliver"
 
 // kindPing is the switchyard_peer_messages_total kind of a ping.
 const kindPing = "ping"
@@ -31,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_total",
 			Help: "Peer messages by kind. Routing kinds (forward, deliver, reply, release, unbind, cancel) count the messages this node sent, " +
-				"each once, when the call carrying it succeeded (a resent batch is not counted twice); kind=ping counts the authenticated pings this node answered.",
+				"each once, when the stream ack or the call carrying it came back (a resent message is not counted twice, whichever path carried it); kind=ping counts the authenticated pings this node answered.",
 		}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_dropped_total",
@@ -39,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		sendFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_send_failures_total",
-			Help: "Forward and Post calls to peers that failed; each failed attempt of a retried call counts.",
+			Help: "Forward and Post calls to peers that failed, and forwards a stream ack answered without a verdict; each failed attempt of a retried call counts.",
 		}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_invalid_total",
@@ -47,15 +61,44 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_peer_queue_messages",
-			Help: "Routing messages waiting to be sent to each node, the batch in flight included.",
+			Help: "Routing messages queued for each node and not yet handed over: waiting, in a Post in flight, or sent on a stream and not yet acked.",
 		}, []string{"node"}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_peer_state",
 			Help: "1 for each node's current peer state in this node's view, 0 for the other states.",
 		}, []string{"node", "state"}),
+		streamsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_peer_streams_open",
+			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic).",
+		}, []string{"kind"}),
+		streamsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_peer_streams_opened_total",
+			Help: "Peer streams this node opened, by kind. Rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval.",
+		}, []string{"kind"}),
+		streamed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_deliveries_streamed_total",
+			Help: "Routing messages (forwards included) whose Deliver stream ack came back; the rest of switchyard_peer_messages_total went by unary Post or Forward.",
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_unary_fallbacks_total",
+			Help: "Deliver streams dropped for a stall (an ack deadline missed), a failure, or a silent peer (no frame for three heartbeat intervals), or that could not be opened; their unacked messages were resent by unary calls.",
+		}),
+		idleCloses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_stream_idle_closes_total",
+			Help: "Deliver streams closed because their lane sent nothing for the stream idle interval with nothing unacked.",
+		}),
+		ackExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_ack_deadline_expiries_total",
+			Help: "Deliver stream messages whose ack did not arrive within the timeout derived from their job's remaining TTL; each dropped its stream (a fallback).",
+		}),
+		undeliverable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_peer_messages_undeliverable_total",
+			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form). Never retried: the engine fails their job.",
+		}, []string{"kind", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state)
+		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.undeliverable)
 	}
 	return m
 }

@@ -27,8 +27,8 @@ type RouterConfig struct {
 	// Addr resolves a node id to its peer address; false when the catalog
 	// view has no record of the node: its lease is gone, it is dead.
 	Addr func(node string) (string, bool)
-	// MaxMessageBytes bounds one call, as the peers' servers do (node
-	// config); default: the Client's, else 4 MiB.
+	// MaxMessageBytes bounds one call or stream frame, as the peers'
+	// servers do (node config); default: the Client's.
 	MaxMessageBytes int
 	// AttemptTimeout bounds one Forward or Post attempt (default 10s), so a
 	// peer that stopped answering without closing its connection is tried
@@ -37,36 +37,97 @@ type RouterConfig struct {
 	// RetryMin and RetryMax bound the backoff between attempts (default
 	// 50ms and 2s): it doubles from RetryMin up to RetryMax, with jitter.
 	RetryMin, RetryMax time.Duration
-	// IdleTimeout is how long a node's sender goroutine waits for a new
-	// message before it exits (default 30s); the next Send to that node
-	// starts another.
+	// IdleTimeout is how long a node's response sender (replies and
+	// releases) waits for a new message before it exits (default 30s); the
+	// next Send to that node starts another.
 	IdleTimeout time.Duration
-	Metrics     *Metrics
-	Logger      *slog.Logger
+
+	// StreamIdle is how long a lane (one node, one queue) may send nothing,
+	// with nothing unacked, before its Deliver stream is closed and its
+	// goroutine exits (default 30s); the next message to the lane starts
+	// both again. Every message restarts it, so a lane bursty at any period
+	// shorter than StreamIdle keeps one stream. It must be at least 3 ×
+	// AckTimeoutCeiling (else ErrStreamIdleTooShort), so a stall is
+	// diagnosed long before an idle close could hide it.
+	StreamIdle time.Duration
+	// AckTimeout is how long the receiver may take to ack a message sent
+	// on a stream, counted from when it was sent or the message before it
+	// was acked, whichever is later (the receiver handles a lane's messages
+	// one at a time). Missing it drops the stream for the unary path: see
+	// the lane doc. The node passes a fraction of the job's remaining TTL
+	// for forward and deliver (core.DispatchTimeout) and the ceiling for
+	// kinds without a TTL. Results are clamped to AckTimeoutCeiling; a
+	// non-positive one means the ceiling. Nil: the ceiling for every
+	// message. Send calls it with the engine's lock held: it must be quick
+	// and must not call the engine.
+	AckTimeout func(m core.Message) time.Duration
+	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
+	// may take (default 5s).
+	AckTimeoutCeiling time.Duration
+	// Heartbeat is how often each end of a Deliver stream sends a frame
+	// when it has nothing else to send (default 1s). A stream that receives
+	// nothing for three intervals is dropped, so three intervals must be
+	// shorter than ClientKeepaliveTime (else ErrHeartbeatTooLong).
+	Heartbeat time.Duration
+	// ForceUnary sends every lane message by unary Post and Forward calls,
+	// as before Deliver streams existed: a benchmark baseline, and an
+	// operator's switch should streams misbehave.
+	ForceUnary bool
+	// Undeliverable is told about a message sent by Send that no transport
+	// can carry: larger than MaxMessageBytes allows (reason ReasonTooLarge)
+	// or without a valid wire form (ReasonEncoding). Such a message is not
+	// sent, not retried and not counted as dropped, but in
+	// switchyard_peer_messages_undeliverable_total; the engine fails its
+	// job. It is called from a router goroutine, never from within Send and
+	// without the router's lock, so it may take the engine's lock (and so
+	// Close must not be called with that lock held). Nil: only counted and
+	// logged. A Forward that cannot be carried fails with ErrUndeliverable
+	// instead.
+	Undeliverable func(node string, m core.Message, reason string)
+
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // ErrUnknownNode is wrapped by a Forward to a node the catalog view has no
 // record of.
 var ErrUnknownNode = errors.New("node not in the catalog")
 
+// minIdleFactor: StreamIdle must be at least this many ack timeout
+// ceilings.
+const minIdleFactor = 3
+
 // Router is the transport half of core.Cluster: it sends jobs and routing
 // messages to other nodes' peer servers. It is safe for concurrent use.
 //
-// Send queues each message on its destination node's FIFO and returns at
-// once. One goroutine per node with something queued sends everything
-// queued so far as one Post (up to MaxMessageBytes), and keeps at most one
-// Post in flight per node: a failed batch is resent unchanged, with
-// backoff, before anything queued after it, so messages to one node arrive
-// in the order they were sent. Each batch carries this Router's session and
-// sequence numbers, so a resend whose first attempt was handled after all
-// is not handled twice.
+// Messages go by one of two paths, each ordered:
 //
-// A node's FIFO is unbounded: it holds control messages and outputs, which
-// the engine has already bounded per job, and a node that stops answering
-// either comes back or loses its lease, and its queue goes with it. Its
+//   - Lanes carry the request leg, the kinds that travel towards a job's
+//     worker or its dispatcher (forward, deliver, cancel, unbind) and the
+//     synchronous Forward: one lane per (node, queue), each with its own
+//     goroutine and, while it has traffic, its own Deliver stream (see
+//     lane). Every message of a job names its queue, so a job's messages
+//     to one node keep their order, and a slow queue never holds up
+//     another.
+//   - The response leg (reply and release, towards the job's ingress)
+//     goes by one FIFO per node, sent as batched Posts with at most one in
+//     flight per node: a failed batch is resent unchanged, with backoff,
+//     before anything queued after it. A release must never overtake the
+//     outputs sent before it (the ingress decides from them whether the job
+//     may run again), so both kinds share this path.
+//
+// Every message carries this Router's session and a sequence number from
+// one counter, so a receiver skips one it already handled when it comes
+// again (a resend whose first attempt was handled after all, or a message
+// resent by a unary call after its stream was dropped).
+//
+// Queues are unbounded: they hold control messages and outputs, which the
+// engine has already bounded per job, and a node that stops answering
+// either comes back or loses its lease, and its queues go with it. Their
 // length is switchyard_peer_queue_messages{node}.
 //
-// Forward and Send are not ordered with each other.
+// A Forward is ordered with the messages of its queue's lane; messages of
+// the two paths are not ordered with each other.
 type Router struct {
 	cfg     RouterConfig
 	m       *Metrics
@@ -81,7 +142,9 @@ type Router struct {
 	closed  bool
 	seq     uint64
 	outbox  map[string]*outbox // by node id, while its sender runs
-	maxPost int                // bytes of messages in one Post
+	lanes   map[laneKey]*lane  // while their goroutine runs
+	senders map[string]int     // outboxes and lanes per node id
+	maxPost int                // bytes of messages in one Post (or one frame)
 }
 
 // outbox is one node's FIFO and its sender's wake-up.
@@ -91,8 +154,9 @@ type outbox struct {
 	wake chan struct{} // capacity 1: "something was queued"
 }
 
-// postOverhead is what a PostRequest adds around its messages (session,
-// first_seq, field tags), with room to spare.
+// postOverhead is what a PostRequest, ForwardRequest or DeliverFrame adds
+// around its messages (session, sequence numbers, lane, field tags), with
+// room to spare.
 const postOverhead = 1 << 10
 
 // NewRouter returns a router; it starts goroutines only as messages are
@@ -103,9 +167,6 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = cfg.Client.cfg.MaxMessageBytes
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = 4 << 20
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = 10 * time.Second
@@ -119,6 +180,23 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 30 * time.Second
 	}
+	if cfg.AckTimeoutCeiling <= 0 {
+		cfg.AckTimeoutCeiling = 5 * time.Second
+	}
+	if cfg.StreamIdle <= 0 {
+		cfg.StreamIdle = 30 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.StreamIdle < minIdleFactor*cfg.AckTimeoutCeiling {
+		return nil, &core.ConfigError{Field: "peer-stream-idle", Value: cfg.StreamIdle,
+			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, cfg.AckTimeoutCeiling)}
+	}
+	if silentIntervals*cfg.Heartbeat >= ClientKeepaliveTime {
+		return nil, &core.ConfigError{Field: "peer-stream-heartbeat", Value: cfg.Heartbeat,
+			Err: fmt.Errorf("%w: %d intervals must be under %s", ErrHeartbeatTooLong, silentIntervals, ClientKeepaliveTime)}
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -129,13 +207,14 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	return &Router{
 		cfg: cfg, m: cfg.Metrics, log: cfg.Logger, session: crand.Text(),
 		ctx: ctx, cancel: cancel,
-		outbox: map[string]*outbox{}, maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
+		outbox: map[string]*outbox{}, lanes: map[laneKey]*lane{}, senders: map[string]int{},
+		maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
 	}, nil
 }
 
-// Close stops every sender and waits for them. Messages still queued are
-// dropped and counted; Forward calls in flight fail; later Sends are
-// dropped and counted. It does not close the Client.
+// Close stops every sender and stream and waits for them. Messages still
+// queued or unacked are dropped and counted; Forward calls in flight fail;
+// later Sends are dropped and counted. It does not close the Client.
 func (r *Router) Close() error {
 	r.mu.Lock()
 	r.closed = true
@@ -148,18 +227,30 @@ func (r *Router) Close() error {
 // Forward hands d to the dispatcher on node and returns its verdict: nil
 // once the dispatcher holds the job, the *core.Error it refused it with,
 // or an error when no verdict could be had: node is not in the catalog
-// (wraps ErrUnknownNode), it failed in a way retrying cannot cure, or ctx
-// ended (wraps ctx.Err()) while it kept failing transiently (Unavailable, or
-// an attempt that timed out). Retrying is safe: the dispatcher takes a
-// (job id, generation) once.
+// (wraps ErrUnknownNode), the job cannot be carried at all (wraps
+// ErrUndeliverable), it failed in a way retrying cannot cure, or ctx ended
+// (wraps ctx.Err()) while it kept failing transiently (Unavailable, or an
+// attempt that timed out). Retrying is safe: the dispatcher takes a (job
+// id, generation) once.
+//
+// The forward is an item of its queue's lane: sent on the lane's stream
+// and answered by its ack, or by a unary Forward call when the lane has no
+// stream or dropped it (the receiver answers a resent item with the
+// verdict it gave first). An attempt that got no verdict is made again as
+// a new item, after a backoff.
 func (r *Router) Forward(ctx context.Context, node string, d core.Delivery) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.ctx, cancel)()
-	req := &pb.ForwardRequest{Delivery: DeliveryToPB(d)}
 	fail := func(err error) error {
 		return fmt.Errorf("peer: forward job %s to %s: %w", d.JobID, node, err)
 	}
+	p := DeliveryToPB(d)
+	if reason, err := r.wireCheck(p, len(d.Queue)); err != nil {
+		r.m.undeliverable.WithLabelValues(string(core.MsgForward), reason).Inc()
+		return fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
+	}
+	timeout := r.ackTimeout(core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
 	// last is the last attempt that failed on its own: when ctx ends
 	// during an attempt, that attempt's error only repeats ctx's.
 	var last error
@@ -176,40 +267,37 @@ func (r *Router) Forward(ctx context.Context, node string, d core.Delivery) erro
 		if r.ctx.Err() != nil {
 			return fail(ErrClosed)
 		}
-		addr, ok := r.cfg.Addr(node)
-		if !ok {
+		if _, ok := r.cfg.Addr(node); !ok {
 			return fail(ErrUnknownNode)
 		}
-		res, err := r.forwardOnce(ctx, addr, req)
-		if err == nil {
-			r.m.messages.WithLabelValues(string(core.MsgForward)).Inc()
-			return ForwardError(res)
+		it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: ctx, done: make(chan forwardResult, 1)}
+		if !r.enqueue(node, d.Queue, it) {
+			return fail(ErrClosed)
 		}
-		if r.ctx.Err() == nil {
-			r.m.sendFailures.Inc()
+		var res forwardResult
+		select {
+		case res = <-it.done:
+		case <-ctx.Done():
+			return ended(ctx.Err())
+		}
+		if res.err == nil {
+			return ForwardError(res.res)
+		}
+		if errors.Is(res.err, ErrUnknownNode) {
+			return fail(res.err)
 		}
 		if ctx.Err() != nil {
-			return ended(err)
+			return ended(res.err)
 		}
-		if !transient(err) {
-			return fail(err)
+		if !transient(res.err) {
+			return fail(res.err)
 		}
-		last = err
-		r.log.Debug("forward failed; retrying", "node", node, "addr", addr, "job", d.JobID, "attempt", attempt+1, "err", err)
+		last = res.err
+		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", res.err)
 		if !r.sleep(ctx, attempt) {
-			return ended(err)
+			return ended(res.err)
 		}
 	}
-}
-
-func (r *Router) forwardOnce(ctx context.Context, addr string, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	cc, err := r.cfg.Client.Conn(addr)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.AttemptTimeout)
-	defer cancel()
-	return pb.NewPeerServiceClient(cc).Forward(ctx, req)
 }
 
 // transient reports whether a failed attempt may succeed if made again:
@@ -257,25 +345,104 @@ func (r *Router) sleep(ctx context.Context, attempt int) bool {
 }
 
 // Send queues m for node and returns at once: it never blocks on the
-// network, so the engine calls it with its lock held. Messages to one node
-// are sent in the order they were queued.
+// network, so the engine calls it with its lock held. Messages of one
+// path to one node (a queue's lane, or the node's response FIFO; see
+// Router) are sent in the order they were queued.
 func (r *Router) Send(node string, m core.Message) {
 	p, err := MessageToPB(m)
-	if err != nil {
-		r.m.dropped.WithLabelValues(string(m.Kind)).Inc()
-		r.log.Error("dropped a routing message that has no wire form", "node", node, "job", m.JobID, "err", err)
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		r.m.dropped.WithLabelValues(string(m.Kind)).Inc()
 		return
 	}
+	if err == nil && !laned(m.Kind) {
+		r.postLocked(node, p)
+		return
+	}
+	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
+	if err != nil {
+		// No wire form: reported by the lane's goroutine, off the
+		// engine's lock.
+		c := m
+		it.bad, it.badErr = &c, err
+	}
+	r.enqueueLocked(node, m.Queue, it)
+}
+
+// laned reports whether messages of kind go by their queue's lane rather
+// than the node's response FIFO.
+func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
+
+// ackTimeout is RouterConfig.AckTimeout for m, clamped.
+func (r *Router) ackTimeout(m core.Message) time.Duration {
+	c := r.cfg.AckTimeoutCeiling
+	if r.cfg.AckTimeout == nil {
+		return c
+	}
+	d := r.cfg.AckTimeout(m)
+	if d <= 0 || d > c {
+		return c
+	}
+	return d
+}
+
+// wireCheck reports why a message of size bytes-to-be, or delivery p,
+// cannot be carried by any transport: the reason label and the error.
+// extra is what its frame adds beyond the message (a lane's queue name).
+func (r *Router) wireCheck(p proto.Message, extra int) (string, error) {
+	if n := proto.Size(p) + extra; n > r.maxPost {
+		return ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", n, r.maxPost)
+	}
+	if err := checkUTF8(p.ProtoReflect()); err != nil {
+		return ReasonEncoding, err
+	}
+	return "", nil
+}
+
+// undeliverable reports a message Send queued that no transport can carry.
+// Called without r.mu.
+func (r *Router) undeliverable(node string, p *pb.PeerMessage, orig *core.Message, reason string, err error) {
+	kind := kindOf(p)
+	if orig != nil {
+		kind = string(orig.Kind)
+	}
+	r.m.undeliverable.WithLabelValues(kind, reason).Inc()
+	r.m.queue.WithLabelValues(node).Dec()
+	var m core.Message
+	switch {
+	case orig != nil:
+		m = *orig
+	default:
+		var cerr error
+		if m, cerr = MessageFromPB(p); cerr != nil {
+			m = core.Message{Kind: core.MessageKind(kind), JobID: p.GetJobId(), Gen: p.GetGeneration(), Queue: p.GetQueue()}
+		}
+	}
+	r.log.Error("a routing message cannot be sent to any peer; not retried", "node", node, "kind", kind, "job", m.JobID, "reason", reason, "err", err)
+	if r.cfg.Undeliverable != nil {
+		r.cfg.Undeliverable(node, m, reason)
+	}
+}
+
+// refLocked counts a sender (outbox or lane) for node; unrefLocked forgets
+// it, and the node's queue gauge with the last one.
+func (r *Router) refLocked(node string) { r.senders[node]++ }
+
+func (r *Router) unrefLocked(node string) {
+	if r.senders[node]--; r.senders[node] <= 0 {
+		delete(r.senders, node)
+		r.m.queue.DeleteLabelValues(node)
+	}
+}
+
+// postLocked queues p on node's response FIFO.
+func (r *Router) postLocked(node string, p *pb.PeerMessage) {
 	ob := r.outbox[node]
 	if ob == nil {
 		ob = &outbox{node: node, wake: make(chan struct{}, 1)}
 		r.outbox[node] = ob
+		r.refLocked(node)
 		r.wg.Add(1)
 		go r.run(ob)
 	}
@@ -290,8 +457,9 @@ func (r *Router) Send(node string, m core.Message) {
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
 
-// run is one node's sender: it posts what is queued, batch by batch, and
-// exits when the queue stayed empty for IdleTimeout or at Close.
+// run is one node's response sender: it posts what is queued, batch by
+// batch, and exits when the queue stayed empty for IdleTimeout or at
+// Close.
 func (r *Router) run(ob *outbox) {
 	defer r.wg.Done()
 	idle := time.NewTimer(r.cfg.IdleTimeout)
@@ -322,29 +490,45 @@ func (r *Router) run(ob *outbox) {
 			}
 			continue
 		}
-		req := r.takeLocked(ob)
+		req, bad := r.takeLocked(ob)
 		r.mu.Unlock()
+		for _, u := range bad {
+			r.undeliverable(ob.node, u.p, nil, u.reason, u.err)
+		}
 		if req != nil {
 			r.post(ob, req)
 		}
 	}
 }
 
+// rejected is a queued message no transport can carry.
+type rejected struct {
+	p      *pb.PeerMessage
+	reason string
+	err    error
+}
+
 // takeLocked removes the next batch from ob: every queued message, up to
 // maxPost bytes, numbered from the router's counter. A message that alone
-// exceeds maxPost can never be sent: it is dropped. Nil when only such
+// exceeds maxPost, or has no valid wire form, can never be sent: it is
+// taken out and returned in bad, to be reported. Nil when only such
 // messages were queued.
-func (r *Router) takeLocked(ob *outbox) *pb.PostRequest {
+func (r *Router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
 	var size, n int
 	for n < len(ob.msgs) {
 		p := ob.msgs[n]
 		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
+		reason, err := "", error(nil)
 		if cost > r.maxPost {
+			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
+		} else if err = checkUTF8(p.ProtoReflect()); err != nil {
+			reason = ReasonEncoding
+		}
+		if err != nil {
 			if n > 0 {
 				break // send what precedes it first, in order
 			}
-			r.log.Error("dropped a routing message larger than the peer message limit", "node", ob.node, "kind", kindOf(p), "job", p.GetJobId(), "bytes", cost, "limit", r.maxPost)
-			r.dropLocked(ob, ob.msgs[:1])
+			bad = append(bad, rejected{p, reason, err})
 			ob.msgs[0] = nil
 			ob.msgs = ob.msgs[1:]
 			continue
@@ -356,9 +540,9 @@ func (r *Router) takeLocked(ob *outbox) *pb.PostRequest {
 		n++
 	}
 	if n == 0 {
-		return nil
+		return nil, bad
 	}
-	req := &pb.PostRequest{Session: r.session, FirstSeq: r.seq, Messages: make([]*pb.PeerMessage, n)}
+	req = &pb.PostRequest{Session: r.session, FirstSeq: r.seq, Messages: make([]*pb.PeerMessage, n)}
 	copy(req.Messages, ob.msgs[:n])
 	clear(ob.msgs[:n])
 	ob.msgs = ob.msgs[n:]
@@ -366,7 +550,7 @@ func (r *Router) takeLocked(ob *outbox) *pb.PostRequest {
 		ob.msgs = nil // let the backing array go
 	}
 	r.seq += uint64(n)
-	return req
+	return req, bad
 }
 
 // post sends one batch to ob's node, resending it unchanged until it is
@@ -445,5 +629,5 @@ func (r *Router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
 // removeLocked forgets ob, whose queue is empty and whose sender exits.
 func (r *Router) removeLocked(ob *outbox) {
 	delete(r.outbox, ob.node)
-	r.m.queue.DeleteLabelValues(ob.node)
+	r.unrefLocked(ob.node)
 }

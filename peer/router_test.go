@@ -154,30 +154,55 @@ func msg(job string, i int) core.Message {
 	return m
 }
 
-// checkOrder fails unless got holds, for each job, gens 0..n-1 in order,
-// each message intact and from node from.
+// checkOrder fails unless got holds, for each job, gens 0..n-1, each
+// message intact and from node from, in order within each of the router's
+// paths: the response FIFO (reply, release) and the queue's lane (the
+// other kinds). The two paths are not ordered with each other.
 func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
 	t.Helper()
-	next := map[string]int{}
+	type path struct {
+		job   string
+		laned bool
+	}
+	next := map[path][]int{}
+	expect := func(job string) {
+		for i := range n {
+			k := path{job, laned(msg(job, i).Kind)}
+			next[k] = append(next[k], i)
+		}
+	}
+	for _, j := range jobs {
+		expect(j)
+	}
+	seen := map[string]bool{}
 	for _, r := range got {
 		if r.from != from {
 			t.Fatalf("message from %q, want %q", r.from, from)
 		}
-		i := next[r.m.JobID]
+		seen[r.m.JobID] = true
+		k := path{r.m.JobID, laned(r.m.Kind)}
+		if len(next[k]) == 0 {
+			t.Fatalf("job %s: unexpected message %+v", r.m.JobID, r.m)
+		}
+		i := next[k][0]
+		next[k] = next[k][1:]
 		if want := msg(r.m.JobID, i); !equalMessage(r.m, want) {
-			t.Fatalf("job %s: message %d is %+v, want %+v", r.m.JobID, i, r.m, want)
-		}
-		next[r.m.JobID] = i + 1
-	}
-	for _, j := range jobs {
-		if next[j] != n {
-			t.Fatalf("job %s: %d messages arrived, want %d", j, next[j], n)
+			t.Fatalf("job %s (laned %v): message %d is %+v, want %+v", r.m.JobID, k.laned, i, r.m, want)
 		}
 	}
-	if len(next) != len(jobs) {
-		t.Fatalf("messages of %d jobs arrived, want %d", len(next), len(jobs))
+	for k, left := range next {
+		if len(left) > 0 {
+			t.Fatalf("job %s (laned %v): %d messages did not arrive", k.job, k.laned, len(left))
+		}
+	}
+	if len(seen) != len(jobs) {
+		t.Fatalf("messages of %d jobs arrived, want %d", len(seen), len(jobs))
 	}
 }
+
+// laned reports whether the router sends messages of kind by their
+// queue's lane (else by the node's response FIFO).
+func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 func equalMessage(a, b core.Message) bool {
 	ja, _ := json.Marshal(a)
@@ -262,7 +287,8 @@ func TestRouterPostsInOrder(t *testing.T) {
 }
 
 // A batch is cut at the message size limit, in order; a message that alone
-// exceeds it is dropped and counted, and the others still go.
+// exceeds it is undeliverable (counted, never sent), and the others still
+// go.
 func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
@@ -282,8 +308,11 @@ func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 			t.Fatalf("message %d is %s/%d", i, got.m.JobID, got.m.Gen)
 		}
 	}
-	if got := counter(t, r.reg, "switchyard_peer_messages_dropped_total", map[string]string{"kind": "reply"}); got != 1 {
-		t.Errorf("dropped = %v, want 1 (the oversized one)", got)
+	if got := counter(t, r.reg, "switchyard_peer_messages_undeliverable_total", map[string]string{"kind": "reply", "reason": peer.ReasonTooLarge}); got != 1 {
+		t.Errorf("undeliverable = %v, want 1 (the oversized one)", got)
+	}
+	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 0 {
+		t.Errorf("dropped = %v, want 0: an undeliverable message is not dropped", got)
 	}
 	waitSent(t, r, "b")
 	if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n {
@@ -505,9 +534,10 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 	if err := r.Forward(ctx, "b", fullDelivery()); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
 		t.Errorf("forward with a wrong secret: got %v, want Unauthenticated at once", err)
 	}
-	// 2 bare calls, the Forward, and one Post per batch the router tried.
-	if got := counter(t, b.reg, "switchyard_peer_auth_failures_total", nil); got < 4 || got > 5 {
-		t.Errorf("auth failures = %v, want 4 or 5", got)
+	// 2 bare calls, the Forward (its lane's Deliver stream, then the unary
+	// Forward it falls back to), and one Post per batch the router tried.
+	if got := counter(t, b.reg, "switchyard_peer_auth_failures_total", nil); got < 5 || got > 6 {
+		t.Errorf("auth failures = %v, want 5 or 6", got)
 	}
 	if len(h.messages()) != 0 || len(h.forwarded()) != 0 {
 		t.Errorf("the handler saw unauthenticated calls: %v %v", h.messages(), h.forwarded())

@@ -25,7 +25,11 @@ type ServerConfig struct {
 	Node string
 	// Secret is the cluster secret every caller must prove it holds.
 	Secret []byte
-	// gRPC limits, from node config.
+	// gRPC limits, from node config. MaxMessageBytes bounds messages both
+	// ways (default 4 MiB). MaxConcurrentStreams bounds the calls in flight
+	// on one connection, Deliver streams included (one per lane, that is
+	// per (sending node, queue) with recent traffic): set it well above the
+	// number of queues one peer may be sending to at once (0: unlimited).
 	MaxMessageBytes      int
 	MaxConcurrentStreams uint32
 	Metrics              *Metrics
@@ -58,7 +62,11 @@ type Server struct {
 	handler atomic.Pointer[handlerBox]
 
 	mu      sync.Mutex
-	senders map[string]*inbox // by sending node id
+	senders map[string]*inbox // by sending node id: lane-less Posts
+	lanes   map[laneKey]*laneInbox
+	swept   time.Time // when lanes was last swept of forgotten lanes
+	stopped bool      // Stop began: no stream goroutine starts
+	wg      sync.WaitGroup
 }
 
 // handlerBox lets an interface value live in an atomic.Pointer.
@@ -81,6 +89,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if len(cfg.Secret) < MinSecretBytes {
 		return nil, &core.ConfigError{Field: "cluster-secret", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
 	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = defaultMaxMessageBytes
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -88,7 +99,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics}
-	s := &Server{cfg: cfg, senders: map[string]*inbox{}}
+	s := &Server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}}
 	s.SetHandler(cfg.Handler)
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -97,9 +108,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		grpc.ChainUnaryInterceptor(a.unary),
 		grpc.ChainStreamInterceptor(a.stream),
 		// Peers ping every ClientKeepaliveTime even without a call in
-		// flight: accept that, with room for timer skew.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ClientKeepaliveTime / 2, PermitWithoutStream: true}),
+		// flight: accept that, with room for timer skew (a server that
+		// enforced more than ClientKeepaliveTime would close the
+		// connection with "too_many_pings").
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ServerKeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Stop returns once every handler has: a Deliver stream's
+		// goroutines never outlive the server.
+		grpc.WaitForHandlers(true),
 	)
 	pb.RegisterPeerServiceServer(s.grpc, s)
 	return s, nil
@@ -113,8 +129,19 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
-// Stop closes the listener and every connection at once.
-func (s *Server) Stop() { s.grpc.Stop() }
+// ServerKeepaliveMinTime is the shortest interval between a client's
+// keepalive pings the peer server accepts: half the interval peers ping at.
+const ServerKeepaliveMinTime = ClientKeepaliveTime / 2
+
+// Stop closes the listener and every connection at once, and returns once
+// every call's handler and goroutines have.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.grpc.Stop()
+	s.wg.Wait()
+}
 
 // Ping answers with this node's id.
 func (s *Server) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error) {
@@ -160,6 +187,15 @@ func (s *Server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	if err != nil {
 		return nil, err
 	}
+	if req.GetLane() != nil && req.GetSession() != "" {
+		// A lane's item: checked against the lane's numbers, in its order.
+		l := s.acquireLane(from, req.GetLane().GetQueue())
+		defer s.releaseLane(l)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.syncLocked(req.GetSession())
+		return s.forwardLocked(from, h, l, req.GetSeq(), req.GetDelivery())
+	}
 	err = h.HandleForward(from, d)
 	res, ok := ForwardResponse(err)
 	if !ok {
@@ -186,6 +222,9 @@ func (s *Server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 	if err != nil {
 		return nil, err
 	}
+	if req.GetLane() != nil {
+		return s.postLane(from, h, req)
+	}
 	in := s.inbox(from)
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -210,6 +249,33 @@ func (s *Server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 	}
 	if session != "" {
 		in.next = max(in.next, seq+uint64(len(req.GetMessages())))
+	}
+	return &pb.PostResponse{}, nil
+}
+
+// postLane is Post for a lane's unary path: each message is checked
+// against the lane's numbers, shared with its Deliver streams and Forwards.
+func (s *Server) postLane(from string, h Handler, req *pb.PostRequest) (*pb.PostResponse, error) {
+	msgs, seqs, session := req.GetMessages(), req.GetSeqs(), req.GetSession()
+	if len(seqs) != len(msgs) {
+		return nil, status.Errorf(codes.InvalidArgument, "a lane's Post numbers each message: %d numbers for %d messages", len(seqs), len(msgs))
+	}
+	l := s.acquireLane(from, req.GetLane().GetQueue())
+	defer s.releaseLane(l)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.syncLocked(session)
+	for i, p := range msgs {
+		if session == "" {
+			// No numbers to check against: handled as it comes.
+			if m, err := MessageFromPB(p); err == nil {
+				h.HandleMessage(from, m)
+			} else {
+				s.cfg.Metrics.invalid.Inc()
+			}
+			continue
+		}
+		s.messageLocked(from, h, l, seqs[i], p)
 	}
 	return &pb.PostResponse{}, nil
 }

@@ -47,6 +47,8 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "node-to-node gRPC listen address (port 0 picks one; the catalog carries the bound address)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
+	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")
+	fs.BoolVar(&cfg.PeerForceUnary, "peer-force-unary", cfg.PeerForceUnary, "send peer messages by unary calls only, never on delivery streams")
 	fs.IntVar(&cfg.PeerFailureThreshold, "peer-failure-threshold", cfg.PeerFailureThreshold, "pings in a row a node may miss before it is spare in this node's view")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (default data/<name>)")
 	fs.StringVar(&cfg.Zone, "zone", "", "zone label of this node")

@@ -89,7 +89,55 @@ func (x PeerMessage_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerMessage_Kind.Descriptor instead.
 func (PeerMessage_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7, 0}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8, 0}
+}
+
+// PeerLane names one ordered lane of routing messages from a sender to this
+// node: the messages of one queue. Every message of a job names its queue,
+// so a job's messages keep their order while unrelated queues never wait
+// on each other.
+type PeerLane struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerLane) Reset() {
+	*x = PeerLane{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerLane) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerLane) ProtoMessage() {}
+
+func (x *PeerLane) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerLane.ProtoReflect.Descriptor instead.
+func (*PeerLane) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PeerLane) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
 }
 
 type PingRequest struct {
@@ -100,7 +148,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[0]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -112,7 +160,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[0]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -125,7 +173,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{0}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{1}
 }
 
 type PingResponse struct {
@@ -139,7 +187,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[1]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +199,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[1]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +212,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PingResponse) GetNode() string {
@@ -175,15 +223,24 @@ func (x *PingResponse) GetNode() string {
 }
 
 type ForwardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Delivery      *PeerDelivery          `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Delivery *PeerDelivery          `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// session, lane and seq are set when the forward is an item of a lane
+	// (the unary resend of a forward first sent on a Deliver stream, or one
+	// sent while the lane has no stream). The receiver then answers a seq it
+	// already handled with the verdict it gave then, without handling the
+	// job again. Absent lane: no such check (the dispatcher still takes a
+	// (job_id, generation) once).
+	Session       string    `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Lane          *PeerLane `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Seq           uint64    `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -195,7 +252,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[2]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -208,7 +265,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardRequest) GetDelivery() *PeerDelivery {
@@ -216,6 +273,27 @@ func (x *ForwardRequest) GetDelivery() *PeerDelivery {
 		return x.Delivery
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetLane() *PeerLane {
+	if x != nil {
+		return x.Lane
+	}
+	return nil
+}
+
+func (x *ForwardRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type ForwardResponse struct {
@@ -230,7 +308,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +320,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +333,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardResponse) GetRefusal() *PeerRefusal {
@@ -284,7 +362,7 @@ type PeerRefusal struct {
 
 func (x *PeerRefusal) Reset() {
 	*x = PeerRefusal{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +374,7 @@ func (x *PeerRefusal) String() string {
 func (*PeerRefusal) ProtoMessage() {}
 
 func (x *PeerRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +387,7 @@ func (x *PeerRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRefusal.ProtoReflect.Descriptor instead.
 func (*PeerRefusal) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PeerRefusal) GetCode() string {
@@ -353,14 +431,23 @@ type PostRequest struct {
 	// message numbered below the next it expects from that session.
 	FirstSeq uint64 `protobuf:"varint,2,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
 	// messages in the order the sender queued them.
-	Messages      []*PeerMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*PeerMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// lane is set when the batch is a lane's unary path (a resend after its
+	// stream was dropped, or a lane without a stream): the receiver then
+	// checks each message against that lane's numbers, shared with its
+	// Deliver streams, and seqs holds each message's number (a lane's
+	// numbers have gaps: one counter serves every lane of the session), so
+	// first_seq is unused. Absent: the sender's per-node order, numbered from
+	// first_seq, checked against the numbers of its other lane-less Posts.
+	Lane          *PeerLane `protobuf:"bytes,4,opt,name=lane,proto3" json:"lane,omitempty"`
+	Seqs          []uint64  `protobuf:"varint,5,rep,packed,name=seqs,proto3" json:"seqs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PostRequest) Reset() {
 	*x = PostRequest{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +459,7 @@ func (x *PostRequest) String() string {
 func (*PostRequest) ProtoMessage() {}
 
 func (x *PostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +472,7 @@ func (x *PostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostRequest.ProtoReflect.Descriptor instead.
 func (*PostRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PostRequest) GetSession() string {
@@ -409,6 +496,20 @@ func (x *PostRequest) GetMessages() []*PeerMessage {
 	return nil
 }
 
+func (x *PostRequest) GetLane() *PeerLane {
+	if x != nil {
+		return x.Lane
+	}
+	return nil
+}
+
+func (x *PostRequest) GetSeqs() []uint64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
+
 type PostResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -417,7 +518,7 @@ type PostResponse struct {
 
 func (x *PostResponse) Reset() {
 	*x = PostResponse{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +530,7 @@ func (x *PostResponse) String() string {
 func (*PostResponse) ProtoMessage() {}
 
 func (x *PostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +543,7 @@ func (x *PostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostResponse.ProtoReflect.Descriptor instead.
 func (*PostResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 // PeerMessage is a core.Message on the wire: one routing step of one job.
@@ -484,7 +585,7 @@ type PeerMessage struct {
 
 func (x *PeerMessage) Reset() {
 	*x = PeerMessage{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +597,7 @@ func (x *PeerMessage) String() string {
 func (*PeerMessage) ProtoMessage() {}
 
 func (x *PeerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +610,7 @@ func (x *PeerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerMessage.ProtoReflect.Descriptor instead.
 func (*PeerMessage) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerMessage) GetKind() PeerMessage_Kind {
@@ -618,7 +719,7 @@ type PeerEnd struct {
 
 func (x *PeerEnd) Reset() {
 	*x = PeerEnd{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +731,7 @@ func (x *PeerEnd) String() string {
 func (*PeerEnd) ProtoMessage() {}
 
 func (x *PeerEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +744,7 @@ func (x *PeerEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerEnd.ProtoReflect.Descriptor instead.
 func (*PeerEnd) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PeerEnd) GetCode() string {
@@ -711,7 +812,7 @@ type PeerDelivery struct {
 
 func (x *PeerDelivery) Reset() {
 	*x = PeerDelivery{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +824,7 @@ func (x *PeerDelivery) String() string {
 func (*PeerDelivery) ProtoMessage() {}
 
 func (x *PeerDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +837,7 @@ func (x *PeerDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerDelivery.ProtoReflect.Descriptor instead.
 func (*PeerDelivery) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PeerDelivery) GetJobId() string {
@@ -837,27 +938,499 @@ func (x *PeerDelivery) GetFront() bool {
 	return false
 }
 
+// DeliverFrame is one frame of a Deliver stream, from the sending node.
+type DeliverFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*DeliverFrame_Open
+	//	*DeliverFrame_Item
+	//	*DeliverFrame_Heartbeat
+	Body          isDeliverFrame_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverFrame) Reset() {
+	*x = DeliverFrame{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverFrame) ProtoMessage() {}
+
+func (x *DeliverFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverFrame.ProtoReflect.Descriptor instead.
+func (*DeliverFrame) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeliverFrame) GetBody() isDeliverFrame_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *DeliverFrame) GetOpen() *DeliverOpen {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverFrame_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *DeliverFrame) GetItem() *DeliverItem {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverFrame_Item); ok {
+			return x.Item
+		}
+	}
+	return nil
+}
+
+func (x *DeliverFrame) GetHeartbeat() *DeliverHeartbeat {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverFrame_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+type isDeliverFrame_Body interface {
+	isDeliverFrame_Body()
+}
+
+type DeliverFrame_Open struct {
+	// open is the first frame, and only the first.
+	Open *DeliverOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type DeliverFrame_Item struct {
+	// item is one numbered routing message or forward.
+	Item *DeliverItem `protobuf:"bytes,2,opt,name=item,proto3,oneof"`
+}
+
+type DeliverFrame_Heartbeat struct {
+	// heartbeat says the sender is alive when it has nothing to send.
+	Heartbeat *DeliverHeartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
+func (*DeliverFrame_Open) isDeliverFrame_Body() {}
+
+func (*DeliverFrame_Item) isDeliverFrame_Body() {}
+
+func (*DeliverFrame_Heartbeat) isDeliverFrame_Body() {}
+
+// DeliverOpen names the stream's lane. The sender is the authenticated
+// caller; session is its routing incarnation (the same as its Posts'), so
+// the receiver checks items against the numbers the sender's unary calls
+// used for this lane.
+type DeliverOpen struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Lane    *PeerLane              `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	// heartbeat_interval_ns is how often each side sends a frame when it has
+	// nothing else to send; each ends the stream after three silent
+	// intervals. 0: one second. The receiver clamps it to [1ms, 1min].
+	HeartbeatIntervalNs int64 `protobuf:"varint,3,opt,name=heartbeat_interval_ns,json=heartbeatIntervalNs,proto3" json:"heartbeat_interval_ns,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *DeliverOpen) Reset() {
+	*x = DeliverOpen{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverOpen) ProtoMessage() {}
+
+func (x *DeliverOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverOpen.ProtoReflect.Descriptor instead.
+func (*DeliverOpen) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeliverOpen) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *DeliverOpen) GetLane() *PeerLane {
+	if x != nil {
+		return x.Lane
+	}
+	return nil
+}
+
+func (x *DeliverOpen) GetHeartbeatIntervalNs() int64 {
+	if x != nil {
+		return x.HeartbeatIntervalNs
+	}
+	return 0
+}
+
+// DeliverItem is one lane item: a routing message, or a forward whose ack
+// carries the dispatcher's verdict.
+type DeliverItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq is the item's number in the sender's session; a lane's numbers
+	// only grow.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*DeliverItem_Message
+	//	*DeliverItem_Forward
+	Body          isDeliverItem_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverItem) Reset() {
+	*x = DeliverItem{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverItem) ProtoMessage() {}
+
+func (x *DeliverItem) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverItem.ProtoReflect.Descriptor instead.
+func (*DeliverItem) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeliverItem) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DeliverItem) GetBody() isDeliverItem_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *DeliverItem) GetMessage() *PeerMessage {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverItem_Message); ok {
+			return x.Message
+		}
+	}
+	return nil
+}
+
+func (x *DeliverItem) GetForward() *PeerDelivery {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverItem_Forward); ok {
+			return x.Forward
+		}
+	}
+	return nil
+}
+
+type isDeliverItem_Body interface {
+	isDeliverItem_Body()
+}
+
+type DeliverItem_Message struct {
+	// message is handled as a Post's message would be.
+	Message *PeerMessage `protobuf:"bytes,2,opt,name=message,proto3,oneof"`
+}
+
+type DeliverItem_Forward struct {
+	// forward is handled as a Forward would be; its ack carries the verdict.
+	Forward *PeerDelivery `protobuf:"bytes,3,opt,name=forward,proto3,oneof"`
+}
+
+func (*DeliverItem_Message) isDeliverItem_Body() {}
+
+func (*DeliverItem_Forward) isDeliverItem_Body() {}
+
+type DeliverHeartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverHeartbeat) Reset() {
+	*x = DeliverHeartbeat{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverHeartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverHeartbeat) ProtoMessage() {}
+
+func (x *DeliverHeartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverHeartbeat.ProtoReflect.Descriptor instead.
+func (*DeliverHeartbeat) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+// DeliverAck is one frame of a Deliver stream, from the receiving node.
+type DeliverAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*DeliverAck_Handled
+	//	*DeliverAck_Heartbeat
+	Body          isDeliverAck_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverAck) Reset() {
+	*x = DeliverAck{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverAck) ProtoMessage() {}
+
+func (x *DeliverAck) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverAck.ProtoReflect.Descriptor instead.
+func (*DeliverAck) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeliverAck) GetBody() isDeliverAck_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *DeliverAck) GetHandled() *DeliverHandled {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverAck_Handled); ok {
+			return x.Handled
+		}
+	}
+	return nil
+}
+
+func (x *DeliverAck) GetHeartbeat() *DeliverHeartbeat {
+	if x != nil {
+		if x, ok := x.Body.(*DeliverAck_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+type isDeliverAck_Body interface {
+	isDeliverAck_Body()
+}
+
+type DeliverAck_Handled struct {
+	// handled acks items.
+	Handled *DeliverHandled `protobuf:"bytes,1,opt,name=handled,proto3,oneof"`
+}
+
+type DeliverAck_Heartbeat struct {
+	// heartbeat says the receiver is alive while it has nothing to ack (a
+	// handler may be busy with an item for longer than the silence bound).
+	Heartbeat *DeliverHeartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+}
+
+func (*DeliverAck_Handled) isDeliverAck_Body() {}
+
+func (*DeliverAck_Heartbeat) isDeliverAck_Body() {}
+
+// DeliverHandled acks every item of the stream numbered up to seq: they
+// are handled (or were skipped as handled already). A forward's ack is
+// never merged into a later one, so its verdict always reaches the sender.
+type DeliverHandled struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// verdict is set when item seq was a forward the dispatcher decided:
+	// the same response Forward would have answered with.
+	Verdict *ForwardResponse `protobuf:"bytes,2,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// error_code and error are set when item seq was a forward that got no
+	// verdict: the gRPC code and message Forward would have failed with
+	// (UNAVAILABLE: the dispatcher could not decide, and the sender may try
+	// again under a new number; INVALID_ARGUMENT: the forward carried no
+	// job).
+	ErrorCode     uint32 `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverHandled) Reset() {
+	*x = DeliverHandled{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverHandled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverHandled) ProtoMessage() {}
+
+func (x *DeliverHandled) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverHandled.ProtoReflect.Descriptor instead.
+func (*DeliverHandled) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeliverHandled) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DeliverHandled) GetVerdict() *ForwardResponse {
+	if x != nil {
+		return x.Verdict
+	}
+	return nil
+}
+
+func (x *DeliverHandled) GetErrorCode() uint32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *DeliverHandled) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_switchyard_v1_peer_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x18switchyard/v1/peer.proto\x12\rswitchyard.v1\"\r\n" +
+	"\x18switchyard/v1/peer.proto\x12\rswitchyard.v1\" \n" +
+	"\bPeerLane\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"\r\n" +
 	"\vPingRequest\"\"\n" +
 	"\fPingResponse\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"I\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\xa2\x01\n" +
 	"\x0eForwardRequest\x127\n" +
-	"\bdelivery\x18\x01 \x01(\v2\x1b.switchyard.v1.PeerDeliveryR\bdelivery\"G\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x1b.switchyard.v1.PeerDeliveryR\bdelivery\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12+\n" +
+	"\x04lane\x18\x03 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"G\n" +
 	"\x0fForwardResponse\x124\n" +
 	"\arefusal\x18\x01 \x01(\v2\x1a.switchyard.v1.PeerRefusalR\arefusal\"u\n" +
 	"\vPeerRefusal\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12$\n" +
-	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"|\n" +
+	"\x0eretry_after_ms\x18\x04 \x01(\x03R\fretryAfterMs\"\xbd\x01\n" +
 	"\vPostRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x126\n" +
-	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\"\x0e\n" +
+	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\x12+\n" +
+	"\x04lane\x18\x04 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x12\x12\n" +
+	"\x04seqs\x18\x05 \x03(\x04R\x04seqs\"\x0e\n" +
 	"\fPostResponse\"\xb2\x04\n" +
 	"\vPeerMessage\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.switchyard.v1.PeerMessage.KindR\x04kind\x12\x15\n" +
@@ -910,11 +1483,38 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x05front\x18\x0e \x01(\bR\x05front\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xd9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
+	"\fDeliverFrame\x120\n" +
+	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.DeliverOpenH\x00R\x04open\x120\n" +
+	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.DeliverItemH\x00R\x04item\x12?\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\x04body\"\x88\x01\n" +
+	"\vDeliverOpen\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12+\n" +
+	"\x04lane\x18\x02 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x122\n" +
+	"\x15heartbeat_interval_ns\x18\x03 \x01(\x03R\x13heartbeatIntervalNs\"\x98\x01\n" +
+	"\vDeliverItem\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x126\n" +
+	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\amessage\x127\n" +
+	"\aforward\x18\x03 \x01(\v2\x1b.switchyard.v1.PeerDeliveryH\x00R\aforwardB\x06\n" +
+	"\x04body\"\x12\n" +
+	"\x10DeliverHeartbeat\"\x90\x01\n" +
+	"\n" +
+	"DeliverAck\x129\n" +
+	"\ahandled\x18\x01 \x01(\v2\x1d.switchyard.v1.DeliverHandledH\x00R\ahandled\x12?\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\x04body\"\x91\x01\n" +
+	"\x0eDeliverHandled\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x128\n" +
+	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error2\xa0\x02\n" +
 	"\vPeerService\x12?\n" +
 	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponse\x12H\n" +
 	"\aForward\x12\x1d.switchyard.v1.ForwardRequest\x1a\x1e.switchyard.v1.ForwardResponse\x12?\n" +
-	"\x04Post\x12\x1a.switchyard.v1.PostRequest\x1a\x1b.switchyard.v1.PostResponseBCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
+	"\x04Post\x12\x1a.switchyard.v1.PostRequest\x1a\x1b.switchyard.v1.PostResponse\x12E\n" +
+	"\aDeliver\x12\x1b.switchyard.v1.DeliverFrame\x1a\x19.switchyard.v1.DeliverAck(\x010\x01BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
 var (
 	file_switchyard_v1_peer_proto_rawDescOnce sync.Once
@@ -929,40 +1529,60 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_switchyard_v1_peer_proto_goTypes = []any{
-	(PeerMessage_Kind)(0),   // 0: switchyard.v1.PeerMessage.Kind
-	(*PingRequest)(nil),     // 1: switchyard.v1.PingRequest
-	(*PingResponse)(nil),    // 2: switchyard.v1.PingResponse
-	(*ForwardRequest)(nil),  // 3: switchyard.v1.ForwardRequest
-	(*ForwardResponse)(nil), // 4: switchyard.v1.ForwardResponse
-	(*PeerRefusal)(nil),     // 5: switchyard.v1.PeerRefusal
-	(*PostRequest)(nil),     // 6: switchyard.v1.PostRequest
-	(*PostResponse)(nil),    // 7: switchyard.v1.PostResponse
-	(*PeerMessage)(nil),     // 8: switchyard.v1.PeerMessage
-	(*PeerEnd)(nil),         // 9: switchyard.v1.PeerEnd
-	(*PeerDelivery)(nil),    // 10: switchyard.v1.PeerDelivery
-	nil,                     // 11: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
+	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
+	(*PingRequest)(nil),      // 2: switchyard.v1.PingRequest
+	(*PingResponse)(nil),     // 3: switchyard.v1.PingResponse
+	(*ForwardRequest)(nil),   // 4: switchyard.v1.ForwardRequest
+	(*ForwardResponse)(nil),  // 5: switchyard.v1.ForwardResponse
+	(*PeerRefusal)(nil),      // 6: switchyard.v1.PeerRefusal
+	(*PostRequest)(nil),      // 7: switchyard.v1.PostRequest
+	(*PostResponse)(nil),     // 8: switchyard.v1.PostResponse
+	(*PeerMessage)(nil),      // 9: switchyard.v1.PeerMessage
+	(*PeerEnd)(nil),          // 10: switchyard.v1.PeerEnd
+	(*PeerDelivery)(nil),     // 11: switchyard.v1.PeerDelivery
+	(*DeliverFrame)(nil),     // 12: switchyard.v1.DeliverFrame
+	(*DeliverOpen)(nil),      // 13: switchyard.v1.DeliverOpen
+	(*DeliverItem)(nil),      // 14: switchyard.v1.DeliverItem
+	(*DeliverHeartbeat)(nil), // 15: switchyard.v1.DeliverHeartbeat
+	(*DeliverAck)(nil),       // 16: switchyard.v1.DeliverAck
+	(*DeliverHandled)(nil),   // 17: switchyard.v1.DeliverHandled
+	nil,                      // 18: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
-	10, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
-	5,  // 1: switchyard.v1.ForwardResponse.refusal:type_name -> switchyard.v1.PeerRefusal
-	8,  // 2: switchyard.v1.PostRequest.messages:type_name -> switchyard.v1.PeerMessage
-	0,  // 3: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
-	10, // 4: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
-	9,  // 5: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	11, // 6: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
-	1,  // 7: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	3,  // 8: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	6,  // 9: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	2,  // 10: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	4,  // 11: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	7,  // 12: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	11, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
+	1,  // 1: switchyard.v1.ForwardRequest.lane:type_name -> switchyard.v1.PeerLane
+	6,  // 2: switchyard.v1.ForwardResponse.refusal:type_name -> switchyard.v1.PeerRefusal
+	9,  // 3: switchyard.v1.PostRequest.messages:type_name -> switchyard.v1.PeerMessage
+	1,  // 4: switchyard.v1.PostRequest.lane:type_name -> switchyard.v1.PeerLane
+	0,  // 5: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
+	11, // 6: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
+	10, // 7: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
+	18, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	13, // 9: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
+	14, // 10: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
+	15, // 11: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	1,  // 12: switchyard.v1.DeliverOpen.lane:type_name -> switchyard.v1.PeerLane
+	9,  // 13: switchyard.v1.DeliverItem.message:type_name -> switchyard.v1.PeerMessage
+	11, // 14: switchyard.v1.DeliverItem.forward:type_name -> switchyard.v1.PeerDelivery
+	17, // 15: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
+	15, // 16: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	5,  // 17: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
+	2,  // 18: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 19: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 20: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 21: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	3,  // 22: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 23: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 24: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 25: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -970,13 +1590,26 @@ func file_switchyard_v1_peer_proto_init() {
 	if File_switchyard_v1_peer_proto != nil {
 		return
 	}
+	file_switchyard_v1_peer_proto_msgTypes[11].OneofWrappers = []any{
+		(*DeliverFrame_Open)(nil),
+		(*DeliverFrame_Item)(nil),
+		(*DeliverFrame_Heartbeat)(nil),
+	}
+	file_switchyard_v1_peer_proto_msgTypes[13].OneofWrappers = []any{
+		(*DeliverItem_Message)(nil),
+		(*DeliverItem_Forward)(nil),
+	}
+	file_switchyard_v1_peer_proto_msgTypes[15].OneofWrappers = []any{
+		(*DeliverAck_Handled)(nil),
+		(*DeliverAck_Heartbeat)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

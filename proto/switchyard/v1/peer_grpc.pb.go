@@ -22,6 +22,7 @@ const (
 	PeerService_Ping_FullMethodName    = "/switchyard.v1.PeerService/Ping"
 	PeerService_Forward_FullMethodName = "/switchyard.v1.PeerService/Forward"
 	PeerService_Post_FullMethodName    = "/switchyard.v1.PeerService/Post"
+	PeerService_Deliver_FullMethodName = "/switchyard.v1.PeerService/Deliver"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -35,10 +36,21 @@ const (
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Routing (docs/cluster.md) uses two calls: Forward, the one leg whose
-// caller must know the answer before it answers its own client, and Post,
-// which carries every other routing message asynchronously in per-node
-// order.
+// Routing (docs/cluster.md) uses three calls. Deliver is the request leg's
+// stream: one per (sender, receiver, queue) lane, carrying forwards,
+// deliveries, cancels and unbinds, and the synchronous forward whose
+// caller must know the answer before it answers its own client. Forward
+// and Post are its unary fallback, used when a lane's stream stalls or
+// fails, and Post also carries the response leg (replies and releases) in
+// per-node order.
+//
+// A lane is one ordered sequence of messages, whichever call carries each
+// one: the sender numbers them within its session, and the receiver keeps,
+// per (sender, session, queue), the next number it expects, under one lock
+// shared by all three calls. It handles a message numbered at or above it
+// and skips one below it (handled already, through this call or another),
+// so a message resent on the unary path after its stream was dropped is
+// handled once, and never after a message the sender queued behind it.
 type PeerServiceClient interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
@@ -61,6 +73,20 @@ type PeerServiceClient interface {
 	// unchanged before anything queued after it, so messages from one node to
 	// another arrive in the order they were sent.
 	Post(ctx context.Context, in *PostRequest, opts ...grpc.CallOption) (*PostResponse, error)
+	// Deliver is one lane's stream, dialled by the sending node (the
+	// dispatcher dials the consumer host; the ingress dials the dispatcher).
+	// The first frame is an open naming the lane; each later frame is one
+	// numbered item or a heartbeat. The receiver handles items one by one, in
+	// order, and acks each once it is handled ("this node took it", not "the
+	// job is done"); a forward's ack carries the dispatcher's verdict.
+	//
+	// Both sides heartbeat at the interval the open announces, and each ends
+	// the stream when the other is silent (no frame of any kind) for three
+	// intervals. The sender also drops the stream when its oldest unacked item
+	// misses its ack deadline (derived from the job's remaining TTL), and then
+	// resends every unacked item, in order, through Post and Forward with the
+	// same numbers. The sender closes an idle stream with nothing unacked.
+	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverFrame, DeliverAck], error)
 }
 
 type peerServiceClient struct {
@@ -101,6 +127,19 @@ func (c *peerServiceClient) Post(ctx context.Context, in *PostRequest, opts ...g
 	return out, nil
 }
 
+func (c *peerServiceClient) Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverFrame, DeliverAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[0], PeerService_Deliver_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DeliverFrame, DeliverAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_DeliverClient = grpc.BidiStreamingClient[DeliverFrame, DeliverAck]
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -112,10 +151,21 @@ func (c *peerServiceClient) Post(ctx context.Context, in *PostRequest, opts ...g
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Routing (docs/cluster.md) uses two calls: Forward, the one leg whose
-// caller must know the answer before it answers its own client, and Post,
-// which carries every other routing message asynchronously in per-node
-// order.
+// Routing (docs/cluster.md) uses three calls. Deliver is the request leg's
+// stream: one per (sender, receiver, queue) lane, carrying forwards,
+// deliveries, cancels and unbinds, and the synchronous forward whose
+// caller must know the answer before it answers its own client. Forward
+// and Post are its unary fallback, used when a lane's stream stalls or
+// fails, and Post also carries the response leg (replies and releases) in
+// per-node order.
+//
+// A lane is one ordered sequence of messages, whichever call carries each
+// one: the sender numbers them within its session, and the receiver keeps,
+// per (sender, session, queue), the next number it expects, under one lock
+// shared by all three calls. It handles a message numbered at or above it
+// and skips one below it (handled already, through this call or another),
+// so a message resent on the unary path after its stream was dropped is
+// handled once, and never after a message the sender queued behind it.
 type PeerServiceServer interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
@@ -138,6 +188,20 @@ type PeerServiceServer interface {
 	// unchanged before anything queued after it, so messages from one node to
 	// another arrive in the order they were sent.
 	Post(context.Context, *PostRequest) (*PostResponse, error)
+	// Deliver is one lane's stream, dialled by the sending node (the
+	// dispatcher dials the consumer host; the ingress dials the dispatcher).
+	// The first frame is an open naming the lane; each later frame is one
+	// numbered item or a heartbeat. The receiver handles items one by one, in
+	// order, and acks each once it is handled ("this node took it", not "the
+	// job is done"); a forward's ack carries the dispatcher's verdict.
+	//
+	// Both sides heartbeat at the interval the open announces, and each ends
+	// the stream when the other is silent (no frame of any kind) for three
+	// intervals. The sender also drops the stream when its oldest unacked item
+	// misses its ack deadline (derived from the job's remaining TTL), and then
+	// resends every unacked item, in order, through Post and Forward with the
+	// same numbers. The sender closes an idle stream with nothing unacked.
+	Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -156,6 +220,9 @@ func (UnimplementedPeerServiceServer) Forward(context.Context, *ForwardRequest) 
 }
 func (UnimplementedPeerServiceServer) Post(context.Context, *PostRequest) (*PostResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Post not implemented")
+}
+func (UnimplementedPeerServiceServer) Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error {
+	return status.Error(codes.Unimplemented, "method Deliver not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -232,6 +299,13 @@ func _PeerService_Post_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PeerService_Deliver_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServiceServer).Deliver(&grpc.GenericServerStream[DeliverFrame, DeliverAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_DeliverServer = grpc.BidiStreamingServer[DeliverFrame, DeliverAck]
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +326,13 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _PeerService_Post_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Deliver",
+			Handler:       _PeerService_Deliver_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "switchyard/v1/peer.proto",
 }
