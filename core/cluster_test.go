@@ -1345,3 +1345,49 @@ func TestClusterRelocationAndClaims(t *testing.T) {
 	n3.e.ClusterChanged()
 	waitFor(t, 5*time.Second, "n3 to claim the orphaned queue", func() bool { return claims() == 2 })
 }
+
+// TestClusterTTLPerHop walks a job ingress (n1) → dispatcher (n2) → consumer
+// host (n3) → worker and checks that the remaining TTL it carries strictly
+// decreases at every hop, queue residence on the dispatcher included. Each
+// hop measures on its own clock from the TTL it received: nothing compares
+// clocks across nodes. (A job whose TTL runs out on the way fails where it
+// is found: TestClusterQueuedJobExpiresOnDispatcher.)
+func TestClusterTTLPerHop(t *testing.T) {
+	const ttl = 10 * time.Second
+	const residence = 200 * time.Millisecond
+	net := newFakeNet(t)
+	n1, n3 := net.add("n1", nil), net.add("n3", nil)
+	net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	wb, fb := n3.worker("q", "b", 1)
+	busy := n1.submit("q", env(clusterTTL))
+	ob := waitOffers(t, fb, busy.ID, 1)[0]
+
+	start := time.Now()
+	j := n1.submit("q", env(ttl))
+	time.Sleep(residence) // the job waits on n2: the worker's one credit is taken
+	wb.End(busy.ID, ob.Gen, "", "", nil)
+	o := waitOffers(t, fb, j.ID, 1)[0]
+	elapsed := time.Since(start)
+
+	var forward, deliver time.Duration
+	for _, s := range net.sentFor(j.ID) {
+		switch {
+		case s.Kind == core.MsgForward && s.Call:
+			forward = s.Msg.Delivery.TTL
+		case s.Kind == core.MsgDeliver:
+			deliver = s.Msg.Delivery.TTL
+		}
+	}
+	t.Logf("TTL per hop: envelope %v → forwarded by n1 %v → delivered by n2 %v (after %v queued) → offered to the worker by n3 %v; %v elapsed in all",
+		ttl, forward, deliver, residence, o.TTL, elapsed)
+	if !(ttl > forward && forward > deliver && deliver > o.TTL && o.TTL > 0) {
+		t.Fatalf("TTL did not strictly decrease: %v > %v > %v > %v", ttl, forward, deliver, o.TTL)
+	}
+	if forward-deliver < residence {
+		t.Errorf("the dispatcher took %v off for a job that waited %v there", forward-deliver, residence)
+	}
+	if ttl-o.TTL > elapsed {
+		t.Errorf("the hops took %v off in all, more than the %v that passed", ttl-o.TTL, elapsed)
+	}
+}

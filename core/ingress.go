@@ -100,6 +100,8 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	// answer that races the forward's own response finds its job.
 	e.startLocked(j)
 	e.mu.Unlock()
+	// What is left now, the ingress's own time included, is what travels.
+	d.TTL = time.Until(j.deadline)
 	ferr := e.cluster.Forward(ctx, dispatcher, d)
 	if ferr == nil {
 		return j, false, nil
