@@ -438,3 +438,59 @@ func TestSpareNodeSkipped(t *testing.T) {
 		}
 	}
 }
+
+// A consumer that moves to another node while the delivery stream to its
+// old node is open: its job that had produced no output runs again, once,
+// on the new node (after the old run was stopped), and nothing is lost.
+func TestConsumerMovesUnderOpenStream(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	type run struct {
+		where         string
+		gen           uint64
+		start, finish time.Time
+	}
+	var mu sync.Mutex
+	var runs []run
+	handler := func(where string, block bool) worker.Handler {
+		return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+			mu.Lock()
+			i := len(runs)
+			runs = append(runs, run{where: where, gen: job.Generation, start: time.Now()})
+			mu.Unlock()
+			defer func() { mu.Lock(); runs[i].finish = time.Now(); mu.Unlock() }()
+			if block {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			_ = out.Send(ctx, where)
+			return where, nil
+		}
+	}
+	stopOld := MustStartWorker(t, n2, worker.Config{Name: "mover", Queue: "mv"}, handler("n2", true))
+	waitFor(t, 5*time.Second, "n2 dispatches mv", func() bool { return dispatcherOf(n1, "mv") == "n2" })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := post(ctx, t, n1, "mv", `{"ttl_ms":15000,"input":"x"}`, true)
+	defer res.Body.Close()
+	waitFor(t, 5*time.Second, "the job running on n2", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) == 1 })
+
+	stopOld() // the consumer leaves n2 …
+	MustStartWorker(t, n3, worker.Config{Name: "mover", Queue: "mv"}, handler("n3", false)) // … and comes back on n3
+	evs := readAll(t, res.Body)
+	if got := strings.Join(types(evs), ","); got != "accepted,output,done" {
+		t.Fatalf("events %s, want accepted,output,done", got)
+	}
+	if who := field[string](t, evs[2], "result"); who != "n3" {
+		t.Fatalf("completed by %q, want n3", who)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 2 || runs[0].where != "n2" || runs[1].where != "n3" || runs[1].gen <= runs[0].gen {
+		t.Fatalf("runs %+v, want n2 then n3 with a newer generation", runs)
+	}
+	if runs[1].start.Before(runs[0].finish) {
+		t.Fatalf("the new run started %v before the old one stopped", runs[0].finish.Sub(runs[1].start))
+	}
+}
