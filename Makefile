@@ -5,6 +5,8 @@ LDFLAGS  := -X 'main.Version=$(VERSION)'
 TOOLBIN  := $(CURDIR)/.bin
 PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 FUZZTIME ?= 10s
+# jobs per setup and concurrency level in `make bench`'s BenchmarkCluster
+CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -56,7 +58,9 @@ fuzz:
 	  done; \
 	done
 
-## bench: a node with a demo worker, driven by `switchyard bench`; prints figures
+## bench: a node with a demo worker, driven by `switchyard bench`; the cluster
+## benchmark (co-located vs cross-node vs a bare relay, one process); the peer
+## request leg streamed vs unary. Prints figures, never fails on a time.
 bench: build
 	@set -e; dir=$$(mktemp -d); \
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
@@ -64,6 +68,15 @@ bench: build
 	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
 	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
 	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
+	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS)
+	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \
+	awk '{ print } \
+	  /^BenchmarkDeliver\// { split($$1, p, "/"); m = p[3]; sub(/-[0-9]+$$/, "", m); \
+	    for (i = 2; i <= NF; i++) if ($$i == "µs/delivery") v[p[2] "/" m] = $$(i-1) } \
+	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
+	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
+	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool

@@ -1,27 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	sse "github.com/tmaxmax/go-sse"
+	"github.com/switchyard/switchyard/integration/benchkit"
 )
 
 // runBench drives jobs through a running node and prints, per concurrency
 // level, time to first output and to the terminal event (p50, p99) and
 // jobs per second. It is a benchmark: it reports, it never fails on a time.
+// The client code is integration/benchkit's, shared with the cluster
+// benchmark (BenchmarkCluster), so their figures are measured alike.
 func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	url := fs.String("url", "http://127.0.0.1:8080", "node HTTP address")
@@ -33,9 +30,8 @@ func runBench(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	client := benchkit.NewClient()
+	defer client.CloseIdleConnections()
 	body, _ := json.Marshal(map[string]any{"input": *input, "options": map[string]any{"delay_ms": *delay}})
 	target := strings.TrimRight(*url, "/") + "/v1/queues/" + *queue + "/jobs"
 
@@ -46,95 +42,20 @@ func runBench(ctx context.Context, args []string) error {
 		if err != nil || c < 1 {
 			return fmt.Errorf("--concurrency %q: want positive integers", *levels)
 		}
-		r := benchLevel(ctx, client, target, body, *jobs, c)
+		r := benchkit.Run(ctx, client, target, body, *jobs, c)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", c, *jobs, r.failed,
-			pct(r.first, 50), pct(r.first, 99), pct(r.last, 50), pct(r.last, 99), float64(len(r.last))/r.wall.Seconds())
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", c, *jobs, r.Failed,
+			pct(r.First, 50), pct(r.First, 99), pct(r.Last, 50), pct(r.Last, 99), r.JobsPerSec())
 	}
 	return tw.Flush()
 }
 
-type benchResult struct {
-	first, last []time.Duration
-	failed      int
-	wall        time.Duration
-}
-
-func benchLevel(ctx context.Context, client *http.Client, target string, body []byte, n, conc int) benchResult {
-	var (
-		mu  sync.Mutex
-		res benchResult
-		wg  sync.WaitGroup
-	)
-	next := make(chan struct{}, n)
-	for range n {
-		next <- struct{}{}
-	}
-	close(next)
-	start := time.Now()
-	for range conc {
-		wg.Go(func() {
-			for range next {
-				first, last, ok := benchJob(ctx, client, target, body)
-				mu.Lock()
-				if ok {
-					res.first = append(res.first, first)
-					res.last = append(res.last, last)
-				} else {
-					res.failed++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	res.wall = time.Since(start)
-	return res
-}
-
-func benchJob(ctx context.Context, client *http.Client, target string, body []byte) (first, last time.Duration, ok bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		return 0, 0, false
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	t0 := time.Now()
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, 0, false
-	}
-	defer res.Body.Close()
-	defer io.Copy(io.Discard, res.Body) //nolint:errcheck // drain for connection reuse
-	if res.StatusCode != http.StatusOK {
-		return 0, 0, false
-	}
-	for ev, err := range sse.Read(res.Body, nil) {
-		if err != nil {
-			return 0, 0, false
-		}
-		switch ev.Type {
-		case "output":
-			if first == 0 {
-				first = time.Since(t0)
-			}
-		case "done":
-			return first, time.Since(t0), true
-		case "error":
-			return 0, 0, false
-		}
-	}
-	return 0, 0, false
-}
-
+// pct formats the p-th percentile of d for the table.
 func pct(d []time.Duration, p int) string {
 	if len(d) == 0 {
 		return "-"
 	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := min(len(s)-1, (len(s)*p+99)/100-1)
-	return s[max(i, 0)].Round(10 * time.Microsecond).String()
+	return benchkit.Percentile(d, p).Round(10 * time.Microsecond).String()
 }

@@ -1,0 +1,138 @@
+// Package benchkit holds what Switchyard's benchmarks share: the HTTP load
+// generator behind `switchyard bench` and the cluster benchmark
+// (integration/bench_test.go), so every figure they print is measured by
+// the same client code, and the bare relay that benchmark compares a
+// cross-node job with.
+//
+// It is benchmark tooling, not part of a node. Nothing here fails on a
+// time: it measures and reports.
+package benchkit
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+)
+
+// NewClient returns the HTTP client the load generator uses: keep-alive
+// connections, enough idle ones per host for any concurrency level.
+func NewClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+}
+
+// Result is one load level: per successful job, the time from sending the
+// POST to its first "output" event and to its "done" event; the jobs that
+// did not end in "done"; the wall time of the whole level.
+type Result struct {
+	First, Last []time.Duration
+	Failed      int
+	Wall        time.Duration
+}
+
+// JobsPerSec is the completed jobs per second of wall time.
+func (r Result) JobsPerSec() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(len(r.Last)) / r.Wall.Seconds()
+}
+
+// Run posts n jobs to target (a .../v1/queues/{queue}/jobs URL) from conc
+// goroutines, each starting its next job as soon as its previous one ended,
+// and reads each job's event stream to its end.
+func Run(ctx context.Context, client *http.Client, target string, body []byte, n, conc int) Result {
+	var (
+		mu  sync.Mutex
+		res Result
+		wg  sync.WaitGroup
+	)
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for range next {
+				first, last, ok := Job(ctx, client, target, body)
+				mu.Lock()
+				if ok {
+					res.First = append(res.First, first)
+					res.Last = append(res.Last, last)
+				} else {
+					res.Failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res.Wall = time.Since(start)
+	return res
+}
+
+// Job posts one job asking for text/event-stream and reads the stream with
+// a spec-compliant SSE parser. first is the time to the first "output"
+// event (0 when the job had none), last the time to "done"; ok is false
+// when the job failed, ended otherwise, or the request did.
+func Job(ctx context.Context, client *http.Client, target string, body []byte) (first, last time.Duration, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	t0 := time.Now()
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer res.Body.Close()
+	defer io.Copy(io.Discard, res.Body) //nolint:errcheck // drain for connection reuse
+	if res.StatusCode != http.StatusOK {
+		return 0, 0, false
+	}
+	for ev, err := range sse.Read(res.Body, nil) {
+		if err != nil {
+			return 0, 0, false
+		}
+		switch ev.Type {
+		case "output":
+			if first == 0 {
+				first = time.Since(t0)
+			}
+		case "done":
+			return first, time.Since(t0), true
+		case "error":
+			return 0, 0, false
+		}
+	}
+	return 0, 0, false
+}
+
+// Percentile is the p-th percentile (nearest rank) of d; 0 for none.
+func Percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := min(len(s)-1, (len(s)*p+99)/100-1)
+	return s[max(i, 0)]
+}
+
+// Add merges o into r: samples and failures pooled, wall times summed, so
+// JobsPerSec stays completed jobs over the time spent running them.
+func (r *Result) Add(o Result) {
+	r.First = append(r.First, o.First...)
+	r.Last = append(r.Last, o.Last...)
+	r.Failed += o.Failed
+	r.Wall += o.Wall
+}
