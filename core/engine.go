@@ -138,7 +138,9 @@ type Engine struct {
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later
-// happens on callers' goroutines or on timers it stops in Close.
+// happens on callers' goroutines, on timers it stops in Close, or (in a
+// cluster) on short-lived goroutines for catalog writes, which Close
+// cancels and waits for.
 func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
