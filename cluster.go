@@ -26,7 +26,15 @@ type nodeCluster struct {
 	transport
 }
 
-var _ core.Cluster = (*nodeCluster)(nil)
+var (
+	_ core.Cluster = (*nodeCluster)(nil)
+	// The router has the reply leg's flow control (Room forwards to it), and
+	// the engine hears of reply legs whose host went silent.
+	_ interface {
+		Room(node, job string) <-chan struct{}
+	} = (*peer.Router)(nil)
+	_ peer.LegWatcher = (*core.Engine)(nil)
+)
 
 func (c *nodeCluster) Dispatcher(ctx context.Context, queue string) (string, error) {
 	if node, ok := c.CachedDispatcher(queue); ok {

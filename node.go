@@ -134,6 +134,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		StreamIdle:        cfg.PeerStreamIdle,
 		Heartbeat:         cfg.PeerHeartbeatInterval,
 		ForceUnary:        cfg.PeerForceUnary,
+		// Cancels go back on the reply legs this node's server holds, and
+		// come in on the ones this node's router sends: both go through
+		// the server's handler, the engine (which also hears, as a
+		// peer.LegWatcher, of legs whose host went silent).
+		Server: n.peerSrv,
 		// The engine is built below; the router calls this from its own
 		// goroutines, never from Send.
 		Undeliverable: func(node string, m core.Message, reason string) {

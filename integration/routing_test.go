@@ -476,8 +476,9 @@ func TestConsumerMovesUnderOpenStream(t *testing.T) {
 	defer res.Body.Close()
 	waitFor(t, 5*time.Second, "the job running on n2", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) == 1 })
 
-	stopOld() // the consumer leaves n2 …
-	MustStartWorker(t, n3, worker.Config{Name: "mover", Queue: "mv"}, handler("n3", false)) // … and comes back on n3
+	// The consumer leaves n2 and comes back on n3.
+	stopOld()
+	MustStartWorker(t, n3, worker.Config{Name: "mover", Queue: "mv"}, handler("n3", false))
 	evs := readAll(t, res.Body)
 	if got := strings.Join(types(evs), ","); got != "accepted,output,done" {
 		t.Fatalf("events %s, want accepted,output,done", got)

@@ -143,6 +143,7 @@ func MessageToPB(m core.Message) (*pb.PeerMessage, error) {
 		Rejected:   m.Rejected,
 		Reason:     m.Reason,
 		Code:       string(m.Code),
+		TtlNs:      int64(m.TTL),
 	}
 	if m.Delivery != nil {
 		p.Delivery = DeliveryToPB(*m.Delivery)
@@ -176,6 +177,7 @@ func MessageFromPB(p *pb.PeerMessage) (core.Message, error) {
 		Rejected:   p.GetRejected(),
 		Reason:     p.GetReason(),
 		Code:       core.Code(p.GetCode()),
+		TTL:        time.Duration(p.GetTtlNs()),
 	}
 	if p.Delivery != nil {
 		d, err := DeliveryFromPB(p.Delivery)

@@ -36,6 +36,7 @@ func fullMessage() core.Message {
 		Accepted: true, Output: json.RawMessage(`"chunk"`),
 		End:      &core.End{Code: core.CodeWorkerError, Detail: "boom", Result: json.RawMessage(`{"r":2}`)},
 		Rejected: true, Reason: "busy", Code: core.CodeCancelled,
+		TTL: 987654321 * time.Nanosecond,
 	}
 }
 
@@ -136,7 +137,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{name: "forward", in: core.Message{Kind: core.MsgForward, JobID: "j", Gen: 2, Queue: "q", Delivery: &d}},
 		{name: "deliver", in: core.Message{Kind: core.MsgDeliver, JobID: "j", Gen: 2, Queue: "q", Delivery: &d, Consumer: "c", WorkerName: "w"}},
 		{name: "reply accepted", in: core.Message{Kind: core.MsgReply, JobID: "j", Gen: 2, Consumer: "c", Accepted: true}},
-		{name: "reply output", in: core.Message{Kind: core.MsgReply, JobID: "j", Gen: 2, Output: json.RawMessage(`[1,2]`)}},
+		{name: "reply output", in: core.Message{Kind: core.MsgReply, JobID: "j", Gen: 2, Output: json.RawMessage(`[1,2]`), TTL: 3 * time.Second}},
 		{name: "reply success end: present though every field is empty", in: core.Message{Kind: core.MsgReply, JobID: "j", Gen: 2, End: &core.End{}}},
 		{name: "reply failed end", in: core.Message{Kind: core.MsgReply, JobID: "j", End: &core.End{Code: core.CodeWorkerError, Detail: "x", Result: json.RawMessage(`null`)}}},
 		{name: "release rejected", in: core.Message{Kind: core.MsgRelease, JobID: "j", Gen: 3, Consumer: "c", Rejected: true, Reason: "no"}},

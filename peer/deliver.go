@@ -178,7 +178,7 @@ func (s *Server) messageLocked(from string, h Handler, l *laneInbox, seq uint64,
 		s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
 		return
 	}
-	h.HandleMessage(from, m)
+	s.handleMessage(h, from, m)
 }
 
 // Errors a Deliver stream ends with.

@@ -5,22 +5,37 @@
 // core.Cluster: Forward and Send) and the server's Handler that hands what
 // peers send to the engine.
 //
-// Routing has two paths. The request leg (forward, deliver, cancel, unbind,
-// and the synchronous Forward, which needs the dispatcher's verdict) goes
-// by lanes, one per (destination node, queue): each lane's goroutine opens
-// a Deliver stream to the node on its first message, sends its messages on
-// it in order and closes it when idle; a stream that stalls (an ack later
-// than the job's TTL allows), fails, or goes silent (no heartbeat) is
-// dropped, and what it held unacked is resent in order by unary Post and
-// Forward calls, the receiver skipping anything it already handled by
-// either path (lane.go, deliver.go). The response leg (reply, release) goes
-// by one FIFO per node as batched Posts, one in flight per node, a failed
-// batch resent unchanged before anything behind it. Every message carries
-// a (session, sequence) pair so a resend is never handled twice, and a
-// refusal travels as an answer, not a gRPC error. A message no transport
-// can carry (too large, no valid wire form) is never sent: the engine is
-// told, and fails its job. Messages to a node whose catalog record is gone
-// are dropped: it is dead.
+// Routing has three paths. The request leg (forward, deliver, cancel,
+// unbind, and the synchronous Forward, which needs the dispatcher's
+// verdict) goes by lanes, one per (destination node, queue): each lane's
+// goroutine opens a Deliver stream to the node on its first message, sends
+// its messages on it in order and closes it when idle; a stream that
+// stalls (an ack later than the job's TTL allows), fails, or goes silent
+// (no heartbeat) is dropped, and what it held unacked is resent in order by
+// unary Post and Forward calls, the receiver skipping anything it already
+// handled by either path (lane.go, deliver.go). The response leg (reply,
+// release) goes by reply legs, one Respond stream per job binding from its
+// consumer host to its ingress, opened by its first reply and closed by its
+// end or release, a cancel, or the job's TTL, never for being idle; it
+// carries the job's cancel back, is re-opened and resent after a failure,
+// and blocks rather than drops: a slow ingress makes Router.Room ask the
+// worker session to stop reading its worker (respond.go,
+// respondserver.go). A binding's only message (an end or a release with no
+// leg open) goes by one FIFO per node as batched Posts, one in flight per
+// node, a failed batch resent unchanged before anything behind it. Every
+// message carries a (session, sequence) pair so a resend is never handled
+// twice, and a refusal travels as an answer, not a gRPC error. A message no
+// transport can carry (too large, no valid wire form) is never sent: the
+// engine is told, and fails its job. Messages to a node whose catalog
+// record is gone are dropped: it is dead.
+//
+// Liveness: both ends of every Deliver and Respond stream heartbeat every
+// RouterConfig.Heartbeat (1s by default, far below gRPC's keepalive), and a
+// stream on which nothing arrives for three intervals is dropped. On a
+// reply leg the ingress then fails the job worker_lost (the Handler, as a
+// LegWatcher): a consumer host that goes silent without closing its
+// connection turns into a terminal error for each of its streaming jobs
+// within three heartbeat intervals plus one, not the kernel's minutes.
 //
 // Authentication proves membership, not the channel. Every call carries the
 // caller's node id ("x-switchyard-node") and hex(HMAC-SHA256(secret, id))

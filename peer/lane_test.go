@@ -216,8 +216,8 @@ func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 	waitFor(t, 5*time.Second, "the reports", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) == 4 })
 	waitSent(t, r, "b")
 	checkOnceInOrder(t, h.messages(), "j", 2)
-	// The lane's reports in its order; the reply's, which goes by the
-	// response FIFO, at any point.
+	// The lane's reports in its order; the reply's, which goes by its
+	// reply leg, at any point.
 	mu.Lock()
 	var lane, fifo []report
 	for _, rp := range reports {

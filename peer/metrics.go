@@ -26,6 +26,11 @@ type Metrics struct {
 	idleCloses    prometheus.Counter
 	ackExpiries   prometheus.Counter
 	undeliverable *prometheus.CounterVec
+
+	// Reply legs (respond.go, respondserver.go).
+	backpressure prometheus.Counter
+	legSilences  *prometheus.CounterVec
+	legsEnded    *prometheus.CounterVec
 }
 
 // kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
@@ -45,15 +50,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_total",
 			Help: "Peer messages by kind. Routing kinds (forward, deliver, reply, release, unbind, cancel) count the messages this node sent, " +
-				"each once, when the stream ack or the call carrying it came back (a resent message is not counted twice, whichever path carried it); kind=ping counts the authenticated pings this node answered.",
+				"each once, when the stream ack or the call carrying it came back, or (a cancel on a reply leg) when it was written (a resent message is not counted twice, whichever path carried it); kind=ping counts the authenticated pings this node answered.",
 		}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_dropped_total",
-			Help: "Routing messages this node gave up sending, by kind: their node left the catalog (its lease is gone), the peer refused them for good, or this node shut down with them queued.",
+			Help: "Routing messages this node gave up sending, by kind: their node left the catalog (its lease is gone), the peer refused them for good, this node shut down with them queued, or (replies) their job was cancelled or its TTL passed before they were acked.",
 		}, []string{"kind"}),
 		sendFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_send_failures_total",
-			Help: "Forward and Post calls to peers that failed, and forwards a stream ack answered without a verdict; each failed attempt of a retried call counts.",
+			Help: "Forward and Post calls to peers that failed, forwards a stream ack answered without a verdict, and reply leg streams that failed or could not be opened; each failed attempt of a retried call counts.",
 		}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_invalid_total",
@@ -69,11 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"node", "state"}),
 		streamsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_peer_streams_open",
-			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic).",
+			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic; respond: one per job whose replies this node sends to another node).",
 		}, []string{"kind"}),
 		streamsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_streams_opened_total",
-			Help: "Peer streams this node opened, by kind. Rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval.",
+			Help: "Peer streams this node opened, by kind. For deliver, rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval. For respond, one per streaming job, plus one per re-open after a failure.",
 		}, []string{"kind"}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_deliveries_streamed_total",
@@ -95,10 +100,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_peer_messages_undeliverable_total",
 			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form). Never retried: the engine fails their job.",
 		}, []string{"kind", "reason"}),
+		backpressure: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_reply_backpressure_total",
+			Help: "Times a worker session was asked to stop reading its worker because the job's reply leg to its ingress had a full queue (the ingress is slow); the worker resumes when the queue drains below half.",
+		}),
+		legSilences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_peer_reply_leg_silences_total",
+			Help: "Reply leg streams on which nothing arrived for three heartbeat intervals, by the side that noticed: host (the stream is opened again and its unacked messages resent) or ingress (the stream is ended and its job fails worker_lost).",
+		}, []string{"side"}),
+		legsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_peer_reply_legs_ended_total",
+			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused, closed (shutdown), unary (the ingress does not serve reply legs).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
-			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.undeliverable)
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.undeliverable,
+			m.backpressure, m.legSilences, m.legsEnded)
 	}
 	return m
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -37,9 +36,10 @@ type RouterConfig struct {
 	// RetryMin and RetryMax bound the backoff between attempts (default
 	// 50ms and 2s): it doubles from RetryMin up to RetryMax, with jitter.
 	RetryMin, RetryMax time.Duration
-	// IdleTimeout is how long a node's response sender (replies and
-	// releases) waits for a new message before it exits (default 30s); the
-	// next Send to that node starts another.
+	// IdleTimeout is how long a node's Post FIFO sender (releases and ends
+	// with no reply leg open) waits for a new message before it exits
+	// (default 30s); the next Send to that node starts another. Reply legs
+	// never idle out: they end with their job.
 	IdleTimeout time.Duration
 
 	// StreamIdle is how long a lane (one node, one queue) may send nothing,
@@ -64,15 +64,31 @@ type RouterConfig struct {
 	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
 	// may take (default 5s).
 	AckTimeoutCeiling time.Duration
-	// Heartbeat is how often each end of a Deliver stream sends a frame
-	// when it has nothing else to send (default 1s). A stream that receives
-	// nothing for three intervals is dropped, so three intervals must be
-	// shorter than ClientKeepaliveTime (else ErrHeartbeatTooLong).
+	// Heartbeat is how often each end of a Deliver or Respond stream sends
+	// a frame when it has nothing else to send (default 1s). A stream that
+	// receives nothing for three intervals is dropped (a reply leg's
+	// ingress fails the job), so three intervals must be shorter than
+	// ClientKeepaliveTime (else ErrHeartbeatTooLong).
 	Heartbeat time.Duration
 	// ForceUnary sends every lane message by unary Post and Forward calls,
-	// as before Deliver streams existed: a benchmark baseline, and an
-	// operator's switch should streams misbehave.
+	// and every reply and release by the node's Post FIFO, as before
+	// Deliver and Respond streams existed: a benchmark baseline, and an
+	// operator's switch should streams misbehave. Room then never asks a
+	// worker to wait.
 	ForceUnary bool
+	// ReplyWindow and ReplyWindowBytes bound a reply leg's queue of
+	// messages not yet sent on its stream: once it holds ReplyWindow
+	// messages or ReplyWindowBytes, Room hands the worker session a channel
+	// to wait on (defaults DefaultReplyWindow, DefaultReplyWindowBytes).
+	ReplyWindow      int
+	ReplyWindowBytes int
+	// Server is this node's peer server. With it, a cancel for a job whose
+	// reply leg from that host the server holds open goes back on the leg
+	// (else by the lane), a cancel that comes on one of this router's
+	// reply legs is handed to the server's Handler, and one that reaches
+	// the Handler by another path ends the job's reply leg here. Nil: reply
+	// legs carry no cancels.
+	Server *Server
 	// Undeliverable is told about a message sent by Send that no transport
 	// can carry: larger than MaxMessageBytes allows (reason ReasonTooLarge)
 	// or without a valid wire form (ReasonEncoding). Such a message is not
@@ -100,7 +116,7 @@ const minIdleFactor = 3
 // Router is the transport half of core.Cluster: it sends jobs and routing
 // messages to other nodes' peer servers. It is safe for concurrent use.
 //
-// Messages go by one of two paths, each ordered:
+// Messages go by one of three paths, each ordered:
 //
 //   - Lanes carry the request leg, the kinds that travel towards a job's
 //     worker or its dispatcher (forward, deliver, cancel, unbind) and the
@@ -108,26 +124,32 @@ const minIdleFactor = 3
 //     goroutine and, while it has traffic, its own Deliver stream (see
 //     lane). Every message of a job names its queue, so a job's messages
 //     to one node keep their order, and a slow queue never holds up
-//     another.
-//   - The response leg (reply and release, towards the job's ingress)
-//     goes by one FIFO per node, sent as batched Posts with at most one in
-//     flight per node: a failed batch is resent unchanged, with backoff,
-//     before anything queued after it. A release must never overtake the
-//     outputs sent before it (the ingress decides from them whether the job
-//     may run again), so both kinds share this path.
+//     another. A cancel for a job whose reply leg from that node is open
+//     at RouterConfig.Server goes back on the leg instead.
+//   - Reply legs carry the response leg (reply and release, towards the
+//     job's ingress): one Respond stream per binding (node, job,
+//     generation), opened by its first reply, which carries the rest in
+//     order, so a release never overtakes the outputs before it (the
+//     ingress decides from them whether the job may run again), and which
+//     flow-controls the worker through Room (see replyLeg).
+//   - A release or end with no reply leg open (a job's only reply, or a
+//     release before any reply) goes by one FIFO per node, sent as batched
+//     Posts with at most one in flight per node: a failed batch is resent
+//     unchanged, with backoff, before anything queued after it. Nothing of
+//     its binding was sent before it, so it overtakes nothing.
 //
 // Every message carries this Router's session and a sequence number from
 // one counter, so a receiver skips one it already handled when it comes
 // again (a resend whose first attempt was handled after all, or a message
-// resent by a unary call after its stream was dropped).
+// resent after its stream was dropped).
 //
-// Queues are unbounded: they hold control messages and outputs, which the
-// engine has already bounded per job, and a node that stops answering
-// either comes back or loses its lease, and its queues go with it. Their
-// length is switchyard_peer_queue_messages{node}.
+// Lane queues and the Post FIFO are unbounded: they hold control messages,
+// and a node that stops answering either comes back or loses its lease,
+// and its queues go with it. Outputs ride reply legs, which are bounded
+// (Room). The queues' length is switchyard_peer_queue_messages{node}.
 //
 // A Forward is ordered with the messages of its queue's lane; messages of
-// the two paths are not ordered with each other.
+// different paths are not ordered with each other.
 type Router struct {
 	cfg     RouterConfig
 	m       *Metrics
@@ -138,13 +160,16 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	seq     uint64
-	outbox  map[string]*outbox // by node id, while its sender runs
-	lanes   map[laneKey]*lane  // while their goroutine runs
-	senders map[string]int     // outboxes and lanes per node id
-	maxPost int                // bytes of messages in one Post (or one frame)
+	mu          sync.Mutex
+	closed      bool
+	seq         uint64
+	outbox      map[string]*outbox     // by node id, while its sender runs
+	lanes       map[laneKey]*lane      // while their goroutine runs
+	legs        map[legKey]*replyLeg   // reply legs, while open
+	jobLegs     map[string][]*replyLeg // legs by job id (Room, legCancelled)
+	respondless map[string]time.Time   // nodes without Respond, until
+	senders     map[string]int         // outboxes, lanes and legs per node id
+	maxPost     int                    // bytes of messages in one Post (or one frame)
 }
 
 // outbox is one node's FIFO and its sender's wake-up.
@@ -189,6 +214,12 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
 	}
+	if cfg.ReplyWindow <= 0 {
+		cfg.ReplyWindow = DefaultReplyWindow
+	}
+	if cfg.ReplyWindowBytes <= 0 {
+		cfg.ReplyWindowBytes = DefaultReplyWindowBytes
+	}
 	if cfg.StreamIdle < minIdleFactor*cfg.AckTimeoutCeiling {
 		return nil, &core.ConfigError{Field: "peer-stream-idle", Value: cfg.StreamIdle,
 			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, cfg.AckTimeoutCeiling)}
@@ -204,12 +235,17 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Router{
+	r := &Router{
 		cfg: cfg, m: cfg.Metrics, log: cfg.Logger, session: crand.Text(),
 		ctx: ctx, cancel: cancel,
 		outbox: map[string]*outbox{}, lanes: map[laneKey]*lane{}, senders: map[string]int{},
+		legs: map[legKey]*replyLeg{}, jobLegs: map[string][]*replyLeg{}, respondless: map[string]time.Time{},
 		maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
-	}, nil
+	}
+	if cfg.Server != nil {
+		cfg.Server.setLegCancelled(r.legCancelled)
+	}
+	return r, nil
 }
 
 // Close stops every sender and stream and waits for them. Messages still
@@ -329,12 +365,7 @@ func permanent(err error) bool {
 
 // sleep waits out the backoff before attempt+1: false when ctx ended first.
 func (r *Router) sleep(ctx context.Context, attempt int) bool {
-	d := r.cfg.RetryMax
-	if attempt < 30 {
-		d = min(r.cfg.RetryMin<<attempt, r.cfg.RetryMax)
-	}
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
+	t := time.NewTimer(r.backoff(attempt))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -346,8 +377,8 @@ func (r *Router) sleep(ctx context.Context, attempt int) bool {
 
 // Send queues m for node and returns at once: it never blocks on the
 // network, so the engine calls it with its lock held. Messages of one
-// path to one node (a queue's lane, or the node's response FIFO; see
-// Router) are sent in the order they were queued.
+// path to one node (a queue's lane, a job's reply leg, or the node's
+// Post FIFO; see Router) are sent in the order they were queued.
 func (r *Router) Send(node string, m core.Message) {
 	p, err := MessageToPB(m)
 	r.mu.Lock()
@@ -357,7 +388,12 @@ func (r *Router) Send(node string, m core.Message) {
 		return
 	}
 	if err == nil && !laned(m.Kind) {
-		r.postLocked(node, p)
+		r.replyLocked(node, m, p)
+		return
+	}
+	if err == nil && m.Kind == core.MsgCancel && r.cfg.Server != nil && r.cfg.Server.cancelOnLeg(node, m.JobID, m.Gen, p) {
+		// The job's reply leg from node is open here: the cancel goes back
+		// on it, and is counted when written.
 		return
 	}
 	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
@@ -371,7 +407,7 @@ func (r *Router) Send(node string, m core.Message) {
 }
 
 // laned reports whether messages of kind go by their queue's lane rather
-// than the node's response FIFO.
+// than the response leg.
 func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 // ackTimeout is RouterConfig.AckTimeout for m, clamped.
@@ -436,7 +472,7 @@ func (r *Router) unrefLocked(node string) {
 	}
 }
 
-// postLocked queues p on node's response FIFO.
+// postLocked queues p on node's Post FIFO.
 func (r *Router) postLocked(node string, p *pb.PeerMessage) {
 	ob := r.outbox[node]
 	if ob == nil {
@@ -457,7 +493,7 @@ func (r *Router) postLocked(node string, p *pb.PeerMessage) {
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
 
-// run is one node's response sender: it posts what is queued, batch by
+// run is one node's Post FIFO sender: it posts what is queued, batch by
 // batch, and exits when the queue stayed empty for IdleTimeout or at
 // Close.
 func (r *Router) run(ob *outbox) {

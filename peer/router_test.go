@@ -142,22 +142,57 @@ func freeAddr(t *testing.T) string {
 
 var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
 
-// msg is the i-th test message of job: its Gen is i, its kind cycles.
+// msg is the i-th test message of job: its kind cycles. A laned kind's
+// Gen is i. The response kinds are what one binding of the job sends its
+// ingress, so they share Gen 0 and a TTL: replies (each opens the
+// binding's reply leg if none is open) and releases, each right after a
+// reply, so it rides that reply's leg and ends it.
 func msg(job string, i int) core.Message {
 	m := core.Message{Kind: kinds[i%len(kinds)], JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
 	if m.Kind == core.MsgForward || m.Kind == core.MsgDeliver {
 		m.Delivery = &core.Delivery{JobID: job, Gen: uint64(i), Queue: "q", TTL: time.Duration(i)}
 	}
-	if i%7 == 0 {
+	if !laned(m.Kind) {
+		m.Gen, m.TTL = 0, time.Minute
+	} else if i%7 == 0 {
 		m.End = &core.End{}
 	}
 	return m
 }
 
-// checkOrder fails unless got holds, for each job, gens 0..n-1, each
-// message intact and from node from, in order within each of the router's
-// paths: the response FIFO (reply, release) and the queue's lane (the
-// other kinds). The two paths are not ordered with each other.
+// final is the i-th release of job, under generation i: each is a
+// binding's only message, so each goes by the node's Post FIFO.
+func final(job string, i int) core.Message {
+	return core.Message{Kind: core.MsgRelease, JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Reason: fmt.Sprint("r", i)}
+}
+
+// checkFinals fails unless got holds job's finals 0..n-1, once each, in
+// order.
+func checkFinals(t *testing.T, got []received, job string, n int) {
+	t.Helper()
+	var gens []uint64
+	for _, r := range got {
+		if r.m.JobID == job {
+			if want := final(job, int(r.m.Gen)); !equalMessage(r.m, want) {
+				t.Fatalf("got %+v, want %+v", r.m, want)
+			}
+			gens = append(gens, r.m.Gen)
+		}
+	}
+	if len(gens) != n {
+		t.Fatalf("job %s: %d messages handled, want %d: %v", job, len(gens), n, gens)
+	}
+	for i, g := range gens {
+		if g != uint64(i) {
+			t.Fatalf("job %s: message %d is gen %d: %v", job, i, g, gens)
+		}
+	}
+}
+
+// checkOrder fails unless got holds, for each job, messages 0..n-1, each
+// intact and from node from, in order within each of the router's paths:
+// the job's reply legs (reply, release) and the queue's lane (the other
+// kinds). The two paths are not ordered with each other.
 func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
 	t.Helper()
 	type path struct {
@@ -201,7 +236,7 @@ func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string
 }
 
 // laned reports whether the router sends messages of kind by their
-// queue's lane (else by the node's response FIFO).
+// queue's lane (else by the response leg).
 func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 func equalMessage(a, b core.Message) bool {
@@ -294,12 +329,13 @@ func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.MaxMessageBytes = 8 << 10 })
 
+	// Ends with no reply leg open go by Post.
 	chunk := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
 	const n = 100
 	for i := range n {
-		r.Send("b", core.Message{Kind: core.MsgReply, JobID: "j", Gen: uint64(i), Output: chunk})
+		r.Send("b", core.Message{Kind: core.MsgReply, JobID: "j", Gen: uint64(i), End: &core.End{Result: chunk}})
 		if i == 50 {
-			r.Send("b", core.Message{Kind: core.MsgReply, JobID: "huge", Output: json.RawMessage(`"` + strings.Repeat("y", 10<<10) + `"`)})
+			r.Send("b", core.Message{Kind: core.MsgReply, JobID: "huge", End: &core.End{Result: json.RawMessage(`"` + strings.Repeat("y", 10<<10) + `"`)}})
 		}
 	}
 	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) == n })
@@ -307,6 +343,9 @@ func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 		if got.m.JobID != "j" || got.m.Gen != uint64(i) {
 			t.Fatalf("message %d is %s/%d", i, got.m.JobID, got.m.Gen)
 		}
+	}
+	if got := counter(t, r.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "respond"}); got != 0 {
+		t.Errorf("respond streams opened = %v, want 0: a binding's only message needs no leg", got)
 	}
 	if got := counter(t, r.reg, "switchyard_peer_messages_undeliverable_total", map[string]string{"kind": "reply", "reason": peer.ReasonTooLarge}); got != 1 {
 		t.Errorf("undeliverable = %v, want 1 (the oversized one)", got)
@@ -445,19 +484,19 @@ func TestPostResendIsHandledOnce(t *testing.T) {
 
 	const n = 20
 	for i := range n {
-		r.Send("b", msg("j", i))
+		r.Send("b", final("j", i))
 	}
 	// The first message blocks its batch past several attempt timeouts.
 	waitFor(t, 5*time.Second, "resends", func() bool {
 		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 2
 	})
 	for i := n; i < 2*n; i++ {
-		r.Send("b", msg("j", i))
+		r.Send("b", final("j", i))
 	}
 	close(release)
 	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) >= 2*n })
 	time.Sleep(200 * time.Millisecond) // a duplicate would land now
-	checkOrder(t, h.messages(), "a", 2*n, "j")
+	checkFinals(t, h.messages(), "j", 2*n)
 	waitSent(t, r, "b")
 	if got := sum(t, r.reg, "switchyard_peer_messages_total"); got != 2*n {
 		t.Errorf("messages counted = %v, want %d", got, 2*n)
@@ -560,7 +599,7 @@ func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	batch := func(session string, first int, n int) *pb.PostRequest {
 		req := &pb.PostRequest{Session: session, FirstSeq: uint64(first)}
 		for i := first; i < first+n; i++ {
-			p, _ := peer.MessageToPB(msg(session, i))
+			p, _ := peer.MessageToPB(final(session, i))
 			req.Messages = append(req.Messages, p)
 		}
 		return req
@@ -638,11 +677,11 @@ func TestSenderExitsWhenIdle(t *testing.T) {
 	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.IdleTimeout = 50 * time.Millisecond })
 	for round := range 2 {
-		r.Send("b", msg("j", round))
+		r.Send("b", final("j", round))
 		waitFor(t, 5*time.Second, "delivery", func() bool { return len(h.messages()) == round+1 })
 		waitFor(t, 5*time.Second, "sender gone", func() bool { return series(t, r.reg, "switchyard_peer_queue_messages") == 0 })
 	}
-	checkOrder(t, h.messages(), "a", 2, "j")
+	checkFinals(t, h.messages(), "j", 2)
 }
 
 // Close stops every sender at once, even one waiting on a peer that

@@ -28,8 +28,11 @@ type ServerConfig struct {
 	// gRPC limits, from node config. MaxMessageBytes bounds messages both
 	// ways (default 4 MiB). MaxConcurrentStreams bounds the calls in flight
 	// on one connection, Deliver streams included (one per lane, that is
-	// per (sending node, queue) with recent traffic): set it well above the
-	// number of queues one peer may be sending to at once (0: unlimited).
+	// per (sending node, queue) with recent traffic) and Respond streams
+	// (one per job whose worker on the sending node has streamed a reply
+	// and not ended): set it well above the number of queues plus running
+	// jobs one peer may be sending for at once (0: unlimited). A host that
+	// reaches it waits to open a job's reply leg until another ends.
 	MaxMessageBytes      int
 	MaxConcurrentStreams uint32
 	Metrics              *Metrics
@@ -50,7 +53,8 @@ type Handler interface {
 	// lost the answer, and must not create a second job.
 	HandleForward(from string, d core.Delivery) error
 	// HandleMessage handles one routing message. Messages from one node
-	// arrive one at a time, in the order that node sent them.
+	// arrive one at a time, in the order that node sent them on one path:
+	// a queue's lane, a job's reply leg, or the node's Post FIFO.
 	HandleMessage(from string, m core.Message)
 }
 
@@ -61,12 +65,17 @@ type Server struct {
 	grpc    *grpc.Server
 	handler atomic.Pointer[handlerBox]
 
-	mu      sync.Mutex
-	senders map[string]*inbox // by sending node id: lane-less Posts
-	lanes   map[laneKey]*laneInbox
-	swept   time.Time // when lanes was last swept of forgotten lanes
-	stopped bool      // Stop began: no stream goroutine starts
-	wg      sync.WaitGroup
+	// legCancelled is the router's hook for cancels (setLegCancelled).
+	legCancelled atomic.Pointer[func(job string, gen uint64)]
+
+	mu        sync.Mutex
+	senders   map[string]*inbox // by sending node id: lane-less Posts
+	lanes     map[laneKey]*laneInbox
+	swept     time.Time // when lanes was last swept of forgotten lanes
+	inLegs    map[inLegKey]*inLeg
+	legsSwept time.Time // when inLegs was last swept
+	stopped   bool      // Stop began: no stream goroutine starts
+	wg        sync.WaitGroup
 }
 
 // handlerBox lets an interface value live in an atomic.Pointer.
@@ -99,7 +108,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics}
-	s := &Server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}}
+	s := &Server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}}
 	s.SetHandler(cfg.Handler)
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -245,7 +254,7 @@ func (s *Server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 			s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
 			continue
 		}
-		h.HandleMessage(from, m)
+		s.handleMessage(h, from, m)
 	}
 	if session != "" {
 		in.next = max(in.next, seq+uint64(len(req.GetMessages())))
@@ -269,7 +278,7 @@ func (s *Server) postLane(from string, h Handler, req *pb.PostRequest) (*pb.Post
 		if session == "" {
 			// No numbers to check against: handled as it comes.
 			if m, err := MessageFromPB(p); err == nil {
-				h.HandleMessage(from, m)
+				s.handleMessage(h, from, m)
 			} else {
 				s.cfg.Metrics.invalid.Inc()
 			}

@@ -578,7 +578,11 @@ type PeerMessage struct {
 	Reason   string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Cancel: the code the job ended with, so every node records the same
 	// outcome.
-	Code          string `protobuf:"bytes,13,opt,name=code,proto3" json:"code,omitempty"`
+	Code string `protobuf:"bytes,13,opt,name=code,proto3" json:"code,omitempty"`
+	// ttl_ns is, on a reply, what was left of the job's TTL when the host
+	// sent it, in nanoseconds: the job's reply leg lives no longer than that
+	// (plus a little slack). 0: not known.
+	TtlNs         int64 `protobuf:"varint,14,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +706,13 @@ func (x *PeerMessage) GetCode() string {
 		return x.Code
 	}
 	return ""
+}
+
+func (x *PeerMessage) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
 }
 
 // PeerEnd is a job's end as its worker reported it.
@@ -1403,6 +1414,410 @@ func (x *DeliverHandled) GetError() string {
 	return ""
 }
 
+// RespondFrame is one frame of a Respond stream, from the consumer host.
+type RespondFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*RespondFrame_Open
+	//	*RespondFrame_Item
+	//	*RespondFrame_Heartbeat
+	Body          isRespondFrame_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondFrame) Reset() {
+	*x = RespondFrame{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondFrame) ProtoMessage() {}
+
+func (x *RespondFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondFrame.ProtoReflect.Descriptor instead.
+func (*RespondFrame) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RespondFrame) GetBody() isRespondFrame_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *RespondFrame) GetOpen() *RespondOpen {
+	if x != nil {
+		if x, ok := x.Body.(*RespondFrame_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *RespondFrame) GetItem() *RespondItem {
+	if x != nil {
+		if x, ok := x.Body.(*RespondFrame_Item); ok {
+			return x.Item
+		}
+	}
+	return nil
+}
+
+func (x *RespondFrame) GetHeartbeat() *DeliverHeartbeat {
+	if x != nil {
+		if x, ok := x.Body.(*RespondFrame_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+type isRespondFrame_Body interface {
+	isRespondFrame_Body()
+}
+
+type RespondFrame_Open struct {
+	// open is the first frame, and only the first.
+	Open *RespondOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type RespondFrame_Item struct {
+	// item is one numbered reply or release of the leg's binding.
+	Item *RespondItem `protobuf:"bytes,2,opt,name=item,proto3,oneof"`
+}
+
+type RespondFrame_Heartbeat struct {
+	// heartbeat says the host is alive when it has nothing to send.
+	Heartbeat *DeliverHeartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
+func (*RespondFrame_Open) isRespondFrame_Body() {}
+
+func (*RespondFrame_Item) isRespondFrame_Body() {}
+
+func (*RespondFrame_Heartbeat) isRespondFrame_Body() {}
+
+// RespondOpen names the leg: the binding (job, generation) whose replies it
+// carries. It is the stream's identity, not a routing message: it is not
+// handled nor counted as one. The host is the authenticated caller.
+type RespondOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session is the host's routing incarnation (random per process); a
+	// stream of a new session starts the leg's numbers afresh.
+	Session    string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	JobId      string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Queue      string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
+	// heartbeat_interval_ns is how often each side sends a frame when it has
+	// nothing else to send; the ingress ends the stream (and fails the job)
+	// after three silent intervals, the host re-opens it. 0: one second. The
+	// receiver clamps it to [1ms, 1min].
+	HeartbeatIntervalNs int64 `protobuf:"varint,5,opt,name=heartbeat_interval_ns,json=heartbeatIntervalNs,proto3" json:"heartbeat_interval_ns,omitempty"`
+	// ttl_ns is what was left of the job's TTL when the leg opened: the
+	// ingress forgets the leg's state no earlier than that (plus slack)
+	// after a stream of it failed, so a host that re-opens it resumes where
+	// it stopped.
+	TtlNs         int64 `protobuf:"varint,6,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondOpen) Reset() {
+	*x = RespondOpen{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondOpen) ProtoMessage() {}
+
+func (x *RespondOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondOpen.ProtoReflect.Descriptor instead.
+func (*RespondOpen) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RespondOpen) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *RespondOpen) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RespondOpen) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RespondOpen) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RespondOpen) GetHeartbeatIntervalNs() int64 {
+	if x != nil {
+		return x.HeartbeatIntervalNs
+	}
+	return 0
+}
+
+func (x *RespondOpen) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+// RespondItem is one message of the leg.
+type RespondItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers the leg's items from 0, one by one; a resend after the
+	// stream failed keeps them.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// message is a reply or release naming the leg's job and generation.
+	Message       *PeerMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondItem) Reset() {
+	*x = RespondItem{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondItem) ProtoMessage() {}
+
+func (x *RespondItem) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondItem.ProtoReflect.Descriptor instead.
+func (*RespondItem) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RespondItem) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RespondItem) GetMessage() *PeerMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// RespondControl is one frame of a Respond stream, from the ingress.
+type RespondControl struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*RespondControl_Ack
+	//	*RespondControl_Heartbeat
+	//	*RespondControl_Cancel
+	Body          isRespondControl_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondControl) Reset() {
+	*x = RespondControl{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondControl) ProtoMessage() {}
+
+func (x *RespondControl) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondControl.ProtoReflect.Descriptor instead.
+func (*RespondControl) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RespondControl) GetBody() isRespondControl_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *RespondControl) GetAck() *RespondAck {
+	if x != nil {
+		if x, ok := x.Body.(*RespondControl_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+func (x *RespondControl) GetHeartbeat() *DeliverHeartbeat {
+	if x != nil {
+		if x, ok := x.Body.(*RespondControl_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+func (x *RespondControl) GetCancel() *PeerMessage {
+	if x != nil {
+		if x, ok := x.Body.(*RespondControl_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isRespondControl_Body interface {
+	isRespondControl_Body()
+}
+
+type RespondControl_Ack struct {
+	// ack says every item numbered up to it is handled (or was skipped as
+	// handled already).
+	Ack *RespondAck `protobuf:"bytes,1,opt,name=ack,proto3,oneof"`
+}
+
+type RespondControl_Heartbeat struct {
+	// heartbeat says the ingress is alive while it has nothing to ack: its
+	// handler may be busy with an item for longer than the silence bound.
+	Heartbeat *DeliverHeartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+}
+
+type RespondControl_Cancel struct {
+	// cancel is the job's cancel (a PeerMessage of kind cancel naming the
+	// leg's job and generation): the host stops the job and ends the leg.
+	Cancel *PeerMessage `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
+}
+
+func (*RespondControl_Ack) isRespondControl_Body() {}
+
+func (*RespondControl_Heartbeat) isRespondControl_Body() {}
+
+func (*RespondControl_Cancel) isRespondControl_Body() {}
+
+type RespondAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondAck) Reset() {
+	*x = RespondAck{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondAck) ProtoMessage() {}
+
+func (x *RespondAck) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondAck.ProtoReflect.Descriptor instead.
+func (*RespondAck) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RespondAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_switchyard_v1_peer_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_peer_proto_rawDesc = "" +
@@ -1431,7 +1846,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\x12+\n" +
 	"\x04lane\x18\x04 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x12\x12\n" +
 	"\x04seqs\x18\x05 \x03(\x04R\x04seqs\"\x0e\n" +
-	"\fPostResponse\"\xb2\x04\n" +
+	"\fPostResponse\"\xc9\x04\n" +
 	"\vPeerMessage\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.switchyard.v1.PeerMessage.KindR\x04kind\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
@@ -1449,7 +1864,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	" \x01(\v2\x16.switchyard.v1.PeerEndR\x03end\x12\x1a\n" +
 	"\brejected\x18\v \x01(\bR\brejected\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12\x12\n" +
-	"\x04code\x18\r \x01(\tR\x04code\"\x84\x01\n" +
+	"\x04code\x18\r \x01(\tR\x04code\x12\x15\n" +
+	"\x06ttl_ns\x18\x0e \x01(\x03R\x05ttlNs\"\x84\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_FORWARD\x10\x01\x12\x10\n" +
@@ -1509,12 +1925,38 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error2\xa0\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xbb\x01\n" +
+	"\fRespondFrame\x120\n" +
+	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x120\n" +
+	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.RespondItemH\x00R\x04item\x12?\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\x04body\"\xbf\x01\n" +
+	"\vRespondOpen\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\x122\n" +
+	"\x15heartbeat_interval_ns\x18\x05 \x01(\x03R\x13heartbeatIntervalNs\x12\x15\n" +
+	"\x06ttl_ns\x18\x06 \x01(\x03R\x05ttlNs\"U\n" +
+	"\vRespondItem\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
+	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageR\amessage\"\xbe\x01\n" +
+	"\x0eRespondControl\x12-\n" +
+	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x12?\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x124\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x06cancelB\x06\n" +
+	"\x04body\"\x1e\n" +
+	"\n" +
+	"RespondAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq2\xeb\x02\n" +
 	"\vPeerService\x12?\n" +
 	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponse\x12H\n" +
 	"\aForward\x12\x1d.switchyard.v1.ForwardRequest\x1a\x1e.switchyard.v1.ForwardResponse\x12?\n" +
 	"\x04Post\x12\x1a.switchyard.v1.PostRequest\x1a\x1b.switchyard.v1.PostResponse\x12E\n" +
-	"\aDeliver\x12\x1b.switchyard.v1.DeliverFrame\x1a\x19.switchyard.v1.DeliverAck(\x010\x01BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
+	"\aDeliver\x12\x1b.switchyard.v1.DeliverFrame\x1a\x19.switchyard.v1.DeliverAck(\x010\x01\x12I\n" +
+	"\aRespond\x12\x1b.switchyard.v1.RespondFrame\x1a\x1d.switchyard.v1.RespondControl(\x010\x01BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
 var (
 	file_switchyard_v1_peer_proto_rawDescOnce sync.Once
@@ -1529,7 +1971,7 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_switchyard_v1_peer_proto_goTypes = []any{
 	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
 	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
@@ -1549,7 +1991,12 @@ var file_switchyard_v1_peer_proto_goTypes = []any{
 	(*DeliverHeartbeat)(nil), // 15: switchyard.v1.DeliverHeartbeat
 	(*DeliverAck)(nil),       // 16: switchyard.v1.DeliverAck
 	(*DeliverHandled)(nil),   // 17: switchyard.v1.DeliverHandled
-	nil,                      // 18: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(*RespondFrame)(nil),     // 18: switchyard.v1.RespondFrame
+	(*RespondOpen)(nil),      // 19: switchyard.v1.RespondOpen
+	(*RespondItem)(nil),      // 20: switchyard.v1.RespondItem
+	(*RespondControl)(nil),   // 21: switchyard.v1.RespondControl
+	(*RespondAck)(nil),       // 22: switchyard.v1.RespondAck
+	nil,                      // 23: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	11, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
@@ -1560,7 +2007,7 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	0,  // 5: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
 	11, // 6: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
 	10, // 7: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	18, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	23, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
 	13, // 9: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
 	14, // 10: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
 	15, // 11: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
@@ -1570,19 +2017,28 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	17, // 15: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
 	15, // 16: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
 	5,  // 17: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
-	2,  // 18: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 19: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 20: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 21: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	3,  // 22: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 23: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 24: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 25: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	19, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
+	20, // 19: switchyard.v1.RespondFrame.item:type_name -> switchyard.v1.RespondItem
+	15, // 20: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 21: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
+	22, // 22: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	15, // 23: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 24: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	2,  // 25: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 26: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 27: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 28: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 29: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 30: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 31: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 32: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 33: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	21, // 34: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -1603,13 +2059,23 @@ func file_switchyard_v1_peer_proto_init() {
 		(*DeliverAck_Handled)(nil),
 		(*DeliverAck_Heartbeat)(nil),
 	}
+	file_switchyard_v1_peer_proto_msgTypes[17].OneofWrappers = []any{
+		(*RespondFrame_Open)(nil),
+		(*RespondFrame_Item)(nil),
+		(*RespondFrame_Heartbeat)(nil),
+	}
+	file_switchyard_v1_peer_proto_msgTypes[20].OneofWrappers = []any{
+		(*RespondControl_Ack)(nil),
+		(*RespondControl_Heartbeat)(nil),
+		(*RespondControl_Cancel)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	PeerService_Forward_FullMethodName = "/switchyard.v1.PeerService/Forward"
 	PeerService_Post_FullMethodName    = "/switchyard.v1.PeerService/Post"
 	PeerService_Deliver_FullMethodName = "/switchyard.v1.PeerService/Deliver"
+	PeerService_Respond_FullMethodName = "/switchyard.v1.PeerService/Respond"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -36,13 +37,16 @@ const (
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Routing (docs/cluster.md) uses three calls. Deliver is the request leg's
+// Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
 // deliveries, cancels and unbinds, and the synchronous forward whose
 // caller must know the answer before it answers its own client. Forward
 // and Post are its unary fallback, used when a lane's stream stalls or
-// fails, and Post also carries the response leg (replies and releases) in
-// per-node order.
+// fails. Respond is the response leg: one stream per job (binding) from
+// its consumer host to its ingress, carrying the replies and release in
+// order and the job's cancel back. Post also carries, in per-node order,
+// a release or end that has no reply leg open to ride on (nothing to
+// overtake).
 //
 // A lane is one ordered sequence of messages, whichever call carries each
 // one: the sender numbers them within its session, and the receiver keeps,
@@ -87,6 +91,28 @@ type PeerServiceClient interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverFrame, DeliverAck], error)
+	// Respond is one job's reply leg: the response stream of one binding
+	// (job, generation), dialled by the consumer host to the job's ingress.
+	// The first frame is an open naming the job; each later frame is one
+	// numbered reply or release of that binding, in the order the host sent
+	// them, or a heartbeat. The ingress handles items one by one, in order,
+	// once each per (host session, job, generation, seq), and acks each once
+	// it is handled; it may send the job's cancel back on the stream.
+	//
+	// The host ends the stream (half-close) once the binding's last message
+	// (its end or release) is acked, on a cancel from the ingress, or at the
+	// job's TTL; never because it is idle: a worker computing in silence is
+	// not dead, and both sides heartbeat while the stream carries nothing.
+	// A stream that fails is opened again by the host, which resends what
+	// was not acked with the same numbers (the ingress skips what it handled
+	// already). The ingress ends a stream on which nothing (no item and no
+	// heartbeat) arrived for three heartbeat intervals, and fails the job
+	// worker_lost: a host that went silent without closing its connection.
+	//
+	// Flow control: the host keeps a bounded number of items unacked and a
+	// bounded queue behind them; when the queue is full it stops reading its
+	// worker, so a slow ingress slows the worker down and nothing is dropped.
+	Respond(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RespondFrame, RespondControl], error)
 }
 
 type peerServiceClient struct {
@@ -140,6 +166,19 @@ func (c *peerServiceClient) Deliver(ctx context.Context, opts ...grpc.CallOption
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerService_DeliverClient = grpc.BidiStreamingClient[DeliverFrame, DeliverAck]
 
+func (c *peerServiceClient) Respond(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RespondFrame, RespondControl], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerService_ServiceDesc.Streams[1], PeerService_Respond_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RespondFrame, RespondControl]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_RespondClient = grpc.BidiStreamingClient[RespondFrame, RespondControl]
+
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
 // for forward compatibility.
@@ -151,13 +190,16 @@ type PeerService_DeliverClient = grpc.BidiStreamingClient[DeliverFrame, DeliverA
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
-// Routing (docs/cluster.md) uses three calls. Deliver is the request leg's
+// Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
 // deliveries, cancels and unbinds, and the synchronous forward whose
 // caller must know the answer before it answers its own client. Forward
 // and Post are its unary fallback, used when a lane's stream stalls or
-// fails, and Post also carries the response leg (replies and releases) in
-// per-node order.
+// fails. Respond is the response leg: one stream per job (binding) from
+// its consumer host to its ingress, carrying the replies and release in
+// order and the job's cancel back. Post also carries, in per-node order,
+// a release or end that has no reply leg open to ride on (nothing to
+// overtake).
 //
 // A lane is one ordered sequence of messages, whichever call carries each
 // one: the sender numbers them within its session, and the receiver keeps,
@@ -202,6 +244,28 @@ type PeerServiceServer interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error
+	// Respond is one job's reply leg: the response stream of one binding
+	// (job, generation), dialled by the consumer host to the job's ingress.
+	// The first frame is an open naming the job; each later frame is one
+	// numbered reply or release of that binding, in the order the host sent
+	// them, or a heartbeat. The ingress handles items one by one, in order,
+	// once each per (host session, job, generation, seq), and acks each once
+	// it is handled; it may send the job's cancel back on the stream.
+	//
+	// The host ends the stream (half-close) once the binding's last message
+	// (its end or release) is acked, on a cancel from the ingress, or at the
+	// job's TTL; never because it is idle: a worker computing in silence is
+	// not dead, and both sides heartbeat while the stream carries nothing.
+	// A stream that fails is opened again by the host, which resends what
+	// was not acked with the same numbers (the ingress skips what it handled
+	// already). The ingress ends a stream on which nothing (no item and no
+	// heartbeat) arrived for three heartbeat intervals, and fails the job
+	// worker_lost: a host that went silent without closing its connection.
+	//
+	// Flow control: the host keeps a bounded number of items unacked and a
+	// bounded queue behind them; when the queue is full it stops reading its
+	// worker, so a slow ingress slows the worker down and nothing is dropped.
+	Respond(grpc.BidiStreamingServer[RespondFrame, RespondControl]) error
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -223,6 +287,9 @@ func (UnimplementedPeerServiceServer) Post(context.Context, *PostRequest) (*Post
 }
 func (UnimplementedPeerServiceServer) Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error {
 	return status.Error(codes.Unimplemented, "method Deliver not implemented")
+}
+func (UnimplementedPeerServiceServer) Respond(grpc.BidiStreamingServer[RespondFrame, RespondControl]) error {
+	return status.Error(codes.Unimplemented, "method Respond not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -306,6 +373,13 @@ func _PeerService_Deliver_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerService_DeliverServer = grpc.BidiStreamingServer[DeliverFrame, DeliverAck]
 
+func _PeerService_Respond_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServiceServer).Respond(&grpc.GenericServerStream[RespondFrame, RespondControl]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerService_RespondServer = grpc.BidiStreamingServer[RespondFrame, RespondControl]
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -330,6 +404,12 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Deliver",
 			Handler:       _PeerService_Deliver_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Respond",
+			Handler:       _PeerService_Respond_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -1,0 +1,754 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The response leg, consumer host side: one Respond stream per binding
+// (ingress node, job, generation), carrying its replies and release to the
+// ingress in order and its cancel back. The ingress side is respondserver.go.
+
+// Reply leg bounds.
+const (
+	// replyInFlight and replyInFlightBytes bound what a leg has sent and not
+	// yet seen acked (a message larger than replyInFlightBytes goes alone).
+	// Past them the leg stops sending, and what the worker produces next
+	// waits in the leg's queue, which Room bounds: so a slow ingress (its
+	// handler slow, or the ingress not reading at all) fills the queue, and
+	// the worker session stops reading its worker. The ingress buffers what
+	// it read and has not handled up to twice these, so it keeps reading
+	// heartbeats while its handler is busy.
+	replyInFlight      = 256
+	replyInFlightBytes = 4 << 20
+	// DefaultReplyWindow and DefaultReplyWindowBytes are RouterConfig's
+	// defaults: a leg's queue of messages not yet sent on its stream may
+	// hold 64 messages or 1 MiB before Room asks the worker session to
+	// wait. Small against replyInFlight: the queue is only the slack
+	// between the worker and the stream, so the worker feels a slow ingress
+	// after a few hundred kilobytes rather than after megabytes, while a
+	// fast ingress (acks back in well under a millisecond on a LAN) never
+	// lets it fill: 64 outputs is several milliseconds of a busy worker.
+	DefaultReplyWindow      = 64
+	DefaultReplyWindowBytes = 1 << 20
+	// legTTLSlack is how long past the job's TTL, as the host measured it
+	// with the leg's first reply, the leg may live: the ingress ends the job
+	// at its own deadline, which is later than the host's measure, so by
+	// then nothing the leg carries can matter.
+	legTTLSlack = 2 * time.Second
+	// respondlessFor: after a peer answered Respond with Unimplemented (an
+	// older version), new legs to it go by unary Post for this long.
+	respondlessFor = time.Minute
+	// respondOverhead is what a RespondFrame adds around its message.
+	respondOverhead = 32
+)
+
+// kindRespond is the switchyard_peer_streams_open kind of a reply leg.
+const kindRespond = "respond"
+
+// Why a reply leg ended: the reason label of
+// switchyard_peer_reply_legs_ended_total.
+const (
+	legEndDone   = "end"     // its last message (end or release) was acked
+	legEndCancel = "cancel"  // the job was cancelled (on the leg or by another path)
+	legEndTTL    = "ttl"     // the job's TTL (plus slack) passed
+	legEndGone   = "gone"    // the ingress left the catalog: it is dead
+	legEndRefuse = "refused" // the ingress refused the stream for good
+	legEndClosed = "closed"  // Router.Close
+	legEndUnary  = "unary"   // the ingress does not serve Respond: handed to Post
+)
+
+var (
+	errLegSilent  = errors.New("peer: nothing received on the reply leg for three heartbeat intervals")
+	errLegDropped = errors.New("peer: reply leg stream dropped")
+)
+
+type legKey struct {
+	node, job string
+	gen       uint64
+}
+
+// legItem is one message of a leg.
+type legItem struct {
+	seq   uint64
+	kind  string
+	msg   *pb.PeerMessage
+	size  int
+	final bool
+}
+
+// A replyLeg is one binding's response stream to its ingress (a reply leg):
+// the consumer host's side of Respond.
+//
+// It is opened by the binding's first reply (a release or end with no leg
+// open goes by the node's unary Post FIFO: there is nothing before it to
+// overtake) and carries every later reply and the release, in order. One
+// goroutine per leg sends them on its stream, with at most replyInFlight
+// (and replyInFlightBytes) unacked; a second reads the ingress's acks,
+// heartbeats and cancel. The leg ends:
+//
+//   - once its last message (an end or a release) is acked and nothing is
+//     queued behind it: the host half-closes, the ingress ends the stream;
+//   - on a cancel from the ingress, on the stream (handed to the node's
+//     Handler first, so the engine stops the worker) or by another path
+//     (Server tells the router once its Handler took it);
+//   - at the job's TTL, as the first reply measured it, plus legTTLSlack;
+//   - when the ingress leaves the catalog (dead), refuses the stream for
+//     good, or at Router.Close; what it held is dropped and counted.
+//
+// Never on idleness: while the worker computes in silence, both sides
+// heartbeat every RouterConfig.Heartbeat.
+//
+// A stream that fails, or on which nothing (ack, heartbeat) arrives for
+// three heartbeat intervals, is dropped and opened again after a backoff,
+// while the ingress still resolves; the unacked messages are resent first,
+// in order, with their numbers, and the ingress skips what it handled
+// already (per host session, job, generation and number). Numbers come from
+// the router's counter, so they only grow within a session, across legs of
+// one binding too.
+//
+// Flow control: messages wait in the leg's queue while the in-flight bound
+// is reached, or while the goroutine is blocked in Send because gRPC's
+// HTTP/2 window is full (an ingress not reading). Room hands the worker
+// session a channel once the queue holds ReplyWindow messages or
+// ReplyWindowBytes, closed when it drains below half; the session stops
+// reading its worker until then, and the worker's own gRPC send blocks.
+// Nothing is dropped, and nothing grows without bound: per leg, the queue
+// holds at most the window plus the messages the engine sends without
+// asking Room (an end, an accept, a release), and the in-flight bound
+// holds the rest.
+type replyLeg struct {
+	r        *Router
+	key      legKey
+	deadline time.Time
+	wake     chan struct{} // capacity 1: "something was queued"
+
+	stop     chan struct{} // closed when the job was cancelled
+	stopOnce sync.Once
+	// cancelled: a cancel came on the leg (handled once, whichever stream).
+	cancelled atomic.Bool
+
+	// Under r.mu.
+	pending      []*legItem
+	pendingBytes int
+	room         chan struct{} // handed out by Room; closed when the queue drains
+	removed      bool          // no longer in r.legs
+
+	// The goroutine's own.
+	unacked      []*legItem
+	unackedBytes int
+	finalAcked   bool
+	st           *legStream
+	failures     int       // stream attempts failed in a row
+	lastSend     time.Time // when a frame last went out on st
+	warned       time.Time
+}
+
+// legStream is one Respond call of a leg.
+type legStream struct {
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	cs      pb.PeerService_RespondClient
+	silence *time.Timer // fails the stream after three silent intervals
+	done    chan struct{}
+	err     error
+	once    sync.Once
+	acked   atomic.Int64 // the highest seq acked; -1: none
+	ackc    chan struct{}
+	heard   atomic.Bool // something arrived: the stream works
+	wg      sync.WaitGroup
+}
+
+func (st *legStream) fail(err error) {
+	st.once.Do(func() {
+		st.err = err
+		close(st.done)
+	})
+	st.cancel(err)
+}
+
+// replyLocked queues a reply or release p (m's wire form) for node: on the
+// binding's leg, opening one if m is not the binding's last message, else
+// on the node's Post FIFO.
+func (r *Router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
+	k := legKey{node, m.JobID, m.Gen}
+	l := r.legs[k]
+	final := m.Kind == core.MsgRelease || m.End != nil
+	if l == nil {
+		if final || r.cfg.ForceUnary || r.respondlessLocked(node) {
+			r.postLocked(node, p)
+			return
+		}
+		l = &replyLeg{r: r, key: k, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+			deadline: time.Now().Add(max(m.TTL, 0) + legTTLSlack)}
+		r.legs[k] = l
+		r.jobLegs[k.job] = append(r.jobLegs[k.job], l)
+		r.refLocked(node)
+		r.wg.Add(1)
+		go l.run()
+	}
+	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
+	l.pending = append(l.pending, it)
+	l.pendingBytes += it.size
+	r.m.queue.WithLabelValues(node).Inc()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Router) respondlessLocked(node string) bool {
+	until, ok := r.respondless[node]
+	if ok && time.Now().After(until) {
+		delete(r.respondless, node)
+		return false
+	}
+	return ok
+}
+
+// Room is the reply leg's flow control (core.Cluster.Room): nil while the
+// replies of job to node may keep coming, else a channel closed once they
+// may: the job's leg holds ReplyWindow messages or ReplyWindowBytes not yet
+// sent, and the channel closes when that drains below half (or the leg
+// ends). Each channel handed out counts in
+// switchyard_peer_reply_backpressure_total. It never blocks: the engine
+// calls it with its lock held.
+func (r *Router) Room(node, job string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var l *replyLeg
+	for _, c := range r.jobLegs[job] {
+		if c.key.node == node && (l == nil || c.key.gen > l.key.gen) {
+			l = c
+		}
+	}
+	if l == nil || len(l.pending) < r.cfg.ReplyWindow && l.pendingBytes < r.cfg.ReplyWindowBytes {
+		return nil
+	}
+	if l.room == nil {
+		l.room = make(chan struct{})
+	}
+	r.m.backpressure.Inc()
+	return l.room
+}
+
+// legCancelled ends the legs of binding (job, gen), whose cancel reached
+// this node's Handler by another path than the leg (the dispatcher passed
+// it on, or the ingress sent it before the leg opened): the engine has
+// marked the binding cancelling, so nothing more is sent on them. Called
+// by the node's Server, without its locks.
+func (r *Router) legCancelled(job string, gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.jobLegs[job] {
+		if l.key.gen == gen {
+			l.stopOnce.Do(func() { close(l.stop) })
+		}
+	}
+}
+
+// removeLocked takes l out of the router's maps (once): later messages
+// of its binding open a new leg.
+func (l *replyLeg) removeLocked() {
+	r := l.r
+	if l.removed {
+		return
+	}
+	l.removed = true
+	delete(r.legs, l.key)
+	legs := r.jobLegs[l.key.job]
+	for i, c := range legs {
+		if c == l {
+			legs = append(legs[:i:i], legs[i+1:]...)
+			break
+		}
+	}
+	if len(legs) == 0 {
+		delete(r.jobLegs, l.key.job)
+	} else {
+		r.jobLegs[l.key.job] = legs
+	}
+	if l.room != nil {
+		close(l.room)
+		l.room = nil
+	}
+	r.unrefLocked(l.key.node)
+}
+
+// run is the leg's goroutine.
+func (l *replyLeg) run() {
+	r := l.r
+	defer r.wg.Done()
+	ttl := time.NewTimer(time.Until(l.deadline))
+	defer ttl.Stop()
+	tick := time.NewTicker(r.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			l.end(legEndClosed)
+			return
+		case <-l.stop:
+			l.end(legEndCancel)
+			return
+		case <-ttl.C:
+			l.end(legEndTTL)
+			return
+		default:
+		}
+		if l.st == nil {
+			if why := l.connect(ttl.C); why != "" {
+				l.end(why)
+				return
+			}
+		}
+		l.fill()
+		if l.finish() {
+			return
+		}
+		var ackc, done <-chan struct{}
+		if st := l.st; st != nil {
+			ackc, done = st.ackc, st.done
+		}
+		select {
+		case <-r.ctx.Done():
+		case <-l.stop:
+		case <-ttl.C:
+			l.end(legEndTTL)
+			return
+		case <-l.wake:
+		case <-ackc:
+			l.applyAcks(l.st)
+		case <-done:
+			if why := l.dropStream(); why != "" {
+				l.end(why)
+				return
+			}
+		case <-tick.C:
+			if l.st != nil && time.Since(l.lastSend) >= r.cfg.Heartbeat/2 {
+				l.write(&pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}})
+			}
+		}
+	}
+}
+
+// connect opens the leg's stream, after a backoff when the last attempt
+// failed, and resends what is unacked: "" once open, else why the leg ends.
+func (l *replyLeg) connect(ttl <-chan time.Time) string {
+	r := l.r
+	for {
+		if l.failures > 0 {
+			d := r.backoff(l.failures - 1)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return legEndClosed
+			case <-l.stop:
+				t.Stop()
+				return legEndCancel
+			case <-ttl:
+				t.Stop()
+				return legEndTTL
+			}
+		}
+		if r.ctx.Err() != nil {
+			return legEndClosed
+		}
+		addr, ok := r.cfg.Addr(l.key.node)
+		if !ok {
+			return legEndGone
+		}
+		err := l.open(addr)
+		if err == nil {
+			break
+		}
+		l.failures++
+		if r.ctx.Err() != nil {
+			return legEndClosed
+		}
+		r.m.sendFailures.Inc()
+		if why := l.failed(err); why != "" {
+			return why
+		}
+	}
+	for _, it := range l.unacked {
+		if !l.write(itemFrame(it)) {
+			break
+		}
+	}
+	return ""
+}
+
+// open starts a Respond call to addr and sends the open frame. It does not
+// wait for the ingress: the open and the first items go out together.
+func (l *replyLeg) open(addr string) error {
+	r := l.r
+	cc, err := r.cfg.Client.Conn(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	st := &legStream{ctx: ctx, cancel: cancel, done: make(chan struct{}), ackc: make(chan struct{}, 1)}
+	st.acked.Store(-1)
+	// Armed before the call: a connection being made holds it up.
+	st.silence = time.AfterFunc(silentIntervals*r.cfg.Heartbeat, func() { st.fail(errLegSilent) })
+	cs, err := pb.NewPeerServiceClient(cc).Respond(ctx)
+	if err != nil {
+		st.silence.Stop()
+		if errors.Is(context.Cause(ctx), errLegSilent) {
+			err = errLegSilent
+		}
+		cancel(err)
+		return err
+	}
+	st.cs = cs
+	st.wg.Add(1)
+	go l.read(st)
+	l.st = st
+	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
+	r.m.streamsOpened.WithLabelValues(kindRespond).Inc()
+	open := &pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
+		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
+		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
+	}}}
+	l.write(open)
+	return nil
+}
+
+// queue is the job's queue, from any of its messages (for logs and the
+// open frame).
+func (l *replyLeg) queue() string {
+	if len(l.unacked) > 0 {
+		return l.unacked[0].msg.GetQueue()
+	}
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	if len(l.pending) > 0 {
+		return l.pending[0].msg.GetQueue()
+	}
+	return ""
+}
+
+func itemFrame(it *legItem) *pb.RespondFrame {
+	return &pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: &pb.RespondItem{Seq: it.seq, Message: it.msg}}}
+}
+
+// write sends f on the leg's stream: false when the stream failed (the
+// goroutine then sees st.done).
+func (l *replyLeg) write(f *pb.RespondFrame) bool {
+	st := l.st
+	select {
+	case <-st.done:
+		return false
+	default:
+	}
+	if err := st.cs.Send(f); err != nil {
+		// Send reports io.EOF for a stream the ingress ended: the reader
+		// gets the real status. Wait for it, a bounded while.
+		t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-t.C:
+			st.fail(err)
+		case <-l.r.ctx.Done():
+			st.fail(ErrClosed)
+		}
+		t.Stop()
+		return false
+	}
+	l.lastSend = time.Now()
+	return true
+}
+
+// read reads the ingress's frames: acks to the leg, a cancel to the node's
+// Handler (at once: the goroutine may be blocked in Send). Every frame
+// proves the ingress alive.
+func (l *replyLeg) read(st *legStream) {
+	defer st.wg.Done()
+	hb := l.r.cfg.Heartbeat
+	for {
+		c, err := st.cs.Recv()
+		if err != nil {
+			st.fail(err)
+			return
+		}
+		st.heard.Store(true)
+		st.silence.Reset(silentIntervals * hb)
+		switch b := c.GetBody().(type) {
+		case *pb.RespondControl_Ack:
+			if s := int64(b.Ack.GetSeq()); s > st.acked.Load() {
+				st.acked.Store(s)
+			}
+			select {
+			case st.ackc <- struct{}{}:
+			default:
+			}
+		case *pb.RespondControl_Cancel:
+			l.takeCancel(b.Cancel)
+		}
+	}
+}
+
+// takeCancel hands the ingress's cancel to the node's Handler, once, and
+// ends the leg: the engine has marked the binding cancelling by the time
+// HandleMessage returns, so it sends nothing more for it.
+func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
+	r := l.r
+	m, err := MessageFromPB(p)
+	if err != nil || m.Kind != core.MsgCancel || m.JobID != l.key.job || m.Gen != l.key.gen {
+		r.m.invalid.Inc()
+		r.log.Warn("skipped an invalid cancel on a reply leg", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "err", err)
+		return
+	}
+	if !l.cancelled.CompareAndSwap(false, true) {
+		return
+	}
+	if r.cfg.Server != nil {
+		if h, err := r.cfg.Server.getHandler(); err == nil {
+			h.HandleMessage(l.key.node, m)
+		}
+	} else {
+		r.log.Error("a cancel came on a reply leg but the router has no Server to hand it to", "node", l.key.node, "job", l.key.job)
+	}
+	l.stopOnce.Do(func() { close(l.stop) })
+}
+
+// fill sends queued messages while the in-flight bounds allow.
+func (l *replyLeg) fill() {
+	r := l.r
+	for l.st != nil && len(l.unacked) < replyInFlight {
+		it := l.take()
+		if it == nil {
+			return
+		}
+		if reason, err := r.wireCheck(it.msg, respondOverhead); err != nil {
+			r.undeliverable(l.key.node, it.msg, nil, reason, err)
+			continue
+		}
+		l.unacked = append(l.unacked, it)
+		l.unackedBytes += it.size
+		if !l.write(itemFrame(it)) {
+			return
+		}
+	}
+}
+
+// take removes the next queued message and numbers it: nil when none, or
+// when it would take the bytes in flight past replyInFlightBytes (a
+// message goes alone when nothing is in flight). The room channel closes
+// once the queue is below half the window.
+func (l *replyLeg) take() *legItem {
+	r := l.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(l.pending) == 0 {
+		return nil
+	}
+	it := l.pending[0]
+	if l.unackedBytes > 0 && l.unackedBytes+it.size > replyInFlightBytes {
+		return nil
+	}
+	l.pending[0] = nil
+	l.pending = l.pending[1:]
+	if len(l.pending) == 0 {
+		l.pending = nil
+	}
+	l.pendingBytes -= it.size
+	it.seq = r.seq
+	r.seq++
+	if l.room != nil && len(l.pending) <= r.cfg.ReplyWindow/2 && l.pendingBytes <= r.cfg.ReplyWindowBytes/2 {
+		close(l.room)
+		l.room = nil
+	}
+	return it
+}
+
+// applyAcks drops what st's acks cover from unacked, counting each message
+// sent.
+func (l *replyLeg) applyAcks(st *legStream) {
+	r := l.r
+	a := st.acked.Load()
+	n := 0
+	for n < len(l.unacked) && int64(l.unacked[n].seq) <= a {
+		it := l.unacked[n]
+		r.m.messages.WithLabelValues(it.kind).Inc()
+		l.unackedBytes -= it.size
+		if it.final {
+			l.finalAcked = true
+		}
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	r.m.queue.WithLabelValues(l.key.node).Sub(float64(n))
+	clear(l.unacked[:n])
+	l.unacked = l.unacked[n:]
+	if len(l.unacked) == 0 {
+		l.unacked = nil
+	}
+}
+
+// dropStream ends the leg's stream, applies the acks read before its end,
+// and decides: "" to open it again, else why the leg ends.
+func (l *replyLeg) dropStream() string {
+	r := l.r
+	st := l.st
+	l.st = nil
+	st.fail(errLegDropped)
+	st.wg.Wait()
+	st.silence.Stop()
+	r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
+	l.applyAcks(st)
+	if r.ctx.Err() != nil {
+		return legEndClosed
+	}
+	if st.heard.Load() {
+		l.failures = 0
+	}
+	l.failures++
+	r.m.sendFailures.Inc()
+	return l.failed(st.err)
+}
+
+// failed logs a failed stream (or attempt) and decides: "" to try again,
+// else why the leg ends.
+func (l *replyLeg) failed(err error) string {
+	r := l.r
+	if errors.Is(err, errLegSilent) {
+		r.m.legSilences.WithLabelValues("host").Inc()
+	}
+	if status.Code(err) == codes.Unimplemented {
+		r.log.Warn("the ingress does not serve reply legs; sending its replies by unary Post", "node", l.key.node, "job", l.key.job)
+		return legEndUnary
+	}
+	if errors.Is(err, ErrClosed) || permanent(err) {
+		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
+		return legEndRefuse
+	}
+	lvl := slog.LevelDebug
+	if now := time.Now(); now.Sub(l.warned) >= warnEvery {
+		lvl, l.warned = slog.LevelWarn, now
+	}
+	r.log.Log(r.ctx, lvl, "reply leg stream failed; opening it again", "node", l.key.node, "job", l.key.job,
+		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
+	return ""
+}
+
+// finish ends the leg once its last message was acked and nothing is
+// queued behind it: it half-closes and waits a little for the ingress to
+// end the stream. False while the leg goes on.
+func (l *replyLeg) finish() bool {
+	r := l.r
+	if !l.finalAcked || len(l.unacked) > 0 {
+		return false
+	}
+	r.mu.Lock()
+	if len(l.pending) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	l.removeLocked()
+	r.mu.Unlock()
+	if l.st != nil {
+		l.closeSend()
+	}
+	r.m.legsEnded.WithLabelValues(legEndDone).Inc()
+	return true
+}
+
+// closeSend half-closes the leg's stream, waits a bounded while for the
+// ingress to end it (it does once it handled what it read), then drops it.
+func (l *replyLeg) closeSend() {
+	st := l.st
+	if err := st.cs.CloseSend(); err == nil {
+		t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-t.C:
+		case <-l.r.ctx.Done():
+		}
+		t.Stop()
+	}
+	l.st = nil
+	st.fail(errLegDropped)
+	st.wg.Wait()
+	st.silence.Stop()
+	l.r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
+}
+
+// end ends the leg for why: what it holds is dropped and counted, except
+// for a peer without Respond, to which it goes by Post, in order.
+func (l *replyLeg) end(why string) {
+	r := l.r
+	r.mu.Lock()
+	items := append(l.unacked, l.pending...)
+	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
+	if why == legEndUnary && r.ctx.Err() == nil {
+		r.respondless[l.key.node] = time.Now().Add(respondlessFor)
+		for _, it := range items {
+			r.m.queue.WithLabelValues(l.key.node).Dec() // postLocked counts it again
+			r.postLocked(l.key.node, it.msg)
+		}
+		items = nil
+	}
+	for _, it := range items {
+		r.m.dropped.WithLabelValues(it.kind).Inc()
+	}
+	if len(items) > 0 {
+		r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
+	}
+	l.removeLocked()
+	r.mu.Unlock()
+	if l.st != nil {
+		if why == legEndCancel && !l.st.isDone() {
+			l.closeSend()
+		} else {
+			l.st.fail(errLegDropped)
+			l.st.wg.Wait()
+			l.st.silence.Stop()
+			r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
+			l.st = nil
+		}
+	}
+	if len(items) > 0 {
+		lvl := slog.LevelWarn
+		if why == legEndCancel || why == legEndClosed {
+			lvl = slog.LevelDebug // nobody wants them any more
+		}
+		r.log.Log(context.Background(), lvl, "reply leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
+	}
+	r.m.legsEnded.WithLabelValues(why).Inc()
+}
+
+func (st *legStream) isDone() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// backoff is the wait before attempt+1, with jitter (see sleep).
+func (r *Router) backoff(attempt int) time.Duration {
+	d := r.cfg.RetryMax
+	if attempt < 30 {
+		d = min(r.cfg.RetryMin<<attempt, r.cfg.RetryMax)
+	}
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,560 @@
+package peer_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/peer"
+)
+
+// Tests of reply legs: one Respond stream per binding, from the consumer
+// host ("a" here) to the job's ingress ("b"). Real servers over loopback,
+// real authentication.
+
+// out is the i-th output of binding (job, gen 1).
+func out(job string, i int) core.Message {
+	return core.Message{Kind: core.MsgReply, JobID: job, Gen: 1, Queue: "q", Consumer: "c", WorkerName: "w",
+		Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), TTL: time.Minute}
+}
+
+func end(job string) core.Message {
+	return core.Message{Kind: core.MsgReply, JobID: job, Gen: 1, Queue: "q", Consumer: "c", WorkerName: "w", End: &core.End{Result: json.RawMessage(`"done"`)}, TTL: time.Minute}
+}
+
+func release(job string) core.Message {
+	return core.Message{Kind: core.MsgRelease, JobID: job, Gen: 1, Queue: "q", Consumer: "c", Reason: "the worker disconnected"}
+}
+
+func cancelOf(job string) core.Message {
+	return core.Message{Kind: core.MsgCancel, JobID: job, Gen: 1, Queue: "q", Code: core.CodeCancelled}
+}
+
+// checkLeg fails unless got holds job's outputs 0..n-1 from from, once
+// each, in order, then last (if not nil), and nothing else of job.
+func checkLeg(t *testing.T, got []received, from, job string, n int, last *core.Message) {
+	t.Helper()
+	var ms []core.Message
+	for _, r := range got {
+		if r.m.JobID != job {
+			continue
+		}
+		if r.from != from {
+			t.Fatalf("message from %q, want %q", r.from, from)
+		}
+		ms = append(ms, r.m)
+	}
+	want := n
+	if last != nil {
+		want++
+	}
+	if len(ms) != want {
+		t.Fatalf("job %s: %d messages handled, want %d", job, len(ms), want)
+	}
+	for i := range n {
+		if w := out(job, i); !equalMessage(ms[i], w) {
+			t.Fatalf("job %s: message %d is %+v, want %+v", job, i, ms[i], w)
+		}
+	}
+	if last != nil && !equalMessage(ms[n], *last) {
+		t.Fatalf("job %s: last message is %+v, want %+v", job, ms[n], *last)
+	}
+}
+
+// legPair is a host router "a" (with its own server, whose handler gets
+// the cancels that come back on legs) and an ingress "b": its server and
+// its router (which puts cancels on legs its server holds).
+type legPair struct {
+	ha, hb *gatedRecorder
+	a, b   served
+	ra, rb routed
+}
+
+func startLegPair(t *testing.T, hb time.Duration, bAddr func(served) string, tweak func(*peer.RouterConfig)) *legPair {
+	t.Helper()
+	p := &legPair{ha: &gatedRecorder{}, hb: &gatedRecorder{}}
+	p.a = startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "a", Handler: p.ha})
+	p.b = startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: p.hb})
+	addrB := p.b.addr
+	if bAddr != nil {
+		addrB = bAddr(p.b)
+	}
+	p.ra = newRouter(t, "a", secret, newBook("b", addrB).Addr, func(c *peer.RouterConfig) {
+		fastLanes(5*time.Second, 15*time.Second, hb)(c)
+		c.Server = p.a.srv
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	p.rb = newRouter(t, "b", secret, newBook("a", p.a.addr).Addr, func(c *peer.RouterConfig) {
+		fastLanes(5*time.Second, 15*time.Second, hb)(c)
+		c.Server = p.b.srv
+	})
+	return p
+}
+
+func respondOpen(t *testing.T, r routed) float64 {
+	return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "respond"})
+}
+
+func respondOpened(t *testing.T, r routed) float64 {
+	return counter(t, r.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "respond"})
+}
+
+// A job's outputs and its end travel on one leg, in order, each counted
+// once; the leg closes once the end is acked.
+func TestRespondOrderThenEnd(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	const n = 500
+	for _, job := range []string{"j1", "j2"} {
+		for i := range n {
+			p.ra.Send("b", out(job, i))
+		}
+		p.ra.Send("b", end(job))
+	}
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(p.hb.messages()) == 2*(n+1) })
+	e1, e2 := end("j1"), end("j2")
+	checkLeg(t, p.hb.messages(), "a", "j1", n, &e1)
+	checkLeg(t, p.hb.messages(), "a", "j2", n, &e2)
+	waitFor(t, 5*time.Second, "the legs closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitSent(t, p.ra, "b")
+	for name, want := range map[string]float64{
+		"switchyard_peer_reply_legs_ended_total":   2,
+		"switchyard_peer_messages_dropped_total":   0,
+		"switchyard_peer_send_failures_total":      0,
+		"switchyard_peer_reply_backpressure_total": 0,
+	} {
+		if got := counter(t, p.ra.reg, name, nil); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
+		t.Errorf("legs ended by their end = %v, want 2", got)
+	}
+	if got := respondOpened(t, p.ra); got != 2 {
+		t.Errorf("respond streams opened = %v, want 2 (one per job)", got)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != 2*(n+1) {
+		t.Errorf("replies counted = %v, want %d", got, 2*(n+1))
+	}
+	// The ingress forgot both legs: a cancel for either goes by the lane.
+	p.rb.Send("a", cancelOf("j1"))
+	waitFor(t, 5*time.Second, "the cancel by the lane", func() bool { return len(p.ha.messages()) == 1 })
+	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 1 {
+		t.Errorf("deliver streams opened by the ingress = %v, want 1", got)
+	}
+}
+
+// A release after outputs rides their leg, behind them, however slowly the
+// ingress handles them; a release (or end) with no leg open goes by Post,
+// opening no stream.
+func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	p.hb.block = func(m core.Message) {
+		if m.Output != nil {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	const n = 300
+	for i := range n {
+		p.ra.Send("b", out("j", i))
+	}
+	rel := release("j")
+	p.ra.Send("b", rel)
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
+	checkLeg(t, p.hb.messages(), "a", "j", n, &rel)
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+
+	p.ra.Send("b", release("alone"))
+	p.ra.Send("b", end("alone too"))
+	waitFor(t, 5*time.Second, "the lone release and end", func() bool { return len(p.hb.messages()) == n+3 })
+	if got := respondOpened(t, p.ra); got != 1 {
+		t.Errorf("respond streams opened = %v, want 1: a binding's only message goes by Post", got)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "release"}); got != 2 {
+		t.Errorf("releases counted = %v, want 2", got)
+	}
+}
+
+// A cancel from the ingress for a job whose leg it holds goes back on the
+// leg (not by a lane): the host's Handler gets it from the ingress, and the
+// leg ends, dropping the outputs nobody wants any more.
+func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	release := make(chan struct{})
+	defer close(release)
+	p.hb.block = func(m core.Message) {
+		if m.JobID == "j" && string(m.Output) == `{"i":1}` {
+			<-release
+		}
+	}
+	for i := range 20 {
+		p.ra.Send("b", out("j", i))
+	}
+	waitFor(t, 5*time.Second, "the first output", func() bool { return len(p.hb.messages()) == 1 })
+	sent := time.Now()
+	p.rb.Send("a", cancelOf("j"))
+	waitFor(t, 5*time.Second, "the cancel at the host's handler", func() bool { return len(p.ha.messages()) == 1 })
+	t.Logf("cancel reached the host's handler %s after the ingress sent it", time.Since(sent))
+	got := p.ha.messages()[0]
+	if got.from != "b" || !equalMessage(got.m, cancelOf("j")) {
+		t.Fatalf("host handler got %+v from %s, want the cancel from b", got.m, got.from)
+	}
+	waitFor(t, 5*time.Second, "the leg ended", func() bool {
+		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1 &&
+			respondOpen(t, p.ra) == 0
+	})
+	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 0 {
+		t.Errorf("the ingress opened %v deliver streams: the cancel took the lane", got)
+	}
+	if got := counter(t, p.b.reg, "switchyard_peer_messages_total", map[string]string{"kind": "cancel"}); got != 1 {
+		t.Errorf("cancels counted at the ingress = %v, want 1", got)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}); got != 0 {
+		t.Errorf("queue gauge = %v after the leg ended, want 0", got)
+	}
+}
+
+// A cancel that reaches the host's Handler by another path (a lane) ends
+// the job's leg there too: the engine sends nothing more on it.
+func TestRespondCancelByLaneEndsTheLeg(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	p.ra.Send("b", out("j", 0))
+	waitFor(t, 5*time.Second, "the output", func() bool { return len(p.hb.messages()) == 1 })
+	// A third node (the dispatcher) passes a cancel on, by its lane.
+	rc := newRouter(t, "c", secret, newBook("a", p.a.addr).Addr, nil)
+	rc.Send("a", cancelOf("j"))
+	waitFor(t, 5*time.Second, "the leg ended", func() bool {
+		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1 &&
+			respondOpen(t, p.ra) == 0
+	})
+	if got := p.ha.messages(); len(got) != 1 || got[0].from != "c" {
+		t.Errorf("host handler got %+v, want the cancel from c once", got)
+	}
+}
+
+// A leg is never closed for being idle (a worker computing in silence is
+// not dead): heartbeats keep it, however long; it ends with its end.
+func TestRespondLegIdleIsNotClosed(t *testing.T) {
+	const hb = 20 * time.Millisecond
+	p := startLegPair(t, hb, nil, nil)
+	p.ra.Send("b", out("j", 0))
+	waitFor(t, 5*time.Second, "the first output", func() bool { return len(p.hb.messages()) == 1 })
+	time.Sleep(40 * hb)
+	if got := respondOpen(t, p.ra); got != 1 {
+		t.Fatalf("respond streams open after %s idle = %v, want 1", 40*hb, got)
+	}
+	p.ra.Send("b", out("j", 1))
+	p.ra.Send("b", end("j"))
+	e := end("j")
+	waitFor(t, 5*time.Second, "the rest", func() bool { return len(p.hb.messages()) == 3 })
+	checkLeg(t, p.hb.messages(), "a", "j", 2, &e)
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	if got := respondOpened(t, p.ra); got != 1 {
+		t.Errorf("respond streams opened = %v, want 1 (none re-opened)", got)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) +
+		counter(t, p.b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 0 {
+		t.Errorf("silences = %v on an idle leg", got)
+	}
+}
+
+// cut closes every connection the proxy holds (both sides see a reset);
+// new ones are still accepted.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// A stream that fails mid-leg is opened again and what was unacked is
+// resent with the same numbers: the ingress handles each message once, in
+// order, even the one it was handling when the connection broke.
+func TestRespondStreamFailureResends(t *testing.T) {
+	var px *proxy
+	p := startLegPair(t, 50*time.Millisecond, func(b served) string {
+		px = startProxy(t, b.addr)
+		return px.addr()
+	}, nil)
+	held := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	p.hb.block = func(m core.Message) {
+		if string(m.Output) == `{"i":10}` {
+			once.Do(func() {
+				close(held)
+				<-gate
+			})
+		}
+	}
+	const n = 100
+	for i := range n {
+		p.ra.Send("b", out("j", i))
+	}
+	<-held // output 10 is being handled; 11.. are in flight, unacked
+	px.cut()
+	waitFor(t, 5*time.Second, "the leg re-opened", func() bool { return respondOpened(t, p.ra) >= 2 })
+	time.Sleep(100 * time.Millisecond) // the resend of 10.. waits behind the handler
+	close(gate)
+	p.ra.Send("b", end("j"))
+	e := end("j")
+	waitFor(t, 10*time.Second, "every message", func() bool { return len(p.hb.messages()) >= n+1 })
+	time.Sleep(100 * time.Millisecond) // a duplicate would land now
+	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitSent(t, p.ra, "b")
+	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n+1 {
+		t.Errorf("replies counted = %v, want %d: a resent message counts once", got, n+1)
+	}
+	if got := sum(t, p.ra.reg, "switchyard_peer_messages_dropped_total"); got != 0 {
+		t.Errorf("dropped = %v", got)
+	}
+	if got := counter(t, p.b.reg, "switchyard_peer_reply_leg_silences_total", nil); got != 0 {
+		t.Errorf("the ingress took a broken stream for a silent host")
+	}
+}
+
+// A slow ingress slows the worker: with the ingress's handler stuck, the
+// leg fills its in-flight bound, then its queue, and Room asks the sender
+// to wait; once the handler moves again every message arrives, in order,
+// and Room's channel closes.
+func TestRespondBackpressure(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.RouterConfig) { c.ReplyWindow = 32 })
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	open := func() { gateOnce.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	p.hb.block = func(m core.Message) {
+		if string(m.Output) != `{"i":0}` {
+			<-gate
+		}
+	}
+	const n = 2000
+	var produced atomic.Int64
+	firstWait := make(chan int, 1)
+	waits := 0
+	done := make(chan struct{})
+	go func() {
+		// The worker session: one output, then wait while Room says so.
+		defer close(done)
+		for i := range n {
+			p.ra.Send("b", out("j", i))
+			produced.Add(1)
+			if ch := p.ra.Room("b", "j"); ch != nil {
+				if waits == 0 {
+					firstWait <- i
+				}
+				waits++
+				<-ch
+			}
+		}
+		p.ra.Send("b", end("j"))
+	}()
+	var at int
+	select {
+	case at = <-firstWait:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Room never asked the sender to wait")
+	}
+	time.Sleep(300 * time.Millisecond)
+	stuck := produced.Load()
+	t.Logf("Room asked to wait after output %d; %d outputs produced while the ingress was stuck", at, stuck)
+	// Room is asked after each Send: the first wait comes once 32 are
+	// queued, and at most 1 handled + 256 in flight + 32 queued (+ the one
+	// sent before asking) are produced.
+	if at < 31 || stuck > 1+256+32+1 {
+		t.Errorf("first wait at output %d, %d produced: want the window (32) queued behind the in-flight bound (256)", at, stuck)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_reply_backpressure_total", nil); got < 1 {
+		t.Errorf("backpressure = %v", got)
+	}
+	open()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sender stayed blocked after the ingress moved again")
+	}
+	e := end("j")
+	waitFor(t, 20*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
+	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	if got := sum(t, p.ra.reg, "switchyard_peer_messages_dropped_total"); got != 0 {
+		t.Errorf("dropped = %v", got)
+	}
+	t.Logf("Room asked the sender to wait %d times for %d outputs", waits, n)
+}
+
+// silenceWatcher is a Handler that is also a LegWatcher.
+type silenceWatcher struct {
+	recorder
+	silent chan string
+}
+
+func (w *silenceWatcher) ReplyLegSilent(from, job string, gen uint64) {
+	w.silent <- fmt.Sprintf("%s/%s/%d", from, job, gen)
+}
+
+// A host whose frames stop arriving without its connection closing (a
+// proxy that stops forwarding) is reported to the ingress's LegWatcher
+// within three heartbeat intervals plus the check's interval, once; the
+// host notices the silence too, and tries the leg again.
+func TestRespondSilentHostIsReported(t *testing.T) {
+	const hb = 50 * time.Millisecond
+	w := &silenceWatcher{silent: make(chan string, 4)}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: w})
+	px := startProxy(t, b.addr)
+	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
+	r.Send("b", out("j", 0))
+	waitFor(t, 5*time.Second, "the output", func() bool { return len(w.messages()) == 1 })
+	time.Sleep(2 * hb) // a frame or two more each way
+	px.pause(true)
+	paused := time.Now()
+	var who string
+	select {
+	case who = <-w.silent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ingress never reported the silent host")
+	}
+	took := time.Since(paused)
+	t.Logf("silent host reported %s after its frames stopped (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
+	if who != "a/j/1" {
+		t.Errorf("reported %q, want a/j/1", who)
+	}
+	// Three intervals from the last frame (up to 1.5 intervals of heartbeat
+	// spacing before the pause), plus the half-interval check, plus
+	// scheduling under -race.
+	if took < 2*hb || took > 3*hb+2*hb+200*time.Millisecond {
+		t.Errorf("reported after %s, want about 3-4 heartbeat intervals (%s each)", took, hb)
+	}
+	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 1 {
+		t.Errorf("ingress silences = %v, want 1", got)
+	}
+	waitFor(t, 5*time.Second, "the host noticing", func() bool {
+		return counter(t, r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
+	})
+	select {
+	case again := <-w.silent:
+		t.Errorf("reported twice: %s", again)
+	case <-time.After(10 * hb):
+	}
+}
+
+// A leg whose ingress leaves the catalog (dead) is dropped, its messages
+// counted; one whose job's TTL passes ends too, however it is doing.
+func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
+	bk := newBook("b", freeAddr(t))
+	r := newRouter(t, "a", secret, bk.Addr, fastLanes(5*time.Second, 15*time.Second, 20*time.Millisecond))
+	for i := range 3 {
+		r.Send("b", out("j", i))
+	}
+	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
+		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
+	})
+	if ch := r.Room("b", "j"); ch != nil {
+		t.Error("Room asks to wait below the window")
+	}
+	bk.remove("b")
+	waitFor(t, 5*time.Second, "the leg dropped", func() bool {
+		return counter(t, r.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "gone"}) == 1
+	})
+	if got := counter(t, r.reg, "switchyard_peer_messages_dropped_total", map[string]string{"kind": "reply"}); got != 3 {
+		t.Errorf("dropped = %v, want 3", got)
+	}
+
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	bk.set("b", b.addr)
+	m := out("k", 0)
+	m.TTL = 10 * time.Millisecond
+	start := time.Now()
+	r.Send("b", m)
+	waitFor(t, 10*time.Second, "the leg's TTL", func() bool {
+		return counter(t, r.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "ttl"}) == 1
+	})
+	t.Logf("leg with a 10ms TTL ended after %s (slack included)", time.Since(start))
+	if len(h.messages()) != 1 {
+		t.Errorf("handled %d messages, want 1", len(h.messages()))
+	}
+	waitFor(t, 5*time.Second, "the stream closed", func() bool { return respondOpen(t, r) == 0 })
+}
+
+// ForceUnary sends replies by Post, as before reply legs: Room never asks
+// to wait.
+func TestRespondForceUnary(t *testing.T) {
+	h := &recorder{}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.ForceUnary, c.ReplyWindow = true, 1 })
+	for i := range 10 {
+		r.Send("b", out("j", i))
+		if r.Room("b", "j") != nil {
+			t.Fatal("Room asked to wait with ForceUnary")
+		}
+	}
+	r.Send("b", end("j"))
+	e := end("j")
+	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 11 })
+	checkLeg(t, h.messages(), "a", "j", 10, &e)
+	if got := respondOpened(t, r); got != 0 {
+		t.Errorf("respond streams opened = %v with ForceUnary", got)
+	}
+}
+
+// Close ends every leg at once (streaming to a stuck ingress, backing off
+// from a peer that is down, opening to one that never speaks) and leaks
+// nothing; what they held is dropped and counted.
+func TestRespondCloseLeaksNothing(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	hung, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never speaks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	gate := make(chan struct{})
+	h := &gatedRecorder{block: func(m core.Message) { <-gate }}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	r, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: newBook("b", b.addr, "down", freeAddr(t), "hung", hung.Addr().String()).Addr,
+		RetryMin: time.Minute, RetryMax: time.Minute, Heartbeat: time.Second, Metrics: peer.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		r.Send("b", out("j", i))
+		r.Send("down", out("j", i))
+		r.Send("hung", out("j", i))
+	}
+	waitFor(t, 5*time.Second, "the failed attempt", func() bool {
+		return counter(t, reg, "switchyard_peer_send_failures_total", nil) >= 1
+	})
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s", took)
+	}
+	if got := counter(t, reg, "switchyard_peer_messages_dropped_total", map[string]string{"kind": "reply"}); got != 15 {
+		t.Errorf("dropped at Close = %v, want 15", got)
+	}
+	if got := counter(t, reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "closed"}); got != 3 {
+		t.Errorf("legs ended at Close = %v, want 3", got)
+	}
+	close(gate)
+	b.stop()
+	c.Close()
+	goleak.VerifyNone(t, before)
+}
