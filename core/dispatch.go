@@ -306,7 +306,7 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
 	for _, w := range q.workers {
-		if w.gone || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
+		if w.gone || w.paused || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
 			!w.Capabilities.Satisfies(t.d.Capabilities) || !e.zoneOKLocked(t.d.Zone, e.cfg.Zone) {
 			continue
 		}

@@ -57,6 +57,25 @@ type Worker struct {
 	// guarded by Engine.mu
 	bindings map[string]*binding
 	gone     bool
+	// paused is set while the node has stopped reading the worker's
+	// messages (reply-leg flow control): it gets no new offers, and its
+	// missed deadlines are the node's doing, not a stall.
+	paused bool
+}
+
+// Pause records that the transport stopped (true) or resumed (false)
+// reading this worker's messages because a job's ingress is behind. While
+// paused the worker is offered nothing new and is not dropped as stalled:
+// an accept or a cancel acknowledgement it sent meanwhile is waiting
+// unread in the transport.
+func (w *Worker) Pause(paused bool) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w.paused = paused
+	if !paused {
+		e.dispatchLocked(e.queues[w.Queue])
+	}
 }
 
 // binding is a job bound to a worker, as the host tracks it.
@@ -192,6 +211,12 @@ func (e *Engine) stalled(w *Worker, id string, gen uint64) {
 	defer e.mu.Unlock()
 	b := w.bindings[id]
 	if e.closed || w.gone || b == nil || b.t.d.Gen != gen || (b.accepted && !b.cancelling) {
+		return
+	}
+	if w.paused {
+		// Its answer may be sitting unread behind the paused reader: look
+		// again once a ceiling has passed.
+		b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
 		return
 	}
 	if b.short && !b.accepted && !b.cancelling {

@@ -229,12 +229,16 @@ func (ss *session) handle(ctx context.Context, w *core.Worker, m *pb.WorkerMessa
 		if wait := w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data); wait != nil {
 			// The job's ingress is behind: stop reading this worker until it
 			// catches up, so gRPC flow control slows the worker down rather
-			// than the node buffering (or dropping) its output.
+			// than the node buffering (or dropping) its output. The engine
+			// offers it nothing new meanwhile and does not take the answers
+			// it cannot read yet for a stall.
+			w.Pause(true)
 			select {
 			case <-wait:
 			case <-ss.closing:
 			case <-ctx.Done():
 			}
+			w.Pause(false)
 			// Not reading was this node's choice, not the worker's silence.
 			ss.touch()
 		}
