@@ -363,6 +363,7 @@ func (rs *respondStream) read() {
 // handle handles items in order until the host closes its side (nil) or
 // the stream ends (its status).
 func (rs *respondStream) handle(h Handler, leg *inLeg, session string) error {
+	lastKick := int64(-1)
 	for {
 		select {
 		case <-rs.ctx.Done():
@@ -377,12 +378,21 @@ func (rs *respondStream) handle(h Handler, leg *inLeg, session string) error {
 				return rs.end()
 			}
 			rs.handleItem(h, leg, session, it.it)
-			if s := int64(it.it.GetSeq()); s > rs.acked.Load() {
+			s := int64(it.it.GetSeq())
+			if s > rs.acked.Load() {
 				rs.acked.Store(s)
 			}
-			select {
-			case rs.kick <- struct{}{}:
-			default:
+			// Acks are cumulative, so most can wait: one ack per item would
+			// double the frames (and write syscalls) of a streaming job. Ack
+			// at once what ends the leg (the host closes on it), and every
+			// ackEvery items so the host's in-flight window keeps moving;
+			// the rest goes with the next heartbeat tick.
+			if m := it.it.GetMessage(); m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil || s-lastKick >= ackEvery {
+				lastKick = s
+				select {
+				case rs.kick <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}
@@ -414,6 +424,10 @@ func (rs *respondStream) handleItem(h Handler, leg *inLeg, session string, it *p
 	}
 	s.handleMessage(h, rs.from, m)
 }
+
+// ackEvery is how many items a reply leg handles between acks it sends at
+// once; it must stay well under the host's in-flight window (256).
+const ackEvery = 32
 
 // write sends acks as items are handled (cumulative: the latest covers
 // the rest), the leg's cancel once per stream, and a heartbeat when
@@ -467,6 +481,9 @@ func (rs *respondStream) write() {
 				return
 			}
 		case <-tick.C:
+			if !flush() {
+				return
+			}
 			if time.Since(lastSend) >= rs.hb/2 && !send(heartbeat) {
 				return
 			}
