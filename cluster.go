@@ -3,6 +3,7 @@ package switchyard
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
@@ -84,6 +85,16 @@ func (c *nodeCluster) Alive(node string) bool {
 }
 
 func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }
+
+// Expect lets the transport open a reply leg ahead of its first message,
+// when it can.
+func (c *nodeCluster) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+	if r, ok := c.transport.(interface {
+		Expect(node, job string, gen uint64, queue string, ttl time.Duration)
+	}); ok {
+		r.Expect(node, job, gen, queue, ttl)
+	}
+}
 
 // Room is the transport's reply-leg flow control, when it has one.
 func (c *nodeCluster) Room(node, job string) <-chan struct{} {

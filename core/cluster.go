@@ -60,6 +60,10 @@ type Cluster interface {
 	// session waits on it before it reads its worker's next message, so a
 	// slow ingress slows the worker down and no output is dropped.
 	Room(node, job string) <-chan struct{}
+	// Expect tells the transport that this node is about to offer binding
+	// (job, gen), whose ingress is node, to a worker: the reply leg may be
+	// set up now, off the path of the first output. Must not block.
+	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
 }
 
 // MessageKind names a peer message. The kinds are the label values of

@@ -400,6 +400,9 @@ func (p *fakePeer) LeaseValid() bool {
 // Room: the fake's reply leg never pushes back.
 func (p *fakePeer) Room(string, string) <-chan struct{} { return nil }
 
+// Expect: the fake opens nothing ahead of time.
+func (p *fakePeer) Expect(string, string, uint64, string, time.Duration) {}
+
 func (p *fakePeer) Forward(_ context.Context, node string, d core.Delivery) error {
 	n := p.net
 	n.mu.Lock()

@@ -323,9 +323,20 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 			}
 		}
 	})
+	// A job that computes in silence: no output, so its reply leg carries
+	// only the heartbeats of the leg the host opened when it offered it.
+	quietStarted := make(chan struct{}, 1)
+	startProcWorker(t, kc, worker.Config{Name: "quiet", Queue: "quiet"}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		quietStarted <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
 	waitQueueView(t, kb, "silent", "the worker on kc", func(q killQueueView) bool { return q.hasConsumers("busy") && q.Dispatcher == "kc" })
+	waitQueueView(t, kb, "quiet", "the quiet worker on kc", func(q killQueueView) bool { return q.hasConsumers("quiet") && q.Dispatcher == "kc" })
 	s := postStreamTo(t, kb, "silent", "go")
+	sq := postStreamTo(t, kb, "quiet", "think")
 	waitFor(t, 10*time.Second, "outputs at the requester", func() bool { return s.count("output") >= 5 })
+	<-quietStarted
 
 	if err := kc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -347,8 +358,22 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 	if bound := 4*killHeartbeat + killHeartbeat + 500*time.Millisecond; took > bound {
 		t.Errorf("worker_lost after %s, want within %s (3 silent heartbeat intervals, one of checking, slack)", took, bound)
 	}
-	if got := procMetricLabels(t, kb, "switchyard_peer_reply_leg_silences_total", `side="ingress"`); got != 1 {
-		t.Errorf("kb: reply leg silences = %v, want 1", got)
+	qevs, err := sq.wait(15 * time.Second)
+	if err != nil {
+		t.Fatalf("the silent job's stream did not end: %v", err)
+	}
+	_, qat := sq.snapshot()
+	qlast := qevs[len(qevs)-1]
+	qtook := qat[len(qat)-1].Sub(stoppedAt)
+	if qlast.Type != "error" || field[string](t, qlast, "code") != "worker_lost" {
+		t.Fatalf("the silent job ended %s %s, want error worker_lost", qlast.Type, qlast.Data)
+	}
+	t.Logf("host stopped: the job computing in silence got worker_lost %s later", qtook.Round(time.Millisecond))
+	if bound := 4*killHeartbeat + killHeartbeat + 500*time.Millisecond; qtook > bound {
+		t.Errorf("silent job: worker_lost after %s, want within %s", qtook, bound)
+	}
+	if got := procMetricLabels(t, kb, "switchyard_peer_reply_leg_silences_total", `side="ingress"`); got != 2 {
+		t.Errorf("kb: reply leg silences = %v, want 2", got)
 	}
 }
 

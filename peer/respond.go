@@ -133,6 +133,9 @@ type replyLeg struct {
 	r        *Router
 	key      legKey
 	deadline time.Time
+	// queueName is the job's queue when the leg was opened ahead of its
+	// first message (Expect).
+	queueName string
 	wake     chan struct{} // capacity 1: "something was queued"
 
 	stop     chan struct{} // closed when the job was cancelled
@@ -179,6 +182,34 @@ func (st *legStream) fail(err error) {
 	st.cancel(err)
 }
 
+// Expect opens the reply leg of binding (job, gen) to its ingress node
+// before the binding's first message: the host calls it when it offers a
+// remote ingress's job to its worker, so the stream is set up while the
+// worker starts rather than in front of its first output, and the ingress
+// hears the host's heartbeats while the worker computes in silence (a
+// silent host then fails the job within the heartbeat bound even before
+// any output). Opening carries no message. It never blocks.
+func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := legKey{node, job, gen}
+	if r.closed || r.legs[k] != nil || r.cfg.ForceUnary || r.respondlessLocked(node) {
+		return
+	}
+	r.startLegLocked(k, queue, ttl)
+}
+
+func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration) *replyLeg {
+	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		deadline: time.Now().Add(max(ttl, 0) + legTTLSlack)}
+	r.legs[k] = l
+	r.jobLegs[k.job] = append(r.jobLegs[k.job], l)
+	r.refLocked(k.node)
+	r.wg.Add(1)
+	go l.run()
+	return l
+}
+
 // replyLocked queues a reply or release p (m's wire form) for node: on the
 // binding's leg, opening one if m is not the binding's last message, else
 // on the node's Post FIFO.
@@ -191,13 +222,7 @@ func (r *Router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 			r.postLocked(node, p)
 			return
 		}
-		l = &replyLeg{r: r, key: k, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-			deadline: time.Now().Add(max(m.TTL, 0) + legTTLSlack)}
-		r.legs[k] = l
-		r.jobLegs[k.job] = append(r.jobLegs[k.job], l)
-		r.refLocked(node)
-		r.wg.Add(1)
-		go l.run()
+		l = r.startLegLocked(k, m.Queue, m.TTL)
 	}
 	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
 	l.pending = append(l.pending, it)
@@ -440,7 +465,7 @@ func (l *replyLeg) queue() string {
 	if len(l.pending) > 0 {
 		return l.pending[0].msg.GetQueue()
 	}
-	return ""
+	return l.queueName
 }
 
 func itemFrame(it *legItem) *pb.RespondFrame {
