@@ -136,7 +136,7 @@ type replyLeg struct {
 	// queueName is the job's queue when the leg was opened ahead of its
 	// first message (Expect).
 	queueName string
-	wake     chan struct{} // capacity 1: "something was queued"
+	wake      chan struct{} // capacity 1: "something was queued"
 
 	stop     chan struct{} // closed when the job was cancelled
 	stopOnce sync.Once
