@@ -79,6 +79,11 @@ func (c *nodeCluster) Routable(node string) bool {
 	return ok && n.State == core.StateOnline && !c.tracker.Spare(peer.NodeAddr{ID: n.ID, PeerAddr: n.PeerAddr})
 }
 
+func (c *nodeCluster) NodeZone(node string) string {
+	n, _ := c.cat.Node(node)
+	return n.Zone
+}
+
 func (c *nodeCluster) Alive(node string) bool {
 	_, ok := c.cat.Node(node)
 	return ok

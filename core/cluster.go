@@ -40,6 +40,11 @@ type Cluster interface {
 	// Routable reports whether jobs may be routed to node: it is Online in
 	// the catalog and this node's peer tracker does not hold it spare.
 	Routable(node string) bool
+	// NodeZone is node's zone label as its catalog record says now ("" for
+	// none, or for a node with no record). The zone test uses it rather
+	// than the zone a consumer record was published with, so a node that
+	// changes zones is judged by its new one.
+	NodeZone(node string) string
 	// Alive reports whether node has a record in the catalog at all. A node
 	// whose record is gone has lost its lease: its death is proven.
 	Alive(node string) bool

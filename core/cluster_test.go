@@ -400,6 +400,10 @@ func (p *fakePeer) LeaseValid() bool {
 // Room: the fake's reply leg never pushes back.
 func (p *fakePeer) Room(string, string) <-chan struct{} { return nil }
 
+// NodeZone: the fake's nodes carry the zones their consumers were
+// published with.
+func (p *fakePeer) NodeZone(string) string { return "" }
+
 // Expect: the fake opens nothing ahead of time.
 func (p *fakePeer) Expect(string, string, uint64, string, time.Duration) {}
 

@@ -307,7 +307,7 @@ func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
 	for _, w := range q.workers {
 		if w.gone || w.paused || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
-			!w.Capabilities.Satisfies(t.d.Capabilities) || !e.zoneOKLocked(t.d.Zone, e.cfg.Zone) {
+			!w.Capabilities.Satisfies(t.d.Capabilities) || !e.zoneOKLocked(t.d.Zone, e.selfZone()) {
 			continue
 		}
 		if best == nil || len(w.bindings) < len(best.bindings) {
@@ -320,7 +320,7 @@ func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var rbest *remoteConsumer
 	for _, c := range e.cat.Consumers(q.name) {
 		if c.Node == e.cfg.Node || t.rejected[c.ID] || !c.Capabilities.Satisfies(t.d.Capabilities) ||
-			!e.zoneOKLocked(t.d.Zone, c.Zone) || !e.cluster.Routable(c.Node) {
+			!e.zoneOKLocked(t.d.Zone, e.cluster.NodeZone(c.Node)) || !e.cluster.Routable(c.Node) {
 			continue
 		}
 		rc := q.remote[c.ID]
@@ -339,6 +339,15 @@ func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	return nil, rbest
 }
 
+// selfZone is this node's zone as the cluster sees it: its catalog record
+// once it has one, its configuration before.
+func (e *Engine) selfZone() string {
+	if e.cluster != nil && e.cluster.Alive(e.cfg.Node) {
+		return e.cluster.NodeZone(e.cfg.Node)
+	}
+	return e.cfg.Zone
+}
+
 // zoneOKLocked is the zone test: a zone-scoped job goes only to a node
 // labelled with that zone. "No label" is not "same zone".
 func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
@@ -351,7 +360,7 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
 	if q := e.queues[queue]; q != nil {
 		for _, w := range q.workers {
-			if !w.gone && !exclude[w.ID] && w.Capabilities.Satisfies(caps) && e.zoneOKLocked(zone, e.cfg.Zone) {
+			if !w.gone && !exclude[w.ID] && w.Capabilities.Satisfies(caps) && e.zoneOKLocked(zone, e.selfZone()) {
 				return true
 			}
 		}
@@ -361,7 +370,7 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 	}
 	for _, c := range e.cat.Consumers(queue) {
 		if c.Node != e.cfg.Node && !exclude[c.ID] && c.Capabilities.Satisfies(caps) &&
-			e.zoneOKLocked(zone, c.Zone) && e.cluster.Routable(c.Node) {
+			e.zoneOKLocked(zone, e.cluster.NodeZone(c.Node)) && e.cluster.Routable(c.Node) {
 			return true
 		}
 	}

@@ -334,6 +334,7 @@ func (e *Engine) ClusterChanged() {
 		return
 	}
 	e.nodesGoneLocked()
+	e.zonesChangedLocked()
 	for _, q := range e.queues {
 		e.consumersGoneLocked(q)
 		e.dispatchLocked(q)
@@ -384,6 +385,40 @@ func (e *Engine) nodesGoneLocked() {
 			if gone(t.d.Ingress) {
 				e.removePendingLocked(q, t)
 			}
+		}
+	}
+}
+
+// zonesChangedLocked applies the zone test again to zone-scoped jobs bound
+// on other nodes, after a node's zone label changed in the catalog: a
+// binding on a node that is no longer in the job's zone is stopped there
+// and the job re-routed (run again in its zone if it produced no output,
+// else failed worker_lost). The ingress judges the jobs whose host it
+// knows; a dispatcher, the jobs it bound to remote consumers.
+func (e *Engine) zonesChangedLocked() {
+	outOfZone := func(zone, node string) bool {
+		return zone != "" && node != "" && node != e.cfg.Node && e.cluster.Alive(node) && e.cluster.NodeZone(node) != zone
+	}
+	for _, j := range e.jobs {
+		holder := j.host
+		if holder == "" {
+			holder = j.dispatcher
+		}
+		if j.state.Terminal() || !outOfZone(j.Env.Zone, holder) {
+			continue
+		}
+		e.sendLocked(holder, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: CodeCancelled})
+		e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+holder+" left the job's zone "+j.Env.Zone)
+	}
+	for _, q := range e.queues {
+		for id, t := range q.bound {
+			if t.remote == nil || !outOfZone(t.d.Zone, t.remote.info.Node) {
+				continue
+			}
+			node := t.remote.info.Node
+			e.sendLocked(node, Message{Kind: MsgCancel, JobID: id, Gen: t.d.Gen, Queue: q.name, Code: CodeCancelled})
+			e.unbindLocked(id, q.name, t.d.Gen)
+			e.releaseToIngressLocked(t.d, "", false, "node "+node+" left the job's zone "+t.d.Zone)
 		}
 	}
 }

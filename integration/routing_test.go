@@ -495,3 +495,49 @@ func TestConsumerMovesUnderOpenStream(t *testing.T) {
 		t.Fatalf("the new run started %v before the old one stopped", runs[0].finish.Sub(runs[1].start))
 	}
 }
+
+// Zones are tested again when a node's zone changes in the catalog: a
+// zone-scoped job running on a node that leaves its zone is stopped there
+// and runs again on a node still in the zone (it had produced no output).
+func TestZoneChangeReroutes(t *testing.T) {
+	zones := []string{"a", "b", "b"}
+	nodes := startCluster(t, 3, func(i int, c *switchyard.Config) { c.Zone = zones[i] })
+	started := make(chan string, 4)
+	// w2, on the node that will move, runs until it is stopped; w3 answers.
+	MustStartWorker(t, nodes[1], worker.Config{Name: "w2", Queue: "zc"}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		started <- "w2"
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	waitFor(t, 5*time.Second, "n2 dispatches zc", func() bool { return dispatcherOf(nodes[0], "zc") == "n2" })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := post(ctx, t, nodes[0], "zc", `{"ttl_ms":15000,"zone":"b","input":"x"}`, true)
+	defer res.Body.Close()
+	if first := <-started; first != "w2" {
+		t.Fatalf("first run on %s", first)
+	}
+	MustStartWorker(t, nodes[2], worker.Config{Name: "w3", Queue: "zc"}, func(context.Context, *worker.Job, *worker.Output) (any, error) {
+		started <- "w3"
+		return "w3", nil
+	})
+	waitFor(t, 5*time.Second, "n1 sees both consumers", func() bool { return len(nodes[0].Catalog().Consumers("zc")) == 2 })
+
+	// n2's record now says zone c.
+	rec, _ := nodes[0].Catalog().Node("n2")
+	rec.Zone = "c"
+	if err := nodes[1].Catalog().PublishNode(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	evs := readAll(t, res.Body)
+	last := evs[len(evs)-1]
+	if last.Type != "done" || field[string](t, last, "result") != "w3" {
+		t.Fatalf("the job ended %s %s, want done by w3", last.Type, last.Data)
+	}
+	if n := len(started); n != 1 {
+		t.Fatalf("%d more runs after the first, want exactly one (w3)", n)
+	}
+	if second := <-started; second != "w3" {
+		t.Fatalf("second run on %s", second)
+	}
+}
