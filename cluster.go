@@ -34,7 +34,8 @@ var (
 	_ interface {
 		Room(node, job string) <-chan struct{}
 	} = (*peer.Router)(nil)
-	_ peer.LegWatcher = (*core.Engine)(nil)
+	_ peer.LegWatcher     = (*core.Engine)(nil)
+	_ peer.LegOpenWatcher = (*core.Engine)(nil)
 )
 
 func (c *nodeCluster) Dispatcher(ctx context.Context, queue string) (string, error) {

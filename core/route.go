@@ -400,15 +400,14 @@ func (e *Engine) zonesChangedLocked() {
 		return zone != "" && node != "" && node != e.cfg.Node && e.cluster.Alive(node) && e.cluster.NodeZone(node) != zone
 	}
 	for _, j := range e.jobs {
-		holder := j.host
-		if holder == "" {
-			holder = j.dispatcher
-		}
-		if j.state.Terminal() || !outOfZone(j.Env.Zone, holder) {
+		// Only where the job runs matters (a dispatcher's own zone does
+		// not): the host, once a reply or its reply leg named it.
+		if j.state.Terminal() || !outOfZone(j.Env.Zone, j.host) {
 			continue
 		}
-		e.sendLocked(holder, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: CodeCancelled})
-		e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+holder+" left the job's zone "+j.Env.Zone)
+		host := j.host
+		e.sendLocked(host, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: CodeCancelled})
+		e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+host+" left the job's zone "+j.Env.Zone)
 	}
 	for _, q := range e.queues {
 		for id, t := range q.bound {
@@ -560,6 +559,17 @@ func (e *Engine) Undeliverable(node string, m Message, reason string) {
 			e.sendLocked(node, Message{Kind: MsgReply, JobID: m.JobID, Gen: m.Gen, Queue: m.Queue, Consumer: m.Consumer, WorkerName: m.WorkerName,
 				End: &End{Code: CodeTooLarge, Detail: detail}})
 		}
+	}
+}
+
+// ReplyLegOpened is the transport reporting that host opened the reply leg
+// of job (id, gen): the job runs there. The ingress records it, so a cancel
+// goes straight to the host and the zone test knows where to look.
+func (e *Engine) ReplyLegOpened(host, id string, gen uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[id]; j != nil && j.gen == gen && !j.state.Terminal() && host != e.cfg.Node {
+		j.host = host
 	}
 }
 

@@ -37,6 +37,14 @@ type LegWatcher interface {
 	ReplyLegSilent(from, job string, gen uint64)
 }
 
+// LegOpenWatcher is another optional interface of a Handler: ReplyLegOpened
+// is called when a consumer host opens the reply leg of binding (job, gen),
+// which it does when it offers the job to its worker, so the ingress learns
+// where the job runs before its first output.
+type LegOpenWatcher interface {
+	ReplyLegOpened(from, job string, gen uint64)
+}
+
 // Respond bounds on the receiving side.
 const (
 	// respondBuffer is how many items a Respond stream may have read and
@@ -161,6 +169,9 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	}
 	rs.last.Store(time.Now().UnixNano())
 	leg := s.attachLeg(from, open, rs)
+	if w, ok := h.(LegOpenWatcher); ok {
+		w.ReplyLegOpened(from, leg.key.job, leg.key.gen)
+	}
 
 	writerDone := make(chan struct{})
 	if !s.goStream(func() { defer close(writerDone); rs.write() }) {
