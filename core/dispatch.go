@@ -305,9 +305,10 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 // from the catalog view, the least outstanding first.
 func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
+	inZone := e.zoneOKLocked(t.d.Zone, e.selfZone())
 	for _, w := range q.workers {
-		if w.gone || w.paused || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
-			!w.Capabilities.Satisfies(t.d.Capabilities) || !e.zoneOKLocked(t.d.Zone, e.selfZone()) {
+		if !inZone || w.gone || w.paused || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
+			!w.Capabilities.Satisfies(t.d.Capabilities) {
 			continue
 		}
 		if best == nil || len(w.bindings) < len(best.bindings) {
@@ -358,9 +359,9 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
 // the catalog's view of other routable nodes) could run a job, ignoring
 // credits and skipping the consumers in exclude.
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
-	if q := e.queues[queue]; q != nil {
+	if q := e.queues[queue]; q != nil && e.zoneOKLocked(zone, e.selfZone()) {
 		for _, w := range q.workers {
-			if !w.gone && !exclude[w.ID] && w.Capabilities.Satisfies(caps) && e.zoneOKLocked(zone, e.selfZone()) {
+			if !w.gone && !exclude[w.ID] && w.Capabilities.Satisfies(caps) {
 				return true
 			}
 		}
@@ -377,15 +378,15 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 	return false
 }
 
-// unbindLocked forgets a bound task on the dispatcher and frees the credit
-// it held on a remote consumer. gen 0 matches any generation.
+// unbindLocked forgets the bound task (id, gen) on the dispatcher and frees
+// the credit it held on a remote consumer.
 func (e *Engine) unbindLocked(id string, queueName string, gen uint64) *task {
 	q := e.queues[queueName]
 	if q == nil {
 		return nil
 	}
 	t := q.bound[id]
-	if t == nil || gen != 0 && t.d.Gen != gen {
+	if t == nil || t.d.Gen != gen {
 		return nil
 	}
 	delete(q.bound, id)

@@ -189,12 +189,7 @@ func (e *Engine) Draining() bool {
 // number of jobs it had to end that way.
 func (e *Engine) Drain(ctx context.Context) int {
 	e.mu.Lock()
-	if !e.draining {
-		e.draining = true
-		if e.active == 0 {
-			close(e.drained)
-		}
-	}
+	e.stopTakingLocked()
 	e.mu.Unlock()
 	select {
 	case <-e.drained:
@@ -222,12 +217,7 @@ func (e *Engine) Drain(ctx context.Context) int {
 func (e *Engine) Fence() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.draining {
-		e.draining = true
-		if e.active == 0 {
-			close(e.drained)
-		}
-	}
+	e.stopTakingLocked()
 	for id, w := range e.hosted {
 		if b := w.bindings[id]; b != nil {
 			e.cancelOnWorkerLocked(w, id, b.t.d.Gen, CodeNodeShutdown)
@@ -273,6 +263,17 @@ func (e *Engine) Close() {
 	for _, w := range e.workers {
 		for _, b := range w.bindings {
 			stopTimer(b.timer)
+		}
+	}
+}
+
+// stopTakingLocked refuses new jobs from now on; drained closes once the
+// last open job has ended.
+func (e *Engine) stopTakingLocked() {
+	if !e.draining {
+		e.draining = true
+		if e.active == 0 {
+			close(e.drained)
 		}
 	}
 }

@@ -118,11 +118,7 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 		Concurrency: spec.Concurrency, e: e, conn: conn, bindings: map[string]*binding{},
 	}
 	if e.cat != nil {
-		err := e.cat.PublishConsumer(ctx, ConsumerInfo{
-			ID: w.ID, Queue: w.Queue, Node: e.cfg.Node, Name: w.Name,
-			Capabilities: caps, Concurrency: w.Concurrency, Zone: e.cfg.Zone,
-		})
-		if err != nil {
+		if err := e.cat.PublishConsumer(ctx, w.record(caps)); err != nil {
 			return nil, fmt.Errorf("publish consumer: %w", err)
 		}
 	}
@@ -151,6 +147,14 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	return w, nil
 }
 
+// record is the worker's consumer record with capabilities caps.
+func (w *Worker) record(caps Capabilities) ConsumerInfo {
+	return ConsumerInfo{
+		ID: w.ID, Queue: w.Queue, Node: w.e.cfg.Node, Name: w.Name,
+		Capabilities: caps, Concurrency: w.Concurrency, Zone: w.e.cfg.Zone,
+	}
+}
+
 // UpdateCapabilities replaces what the worker declared it can run. The
 // consumer record is republished first, so ingress nodes elsewhere match
 // against the new set; jobs already bound keep running (they matched when
@@ -162,11 +166,7 @@ func (w *Worker) UpdateCapabilities(ctx context.Context, capabilities []string) 
 	}
 	e := w.e
 	if e.cat != nil {
-		err := e.cat.PublishConsumer(ctx, ConsumerInfo{
-			ID: w.ID, Queue: w.Queue, Node: e.cfg.Node, Name: w.Name,
-			Capabilities: caps, Concurrency: w.Concurrency, Zone: e.cfg.Zone,
-		})
-		if err != nil {
+		if err := e.cat.PublishConsumer(ctx, w.record(caps)); err != nil {
 			return fmt.Errorf("republish consumer: %w", err)
 		}
 	}
