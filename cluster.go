@@ -11,10 +11,12 @@ import (
 )
 
 // transport is the half of core.Cluster that moves messages between nodes
-// (peer.Router).
+// (peer.Router): the request leg, the reply legs and their flow control.
 type transport interface {
 	Forward(ctx context.Context, node string, d core.Delivery) error
 	Send(node string, m core.Message)
+	Room(node, job string) <-chan struct{}
+	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
 }
 
 // nodeCluster is core.Cluster for a node: routing decisions from the
@@ -29,11 +31,9 @@ type nodeCluster struct {
 
 var (
 	_ core.Cluster = (*nodeCluster)(nil)
-	// The router has the reply leg's flow control (Room forwards to it), and
-	// the engine hears of reply legs whose host went silent.
-	_ interface {
-		Room(node, job string) <-chan struct{}
-	} = (*peer.Router)(nil)
+	// The engine hears of reply legs opened, and of those whose host went
+	// silent.
+	_ transport           = (*peer.Router)(nil)
 	_ peer.LegWatcher     = (*core.Engine)(nil)
 	_ peer.LegOpenWatcher = (*core.Engine)(nil)
 )
@@ -91,23 +91,3 @@ func (c *nodeCluster) Alive(node string) bool {
 }
 
 func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }
-
-// Expect lets the transport open a reply leg ahead of its first message,
-// when it can.
-func (c *nodeCluster) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
-	if r, ok := c.transport.(interface {
-		Expect(node, job string, gen uint64, queue string, ttl time.Duration)
-	}); ok {
-		r.Expect(node, job, gen, queue, ttl)
-	}
-}
-
-// Room is the transport's reply-leg flow control, when it has one.
-func (c *nodeCluster) Room(node, job string) <-chan struct{} {
-	if r, ok := c.transport.(interface {
-		Room(node, job string) <-chan struct{}
-	}); ok {
-		return r.Room(node, job)
-	}
-	return nil
-}
