@@ -703,6 +703,11 @@ func TestCloseStopsEverySender(t *testing.T) {
 		})
 	r.Send("b", msg("j", 0))
 	waitFor(t, 5*time.Second, "delivery", func() bool { return len(h.messages()) == 1 })
+	// b's ack is deferred to its next heartbeat tick: until it arrives the
+	// reply is still held (and would be counted as dropped at Close).
+	waitFor(t, 5*time.Second, "b's ack", func() bool {
+		return counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}) == 0
+	})
 	r.Send("hung", msg("j", 0))
 	r.Send("down", msg("j", 0))
 	r.Send("down", msg("j", 1))
