@@ -98,8 +98,8 @@ func CodeOf(err error) (Code, bool) {
 }
 
 // ConfigError is a node configuration value that cannot work. Field names
-// the setting as the operator wrote it (the flag), so the message points at
-// the fix.
+// the setting as the operator wrote it (the flag, without its dashes); the
+// message shows it as the flag, "--field", so it points at the fix.
 type ConfigError struct {
 	Field string
 	Value any
@@ -107,7 +107,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("config %s=%v: %v", e.Field, e.Value, e.Err)
+	return fmt.Sprintf("config --%s=%v: %v", e.Field, e.Value, e.Err)
 }
 
 func (e *ConfigError) Unwrap() error { return e.Err }

@@ -50,7 +50,7 @@ func TestConfigErrorUnwraps(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Field != "max-queue-depth" {
 		t.Fatalf("errors.As: %v", err)
 	}
-	if msg := ce.Error(); !strings.Contains(msg, "max-queue-depth=0") || !strings.Contains(msg, "must be positive") {
+	if msg := ce.Error(); msg != "config --max-queue-depth=0: must be positive" {
 		t.Errorf("Error() = %q", msg)
 	}
 }

@@ -54,8 +54,8 @@ func TestLimitsValidate(t *testing.T) {
 			if ce.Field != tt.field {
 				t.Errorf("Field = %q, want %q", ce.Field, tt.field)
 			}
-			if !strings.Contains(err.Error(), tt.field) {
-				t.Errorf("message %q does not name %s", err, tt.field)
+			if !strings.Contains(err.Error(), "--"+tt.field+"=") {
+				t.Errorf("message %q does not name --%s", err, tt.field)
 			}
 		})
 	}

@@ -13,24 +13,37 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sse "github.com/tmaxmax/go-sse"
 )
 
-// TestBinarySmoke builds the real binary, runs `switchyard node` and
-// `switchyard worker --demo tokens` as separate processes, streams a job
-// over HTTP, and checks that SIGTERM drains and exits cleanly.
+// TestBinarySmoke builds the real binary and runs it as separate processes:
+// `switchyard node` with `switchyard worker --demo tokens` (a job streams
+// end to end; a client that leaves cancels its job on the worker; SIGTERM
+// drains, ends a job that outlives the drain with node_shutdown, and exits
+// 0), and `switchyard demo` (Ctrl-C stops it without a reconnect warning).
 func TestBinarySmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "switchyard")
+	bin := filepath.Join(t.TempDir(), "switchyard")
 	build := exec.Command("go", "build", "-o", bin, "../cmd/switchyard")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	t.Run("node and worker", func(t *testing.T) { testBinaryNodeAndWorker(t, bin) })
+	t.Run("demo stops quietly", func(t *testing.T) { testBinaryDemoStops(t, bin) })
+}
 
+// longInput takes the demo worker at least 6s (60 words, 100ms before
+// each): far longer than the node's 1s drain window, so the drain cannot
+// see it finish however slow or fast the machine is.
+var longInput = `{"input":"` + strings.TrimSpace(strings.Repeat("word ", 60)) + `"}`
+
+func testBinaryNodeAndWorker(t *testing.T, bin string) {
+	dir := t.TempDir()
 	node := exec.Command(bin, "node", "--name", "smoke", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-		"--data-dir", filepath.Join(dir, "data"), "--drain-timeout", "3s")
+		"--data-dir", filepath.Join(dir, "data"), "--drain-timeout", "1s")
 	stderr, err := node.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +53,11 @@ func TestBinarySmoke(t *testing.T) {
 	}
 	defer node.Process.Kill() //nolint:errcheck // no-op once it exited
 	httpAddr, grpcAddr, logs := awaitServing(t, stderr)
+	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 
-	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "demo", "--demo", "tokens", "--delay", "5ms")
-	wout := &strings.Builder{}
-	wk.Stderr = wout
+	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "demo", "--demo", "tokens", "--delay", "100ms")
+	wlog := &lockedBuffer{}
+	wk.Stderr = wlog
 	if err := wk.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +66,7 @@ func TestBinarySmoke(t *testing.T) {
 	// The worker registers asynchronously: the node answers 503 until then.
 	var res *http.Response
 	waitFor(t, 10*time.Second, "a capable worker", func() bool {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/v1/queues/demo/jobs", strings.NewReader(`{"input":"hello smoke test"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		r, err := http.DefaultClient.Do(req)
+		r, err := postStream(context.Background(), jobsURL, `{"input":"hello smoke test"}`)
 		if err != nil {
 			return false
 		}
@@ -72,11 +83,51 @@ func TestBinarySmoke(t *testing.T) {
 		t.Fatalf("events %v", got)
 	}
 
-	if err := wk.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	// The README's "done means": a client that leaves mid-job (Ctrl-C on
+	// curl) cancels the job, and the worker's log says so.
+	ctx, leave := context.WithCancel(t.Context())
+	res = mustStream(ctx, t, jobsURL, longInput)
+	id := res.Header.Get("X-Job-Id")
+	for ev, err := range sse.Read(res.Body, nil) {
+		if err != nil {
+			t.Fatalf("read the stream before leaving: %v", err)
+		}
+		if ev.Type == "output" {
+			break // running on the worker
+		}
 	}
-	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	leave()
+	res.Body.Close()
+	cancelled := regexp.MustCompile(`msg="job cancelled".* job=` + regexp.QuoteMeta(id) + `\b`)
+	waitFor(t, 10*time.Second, "the worker to log the job cancelled", func() bool { return cancelled.MatchString(wlog.String()) })
+
+	// SIGTERM with a job running: the node stops taking jobs, the drain
+	// window passes, and the job's stream ends with exactly one terminal
+	// event, error node_shutdown; then the node exits 0.
+	res = mustStream(t.Context(), t, jobsURL, longInput)
+	defer res.Body.Close()
+	evs = nil
+	signalled := false
+	for ev, err := range sse.Read(res.Body, nil) {
+		if err != nil {
+			t.Fatalf("read the draining stream: %v\nevents so far %v", err, types(evs))
+		}
+		evs = append(evs, ev)
+		if ev.Type == "output" && !signalled {
+			signalled = true
+			if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var terminal []sse.Event
+	for _, ev := range evs {
+		if ev.Type == "done" || ev.Type == "error" {
+			terminal = append(terminal, ev)
+		}
+	}
+	if len(terminal) != 1 || terminal[0].Type != "error" || field[string](t, terminal[0], "code") != "node_shutdown" {
+		t.Fatalf("drained stream %v, want it to end with one terminal event, error node_shutdown\n%s", types(evs), logs())
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- node.Wait() }()
@@ -88,10 +139,97 @@ func TestBinarySmoke(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("node did not exit after SIGTERM\n%s", logs())
 	}
-	_ = wk.Wait()
-	if !strings.Contains(wout.String(), "job ended") {
-		t.Errorf("worker log lacks the job:\n%s", wout)
+
+	if err := wk.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
+	if err := wk.Wait(); err != nil {
+		t.Errorf("worker exit: %v\n%s", err, wlog)
+	}
+	if !strings.Contains(wlog.String(), `msg="job ended"`) {
+		t.Errorf("worker log lacks the jobs:\n%s", wlog)
+	}
+}
+
+// `switchyard demo` (make run) drains its node with the demo worker still
+// attached, then stops the worker before the node ends the worker's
+// stream: Ctrl-C shows no "reconnecting" warning, and it exits 0.
+func testBinaryDemoStops(t *testing.T, bin string) {
+	demo := exec.Command(bin, "demo", "--name", "demo", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms")
+	stderr, err := demo.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer demo.Process.Kill() //nolint:errcheck // no-op once it exited
+	httpAddr, _, logs := awaitServing(t, stderr)
+
+	// A job proves the worker attached before the signal.
+	var res *http.Response
+	waitFor(t, 10*time.Second, "the demo worker", func() bool {
+		r, err := postStream(context.Background(), "http://"+httpAddr+"/v1/queues/demo/jobs", `{"input":"hi"}`)
+		if err != nil {
+			return false
+		}
+		if r.StatusCode == http.StatusOK {
+			res = r
+			return true
+		}
+		r.Body.Close()
+		return false
+	})
+	evs := readAll(t, res.Body)
+	res.Body.Close()
+	if got := types(evs); !slices.Equal(got, []string{"accepted", "output", "done"}) {
+		t.Fatalf("events %v", got)
+	}
+
+	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- demo.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("demo exit: %v\n%s", err, logs())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("demo did not exit after SIGINT\n%s", logs())
+	}
+	all := logs()
+	if !strings.Contains(all, `msg="worker stopped" system=demo-worker`) || strings.Contains(all, "reconnecting") {
+		t.Errorf("want the demo worker stopped without a reconnect warning:\n%s", all)
+	}
+}
+
+// postStream posts body as a job and asks for its event stream.
+func postStream(ctx context.Context, url, body string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	return http.DefaultClient.Do(req)
+}
+
+// mustStream is postStream that fails the test unless the stream opened.
+func mustStream(ctx context.Context, tb testing.TB, url, body string) *http.Response {
+	tb.Helper()
+	res, err := postStream(ctx, url, body)
+	if err != nil {
+		tb.Fatalf("post %s: %v", url, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		tb.Fatalf("post %s: %d %s", url, res.StatusCode, b)
+	}
+	return res
 }
 
 var servingLine = regexp.MustCompile(`msg="node serving".* http=(\S+) grpc=(\S+)`)
@@ -131,7 +269,8 @@ func awaitServing(t *testing.T, r io.Reader) (httpAddr, grpcAddr string, logs fu
 				return m[1], m[2], func() string {
 					select {
 					case rest := <-ch:
-						return strings.Join(append(all, rest...), "\n")
+						all = append(all, rest...)
+						return strings.Join(all, "\n")
 					case <-time.After(time.Second):
 						return strings.Join(all, "\n")
 					}
@@ -142,5 +281,3 @@ func awaitServing(t *testing.T, r io.Reader) (httpAddr, grpcAddr string, logs fu
 		}
 	}
 }
-
-var _ = context.Background

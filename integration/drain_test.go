@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -38,9 +39,17 @@ func TestDrainOnClose(t *testing.T) {
 		return runningJobs(t, n, quick, stuck) == 2
 	})
 
+	if code, _ := readyz(t, n); code != http.StatusOK {
+		t.Fatalf("/readyz before the drain: %d, want 200", code)
+	}
+
 	closed := make(chan error, 1)
 	go func() { closed <- n.Close(context.Background()) }()
 	waitFor(t, 2*time.Second, "node draining", func() bool { return n.Engine().Draining() })
+	// Load balancers take a draining node out of rotation by /readyz.
+	if code, p := readyz(t, n); code != http.StatusServiceUnavailable || p.Code != "draining" || p.Status != code {
+		t.Errorf("/readyz while draining: %d %+v, want 503 with code draining", code, p)
+	}
 	refused := post(t.Context(), t, n, "demo", `{"input":"late"}`, false)
 	refused.Body.Close()
 	if refused.StatusCode != http.StatusServiceUnavailable || refused.Header.Get("Retry-After") == "" {
@@ -75,4 +84,24 @@ func runningJobs(t *testing.T, n *switchyard.Node, rs ...*http.Response) int {
 		}
 	}
 	return running
+}
+
+// readyz reads /readyz: its status and, when it is not ready, its problem.
+func readyz(tb testing.TB, n *switchyard.Node) (int, problem) {
+	tb.Helper()
+	res, err := http.Get(baseURL(n) + "/readyz")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	var p problem
+	if res.StatusCode != http.StatusOK {
+		if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
+			tb.Errorf("/readyz %d: content type %q, want application/problem+json", res.StatusCode, ct)
+		}
+		if err := json.NewDecoder(res.Body).Decode(&p); err != nil {
+			tb.Fatalf("/readyz %d: %v", res.StatusCode, err)
+		}
+	}
+	return res.StatusCode, p
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer/worker"
 )
 
@@ -22,6 +23,7 @@ func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
 		c.Engine.Limits.MaxTTL = time.Minute
 		c.Engine.Limits.DefaultTTL = 30 * time.Second
 		c.Engine.HistoryBytes = 1 << 20
+		c.HTTP.Stream.MaxLagBytes = 512 << 10 // below the history's bound, as the node requires
 	})
 	release := make(chan struct{})
 	defer close(release)
@@ -83,10 +85,7 @@ func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
 			}
 			defer res.Body.Close()
 			b, _ := io.ReadAll(res.Body)
-			var p struct {
-				Type, Title, Detail, Code string
-				Status                    int
-			}
+			var p problem
 			if err := json.Unmarshal(b, &p); err != nil {
 				t.Fatalf("body %q: %v", b, err)
 			}
@@ -117,6 +116,78 @@ func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
 		if v := metric(t, n, "switchyard_jobs_total", map[string]string{"outcome": o}); v != 0 {
 			t.Errorf("jobs_total{%s} = %v after refusals", o, v)
 		}
+	}
+}
+
+// A queue full by bytes refuses a job with 429 queue_bytes_full and
+// Retry-After, and keeps what it held, whether the bound is the node's
+// max_queue_bytes or one an envelope lowered for its own job.
+func TestQueueFullByBytesChangesNothing(t *testing.T) {
+	n := MustStartNode(t, func(c *switchyard.Config) {
+		c.Engine.Limits.MaxInputBytes = 1024
+		c.Engine.Limits.MaxQueueBytes = 1500 // room for one 1000-byte input, not two
+	})
+	release := make(chan struct{})
+	defer close(release)
+	MustStartWorker(t, n, worker.Config{Concurrency: 1}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	accept := func(body string) {
+		t.Helper()
+		res := post(t.Context(), t, n, "demo", body, false)
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %.40s: %d, want 202", body, res.StatusCode)
+		}
+	}
+	local := func() httpapi.LocalQueue {
+		t.Helper()
+		var q httpapi.QueueResponse
+		if code := getJSON(t, baseURL(n)+"/v1/queues/demo", &q); code != 200 || q.Local == nil {
+			t.Fatalf("GET /v1/queues/demo: %d %+v", code, q)
+		}
+		return *q.Local
+	}
+	// The worker holds the first job; the second waits, 1000 bytes of input.
+	accept(`{"input":"hold"}`)
+	waitFor(t, 2*time.Second, "the worker busy", func() bool { return local().Bound == 1 })
+	thousand := `"` + strings.Repeat("x", 998) + `"`
+	accept(`{"input":` + thousand + `}`)
+	held := local()
+	if held.Depth != 1 || held.Bytes != 1000 {
+		t.Fatalf("queue before the refusals: %+v, want depth 1 and 1000 bytes", held)
+	}
+
+	for _, tc := range []struct{ name, body string }{
+		{"node ceiling", `{"input":` + thousand + `}`},                              // 2000 > 1500
+		{"lowered by envelope", `{"input":"xx","limits":{"max_queue_bytes":1003}}`}, // 1004 > 1003
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := post(t.Context(), t, n, "demo", tc.body, false)
+			defer res.Body.Close()
+			var p problem
+			if err := json.NewDecoder(res.Body).Decode(&p); err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if res.StatusCode != http.StatusTooManyRequests || p.Code != "queue_bytes_full" {
+				t.Fatalf("got %d %q (%s), want 429 queue_bytes_full", res.StatusCode, p.Code, p.Detail)
+			}
+			if ra := res.Header.Get("Retry-After"); ra == "" {
+				t.Error("no Retry-After")
+			}
+			if got := local(); got.Depth != held.Depth || got.Bytes != held.Bytes {
+				t.Errorf("queue after the refusal: %+v, want %+v", got, held)
+			}
+		})
+	}
+	// The control: the same small job fits under a bound that has room.
+	accept(`{"input":"xx","limits":{"max_queue_bytes":1004}}`)
+	if got := local(); got.Depth != 2 || got.Bytes != 1004 {
+		t.Errorf("queue after a job that fits: %+v, want depth 2 and 1004 bytes", got)
 	}
 }
 

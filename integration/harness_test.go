@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/peer/worker"
@@ -30,9 +31,7 @@ func MustStartNode(tb testing.TB, mutate func(*switchyard.Config)) *switchyard.N
 	cfg.DrainTimeout = 2 * time.Second
 	cfg.Workers.HeartbeatInterval = 200 * time.Millisecond
 	cfg.Workers.IdleTimeout = time.Second
-	if os.Getenv("SWITCHYARD_TEST_LOG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = testLogger()
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -50,6 +49,15 @@ func MustStartNode(tb testing.TB, mutate func(*switchyard.Config)) *switchyard.N
 		}
 	})
 	return n
+}
+
+// testLogger logs at debug level to stderr when SWITCHYARD_TEST_LOG is set;
+// nil (the node discards its logs) otherwise.
+func testLogger() *slog.Logger {
+	if os.Getenv("SWITCHYARD_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // MustStartWorker runs a real SDK worker against the node's gRPC address
@@ -77,6 +85,25 @@ func MustStartWorker(tb testing.TB, n *switchyard.Node, cfg worker.Config, h wor
 		return metric(tb, n, "switchyard_workers_connected", nil) > before
 	})
 	return stop
+}
+
+// waitGoroutinesGone waits, up to a generous bound, until every goroutine
+// that was not running when ignore was taken (goleak.IgnoreCurrent) has
+// ended, and fails the test if some are left.
+func waitGoroutinesGone(tb testing.TB, ignore goleak.Option) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := goleak.Find(ignore)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("goroutines left: %v", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -111,7 +138,10 @@ func post(ctx context.Context, tb testing.TB, n *switchyard.Node, queue, body st
 	return res
 }
 
-// readAll parses a whole SSE body with a spec-compliant parser.
+// readAll parses a whole SSE body with a spec-compliant parser. A job has
+// one terminal outcome, so it fails the test if a done or error event is
+// not the stream's last: a test that checks the last event is a terminal
+// one has then checked that it is the only one.
 func readAll(tb testing.TB, r io.Reader) []sse.Event {
 	tb.Helper()
 	var evs []sse.Event
@@ -120,6 +150,11 @@ func readAll(tb testing.TB, r io.Reader) []sse.Event {
 			tb.Fatalf("read sse: %v", err)
 		}
 		evs = append(evs, ev)
+	}
+	for i, ev := range evs[:max(len(evs)-1, 0)] {
+		if ev.Type == "done" || ev.Type == "error" {
+			tb.Errorf("event %d of %d is terminal (%s %s), yet more follow: %v", i+1, len(evs), ev.Type, ev.Data, types(evs))
+		}
 	}
 	return evs
 }
@@ -164,6 +199,9 @@ func getJSON(tb testing.TB, url string, into any) int {
 	return res.StatusCode
 }
 
+// metric reads the first series of name whose labels include labels: a
+// counter's or gauge's value, a histogram's sum, or, named as in the text
+// exposition (name_count), a histogram's sample count.
 func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]string) float64 {
 	tb.Helper()
 	mfs, err := n.Registry().Gather()
@@ -171,7 +209,8 @@ func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]st
 		tb.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != name {
+		count := mf.GetName()+"_count" == name
+		if mf.GetName() != name && !count {
 			continue
 		}
 	next:
@@ -186,12 +225,20 @@ func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]st
 				return m.Counter.GetValue()
 			case m.Gauge != nil:
 				return m.Gauge.GetValue()
+			case m.Histogram != nil && count:
+				return float64(m.Histogram.GetSampleCount())
 			case m.Histogram != nil:
 				return m.Histogram.GetSampleSum()
 			}
 		}
 	}
 	return 0
+}
+
+// problem is an RFC 9457 problem details body as a node writes it.
+type problem struct {
+	Type, Title, Detail, Code string
+	Status                    int
 }
 
 func jsonDecoder(res *http.Response) *json.Decoder { return json.NewDecoder(res.Body) }

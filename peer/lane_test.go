@@ -313,8 +313,14 @@ func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 func TestBurstyLaneDoesNotChurn(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	const idle = 300 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(idle/3, idle, 20*time.Millisecond))
+	// Only the idle timer is under test. The ack ceiling (at most idle/3)
+	// and the silence limit (3 heartbeats) are stall detectors: kept tight
+	// (a 100 ms ceiling, 60 ms of silence) they fired on a loaded machine
+	// (2 CPUs, another go test running), so this lane has room for pauses
+	// of hundreds of milliseconds. A burst still comes every idle/2, so a
+	// timer that did not restart would close the stream every idle.
+	const idle = 1200 * time.Millisecond
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(idle/3, idle, idle/4))
 	const bursts = 8 // over 4 idle intervals in all
 	for i := range bursts {
 		for k := range 5 {

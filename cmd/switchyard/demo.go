@@ -58,11 +58,22 @@ Switchyard is running: one node, embedded catalog, a demo worker on queue "demo"
 
 `, url)
 	<-ctx.Done()
-	// Drain first, with the worker still attached, so bound jobs can finish.
-	err = closeNode(n, cfg)
+	// Drain first, with the worker still attached, so bound jobs can finish;
+	// then stop the worker, and only then close the node. The other way
+	// round the node ends the worker's stream under it, and the worker
+	// takes that for a lost node: it warns and starts reconnecting.
+	cfg.Logger.Info("shutting down: draining", "timeout", cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	if ended := n.Engine().Drain(dctx); ended > 0 {
+		cfg.Logger.Warn("drain timeout; ended open jobs", "jobs", ended)
+	}
+	cancel()
 	stopWorker()
 	wg.Wait()
-	return err
+	// Every job has ended: Close drains nothing more and only stops.
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.Close(cctx)
 }
 
 func hostForURL(addr string) string {
