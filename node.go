@@ -235,6 +235,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// not get to live forever.
 		IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return httpCtx },
+		// Lets a stream judged slow reach its connection's send buffer.
+		ConnContext: httpapi.ConnContext,
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	n.wg.Add(5)
@@ -252,7 +254,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.http.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.http.Serve(httpapi.LimitWriteBuffer(n.httpLn, hcfg.WriteBuffer)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()

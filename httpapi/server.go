@@ -4,9 +4,11 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -27,6 +29,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// Stream is every job stream's bounds and clocks.
 	Stream stream.Policy
+	// WriteBuffer is the kernel send buffer (SO_SNDBUF) of every HTTP
+	// connection, in bytes; 0 leaves it to the kernel's autotuning. See
+	// LimitWriteBuffer; the node applies it to its listener.
+	WriteBuffer int
 	// Keyring signs and verifies resume tokens; nil means a fresh random
 	// key (tokens then do not survive a restart — nor does the history they
 	// point into).
@@ -51,11 +57,14 @@ type Config struct {
 
 // DefaultConfig returns the HTTP settings a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Stream: stream.DefaultPolicy(), TokenTTL: time.Hour, RetryHint: time.Second}
+	return Config{Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second}
 }
 
 // Validate refuses settings that cannot work.
 func (c Config) Validate() error {
+	if c.WriteBuffer < 0 {
+		return &core.ConfigError{Field: "http-write-buffer", Value: c.WriteBuffer, Err: errors.New("must not be negative (0 leaves it to the kernel)")}
+	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
 	}
@@ -153,4 +162,68 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// DefaultWriteBuffer is the SO_SNDBUF a node asks for on every HTTP
+// connection it accepts (--http-write-buffer; Linux doubles it for its own
+// bookkeeping).
+const DefaultWriteBuffer = 128 << 10
+
+// LimitWriteBuffer returns ln with the kernel send buffer (SO_SNDBUF) of
+// every TCP connection it accepts set to size bytes; size 0 returns ln as
+// it is, leaving the kernel to autotune.
+//
+// Why a cap: left alone, Linux grows a connection's send buffer up to
+// net.ipv4.tcp_wmem's maximum (4 MiB by default). That is kernel memory
+// per stream beyond the bound its queue has, and it stands between a slow
+// client and the terminated event that tells it how to resume: the event
+// can only follow what is buffered. With a cap, both are bounded, and a
+// stream judged slow can make room for its last event (see sseSink.Abort).
+func LimitWriteBuffer(ln net.Listener, size int) net.Listener {
+	if size <= 0 {
+		return ln
+	}
+	return &writeBufferListener{Listener: ln, size: size}
+}
+
+// ConnContext is the http.Server ConnContext of a node's API: it keeps
+// each connection in the context of its requests, so that a stream judged
+// slow can reach its send buffer (see sseSink.Abort).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, ctxKeyConn(0), c)
+}
+
+type ctxKeyConn int
+
+// tcpConn returns the TCP connection a request came in on, if ConnContext
+// recorded it.
+func tcpConn(ctx context.Context) *net.TCPConn {
+	c, _ := ctx.Value(ctxKeyConn(0)).(*net.TCPConn)
+	return c
+}
+
+type writeBufferListener struct {
+	net.Listener
+	size int
+}
+
+func (l *writeBufferListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			return c, nil
+		}
+		// Setting an option on a socket that was just accepted fails only
+		// when the peer is already gone: drop it rather than serve it
+		// without its cap.
+		if err := tc.SetWriteBuffer(l.size); err != nil {
+			_ = c.Close()
+			continue
+		}
+		return c, nil
+	}
 }

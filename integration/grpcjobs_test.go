@@ -283,6 +283,110 @@ func TestGRPCClientLeavingCancelsJob(t *testing.T) {
 	})
 }
 
+// The gRPC twin of TestGraceWindow: a Submit stream with a grace window
+// whose client leaves. A Resume with a valid token inside the window saves
+// the job, which goes on to the end; without a resume the job is cancelled
+// once the window has passed, not before; and a Resume without a token
+// only watches — it does not save the job, and sees it cancelled when the
+// window ends.
+func TestGRPCGraceWindow(t *testing.T) {
+	const grace = time.Second
+	n := MustStartNode(t, nil)
+	g := newGatedWorker()
+	MustStartWorker(t, n, worker.Config{Concurrency: 3}, g.handler(50*time.Millisecond))
+	c := jobsClient(t, n)
+	gone := 0
+	// submit starts a job with a grace window, reads up to its first output
+	// and leaves; it returns once the node has seen the client go (the
+	// metric moves after the window started).
+	submit := func() (id string, out *pb.JobEvent, left time.Time) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(t.Context())
+		st, err := c.Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":30000,"grace_ms":1000}`)}) // grace
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc := mustRecv(t, st)
+		if out = mustRecv(t, st); acc.GetKind() != "accepted" || out.GetKind() != "output" {
+			t.Fatalf("first events %s, %s", acc.GetKind(), out.GetKind())
+		}
+		left = time.Now()
+		cancel()
+		gone++
+		waitFor(t, 5*time.Second, "the node to see the client go", func() bool {
+			return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "client_gone"}) == float64(gone)
+		})
+		return out.GetJobId(), out, left
+	}
+	state := func(id string) *pb.JobStatus {
+		t.Helper()
+		js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+
+	t.Run("resumed inside the window", func(t *testing.T) {
+		id, out, _ := submit()
+		st, err := c.Resume(t.Context(), &pb.ResumeRequest{JobId: id, ResumeToken: out.GetResumeToken()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := mustRecv(t, st)
+		g.release(id)
+		rest, err := recvAll(st)
+		if err != nil {
+			t.Fatalf("resumed stream: %v", err)
+		}
+		if end := checkContiguous(t, append([]*pb.JobEvent{first}, rest...), out.GetSeq()+1); end == nil || end.GetKind() != "done" {
+			t.Fatalf("resumed stream ended with %v", end)
+		}
+		if js := state(id); js.GetState() != "completed" {
+			t.Fatalf("job %v, want completed", js)
+		}
+		if got := metric(t, n, "switchyard_stream_grace_saves_total", nil); got != 1 {
+			t.Errorf("grace saves = %v, want 1", got)
+		}
+	})
+
+	t.Run("not resumed", func(t *testing.T) {
+		id, _, left := submit()
+		var js *pb.JobStatus
+		waitFor(t, 10*time.Second, "the job to end", func() bool {
+			js = state(id)
+			return js.GetEndedAt() != ""
+		})
+		if waited := time.Since(left); waited < grace {
+			t.Fatalf("ended %s after its client left, inside its %s grace window: %v", waited, grace, js)
+		}
+		if js.GetState() != "cancelled" || !strings.Contains(js.GetDetail(), "grace") {
+			t.Fatalf("job %v, want cancelled for not resuming within the grace window", js)
+		}
+	})
+
+	t.Run("resume without a token only watches", func(t *testing.T) {
+		saves := metric(t, n, "switchyard_stream_grace_saves_total", nil)
+		id, _, left := submit()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		evs, err := resumeAll(t, ctx, c, &pb.ResumeRequest{JobId: id})
+		waited := time.Since(left)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("watcher: %v after %d events (the job was not cancelled)", err, len(evs))
+		}
+		if last := evs[len(evs)-1]; last.GetKind() != "error" || dataField[string](t, last, "code") != "cancelled" {
+			t.Fatalf("the watcher's stream ended with %s %s, want the job's cancellation", last.GetKind(), last.GetDataJson())
+		}
+		if waited < grace {
+			t.Fatalf("cancelled %s after its client left, inside its %s grace window", waited, grace)
+		}
+		if got := metric(t, n, "switchyard_stream_grace_saves_total", nil); got != saves {
+			t.Errorf("grace saves = %v, want still %v: a watcher saved the job", got, saves)
+		}
+	})
+}
+
 // Resume with the token of event n yields n+1 to the end, for every n; the
 // token of the terminal event yields OK and nothing.
 func TestGRPCResumeFromEveryEvent(t *testing.T) {
@@ -669,14 +773,31 @@ func TestGRPCHeartbeatsAndIdle(t *testing.T) {
 	}
 }
 
-// slowJob starts a burst job on a node whose streams may fall 64 events
-// behind, and returns the client (with a fixed 64 KiB flow-control window,
-// so not reading stalls the transport) and the gate that starts the burst.
+// slowNode starts a node whose streams may fall 64 events behind, with a
+// burst worker of 1 KiB outputs, and returns the client (with a fixed 64
+// KiB flow-control window, so not reading stalls the transport) and the
+// gate that starts the burst.
 func slowNode(t *testing.T, outputs int) (*switchyard.Node, pb.JobServiceClient, chan struct{}) {
 	t.Helper()
+	return slowNodeWith(t, grpcSlowBound{maxEvents: 64, maxBytes: 128 << 20, size: 1 << 10, pace: time.Millisecond}, outputs)
+}
+
+// grpcSlowBound is the bound a gRPC slow-consumer test trips — the other is
+// out of reach (below the history's own) — with the output size of its
+// burst and the pace of its slow reader.
+type grpcSlowBound struct {
+	bound     string // "events" or "bytes": the one under test
+	maxEvents int
+	maxBytes  int64
+	size      int
+	pace      time.Duration // the slow reader's pause after each event
+}
+
+func slowNodeWith(t *testing.T, b grpcSlowBound, outputs int) (*switchyard.Node, pb.JobServiceClient, chan struct{}) {
+	t.Helper()
 	n := MustStartNode(t, func(c *switchyard.Config) {
-		c.HTTP.Stream.MaxLagEvents = 64
-		c.HTTP.Stream.MaxLagBytes = 1 << 30
+		c.HTTP.Stream.MaxLagEvents = b.maxEvents
+		c.HTTP.Stream.MaxLagBytes = b.maxBytes
 		c.HTTP.Stream.WriteTimeout = 2 * time.Second
 		c.HTTP.Stream.Setup = time.Second
 		c.HTTP.Stream.Idle = 5 * time.Second
@@ -686,7 +807,7 @@ func slowNode(t *testing.T, outputs int) (*switchyard.Node, pb.JobServiceClient,
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	start := make(chan struct{})
-	MustStartWorker(t, n, worker.Config{}, burstWorker(outputs, 1<<10, start))
+	MustStartWorker(t, n, worker.Config{}, burstWorker(outputs, b.size, start))
 	return n, jobsClient(t, n, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)), start
 }
 
@@ -714,12 +835,22 @@ func checkContiguous(t *testing.T, evs []*pb.JobEvent, from uint64) *pb.JobEvent
 // and, the node having ended its stream, the job goes on; the client
 // resumes from the last token it received and misses nothing.
 func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
+	testGRPCSlowClient(t, grpcSlowBound{bound: "events", maxEvents: 64, maxBytes: 128 << 20, size: 1 << 10, pace: time.Millisecond})
+}
+
+// The same at the byte bound: 4 KiB outputs, at most 128 KiB behind (32
+// outputs), with the event bound out of reach.
+func TestGRPCSlowClientByteBound(t *testing.T) {
+	testGRPCSlowClient(t, grpcSlowBound{bound: "bytes", maxEvents: 40000, maxBytes: 128 << 10, size: 4 << 10, pace: 5 * time.Millisecond})
+}
+
+func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 	for _, tc := range []struct {
 		name string
 		read func(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error)
 	}{
-		// Reads one event a millisecond while the worker produces ten:
-		// the terminated event gets through, and the call ends OK.
+		// Reads one event per pace while the worker produces several: the
+		// terminated event gets through, and the call ends OK.
 		{"reads slowly", func(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error) {
 			var evs []*pb.JobEvent
 			for {
@@ -731,7 +862,7 @@ func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
 					return evs, err
 				}
 				evs = append(evs, ev)
-				time.Sleep(time.Millisecond)
+				time.Sleep(b.pace)
 			}
 		}},
 		// Stops reading until the node has ended the stream: the
@@ -740,28 +871,32 @@ func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const outputs = 3000
-			n, c, start := slowNode(t, outputs)
+			n, c, start := slowNodeWith(t, b, outputs)
 			st, err := c.Submit(t.Context(), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":30000}`)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			first := mustRecv(t, st)
 			id := first.GetJobId()
+			t0 := time.Now()
 			close(start)
 			var evs []*pb.JobEvent
+			var took time.Duration // from the burst to the end of the stream
 			if tc.read != nil {
 				evs, err = tc.read(st)
-				if err != nil || evs[len(evs)-1].GetKind() != "terminated" {
-					t.Fatalf("slow reader: %d events, last %v, then %v", len(evs), evs[len(evs)-1].GetKind(), err)
+				took = time.Since(t0)
+				if err != nil || len(evs) == 0 || evs[len(evs)-1].GetKind() != "terminated" {
+					t.Fatalf("slow reader: %d events (last %v), then %v", len(evs), kinds(evs[max(len(evs)-1, 0):]), err)
 				}
 				term := evs[len(evs)-1]
-				if dataField[string](t, term, "reason") != "slow_consumer" || dataField[int](t, term, "lag_events") <= 64 {
+				if dataField[string](t, term, "reason") != "slow_consumer" {
 					t.Errorf("terminated %s", term.GetDataJson())
 				}
 			} else {
 				waitFor(t, 10*time.Second, "the stream to be terminated", func() bool {
 					return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}) == 1
 				})
+				took = time.Since(t0)
 				evs, err = recvAll(st)
 				if status.Code(err) != codes.Unavailable || !strings.HasPrefix(status.Convert(err).Message(), "write_failed: ") {
 					t.Fatalf("after %d buffered events: %v, want UNAVAILABLE write_failed", len(evs), err)
@@ -770,15 +905,32 @@ func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
 			if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}); got != 1 {
 				t.Errorf("slow ends = %v", got)
 			}
+			// Only the bound under test can have been passed, and promptly:
+			// above it, and at most twice it.
+			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events", map[string]string{"transport": "grpc"})
+			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes", map[string]string{"transport": "grpc"})
+			bound, lag := float64(b.maxEvents), lagE
+			if b.bound == "bytes" {
+				bound, lag = float64(b.maxBytes), lagB
+			}
+			if lag <= bound || lag > 2*bound {
+				t.Errorf("terminated with %v %s queued, bound %v: want above the bound and at most twice it", lag, b.bound, bound)
+			}
 			last := checkContiguous(t, evs, 2)
 			if last == nil {
 				last = first
 			}
 			if tc.read != nil {
-				if after := dataField[uint64](t, evs[len(evs)-1], "resume_after_seq"); after != last.GetSeq() {
+				term := evs[len(evs)-1]
+				if after := dataField[uint64](t, term, "resume_after_seq"); after != last.GetSeq() {
 					t.Errorf("resume_after_seq %d, last event received %d", after, last.GetSeq())
 				}
+				if te, tb := dataField[float64](t, term, "lag_events"), dataField[float64](t, term, "lag_bytes"); te != lagE || tb != lagB {
+					t.Errorf("terminated event says %v events / %v bytes queued, the metric %v / %v", te, tb, lagE, lagB)
+				}
 			}
+			t.Logf("%s bound (%d events / %d bytes), %d-byte outputs: peak queue %v events / %v bytes; stream ended %s after the burst began, after event %d",
+				b.bound, b.maxEvents, b.maxBytes, b.size, lagE, lagB, took.Round(time.Millisecond), last.GetSeq())
 			// The node ended the stream: the job was not cancelled, and
 			// once it is over the client catches up in one stream.
 			waitFor(t, 10*time.Second, "the job to complete", func() bool {
@@ -864,8 +1016,8 @@ func TestGRPCClientNotReadingFailsWritesAndCancelsJob(t *testing.T) {
 		c.HTTP.Stream.Setup = time.Second
 		c.HTTP.Stream.Idle = 3 * time.Second
 		c.HTTP.Stream.Heartbeat = time.Second
-		c.HTTP.Stream.MaxLagEvents = 1 << 20
-		c.HTTP.Stream.MaxLagBytes = 1 << 30
+		c.HTTP.Stream.MaxLagEvents = 40000 // out of reach, below the history's bound
+		c.HTTP.Stream.MaxLagBytes = 128 << 20
 		c.Engine.HistoryEvents = 50000
 		c.Engine.HistoryBytes = 256 << 20
 		c.Engine.Limits.MaxOutputBytes = 256 << 20

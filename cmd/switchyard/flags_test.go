@@ -64,3 +64,18 @@ func TestResumeKeyFlags(t *testing.T) {
 		t.Fatal("a short secret was accepted")
 	}
 }
+
+func TestHTTPWriteBufferFlag(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg, _ := nodeFlags(fs)
+	if cfg.HTTP.WriteBuffer <= 0 {
+		t.Fatalf("default --http-write-buffer %d: want a cap", cfg.HTTP.WriteBuffer)
+	}
+	t.Setenv("SWITCHYARD_HTTP_WRITE_BUFFER", "0")
+	if err := parseFlags(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.WriteBuffer != 0 {
+		t.Fatalf("SWITCHYARD_HTTP_WRITE_BUFFER=0 gave %d", cfg.HTTP.WriteBuffer)
+	}
+}

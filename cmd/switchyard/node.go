@@ -43,6 +43,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	cfg := switchyard.DefaultConfig()
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "node id, unique in the cluster")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address (port 0 picks one)")
+	fs.IntVar(&cfg.HTTP.WriteBuffer, "http-write-buffer", cfg.HTTP.WriteBuffer, "kernel send buffer (SO_SNDBUF) of each HTTP connection, in bytes; small, so a slow SSE client still gets its terminated event; 0: kernel autotuning")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "node-to-node gRPC listen address (port 0 picks one; the catalog carries the bound address)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
@@ -74,6 +75,8 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.Engine.PinStable, "pin-stable", cfg.Engine.PinStable, "how long a queue's consumers must have lived on one other node before a dispatcher hosting none hands the queue to that node")
 	fs.DurationVar(&cfg.Engine.QueueIdle, "queue-idle", cfg.Engine.QueueIdle, "remove a queue with no job and no worker after this long")
 	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable")
+	fs.IntVar(&cfg.Engine.HistoryEvents, "history-events", cfg.Engine.HistoryEvents, "events of each job the ingress keeps for resume (older ones leave: a resume from before them gets resync); above --stream-max-events")
+	fs.Int64Var(&cfg.Engine.HistoryBytes, "history-bytes", cfg.Engine.HistoryBytes, "bytes of events each job keeps for resume; above --stream-max-bytes")
 	sp := &cfg.HTTP.Stream
 	fs.IntVar(&sp.MaxLagEvents, "stream-max-events", sp.MaxLagEvents, "a client stream further behind than this many events is terminated (it resumes)")
 	fs.Int64Var(&sp.MaxLagBytes, "stream-max-bytes", sp.MaxLagBytes, "a client stream further behind than this many bytes is terminated (it resumes)")

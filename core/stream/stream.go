@@ -134,16 +134,19 @@ type Sink interface {
 	// Abort bounds the write that is in progress now, and every later one,
 	// by deadline, whatever SetWriteDeadline says after it: the stream is
 	// over, and the writer only gets until then to finish the write it is in
-	// and to say so with a terminated event. It is the only method called
-	// from another goroutine (the stream's lag watcher) and must be safe for
-	// that.
+	// and to say so with a terminated event. A sink that can make room for
+	// that write and the event should (the SSE sink raises its connection's
+	// send buffer): a client still reading then gets the event however
+	// slowly it reads. It is the only method called from another goroutine
+	// (the stream's lag watcher) and must be safe for that.
 	Abort(deadline time.Time)
 }
 
 // abortGrace is how long a stream judged slow gets to finish the write it
 // is blocked in and send its terminated event. A client that reads slowly
-// gets the event telling it how to resume; one that stopped reading is cut
-// when the grace runs out — and resumes all the same.
+// gets the event telling it how to resume (on SSE at once, the sink making
+// room for it; see Sink.Abort); a write still blocked when the grace runs
+// out is cut — and the client resumes all the same.
 func abortGrace(p Policy) time.Duration { return min(p.WriteTimeout, time.Second) }
 
 // End says why a stream ended.

@@ -3,16 +3,17 @@
 //
 // Each session has four goroutines, all ended by the stream: the handler
 // (setup, inbound messages, liveness), a reader (the stream's only Recv
-// caller), a writer (its only Send caller, fed by a bounded queue) and an
-// updater (capability updates, which write to the catalog and so must not
-// hold up the handler's accepts and ends). The engine never blocks on a
-// worker: it queues, and a full queue drops the session exactly as a stall
-// would.
+// caller), a writer (its only Send caller, fed by a queue bounded by count
+// and by bytes) and an updater (capability updates, which write to the
+// catalog and so must not hold up the handler's accepts and ends). The
+// engine never blocks on a worker: it queues, and a full queue drops the
+// session exactly as a stall would.
 package workerapi
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -55,6 +57,18 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// errSendQueueFull is why an offer or a cancel could not be queued: the
+// session is dropped, exactly as a stall would drop it.
+var errSendQueueFull = errors.New("worker send queue full")
+
+// sendQueueBytes bounds the bytes of the messages a session has queued for
+// its writer, beside the count bound (four per credit, plus 16): offers
+// carry job inputs, so the count alone would let a worker with many credits
+// that stops reading hold gigabytes of the node's memory. It is never less
+// than two offers of the largest input the engine accepts, so a large job
+// cannot drop a healthy worker.
+func sendQueueBytes(maxInput int64) int64 { return max(16<<20, 2*(maxInput+64<<10)) }
 
 // maxPendingUpdates is how many UpdateCapabilities a session may have
 // queued behind the one being applied. A worker waits for each answer
@@ -110,7 +124,8 @@ func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
 	if err != nil {
 		return err
 	}
-	sess.out = make(chan *pb.NodeMessage, 4*max(int(reg.Concurrency), 1)+16)
+	sess.out = make(chan queued, 4*max(int(reg.Concurrency), 1)+16)
+	sess.maxOutBytes = sendQueueBytes(s.e.Config().Limits.MaxInputBytes)
 	w, err := s.e.AttachWorker(ctx, core.WorkerSpec{
 		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
 	}, sess)
@@ -138,7 +153,11 @@ type session struct {
 	stream  pb.WorkerService_ConnectServer
 	in      chan *pb.WorkerMessage
 	recvErr chan error
-	out     chan *pb.NodeMessage
+	// out is the writer's queue, bounded by count (its capacity) and by
+	// bytes: outBytes is what it holds, at most maxOutBytes.
+	out         chan queued
+	outBytes    atomic.Int64
+	maxOutBytes int64
 	// updates feeds the updater: capability lists in the order received.
 	updates chan []string
 	closing chan struct{}
@@ -150,6 +169,13 @@ type session struct {
 }
 
 var _ core.WorkerConn = (*session)(nil)
+
+// queued is a message waiting for the writer, with the size it counts
+// against the session's byte bound until the writer takes it.
+type queued struct {
+	m    *pb.NodeMessage
+	size int64
+}
 
 func (ss *session) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
 
@@ -279,9 +305,15 @@ func (ss *session) applyUpdates(ctx context.Context, w *core.Worker) {
 			if err != nil {
 				ss.s.log.Warn("worker capability update refused", "consumer", w.ID, "capabilities", caps, "code", ans.Code, "err", err)
 			}
+			// An answer waits for room rather than failing: the worker
+			// sends no other update before it, so these are few.
+			m := &pb.NodeMessage{Msg: &pb.NodeMessage_CapabilitiesUpdated{CapabilitiesUpdated: ans}}
+			size := int64(proto.Size(m))
+			ss.outBytes.Add(size)
 			select {
-			case ss.out <- &pb.NodeMessage{Msg: &pb.NodeMessage_CapabilitiesUpdated{CapabilitiesUpdated: ans}}:
+			case ss.out <- queued{m, size}:
 			case <-ss.done:
+				ss.outBytes.Add(-size)
 				return
 			}
 		case <-ss.done:
@@ -299,8 +331,9 @@ func (ss *session) write() {
 	sent := false
 	for {
 		select {
-		case m := <-ss.out:
-			if err := ss.stream.Send(m); err != nil {
+		case q := <-ss.out:
+			ss.outBytes.Add(-q.size)
+			if err := ss.stream.Send(q.m); err != nil {
 				return
 			}
 			sent = true
@@ -317,14 +350,23 @@ func (ss *session) write() {
 	}
 }
 
+// enqueue queues m for the writer without blocking (the engine calls it
+// with its lock held), or fails when the queue is at either bound.
 func (ss *session) enqueue(m *pb.NodeMessage) error {
+	size := int64(proto.Size(m))
+	if n := ss.outBytes.Add(size); n > ss.maxOutBytes {
+		ss.outBytes.Add(-size)
+		return fmt.Errorf("%w: %d bytes queued, %d more would pass the bound of %d", errSendQueueFull, n-size, size, ss.maxOutBytes)
+	}
 	select {
-	case ss.out <- m:
+	case ss.out <- queued{m, size}:
 		return nil
 	case <-ss.done:
+		ss.outBytes.Add(-size)
 		return errors.New("session ended")
 	default:
-		return errors.New("worker send queue full")
+		ss.outBytes.Add(-size)
+		return fmt.Errorf("%w: %d messages queued", errSendQueueFull, cap(ss.out))
 	}
 }
 

@@ -1,8 +1,10 @@
 package workerapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,5 +67,117 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Error("toStatus(nil) must be nil")
+	}
+}
+
+// heldStream is a worker stream whose Send blocks until release is closed:
+// a worker that stopped reading, as far as the writer can tell.
+type heldStream struct {
+	pb.WorkerService_ConnectServer
+	entered chan struct{} // gets a value when Send is first entered
+	release chan struct{}
+	sent    chan *pb.NodeMessage
+}
+
+func (s *heldStream) Send(m *pb.NodeMessage) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	s.sent <- m
+	return nil
+}
+
+// The writer's queue is bounded by bytes as well as by count: offers carry
+// job inputs, so behind a worker that stopped reading, big offers fill the
+// byte bound long before the count bound, and the next one fails the way a
+// full queue does (the engine then drops the session). The writer gives
+// back what it takes: once it drains the queue, offers fit again.
+func TestSendQueueBounds(t *testing.T) {
+	big := core.Offer{JobID: "j", Gen: 1, Queue: "q", Input: bytes.Repeat([]byte("x"), 100<<10), TTL: time.Second}
+	for _, tc := range []struct {
+		name     string
+		capacity int
+		maxBytes int64
+		send     func(*session) error
+		// byBytes: the failure must come from the byte bound, with the
+		// count bound out of reach; otherwise from the count bound.
+		byBytes bool
+	}{
+		{"byte bound", 1000, 1 << 20, func(ss *session) error { return ss.SendOffer(big) }, true},
+		{"count bound", 8, 1 << 20, func(ss *session) error { return ss.SendCancel("j", 1, core.CodeCancelled) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.HeartbeatInterval = time.Hour
+			st := &heldStream{entered: make(chan struct{}, 1), release: make(chan struct{}), sent: make(chan *pb.NodeMessage, 2*tc.capacity)}
+			ss := &session{s: &Server{cfg: cfg}, stream: st, out: make(chan queued, tc.capacity), maxOutBytes: tc.maxBytes, done: make(chan struct{})}
+			var wg sync.WaitGroup
+			wg.Go(ss.write)
+			released := false
+			defer func() {
+				if !released {
+					close(st.release)
+				}
+				close(ss.done)
+				wg.Wait()
+			}()
+
+			// The writer takes the first message and is held in Send.
+			if err := tc.send(ss); err != nil {
+				t.Fatal(err)
+			}
+			<-st.entered
+			accepted := 1
+			var err error
+			for range 2 * tc.capacity {
+				if err = tc.send(ss); err != nil {
+					break
+				}
+				accepted++
+			}
+			if !errors.Is(err, errSendQueueFull) {
+				t.Fatalf("after %d messages: %v, want %v", accepted, err, errSendQueueFull)
+			}
+			queued, held := len(ss.out), ss.outBytes.Load()
+			if queued != accepted-1 {
+				t.Fatalf("%d messages queued, %d accepted with one in the writer", queued, accepted)
+			}
+			size := held / int64(queued)
+			if byBytes := queued < tc.capacity; byBytes != tc.byBytes {
+				t.Fatalf("failed with %d of %d messages queued (%d bytes of %d): wrong bound", queued, tc.capacity, held, tc.maxBytes)
+			}
+			if held > tc.maxBytes || (tc.byBytes && held+size <= tc.maxBytes) {
+				t.Fatalf("%d bytes queued (messages of %d bytes), bound %d: refused with room left, or over the bound", held, size, tc.maxBytes)
+			}
+			t.Logf("%d messages of %d bytes accepted, %d queued (%d bytes), then: %v", accepted, size, queued, held, err)
+
+			// The worker reads again: the writer sends everything, in
+			// order, and gives its bytes back.
+			close(st.release)
+			released = true
+			for i := range accepted {
+				select {
+				case <-st.sent:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("writer sent %d of %d messages", i, accepted)
+				}
+			}
+			if n, b := len(ss.out), ss.outBytes.Load(); n != 0 || b != 0 {
+				t.Fatalf("after the writer drained the queue: %d messages, %d bytes accounted", n, b)
+			}
+			if err := tc.send(ss); err != nil {
+				t.Fatalf("after the drain: %v", err)
+			}
+		})
+	}
+}
+
+func TestSendQueueBytesFitsLargestOffer(t *testing.T) {
+	for _, maxInput := range []int64{1 << 10, 1 << 20, 64 << 20} {
+		if got := sendQueueBytes(maxInput); got < 2*(maxInput+64<<10) {
+			t.Errorf("sendQueueBytes(%d) = %d: two offers of the largest input do not fit", maxInput, got)
+		}
 	}
 }
