@@ -138,5 +138,15 @@ func (c *Config) Validate() error {
 	if err := c.HTTP.Validate(); err != nil {
 		return err
 	}
+	// A slow stream is terminated so that it can resume: when its client
+	// comes back, the events after its position must still be in the job's
+	// history. A stream bound at or above the history's lets the position
+	// fall out first, and the client gets resync (start over) instead.
+	if c.HTTP.Stream.MaxLagEvents >= c.Engine.HistoryEvents {
+		return &core.ConfigError{Field: "stream-max-events", Value: c.HTTP.Stream.MaxLagEvents, Err: fmt.Errorf("must be below history-events (%d), or a slow stream's position leaves the history before it can resume", c.Engine.HistoryEvents)}
+	}
+	if c.HTTP.Stream.MaxLagBytes >= c.Engine.HistoryBytes {
+		return &core.ConfigError{Field: "stream-max-bytes", Value: c.HTTP.Stream.MaxLagBytes, Err: fmt.Errorf("must be below history-bytes (%d), or a slow stream's position leaves the history before it can resume", c.Engine.HistoryBytes)}
+	}
 	return c.Workers.Validate()
 }

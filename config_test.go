@@ -2,6 +2,7 @@ package switchyard_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -21,6 +22,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"", func(*switchyard.Config) {}},
 		{"http-addr", func(c *switchyard.Config) { c.HTTPAddr = "8080" }},
 		{"grpc-addr", func(c *switchyard.Config) { c.GRPCAddr = "" }},
+		{"http-write-buffer", func(c *switchyard.Config) { c.HTTP.WriteBuffer = -1 }},
 		{"peer-addr", func(c *switchyard.Config) { c.PeerAddr = "nohost" }},
 		{"cluster-secret", func(c *switchyard.Config) { c.ClusterSecret = "too-short" }},
 		{"peer-heartbeat-interval", func(c *switchyard.Config) { c.PeerHeartbeatInterval = 0 }},
@@ -35,6 +37,14 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"default-ttl", func(c *switchyard.Config) { c.Engine.Limits.DefaultTTL = c.Engine.Limits.MaxTTL * 2 }},
 		{"stream-heartbeat", func(c *switchyard.Config) { c.HTTP.Stream.Heartbeat = c.HTTP.Stream.Idle }},
 		{"worker-idle-timeout", func(c *switchyard.Config) { c.Workers.IdleTimeout = c.Workers.HeartbeatInterval }},
+		// A stream bound at or above the history's: a slow stream would get
+		// resync instead of terminate-and-resume.
+		{"stream-max-events", func(c *switchyard.Config) { c.HTTP.Stream.MaxLagEvents = c.Engine.HistoryEvents }},
+		{"stream-max-bytes", func(c *switchyard.Config) { c.HTTP.Stream.MaxLagBytes = c.Engine.HistoryBytes }},
+		{"stream-max-bytes", func(c *switchyard.Config) { c.Engine.HistoryBytes = c.HTTP.Stream.MaxLagBytes - 1 }},
+		{"", func(c *switchyard.Config) { // just below the history's bounds: fine
+			c.HTTP.Stream.MaxLagEvents, c.HTTP.Stream.MaxLagBytes = c.Engine.HistoryEvents-1, c.Engine.HistoryBytes-1
+		}},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			c := switchyard.DefaultConfig()
@@ -47,7 +57,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 				}
 				return
 			}
-			if !errors.As(err, &ce) || ce.Field != tc.flag {
+			if !errors.As(err, &ce) || ce.Field != tc.flag || !strings.Contains(err.Error(), "--"+tc.flag+"=") {
 				t.Fatalf("got %v, want a ConfigError naming --%s", err, tc.flag)
 			}
 		})

@@ -135,8 +135,8 @@ func TestUnknownJob(t *testing.T) {
 		t.Errorf("Cancel = %v", err)
 	}
 	// Stream bookkeeping on an unknown job is a no-op, not a panic.
-	h.e.StreamOpened("j_nope")
-	h.e.StreamClosed("j_nope", true)
+	h.e.StreamOpened("j_nope", true)
+	h.e.StreamClosed("j_nope", true, true)
 }
 
 // TestRetentionForgetsEndedJobs: an ended job stays readable for Retention,

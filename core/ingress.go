@@ -16,6 +16,13 @@ import (
 type SubmitOptions struct {
 	// IdempotencyKey makes a retried submission return the same job.
 	IdempotencyKey string
+	// Streamed says the submitting request streams the job's events (an
+	// SSE POST, a gRPC Submit). Such a job lives while its submitter reads
+	// it — through the submission's own stream or one resumed with a valid
+	// token — plus a grace window (see StreamClosed); any other job lives
+	// until its TTL or a cancel. It has no effect on a job an idempotency
+	// key matched.
+	Streamed bool
 }
 
 // Submit validates an envelope against the node's limits and the consumer
@@ -77,6 +84,7 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 		deadline: now.Add(eff.TTL),
 		state:    StateQueued,
 		idemKey:  opts.IdempotencyKey,
+		streamed: opts.Streamed,
 		gen:      1,
 		// The generation is the ingress's to allocate: every forward
 		// carries a fresh one (see reforwardLocked).
@@ -197,50 +205,91 @@ func (e *Engine) Cancel(id, detail string) (JobView, error) {
 	return j.view(time.Now()), nil
 }
 
-// StreamOpened records that a client is reading the job's stream. It
-// reports whether this stream saved the job from its disconnect grace
-// window: such a stream takes over from the POST's stream, so its own
-// client leaving starts the window again.
-func (e *Engine) StreamOpened(id string) (adopted bool) {
+// StreamOpened records that a stream of the job opened and reports whether
+// it is an owner stream: one that keeps the job alive. claim is the
+// transport's word that the stream is the submitter's — the stream of the
+// job's own submission, or a resume whose token verified (the token is the
+// proof: it is signed for the caller and the stream's filter). Only a job
+// submitted as streamed has owner streams. An owner stream opened during the
+// job's grace window saves the job: the window stops. Any other stream only
+// watches, and its coming and going changes nothing.
+func (e *Engine) StreamOpened(id string, claim bool) (owner bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if j := e.jobs[id]; j != nil {
-		j.streams++
-		if j.graceTimer != nil && j.graceTimer.Stop() {
-			j.graceTimer = nil
-			e.m.GraceSaves.Inc()
-			return true
-		}
+	j := e.jobs[id]
+	if j == nil || !claim || !j.streamed || j.state.Terminal() {
+		return false
 	}
-	return false
+	j.owners++
+	if j.graceTimer != nil {
+		// Stopped, or fired with its callback still waiting for e.mu: either
+		// way the window is over without a cancel (the callback checks that
+		// it is still the job's window).
+		j.graceTimer.Stop()
+		j.graceTimer = nil
+		e.m.GraceSaves.Inc()
+	}
+	return true
 }
 
-// StreamClosed records that a client stopped reading. When owner is true the
-// stream was the one opened by the job's own POST: its client leaving
-// cancels the job, after the envelope's grace window if it asked for one
-// and no other stream is reading.
-func (e *Engine) StreamClosed(id string, owner bool) {
+// StreamClosed records that a stream ended; owner is what StreamOpened
+// returned for it, and a stream that was not an owner changes nothing. When
+// the last owner stream of a running job ends, the job is given a grace
+// window to be resumed in, and is cancelled if no owner stream opens
+// within it:
+//   - clientLeft (the client went away, or stopped reading so that a write
+//     failed): the envelope's grace window; without one the job is
+//     cancelled at once.
+//   - otherwise the node ended the stream (slow consumer, idle, max
+//     duration, resync) and told the client to resume: the envelope's
+//     window, or the node's MaxGrace if it asked for none. Cancelling at
+//     once would break the node's own word, and running to the TTL would
+//     hold a worker for a client that may never come back. With a MaxGrace
+//     of 0 there is no window to give, and the job runs to its TTL.
+func (e *Engine) StreamClosed(id string, owner, clientLeft bool) {
+	if !owner {
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
 		return
 	}
-	j.streams--
-	if !owner || j.state.Terminal() {
+	j.owners--
+	if j.owners > 0 || j.state.Terminal() || e.closed {
 		return
 	}
-	if j.Limits.Grace <= 0 {
+	window, detail := j.Limits.Grace, "the client disconnected and did not resume within the grace window"
+	switch {
+	case clientLeft && window <= 0:
 		e.finishLocked(j, CodeCancelled, "the client disconnected", nil)
 		return
+	case !clientLeft:
+		if window <= 0 {
+			window = e.cfg.Limits.MaxGrace
+		}
+		detail = "the node ended the client's stream and the client did not resume within the grace window"
 	}
-	j.graceTimer = time.AfterFunc(j.Limits.Grace, func() {
+	if window <= 0 {
+		return
+	}
+	stopTimer(j.graceTimer)
+	var t *time.Timer
+	t = time.AfterFunc(window, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if j.streams <= 0 && !e.closed {
-			e.finishLocked(j, CodeCancelled, "the client disconnected and did not resume within the grace window", nil)
+		// A window that an owner stream stopped, or that a later one
+		// replaced, is not this timer's to end.
+		if j.graceTimer != t || e.closed {
+			return
+		}
+		j.graceTimer = nil
+		if j.owners <= 0 {
+			e.finishLocked(j, CodeCancelled, detail, nil)
 		}
 	})
+	j.graceTimer = t
 }
 
 // ingressDeadline is the backstop: a job whose TTL ran out without anyone

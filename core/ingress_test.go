@@ -424,22 +424,73 @@ func TestCancelUnacknowledgedDropsWorker(t *testing.T) {
 	})
 }
 
+// submitStreamed submits a job as an SSE POST or a gRPC Submit does: its
+// submitter streams it.
+func submitStreamed(h *harness, queue string, e *core.Envelope) *core.Job {
+	h.t.Helper()
+	j, _, err := h.e.Submit(context.Background(), queue, e, core.SubmitOptions{Streamed: true})
+	if err != nil {
+		h.t.Fatalf("Submit: %v", err)
+	}
+	return j
+}
+
 func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
 	h := newHarness(t, nil)
 	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
+	j := submitStreamed(h, "q", env(time.Minute))
 	w.Accept(j.ID, fc.lastOffer(t).Gen)
-	h.e.StreamOpened(j.ID)
-	h.e.StreamOpened(j.ID)
-	h.e.StreamClosed(j.ID, false) // a second reader leaving changes nothing
-	if v := h.view(j.ID); v.State != core.StateRunning {
-		t.Fatalf("state after a non-owner close = %s", v.State)
+	if !h.e.StreamOpened(j.ID, true) {
+		t.Fatal("the submission's own stream is not an owner")
 	}
-	h.e.StreamClosed(j.ID, true)
+	if h.e.StreamOpened(j.ID, false) {
+		t.Fatal("a stream without a claim owns the job")
+	}
+	h.e.StreamClosed(j.ID, false, true) // a watcher leaving changes nothing
+	if v := h.view(j.ID); v.State != core.StateRunning {
+		t.Fatalf("state after a watcher left = %s", v.State)
+	}
+	h.e.StreamClosed(j.ID, true, true)
 	wantEnded(t, h, j, core.OutcomeCancelled, core.CodeCancelled)
 	if c := fc.Cancels(); len(c) != 1 || c[0].JobID != j.ID {
 		t.Fatalf("cancels = %v", c)
 	}
+}
+
+// A job not submitted as a stream (202) has no owner: no stream of it,
+// claimed or not, ends it.
+func TestUnstreamedJobHasNoOwner(t *testing.T) {
+	h := newHarness(t, nil)
+	w, fc := h.attach("q", 1)
+	j := h.submit("q", env(time.Minute))
+	w.Accept(j.ID, fc.lastOffer(t).Gen)
+	if h.e.StreamOpened(j.ID, true) {
+		t.Fatal("a stream of a job submitted without one owns it")
+	}
+	h.e.StreamClosed(j.ID, false, true)
+	if v := h.view(j.ID); v.State != core.StateRunning {
+		t.Fatalf("state after its reader left = %s, want running", v.State)
+	}
+}
+
+// While two owner streams are open (the client resumed before the node
+// noticed its old connection was gone), the first one ending starts no
+// window; the last one does.
+func TestLastOwnerStreamStartsTheWindow(t *testing.T) {
+	h := newHarness(t, nil)
+	w, fc := h.attach("q", 1)
+	j := submitStreamed(h, "q", env(time.Minute))
+	w.Accept(j.ID, fc.lastOffer(t).Gen)
+	a, b := h.e.StreamOpened(j.ID, true), h.e.StreamOpened(j.ID, true)
+	if !a || !b {
+		t.Fatalf("owners: %v, %v", a, b)
+	}
+	h.e.StreamClosed(j.ID, true, true)
+	if v := h.view(j.ID); v.State != core.StateRunning {
+		t.Fatalf("cancelled with an owner stream still open: %s", v.State)
+	}
+	h.e.StreamClosed(j.ID, true, true)
+	wantEnded(t, h, j, core.OutcomeCancelled, core.CodeCancelled)
 }
 
 func TestOwnerStreamCloseGraceWindow(t *testing.T) {
@@ -453,12 +504,14 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		e.Grace = 200 * time.Millisecond
 
 		// Resumed within the window: not cancelled.
-		kept := h.submit("q", e)
+		kept := submitStreamed(h, "q", e)
 		w.Accept(kept.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(kept.ID)
-		h.e.StreamClosed(kept.ID, true)
+		h.e.StreamOpened(kept.ID, true)
+		h.e.StreamClosed(kept.ID, true, true)
 		time.Sleep(150 * time.Millisecond)
-		h.e.StreamOpened(kept.ID)
+		if !h.e.StreamOpened(kept.ID, true) {
+			t.Fatal("a resume with a valid token did not own the job")
+		}
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if v := h.view(kept.ID); v.State.Terminal() {
@@ -469,10 +522,10 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		}
 
 		// Not resumed: cancelled exactly when the window closes.
-		lost := h.submit("q", e)
+		lost := submitStreamed(h, "q", e)
 		w.Accept(lost.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(lost.ID)
-		h.e.StreamClosed(lost.ID, true)
+		h.e.StreamOpened(lost.ID, true)
+		h.e.StreamClosed(lost.ID, true, true)
 		time.Sleep(199 * time.Millisecond)
 		synctest.Wait()
 		if v := h.view(lost.ID); v.State.Terminal() {
@@ -493,6 +546,116 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		if c := fc.Cancels(); len(c) != 1 || c[0].JobID != lost.ID {
 			t.Fatalf("cancels = %+v, want one for the job not resumed", c)
 		}
+
+		// The stream that saved the job owns it now: when it leaves too,
+		// the window starts again.
+		h.e.StreamClosed(kept.ID, true, true)
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		wantEnded(t, h, kept, core.OutcomeCancelled, core.CodeCancelled)
+	})
+}
+
+// A stream without a claim (no resume token) opened during the window only
+// watches: it does not save the job, which is cancelled when the window
+// closes while that stream is still reading.
+func TestWatcherDoesNotSaveFromGraceWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		w, fc := h.attach("q", 1)
+		e := env(time.Minute)
+		e.Grace = 200 * time.Millisecond
+		j := submitStreamed(h, "q", e)
+		w.Accept(j.ID, fc.lastOffer(t).Gen)
+		h.e.StreamOpened(j.ID, true)
+		h.e.StreamClosed(j.ID, true, true)
+		time.Sleep(100 * time.Millisecond)
+		if h.e.StreamOpened(j.ID, false) {
+			t.Fatal("a stream without a claim owns the job")
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		wantEnded(t, h, j, core.OutcomeCancelled, core.CodeCancelled)
+		if v := h.metric("switchyard_stream_grace_saves_total"); v != 0 {
+			t.Errorf("grace_saves_total = %v, want 0", v)
+		}
+	})
+}
+
+// When the node itself ends the last owner stream (slow, idle, max
+// duration), it told the client to resume: the job gets its envelope's
+// grace window, or the node's MaxGrace without one, and is cancelled only
+// if no owner stream opens in it. With a MaxGrace of 0 there is no window
+// to give and the job runs to its TTL.
+func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxGrace = 2 * time.Second
+		h := newHarness(t, func(c *core.Config) { c.Limits.MaxGrace = maxGrace })
+		w, fc := h.attach("q", 4)
+		start := func(grace time.Duration) *core.Job {
+			t.Helper()
+			e := env(time.Minute)
+			e.Grace = grace
+			j := submitStreamed(h, "q", e)
+			w.Accept(j.ID, fc.lastOffer(t).Gen)
+			h.e.StreamOpened(j.ID, true)
+			h.e.StreamClosed(j.ID, true, false)
+			return j
+		}
+		noGrace := start(0)                       // window: MaxGrace
+		ownGrace := start(300 * time.Millisecond) // window: the envelope's
+		resumed := start(0)
+		time.Sleep(299 * time.Millisecond)
+		synctest.Wait()
+		for _, j := range []*core.Job{noGrace, ownGrace, resumed} {
+			if v := h.view(j.ID); v.State != core.StateRunning {
+				t.Fatalf("%s ended before its window closed: %+v", j.ID, v)
+			}
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		wantEnded(t, h, ownGrace, core.OutcomeCancelled, core.CodeCancelled)
+		if !h.e.StreamOpened(resumed.ID, true) {
+			t.Fatal("a resume with a valid token did not own the job")
+		}
+		time.Sleep(maxGrace - 301*time.Millisecond)
+		synctest.Wait()
+		if v := h.view(noGrace.ID); v.State != core.StateRunning {
+			t.Fatalf("ended before MaxGrace passed: %+v", v)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		wantEnded(t, h, noGrace, core.OutcomeCancelled, core.CodeCancelled)
+		if d := h.view(noGrace.ID).Detail; !strings.Contains(d, "node ended") || !strings.Contains(d, "grace") {
+			t.Errorf("detail = %q, want it to say the node ended the stream and the grace window passed", d)
+		}
+		time.Sleep(maxGrace)
+		synctest.Wait()
+		if v := h.view(resumed.ID); v.State.Terminal() {
+			t.Fatalf("the resumed job ended: %+v", v)
+		}
+		if v := h.metric("switchyard_stream_grace_saves_total"); v != 1 {
+			t.Errorf("grace_saves_total = %v, want 1", v)
+		}
+	})
+
+	t.Run("max grace 0", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, func(c *core.Config) { c.Limits.MaxGrace = 0 })
+			w, fc := h.attach("q", 1)
+			j := submitStreamed(h, "q", env(time.Minute))
+			w.Accept(j.ID, fc.lastOffer(t).Gen)
+			h.e.StreamOpened(j.ID, true)
+			h.e.StreamClosed(j.ID, true, false)
+			time.Sleep(time.Minute - time.Millisecond)
+			synctest.Wait()
+			if v := h.view(j.ID); v.State != core.StateRunning {
+				t.Fatalf("ended before its TTL with no window to give: %+v", v)
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+			wantEnded(t, h, j, core.OutcomeExpired, core.CodeExpired)
+		})
 	})
 }
 

@@ -107,10 +107,15 @@ type Job struct {
 	detail        string
 	ended         time.Time
 	firstOutputAt time.Time
-	streams       int
 	timer         *time.Timer
-	graceTimer    *time.Timer
-	idemKey       string
+	// streamed: the job was submitted as a stream, so it lives while one
+	// of its owner streams reads it (owners counts those open now), and
+	// for the grace window graceTimer runs after the last one ended (see
+	// StreamClosed).
+	streamed   bool
+	owners     int
+	graceTimer *time.Timer
+	idemKey    string
 	// dispatcher is the node the current generation was forwarded to;
 	// host is the node its consumer lives on, once a reply names it (""
 	// before: a dispatcher at the consumer's node answers only with the

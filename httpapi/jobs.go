@@ -89,8 +89,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	streamed := wantsEventStream(r)
 	j, existing, err := s.e.Submit(r.Context(), queue, env, core.SubmitOptions{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		Streamed:       streamed,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -98,7 +100,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// A retried POST that matched an idempotency key must not take
 	// ownership of a job some other request is streaming.
-	if wantsEventStream(r) {
+	if streamed {
 		s.streamJob(w, r, j, 0, nil, stream.Terminate, !existing)
 		return
 	}
@@ -140,7 +142,9 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 // start, or after the position in Last-Event-ID (or ?last_event_id=).
 // ?types=output,done filters event kinds (terminal events always come);
 // ?slow=drop-oldest asks for drop-oldest instead of termination when the
-// stream falls behind.
+// stream falls behind. Only a stream resumed with a valid token may own a
+// job streamed from its POST (and save it from its grace window); one
+// without a token just watches.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.e.Job(chi.URLParam(r, "id"))
 	if err != nil {
@@ -161,7 +165,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeInvalidField, Field: "slow", Detail: "slow is terminate or drop-oldest"})
 		return
 	}
-	after, err := s.resumePosition(r, j, filter)
+	after, resumed, err := s.resumePosition(r, j, filter)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -174,7 +178,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.streamJob(w, r, j, after, filter, slow, false)
+	s.streamJob(w, r, j, after, filter, slow, resumed)
 }
 
 func requireJSON(r *http.Request) error {

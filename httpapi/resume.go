@@ -33,24 +33,26 @@ func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string 
 
 // resumePosition reads the position a GET stream resumes from: the
 // Last-Event-ID header (what EventSource sends by itself) or the
-// last_event_id query parameter. No token means from the start.
-func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.EventKind]bool) (uint64, error) {
+// last_event_id query parameter. No token means from the start, and
+// resumed false: only a verified token is a resume, the one proof that the
+// stream is the submitter's (it may then keep a streamed job alive).
+func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
 	raw := r.Header.Get("Last-Event-ID")
 	if q := r.URL.Query().Get("last_event_id"); q != "" {
 		raw = q
 	}
 	if raw == "" {
-		return 0, nil
+		return 0, false, nil
 	}
 	seq, err := s.positions().Verify(j, raw, callerFingerprint(r), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
-		return 0, errInvalidResumeToken
+		return 0, false, errInvalidResumeToken
 	}
 	s.m.Resumed()
-	return seq, nil
+	return seq, true, nil
 }
 
 var errInvalidResumeToken = &core.Error{Code: CodeInvalidResumeToken, Detail: "the resume token is not valid for this stream"}

@@ -165,8 +165,9 @@ func problemBytes(err error) []byte {
 // FuzzLastEventID drives Server.resumePosition with fuzzed, signed and
 // mutated Last-Event-ID values. It must never panic; it may succeed only
 // for a token the server itself signed for this job, caller and filter
-// (returning that token's seq), or for no token at all (from the start);
-// every other answer is the one identical invalid_resume_token error.
+// (returning that token's seq, as a resume), or for no token at all (from
+// the start, not a resume: such a stream may not own the job); every other
+// answer is the one identical invalid_resume_token error.
 func FuzzLastEventID(f *testing.F) {
 	fx := newResumeFixture(f)
 	refused := problemBytes(errInvalidResumeToken)
@@ -189,22 +190,22 @@ func FuzzLastEventID(f *testing.F) {
 			cand = cand[:i] + string([]byte{b}) + cand[i+1:]
 		}
 		r := fx.request(cand, viaQuery)
-		got, err := fx.s.resumePosition(r, fx.j, fx.filter)
+		got, resumed, err := fx.s.resumePosition(r, fx.j, fx.filter)
 
 		fx.mu.Lock()
 		wantSeq, isValid := fx.valid[cand]
 		fx.mu.Unlock()
 		switch {
 		case cand == "":
-			if err != nil || got != 0 {
-				t.Fatalf("no token: (%d, %v), want (0, nil)", got, err)
+			if err != nil || got != 0 || resumed {
+				t.Fatalf("no token: (%d, %v, %v), want (0, false, nil)", got, resumed, err)
 			}
 		case err == nil:
 			if !isValid {
 				t.Fatalf("resumePosition accepted %q (seq %d): not a token the server signed for this job, caller and filter", cand, got)
 			}
-			if got != wantSeq {
-				t.Fatalf("resumePosition(%q) = %d, want the signed seq %d", cand, got, wantSeq)
+			if got != wantSeq || !resumed {
+				t.Fatalf("resumePosition(%q) = (%d, %v), want the signed seq %d as a resume", cand, got, resumed, wantSeq)
 			}
 		default:
 			if isValid {
@@ -213,8 +214,8 @@ func FuzzLastEventID(f *testing.F) {
 			if err != errInvalidResumeToken {
 				t.Fatalf("refusal %#v is not the one invalid_resume_token error", err)
 			}
-			if got != 0 {
-				t.Fatalf("refusal returned seq %d", got)
+			if got != 0 || resumed {
+				t.Fatalf("refusal returned seq %d, resumed %v", got, resumed)
 			}
 			if pb := problemBytes(err); !bytes.Equal(pb, refused) {
 				t.Fatalf("refusal renders as %q, want the identical %q", pb, refused)
@@ -228,35 +229,39 @@ func TestResumePositionModes(t *testing.T) {
 	for m := uint8(modeRaw); m < numModes; m++ {
 		for _, viaQuery := range []bool{false, true} {
 			cand := fx.candidate(t, m, "garbage", 3)
-			got, err := fx.s.resumePosition(fx.request(cand, viaQuery), fx.j, fx.filter)
+			got, resumed, err := fx.s.resumePosition(fx.request(cand, viaQuery), fx.j, fx.filter)
 			if m == modeValid {
-				if err != nil || got != 3 {
-					t.Errorf("mode %d query=%v: (%d, %v), want (3, nil)", m, viaQuery, got, err)
+				if err != nil || got != 3 || !resumed {
+					t.Errorf("mode %d query=%v: (%d, %v, %v), want (3, true, nil)", m, viaQuery, got, resumed, err)
 				}
 				continue
 			}
-			if err != errInvalidResumeToken {
-				t.Errorf("mode %d query=%v: err %v, want invalid_resume_token", m, viaQuery, err)
+			if err != errInvalidResumeToken || resumed {
+				t.Errorf("mode %d query=%v: err %v, resumed %v, want invalid_resume_token", m, viaQuery, err, resumed)
 			}
 		}
+	}
+	// No token: from the start, and not a resume (the stream only watches).
+	if got, resumed, err := fx.s.resumePosition(fx.request("", false), fx.j, fx.filter); err != nil || got != 0 || resumed {
+		t.Errorf("no token: (%d, %v, %v), want (0, false, nil)", got, resumed, err)
 	}
 	// The query parameter wins over the header.
 	r := fx.request(fx.candidate(t, modeValid, "", 2), false)
 	q := r.URL.Query()
 	q.Set("last_event_id", fx.candidate(t, modeValid, "", 4))
 	r.URL.RawQuery = q.Encode()
-	if got, err := fx.s.resumePosition(r, fx.j, fx.filter); err != nil || got != 4 {
+	if got, _, err := fx.s.resumePosition(r, fx.j, fx.filter); err != nil || got != 4 {
 		t.Errorf("header 2, query 4: (%d, %v), want (4, nil)", got, err)
 	}
 	// A token is bound to the filter as a set, not to the order in the URL.
 	tok := fx.candidate(t, modeValid, "", 1)
 	same := map[core.EventKind]bool{core.EventDone: true, core.EventOutput: true}
-	if got, err := fx.s.resumePosition(fx.request(tok, false), fx.j, same); err != nil || got != 1 {
+	if got, _, err := fx.s.resumePosition(fx.request(tok, false), fx.j, same); err != nil || got != 1 {
 		t.Errorf("same filter built in another order: (%d, %v)", got, err)
 	}
 	// Ahead of the history: signed by us, still refused.
 	ahead := fx.sign(fx.j.History.Head()+1, fuzzCaller, fx.filter)
-	if _, err := fx.s.resumePosition(fx.request(ahead, false), fx.j, fx.filter); err != errInvalidResumeToken {
+	if _, resumed, err := fx.s.resumePosition(fx.request(ahead, false), fx.j, fx.filter); err != errInvalidResumeToken || resumed {
 		t.Errorf("token ahead of the history: %v, want invalid_resume_token", err)
 	}
 }

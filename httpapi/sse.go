@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -19,6 +20,12 @@ type sseSink struct {
 	rc   *http.ResponseController
 	job  *core.Job
 	snap uint64
+
+	// conn is the connection the stream is written on (nil when unknown),
+	// and writeBuffer its SO_SNDBUF cap (0: none): what Abort needs to make
+	// room for the terminated event.
+	conn        *net.TCPConn
+	writeBuffer int
 
 	mu      sync.Mutex
 	aborted bool
@@ -80,20 +87,35 @@ func (s *sseSink) SetWriteDeadline(t time.Time) error {
 }
 
 // Abort bounds a write stuck on a slow client, and all later ones, by
-// deadline. net.Conn deadlines are safe to set from another goroutine; that
-// is why this method may be called concurrently with the writer.
+// deadline, and makes room for the write in progress and the terminated
+// event. net.Conn deadlines and socket options are safe to set from another
+// goroutine; that is why this method may be called concurrently with the
+// writer.
+//
+// The room: Linux wakes a writer blocked on a full send buffer only once a
+// third of it is free again (sk_stream_min_wspace); for a client reading a
+// few hundred KiB/s behind a capped buffer that is still most of a second,
+// too close to the grace, and past it on a loaded node. Raising SO_SNDBUF
+// makes the kernel recheck at once, so the blocked write returns now,
+// followed by the terminated event, and the stream ends without waiting on
+// the client: one that still reads gets the event after what was already
+// queued. The raise is one more cap, once, on a stream that is ending.
 func (s *sseSink) Abort(deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aborted = true
 	_ = s.rc.SetWriteDeadline(deadline)
+	if s.conn != nil && s.writeBuffer > 0 {
+		_ = s.conn.SetWriteBuffer(2 * s.writeBuffer)
+	}
 }
 
-// streamJob serves a job's stream from after. owner marks the stream opened
-// by the job's own POST: its client leaving before the terminal event cancels
-// the job (after the envelope's grace window). A stream the node ends itself
-// (slow, idle, max duration) does not: its client is expected to resume.
-func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, owner bool) {
+// streamJob serves a job's stream from after. claim marks a stream that is
+// the submitter's — the job's own POST, or a resume with a valid token — so
+// that it owns a job streamed from its POST: when the last owner stream
+// ends before the terminal event, the job gets a grace window to be resumed
+// in (see core.Engine.StreamClosed).
+func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -101,7 +123,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	h.Set("X-Job-Id", j.ID)
 	w.WriteHeader(http.StatusOK)
 
-	adopted := s.e.StreamOpened(j.ID)
+	owner := s.e.StreamOpened(j.ID, claim)
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
@@ -109,12 +131,17 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	res := stream.Run(r.Context(), stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
-	}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
+	}, &sseSink{
+		w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint,
+		conn: tcpConn(r.Context()), writeBuffer: s.cfg.WriteBuffer,
+	})
+	// The engine first: once the metrics show a stream closed, its job's
+	// grace window (if any) has started.
+	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
-	s.e.StreamClosed(j.ID, (owner || adopted) && res.End.ClientLeft())
 }
 
 // eventData is the JSON data of an event, shared with every transport.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,8 +52,12 @@ function start(id) {
       if (es.readyState === EventSource.CLOSED && !window.finished) window.closedEarly = true;
       return;
     }
-    window.seqs.push(JSON.parse(e.data).seq);
+    const seq = JSON.parse(e.data).seq;
+    window.seqs.push(seq);
     window.ids.push(e.lastEventId);
+    // Test instrumentation, not part of the client: tells the test's proxy
+    // which events the page has, so it cuts only after they are in.
+    fetch('/seen?seq=' + seq, {method: 'POST'});
     window.types.push(e.type);
     if (e.type === 'done' || e.type === 'error') {
       window.finished = true;
@@ -76,13 +81,29 @@ const browserReconnectMS = 100
 // http.ErrAbortHandler, so the browser sees the connection die mid-stream.
 var errCut = errors.New("test proxy: connection cut")
 
-// cuttingWriter passes an SSE response through and, with a limit, lets only
-// the first limit bytes of the upstream body reach the client — usually in
-// the middle of an event — then fails the write.
+// cutInto is how many bytes of the event after the last one let through
+// reach the client before its connection is cut: the cut falls in the
+// middle of that event, which the client must then not see.
+const cutInto = 20
+
+// cuttingWriter passes an SSE response through and, with events set, lets
+// exactly that many complete events (blocks with an id: line) reach the
+// client, then cutInto bytes of the next block, then fails the write. It
+// follows the stream's lines across writes, so the cut falls at the same
+// event whatever the chunking: a replay of many events in one write is cut
+// as precisely as a live stream.
+//
+// settle runs once the events to let through are flushed, before the cut:
+// Chromium may drop what it received just before a connection dies, so the
+// test waits there until the page has them.
 type cuttingWriter struct {
 	http.ResponseWriter
-	limit   int // 0: never cut
-	written int
+	events   int // complete events to let through; 0: never cut
+	settle   func()
+	passed   int // complete events written so far
+	line     []byte
+	hasID    bool // the current block has an id: line
+	blockLen int  // bytes of the current block written so far
 }
 
 func (c *cuttingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
@@ -98,15 +119,79 @@ func (c *cuttingWriter) WriteHeader(code int) {
 }
 
 func (c *cuttingWriter) Write(p []byte) (int, error) {
-	if c.limit > 0 && c.written+len(p) >= c.limit {
-		n, _ := c.ResponseWriter.Write(p[:c.limit-c.written])
-		c.written += n
-		c.Flush()
-		return n, errCut
+	if c.events == 0 {
+		return c.ResponseWriter.Write(p)
 	}
-	n, err := c.ResponseWriter.Write(p)
-	c.written += n
-	return n, err
+	done := 0 // bytes of p written
+	for i, b := range p {
+		if c.passed == c.events && c.blockLen == cutInto {
+			n, _ := c.ResponseWriter.Write(p[done:i])
+			c.Flush()
+			return done + n, errCut
+		}
+		c.blockLen++
+		switch {
+		case b != '\n':
+			c.line = append(c.line, b)
+			continue
+		case len(c.line) == 0: // a blank line ends the block
+			if c.hasID {
+				c.passed++
+			}
+			c.hasID, c.blockLen = false, 0
+			if c.passed == c.events && c.settle != nil {
+				n, err := c.ResponseWriter.Write(p[done : i+1])
+				done += n
+				if err != nil {
+					return done, err
+				}
+				c.Flush()
+				c.settle()
+				c.settle = nil
+			}
+		case bytes.HasPrefix(c.line, []byte("id:")):
+			c.hasID = true
+		}
+		c.line = c.line[:0]
+	}
+	n, err := c.ResponseWriter.Write(p[done:])
+	return done + n, err
+}
+
+// seenSeqs is the highest seq the page reported having.
+type seenSeqs struct {
+	mu      sync.Mutex
+	max     uint64
+	changed chan struct{}
+}
+
+func (s *seenSeqs) add(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq > s.max {
+		s.max = seq
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// wait reports whether the page has seq within d.
+func (s *seenSeqs) wait(seq uint64, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		got, changed := s.max, s.changed
+		s.mu.Unlock()
+		if got >= seq {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		}
+	}
 }
 
 // tLogWriter sends a logger's lines to the test log.
@@ -136,9 +221,10 @@ func (l *lockedBuffer) String() string {
 }
 
 // A real browser's EventSource, its connection dropped twice mid-job by a
-// proxy, resumes by itself with the signed tokens the node put in the SSE
-// ids, and sees every event exactly once, in order. A token edited by hand
-// is refused.
+// proxy — in the middle of an event, at two different positions — resumes
+// by itself with the signed tokens the node put in the SSE ids, each time
+// right after the last event it received, and sees every event exactly
+// once, in order. A token edited by hand is refused.
 func TestBrowserEventSourceResumes(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -162,8 +248,12 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 	})
 
 	// The page's origin: the page itself, and /v1/ reverse-proxied to the
-	// node with the first two event streams cut after cutAfter bytes.
-	const cutAfter = 1500
+	// node with the first two event streams cut in the middle of an event:
+	// the first after 5 events (seqs 1-5), the second — resumed after seq
+	// 5 — after 10 more (6-15). Two cuts at two positions: two distinct
+	// resumes, after seq 5 and after seq 15.
+	cuts := []int{5, 10}
+	wantResumes := []uint64{5, 15}
 	target, err := url.Parse(baseURL(n))
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +268,14 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 		mu      sync.Mutex
 		lastIDs []string // Last-Event-ID of each events request, in order
 	)
+	pageHas := &seenSeqs{changed: make(chan struct{})}
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /seen", func(w http.ResponseWriter, r *http.Request) {
+		if seq, err := strconv.ParseUint(r.URL.Query().Get("seq"), 10, 64); err == nil {
+			pageHas.add(seq)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = io.WriteString(w, browserPage)
@@ -193,8 +290,16 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 		k := len(lastIDs)
 		mu.Unlock()
 		cw := &cuttingWriter{ResponseWriter: w}
-		if k <= 2 {
-			cw.limit = cutAfter
+		if k <= len(cuts) {
+			want := wantResumes[k-1]
+			cw.events = cuts[k-1]
+			cw.settle = func() {
+				// On time out, cut anyway: the resume checks below say
+				// what went wrong.
+				if !pageHas.wait(want, 10*time.Second) {
+					t.Logf("cut %d: the page did not report seq %d", k, want)
+				}
+			}
 		}
 		proxy.ServeHTTP(cw, r)
 	})
@@ -309,8 +414,8 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 	if first, last := st.Types[0], st.Types[len(st.Types)-1]; first != "accepted" || last != "done" {
 		t.Fatalf("events from %s to %s, want accepted to done", first, last)
 	}
-	if len(reqs) < 3 {
-		t.Fatalf("the proxy saw %d events requests, want at least 3 (two cut, one to the end)", len(reqs))
+	if len(reqs) != 3 {
+		t.Fatalf("the proxy saw %d events requests, want 3 (two cut, one to the end)", len(reqs))
 	}
 	if reqs[0] != "" {
 		t.Errorf("the first events request carried Last-Event-ID %q", reqs[0])
@@ -327,8 +432,10 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 			t.Errorf("events request %d carried no Last-Event-ID", i+2)
 		} else if !seen[id] {
 			t.Errorf("events request %d carried a Last-Event-ID the page never received: %q", i+2, id)
+		} else if after := st.Seqs[slices.Index(st.IDs, id)]; after != wantResumes[i] {
+			t.Errorf("events request %d resumed after seq %d, want %d: the last event before cut %d", i+2, after, wantResumes[i], i+1)
 		} else {
-			t.Logf("events request %d resumed after seq %d", i+2, st.Seqs[slices.Index(st.IDs, id)])
+			t.Logf("events request %d resumed after seq %d", i+2, after)
 		}
 	}
 	if got := metric(t, n, "switchyard_stream_resumes_accepted_total", map[string]string{"transport": "sse"}); got < 2 {

@@ -100,8 +100,9 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 func (s *Server) Wait() { s.wg.Wait() }
 
 // Submit posts an envelope to a queue and streams the job's events. The
-// client leaving cancels the job (after the envelope's grace window),
-// exactly like an SSE POST.
+// stream owns the job exactly like an SSE POST's: when it ends, the job is
+// cancelled unless its client resumes within the grace window (see
+// core.Engine.StreamClosed).
 func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
 	ctx := gs.Context()
 	queue := req.GetQueue()
@@ -112,7 +113,7 @@ func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.
 	if err != nil {
 		return s.fail("Submit", err)
 	}
-	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey()})
+	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey(), Streamed: true})
 	if err != nil {
 		return s.fail("Submit", err)
 	}
@@ -122,8 +123,10 @@ func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.
 }
 
 // Resume continues a job's stream after the position in a resume token
-// (from the start without one). It never owns the job: leaving does not
-// cancel it.
+// (from the start without one). A resume with a valid token owns a job
+// streamed from its Submit or POST, as that stream did: it saves the job
+// from its grace window, and when it ends the window starts again. One
+// without a token just watches.
 func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
 	j, err := s.e.Job(req.GetJobId())
 	if err != nil {
@@ -137,7 +140,7 @@ func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.
 	if req.GetDropOldest() {
 		slow = stream.DropOldest
 	}
-	after, err := s.resumePosition(gs.Context(), j, req.GetResumeToken(), filter)
+	after, resumed, err := s.resumePosition(gs.Context(), j, req.GetResumeToken(), filter)
 	if err != nil {
 		return err
 	}
@@ -148,7 +151,7 @@ func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.
 			return nil
 		}
 	}
-	return s.streamJob(gs, j, after, filter, slow, false)
+	return s.streamJob(gs, j, after, filter, slow, resumed)
 }
 
 // Get returns a job's status.
@@ -181,12 +184,12 @@ func (s *Server) fail(method string, err error) error {
 	return toStatus(err)
 }
 
-// streamJob serves a job's stream from after. owner marks the stream opened
-// by the job's own Submit: its client leaving before the terminal event
-// cancels the job (after the envelope's grace window). A stream the node
-// ends itself (slow, idle, max duration) does not: its client is expected
-// to resume.
-func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, owner bool) error {
+// streamJob serves a job's stream from after. claim marks a stream that is
+// the submitter's — the job's own Submit, or a resume with a valid token —
+// so that it owns a streamed job: when the last owner stream ends before
+// the terminal event, the job gets a grace window to be resumed in (see
+// core.Engine.StreamClosed).
+func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) error {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	ctx := gs.Context()
@@ -200,7 +203,7 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 		snk.send()
 	}()
 
-	adopted := s.e.StreamOpened(j.ID)
+	owner := s.e.StreamOpened(j.ID, claim)
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
@@ -210,11 +213,13 @@ func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.J
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
 	}, snk)
 	snk.stop()
+	// The engine first: once the metrics show a stream closed, its job's
+	// grace window (if any) has started.
+	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
-	s.e.StreamClosed(j.ID, (owner || adopted) && res.End.ClientLeft())
 	return endStatus(ctx, res.End, snk.lastWriteFailed())
 }
 

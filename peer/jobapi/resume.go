@@ -32,22 +32,24 @@ func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string 
 }
 
 // resumePosition verifies a Resume request's token and returns the position
-// to continue after; an empty token means from the start. Every refusal is
-// the one identical invalid_resume_token status; the reason is only logged
-// and counted.
-func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, filter map[core.EventKind]bool) (uint64, error) {
+// to continue after; an empty token means from the start, and resumed
+// false: only a verified token is a resume, the one proof that the stream
+// is the submitter's (it may then keep a Submit's job alive). Every refusal
+// is the one identical invalid_resume_token status; the reason is only
+// logged and counted.
+func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
 	if raw == "" {
-		return 0, nil
+		return 0, false, nil
 	}
 	seq, err := s.positions().Verify(j, raw, callerFingerprint(ctx), filterFingerprint(filter))
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
-		return 0, invalidResumeToken()
+		return 0, false, invalidResumeToken()
 	}
 	s.m.Resumed()
-	return seq, nil
+	return seq, true, nil
 }
 
 // callerFingerprint: the "authorization" metadata, as httpapi uses the
