@@ -121,6 +121,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			nd, ok := n.cat.Node(node)
 			return nd.PeerAddr, ok && nd.PeerAddr != ""
 		},
+		Zone: func(node string) (string, bool) {
+			nd, ok := n.cat.Node(node)
+			return nd.Zone, ok
+		},
 		// A delivery must be acked within the time its worker would get to
 		// accept it: a fraction of what is left of its TTL, so the accept
 		// wait never eats the budget the work needs.
@@ -345,6 +349,9 @@ func (n *Node) watchCluster(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
+			// Lane streams re-apply the zone test (a node's zone label may
+			// have changed), beside the engine's own test of its bindings.
+			n.router.ZonesChanged()
 		case <-tick.C:
 		}
 		n.engine.ClusterChanged()

@@ -191,9 +191,6 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	b := &binding{t: t}
 	w.bindings[t.d.JobID] = b
 	e.hosted[t.d.JobID] = w
-	if t.d.Ingress != e.cfg.Node {
-		e.cluster.Expect(t.d.Ingress, t.d.JobID, t.d.Gen, t.d.Queue, left)
-	}
 	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
 	b.short = wait < e.cfg.DispatchTimeoutFloor
 	b.timer = time.AfterFunc(wait, func() { e.stalled(w, t.d.JobID, t.d.Gen) })
@@ -203,6 +200,12 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
+		return
+	}
+	if t.d.Ingress != e.cfg.Node {
+		// After the offer: the worker's session goes first, the leg's
+		// stream is set up while the worker starts.
+		e.cluster.Expect(t.d.Ingress, t.d.JobID, t.d.Gen, t.d.Queue, left)
 	}
 }
 

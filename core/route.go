@@ -307,6 +307,10 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 	case w == nil || w.gone:
 		// The consumer is gone: it must not be offered the job again.
 		e.releaseToIngressLocked(d, m.Consumer, true, "the consumer left before the job reached it")
+	case !e.zoneOKLocked(d.Zone, e.selfZone()):
+		// The stream's zone test at the receiving end: a delivery sent
+		// before the sender saw this node's zone label change.
+		e.releaseToIngressLocked(d, m.Consumer, true, "the job is scoped to zone "+d.Zone+", this node is not in it")
 	case e.draining || !e.cluster.LeaseValid() || len(w.bindings) >= w.Concurrency:
 		e.releaseToIngressLocked(d, m.Consumer, false, "the consumer's node could not offer the job")
 	default:
@@ -524,10 +528,17 @@ func (e *Engine) claimOrphansLocked(q *queue) {
 	})
 }
 
+// ReasonZone is the reason Undeliverable is given for a zone-scoped
+// delivery the transport would not send: its node is not in the job's zone
+// (any more). The job is routed again, not failed.
+const ReasonZone = "zone"
+
 // Undeliverable is the transport reporting that m could not be sent to
 // node at all: larger than the peer message limit, or not encodable. That
 // is the job's fault, not the link's, so the job fails too_large where it
-// is decided, rather than wait for a route that cannot carry it.
+// is decided, rather than wait for a route that cannot carry it. A
+// delivery refused for ReasonZone goes back to its ingress to be routed
+// again.
 func (e *Engine) Undeliverable(node string, m Message, reason string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -544,7 +555,12 @@ func (e *Engine) Undeliverable(node string, m Message, reason string) {
 		}
 	case MsgDeliver:
 		if t := e.unbindLocked(m.JobID, m.Queue, m.Gen); t != nil {
-			e.failAtIngressLocked(t.d, CodeTooLarge, detail)
+			if reason == ReasonZone {
+				// Not the job's fault: the node left its zone. Route it again.
+				e.releaseToIngressLocked(t.d, m.Consumer, true, "node "+node+" is not in the job's zone "+t.d.Zone)
+			} else {
+				e.failAtIngressLocked(t.d, CodeTooLarge, detail)
+			}
 			e.dispatchLocked(e.queues[m.Queue])
 		}
 	case MsgReply:

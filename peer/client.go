@@ -81,6 +81,10 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		c.creds,
+		// The router resends what a failed call carried itself, in order
+		// (lane.go, respond.go); gRPC's transparent retry would only buffer
+		// every message of every stream for a replay it never needs.
+		grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.cfg.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),

@@ -19,10 +19,6 @@ import (
 
 // Receiver bounds.
 const (
-	// deliverWindow is how many items a Deliver stream may have read and
-	// not yet handled; a sender keeps at most laneWindow unacked, so only a
-	// misbehaving one reaches it (the stream ends ResourceExhausted).
-	deliverWindow = 2 * laneWindow
 	// openTimeout bounds the wait for a stream's open frame.
 	openTimeout = 10 * time.Second
 	// silentIntervals heartbeat intervals without a frame end a stream, on
@@ -187,16 +183,15 @@ var (
 	errDeliverFrame = status.Error(codes.InvalidArgument, "a Deliver frame must be an item or a heartbeat")
 	errClientSilent = status.Errorf(codes.Unavailable, "the sender sent nothing for %d heartbeat intervals", silentIntervals)
 	errOpenTimeout  = status.Error(codes.DeadlineExceeded, "the sender did not open its Deliver stream in time")
-	errWindow       = status.Errorf(codes.ResourceExhausted, "more than %d unhandled items on one Deliver stream", deliverWindow)
 )
 
-// deliverStream is one Deliver call on the server. Three goroutines share
-// it: the handler's (handle: items in order, under the lane's lock), a
-// reader (every frame; it resets the silence timer, so a handler busy with
-// one item does not make its sender look silent) and a writer (acks and
-// heartbeats). The handler waits for the writer; the reader ends when the
-// stream does, which the handler's return causes, and Server.Stop waits for
-// it.
+// deliverStream is one Deliver call on the server. Two goroutines share
+// it: a reader, which reads every frame and handles each item as it reads
+// it (in order, under the lane's lock; the Handler never blocks, and time
+// spent in it does not count as the sender's silence), and the handler's,
+// which writes acks and heartbeats and decides when the stream ends. The
+// reader is the only Recv caller: it ends once the handler returned, which
+// is what ends a Recv on a server stream; Server.Stop waits for it.
 type deliverStream struct {
 	s      *Server
 	st     pb.PeerService_DeliverServer
@@ -205,10 +200,11 @@ type deliverStream struct {
 	cancel context.CancelCauseFunc
 
 	opened  chan *pb.DeliverOpen    // the open frame, once
-	items   chan *pb.DeliverItem    // read, not yet handled; closed when the sender closed its side
-	acks    chan *pb.DeliverHandled // handled, not yet acked
+	ready   chan *laneInbox         // the lane, once the handler acquired it
+	acks    chan *pb.DeliverHandled // handled, not yet acked; closed when the sender closed its side
 	silence *time.Timer             // cancels ctx when the sender goes silent
 	isOpen  atomic.Bool             // the open frame came
+	busy    atomic.Bool             // the reader is in the Handler
 }
 
 // Deliver receives one lane's stream: it handles items in order, once each
@@ -229,18 +225,24 @@ func (s *Server) Deliver(st pb.PeerService_DeliverServer) error {
 	ds := &deliverStream{
 		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
 		opened: make(chan *pb.DeliverOpen, 1),
-		items:  make(chan *pb.DeliverItem, deliverWindow),
-		acks:   make(chan *pb.DeliverHandled, deliverWindow),
+		ready:  make(chan *laneInbox, 1),
+		acks:   make(chan *pb.DeliverHandled, laneWindow),
 	}
+	var hb atomic.Int64
 	ds.silence = time.AfterFunc(openTimeout, func() {
-		if ds.isOpen.Load() {
-			cancel(errClientSilent)
-		} else {
+		switch {
+		case !ds.isOpen.Load():
 			cancel(errOpenTimeout)
+		case ds.busy.Load():
+			// Handling an item is this node's time, not the sender's
+			// silence: look again later.
+			ds.silence.Reset(silentIntervals * time.Duration(hb.Load()))
+		default:
+			cancel(errClientSilent)
 		}
 	})
 	defer ds.silence.Stop()
-	if !s.goStream(ds.read) {
+	if !s.goStream(func() { ds.read(h) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
 	}
 
@@ -250,23 +252,12 @@ func (s *Server) Deliver(st pb.PeerService_DeliverServer) error {
 	case <-ctx.Done():
 		return ds.end()
 	}
-	hb := heartbeatOf(open)
+	hb.Store(int64(heartbeatOf(open)))
 	l := s.acquireLane(from, open.GetLane().GetQueue())
 	defer s.releaseLane(l)
-
-	writerDone := make(chan struct{})
-	if !s.goStream(func() { defer close(writerDone); ds.write(hb) }) {
-		return status.Error(codes.Unavailable, "peer server stopping")
-	}
-	err = ds.handle(h, l, open.GetSession())
-	if err == nil {
-		// The sender closed its side and every item is handled: the writer
-		// sends the last acks, then the stream ends cleanly.
-		close(ds.acks)
-	} else {
-		cancel(err)
-	}
-	<-writerDone
+	ds.ready <- l
+	err = ds.write(time.Duration(hb.Load()))
+	cancel(err)
 	return err
 }
 
@@ -288,31 +279,6 @@ func heartbeatOf(o *pb.DeliverOpen) time.Duration {
 		return defaultHeartbeat
 	}
 	return min(max(hb, minHeartbeat), maxHeartbeat)
-}
-
-// handle handles items in order until the sender closes its side (nil:
-// every item it sent is handled) or the stream ends (its status).
-func (ds *deliverStream) handle(h Handler, l *laneInbox, session string) error {
-	for {
-		select {
-		case <-ds.ctx.Done():
-			return ds.end()
-		case it, ok := <-ds.items:
-			if !ok {
-				return nil
-			}
-			if ds.ctx.Err() != nil {
-				// Not handled: its sender resends it by a unary call.
-				return ds.end()
-			}
-			a := ds.handleItem(h, l, session, it)
-			select {
-			case ds.acks <- a:
-			case <-ds.ctx.Done():
-				return ds.end()
-			}
-		}
-	}
 }
 
 func (ds *deliverStream) handleItem(h Handler, l *laneInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
@@ -351,10 +317,16 @@ func (ds *deliverStream) end() error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// read reads every frame: the open first, then items and heartbeats. Any
-// frame proves the sender alive.
-func (ds *deliverStream) read() {
-	var hb time.Duration
+// read reads every frame: the open first, then items, each handled as it
+// is read, and heartbeats. Any frame proves the sender alive. It closes
+// acks once the sender closed its side with every item handled, and
+// cancels the stream on anything wrong.
+func (ds *deliverStream) read(h Handler) {
+	var (
+		hb      time.Duration
+		l       *laneInbox
+		session string
+	)
 	for {
 		f, err := ds.st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -364,7 +336,7 @@ func (ds *deliverStream) read() {
 			}
 			// The sender closed its side: it is done, not silent.
 			ds.silence.Stop()
-			close(ds.items)
+			close(ds.acks)
 			return
 		}
 		if err != nil {
@@ -381,18 +353,31 @@ func (ds *deliverStream) read() {
 				return
 			}
 			hb = heartbeatOf(b.Open)
+			session = b.Open.GetSession()
 			ds.isOpen.Store(true)
 			ds.silence.Reset(silentIntervals * hb)
 			ds.opened <- b.Open
+			select {
+			case l = <-ds.ready:
+			case <-ds.ctx.Done():
+				return
+			}
 		case *pb.DeliverFrame_Item:
 			if hb == 0 {
 				ds.cancel(errNoOpen)
 				return
 			}
+			if ds.ctx.Err() != nil {
+				// Not handled: its sender resends it by a unary call.
+				return
+			}
+			ds.busy.Store(true)
+			a := ds.handleItem(h, l, session, b.Item)
+			ds.silence.Reset(silentIntervals * hb)
+			ds.busy.Store(false)
 			select {
-			case ds.items <- b.Item:
-			default:
-				ds.cancel(errWindow)
+			case ds.acks <- a:
+			case <-ds.ctx.Done():
 				return
 			}
 		case *pb.DeliverFrame_Heartbeat:
@@ -408,14 +393,15 @@ func (ds *deliverStream) read() {
 }
 
 // write sends acks as items are handled, and a heartbeat every interval,
-// until ctx ends or acks is closed and drained. Acks are cumulative, so a
+// until the stream ends (its status) or acks is closed and drained (nil).
+// Acks are cumulative, so a
 // run of message acks waiting together goes as its last one; a forward's
 // ack is always sent, for its verdict.
 //
 // A send blocks only when the sender stops reading while it keeps the
 // connection open; the handler then waits here until the connection's
 // keepalive gives up on it.
-func (ds *deliverStream) write(hb time.Duration) {
+func (ds *deliverStream) write(hb time.Duration) error {
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
 	heartbeat := &pb.DeliverAck{Body: &pb.DeliverAck_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
@@ -432,17 +418,17 @@ func (ds *deliverStream) write(hb time.Duration) {
 	for {
 		select {
 		case <-ds.ctx.Done():
-			return
+			return ds.end()
 		case <-tick.C:
 			if !send(heartbeat) {
-				return
+				return ds.end()
 			}
 		case a, open := <-ds.acks:
 			var plain *pb.DeliverHandled
 			for a != nil {
 				if a.GetVerdict() != nil || a.GetErrorCode() != 0 {
 					if !send(handled(a)) {
-						return
+						return ds.end()
 					}
 					plain = nil
 				} else {
@@ -457,10 +443,10 @@ func (ds *deliverStream) write(hb time.Duration) {
 				}
 			}
 			if plain != nil && !send(handled(plain)) {
-				return
+				return ds.end()
 			}
 			if !open {
-				return
+				return nil
 			}
 		}
 	}

@@ -1,6 +1,10 @@
 package peer
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/switchyard/switchyard/core"
+)
 
 // Errors of the router's configuration and of messages it cannot send.
 var (
@@ -27,4 +31,8 @@ const (
 	// ReasonEncoding: the message has no valid wire form (an unknown kind,
 	// or a string that is not UTF-8).
 	ReasonEncoding = "encoding"
+	// ReasonZone: a zone-scoped delivery to a node that is not (or no
+	// longer, or not known to be) in the job's zone. Not a failure of the
+	// job: the engine routes it again.
+	ReasonZone = core.ReasonZone
 )

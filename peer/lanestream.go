@@ -30,6 +30,10 @@ type laneStream struct {
 	last   atomic.Int64  // when a frame last arrived, UnixNano
 	tick   *time.Ticker  // the lane's silence check
 	wg     sync.WaitGroup
+	// The zone label of the lane's node when the stream opened: the zone
+	// test it passed (lane.zoneCheck).
+	zone  string
+	zoned bool
 }
 
 var (
@@ -69,6 +73,7 @@ func (l *lane) open() error {
 		closec: make(chan struct{}),
 		tick:   time.NewTicker(r.cfg.Heartbeat),
 	}
+	st.zone, st.zoned = r.zoneOf(l.key.node)
 	st.last.Store(time.Now().UnixNano())
 	open := &pb.DeliverFrame{Body: &pb.DeliverFrame_Open{Open: &pb.DeliverOpen{
 		Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue}, HeartbeatIntervalNs: int64(r.cfg.Heartbeat),

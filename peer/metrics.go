@@ -25,6 +25,7 @@ type Metrics struct {
 	fallbacks     prometheus.Counter
 	idleCloses    prometheus.Counter
 	ackExpiries   prometheus.Counter
+	zoneCloses    prometheus.Counter
 	undeliverable *prometheus.CounterVec
 
 	// Reply legs (respond.go, respondserver.go).
@@ -96,9 +97,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_peer_ack_deadline_expiries_total",
 			Help: "Deliver stream messages whose ack did not arrive within the timeout derived from their job's remaining TTL; each dropped its stream (a fallback).",
 		}),
+		zoneCloses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_stream_zone_closes_total",
+			Help: "Deliver streams closed because their node's zone label changed in the catalog since they opened; unacked deliveries of jobs scoped to another zone went back to the engine to be routed again, the rest were resent by unary calls.",
+		}),
 		undeliverable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_undeliverable_total",
-			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form). Never retried: the engine fails their job.",
+			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form; zone: a zone-scoped delivery to a node outside the job's zone). Never retried on that path: the engine fails their job, or for zone routes it again.",
 		}, []string{"kind", "reason"}),
 		backpressure: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_backpressure_total",
@@ -115,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
-			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.undeliverable,
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.zoneCloses, m.undeliverable,
 			m.backpressure, m.legSilences, m.legsEnded)
 	}
 	return m

@@ -28,9 +28,9 @@ const (
 	// Past them the leg stops sending, and what the worker produces next
 	// waits in the leg's queue, which Room bounds: so a slow ingress (its
 	// handler slow, or the ingress not reading at all) fills the queue, and
-	// the worker session stops reading its worker. The ingress buffers what
-	// it read and has not handled up to twice these, so it keeps reading
-	// heartbeats while its handler is busy.
+	// the worker session stops reading its worker. The ingress handles
+	// each item as it reads it, so what it has not read waits in HTTP/2
+	// flow control windows, under these bounds.
 	replyInFlight      = 256
 	replyInFlightBytes = 4 << 20
 	// DefaultReplyWindow and DefaultReplyWindowBytes are RouterConfig's

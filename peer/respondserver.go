@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -47,10 +46,6 @@ type LegOpenWatcher interface {
 
 // Respond bounds on the receiving side.
 const (
-	// respondBuffer is how many items a Respond stream may have read and
-	// not yet handled: twice what an honest host keeps in flight, so the
-	// reader never waits on the handler and always sees heartbeats.
-	respondBuffer = 2 * replyInFlight
 	// maxLegMemory caps how long a leg's state is kept for a host to
 	// re-open it, whatever TTL its open frame claims.
 	maxLegMemory = time.Hour
@@ -66,7 +61,6 @@ var (
 	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply leg for %d heartbeat intervals", silentIntervals)
 	errRespondSuperseded  = status.Error(codes.Aborted, "the host opened the reply leg again: this stream is replaced")
 	errRespondOpenTimeout = status.Error(codes.DeadlineExceeded, "the host did not open its Respond stream in time")
-	errRespondWindow      = status.Errorf(codes.ResourceExhausted, "more than %d unhandled items (or their bytes) on one Respond stream", respondBuffer)
 )
 
 // inLegKey names a reply leg as the ingress sees it.
@@ -94,12 +88,17 @@ type inLeg struct {
 	forget        time.Time // while no stream holds it: dropped after
 }
 
-// respondStream is one Respond call. Four goroutines share it: the
-// handler's (items in order, under the leg's mu), a reader (every frame;
-// it never waits on the handler, so a busy handler does not make the host
-// look silent), a writer (acks, heartbeats, the cancel) and a watchdog
-// (silence). The handler waits for the writer; the reader and watchdog end
-// with the stream, and Server.Stop waits for them.
+// respondStream is one Respond call. Two goroutines share it: a reader,
+// which reads every frame and handles each item as it reads it (in order,
+// under the leg's mu), and the handler's, which writes (acks, heartbeats,
+// the cancel) and decides when the stream ends. Handling as it reads costs
+// no hand-off per reply; it is safe because the Handler never blocks (the
+// engine queues what it is given), and time spent in it does not count as
+// the host's silence. A slow ingress therefore reads slowly, and HTTP/2
+// flow control and the host's in-flight bound push back on the worker
+// (respond.go). Silence is watched by a timer, not a goroutine. The reader
+// is the only Recv caller: it ends once the handler returned, which is
+// what ends a Recv on a server stream; Server.Stop waits for it.
 type respondStream struct {
 	s      *Server
 	st     pb.PeerService_RespondServer
@@ -109,18 +108,15 @@ type respondStream struct {
 	hb     time.Duration
 	leg    *inLeg
 
-	opened   chan *pb.RespondOpen
-	items    chan respondItem // closed when the host closed its side
-	buffered atomic.Int64     // bytes in items
-	last     atomic.Int64     // when a frame last arrived, UnixNano
-	acked    atomic.Int64     // the highest seq handled; -1: none
-	kick     chan struct{}    // capacity 1: an ack or a cancel to write
-	finish   chan struct{}    // closed once every item is handled (clean end)
-}
-
-type respondItem struct {
-	it   *pb.RespondItem
-	size int
+	opened  chan *pb.RespondOpen // the open frame, once
+	ready   chan struct{}        // closed once the leg is attached: items may be handled
+	last    atomic.Int64         // when a frame last arrived (or an item was handled), UnixNano
+	busy    atomic.Bool          // the reader is in the Handler
+	acked   atomic.Int64         // the highest seq handled; -1: none
+	kick    chan struct{}        // capacity 1: an ack or a cancel to write
+	finish  chan struct{}        // closed once every item is handled (clean end)
+	silence *time.Timer          // watchSilence
+	due     time.Time            // when silence was due to fire; watchSilence's own
 }
 
 // Respond receives one job's reply leg: it handles the replies and release
@@ -143,25 +139,23 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	rs := &respondStream{
 		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
 		opened: make(chan *pb.RespondOpen, 1),
-		items:  make(chan respondItem, respondBuffer),
+		ready:  make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		finish: make(chan struct{}),
 	}
 	rs.acked.Store(-1)
-	openTimer := time.AfterFunc(openTimeout, func() { cancel(errRespondOpenTimeout) })
-	defer openTimer.Stop()
-	if !s.goStream(rs.read) {
+	if !s.goStream(func() { rs.read(h) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
 	}
+	openTimer := time.AfterFunc(openTimeout, func() { cancel(errRespondOpenTimeout) })
 	var open *pb.RespondOpen
 	select {
 	case open = <-rs.opened:
 	case <-ctx.Done():
-		return rs.end()
 	}
 	openTimer.Stop()
-	if open.GetJobId() == "" {
-		return errRespondOpen
+	if open == nil {
+		return rs.end()
 	}
 	rs.hb = defaultHeartbeat
 	if hb := time.Duration(open.GetHeartbeatIntervalNs()); hb > 0 {
@@ -172,24 +166,13 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	if w, ok := h.(LegOpenWatcher); ok {
 		w.ReplyLegOpened(from, leg.key.job, leg.key.gen)
 	}
+	rs.due = time.Now().Add(silentIntervals * rs.hb)
+	rs.silence = time.AfterFunc(silentIntervals*rs.hb, rs.watchSilence)
+	close(rs.ready)
 
-	writerDone := make(chan struct{})
-	if !s.goStream(func() { defer close(writerDone); rs.write() }) {
-		s.detachLeg(rs, false)
-		return status.Error(codes.Unavailable, "peer server stopping")
-	}
-	if !s.goStream(rs.watch) {
-		cancel(errors.New("peer server stopping"))
-	}
-	err = rs.handle(h, leg, open.GetSession())
-	if err == nil {
-		// The host closed its side and every item is handled: the writer
-		// sends the last ack, then the stream ends cleanly.
-		close(rs.finish)
-	} else {
-		cancel(err)
-	}
-	<-writerDone
+	err = rs.write()
+	rs.silence.Stop()
+	cancel(err)
 	silent := errors.Is(context.Cause(ctx), errRespondSilent) && st.Context().Err() == nil
 	if current := s.detachLeg(rs, err == nil || silent); current && silent {
 		s.cfg.Metrics.legSilences.WithLabelValues("ingress").Inc()
@@ -316,18 +299,35 @@ func (rs *respondStream) end() error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// read reads every frame: the open first, then items and heartbeats.
-func (rs *respondStream) read() {
-	open := false
-	limit := int64(2*replyInFlightBytes + rs.s.cfg.MaxMessageBytes)
+// read reads every frame: the open first, then items, each handled as it
+// is read, and heartbeats. It closes finish once the host closed its side
+// with every item handled, and cancels the stream on anything wrong.
+func (rs *respondStream) read(h Handler) {
+	f, err := rs.st.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errRespondOpen
+		}
+		rs.cancel(err)
+		return
+	}
+	open := f.GetOpen()
+	if open == nil || open.GetJobId() == "" {
+		rs.cancel(errRespondOpen)
+		return
+	}
+	rs.opened <- open
+	select {
+	case <-rs.ready:
+	case <-rs.ctx.Done():
+		return
+	}
+	leg, session := rs.leg, open.GetSession()
+	lastKick := int64(-1)
 	for {
 		f, err := rs.st.Recv()
 		if errors.Is(err, io.EOF) {
-			if !open {
-				rs.cancel(errRespondOpen)
-				return
-			}
-			close(rs.items)
+			close(rs.finish)
 			return
 		}
 		if err != nil {
@@ -336,60 +336,18 @@ func (rs *respondStream) read() {
 		}
 		rs.last.Store(time.Now().UnixNano())
 		switch b := f.GetBody().(type) {
-		case *pb.RespondFrame_Open:
-			if open {
-				rs.cancel(errRespondOpen)
-				return
-			}
-			open = true
-			rs.opened <- b.Open
 		case *pb.RespondFrame_Item:
-			if !open {
-				rs.cancel(errRespondOpen)
-				return
-			}
-			n := proto.Size(b.Item)
-			if rs.buffered.Add(int64(n)) > limit {
-				rs.cancel(errRespondWindow)
-				return
-			}
-			select {
-			case rs.items <- respondItem{b.Item, n}:
-			default:
-				rs.cancel(errRespondWindow)
-				return
-			}
-		case *pb.RespondFrame_Heartbeat:
-			if !open {
-				rs.cancel(errRespondOpen)
-				return
-			}
-		default:
-			rs.cancel(errRespondFrame)
-			return
-		}
-	}
-}
-
-// handle handles items in order until the host closes its side (nil) or
-// the stream ends (its status).
-func (rs *respondStream) handle(h Handler, leg *inLeg, session string) error {
-	lastKick := int64(-1)
-	for {
-		select {
-		case <-rs.ctx.Done():
-			return rs.end()
-		case it, ok := <-rs.items:
-			if !ok {
-				return nil
-			}
-			rs.buffered.Add(-int64(it.size))
 			if rs.ctx.Err() != nil {
 				// Not handled: the host resends it on its next stream.
-				return rs.end()
+				return
 			}
-			rs.handleItem(h, leg, session, it.it)
-			s := int64(it.it.GetSeq())
+			// Time spent in the Handler is this node's, not the host's
+			// silence: watchSilence does not count it.
+			rs.busy.Store(true)
+			rs.handleItem(h, leg, session, b.Item)
+			rs.last.Store(time.Now().UnixNano())
+			rs.busy.Store(false)
+			s := int64(b.Item.GetSeq())
 			if s > rs.acked.Load() {
 				rs.acked.Store(s)
 			}
@@ -398,13 +356,20 @@ func (rs *respondStream) handle(h Handler, leg *inLeg, session string) error {
 			// at once what ends the leg (the host closes on it), and every
 			// ackEvery items so the host's in-flight window keeps moving;
 			// the rest goes with the next heartbeat tick.
-			if m := it.it.GetMessage(); m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil || s-lastKick >= ackEvery {
+			if m := b.Item.GetMessage(); m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil || s-lastKick >= ackEvery {
 				lastKick = s
 				select {
 				case rs.kick <- struct{}{}:
 				default:
 				}
 			}
+		case *pb.RespondFrame_Heartbeat:
+		case *pb.RespondFrame_Open:
+			rs.cancel(errRespondOpen)
+			return
+		default:
+			rs.cancel(errRespondFrame)
+			return
 		}
 	}
 }
@@ -442,9 +407,10 @@ const ackEvery = 32
 
 // write sends acks as items are handled (cumulative: the latest covers
 // the rest), the leg's cancel once per stream, and a heartbeat when
-// nothing else went out for half an interval, until the stream ends or
-// the handler finished (then the last ack goes first).
-func (rs *respondStream) write() {
+// nothing else went out for half an interval, until the stream ends (its
+// status) or the host closed its side with every item handled (nil, after
+// the last ack).
+func (rs *respondStream) write() error {
 	tick := time.NewTicker(rs.hb)
 	defer tick.Stop()
 	var lastSend time.Time
@@ -478,53 +444,52 @@ func (rs *respondStream) write() {
 	}
 	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
 	if !flush() {
-		return
+		return rs.end()
 	}
 	for {
 		select {
 		case <-rs.ctx.Done():
-			return
+			return rs.end()
 		case <-rs.finish:
-			flush()
-			return
+			if !flush() {
+				return rs.end()
+			}
+			return nil
 		case <-rs.kick:
 			if !flush() {
-				return
+				return rs.end()
 			}
 		case <-tick.C:
 			if !flush() {
-				return
+				return rs.end()
 			}
 			if time.Since(lastSend) >= rs.hb/2 && !send(heartbeat) {
-				return
+				return rs.end()
 			}
 		}
 	}
 }
 
-// watch ends the stream once nothing arrived for three intervals. It
-// checks every half interval; a check that comes more than two intervals
-// after the last one means this process did not run meanwhile (paused,
-// starved): the host's frames may be waiting unread, so its count starts
-// again rather than the job fail for this node's own stall.
-func (rs *respondStream) watch() {
-	tick := time.NewTicker(rs.hb / 2)
-	defer tick.Stop()
-	prev := time.Now()
-	for {
-		select {
-		case <-rs.ctx.Done():
-			return
-		case <-tick.C:
-			now := time.Now()
-			if now.Sub(prev) > 2*rs.hb {
-				rs.last.Store(now.UnixNano())
-			}
-			prev = now
-			if now.Sub(time.Unix(0, rs.last.Load())) >= silentIntervals*rs.hb {
-				rs.cancel(errRespondSilent)
-				return
-			}
-		}
+// watchSilence ends the stream once nothing arrived for three intervals:
+// it runs when that would be the case if nothing arrived since the last
+// check, and looks again. A check that runs more than two intervals after
+// it was due means this process did not run meanwhile (paused, starved):
+// the host's frames may be waiting unread, so its count starts again
+// rather than the job fail for this node's own stall; so does a check
+// that finds the reader in the Handler.
+func (rs *respondStream) watchSilence() {
+	if rs.ctx.Err() != nil {
+		return
 	}
+	now := time.Now()
+	if now.Sub(rs.due) > 2*rs.hb || rs.busy.Load() {
+		rs.last.Store(now.UnixNano())
+	}
+	last := time.Unix(0, rs.last.Load())
+	if now.Sub(last) >= silentIntervals*rs.hb {
+		rs.cancel(errRespondSilent)
+		return
+	}
+	rs.due = last.Add(silentIntervals * rs.hb)
+	rs.silence.Reset(rs.due.Sub(now))
 }

@@ -26,6 +26,12 @@ type RouterConfig struct {
 	// Addr resolves a node id to its peer address; false when the catalog
 	// view has no record of the node: its lease is gone, it is dead.
 	Addr func(node string) (string, bool)
+	// Zone is a node's zone label in the catalog view; false when the node
+	// has no record, or a record without a zone. A zone-scoped delivery
+	// goes only to a node whose zone is known and is the job's (an
+	// unlabelled node is not in any zone: treating "no label" as "same
+	// zone" is the leak zoning exists to prevent). Nil: no node has a zone.
+	Zone func(node string) (string, bool)
 	// MaxMessageBytes bounds one call or stream frame, as the peers'
 	// servers do (node config); default: the Client's.
 	MaxMessageBytes int
@@ -91,10 +97,11 @@ type RouterConfig struct {
 	Server *Server
 	// Undeliverable is told about a message sent by Send that no transport
 	// can carry: larger than MaxMessageBytes allows (reason ReasonTooLarge)
-	// or without a valid wire form (ReasonEncoding). Such a message is not
-	// sent, not retried and not counted as dropped, but in
+	// or without a valid wire form (ReasonEncoding), or a zone-scoped
+	// delivery to a node outside the job's zone (ReasonZone). Such a
+	// message is not sent, not retried and not counted as dropped, but in
 	// switchyard_peer_messages_undeliverable_total; the engine fails its
-	// job. It is called from a router goroutine, never from within Send and
+	// job, or for ReasonZone routes it again. It is called from a router goroutine, never from within Send and
 	// without the router's lock, so it may take the engine's lock (and so
 	// Close must not be called with that lock held). Nil: only counted and
 	// logged. A Forward that cannot be carried fails with ErrUndeliverable
@@ -455,9 +462,36 @@ func (r *Router) undeliverable(node string, p *pb.PeerMessage, orig *core.Messag
 			m = core.Message{Kind: core.MessageKind(kind), JobID: p.GetJobId(), Gen: p.GetGeneration(), Queue: p.GetQueue()}
 		}
 	}
-	r.log.Error("a routing message cannot be sent to any peer; not retried", "node", node, "kind", kind, "job", m.JobID, "reason", reason, "err", err)
+	if reason == ReasonZone {
+		r.log.Info("a zone-scoped delivery is not sent to a node outside its zone; the engine routes it again", "node", node, "job", m.JobID, "err", err)
+	} else {
+		r.log.Error("a routing message cannot be sent to any peer; not retried", "node", node, "kind", kind, "job", m.JobID, "reason", reason, "err", err)
+	}
 	if r.cfg.Undeliverable != nil {
 		r.cfg.Undeliverable(node, m, reason)
+	}
+}
+
+// zoneOf is node's zone label in the catalog view.
+func (r *Router) zoneOf(node string) (string, bool) {
+	if r.cfg.Zone == nil {
+		return "", false
+	}
+	z, ok := r.cfg.Zone(node)
+	return z, ok && z != ""
+}
+
+// ZonesChanged applies the zone test again to every open lane stream (see
+// lane.zoneCheck). The node calls it on every change of its catalog view;
+// it never blocks.
+func (r *Router) ZonesChanged() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.lanes {
+		select {
+		case l.rezone <- struct{}{}:
+		default:
+		}
 	}
 }
 
