@@ -90,4 +90,6 @@ func (c *nodeCluster) Alive(node string) bool {
 	return ok
 }
 
+func (c *nodeCluster) Gone(node string) bool { return c.cat.NodeLeft(node) }
+
 func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }

@@ -56,6 +56,9 @@ type Node struct {
 	httpLn, grpcLn, peerLn net.Listener
 	stopHTTP               context.CancelFunc
 	fenced                 chan struct{}
+	// life ends when the node stops: it bounds waits on the catalog view.
+	life    context.Context
+	endLife context.CancelFunc
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -76,6 +79,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	log := cfg.Logger.With("node", cfg.Name)
 	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), fenced: make(chan struct{})}
+	n.life, n.endLife = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			n.abort()
@@ -119,6 +123,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Client: n.peers, MaxMessageBytes: cfg.MaxMessageBytes, Metrics: pm, Logger: log.With("system", "router"),
 		Addr: func(node string) (string, bool) {
 			nd, ok := n.cat.Node(node)
+			if !ok && !n.cat.NodeLeft(node) {
+				// Not seen yet is not gone: a node that just published its
+				// record (and sent this one a message) may reach this
+				// node's view a moment later. Wait for it, boundedly.
+				ctx, cancel := context.WithTimeout(n.life, viewLag)
+				nd, ok = n.cat.AwaitNode(ctx, node)
+				cancel()
+			}
 			return nd.PeerAddr, ok && nd.PeerAddr != ""
 		},
 		Zone: func(node string) (string, bool) {
@@ -358,6 +370,10 @@ func (n *Node) watchCluster(ctx context.Context) {
 	}
 }
 
+// viewLag bounds how long an address lookup waits for a node this node's
+// catalog view has not seen yet (nor seen leave) to appear in it.
+const viewLag = 2 * time.Second
+
 // Close drains and stops the node: new jobs are refused, bound jobs get up
 // to DrainTimeout to finish, the rest end with node_shutdown; then the
 // servers stop, streams end, and the catalog revokes the node's lease so its
@@ -376,6 +392,7 @@ func (n *Node) Close(ctx context.Context) error {
 
 func (n *Node) stop(ctx context.Context) error {
 	var errs []error
+	n.endLife()
 	n.stopTracker()
 	n.trackerWG.Wait()
 	// Streams see their terminal events before the servers go: Drain ended
@@ -405,6 +422,7 @@ func (n *Node) stop(ctx context.Context) error {
 
 // abort undoes a partial Open.
 func (n *Node) abort() {
+	n.endLife()
 	if n.stopTracker != nil {
 		n.stopTracker()
 		n.trackerWG.Wait()

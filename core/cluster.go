@@ -45,9 +45,13 @@ type Cluster interface {
 	// than the zone a consumer record was published with, so a node that
 	// changes zones is judged by its new one.
 	NodeZone(node string) string
-	// Alive reports whether node has a record in the catalog at all. A node
-	// whose record is gone has lost its lease: its death is proven.
+	// Alive reports whether node has a record in the catalog view now.
 	Alive(node string) bool
+	// Gone reports whether node's record was seen deleted (and not written
+	// again): its lease is gone, its death proven. A node without a record
+	// that is not gone is only not seen yet (the view may apply its record a
+	// moment after a message from it arrives), and is not dead.
+	Gone(node string) bool
 	// LeaseValid is false once this node must treat its own lease as lost
 	// (by its own clock, before it can expire anywhere else). A consumer host
 	// forwards no output after that.

@@ -391,6 +391,14 @@ func (p *fakePeer) Alive(node string) bool {
 	return p.net.alive[node]
 }
 
+// Gone: a node the fake knows (its record was there) that is not alive.
+func (p *fakePeer) Gone(node string) bool {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	alive, known := p.net.alive[node]
+	return known && !alive
+}
+
 func (p *fakePeer) LeaseValid() bool {
 	p.net.mu.Lock()
 	defer p.net.mu.Unlock()

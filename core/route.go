@@ -364,7 +364,7 @@ func (e *Engine) nodesGoneLocked() {
 		if v, ok := dead[node]; ok {
 			return v
 		}
-		dead[node] = !e.cluster.Alive(node)
+		dead[node] = e.cluster.Gone(node)
 		return dead[node]
 	}
 	for _, j := range e.jobs {

@@ -166,7 +166,13 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
 	ka := startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s")
+	// kb's client stream must carry every output, and the backlog arrives
+	// as a burst after the pause: bounds far above it, so that the test
+	// client is never terminated as a slow consumer (that is another
+	// test's subject; this one is the reply leg).
+	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s",
+		"--stream-max-events", "200000", "--history-events", "400000",
+		"--stream-max-bytes", "134217728", "--history-bytes", "268435456")
 	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr)
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {

@@ -330,6 +330,34 @@ func (c *Catalog) Nodes() []core.NodeInfo { return c.view.allNodes() }
 // Node returns one node's record from the watched view.
 func (c *Catalog) Node(id string) (core.NodeInfo, bool) { return c.view.node(id) }
 
+// NodeLeft reports whether the view saw the node's record deleted (and not
+// written again): its lease is gone, its death proven. A node without a
+// record that has not left is only not seen yet.
+func (c *Catalog) NodeLeft(id string) bool { return c.view.hasLeft(id) }
+
+// AwaitNode returns the node's record once the view has it: at once when it
+// does, else when the watch brings it. False when the node left, or ctx
+// ended first. A node that sends this one a message has published its
+// record already, but the member this view watches may apply that write a
+// moment after the message arrives; this bridges the gap.
+func (c *Catalog) AwaitNode(ctx context.Context, id string) (core.NodeInfo, bool) {
+	changed, unsubscribe := c.subs.add()
+	defer unsubscribe()
+	for {
+		if n, ok := c.view.node(id); ok {
+			return n, true
+		}
+		if c.view.hasLeft(id) {
+			return core.NodeInfo{}, false
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return core.NodeInfo{}, false
+		}
+	}
+}
+
 // Dispatch returns a queue's dispatch record from the watched view.
 func (c *Catalog) Dispatch(queue string) (core.DispatchInfo, bool) { return c.view.dispatchOf(queue) }
 

@@ -460,3 +460,54 @@ func TestViewRecoversFromCompactedWatch(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, "b sees w3 on the new watch", func() bool { return len(b.Consumers("jobs")) == 2 })
 }
+
+// A node without a record is only "not seen yet" until the view sees its
+// record deleted: AwaitNode waits for a record published after it was
+// called, NodeLeft is true only once the record was seen and then deleted,
+// and AwaitNode answers false for a node that left at once.
+func TestNotSeenYetIsNotLeft(t *testing.T) {
+	a := open(t, embeddedConfig(t, "node-a"))
+	ctx := context.Background()
+	if a.NodeLeft("node-b") {
+		t.Fatal("NodeLeft(node-b) before node-b ever published")
+	}
+	got := make(chan core.NodeInfo, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, _ := a.AwaitNode(wctx, "node-b")
+		got <- n
+	}()
+	time.Sleep(50 * time.Millisecond) // AwaitNode is waiting: the record does not exist yet
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + a.ClientAddr()}, LeaseTTL: 2 * time.Second})
+	if err := b.PublishNode(ctx, core.NodeInfo{State: core.StateOnline, PeerAddr: "127.0.0.1:7002"}); err != nil {
+		t.Fatalf("b.PublishNode: %v", err)
+	}
+	select {
+	case n := <-got:
+		if n.ID != "node-b" || n.PeerAddr != "127.0.0.1:7002" {
+			t.Fatalf("AwaitNode = %+v, want node-b's record", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitNode did not return once the record was published")
+	}
+	if a.NodeLeft("node-b") {
+		t.Fatal("NodeLeft(node-b) while its record is in the view")
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("b.Close: %v", err)
+	}
+	eventually(t, 5*time.Second, "node-b seen leaving", func() bool { return a.NodeLeft("node-b") })
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, ok := a.AwaitNode(wctx, "node-b"); ok {
+		t.Fatalf("AwaitNode(node-b) after it left = %+v", n)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("AwaitNode for a node that left took %v: it must not wait", took)
+	}
+	if a.NodeLeft("node-c") {
+		t.Error("NodeLeft(node-c), a node never seen")
+	}
+}

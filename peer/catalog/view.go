@@ -16,6 +16,12 @@ type view struct {
 	nodes     map[string]core.NodeInfo
 	dispatch  map[string]core.DispatchInfo
 	consumers map[string]map[string]core.ConsumerInfo // queue → id → record
+	// left holds the nodes whose record this view saw deleted (and not
+	// written again since): their death is proven. A node with no record
+	// that is not in left is only not seen yet — another member of the
+	// catalog may have written its record a moment before this view
+	// applies it — and is not dead.
+	left map[string]bool
 }
 
 func newView() *view {
@@ -23,6 +29,7 @@ func newView() *view {
 		nodes:     map[string]core.NodeInfo{},
 		dispatch:  map[string]core.DispatchInfo{},
 		consumers: map[string]map[string]core.ConsumerInfo{},
+		left:      map[string]bool{},
 	}
 }
 
@@ -30,15 +37,32 @@ func newView() *view {
 func (v *view) replaceWith(fresh *view) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// A node the reload no longer has left while the watch was broken.
+	for id := range v.nodes {
+		if _, ok := fresh.nodes[id]; !ok {
+			v.left[id] = true
+		}
+	}
+	for id := range fresh.nodes {
+		delete(v.left, id)
+	}
 	v.nodes, v.dispatch, v.consumers = fresh.nodes, fresh.dispatch, fresh.consumers
 }
 
 // The setters below are called with v.mu held for writing (or on a view no
 // one else can see yet).
 
-func (v *view) setNode(n core.NodeInfo) { v.nodes[n.ID] = n }
+func (v *view) setNode(n core.NodeInfo) {
+	v.nodes[n.ID] = n
+	delete(v.left, n.ID)
+}
 
-func (v *view) deleteNode(id string) { delete(v.nodes, id) }
+func (v *view) deleteNode(id string) {
+	if _, ok := v.nodes[id]; ok {
+		v.left[id] = true
+	}
+	delete(v.nodes, id)
+}
 
 func (v *view) setDispatch(queue string, d core.DispatchInfo) { v.dispatch[queue] = d }
 
@@ -104,6 +128,13 @@ func (v *view) node(id string) (core.NodeInfo, bool) {
 	defer v.mu.RUnlock()
 	n, ok := v.nodes[id]
 	return n, ok
+}
+
+// hasLeft reports whether the node's record was seen deleted.
+func (v *view) hasLeft(id string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.left[id]
 }
 
 func (v *view) dispatchOf(queue string) (core.DispatchInfo, bool) {
