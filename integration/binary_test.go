@@ -64,19 +64,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	defer wk.Process.Kill() //nolint:errcheck // no-op once it exited
 
 	// The worker registers asynchronously: the node answers 503 until then.
-	var res *http.Response
-	waitFor(t, 10*time.Second, "a capable worker", func() bool {
-		r, err := postStream(context.Background(), jobsURL, `{"input":"hello smoke test"}`)
-		if err != nil {
-			return false
-		}
-		if r.StatusCode == http.StatusOK {
-			res = r
-			return true
-		}
-		r.Body.Close()
-		return false
-	})
+	res := streamOnceServed(t, jobsURL, `{"input":"hello smoke test"}`)
 	evs := readAll(t, res.Body)
 	res.Body.Close()
 	if got := types(evs); !slices.Equal(got, []string{"accepted", "output", "output", "output", "done"}) {
@@ -168,19 +156,7 @@ func testBinaryDemoStops(t *testing.T, bin string) {
 	httpAddr, _, logs := awaitServing(t, stderr)
 
 	// A job proves the worker attached before the signal.
-	var res *http.Response
-	waitFor(t, 10*time.Second, "the demo worker", func() bool {
-		r, err := postStream(context.Background(), "http://"+httpAddr+"/v1/queues/demo/jobs", `{"input":"hi"}`)
-		if err != nil {
-			return false
-		}
-		if r.StatusCode == http.StatusOK {
-			res = r
-			return true
-		}
-		r.Body.Close()
-		return false
-	})
+	res := streamOnceServed(t, "http://"+httpAddr+"/v1/queues/demo/jobs", `{"input":"hi"}`)
 	evs := readAll(t, res.Body)
 	res.Body.Close()
 	if got := types(evs); !slices.Equal(got, []string{"accepted", "output", "done"}) {
@@ -280,4 +256,25 @@ func awaitServing(t *testing.T, r io.Reader) (httpAddr, grpcAddr string, logs fu
 			t.Fatalf("node did not log its addresses:\n%s", buf.String())
 		}
 	}
+}
+
+// streamOnceServed posts body to jobsURL as a stream until the node answers
+// 200 (a worker registers asynchronously: 503 until then) and returns that
+// response.
+func streamOnceServed(t *testing.T, jobsURL, body string) *http.Response {
+	t.Helper()
+	var res *http.Response
+	waitFor(t, 10*time.Second, "a capable worker", func() bool {
+		r, err := postStream(context.Background(), jobsURL, body)
+		if err != nil {
+			return false
+		}
+		if r.StatusCode == http.StatusOK {
+			res = r
+			return true
+		}
+		r.Body.Close()
+		return false
+	})
+	return res
 }

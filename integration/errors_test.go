@@ -25,15 +25,7 @@ func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
 		c.Engine.HistoryBytes = 1 << 20
 		c.HTTP.Stream.MaxLagBytes = 512 << 10 // below the history's bound, as the node requires
 	})
-	release := make(chan struct{})
-	defer close(release)
-	MustStartWorker(t, n, worker.Config{Concurrency: 1}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil, nil
-	})
+	startHeldWorker(t, n)
 	// Occupy the worker, then fill the queue (depth 1).
 	for range 2 {
 		res := post(t.Context(), t, n, "demo", `{"input":"hold"}`, false)
@@ -127,15 +119,7 @@ func TestQueueFullByBytesChangesNothing(t *testing.T) {
 		c.Engine.Limits.MaxInputBytes = 1024
 		c.Engine.Limits.MaxQueueBytes = 1500 // room for one 1000-byte input, not two
 	})
-	release := make(chan struct{})
-	defer close(release)
-	MustStartWorker(t, n, worker.Config{Concurrency: 1}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil, nil
-	})
+	startHeldWorker(t, n)
 	accept := func(body string) {
 		t.Helper()
 		res := post(t.Context(), t, n, "demo", body, false)
@@ -218,4 +202,19 @@ func TestHealthReadyMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// startHeldWorker starts a worker of concurrency 1 whose jobs run until the
+// test ends (or they are cancelled): it occupies the queue's only credit.
+func startHeldWorker(t *testing.T, n *switchyard.Node) {
+	t.Helper()
+	release := make(chan struct{})
+	MustStartWorker(t, n, worker.Config{Concurrency: 1}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	t.Cleanup(func() { close(release) })
 }
