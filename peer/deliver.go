@@ -306,11 +306,17 @@ func (ds *deliverStream) handleItem(h Handler, l *laneInbox, session string, it 
 }
 
 // end is the status the stream ends with once ds.ctx is done.
-func (ds *deliverStream) end() error {
-	if err := ds.st.Context().Err(); err != nil {
+func (ds *deliverStream) end() error { return endStatus(ds.st.Context(), ds.ctx) }
+
+// endStatus is the status a server stream ends with once ctx, derived from
+// the call's context call, is done: the call's own end (the client went
+// away), else why ctx was cancelled, as a status (Unavailable unless it is
+// one already).
+func endStatus(call, ctx context.Context) error {
+	if err := call.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	err := context.Cause(ds.ctx)
+	err := context.Cause(ctx)
 	if _, ok := status.FromError(err); ok {
 		return err
 	}

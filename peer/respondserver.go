@@ -288,16 +288,7 @@ func (s *Server) handleMessage(h Handler, from string, m core.Message) {
 }
 
 // end is the status the stream ends with once rs.ctx is done.
-func (rs *respondStream) end() error {
-	if err := rs.st.Context().Err(); err != nil {
-		return status.FromContextError(err).Err()
-	}
-	err := context.Cause(rs.ctx)
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codes.Unavailable, err.Error())
-}
+func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx) }
 
 // read reads every frame: the open first, then items, each handled as it
 // is read, and heartbeats. It closes finish once the host closed its side
