@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,8 @@ var (
 	clusterJobs   = flag.Int("cluster.jobs", 2000, "BenchmarkCluster: jobs per setup at each concurrency level")
 	clusterRounds = flag.Int("cluster.rounds", 4, "BenchmarkCluster: interleaved rounds the jobs are split into")
 	clusterInput  = flag.String("cluster.input", "one two three four", "BenchmarkCluster: the job's input, one output per word")
+	clusterOnly   = flag.String("cluster.setups", "", "BenchmarkCluster: comma-separated setups to run (default all), e.g. to profile one")
+	clusterLevels = flag.String("cluster.levels", "1,64", "BenchmarkCluster: comma-separated client concurrency levels")
 )
 
 // BenchmarkCluster measures, in one run and one process, the same job (the
@@ -113,6 +117,9 @@ var (
 //
 //	go test -run '^$' -bench BenchmarkCluster -benchtime 1x ./integration/ -args -cluster.jobs 2000
 //
+// -cluster.setups and -cluster.levels narrow a run to some setups and
+// levels, e.g. to profile one (-cpuprofile) without the others in it.
+//
 // It never fails on a time. The machine's cores are shared by the client,
 // the nodes, the relay and the workers: compare ratios within one run.
 func BenchmarkCluster(b *testing.B) {
@@ -122,7 +129,14 @@ func BenchmarkCluster(b *testing.B) {
 		warmup      = 200
 		retention   = 50 * time.Millisecond
 	)
-	levels := []int{1, 64}
+	var levels []int
+	for _, f := range strings.Split(*clusterLevels, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			b.Fatalf("-cluster.levels: %q is not a concurrency", f)
+		}
+		levels = append(levels, c)
+	}
 	jobs, rounds := max(*clusterJobs, 1), min(max(*clusterRounds, 1), max(*clusterJobs, 1))
 	// n1: the cross-node ingress; n2: the worker's node and the queue's
 	// dispatcher; n3: the cross-node ingress with PeerForceUnary.
@@ -162,6 +176,17 @@ func BenchmarkCluster(b *testing.B) {
 		{"cross-node-unary", "as cross-node, from a node with PeerForceUnary (no Deliver streams)", jobsURL(nodes[2]), true},
 		{"relay-stream", "bare relay, a gRPC stream per job A→B", relay.Target(benchkit.ModeStreamPerJob, queue), false},
 		{"relay-shared", "bare relay, one gRPC stream A→B for every job", relay.Target(benchkit.ModeSharedStream, queue), false},
+	}
+
+	if *clusterOnly != "" {
+		keep := map[string]bool{}
+		for _, f := range strings.Split(*clusterOnly, ",") {
+			keep[strings.TrimSpace(f)] = true
+		}
+		setups = slices.DeleteFunc(setups, func(s benchSetup) bool { return !keep[s.name] })
+		if len(setups) == 0 {
+			b.Fatalf("-cluster.setups %q names no setup", *clusterOnly)
+		}
 	}
 
 	// Warm every path: connections, lane streams, pools.
