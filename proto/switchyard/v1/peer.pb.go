@@ -1415,6 +1415,9 @@ func (x *DeliverHandled) GetError() string {
 }
 
 // RespondFrame is one frame of a Respond stream, from the consumer host.
+// A Respond stream is a reply trunk: the one stream a consumer host holds
+// to an ingress node, on which every job's reply leg to that node travels
+// (docs/cluster.md, "The response leg").
 type RespondFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Body:
@@ -1422,6 +1425,7 @@ type RespondFrame struct {
 	//	*RespondFrame_Open
 	//	*RespondFrame_Item
 	//	*RespondFrame_Heartbeat
+	//	*RespondFrame_End
 	Body          isRespondFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1491,17 +1495,28 @@ func (x *RespondFrame) GetHeartbeat() *DeliverHeartbeat {
 	return nil
 }
 
+func (x *RespondFrame) GetEnd() *RespondLegEnd {
+	if x != nil {
+		if x, ok := x.Body.(*RespondFrame_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
 type isRespondFrame_Body interface {
 	isRespondFrame_Body()
 }
 
 type RespondFrame_Open struct {
-	// open is the first frame, and only the first.
+	// open starts (or, on a new stream after a failed one, resumes) a leg
+	// on the stream; the first frame is always one. A leg's items follow
+	// its open.
 	Open *RespondOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
 }
 
 type RespondFrame_Item struct {
-	// item is one numbered reply or release of the leg's binding.
+	// item is one numbered reply or release of a leg open on the stream.
 	Item *RespondItem `protobuf:"bytes,2,opt,name=item,proto3,oneof"`
 }
 
@@ -1510,15 +1525,24 @@ type RespondFrame_Heartbeat struct {
 	Heartbeat *DeliverHeartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
+type RespondFrame_End struct {
+	// end says the host ended a leg without its last message (the job was
+	// cancelled, or its TTL passed): the ingress forgets it.
+	End *RespondLegEnd `protobuf:"bytes,4,opt,name=end,proto3,oneof"`
+}
+
 func (*RespondFrame_Open) isRespondFrame_Body() {}
 
 func (*RespondFrame_Item) isRespondFrame_Body() {}
 
 func (*RespondFrame_Heartbeat) isRespondFrame_Body() {}
 
-// RespondOpen names the leg: the binding (job, generation) whose replies it
-// carries. It is the stream's identity, not a routing message: it is not
-// handled nor counted as one. The host is the authenticated caller.
+func (*RespondFrame_End) isRespondFrame_Body() {}
+
+// RespondOpen names a leg: the binding (job, generation) whose replies it
+// carries. It is the leg's identity on the stream, not a routing message:
+// it is not handled nor counted as one. The host is the authenticated
+// caller.
 type RespondOpen struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session is the host's routing incarnation (random per process); a
@@ -1528,9 +1552,10 @@ type RespondOpen struct {
 	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	Queue      string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
 	// heartbeat_interval_ns is how often each side sends a frame when it has
-	// nothing else to send; the ingress ends the stream (and fails the job)
-	// after three silent intervals, the host re-opens it. 0: one second. The
-	// receiver clamps it to [1ms, 1min].
+	// nothing else to send; the ingress ends the stream (and fails the jobs
+	// of the legs on it) after three silent intervals, the host re-opens
+	// it. 0: one second. The receiver clamps it to [1ms, 1min]. The first
+	// open of a stream sets it for the stream.
 	HeartbeatIntervalNs int64 `protobuf:"varint,5,opt,name=heartbeat_interval_ns,json=heartbeatIntervalNs,proto3" json:"heartbeat_interval_ns,omitempty"`
 	// ttl_ns is what was left of the job's TTL when the leg opened: the
 	// ingress forgets the leg's state no earlier than that (plus slack)
@@ -1616,8 +1641,9 @@ func (x *RespondOpen) GetTtlNs() int64 {
 // RespondItem is one message of the leg.
 type RespondItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// seq numbers the leg's items from 0, one by one; a resend after the
-	// stream failed keeps them.
+	// seq numbers the host's items: it grows within a leg (the numbers come
+	// from one counter of the host's, shared by its legs); a resend after
+	// the stream failed keeps them.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// message is a reply or release naming the leg's job and generation.
 	Message       *PeerMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -1751,8 +1777,8 @@ type isRespondControl_Body interface {
 }
 
 type RespondControl_Ack struct {
-	// ack says every item numbered up to it is handled (or was skipped as
-	// handled already).
+	// ack says every item of one leg numbered up to it is handled (or was
+	// skipped as handled already).
 	Ack *RespondAck `protobuf:"bytes,1,opt,name=ack,proto3,oneof"`
 }
 
@@ -1763,8 +1789,8 @@ type RespondControl_Heartbeat struct {
 }
 
 type RespondControl_Cancel struct {
-	// cancel is the job's cancel (a PeerMessage of kind cancel naming the
-	// leg's job and generation): the host stops the job and ends the leg.
+	// cancel is a job's cancel (a PeerMessage of kind cancel naming a leg's
+	// job and generation): the host stops the job and ends the leg.
 	Cancel *PeerMessage `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
 }
 
@@ -1774,9 +1800,13 @@ func (*RespondControl_Heartbeat) isRespondControl_Body() {}
 
 func (*RespondControl_Cancel) isRespondControl_Body() {}
 
+// RespondAck says every item of leg (job_id, generation) numbered up to seq
+// is handled (or was skipped as handled already).
 type RespondAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1814,6 +1844,73 @@ func (*RespondAck) Descriptor() ([]byte, []int) {
 func (x *RespondAck) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *RespondAck) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RespondAck) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// RespondLegEnd names the leg a host ended without its last message.
+type RespondLegEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondLegEnd) Reset() {
+	*x = RespondLegEnd{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondLegEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondLegEnd) ProtoMessage() {}
+
+func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondLegEnd.ProtoReflect.Descriptor instead.
+func (*RespondLegEnd) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RespondLegEnd) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RespondLegEnd) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -1925,11 +2022,12 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xbb\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xed\x01\n" +
 	"\fRespondFrame\x120\n" +
 	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.RespondItemH\x00R\x04item\x12?\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x120\n" +
+	"\x03end\x18\x04 \x01(\v2\x1c.switchyard.v1.RespondLegEndH\x00R\x03endB\x06\n" +
 	"\x04body\"\xbf\x01\n" +
 	"\vRespondOpen\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x15\n" +
@@ -1947,10 +2045,19 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x12?\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x124\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x06cancelB\x06\n" +
-	"\x04body\"\x1e\n" +
+	"\x04body\"U\n" +
 	"\n" +
 	"RespondAck\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq2\xeb\x02\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\"F\n" +
+	"\rRespondLegEnd\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation2\xeb\x02\n" +
 	"\vPeerService\x12?\n" +
 	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponse\x12H\n" +
 	"\aForward\x12\x1d.switchyard.v1.ForwardRequest\x1a\x1e.switchyard.v1.ForwardResponse\x12?\n" +
@@ -1971,7 +2078,7 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_switchyard_v1_peer_proto_goTypes = []any{
 	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
 	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
@@ -1996,7 +2103,8 @@ var file_switchyard_v1_peer_proto_goTypes = []any{
 	(*RespondItem)(nil),      // 20: switchyard.v1.RespondItem
 	(*RespondControl)(nil),   // 21: switchyard.v1.RespondControl
 	(*RespondAck)(nil),       // 22: switchyard.v1.RespondAck
-	nil,                      // 23: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(*RespondLegEnd)(nil),    // 23: switchyard.v1.RespondLegEnd
+	nil,                      // 24: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	11, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
@@ -2007,7 +2115,7 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	0,  // 5: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
 	11, // 6: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
 	10, // 7: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	23, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	24, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
 	13, // 9: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
 	14, // 10: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
 	15, // 11: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
@@ -2020,25 +2128,26 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	19, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
 	20, // 19: switchyard.v1.RespondFrame.item:type_name -> switchyard.v1.RespondItem
 	15, // 20: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 21: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	22, // 22: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	15, // 23: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 24: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	2,  // 25: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 26: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 27: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 28: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 29: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 30: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 31: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 32: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 33: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	21, // 34: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	23, // 21: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
+	9,  // 22: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
+	22, // 23: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	15, // 24: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 25: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	2,  // 26: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 27: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 28: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 29: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 30: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 31: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 32: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 33: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 34: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	21, // 35: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -2063,6 +2172,7 @@ func file_switchyard_v1_peer_proto_init() {
 		(*RespondFrame_Open)(nil),
 		(*RespondFrame_Item)(nil),
 		(*RespondFrame_Heartbeat)(nil),
+		(*RespondFrame_End)(nil),
 	}
 	file_switchyard_v1_peer_proto_msgTypes[20].OneofWrappers = []any{
 		(*RespondControl_Ack)(nil),
@@ -2075,7 +2185,7 @@ func file_switchyard_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
