@@ -24,6 +24,7 @@ type Metrics struct {
 	streamed      prometheus.Counter
 	fallbacks     prometheus.Counter
 	idleCloses    prometheus.Counter
+	trunkIdle     prometheus.Counter
 	ackExpiries   prometheus.Counter
 	zoneCloses    prometheus.Counter
 	undeliverable *prometheus.CounterVec
@@ -32,6 +33,7 @@ type Metrics struct {
 	backpressure prometheus.Counter
 	legSilences  *prometheus.CounterVec
 	legsEnded    *prometheus.CounterVec
+	legsOpen     prometheus.Gauge
 }
 
 // kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
@@ -75,11 +77,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"node", "state"}),
 		streamsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_peer_streams_open",
-			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic; respond: one per job whose replies this node sends to another node).",
+			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic; respond: one reply trunk per ingress node this node sends replies to, carrying every job's reply leg to it).",
 		}, []string{"kind"}),
 		streamsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_streams_opened_total",
-			Help: "Peer streams this node opened, by kind. For deliver, rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval. For respond, one per streaming job, plus one per re-open after a failure.",
+			Help: "Peer streams this node opened, by kind. For deliver, rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval. For respond, one per reply trunk: once per ingress node with traffic, plus one per re-open after a failure or an idle close.",
 		}, []string{"kind"}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_deliveries_streamed_total",
@@ -92,6 +94,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		idleCloses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_stream_idle_closes_total",
 			Help: "Deliver streams closed because their lane sent nothing for the stream idle interval with nothing unacked.",
+		}),
+		trunkIdle: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_reply_trunk_idle_closes_total",
+			Help: "Reply trunks (the Respond stream to one ingress node, carrying every reply leg to it) closed because no leg used them for the stream idle interval.",
 		}),
 		ackExpiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_ack_deadline_expiries_total",
@@ -111,17 +117,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		legSilences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_leg_silences_total",
-			Help: "Reply leg streams on which nothing arrived for three heartbeat intervals, by the side that noticed: host (the stream is opened again and its unacked messages resent) or ingress (the stream is ended and its job fails worker_lost).",
+			Help: "Nothing arrived on a reply trunk for three heartbeat intervals, by the side that noticed: host (counted once per trunk: it is opened again and its legs' unacked messages resent) or ingress (counted per leg the trunk held: the stream is ended and each leg's job fails worker_lost).",
 		}, []string{"side"}),
 		legsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_legs_ended_total",
 			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused, closed (shutdown), unary (the ingress does not serve reply legs).",
 		}, []string{"reason"}),
+		legsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_peer_reply_legs_open",
+			Help: "Reply legs this node (as consumer host) has open: jobs of remote ingress nodes whose replies it carries, on its reply trunks (switchyard_peer_streams_open{kind=\"respond\"}).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
-			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.ackExpiries, m.zoneCloses, m.undeliverable,
-			m.backpressure, m.legSilences, m.legsEnded)
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
+			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen)
 	}
 	return m
 }

@@ -17,9 +17,11 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The response leg, consumer host side: one Respond stream per binding
-// (ingress node, job, generation), carrying its replies and release to the
-// ingress in order and its cancel back. The ingress side is respondserver.go.
+// The response leg, consumer host side: one reply leg per binding (ingress
+// node, job, generation), carrying its replies and release to the ingress
+// in order and its cancel back, multiplexed with the other legs to the same
+// ingress on one Respond stream, the node's reply trunk to it. The ingress
+// side is respondserver.go.
 
 // Reply leg bounds.
 const (
@@ -71,8 +73,8 @@ const (
 )
 
 var (
-	errLegSilent  = errors.New("peer: nothing received on the reply leg for three heartbeat intervals")
-	errLegDropped = errors.New("peer: reply leg stream dropped")
+	errLegSilent  = errors.New("peer: nothing received on the reply trunk for three heartbeat intervals")
+	errLegDropped = errors.New("peer: reply trunk dropped")
 )
 
 type legKey struct {
@@ -90,37 +92,40 @@ type legItem struct {
 }
 
 // A replyLeg is one binding's response stream to its ingress (a reply leg):
-// the consumer host's side of Respond.
+// the consumer host's side of it.
 //
 // It is opened by the binding's first reply (a release or end with no leg
 // open goes by the node's unary Post FIFO: there is nothing before it to
-// overtake) and carries every later reply and the release, in order. One
-// goroutine per leg sends them on its stream, with at most replyInFlight
-// (and replyInFlightBytes) unacked; a second reads the ingress's acks,
-// heartbeats and cancel. The leg ends:
+// overtake), or ahead of it by Expect, and carries every later reply and
+// the release, in order. One goroutine per leg sends them on the node's
+// reply trunk to the ingress (replyTrunk), after the leg's open frame,
+// with at most replyInFlight (and replyInFlightBytes) unacked; the trunk's
+// reader hands the leg its acks and its cancel. The leg ends:
 //
 //   - once its last message (an end or a release) is acked and nothing is
-//     queued behind it: the host half-closes, the ingress ends the stream;
-//   - on a cancel from the ingress, on the stream (handed to the node's
+//     queued behind it;
+//   - on a cancel from the ingress, on the trunk (handed to the node's
 //     Handler first, so the engine stops the worker) or by another path
 //     (Server tells the router once its Handler took it);
 //   - at the job's TTL, as the first reply measured it, plus legTTLSlack;
 //   - when the ingress leaves the catalog (dead), refuses the stream for
 //     good, or at Router.Close; what it held is dropped and counted.
 //
-// Never on idleness: while the worker computes in silence, both sides
-// heartbeat every RouterConfig.Heartbeat.
+// A leg that ends without its last message acked says so on the trunk (an
+// end frame), so the ingress forgets it. Never on idleness: while the
+// worker computes in silence, the trunk heartbeats both ways.
 //
-// A stream that fails, or on which nothing (ack, heartbeat) arrives for
-// three heartbeat intervals, is dropped and opened again after a backoff,
-// while the ingress still resolves; the unacked messages are resent first,
-// in order, with their numbers, and the ingress skips what it handled
-// already (per host session, job, generation and number). Numbers come from
-// the router's counter, so they only grow within a session, across legs of
-// one binding too.
+// A trunk that fails, or on which nothing (ack, heartbeat) arrives for
+// three heartbeat intervals, is dropped; each of its legs opens the next
+// one (or finds it open) after a backoff, while the ingress still
+// resolves, and sends its open frame and its unacked messages first, in
+// order, with their numbers; the ingress skips what it handled already
+// (per host session, job, generation and number). Numbers come from the
+// router's counter, so they only grow within a session, across legs of one
+// binding too.
 //
 // Flow control: messages wait in the leg's queue while the in-flight bound
-// is reached, or while the goroutine is blocked in Send because gRPC's
+// is reached, or while the goroutine waits for the trunk because gRPC's
 // HTTP/2 window is full (an ingress not reading). Room hands the worker
 // session a channel once the queue holds ReplyWindow messages or
 // ReplyWindowBytes, closed when it drains below half; the session stops
@@ -140,8 +145,12 @@ type replyLeg struct {
 
 	stop     chan struct{} // closed when the job was cancelled
 	stopOnce sync.Once
-	// cancelled: a cancel came on the leg (handled once, whichever stream).
+	// cancelled: a cancel came on the leg (handled once, whichever trunk).
 	cancelled atomic.Bool
+	// acked is the highest seq the ingress acked (-1: none); ackc says it
+	// moved. Written by the trunk's reader.
+	acked atomic.Int64
+	ackc  chan struct{}
 
 	// Under r.mu.
 	pending      []*legItem
@@ -153,13 +162,11 @@ type replyLeg struct {
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
-	st           *legStream
-	failures     int       // stream attempts failed in a row
-	lastSend     time.Time // when a frame last went out on st
-	warned       time.Time
+	t            *replyTrunk // the trunk the leg is open on, nil while none
+	failures     int         // trunk attempts failed in a row
 }
 
-// legStream is one Respond call of a leg.
+// legStream is one Respond call: a trunk's stream.
 type legStream struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -168,8 +175,6 @@ type legStream struct {
 	done    chan struct{}
 	err     error
 	once    sync.Once
-	acked   atomic.Int64 // the highest seq acked; -1: none
-	ackc    chan struct{}
 	heard   atomic.Bool // something arrived: the stream works
 	wg      sync.WaitGroup
 }
@@ -182,13 +187,51 @@ func (st *legStream) fail(err error) {
 	st.cancel(err)
 }
 
+func (st *legStream) isDone() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// A replyTrunk is the one Respond stream this node holds to an ingress
+// node: every reply leg to that node is multiplexed on it, each as its
+// open frame and its numbered items. A stream per leg would carry the
+// same frames, but setting one up and tearing it down at both ends (HTTP/2
+// stream, handler and reader goroutines, timers, contexts) cost more CPU
+// than the rest of a short job's cross-node traffic together
+// (BenchmarkCluster, docs/cluster.md).
+//
+// The legs' goroutines send on it under sendMu, one frame at a time; its
+// reader hands each ack and cancel to the leg it names; its own goroutine
+// heartbeats while nothing else went out for half an interval, and closes
+// it once no leg used it for RouterConfig.StreamIdle. It fails as a whole
+// (a send or receive error, or three silent intervals), and its legs move
+// to the next one.
+type replyTrunk struct {
+	r      *Router
+	node   string
+	st     *legStream
+	sendMu sync.Mutex
+	// lastSend is when a frame last went out, UnixNano.
+	lastSend atomic.Int64
+
+	// Under r.mu.
+	users     int       // legs open on it
+	idleSince time.Time // when users last fell to 0
+	closing   bool      // idle: no leg may join it
+}
+
 // Expect opens the reply leg of binding (job, gen) to its ingress node
 // before the binding's first message: the host calls it when it offers a
-// remote ingress's job to its worker, so the stream is set up while the
-// worker starts rather than in front of its first output, and the ingress
-// hears the host's heartbeats while the worker computes in silence (a
-// silent host then fails the job within the heartbeat bound even before
-// any output). Opening carries no message. It never blocks.
+// remote ingress's job to its worker, so the leg's open frame reaches the
+// ingress while the worker starts rather than in front of its first
+// output, and the ingress learns where the job runs and hears the host's
+// heartbeats while the worker computes in silence (a silent host then
+// fails the job within the heartbeat bound even before any output).
+// Opening carries no message. It never blocks.
 func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -201,7 +244,9 @@ func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Dur
 
 func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration) *replyLeg {
 	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		deadline: time.Now().Add(max(ttl, 0) + legTTLSlack)}
+		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack)}
+	l.acked.Store(-1)
+	r.m.legsOpen.Inc()
 	r.legs[k] = l
 	r.jobLegs[k.job] = append(r.jobLegs[k.job], l)
 	r.refLocked(k.node)
@@ -292,6 +337,7 @@ func (l *replyLeg) removeLocked() {
 		return
 	}
 	l.removed = true
+	r.m.legsOpen.Dec()
 	delete(r.legs, l.key)
 	legs := r.jobLegs[l.key.job]
 	for i, c := range legs {
@@ -318,8 +364,6 @@ func (l *replyLeg) run() {
 	defer r.wg.Done()
 	ttl := time.NewTimer(time.Until(l.deadline))
 	defer ttl.Stop()
-	tick := time.NewTicker(r.cfg.Heartbeat)
-	defer tick.Stop()
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -333,19 +377,20 @@ func (l *replyLeg) run() {
 			return
 		default:
 		}
-		if l.st == nil {
+		if l.t == nil {
 			if why := l.connect(ttl.C); why != "" {
 				l.end(why)
 				return
 			}
 		}
+		l.applyAcks()
 		l.fill()
 		if l.finish() {
 			return
 		}
-		var ackc, done <-chan struct{}
-		if st := l.st; st != nil {
-			ackc, done = st.ackc, st.done
+		var done <-chan struct{}
+		if l.t != nil {
+			done = l.t.st.done
 		}
 		select {
 		case <-r.ctx.Done():
@@ -354,23 +399,19 @@ func (l *replyLeg) run() {
 			l.end(legEndTTL)
 			return
 		case <-l.wake:
-		case <-ackc:
-			l.applyAcks(l.st)
+		case <-l.ackc:
 		case <-done:
-			if why := l.dropStream(); why != "" {
+			if why := l.dropTrunk(); why != "" {
 				l.end(why)
 				return
-			}
-		case <-tick.C:
-			if l.st != nil && time.Since(l.lastSend) >= r.cfg.Heartbeat/2 {
-				l.write(&pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}})
 			}
 		}
 	}
 }
 
-// connect opens the leg's stream, after a backoff when the last attempt
-// failed, and resends what is unacked: "" once open, else why the leg ends.
+// connect opens the leg on its ingress's trunk, opening the trunk if it
+// has none, after a backoff when the last attempt failed, and resends what
+// is unacked: "" once open, else why the leg ends.
 func (l *replyLeg) connect(ttl <-chan time.Time) string {
 	r := l.r
 	for {
@@ -397,8 +438,9 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 		if !ok {
 			return legEndGone
 		}
-		err := l.open(addr)
+		t, err := r.trunkFor(l.key.node, addr)
 		if err == nil {
+			l.t = t
 			break
 		}
 		l.failures++
@@ -410,25 +452,49 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 			return why
 		}
 	}
+	open := &pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
+		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
+		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
+	}}}
+	if !l.t.send(open) {
+		return ""
+	}
 	for _, it := range l.unacked {
-		if !l.write(itemFrame(it)) {
+		if !l.t.send(itemFrame(it)) {
 			break
 		}
 	}
 	return ""
 }
 
-// open starts a Respond call to addr and sends the open frame. It does not
-// wait for the ingress: the open and the first items go out together.
-func (l *replyLeg) open(addr string) error {
-	r := l.r
+// trunkFor is node's trunk, opened if it has none (or only a failed or
+// closing one), with the caller counted as one of its legs. Opening does
+// not wait for the ingress: the first open frame and items go out with the
+// call's headers.
+func (r *Router) trunkFor(node, addr string) (*replyTrunk, error) {
+	r.mu.Lock()
+	mu := r.trunkOpen[node]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		r.trunkOpen[node] = mu
+	}
+	r.mu.Unlock()
+	// One opening per node at a time: the legs that wait for it join it.
+	mu.Lock()
+	defer mu.Unlock()
+	r.mu.Lock()
+	if t := r.trunks[node]; t != nil && !t.closing && !t.st.isDone() {
+		t.users++
+		r.mu.Unlock()
+		return t, nil
+	}
+	r.mu.Unlock()
 	cc, err := r.cfg.Client.Conn(addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(r.ctx)
-	st := &legStream{ctx: ctx, cancel: cancel, done: make(chan struct{}), ackc: make(chan struct{}, 1)}
-	st.acked.Store(-1)
+	st := &legStream{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	// Armed before the call: a connection being made holds it up.
 	st.silence = time.AfterFunc(silentIntervals*r.cfg.Heartbeat, func() { st.fail(errLegSilent) })
 	cs, err := pb.NewPeerServiceClient(cc).Respond(ctx)
@@ -438,20 +504,185 @@ func (l *replyLeg) open(addr string) error {
 			err = errLegSilent
 		}
 		cancel(err)
-		return err
+		return nil, err
 	}
 	st.cs = cs
+	t := &replyTrunk{r: r, node: node, st: st, users: 1}
+	t.lastSend.Store(time.Now().UnixNano())
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		st.silence.Stop()
+		cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	r.trunks[node] = t
+	r.wg.Add(1)
+	r.mu.Unlock()
 	st.wg.Add(1)
-	go l.read(st)
-	l.st = st
+	go t.read()
+	go t.run()
 	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
 	r.m.streamsOpened.WithLabelValues(kindRespond).Inc()
-	open := &pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
-		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
-		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
-	}}}
-	l.write(open)
-	return nil
+	return t, nil
+}
+
+// leave takes a leg off t; the last one starts its idle time.
+func (t *replyTrunk) leave() {
+	r := t.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.users--; t.users == 0 {
+		t.idleSince = time.Now()
+	}
+}
+
+// send sends f on the trunk: false when the trunk failed (its legs then
+// see st.done).
+func (t *replyTrunk) send(f *pb.RespondFrame) bool {
+	st := t.st
+	if st.isDone() {
+		return false
+	}
+	t.sendMu.Lock()
+	err := st.cs.Send(f)
+	t.sendMu.Unlock()
+	if err != nil {
+		// Send reports io.EOF for a stream the ingress ended: the reader
+		// gets the real status. Wait for it, a bounded while.
+		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-tm.C:
+			st.fail(err)
+		case <-t.r.ctx.Done():
+			st.fail(ErrClosed)
+		}
+		tm.Stop()
+		return false
+	}
+	t.lastSend.Store(time.Now().UnixNano())
+	return true
+}
+
+// run heartbeats while nothing else went out for half an interval, closes
+// the trunk once no leg used it for StreamIdle, and cleans up after it
+// failed.
+func (t *replyTrunk) run() {
+	r := t.r
+	defer r.wg.Done()
+	hb := r.cfg.Heartbeat
+	tick := time.NewTicker(hb)
+	defer tick.Stop()
+	heartbeat := &pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	for {
+		select {
+		case <-r.ctx.Done():
+			t.st.fail(ErrClosed)
+			t.retire()
+			return
+		case <-t.st.done:
+			t.retire()
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, t.lastSend.Load())) >= hb/2 {
+			t.send(heartbeat)
+		}
+		r.mu.Lock()
+		idle := t.users == 0 && time.Since(t.idleSince) >= r.cfg.StreamIdle
+		if idle {
+			t.closing = true
+		}
+		r.mu.Unlock()
+		if idle {
+			t.close()
+			return
+		}
+	}
+}
+
+// close ends an idle trunk cleanly: it half-closes, waits a bounded while
+// for the ingress to end the stream, then drops it.
+func (t *replyTrunk) close() {
+	st := t.st
+	t.sendMu.Lock()
+	err := st.cs.CloseSend()
+	t.sendMu.Unlock()
+	if err == nil {
+		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-tm.C:
+		case <-t.r.ctx.Done():
+		}
+		tm.Stop()
+	}
+	t.r.m.trunkIdle.Inc()
+	st.fail(errLegDropped)
+	t.retire()
+}
+
+// retire forgets a trunk that ended: it waits for its reader and stops its
+// timer.
+func (t *replyTrunk) retire() {
+	r := t.r
+	r.mu.Lock()
+	if r.trunks[t.node] == t {
+		delete(r.trunks, t.node)
+	}
+	r.mu.Unlock()
+	t.st.wg.Wait()
+	t.st.silence.Stop()
+	r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
+	if err := t.st.err; !errors.Is(err, errLegDropped) && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+		if errors.Is(err, errLegSilent) {
+			r.m.legSilences.WithLabelValues("host").Inc()
+		}
+		r.log.Warn("reply trunk failed; its legs open the next one", "node", t.node, "err", err)
+	}
+}
+
+// read reads the ingress's frames: each ack to its leg, a cancel to the
+// node's Handler (at once: the legs may be blocked in Send). Every frame
+// proves the ingress alive.
+func (t *replyTrunk) read() {
+	st := t.st
+	defer st.wg.Done()
+	r := t.r
+	hb := r.cfg.Heartbeat
+	for {
+		c, err := st.cs.Recv()
+		if err != nil {
+			st.fail(err)
+			return
+		}
+		st.heard.Store(true)
+		st.silence.Reset(silentIntervals * hb)
+		switch b := c.GetBody().(type) {
+		case *pb.RespondControl_Ack:
+			r.mu.Lock()
+			l := r.legs[legKey{t.node, b.Ack.GetJobId(), b.Ack.GetGeneration()}]
+			r.mu.Unlock()
+			if l == nil {
+				continue // it ended meanwhile
+			}
+			if s := int64(b.Ack.GetSeq()); s > l.acked.Load() {
+				l.acked.Store(s)
+			}
+			select {
+			case l.ackc <- struct{}{}:
+			default:
+			}
+		case *pb.RespondControl_Cancel:
+			r.mu.Lock()
+			l := r.legs[legKey{t.node, b.Cancel.GetJobId(), b.Cancel.GetGeneration()}]
+			r.mu.Unlock()
+			if l != nil {
+				l.takeCancel(b.Cancel)
+			}
+		}
+	}
 }
 
 // queue is the job's queue, from any of its messages (for logs and the
@@ -470,62 +701,6 @@ func (l *replyLeg) queue() string {
 
 func itemFrame(it *legItem) *pb.RespondFrame {
 	return &pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: &pb.RespondItem{Seq: it.seq, Message: it.msg}}}
-}
-
-// write sends f on the leg's stream: false when the stream failed (the
-// goroutine then sees st.done).
-func (l *replyLeg) write(f *pb.RespondFrame) bool {
-	st := l.st
-	select {
-	case <-st.done:
-		return false
-	default:
-	}
-	if err := st.cs.Send(f); err != nil {
-		// Send reports io.EOF for a stream the ingress ended: the reader
-		// gets the real status. Wait for it, a bounded while.
-		t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
-		select {
-		case <-st.done:
-		case <-t.C:
-			st.fail(err)
-		case <-l.r.ctx.Done():
-			st.fail(ErrClosed)
-		}
-		t.Stop()
-		return false
-	}
-	l.lastSend = time.Now()
-	return true
-}
-
-// read reads the ingress's frames: acks to the leg, a cancel to the node's
-// Handler (at once: the goroutine may be blocked in Send). Every frame
-// proves the ingress alive.
-func (l *replyLeg) read(st *legStream) {
-	defer st.wg.Done()
-	hb := l.r.cfg.Heartbeat
-	for {
-		c, err := st.cs.Recv()
-		if err != nil {
-			st.fail(err)
-			return
-		}
-		st.heard.Store(true)
-		st.silence.Reset(silentIntervals * hb)
-		switch b := c.GetBody().(type) {
-		case *pb.RespondControl_Ack:
-			if s := int64(b.Ack.GetSeq()); s > st.acked.Load() {
-				st.acked.Store(s)
-			}
-			select {
-			case st.ackc <- struct{}{}:
-			default:
-			}
-		case *pb.RespondControl_Cancel:
-			l.takeCancel(b.Cancel)
-		}
-	}
 }
 
 // takeCancel hands the ingress's cancel to the node's Handler, once, and
@@ -555,7 +730,7 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 // fill sends queued messages while the in-flight bounds allow.
 func (l *replyLeg) fill() {
 	r := l.r
-	for l.st != nil && len(l.unacked) < replyInFlight {
+	for l.t != nil && len(l.unacked) < replyInFlight {
 		it := l.take()
 		if it == nil {
 			return
@@ -566,7 +741,7 @@ func (l *replyLeg) fill() {
 		}
 		l.unacked = append(l.unacked, it)
 		l.unackedBytes += it.size
-		if !l.write(itemFrame(it)) {
+		if !l.t.send(itemFrame(it)) {
 			return
 		}
 	}
@@ -602,11 +777,11 @@ func (l *replyLeg) take() *legItem {
 	return it
 }
 
-// applyAcks drops what st's acks cover from unacked, counting each message
-// sent.
-func (l *replyLeg) applyAcks(st *legStream) {
+// applyAcks drops what the ingress acked from unacked, counting each
+// message sent.
+func (l *replyLeg) applyAcks() {
 	r := l.r
-	a := st.acked.Load()
+	a := l.acked.Load()
 	n := 0
 	for n < len(l.unacked) && int64(l.unacked[n].seq) <= a {
 		it := l.unacked[n]
@@ -628,35 +803,29 @@ func (l *replyLeg) applyAcks(st *legStream) {
 	}
 }
 
-// dropStream ends the leg's stream, applies the acks read before its end,
-// and decides: "" to open it again, else why the leg ends.
-func (l *replyLeg) dropStream() string {
+// dropTrunk leaves the leg's failed trunk, applies the acks read before
+// its end, and decides: "" to open the leg again, else why it ends.
+func (l *replyLeg) dropTrunk() string {
 	r := l.r
-	st := l.st
-	l.st = nil
-	st.fail(errLegDropped)
-	st.wg.Wait()
-	st.silence.Stop()
-	r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
-	l.applyAcks(st)
+	t := l.t
+	l.t = nil
+	t.leave()
+	l.applyAcks()
 	if r.ctx.Err() != nil {
 		return legEndClosed
 	}
-	if st.heard.Load() {
+	if t.st.heard.Load() {
 		l.failures = 0
 	}
 	l.failures++
 	r.m.sendFailures.Inc()
-	return l.failed(st.err)
+	return l.failed(t.st.err)
 }
 
-// failed logs a failed stream (or attempt) and decides: "" to try again,
-// else why the leg ends.
+// failed decides, after a failed trunk (or attempt to open one): "" to try
+// again, else why the leg ends.
 func (l *replyLeg) failed(err error) string {
 	r := l.r
-	if errors.Is(err, errLegSilent) {
-		r.m.legSilences.WithLabelValues("host").Inc()
-	}
 	if status.Code(err) == codes.Unimplemented {
 		r.log.Warn("the ingress does not serve reply legs; sending its replies by unary Post", "node", l.key.node, "job", l.key.job)
 		return legEndUnary
@@ -665,18 +834,25 @@ func (l *replyLeg) failed(err error) string {
 		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
 		return legEndRefuse
 	}
-	lvl := slog.LevelDebug
-	if now := time.Now(); now.Sub(l.warned) >= warnEvery {
-		lvl, l.warned = slog.LevelWarn, now
-	}
-	r.log.Log(r.ctx, lvl, "reply leg stream failed; opening it again", "node", l.key.node, "job", l.key.job,
+	r.log.Debug("reply leg lost its trunk; opening it again", "node", l.key.node, "job", l.key.job,
 		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
 	return ""
 }
 
+// leave tells the ingress the leg ended (an end frame: it forgets the
+// leg) and takes it off its trunk, if it is open on one.
+func (l *replyLeg) leave() {
+	t := l.t
+	if t == nil {
+		return
+	}
+	l.t = nil
+	t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
+	t.leave()
+}
+
 // finish ends the leg once its last message was acked and nothing is
-// queued behind it: it half-closes and waits a little for the ingress to
-// end the stream. False while the leg goes on.
+// queued behind it. False while the leg goes on.
 func (l *replyLeg) finish() bool {
 	r := l.r
 	if !l.finalAcked || len(l.unacked) > 0 {
@@ -689,35 +865,14 @@ func (l *replyLeg) finish() bool {
 	}
 	l.removeLocked()
 	r.mu.Unlock()
-	if l.st != nil {
-		l.closeSend()
-	}
+	l.leave()
 	r.m.legsEnded.WithLabelValues(legEndDone).Inc()
 	return true
 }
 
-// closeSend half-closes the leg's stream, waits a bounded while for the
-// ingress to end it (it does once it handled what it read), then drops it.
-func (l *replyLeg) closeSend() {
-	st := l.st
-	if err := st.cs.CloseSend(); err == nil {
-		t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
-		select {
-		case <-st.done:
-		case <-t.C:
-		case <-l.r.ctx.Done():
-		}
-		t.Stop()
-	}
-	l.st = nil
-	st.fail(errLegDropped)
-	st.wg.Wait()
-	st.silence.Stop()
-	l.r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
-}
-
 // end ends the leg for why: what it holds is dropped and counted, except
-// for a peer without Respond, to which it goes by Post, in order.
+// for a peer without Respond, to which it goes by Post, in order. The
+// ingress is told on the trunk, if the leg is open on one.
 func (l *replyLeg) end(why string) {
 	r := l.r
 	r.mu.Lock()
@@ -739,16 +894,8 @@ func (l *replyLeg) end(why string) {
 	}
 	l.removeLocked()
 	r.mu.Unlock()
-	if l.st != nil {
-		if why == legEndCancel && !l.st.isDone() {
-			l.closeSend()
-		} else {
-			l.st.fail(errLegDropped)
-			l.st.wg.Wait()
-			l.st.silence.Stop()
-			r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
-			l.st = nil
-		}
+	if why != legEndClosed {
+		l.leave()
 	}
 	if len(items) > 0 {
 		lvl := slog.LevelWarn
@@ -758,15 +905,6 @@ func (l *replyLeg) end(why string) {
 		r.log.Log(context.Background(), lvl, "reply leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
 	}
 	r.m.legsEnded.WithLabelValues(why).Inc()
-}
-
-func (st *legStream) isDone() bool {
-	select {
-	case <-st.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // backoff is the wait before attempt+1, with jitter (see sleep).

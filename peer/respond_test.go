@@ -16,9 +16,9 @@ import (
 	"github.com/switchyard/switchyard/peer"
 )
 
-// Tests of reply legs: one Respond stream per binding, from the consumer
-// host ("a" here) to the job's ingress ("b"). Real servers over loopback,
-// real authentication.
+// Tests of reply legs: one per binding, from the consumer host ("a" here)
+// to the job's ingress ("b"), all multiplexed on a's reply trunk to b (one
+// Respond stream). Real servers over loopback, real authentication.
 
 // out is the i-th output of binding (job, gen 1).
 func out(job string, i int) core.Message {
@@ -101,11 +101,18 @@ func startLegPair(t *testing.T, hb time.Duration, bAddr func(served) string, twe
 	return p
 }
 
-func respondOpen(t *testing.T, r routed) float64 {
+// legsOpen is how many reply legs r has open.
+func legsOpen(t *testing.T, r routed) float64 {
+	return counter(t, r.reg, "switchyard_peer_reply_legs_open", nil)
+}
+
+// trunksOpen is how many reply trunks (Respond streams) r has open.
+func trunksOpen(t *testing.T, r routed) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "respond"})
 }
 
-func respondOpened(t *testing.T, r routed) float64 {
+// trunksOpened is how many reply trunks r opened.
+func trunksOpened(t *testing.T, r routed) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "respond"})
 }
 
@@ -124,7 +131,7 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	e1, e2 := end("j1"), end("j2")
 	checkLeg(t, p.hb.messages(), "a", "j1", n, &e1)
 	checkLeg(t, p.hb.messages(), "a", "j2", n, &e2)
-	waitFor(t, 5*time.Second, "the legs closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitFor(t, 5*time.Second, "the legs closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	waitSent(t, p.ra, "b")
 	for name, want := range map[string]float64{
 		"switchyard_peer_reply_legs_ended_total":   2,
@@ -139,8 +146,11 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
 		t.Errorf("legs ended by their end = %v, want 2", got)
 	}
-	if got := respondOpened(t, p.ra); got != 2 {
-		t.Errorf("respond streams opened = %v, want 2 (one per job)", got)
+	if got := trunksOpened(t, p.ra); got != 1 {
+		t.Errorf("reply trunks opened = %v, want 1 (both legs on one)", got)
+	}
+	if got := trunksOpen(t, p.ra); got != 1 {
+		t.Errorf("reply trunks open = %v, want 1 (a trunk outlives its legs until idle)", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != 2*(n+1) {
 		t.Errorf("replies counted = %v, want %d", got, 2*(n+1))
@@ -171,12 +181,12 @@ func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 	p.ra.Send("b", rel)
 	waitFor(t, 10*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
 	checkLeg(t, p.hb.messages(), "a", "j", n, &rel)
-	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
 
 	p.ra.Send("b", release("alone"))
 	p.ra.Send("b", end("alone too"))
 	waitFor(t, 5*time.Second, "the lone release and end", func() bool { return len(p.hb.messages()) == n+3 })
-	if got := respondOpened(t, p.ra); got != 1 {
+	if got := trunksOpened(t, p.ra); got != 1 {
 		t.Errorf("respond streams opened = %v, want 1: a binding's only message goes by Post", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "release"}); got != 2 {
@@ -210,7 +220,7 @@ func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the leg ended", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1 &&
-			respondOpen(t, p.ra) == 0
+			legsOpen(t, p.ra) == 0
 	})
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 0 {
 		t.Errorf("the ingress opened %v deliver streams: the cancel took the lane", got)
@@ -234,7 +244,7 @@ func TestRespondCancelByLaneEndsTheLeg(t *testing.T) {
 	rc.Send("a", cancelOf("j"))
 	waitFor(t, 5*time.Second, "the leg ended", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1 &&
-			respondOpen(t, p.ra) == 0
+			legsOpen(t, p.ra) == 0
 	})
 	if got := p.ha.messages(); len(got) != 1 || got[0].from != "c" {
 		t.Errorf("host handler got %+v, want the cancel from c once", got)
@@ -249,7 +259,7 @@ func TestRespondLegIdleIsNotClosed(t *testing.T) {
 	p.ra.Send("b", out("j", 0))
 	waitFor(t, 5*time.Second, "the first output", func() bool { return len(p.hb.messages()) == 1 })
 	time.Sleep(40 * hb)
-	if got := respondOpen(t, p.ra); got != 1 {
+	if got := legsOpen(t, p.ra); got != 1 {
 		t.Fatalf("respond streams open after %s idle = %v, want 1", 40*hb, got)
 	}
 	p.ra.Send("b", out("j", 1))
@@ -257,8 +267,8 @@ func TestRespondLegIdleIsNotClosed(t *testing.T) {
 	e := end("j")
 	waitFor(t, 5*time.Second, "the rest", func() bool { return len(p.hb.messages()) == 3 })
 	checkLeg(t, p.hb.messages(), "a", "j", 2, &e)
-	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
-	if got := respondOpened(t, p.ra); got != 1 {
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
+	if got := trunksOpened(t, p.ra); got != 1 {
 		t.Errorf("respond streams opened = %v, want 1 (none re-opened)", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) +
@@ -305,7 +315,7 @@ func TestRespondStreamFailureResends(t *testing.T) {
 	}
 	<-held // output 10 is being handled; 11.. are in flight, unacked
 	px.cut()
-	waitFor(t, 5*time.Second, "the leg re-opened", func() bool { return respondOpened(t, p.ra) >= 2 })
+	waitFor(t, 5*time.Second, "the leg re-opened", func() bool { return trunksOpened(t, p.ra) >= 2 })
 	time.Sleep(100 * time.Millisecond) // the resend of 10.. waits behind the handler
 	close(gate)
 	p.ra.Send("b", end("j"))
@@ -313,7 +323,7 @@ func TestRespondStreamFailureResends(t *testing.T) {
 	waitFor(t, 10*time.Second, "every message", func() bool { return len(p.hb.messages()) >= n+1 })
 	time.Sleep(100 * time.Millisecond) // a duplicate would land now
 	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
-	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	waitSent(t, p.ra, "b")
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n+1 {
 		t.Errorf("replies counted = %v, want %d: a resent message counts once", got, n+1)
@@ -389,7 +399,7 @@ func TestRespondBackpressure(t *testing.T) {
 	e := end("j")
 	waitFor(t, 20*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
 	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
-	waitFor(t, 5*time.Second, "the leg closed", func() bool { return respondOpen(t, p.ra) == 0 })
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	if got := sum(t, p.ra.reg, "switchyard_peer_messages_dropped_total"); got != 0 {
 		t.Errorf("dropped = %v", got)
 	}
@@ -487,7 +497,7 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	if len(h.messages()) != 1 {
 		t.Errorf("handled %d messages, want 1", len(h.messages()))
 	}
-	waitFor(t, 5*time.Second, "the stream closed", func() bool { return respondOpen(t, r) == 0 })
+	waitFor(t, 5*time.Second, "the stream closed", func() bool { return legsOpen(t, r) == 0 })
 }
 
 // ForceUnary sends replies by Post, as before reply legs: Room never asks
@@ -506,7 +516,7 @@ func TestRespondForceUnary(t *testing.T) {
 	e := end("j")
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 11 })
 	checkLeg(t, h.messages(), "a", "j", 10, &e)
-	if got := respondOpened(t, r); got != 0 {
+	if got := trunksOpened(t, r); got != 0 {
 		t.Errorf("respond streams opened = %v with ForceUnary", got)
 	}
 }

@@ -56,10 +56,9 @@ const (
 
 // Errors a Respond stream ends with.
 var (
-	errRespondOpen        = status.Error(codes.InvalidArgument, "a Respond stream must open with its job, once")
-	errRespondFrame       = status.Error(codes.InvalidArgument, "a Respond frame must be an item or a heartbeat")
-	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply leg for %d heartbeat intervals", silentIntervals)
-	errRespondSuperseded  = status.Error(codes.Aborted, "the host opened the reply leg again: this stream is replaced")
+	errRespondOpen        = status.Error(codes.InvalidArgument, "a Respond stream must open with a leg, and a leg must name its job")
+	errRespondFrame       = status.Error(codes.InvalidArgument, "a Respond frame must be an open, an item, an end or a heartbeat")
+	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply trunk for %d heartbeat intervals", silentIntervals)
 	errRespondOpenTimeout = status.Error(codes.DeadlineExceeded, "the host did not open its Respond stream in time")
 )
 
@@ -69,9 +68,13 @@ type inLegKey struct {
 	gen       uint64
 }
 
-// inLeg is what the server knows of one reply leg, across the streams
-// that carry it (a host re-opens a failed one): the numbers it handled,
-// the stream that holds it now, and the job's cancel once there is one.
+// inLeg is what the server knows of one reply leg, across the trunks that
+// carry it (a host opens the leg again on its next trunk when one fails):
+// the numbers it handled, the trunk that holds it now, and the job's
+// cancel once there is one. It is forgotten once the host ends it (an end
+// frame, sent once its last item was acked, or when it gave up on it), or
+// when its trunk went silent, or when no trunk held it for its memory
+// (attachLeg sweeps).
 type inLeg struct {
 	key inLegKey
 
@@ -83,47 +86,59 @@ type inLeg struct {
 
 	// Under Server.mu.
 	cur           *respondStream
-	cancel        *pb.PeerMessage // written on every stream that holds the leg until it ends
+	cancel        *pb.PeerMessage // written on every trunk that holds the leg until it ends
+	cancelOn      *respondStream  // the trunk the cancel was last written on
 	cancelCounted bool
-	forget        time.Time // while no stream holds it: dropped after
+	forget        time.Time // while no trunk holds it: dropped after
 }
 
-// respondStream is one Respond call. Two goroutines share it: a reader,
-// which reads every frame and handles each item as it reads it (in order,
-// under the leg's mu), and the handler's, which writes (acks, heartbeats,
-// the cancel) and decides when the stream ends. Handling as it reads costs
-// no hand-off per reply; it is safe because the Handler never blocks (the
-// engine queues what it is given), and time spent in it does not count as
-// the host's silence. A slow ingress therefore reads slowly, and HTTP/2
-// flow control and the host's in-flight bound push back on the worker
-// (respond.go). Silence is watched by a timer, not a goroutine. The reader
-// is the only Recv caller: it ends once the handler returned, which is
-// what ends a Recv on a server stream; Server.Stop waits for it.
+// respondStream is one Respond call: a reply trunk from one host, which
+// carries any number of its legs to this node. Two goroutines share it: a
+// reader, which reads every frame and handles each item as it reads it (in
+// order, under its leg's mu), and the handler's, which writes (acks,
+// heartbeats, cancels) and decides when the stream ends. Handling as it
+// reads costs no hand-off per reply; it is safe because the Handler never
+// blocks (the engine queues what it is given), and time spent in it does
+// not count as the host's silence. A slow ingress therefore reads slowly,
+// and HTTP/2 flow control and the host's in-flight bound push back on the
+// worker (respond.go). Silence is watched by a timer, not a goroutine. The
+// reader is the only Recv caller: it ends once the handler returned, which
+// is what ends a Recv on a server stream; Server.Stop waits for it.
 type respondStream struct {
-	s      *Server
-	st     pb.PeerService_RespondServer
-	from   string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	hb     time.Duration
-	leg    *inLeg
+	s       *Server
+	st      pb.PeerService_RespondServer
+	from    string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	hb      time.Duration
+	session string // the host's session, from the first open
 
-	opened  chan *pb.RespondOpen // the open frame, once
-	ready   chan struct{}        // closed once the leg is attached: items may be handled
+	opened  chan *pb.RespondOpen // the first open frame, once
+	ready   chan struct{}        // closed once the stream is set up: legs may open
 	last    atomic.Int64         // when a frame last arrived (or an item was handled), UnixNano
 	busy    atomic.Bool          // the reader is in the Handler
-	acked   atomic.Int64         // the highest seq handled; -1: none
 	kick    chan struct{}        // capacity 1: an ack or a cancel to write
 	finish  chan struct{}        // closed once every item is handled (clean end)
 	silence *time.Timer          // watchSilence
 	due     time.Time            // when silence was due to fire; watchSilence's own
+
+	// ackMu guards acks: per leg, the highest seq handled and not yet
+	// acked; unsent counts the items handled since acks were last written.
+	ackMu  sync.Mutex
+	acks   map[inLegKey]uint64
+	unsent int
+
+	// Under Server.mu.
+	held    map[inLegKey]*inLeg // the legs this trunk holds
+	cancels []*inLeg            // legs whose cancel is to be written on it
 }
 
-// Respond receives one job's reply leg: it handles the replies and release
-// in order, once each across the streams of the leg (see inLeg), acks each
-// after the Handler returns, heartbeats at the host's interval, writes the
-// job's cancel when there is one (cancelOnLeg), and ends the stream when
-// the host is silent for three intervals, telling the Handler if it is a
+// Respond receives one host's reply trunk: it handles each leg's replies
+// and release in order, once each across the trunks that carry the leg
+// (see inLeg), acks them per leg after the Handler returns, heartbeats at
+// the host's interval, writes each leg's cancel when there is one
+// (cancelOnLeg), and ends the stream when the host is silent for three
+// intervals, failing the jobs of the legs it held if the Handler is a
 // LegWatcher.
 func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	from, ok := Caller(st.Context())
@@ -142,8 +157,9 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 		ready:  make(chan struct{}),
 		kick:   make(chan struct{}, 1),
 		finish: make(chan struct{}),
+		acks:   map[inLegKey]uint64{},
+		held:   map[inLegKey]*inLeg{},
 	}
-	rs.acked.Store(-1)
 	if !s.goStream(func() { rs.read(h) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
 	}
@@ -161,11 +177,8 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	if hb := time.Duration(open.GetHeartbeatIntervalNs()); hb > 0 {
 		rs.hb = min(max(hb, minHeartbeat), maxHeartbeat)
 	}
+	rs.session = open.GetSession()
 	rs.last.Store(time.Now().UnixNano())
-	leg := s.attachLeg(from, open, rs)
-	if w, ok := h.(LegOpenWatcher); ok {
-		w.ReplyLegOpened(from, leg.key.job, leg.key.gen)
-	}
 	rs.due = time.Now().Add(silentIntervals * rs.hb)
 	rs.silence = time.AfterFunc(silentIntervals*rs.hb, rs.watchSilence)
 	close(rs.ready)
@@ -174,20 +187,21 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	rs.silence.Stop()
 	cancel(err)
 	silent := errors.Is(context.Cause(ctx), errRespondSilent) && st.Context().Err() == nil
-	if current := s.detachLeg(rs, err == nil || silent); current && silent {
-		s.cfg.Metrics.legSilences.WithLabelValues("ingress").Inc()
-		s.cfg.Logger.Warn("a consumer host went silent on a job's reply leg; failing the job",
-			"from", from, "job", leg.key.job, "gen", leg.key.gen, "heartbeat", rs.hb)
+	if legs := s.detachAll(rs, silent); silent && len(legs) > 0 {
+		s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
+		s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; failing the jobs of its legs",
+			"from", from, "legs", len(legs), "heartbeat", rs.hb)
 		if w, ok := h.(LegWatcher); ok {
-			w.ReplyLegSilent(from, leg.key.job, leg.key.gen)
+			for _, k := range legs {
+				w.ReplyLegSilent(from, k.job, k.gen)
+			}
 		}
 	}
 	return err
 }
 
-// attachLeg makes rs the stream that holds its leg, replacing (ending) any
-// earlier one: the host opens a stream again only once it gave up on the
-// last.
+// attachLeg makes rs the trunk that holds the leg o opens: a host opens a
+// leg on a new trunk only once it gave up on the last.
 func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *inLeg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,35 +220,64 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 		l = &inLeg{key: k}
 		s.inLegs[k] = l
 	}
-	if old := l.cur; old != nil {
-		old.cancel(errRespondSuperseded)
+	if rs.held == nil {
+		return l // rs ended: its reader handles nothing more
+	}
+	if old := l.cur; old != nil && old != rs {
+		delete(old.held, k)
 	}
 	l.cur = rs
+	rs.held[k] = l
 	l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
-	rs.leg = l
+	if l.cancel != nil {
+		rs.cancels = append(rs.cancels, l)
+		select {
+		case rs.kick <- struct{}{}:
+		default:
+		}
+	}
 	return l
 }
 
-// detachLeg ends rs's hold on its leg; done forgets the leg (it ended
-// cleanly, or went silent), else it is kept until its memory runs out for
-// the host to re-open it. It reports whether rs still held the leg.
-func (s *Server) detachLeg(rs *respondStream, done bool) bool {
+// finishLeg forgets a leg the host ended on rs: after its last item was
+// acked, or without it.
+func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := rs.leg
 	if l.cur != rs {
-		return false
+		return
 	}
 	l.cur = nil
-	if done && s.inLegs[l.key] == l {
+	delete(rs.held, l.key)
+	if s.inLegs[l.key] == l {
 		delete(s.inLegs, l.key)
 	}
-	return true
+}
+
+// detachAll ends rs's hold on its legs and returns them. Silent forgets
+// them (their jobs fail); otherwise they are kept until their memory runs
+// out for the host to open them again on its next trunk.
+func (s *Server) detachAll(rs *respondStream, silent bool) []inLegKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []inLegKey
+	for k, l := range rs.held {
+		if l.cur != rs {
+			continue
+		}
+		l.cur = nil
+		keys = append(keys, k)
+		if silent && s.inLegs[k] == l {
+			delete(s.inLegs, k)
+		}
+	}
+	rs.held = nil
+	return keys
 }
 
 // cancelOnLeg puts the cancel p of binding (job, gen) on its reply leg
-// from node from, when a stream holds it now: written at once, and again
-// on any stream that re-opens the leg. False when no stream holds such a
+// from node from, when a trunk holds it now: written at once, and again
+// on any trunk that opens the leg again. False when no trunk holds such a
 // leg: the caller sends the cancel by its lane. It never blocks.
 func (s *Server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
 	s.mu.Lock()
@@ -246,6 +289,7 @@ func (s *Server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bo
 	if l.cancel == nil {
 		l.cancel = p
 	}
+	l.cur.cancels = append(l.cur.cancels, l)
 	select {
 	case l.cur.kick <- struct{}{}:
 	default:
@@ -253,22 +297,24 @@ func (s *Server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bo
 	return true
 }
 
-// legCancel is the cancel to write on rs, if its leg has one.
-func (s *Server) legCancel(rs *respondStream) *pb.PeerMessage {
+// cancelsFor takes the cancels to write on rs: each leg's once per trunk,
+// while rs holds it.
+func (s *Server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return rs.leg.cancel
-}
-
-// cancelWritten counts a leg's cancel as sent, once however many streams
-// carried it.
-func (s *Server) cancelWritten(rs *respondStream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !rs.leg.cancelCounted {
-		rs.leg.cancelCounted = true
-		s.cfg.Metrics.messages.WithLabelValues(string(core.MsgCancel)).Inc()
+	var ps []*pb.PeerMessage
+	for _, l := range rs.cancels {
+		if l.cur == rs && l.cancelOn != rs && l.cancel != nil {
+			l.cancelOn = rs
+			ps = append(ps, l.cancel)
+			if !l.cancelCounted {
+				l.cancelCounted = true
+				s.cfg.Metrics.messages.WithLabelValues(string(core.MsgCancel)).Inc()
+			}
+		}
 	}
+	rs.cancels = nil
+	return ps
 }
 
 // setLegCancelled installs the router's hook: told of every cancel the
@@ -290,9 +336,10 @@ func (s *Server) handleMessage(h Handler, from string, m core.Message) {
 // end is the status the stream ends with once rs.ctx is done.
 func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx) }
 
-// read reads every frame: the open first, then items, each handled as it
-// is read, and heartbeats. It closes finish once the host closed its side
-// with every item handled, and cancels the stream on anything wrong.
+// read reads every frame: the first open, then legs' opens, items (each
+// handled as it is read), ends and heartbeats. It closes finish once the
+// host closed its side with every item handled, and cancels the stream on
+// anything wrong.
 func (rs *respondStream) read(h Handler) {
 	f, err := rs.st.Recv()
 	if err != nil {
@@ -313,8 +360,15 @@ func (rs *respondStream) read(h Handler) {
 	case <-rs.ctx.Done():
 		return
 	}
-	leg, session := rs.leg, open.GetSession()
-	lastKick := int64(-1)
+	legs := map[inLegKey]*inLeg{} // the legs opened on this trunk, by key
+	openLeg := func(o *pb.RespondOpen) {
+		l := rs.s.attachLeg(rs.from, o, rs)
+		legs[l.key] = l
+		if w, ok := h.(LegOpenWatcher); ok {
+			w.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
+		}
+	}
+	openLeg(open)
 	for {
 		f, err := rs.st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -329,35 +383,59 @@ func (rs *respondStream) read(h Handler) {
 		switch b := f.GetBody().(type) {
 		case *pb.RespondFrame_Item:
 			if rs.ctx.Err() != nil {
-				// Not handled: the host resends it on its next stream.
+				// Not handled: the host resends it on its next trunk.
 				return
+			}
+			m := b.Item.GetMessage()
+			k := inLegKey{rs.from, m.GetJobId(), m.GetGeneration()}
+			leg := legs[k]
+			if leg == nil {
+				rs.s.cfg.Metrics.invalid.Inc()
+				rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
+				continue
 			}
 			// Time spent in the Handler is this node's, not the host's
 			// silence: watchSilence does not count it.
 			rs.busy.Store(true)
-			rs.handleItem(h, leg, session, b.Item)
+			rs.handleItem(h, leg, b.Item)
 			rs.last.Store(time.Now().UnixNano())
 			rs.busy.Store(false)
-			s := int64(b.Item.GetSeq())
-			if s > rs.acked.Load() {
-				rs.acked.Store(s)
+			// Acks are cumulative per leg, so most can wait: one ack per
+			// item would double the frames (and write syscalls) of a
+			// streaming job. Ack at once what ends a leg (the host ends it
+			// on that), and whenever ackEvery items went unacked so every
+			// leg's in-flight window keeps moving; the rest goes with the
+			// next heartbeat tick.
+			final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
+			rs.ackMu.Lock()
+			if s := b.Item.GetSeq(); s >= rs.acks[k] {
+				rs.acks[k] = s
 			}
-			// Acks are cumulative, so most can wait: one ack per item would
-			// double the frames (and write syscalls) of a streaming job. Ack
-			// at once what ends the leg (the host closes on it), and every
-			// ackEvery items so the host's in-flight window keeps moving;
-			// the rest goes with the next heartbeat tick.
-			if m := b.Item.GetMessage(); m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil || s-lastKick >= ackEvery {
-				lastKick = s
+			rs.unsent++
+			now := final || rs.unsent >= ackEvery
+			if now {
+				rs.unsent = 0
+			}
+			rs.ackMu.Unlock()
+			if now {
 				select {
 				case rs.kick <- struct{}{}:
 				default:
 				}
 			}
-		case *pb.RespondFrame_Heartbeat:
 		case *pb.RespondFrame_Open:
-			rs.cancel(errRespondOpen)
-			return
+			if b.Open.GetJobId() == "" {
+				rs.cancel(errRespondOpen)
+				return
+			}
+			openLeg(b.Open)
+		case *pb.RespondFrame_End:
+			k := inLegKey{rs.from, b.End.GetJobId(), b.End.GetGeneration()}
+			if leg := legs[k]; leg != nil {
+				delete(legs, k)
+				rs.s.finishLeg(rs, leg)
+			}
+		case *pb.RespondFrame_Heartbeat:
 		default:
 			rs.cancel(errRespondFrame)
 			return
@@ -367,13 +445,13 @@ func (rs *respondStream) read(h Handler) {
 
 // handleItem hands one item to the Handler unless the leg handled it
 // already.
-func (rs *respondStream) handleItem(h Handler, leg *inLeg, session string, it *pb.RespondItem) {
+func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) {
 	s := rs.s
 	leg.mu.Lock()
 	defer leg.mu.Unlock()
-	if session != leg.session {
-		// A new host process (or the leg's first stream).
-		leg.session, leg.next = session, 0
+	if rs.session != leg.session {
+		// A new host process (or the leg's first trunk).
+		leg.session, leg.next = rs.session, 0
 	}
 	seq := it.GetSeq()
 	if seq < leg.next {
@@ -392,21 +470,20 @@ func (rs *respondStream) handleItem(h Handler, leg *inLeg, session string, it *p
 	s.handleMessage(h, rs.from, m)
 }
 
-// ackEvery is how many items a reply leg handles between acks it sends at
-// once; it must stay well under the host's in-flight window (256).
+// ackEvery is how many items a reply trunk handles between the acks it
+// sends at once; it must stay well under the host's in-flight window per
+// leg (256).
 const ackEvery = 32
 
-// write sends acks as items are handled (cumulative: the latest covers
-// the rest), the leg's cancel once per stream, and a heartbeat when
-// nothing else went out for half an interval, until the stream ends (its
-// status) or the host closed its side with every item handled (nil, after
-// the last ack).
+// write sends acks as items are handled (per leg, cumulative: the latest
+// covers the rest), each leg's cancel once per trunk, and a heartbeat
+// when nothing else went out for half an interval, until the stream ends
+// (its status) or the host closed its side with every item handled (nil,
+// after the last acks).
 func (rs *respondStream) write() error {
 	tick := time.NewTicker(rs.hb)
 	defer tick.Stop()
 	var lastSend time.Time
-	lastAck := int64(-1)
-	cancelSent := false
 	send := func(c *pb.RespondControl) bool {
 		if err := rs.st.Send(c); err != nil {
 			rs.cancel(err)
@@ -415,22 +492,31 @@ func (rs *respondStream) write() error {
 		lastSend = time.Now()
 		return true
 	}
+	type ack struct {
+		k   inLegKey
+		seq uint64
+	}
+	var acks []ack
 	flush := func() bool {
-		if !cancelSent {
-			if p := rs.s.legCancel(rs); p != nil {
-				if !send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
-					return false
-				}
-				cancelSent = true
-				rs.s.cancelWritten(rs)
-			}
-		}
-		if a := rs.acked.Load(); a > lastAck {
-			if !send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: uint64(a)}}}) {
+		for _, p := range rs.s.cancelsFor(rs) {
+			if !send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
 				return false
 			}
-			lastAck = a
 		}
+		rs.ackMu.Lock()
+		for k, seq := range rs.acks {
+			acks = append(acks, ack{k, seq})
+		}
+		clear(rs.acks)
+		rs.unsent = 0
+		rs.ackMu.Unlock()
+		for i, a := range acks {
+			if !send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: a.seq, JobId: a.k.job, Generation: a.k.gen}}}) {
+				return false
+			}
+			acks[i] = ack{}
+		}
+		acks = acks[:0]
 		return true
 	}
 	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}

@@ -134,11 +134,12 @@ const minIdleFactor = 3
 //     another. A cancel for a job whose reply leg from that node is open
 //     at RouterConfig.Server goes back on the leg instead.
 //   - Reply legs carry the response leg (reply and release, towards the
-//     job's ingress): one Respond stream per binding (node, job,
-//     generation), opened by its first reply, which carries the rest in
-//     order, so a release never overtakes the outputs before it (the
-//     ingress decides from them whether the job may run again), and which
-//     flow-controls the worker through Room (see replyLeg).
+//     job's ingress): one leg per binding (node, job, generation), opened
+//     by Expect or its first reply, which carries the rest in order, so a
+//     release never overtakes the outputs before it (the ingress decides
+//     from them whether the job may run again), and which flow-controls
+//     the worker through Room (see replyLeg). The legs to one node share
+//     one Respond stream, the node's reply trunk (see replyTrunk).
 //   - A release or end with no reply leg open (a job's only reply, or a
 //     release before any reply) goes by one FIFO per node, sent as batched
 //     Posts with at most one in flight per node: a failed batch is resent
@@ -175,6 +176,8 @@ type Router struct {
 	legs        map[legKey]*replyLeg   // reply legs, while open
 	jobLegs     map[string][]*replyLeg // legs by job id (Room, legCancelled)
 	respondless map[string]time.Time   // nodes without Respond, until
+	trunks      map[string]*replyTrunk // reply trunks by node id, while open
+	trunkOpen   map[string]*sync.Mutex // held while a node's trunk is being opened
 	senders     map[string]int         // outboxes, lanes and legs per node id
 	maxPost     int                    // bytes of messages in one Post (or one frame)
 }
@@ -247,6 +250,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		ctx: ctx, cancel: cancel,
 		outbox: map[string]*outbox{}, lanes: map[laneKey]*lane{}, senders: map[string]int{},
 		legs: map[legKey]*replyLeg{}, jobLegs: map[string][]*replyLeg{}, respondless: map[string]time.Time{},
+		trunks: map[string]*replyTrunk{}, trunkOpen: map[string]*sync.Mutex{},
 		maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
 	}
 	if cfg.Server != nil {
