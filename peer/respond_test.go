@@ -260,7 +260,7 @@ func TestRespondLegIdleIsNotClosed(t *testing.T) {
 	waitFor(t, 5*time.Second, "the first output", func() bool { return len(p.hb.messages()) == 1 })
 	time.Sleep(40 * hb)
 	if got := legsOpen(t, p.ra); got != 1 {
-		t.Fatalf("respond streams open after %s idle = %v, want 1", 40*hb, got)
+		t.Fatalf("legs open after %s idle = %v, want 1", 40*hb, got)
 	}
 	p.ra.Send("b", out("j", 1))
 	p.ra.Send("b", end("j"))
@@ -269,7 +269,7 @@ func TestRespondLegIdleIsNotClosed(t *testing.T) {
 	checkLeg(t, p.hb.messages(), "a", "j", 2, &e)
 	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	if got := trunksOpened(t, p.ra); got != 1 {
-		t.Errorf("respond streams opened = %v, want 1 (none re-opened)", got)
+		t.Errorf("reply trunks opened = %v, want 1 (none re-opened)", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) +
 		counter(t, p.b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 0 {
@@ -418,8 +418,9 @@ func (w *silenceWatcher) ReplyLegSilent(from, job string, gen uint64) {
 
 // A host whose frames stop arriving without its connection closing (a
 // proxy that stops forwarding) is reported to the ingress's LegWatcher
-// within three heartbeat intervals plus the check's interval, once; the
-// host notices the silence too, and tries the leg again.
+// within three heartbeat intervals plus the check's interval, once for
+// each leg its trunk held — not for one that had ended; the host notices
+// the silence too, and tries its legs again.
 func TestRespondSilentHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
 	w := &silenceWatcher{silent: make(chan string, 4)}
@@ -427,20 +428,27 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	px := startProxy(t, b.addr)
 	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
 	r.Send("b", out("j", 0))
-	waitFor(t, 5*time.Second, "the output", func() bool { return len(w.messages()) == 1 })
+	r.Send("b", out("k", 0))
+	r.Send("b", out("m", 0))
+	r.Send("b", end("m"))
+	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
+	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
 	time.Sleep(2 * hb) // a frame or two more each way
 	px.pause(true)
 	paused := time.Now()
-	var who string
-	select {
-	case who = <-w.silent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the ingress never reported the silent host")
+	reported := map[string]bool{}
+	for len(reported) < 2 {
+		select {
+		case who := <-w.silent:
+			reported[who] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the ingress reported %v, not both open legs", reported)
+		}
 	}
 	took := time.Since(paused)
 	t.Logf("silent host reported %s after its frames stopped (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
-	if who != "a/j/1" {
-		t.Errorf("reported %q, want a/j/1", who)
+	if !reported["a/j/1"] || !reported["a/k/1"] {
+		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
 	}
 	// Three intervals from the last frame (up to 1.5 intervals of heartbeat
 	// spacing before the pause), plus the half-interval check, plus
@@ -448,8 +456,8 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	if took < 2*hb || took > 3*hb+2*hb+200*time.Millisecond {
 		t.Errorf("reported after %s, want about 3-4 heartbeat intervals (%s each)", took, hb)
 	}
-	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 1 {
-		t.Errorf("ingress silences = %v, want 1", got)
+	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
+		t.Errorf("ingress silences = %v, want 2 (one per leg)", got)
 	}
 	waitFor(t, 5*time.Second, "the host noticing", func() bool {
 		return counter(t, r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
@@ -458,6 +466,72 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	case again := <-w.silent:
 		t.Errorf("reported twice: %s", again)
 	case <-time.After(10 * hb):
+	}
+}
+
+// Legs to one ingress share one trunk: a cancel for one of them ends that
+// leg alone while the others carry on, in order; the trunk outlives its
+// legs until it has had none for the stream idle interval, and the next
+// leg opens a new one.
+func TestRespondLegsShareATrunk(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.RouterConfig) {
+		c.AckTimeoutCeiling, c.StreamIdle = 100*time.Millisecond, 400*time.Millisecond
+	})
+	const n = 50
+	jobs := []string{"j1", "j2", "j3"}
+	for i := range n / 2 {
+		for _, job := range jobs {
+			p.ra.Send("b", out(job, i))
+		}
+	}
+	waitFor(t, 5*time.Second, "the first outputs", func() bool { return len(p.hb.messages()) == 3*n/2 })
+	if got := legsOpen(t, p.ra); got != 3 {
+		t.Fatalf("legs open = %v, want 3", got)
+	}
+	if got := trunksOpen(t, p.ra); got != 1 {
+		t.Fatalf("reply trunks open = %v, want 1 for three legs", got)
+	}
+	p.rb.Send("a", cancelOf("j2"))
+	waitFor(t, 5*time.Second, "j2's leg ended by its cancel", func() bool {
+		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1 &&
+			legsOpen(t, p.ra) == 2
+	})
+	if got := p.ha.messages(); len(got) != 1 || !equalMessage(got[0].m, cancelOf("j2")) {
+		t.Fatalf("host handler got %+v, want j2's cancel alone", got)
+	}
+	for i := n / 2; i < n; i++ {
+		for _, job := range []string{"j1", "j3"} {
+			p.ra.Send("b", out(job, i))
+		}
+	}
+	p.ra.Send("b", end("j1"))
+	p.ra.Send("b", end("j3"))
+	waitFor(t, 5*time.Second, "j1 and j3 to their ends", func() bool { return len(p.hb.messages()) == 3*n/2+n+2 })
+	e1, e3 := end("j1"), end("j3")
+	checkLeg(t, p.hb.messages(), "a", "j1", n, &e1)
+	checkLeg(t, p.hb.messages(), "a", "j3", n, &e3)
+	checkLeg(t, p.hb.messages(), "a", "j2", n/2, nil)
+	waitFor(t, 5*time.Second, "every leg ended", func() bool { return legsOpen(t, p.ra) == 0 })
+	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
+		t.Errorf("legs ended by their end = %v, want 2", got)
+	}
+	if got := trunksOpened(t, p.ra); got != 1 {
+		t.Errorf("reply trunks opened = %v, want 1", got)
+	}
+	// The ingress forgot the legs the host ended: a cancel for one now
+	// goes by the lane.
+	p.rb.Send("a", cancelOf("j1"))
+	waitFor(t, 5*time.Second, "j1's cancel by the lane", func() bool { return len(p.ha.messages()) == 2 })
+	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 1 {
+		t.Errorf("deliver streams opened by the ingress = %v, want 1 (j1's cancel)", got)
+	}
+	waitFor(t, 5*time.Second, "the idle trunk closed", func() bool {
+		return trunksOpen(t, p.ra) == 0 && counter(t, p.ra.reg, "switchyard_peer_reply_trunk_idle_closes_total", nil) == 1
+	})
+	p.ra.Send("b", out("j4", 0))
+	waitFor(t, 5*time.Second, "j4's output", func() bool { return len(p.hb.messages()) == 3*n/2+n+3 })
+	if got := trunksOpened(t, p.ra); got != 2 {
+		t.Errorf("reply trunks opened = %v, want 2 (a new one after the idle close)", got)
 	}
 }
 
