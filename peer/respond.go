@@ -45,6 +45,10 @@ const (
 	// lets it fill: 64 outputs is several milliseconds of a busy worker.
 	DefaultReplyWindow      = 64
 	DefaultReplyWindowBytes = 1 << 20
+	// openDelay is how long a leg opened by Expect waits for its first
+	// reply before it sends its open frame alone (at most a quarter of the
+	// heartbeat interval).
+	openDelay = 20 * time.Millisecond
 	// legTTLSlack is how long past the job's TTL, as the host measured it
 	// with the leg's first reply, the leg may live: the ingress ends the job
 	// at its own deadline, which is later than the host's measure, so by
@@ -164,6 +168,11 @@ type replyLeg struct {
 	finalAcked   bool
 	t            *replyTrunk // the trunk the leg is open on, nil while none
 	failures     int         // trunk attempts failed in a row
+	// reopen: a final item went out on the trunk, after which the ingress
+	// forgets the leg; an item after it goes after a new open frame.
+	reopen bool
+	// expected: opened by Expect, with nothing to send yet.
+	expected bool
 }
 
 // legStream is one Respond call: a trunk's stream.
@@ -226,12 +235,13 @@ type replyTrunk struct {
 
 // Expect opens the reply leg of binding (job, gen) to its ingress node
 // before the binding's first message: the host calls it when it offers a
-// remote ingress's job to its worker, so the leg's open frame reaches the
-// ingress while the worker starts rather than in front of its first
-// output, and the ingress learns where the job runs and hears the host's
-// heartbeats while the worker computes in silence (a silent host then
-// fails the job within the heartbeat bound even before any output).
-// Opening carries no message. It never blocks.
+// remote ingress's job to its worker, so the ingress learns where the job
+// runs and hears the host's heartbeats while the worker computes in
+// silence (a silent host then fails the job within the heartbeat bound
+// even before any output). The open frame waits up to openDelay for the
+// job's first reply, to go out with it: a short job's open would
+// otherwise cost the two nodes a frame of its own, and its wake-ups, while
+// its worker starts. Opening carries no message. It never blocks.
 func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -239,12 +249,12 @@ func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Dur
 	if r.closed || r.legs[k] != nil || r.cfg.ForceUnary || r.respondlessLocked(node) {
 		return
 	}
-	r.startLegLocked(k, queue, ttl)
+	r.startLegLocked(k, queue, ttl, true)
 }
 
-func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration) *replyLeg {
+func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *replyLeg {
 	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack)}
+		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
 	r.m.legsOpen.Inc()
 	r.legs[k] = l
@@ -267,7 +277,7 @@ func (r *Router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 			r.postLocked(node, p)
 			return
 		}
-		l = r.startLegLocked(k, m.Queue, m.TTL)
+		l = r.startLegLocked(k, m.Queue, m.TTL, false)
 	}
 	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
 	l.pending = append(l.pending, it)
@@ -364,6 +374,23 @@ func (l *replyLeg) run() {
 	defer r.wg.Done()
 	ttl := time.NewTimer(time.Until(l.deadline))
 	defer ttl.Stop()
+	if l.expected {
+		l.expected = false
+		t := time.NewTimer(min(openDelay, r.cfg.Heartbeat/4))
+		select {
+		case <-l.wake:
+			// The loop below sends what was queued without waiting for
+			// another wake.
+		case <-t.C:
+		case <-r.ctx.Done():
+		case <-l.stop:
+		case <-ttl.C:
+			l.end(legEndTTL)
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -452,19 +479,38 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 			return why
 		}
 	}
-	open := &pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
-		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
-		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
-	}}}
-	if !l.t.send(open) {
+	if !l.sendOpen() {
 		return ""
 	}
 	for _, it := range l.unacked {
-		if !l.t.send(itemFrame(it)) {
+		if !l.sendItem(it) {
 			break
 		}
 	}
 	return ""
+}
+
+// sendOpen sends the leg's open frame on its trunk.
+func (l *replyLeg) sendOpen() bool {
+	r := l.r
+	l.reopen = false
+	return l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
+		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
+		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
+	}}})
+}
+
+// sendItem sends it on the leg's trunk, after a new open frame if a final
+// item went before it (the ingress forgot the leg on that one).
+func (l *replyLeg) sendItem(it *legItem) bool {
+	if l.reopen && !l.sendOpen() {
+		return false
+	}
+	if !l.t.send(itemFrame(it)) {
+		return false
+	}
+	l.reopen = it.final
+	return true
 }
 
 // trunkFor is node's trunk, opened if it has none (or only a failed or
@@ -741,7 +787,7 @@ func (l *replyLeg) fill() {
 		}
 		l.unacked = append(l.unacked, it)
 		l.unackedBytes += it.size
-		if !l.t.send(itemFrame(it)) {
+		if !l.sendItem(it) {
 			return
 		}
 	}
@@ -839,15 +885,18 @@ func (l *replyLeg) failed(err error) string {
 	return ""
 }
 
-// leave tells the ingress the leg ended (an end frame: it forgets the
-// leg) and takes it off its trunk, if it is open on one.
+// leave takes the leg off its trunk, if it is open on one. Unless the
+// ingress forgot it already (its last item went out last), an end frame
+// tells it to.
 func (l *replyLeg) leave() {
 	t := l.t
 	if t == nil {
 		return
 	}
 	l.t = nil
-	t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
+	if !l.reopen {
+		t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
+	}
 	t.leave()
 }
 

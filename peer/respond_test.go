@@ -642,3 +642,80 @@ func TestRespondCloseLeaksNothing(t *testing.T) {
 	c.Close()
 	goleak.VerifyNone(t, before)
 }
+
+// openWatcher is a Handler that is also a LegOpenWatcher.
+type openWatcher struct {
+	recorder
+	mu     sync.Mutex
+	opened map[string]time.Time
+}
+
+func (w *openWatcher) ReplyLegOpened(from, job string, gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.opened[job]; !ok {
+		w.opened[job] = time.Now()
+	}
+}
+
+func (w *openWatcher) openedAt(job string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.opened[job]
+	return at, ok
+}
+
+// A leg opened ahead of its first reply (Expect) tells the ingress where
+// the job runs even if the worker stays silent: its open frame goes alone
+// after a short delay (a quarter of the heartbeat interval here), or with
+// the first reply if one comes sooner. Replies queued right after Expect
+// are all delivered, in order.
+func TestRespondExpectOpensTheLeg(t *testing.T) {
+	const hb = 80 * time.Millisecond
+	w := &openWatcher{opened: map[string]time.Time{}}
+	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: w})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
+
+	expected := time.Now()
+	r.Expect("b", "silent", 1, "q", time.Minute)
+	waitFor(t, 5*time.Second, "the silent job's leg opened at the ingress", func() bool {
+		_, ok := w.openedAt("silent")
+		return ok
+	})
+	at, _ := w.openedAt("silent")
+	t.Logf("a leg with nothing to send opened %s after Expect (delay %s)", at.Sub(expected), hb/4)
+	if at.Sub(expected) < hb/4 {
+		t.Errorf("the open frame went %s after Expect, before the %s delay", at.Sub(expected), hb/4)
+	}
+	if got := len(w.messages()); got != 0 {
+		t.Fatalf("ingress handled %d messages, want none", got)
+	}
+
+	// A job that answers at once: its open goes with its replies.
+	const n = 20
+	for range 50 {
+		job := fmt.Sprintf("quick-%d", len(w.messages()))
+		r.Expect("b", job, 1, "q", time.Minute)
+		for i := range n {
+			r.Send("b", out(job, i))
+		}
+		r.Send("b", end(job))
+		waitFor(t, 5*time.Second, job+"'s replies", func() bool {
+			var got int
+			for _, m := range w.messages() {
+				if m.m.JobID == job {
+					got++
+				}
+			}
+			return got == n+1
+		})
+		e := end(job)
+		checkLeg(t, w.messages(), "a", job, n, &e)
+		if _, ok := w.openedAt(job); !ok {
+			t.Fatalf("%s: no open seen at the ingress", job)
+		}
+	}
+	if got := trunksOpened(t, r); got != 1 {
+		t.Errorf("reply trunks opened = %v, want 1", got)
+	}
+}

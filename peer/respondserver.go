@@ -71,10 +71,12 @@ type inLegKey struct {
 // inLeg is what the server knows of one reply leg, across the trunks that
 // carry it (a host opens the leg again on its next trunk when one fails):
 // the numbers it handled, the trunk that holds it now, and the job's
-// cancel once there is one. It is forgotten once the host ends it (an end
-// frame, sent once its last item was acked, or when it gave up on it), or
-// when its trunk went silent, or when no trunk held it for its memory
-// (attachLeg sweeps).
+// cancel once there is one. It is forgotten once its last item (an end or
+// a release) is handled, or the host ends it without one (an end frame),
+// or when its trunk went silent, or when no trunk held it for its memory
+// (attachLeg sweeps). A host that resends the last item (its ack was lost
+// with a trunk) opens the leg again: what the leg carries again then is
+// stale at the engine, whose job has ended or moved to a new generation.
 type inLeg struct {
 	key inLegKey
 
@@ -239,8 +241,8 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 	return l
 }
 
-// finishLeg forgets a leg the host ended on rs: after its last item was
-// acked, or without it.
+// finishLeg forgets a leg whose last item rs handled, or that the host
+// ended on rs without one.
 func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -417,6 +419,13 @@ func (rs *respondStream) read(h Handler) {
 				rs.unsent = 0
 			}
 			rs.ackMu.Unlock()
+			if final {
+				// Nothing of the leg comes after its last item (a host with
+				// more sends a new open first): forget it now. Its ack is
+				// on its way.
+				delete(legs, k)
+				rs.s.finishLeg(rs, leg)
+			}
 			if now {
 				select {
 				case rs.kick <- struct{}{}:
