@@ -168,9 +168,12 @@ type replyLeg struct {
 	finalAcked   bool
 	t            *replyTrunk // the trunk the leg is open on, nil while none
 	failures     int         // trunk attempts failed in a row
-	// reopen: a final item went out on the trunk, after which the ingress
-	// forgets the leg; an item after it goes after a new open frame.
-	reopen bool
+	// held: the ingress holds the leg on l.t (its open went out, and no
+	// final item since, after which the ingress forgets the leg); else the
+	// next item carries the leg's open. openDue: the leg joined l.t and
+	// has sent nothing on it yet: if it has nothing to send, its open
+	// goes alone.
+	held, openDue bool
 	// expected: opened by Expect, with nothing to send yet.
 	expected bool
 }
@@ -412,6 +415,7 @@ func (l *replyLeg) run() {
 		}
 		l.applyAcks()
 		l.fill()
+		l.sendOpen()
 		if l.finish() {
 			return
 		}
@@ -479,9 +483,7 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 			return why
 		}
 	}
-	if !l.sendOpen() {
-		return ""
-	}
+	l.held, l.openDue = false, true
 	for _, it := range l.unacked {
 		if !l.sendItem(it) {
 			break
@@ -490,26 +492,39 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 	return ""
 }
 
-// sendOpen sends the leg's open frame on its trunk.
-func (l *replyLeg) sendOpen() bool {
+// openOf is the leg's open.
+func (l *replyLeg) openOf() *pb.RespondOpen {
 	r := l.r
-	l.reopen = false
-	return l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: &pb.RespondOpen{
+	return &pb.RespondOpen{
 		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
 		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
-	}}})
+	}
 }
 
-// sendItem sends it on the leg's trunk, after a new open frame if a final
-// item went before it (the ingress forgot the leg on that one).
+// sendOpen sends the leg's open frame alone on the trunk it joined, if it
+// had no item to carry it.
+func (l *replyLeg) sendOpen() {
+	if l.t == nil || !l.openDue {
+		return
+	}
+	l.openDue = false
+	if l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: l.openOf()}}) {
+		l.held = true
+	}
+}
+
+// sendItem sends it on the leg's trunk, with the leg's open if the
+// ingress does not hold the leg.
 func (l *replyLeg) sendItem(it *legItem) bool {
-	if l.reopen && !l.sendOpen() {
+	f := &pb.RespondItem{Seq: it.seq, Message: it.msg}
+	if !l.held {
+		f.Open = l.openOf()
+	}
+	l.openDue = false
+	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: f}}) {
 		return false
 	}
-	if !l.t.send(itemFrame(it)) {
-		return false
-	}
-	l.reopen = it.final
+	l.held = !it.final
 	return true
 }
 
@@ -745,10 +760,6 @@ func (l *replyLeg) queue() string {
 	return l.queueName
 }
 
-func itemFrame(it *legItem) *pb.RespondFrame {
-	return &pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: &pb.RespondItem{Seq: it.seq, Message: it.msg}}}
-}
-
 // takeCancel hands the ingress's cancel to the node's Handler, once, and
 // ends the leg: the engine has marked the binding cancelling by the time
 // HandleMessage returns, so it sends nothing more for it.
@@ -885,16 +896,16 @@ func (l *replyLeg) failed(err error) string {
 	return ""
 }
 
-// leave takes the leg off its trunk, if it is open on one. Unless the
-// ingress forgot it already (its last item went out last), an end frame
-// tells it to.
+// leave takes the leg off its trunk, if it is open on one. If the ingress
+// holds it there (it did not forget it at its last item), an end frame
+// tells it to forget it.
 func (l *replyLeg) leave() {
 	t := l.t
 	if t == nil {
 		return
 	}
 	l.t = nil
-	if !l.reopen {
+	if l.held {
 		t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
 	}
 	t.leave()

@@ -351,7 +351,11 @@ func (rs *respondStream) read(h Handler) {
 		rs.cancel(err)
 		return
 	}
+	// The first frame opens a leg: an open, or an item carrying one.
 	open := f.GetOpen()
+	if open == nil {
+		open = f.GetItem().GetOpen()
+	}
 	if open == nil || open.GetJobId() == "" {
 		rs.cancel(errRespondOpen)
 		return
@@ -370,23 +374,29 @@ func (rs *respondStream) read(h Handler) {
 			w.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
 		}
 	}
-	openLeg(open)
-	for {
-		f, err := rs.st.Recv()
-		if errors.Is(err, io.EOF) {
-			close(rs.finish)
-			return
+	for first := true; ; first = false {
+		if !first { // the first frame was read above
+			if f, err = rs.st.Recv(); errors.Is(err, io.EOF) {
+				close(rs.finish)
+				return
+			} else if err != nil {
+				rs.cancel(err)
+				return
+			}
+			rs.last.Store(time.Now().UnixNano())
 		}
-		if err != nil {
-			rs.cancel(err)
-			return
-		}
-		rs.last.Store(time.Now().UnixNano())
 		switch b := f.GetBody().(type) {
 		case *pb.RespondFrame_Item:
 			if rs.ctx.Err() != nil {
 				// Not handled: the host resends it on its next trunk.
 				return
+			}
+			if o := b.Item.GetOpen(); o != nil {
+				if o.GetJobId() == "" {
+					rs.cancel(errRespondOpen)
+					return
+				}
+				openLeg(o)
 			}
 			m := b.Item.GetMessage()
 			k := inLegKey{rs.from, m.GetJobId(), m.GetGeneration()}

@@ -1510,8 +1510,8 @@ type isRespondFrame_Body interface {
 
 type RespondFrame_Open struct {
 	// open starts (or, on a new stream after a failed one, resumes) a leg
-	// on the stream; the first frame is always one. A leg's items follow
-	// its open.
+	// on the stream. The first frame is an open, or an item that carries
+	// one; a leg's items follow its open.
 	Open *RespondOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
 }
 
@@ -1646,7 +1646,11 @@ type RespondItem struct {
 	// the stream failed keeps them.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// message is a reply or release naming the leg's job and generation.
-	Message       *PeerMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message *PeerMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// open, when set, opens the leg before the item is handled, as an open
+	// frame would: a leg's first item on a stream carries it, which saves a
+	// frame (and the sender's wake-up of its transport) per leg.
+	Open          *RespondOpen `protobuf:"bytes,3,opt,name=open,proto3" json:"open,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1691,6 +1695,13 @@ func (x *RespondItem) GetSeq() uint64 {
 func (x *RespondItem) GetMessage() *PeerMessage {
 	if x != nil {
 		return x.Message
+	}
+	return nil
+}
+
+func (x *RespondItem) GetOpen() *RespondOpen {
+	if x != nil {
+		return x.Open
 	}
 	return nil
 }
@@ -2037,10 +2048,11 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05queue\x18\x04 \x01(\tR\x05queue\x122\n" +
 	"\x15heartbeat_interval_ns\x18\x05 \x01(\x03R\x13heartbeatIntervalNs\x12\x15\n" +
-	"\x06ttl_ns\x18\x06 \x01(\x03R\x05ttlNs\"U\n" +
+	"\x06ttl_ns\x18\x06 \x01(\x03R\x05ttlNs\"\x85\x01\n" +
 	"\vRespondItem\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
-	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageR\amessage\"\xbe\x01\n" +
+	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageR\amessage\x12.\n" +
+	"\x04open\x18\x03 \x01(\v2\x1a.switchyard.v1.RespondOpenR\x04open\"\xbe\x01\n" +
 	"\x0eRespondControl\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x12?\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x124\n" +
@@ -2130,24 +2142,25 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	15, // 20: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
 	23, // 21: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
 	9,  // 22: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	22, // 23: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	15, // 24: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 25: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	2,  // 26: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 27: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 28: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 29: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 30: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 31: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 32: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 33: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 34: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	21, // 35: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	19, // 23: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
+	22, // 24: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	15, // 25: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 26: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	2,  // 27: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 28: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 29: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 30: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 31: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 32: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 33: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 34: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 35: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	21, // 36: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	32, // [32:37] is the sub-list for method output_type
+	27, // [27:32] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
