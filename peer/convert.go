@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/switchyard/switchyard/core"
@@ -244,6 +245,59 @@ func ForwardError(res *pb.ForwardResponse) error {
 
 // errNoWireForm marks a message that cannot be marshalled.
 var errNoWireForm = errors.New("no valid wire form")
+
+// wireValid fails when m cannot be marshalled (checkUTF8). The messages
+// every job sends several of, PeerMessage and PeerDelivery, are checked
+// field by field without reflection: that walk cost more CPU per job than
+// anything else the reply path does besides sending. TestWireValidCovers
+// walks their descriptors and fails for a string field added to either
+// (or to a message nested in them) that this misses.
+func wireValid(m proto.Message) error {
+	switch m := m.(type) {
+	case *pb.PeerMessage:
+		return peerMessageUTF8(m)
+	case *pb.PeerDelivery:
+		return deliveryUTF8(m)
+	}
+	return checkUTF8(m.ProtoReflect())
+}
+
+func peerMessageUTF8(m *pb.PeerMessage) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"job_id", m.GetJobId()}, {"queue", m.GetQueue()}, {"consumer", m.GetConsumer()},
+		{"worker_name", m.GetWorkerName()}, {"reason", m.GetReason()}, {"code", m.GetCode()},
+		{"end.code", m.GetEnd().GetCode()}, {"end.detail", m.GetEnd().GetDetail()},
+	} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, f.name)
+		}
+	}
+	if d := m.GetDelivery(); d != nil {
+		return deliveryUTF8(d)
+	}
+	return nil
+}
+
+func deliveryUTF8(d *pb.PeerDelivery) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"job_id", d.GetJobId()}, {"queue", d.GetQueue()}, {"ingress", d.GetIngress()}, {"zone", d.GetZone()},
+	} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, f.name)
+		}
+	}
+	for k, v := range d.GetCapabilities() {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: field capabilities is not valid UTF-8", errNoWireForm)
+		}
+	}
+	for _, c := range d.GetExclude() {
+		if !utf8.ValidString(c) {
+			return fmt.Errorf("%w: field exclude is not valid UTF-8", errNoWireForm)
+		}
+	}
+	return nil
+}
 
 // checkUTF8 fails when m cannot be marshalled: proto3 requires every string
 // field (map keys and values, list elements and nested messages included)

@@ -792,7 +792,7 @@ func (l *replyLeg) fill() {
 		if it == nil {
 			return
 		}
-		if reason, err := r.wireCheck(it.msg, respondOverhead); err != nil {
+		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
 			r.undeliverable(l.key.node, it.msg, nil, reason, err)
 			continue
 		}

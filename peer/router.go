@@ -438,10 +438,15 @@ func (r *Router) ackTimeout(m core.Message) time.Duration {
 // cannot be carried by any transport: the reason label and the error.
 // extra is what its frame adds beyond the message (a lane's queue name).
 func (r *Router) wireCheck(p proto.Message, extra int) (string, error) {
-	if n := proto.Size(p) + extra; n > r.maxPost {
+	return r.wireCheckSize(p, proto.Size(p)+extra)
+}
+
+// wireCheckSize is wireCheck for a message whose frame is n bytes.
+func (r *Router) wireCheckSize(p proto.Message, n int) (string, error) {
+	if n > r.maxPost {
 		return ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", n, r.maxPost)
 	}
-	if err := checkUTF8(p.ProtoReflect()); err != nil {
+	if err := wireValid(p); err != nil {
 		return ReasonEncoding, err
 	}
 	return "", nil
@@ -595,7 +600,7 @@ func (r *Router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
 		reason, err := "", error(nil)
 		if cost > r.maxPost {
 			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
-		} else if err = checkUTF8(p.ProtoReflect()); err != nil {
+		} else if err = wireValid(p); err != nil {
 			reason = ReasonEncoding
 		}
 		if err != nil {
