@@ -57,8 +57,9 @@ const (
 	// respondlessFor: after a peer answered Respond with Unimplemented (an
 	// older version), new legs to it go by unary Post for this long.
 	respondlessFor = time.Minute
-	// respondOverhead is what a RespondFrame adds around its message.
-	respondOverhead = 32
+	// respondOverhead is what a RespondFrame adds around its message, with
+	// the leg's open it may carry (session, job id, queue name, numbers).
+	respondOverhead = 512
 )
 
 // kindRespond is the switchyard_peer_streams_open kind of a reply leg.
@@ -229,6 +230,8 @@ type replyTrunk struct {
 	sendMu sync.Mutex
 	// lastSend is when a frame last went out, UnixNano.
 	lastSend atomic.Int64
+	// idled: closed for idleness (the reader's EOF is not a failure).
+	idled atomic.Bool
 
 	// Under r.mu.
 	users     int       // legs open on it
@@ -436,6 +439,11 @@ func (l *replyLeg) run() {
 				l.end(why)
 				return
 			}
+			// The acks read before the trunk ended may have covered the
+			// leg's last message: then it is done, not to be opened again.
+			if l.finish() {
+				return
+			}
 		}
 	}
 }
@@ -580,11 +588,11 @@ func (r *Router) trunkFor(node, addr string) (*replyTrunk, error) {
 	r.trunks[node] = t
 	r.wg.Add(1)
 	r.mu.Unlock()
+	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
+	r.m.streamsOpened.WithLabelValues(kindRespond).Inc()
 	st.wg.Add(1)
 	go t.read()
 	go t.run()
-	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
-	r.m.streamsOpened.WithLabelValues(kindRespond).Inc()
 	return t, nil
 }
 
@@ -667,6 +675,7 @@ func (t *replyTrunk) run() {
 // for the ingress to end the stream, then drops it.
 func (t *replyTrunk) close() {
 	st := t.st
+	t.idled.Store(true)
 	t.sendMu.Lock()
 	err := st.cs.CloseSend()
 	t.sendMu.Unlock()
@@ -696,7 +705,7 @@ func (t *replyTrunk) retire() {
 	t.st.wg.Wait()
 	t.st.silence.Stop()
 	r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
-	if err := t.st.err; !errors.Is(err, errLegDropped) && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+	if err := t.st.err; !t.idled.Load() && !errors.Is(err, errLegDropped) && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
 		if errors.Is(err, errLegSilent) {
 			r.m.legSilences.WithLabelValues("host").Inc()
 		}
@@ -728,8 +737,8 @@ func (t *replyTrunk) read() {
 			if l == nil {
 				continue // it ended meanwhile
 			}
-			if s := int64(b.Ack.GetSeq()); s > l.acked.Load() {
-				l.acked.Store(s)
+			// CAS: a failed trunk's reader may still apply an older ack.
+			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
 			}
 			select {
 			case l.ackc <- struct{}{}:
@@ -887,7 +896,10 @@ func (l *replyLeg) failed(err error) string {
 		r.log.Warn("the ingress does not serve reply legs; sending its replies by unary Post", "node", l.key.node, "job", l.key.job)
 		return legEndUnary
 	}
-	if errors.Is(err, ErrClosed) || permanent(err) {
+	if errors.Is(err, ErrClosed) {
+		return legEndClosed
+	}
+	if permanent(err) {
 		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
 		return legEndRefuse
 	}
@@ -918,6 +930,14 @@ func (l *replyLeg) finish() bool {
 	if !l.finalAcked || len(l.unacked) > 0 {
 		return false
 	}
+	if l.held {
+		// Something went after the last message: the ingress holds the
+		// leg and is told to forget it while the leg is still the
+		// binding's, so a leg opened after it for the same binding opens
+		// after that end frame (see end). Something queued meanwhile is
+		// sent on a trunk joined again.
+		l.leave()
+	}
 	r.mu.Lock()
 	if len(l.pending) > 0 {
 		r.mu.Unlock()
@@ -935,6 +955,13 @@ func (l *replyLeg) finish() bool {
 // ingress is told on the trunk, if the leg is open on one.
 func (l *replyLeg) end(why string) {
 	r := l.r
+	if why != legEndClosed {
+		// The end frame goes while the leg is still the binding's in
+		// r.legs: a message queued after removeLocked opens a new leg for
+		// the binding, whose open must reach the ingress after this end,
+		// or the ingress would forget the new leg.
+		l.leave()
+	}
 	r.mu.Lock()
 	items := append(l.unacked, l.pending...)
 	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
@@ -954,9 +981,6 @@ func (l *replyLeg) end(why string) {
 	}
 	l.removeLocked()
 	r.mu.Unlock()
-	if why != legEndClosed {
-		l.leave()
-	}
 	if len(items) > 0 {
 		lvl := slog.LevelWarn
 		if why == legEndCancel || why == legEndClosed {

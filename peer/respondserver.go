@@ -223,7 +223,12 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 		s.inLegs[k] = l
 	}
 	if rs.held == nil {
-		return l // rs ended: its reader handles nothing more
+		// rs ended: its reader handles nothing more. The leg is kept for
+		// the host's next trunk like any other.
+		if l.cur == nil && l.forget.IsZero() {
+			l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
+		}
+		return l
 	}
 	if old := l.cur; old != nil && old != rs {
 		delete(old.held, k)
@@ -344,6 +349,11 @@ func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx)
 // anything wrong.
 func (rs *respondStream) read(h Handler) {
 	f, err := rs.st.Recv()
+	// A heartbeat may come before the first open (a host whose first leg
+	// was slow to send): it says the host is alive, nothing more.
+	for err == nil && f.GetHeartbeat() != nil {
+		f, err = rs.st.Recv()
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = errRespondOpen
@@ -371,7 +381,10 @@ func (rs *respondStream) read(h Handler) {
 		l := rs.s.attachLeg(rs.from, o, rs)
 		legs[l.key] = l
 		if w, ok := h.(LegOpenWatcher); ok {
+			rs.busy.Store(true) // the Handler's time is not the host's silence
 			w.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
+			rs.last.Store(time.Now().UnixNano())
+			rs.busy.Store(false)
 		}
 	}
 	for first := true; ; first = false {
