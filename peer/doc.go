@@ -14,13 +14,14 @@
 // (no heartbeat) is dropped, and what it held unacked is resent in order by
 // unary Post and Forward calls, the receiver skipping anything it already
 // handled by either path (lane.go, deliver.go). The response leg (reply,
-// release) goes by reply legs, one Respond stream per job binding from its
-// consumer host to its ingress, opened by its first reply and closed by its
-// end or release, a cancel, or the job's TTL, never for being idle; it
-// carries the job's cancel back, is re-opened and resent after a failure,
-// and blocks rather than drops: a slow ingress makes Router.Room ask the
-// worker session to stop reading its worker (respond.go,
-// respondserver.go). A binding's only message (an end or a release with no
+// release) goes by reply legs, one per job binding from its consumer host
+// to its ingress, opened when the job is offered (or by its first reply)
+// and ended by its end or release, a cancel, or the job's TTL, never for
+// being idle; it carries the job's cancel back, is opened again and resent
+// after a failure, and blocks rather than drops: a slow ingress makes
+// Router.Room ask the worker session to stop reading its worker. The legs
+// from one host to one ingress are multiplexed on one Respond stream, the
+// host's reply trunk to it (respond.go, respondserver.go). A binding's only message (an end or a release with no
 // leg open) goes by one FIFO per node as batched Posts, one in flight per
 // node, a failed batch resent unchanged before anything behind it. Every
 // message carries a (session, sequence) pair so a resend is never handled
@@ -32,8 +33,8 @@
 // Liveness: both ends of every Deliver and Respond stream heartbeat every
 // RouterConfig.Heartbeat (1s by default, far below gRPC's keepalive), and a
 // stream on which nothing arrives for three intervals is dropped. On a
-// reply leg the ingress then fails the job worker_lost (the Handler, as a
-// LegWatcher): a consumer host that goes silent without closing its
+// reply trunk the ingress then fails the job of each leg on it
+// worker_lost (the Handler, as a LegWatcher): a consumer host that goes silent without closing its
 // connection turns into a terminal error for each of its streaming jobs
 // within three heartbeat intervals plus one, not the kernel's minutes.
 //
