@@ -719,3 +719,38 @@ func TestRespondExpectOpensTheLeg(t *testing.T) {
 		t.Errorf("reply trunks opened = %v, want 1", got)
 	}
 }
+
+// Legs that reply at the same time take turns at their trunk's stream:
+// every leg's messages still arrive once each and in order, under many
+// concurrent senders, on one trunk.
+func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	const legs, n = 24, 200
+	var wg sync.WaitGroup
+	for g := range legs {
+		job := fmt.Sprintf("c%02d", g)
+		wg.Go(func() {
+			for i := range n {
+				p.ra.Send("b", out(job, i))
+			}
+			p.ra.Send("b", end(job))
+		})
+	}
+	wg.Wait()
+	waitFor(t, 20*time.Second, "every leg's messages", func() bool { return len(p.hb.messages()) == legs*(n+1) })
+	for g := range legs {
+		job := fmt.Sprintf("c%02d", g)
+		e := end(job)
+		checkLeg(t, p.hb.messages(), "a", job, n, &e)
+	}
+	waitFor(t, 5*time.Second, "every leg ended", func() bool { return legsOpen(t, p.ra) == 0 })
+	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != legs {
+		t.Errorf("legs ended by their end = %v, want %d", got, legs)
+	}
+	if got := trunksOpened(t, p.ra); got != 1 {
+		t.Errorf("reply trunks opened = %v, want 1", got)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != legs*(n+1) {
+		t.Errorf("replies counted = %v, want %d", got, legs*(n+1))
+	}
+}
