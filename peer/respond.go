@@ -62,7 +62,7 @@ const (
 	respondOverhead = 512
 )
 
-// kindRespond is the switchyard_peer_streams_open kind of a reply leg.
+// kindRespond is the switchyard_peer_streams_open kind of a reply trunk.
 const kindRespond = "respond"
 
 // Why a reply leg ended: the reason label of
