@@ -803,6 +803,11 @@ func (l *replyLeg) fill() {
 		}
 		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
 			r.undeliverable(l.key.node, it.msg, nil, reason, err)
+			if it.final {
+				// Nothing of the leg is to come after it: the leg ends
+				// once what went before is acked, not at its TTL.
+				l.finalAcked = true
+			}
 			continue
 		}
 		l.unacked = append(l.unacked, it)

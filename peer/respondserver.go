@@ -114,6 +114,10 @@ type respondStream struct {
 	cancel  context.CancelCauseFunc
 	hb      time.Duration
 	session string // the host's session, from the first open
+	// epoch orders the server's streams by when they started: a leg held
+	// by a newer trunk is never taken back by an older one still reading
+	// frames the host sent before it gave up on it.
+	epoch uint64
 
 	opened  chan *pb.RespondOpen // the first open frame, once
 	ready   chan struct{}        // closed once the stream is set up: legs may open
@@ -126,9 +130,10 @@ type respondStream struct {
 
 	// ackMu guards acks: per leg, the highest seq handled and not yet
 	// acked; unsent counts the items handled since acks were last written.
-	ackMu  sync.Mutex
-	acks   map[inLegKey]uint64
-	unsent int
+	ackMu       sync.Mutex
+	acks        map[inLegKey]uint64
+	unsent      int
+	unsentBytes int
 
 	// Under Server.mu.
 	held    map[inLegKey]*inLeg // the legs this trunk holds
@@ -161,6 +166,7 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 		finish: make(chan struct{}),
 		acks:   map[inLegKey]uint64{},
 		held:   map[inLegKey]*inLeg{},
+		epoch:  s.epochs.Add(1),
 	}
 	if !s.goStream(func() { rs.read(h) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
@@ -231,6 +237,9 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 		return l
 	}
 	if old := l.cur; old != nil && old != rs {
+		if old.epoch > rs.epoch {
+			return l // a stale frame of an older trunk: the newer one holds the leg
+		}
 		delete(old.held, k)
 	}
 	l.cur = rs
@@ -422,27 +431,32 @@ func (rs *respondStream) read(h Handler) {
 			// Time spent in the Handler is this node's, not the host's
 			// silence: watchSilence does not count it.
 			rs.busy.Store(true)
-			rs.handleItem(h, leg, b.Item)
+			latest := rs.handleItem(h, leg, b.Item)
 			rs.last.Store(time.Now().UnixNano())
 			rs.busy.Store(false)
 			// Acks are cumulative per leg, so most can wait: one ack per
 			// item would double the frames (and write syscalls) of a
 			// streaming job. Ack at once what ends a leg (the host ends it
-			// on that), and whenever ackEvery items went unacked so every
-			// leg's in-flight window keeps moving; the rest goes with the
-			// next heartbeat tick.
+			// on that), and whenever ackEvery items or ackBytes of output
+			// went unacked, so every leg's in-flight window keeps moving (a
+			// few large outputs fill it long before 32 items); the rest
+			// goes with the next heartbeat tick.
 			final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
 			rs.ackMu.Lock()
 			if s := b.Item.GetSeq(); s >= rs.acks[k] {
 				rs.acks[k] = s
 			}
 			rs.unsent++
-			now := final || rs.unsent >= ackEvery
+			rs.unsentBytes += len(m.GetOutput())
+			now := final || rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes
 			if now {
-				rs.unsent = 0
+				rs.unsent, rs.unsentBytes = 0, 0
 			}
 			rs.ackMu.Unlock()
-			if final {
+			// A final seen again (resent after its ack was lost) forgets
+			// the leg only if nothing came after it: what did is a newer
+			// opening of the leg.
+			if final && latest {
 				// Nothing of the leg comes after its last item (a host with
 				// more sends a new open first): forget it now. Its ack is
 				// on its way.
@@ -456,6 +470,9 @@ func (rs *respondStream) read(h Handler) {
 				}
 			}
 		case *pb.RespondFrame_Open:
+			if rs.ctx.Err() != nil {
+				return
+			}
 			if b.Open.GetJobId() == "" {
 				rs.cancel(errRespondOpen)
 				return
@@ -477,7 +494,9 @@ func (rs *respondStream) read(h Handler) {
 
 // handleItem hands one item to the Handler unless the leg handled it
 // already.
-func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) {
+// It reports whether the item is the latest the leg handled: just now, or
+// already (a resend whose ack was lost).
+func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) (latest bool) {
 	s := rs.s
 	leg.mu.Lock()
 	defer leg.mu.Unlock()
@@ -487,7 +506,7 @@ func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) {
 	}
 	seq := it.GetSeq()
 	if seq < leg.next {
-		return
+		return seq+1 == leg.next
 	}
 	leg.next = seq + 1
 	m, err := MessageFromPB(it.GetMessage())
@@ -497,15 +516,19 @@ func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) {
 	if err != nil {
 		s.cfg.Metrics.invalid.Inc()
 		s.cfg.Logger.Warn("skipped an invalid message on a reply leg", "from", rs.from, "job", leg.key.job, "err", err)
-		return
+		return true
 	}
 	s.handleMessage(h, rs.from, m)
+	return true
 }
 
-// ackEvery is how many items a reply trunk handles between the acks it
-// sends at once; it must stay well under the host's in-flight window per
-// leg (256).
-const ackEvery = 32
+// ackEvery and ackBytes are how many items, or bytes of output, a reply
+// trunk handles between the acks it sends at once; they must stay well
+// under the host's in-flight window per leg (256 items, 4 MiB).
+const (
+	ackEvery = 32
+	ackBytes = 1 << 20
+)
 
 // write sends acks as items are handled (per leg, cumulative: the latest
 // covers the rest), each leg's cancel once per trunk, and a heartbeat
@@ -540,7 +563,7 @@ func (rs *respondStream) write() error {
 			acks = append(acks, ack{k, seq})
 		}
 		clear(rs.acks)
-		rs.unsent = 0
+		rs.unsent, rs.unsentBytes = 0, 0
 		rs.ackMu.Unlock()
 		for i, a := range acks {
 			if !send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: a.seq, JobId: a.k.job, Generation: a.k.gen}}}) {

@@ -73,8 +73,9 @@ type Server struct {
 	lanes     map[laneKey]*laneInbox
 	swept     time.Time // when lanes was last swept of forgotten lanes
 	inLegs    map[inLegKey]*inLeg
-	legsSwept time.Time // when inLegs was last swept
-	stopped   bool      // Stop began: no stream goroutine starts
+	legsSwept time.Time     // when inLegs was last swept
+	epochs    atomic.Uint64 // respondStream.epoch
+	stopped   bool          // Stop began: no stream goroutine starts
 	wg        sync.WaitGroup
 }
 

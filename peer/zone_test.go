@@ -79,6 +79,8 @@ func TestLaneZoneTest(t *testing.T) {
 	waitFor(t, 5*time.Second, "the zone close", func() bool {
 		return counter(t, r.reg, "switchyard_peer_stream_zone_closes_total", nil) == 1
 	})
+	// The close is counted before the held delivery is handed back.
+	waitFor(t, 5*time.Second, "the held delivery handed back", func() bool { return reported() != "[]" })
 	if got, want := reported(), "[b/held/zone]"; got != want {
 		t.Errorf("reports after the zone change = %s, want %s", got, want)
 	}
