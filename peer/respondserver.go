@@ -129,7 +129,8 @@ type respondStream struct {
 	due     time.Time            // when silence was due to fire; watchSilence's own
 
 	// ackMu guards acks: per leg, the highest seq handled and not yet
-	// acked; unsent counts the items handled since acks were last written.
+	// acked; unsent and unsentBytes count the items and the output bytes
+	// handled since acks were last written.
 	ackMu       sync.Mutex
 	acks        map[inLegKey]uint64
 	unsent      int
