@@ -133,16 +133,12 @@ func TestLaneStallFallsBackInOrder(t *testing.T) {
 	if got := asked.Load(); got != 2*n {
 		t.Errorf("AckTimeout asked %d times, want %d", got, 2*n)
 	}
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_unary_fallbacks_total":       1,
 		"switchyard_peer_ack_deadline_expiries_total": 1,
 		"switchyard_peer_streams_opened_total":        2, // re-opened by the next message
 		"switchyard_peer_stream_idle_closes_total":    0,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	// Each message counted once, by whichever path carried it.
 	streamed := counter(t, r.reg, "switchyard_peer_deliveries_streamed_total", nil)
 	if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": "deliver"}); got != 2*n {
@@ -248,14 +244,10 @@ func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 	if len(h.forwarded()) != 0 {
 		t.Errorf("the dispatcher got %d forwards", len(h.forwarded()))
 	}
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_unary_fallbacks_total": 0,
 		"switchyard_peer_send_failures_total":   0,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	for _, c := range []struct {
 		kind, reason string
 		want         float64
@@ -295,16 +287,12 @@ func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, "the lane gone", func() bool { return series(t, r.reg, "switchyard_peer_queue_messages") == 0 })
 	}
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_streams_opened_total":      2,
 		"switchyard_peer_stream_idle_closes_total":  2,
 		"switchyard_peer_unary_fallbacks_total":     0,
 		"switchyard_peer_deliveries_streamed_total": 2,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	checkOnceInOrder(t, h.messages(), "j", 2)
 }
 
@@ -330,15 +318,11 @@ func TestBurstyLaneDoesNotChurn(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 5*bursts })
 	checkOnceInOrder(t, h.messages(), "j", 5*bursts)
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_streams_opened_total":     1,
 		"switchyard_peer_stream_idle_closes_total": 0,
 		"switchyard_peer_unary_fallbacks_total":    0,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 }
 
 // Heartbeats keep a lane's stream alive while its receiver is busy with a
@@ -358,15 +342,11 @@ func TestHeartbeatsKeepABusyLaneAlive(t *testing.T) {
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 4 })
 	waitSent(t, r, "b")
 	checkOnceInOrder(t, h.messages(), "j", 4)
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_streams_opened_total":      1,
 		"switchyard_peer_unary_fallbacks_total":     0,
 		"switchyard_peer_deliveries_streamed_total": 4,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 }
 
 // proxy forwards TCP connections to target until paused: then it holds
@@ -733,15 +713,11 @@ func TestForwardOverTheLane(t *testing.T) {
 	if n != 1 {
 		t.Errorf("dispatcher asked %d times about the slow job, want once", n)
 	}
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_unary_fallbacks_total":       1,
 		"switchyard_peer_ack_deadline_expiries_total": 1,
 		"switchyard_peer_deliveries_streamed_total":   2,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	if got := counter(t, r.reg, "switchyard_peer_messages_total", map[string]string{"kind": "forward"}); got != 3 {
 		t.Errorf("forwards counted = %v, want 3", got)
 	}

@@ -69,6 +69,17 @@ func newClient(t *testing.T, node string, secret []byte) *peer.Client {
 	return c
 }
 
+// wantCounters fails t for each unlabelled metric in want whose value in reg
+// is not the one given.
+func wantCounters(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
+	t.Helper()
+	for name, w := range want {
+		if got := counter(t, reg, name, nil); got != w {
+			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+}
+
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()

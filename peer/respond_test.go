@@ -133,16 +133,12 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	checkLeg(t, p.hb.messages(), "a", "j2", n, &e2)
 	waitFor(t, 5*time.Second, "the legs closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	waitSent(t, p.ra, "b")
-	for name, want := range map[string]float64{
+	wantCounters(t, p.ra.reg, map[string]float64{
 		"switchyard_peer_reply_legs_ended_total":   2,
 		"switchyard_peer_messages_dropped_total":   0,
 		"switchyard_peer_send_failures_total":      0,
 		"switchyard_peer_reply_backpressure_total": 0,
-	} {
-		if got := counter(t, p.ra.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
 		t.Errorf("legs ended by their end = %v, want 2", got)
 	}

@@ -108,15 +108,11 @@ func TestLaneZoneTest(t *testing.T) {
 	if got, want := reported(), "[b/held/zone b/old/zone b/unlabelled/zone]"; got != want {
 		t.Errorf("reports = %s, want %s", got, want)
 	}
-	for name, want := range map[string]float64{
+	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_stream_zone_closes_total": 2, // z1 → z2, z2 → none
 		"switchyard_peer_streams_opened_total":     3,
 		"switchyard_peer_unary_fallbacks_total":    0,
-	} {
-		if got := counter(t, r.reg, name, nil); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
+	})
 	if got := counter(t, r.reg, "switchyard_peer_messages_undeliverable_total", map[string]string{"reason": "zone"}); got != 3 {
 		t.Errorf("undeliverable{reason=zone} = %v, want 3", got)
 	}
