@@ -143,8 +143,8 @@ type replyLeg struct {
 	r        *Router
 	key      legKey
 	deadline time.Time
-	// queueName is the job's queue when the leg was opened ahead of its
-	// first message (Expect).
+	// queueName is the job's queue, for its open frame: given by Expect or
+	// by the message that opened the leg.
 	queueName string
 	wake      chan struct{} // capacity 1: "something was queued"
 
@@ -504,7 +504,7 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 func (l *replyLeg) openOf() *pb.RespondOpen {
 	r := l.r
 	return &pb.RespondOpen{
-		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queue(),
+		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queueName,
 		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
 	}
 }
@@ -713,6 +713,13 @@ func (t *replyTrunk) retire() {
 	}
 }
 
+// leg is the open leg of binding (job, gen) to t's node, nil if none.
+func (t *replyTrunk) leg(job string, gen uint64) *replyLeg {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.r.legs[legKey{t.node, job, gen}]
+}
+
 // read reads the ingress's frames: each ack to its leg, a cancel to the
 // node's Handler (at once: the legs may be blocked in Send). Every frame
 // proves the ingress alive.
@@ -731,9 +738,7 @@ func (t *replyTrunk) read() {
 		st.silence.Reset(silentIntervals * hb)
 		switch b := c.GetBody().(type) {
 		case *pb.RespondControl_Ack:
-			r.mu.Lock()
-			l := r.legs[legKey{t.node, b.Ack.GetJobId(), b.Ack.GetGeneration()}]
-			r.mu.Unlock()
+			l := t.leg(b.Ack.GetJobId(), b.Ack.GetGeneration())
 			if l == nil {
 				continue // it ended meanwhile
 			}
@@ -745,28 +750,11 @@ func (t *replyTrunk) read() {
 			default:
 			}
 		case *pb.RespondControl_Cancel:
-			r.mu.Lock()
-			l := r.legs[legKey{t.node, b.Cancel.GetJobId(), b.Cancel.GetGeneration()}]
-			r.mu.Unlock()
-			if l != nil {
+			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
 				l.takeCancel(b.Cancel)
 			}
 		}
 	}
-}
-
-// queue is the job's queue, from any of its messages (for logs and the
-// open frame).
-func (l *replyLeg) queue() string {
-	if len(l.unacked) > 0 {
-		return l.unacked[0].msg.GetQueue()
-	}
-	l.r.mu.Lock()
-	defer l.r.mu.Unlock()
-	if len(l.pending) > 0 {
-		return l.pending[0].msg.GetQueue()
-	}
-	return l.queueName
 }
 
 // takeCancel hands the ingress's cancel to the node's Handler, once, and
