@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -110,7 +111,10 @@ var (
 // falls on all of them rather than on whichever ran then. The jobs run in
 // the parent; each sub-benchmark c=C/SETUP only reports that setup's
 // pooled figures: time from POST to the first output event and to the
-// done event (p50, p99, µs), jobs/s, and ns/op as wall time per job.
+// done event (p50, p99, µs), the process's CPU time per job (client, nodes,
+// workers and relay all run in it, so this is the whole system's cost of a
+// job; steadier than latency on a shared machine), jobs/s, and ns/op as
+// wall time per job.
 // -benchtime does not apply (use 1x: the sub-benchmarks do no work). At
 // the end a table, printed to stdout, puts the setups side by side with
 // the ratios cross-node/co-located and cross-node/relay.
@@ -214,7 +218,10 @@ func BenchmarkCluster(b *testing.B) {
 				}
 				runtime.GC() // each run starts from a collected heap
 				before := clusterTraffic(b, nodes)
-				results[name].Add(benchkit.Run(ctx, client, s.target, body, count, c))
+				cpu := processCPU(b)
+				r := benchkit.Run(ctx, client, s.target, body, count, c)
+				r.CPU = processCPU(b) - cpu
+				results[name].Add(r)
 				if s.cluster {
 					// Let trailing messages (an unbind, a late reply) be
 					// counted and the last jobs be forgotten.
@@ -253,6 +260,18 @@ func startRelayWorker(tb testing.TB, r *benchkit.Relay, cfg worker.Config) {
 	}
 }
 
+// processCPU is the CPU time (user and system) this process has used: in
+// BenchmarkCluster every part of every setup runs in it, so the CPU spent
+// while a setup ran is that setup's cost per job, a figure far steadier
+// than latency on a shared two-core machine.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // reportLoad reports r as the sub-benchmark's result; the sub-benchmark
@@ -266,6 +285,7 @@ func reportLoad(b *testing.B, r benchkit.Result) {
 	b.ReportMetric(us(benchkit.Percentile(r.Last, 50)), "last-p50-µs")
 	b.ReportMetric(us(benchkit.Percentile(r.Last, 99)), "last-p99-µs")
 	b.ReportMetric(r.JobsPerSec(), "jobs/s")
+	b.ReportMetric(us(r.CPUPerJob()), "cpu-µs/job")
 	if r.Failed > 0 {
 		b.ReportMetric(float64(r.Failed), "failed")
 	}
@@ -291,6 +311,7 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 		{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
 		{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
 		{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
+		{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
 		{"jobs/s", benchkit.Result.JobsPerSec},
 	}
 	ratios := [][2]string{
@@ -299,7 +320,7 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 	}
 	for _, c := range levels {
 		key := func(setup string) string { return fmt.Sprintf("c=%d/%s", c, setup) }
-		fmt.Fprintf(&sb, "\nconcurrency %d (µs; jobs/s)\n", c)
+		fmt.Fprintf(&sb, "\nconcurrency %d (µs; cpu/job: the whole process's CPU µs per job; jobs/s)\n", c)
 		fmt.Fprintf(&sb, "  %-30s", "setup")
 		for _, m := range metrics {
 			fmt.Fprintf(&sb, " %10s", m.name)

@@ -33,6 +33,18 @@ type Result struct {
 	First, Last []time.Duration
 	Failed      int
 	Wall        time.Duration
+	// CPU is the process's CPU time (user and system) while the level
+	// ran, set by a caller whose process holds every part of the system
+	// (BenchmarkCluster: client, nodes, workers, relay); zero otherwise.
+	CPU time.Duration
+}
+
+// CPUPerJob is CPU over the jobs run (completed or failed); 0 if unknown.
+func (r Result) CPUPerJob() time.Duration {
+	if n := len(r.Last) + r.Failed; n > 0 {
+		return r.CPU / time.Duration(n)
+	}
+	return 0
 }
 
 // JobsPerSec is the completed jobs per second of wall time.
@@ -135,4 +147,5 @@ func (r *Result) Add(o Result) {
 	r.Last = append(r.Last, o.Last...)
 	r.Failed += o.Failed
 	r.Wall += o.Wall
+	r.CPU += o.CPU
 }
