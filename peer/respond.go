@@ -492,11 +492,7 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 		}
 	}
 	l.held, l.openDue = false, true
-	for _, it := range l.unacked {
-		if !l.sendItem(it) {
-			break
-		}
-	}
+	l.sendRun(l.unacked)
 	return ""
 }
 
@@ -521,18 +517,45 @@ func (l *replyLeg) sendOpen() {
 	}
 }
 
-// sendItem sends it on the leg's trunk, with the leg's open if the
-// ingress does not hold the leg.
-func (l *replyLeg) sendItem(it *legItem) bool {
-	f := &pb.RespondItem{Seq: it.seq, Message: it.msg}
-	if !l.held {
-		f.Open = l.openOf()
+// sendRun sends items, in order, on the leg's trunk: as many to a frame as
+// the peer message limit allows. False once the trunk failed.
+func (l *replyLeg) sendRun(items []*legItem) bool {
+	for len(items) > 0 {
+		n, size := 0, 0
+		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
+			size += items[n].size + respondOverhead
+			n++
+		}
+		if !l.sendFrame(items[:n]) {
+			return false
+		}
+		items = items[n:]
+	}
+	return true
+}
+
+// sendFrame sends items in one frame, each with the leg's open if the
+// ingress does not hold the leg when it comes to it (the first, or one
+// after a final item: the ingress forgot the leg there).
+func (l *replyLeg) sendFrame(items []*legItem) bool {
+	held := l.held
+	fs := make([]*pb.RespondItem, len(items))
+	for i, it := range items {
+		fs[i] = &pb.RespondItem{Seq: it.seq, Message: it.msg}
+		if !held {
+			fs[i].Open = l.openOf()
+		}
+		held = !it.final
 	}
 	l.openDue = false
-	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: f}}) {
+	f := &pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: fs[0]}}
+	if len(fs) > 1 {
+		f.Body = &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}
+	}
+	if !l.t.send(f) {
 		return false
 	}
-	l.held = !it.final
+	l.held = held
 	return true
 }
 
@@ -781,13 +804,19 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 	l.stopOnce.Do(func() { close(l.stop) })
 }
 
-// fill sends queued messages while the in-flight bounds allow.
+// fill sends queued messages while the in-flight bounds allow: what was
+// queued since the leg last sent goes in as few frames as it can (see
+// RespondItems; a fast worker queues several outputs while one is sent).
 func (l *replyLeg) fill() {
 	r := l.r
-	for l.t != nil && len(l.unacked) < replyInFlight {
+	if l.t == nil {
+		return
+	}
+	from := len(l.unacked)
+	for len(l.unacked) < replyInFlight {
 		it := l.take()
 		if it == nil {
-			return
+			break
 		}
 		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
 			r.undeliverable(l.key.node, it.msg, nil, reason, err)
@@ -800,10 +829,9 @@ func (l *replyLeg) fill() {
 		}
 		l.unacked = append(l.unacked, it)
 		l.unackedBytes += it.size
-		if !l.sendItem(it) {
-			return
-		}
 	}
+	// What a failed send leaves unsent is unacked: the next trunk gets it.
+	l.sendRun(l.unacked[from:])
 }
 
 // take removes the next queued message and numbers it: nil when none, or

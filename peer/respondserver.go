@@ -376,6 +376,9 @@ func (rs *respondStream) read(h Handler) {
 	if open == nil {
 		open = f.GetItem().GetOpen()
 	}
+	if its := f.GetItems().GetItems(); open == nil && len(its) > 0 {
+		open = its[0].GetOpen()
+	}
 	if open == nil || open.GetJobId() == "" {
 		rs.cancel(errRespondOpen)
 		return
@@ -397,6 +400,71 @@ func (rs *respondStream) read(h Handler) {
 			rs.busy.Store(false)
 		}
 	}
+	// item handles one item (alone in its frame, or one of a run): false
+	// when the reader must stop.
+	item := func(it *pb.RespondItem) bool {
+		if rs.ctx.Err() != nil {
+			// Not handled: the host resends it on its next trunk.
+			return false
+		}
+		if o := it.GetOpen(); o != nil {
+			if o.GetJobId() == "" {
+				rs.cancel(errRespondOpen)
+				return false
+			}
+			openLeg(o)
+		}
+		m := it.GetMessage()
+		k := inLegKey{rs.from, m.GetJobId(), m.GetGeneration()}
+		leg := legs[k]
+		if leg == nil {
+			rs.s.cfg.Metrics.invalid.Inc()
+			rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
+			return true
+		}
+		// Time spent in the Handler is this node's, not the host's
+		// silence: watchSilence does not count it.
+		rs.busy.Store(true)
+		latest := rs.handleItem(h, leg, it)
+		rs.last.Store(time.Now().UnixNano())
+		rs.busy.Store(false)
+		// Acks are cumulative per leg, so most can wait: one ack per item
+		// would double the frames (and write syscalls) of a streaming job.
+		// Ack at once what ends a leg (the host ends it on that), and
+		// whenever ackEvery items or ackBytes of output went unacked, so
+		// every leg's in-flight window keeps moving (a few large outputs
+		// fill it long before 32 items); the rest goes with the next
+		// heartbeat tick.
+		final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
+		rs.ackMu.Lock()
+		if s := it.GetSeq(); s >= rs.acks[k] {
+			rs.acks[k] = s
+		}
+		rs.unsent++
+		rs.unsentBytes += len(m.GetOutput())
+		now := final || rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes
+		if now {
+			rs.unsent, rs.unsentBytes = 0, 0
+		}
+		rs.ackMu.Unlock()
+		// A final seen again (resent after its ack was lost) forgets the
+		// leg only if nothing came after it: what did is a newer opening
+		// of the leg.
+		if final && latest {
+			// Nothing of the leg comes after its last item (a host with
+			// more sends a new open first): forget it now. Its ack is on
+			// its way.
+			delete(legs, k)
+			rs.s.finishLeg(rs, leg)
+		}
+		if now {
+			select {
+			case rs.kick <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
 	for first := true; ; first = false {
 		if !first { // the first frame was read above
 			if f, err = rs.st.Recv(); errors.Is(err, io.EOF) {
@@ -410,64 +478,13 @@ func (rs *respondStream) read(h Handler) {
 		}
 		switch b := f.GetBody().(type) {
 		case *pb.RespondFrame_Item:
-			if rs.ctx.Err() != nil {
-				// Not handled: the host resends it on its next trunk.
+			if !item(b.Item) {
 				return
 			}
-			if o := b.Item.GetOpen(); o != nil {
-				if o.GetJobId() == "" {
-					rs.cancel(errRespondOpen)
+		case *pb.RespondFrame_Items:
+			for _, it := range b.Items.GetItems() {
+				if !item(it) {
 					return
-				}
-				openLeg(o)
-			}
-			m := b.Item.GetMessage()
-			k := inLegKey{rs.from, m.GetJobId(), m.GetGeneration()}
-			leg := legs[k]
-			if leg == nil {
-				rs.s.cfg.Metrics.invalid.Inc()
-				rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
-				continue
-			}
-			// Time spent in the Handler is this node's, not the host's
-			// silence: watchSilence does not count it.
-			rs.busy.Store(true)
-			latest := rs.handleItem(h, leg, b.Item)
-			rs.last.Store(time.Now().UnixNano())
-			rs.busy.Store(false)
-			// Acks are cumulative per leg, so most can wait: one ack per
-			// item would double the frames (and write syscalls) of a
-			// streaming job. Ack at once what ends a leg (the host ends it
-			// on that), and whenever ackEvery items or ackBytes of output
-			// went unacked, so every leg's in-flight window keeps moving (a
-			// few large outputs fill it long before 32 items); the rest
-			// goes with the next heartbeat tick.
-			final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
-			rs.ackMu.Lock()
-			if s := b.Item.GetSeq(); s >= rs.acks[k] {
-				rs.acks[k] = s
-			}
-			rs.unsent++
-			rs.unsentBytes += len(m.GetOutput())
-			now := final || rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes
-			if now {
-				rs.unsent, rs.unsentBytes = 0, 0
-			}
-			rs.ackMu.Unlock()
-			// A final seen again (resent after its ack was lost) forgets
-			// the leg only if nothing came after it: what did is a newer
-			// opening of the leg.
-			if final && latest {
-				// Nothing of the leg comes after its last item (a host with
-				// more sends a new open first): forget it now. Its ack is
-				// on its way.
-				delete(legs, k)
-				rs.s.finishLeg(rs, leg)
-			}
-			if now {
-				select {
-				case rs.kick <- struct{}{}:
-				default:
 				}
 			}
 		case *pb.RespondFrame_Open:

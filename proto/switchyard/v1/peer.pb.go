@@ -1426,6 +1426,7 @@ type RespondFrame struct {
 	//	*RespondFrame_Item
 	//	*RespondFrame_Heartbeat
 	//	*RespondFrame_End
+	//	*RespondFrame_Items
 	Body          isRespondFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1504,6 +1505,15 @@ func (x *RespondFrame) GetEnd() *RespondLegEnd {
 	return nil
 }
 
+func (x *RespondFrame) GetItems() *RespondItems {
+	if x != nil {
+		if x, ok := x.Body.(*RespondFrame_Items); ok {
+			return x.Items
+		}
+	}
+	return nil
+}
+
 type isRespondFrame_Body interface {
 	isRespondFrame_Body()
 }
@@ -1531,6 +1541,15 @@ type RespondFrame_End struct {
 	End *RespondLegEnd `protobuf:"bytes,4,opt,name=end,proto3,oneof"`
 }
 
+type RespondFrame_Items struct {
+	// items are several items of one leg, in order, handled as if each
+	// came in its own frame: what a leg queued while it was sending goes
+	// in one frame (a worker streaming fast outputs queues several), which
+	// saves the frames' encoding, transport wake-ups and reads at both
+	// ends. The first may carry the leg's open.
+	Items *RespondItems `protobuf:"bytes,5,opt,name=items,proto3,oneof"`
+}
+
 func (*RespondFrame_Open) isRespondFrame_Body() {}
 
 func (*RespondFrame_Item) isRespondFrame_Body() {}
@@ -1538,6 +1557,53 @@ func (*RespondFrame_Item) isRespondFrame_Body() {}
 func (*RespondFrame_Heartbeat) isRespondFrame_Body() {}
 
 func (*RespondFrame_End) isRespondFrame_Body() {}
+
+func (*RespondFrame_Items) isRespondFrame_Body() {}
+
+// RespondItems is a run of one leg's items.
+type RespondItems struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*RespondItem         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RespondItems) Reset() {
+	*x = RespondItems{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RespondItems) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RespondItems) ProtoMessage() {}
+
+func (x *RespondItems) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RespondItems.ProtoReflect.Descriptor instead.
+func (*RespondItems) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RespondItems) GetItems() []*RespondItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
 
 // RespondOpen names a leg: the binding (job, generation) whose replies it
 // carries. It is the leg's identity on the stream, not a routing message:
@@ -1568,7 +1634,7 @@ type RespondOpen struct {
 
 func (x *RespondOpen) Reset() {
 	*x = RespondOpen{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1646,7 @@ func (x *RespondOpen) String() string {
 func (*RespondOpen) ProtoMessage() {}
 
 func (x *RespondOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1659,7 @@ func (x *RespondOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondOpen.ProtoReflect.Descriptor instead.
 func (*RespondOpen) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RespondOpen) GetSession() string {
@@ -1657,7 +1723,7 @@ type RespondItem struct {
 
 func (x *RespondItem) Reset() {
 	*x = RespondItem{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1735,7 @@ func (x *RespondItem) String() string {
 func (*RespondItem) ProtoMessage() {}
 
 func (x *RespondItem) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1748,7 @@ func (x *RespondItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondItem.ProtoReflect.Descriptor instead.
 func (*RespondItem) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RespondItem) GetSeq() uint64 {
@@ -1721,7 +1787,7 @@ type RespondControl struct {
 
 func (x *RespondControl) Reset() {
 	*x = RespondControl{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1799,7 @@ func (x *RespondControl) String() string {
 func (*RespondControl) ProtoMessage() {}
 
 func (x *RespondControl) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1812,7 @@ func (x *RespondControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondControl.ProtoReflect.Descriptor instead.
 func (*RespondControl) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RespondControl) GetBody() isRespondControl_Body {
@@ -1824,7 +1890,7 @@ type RespondAck struct {
 
 func (x *RespondAck) Reset() {
 	*x = RespondAck{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1902,7 @@ func (x *RespondAck) String() string {
 func (*RespondAck) ProtoMessage() {}
 
 func (x *RespondAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1915,7 @@ func (x *RespondAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondAck.ProtoReflect.Descriptor instead.
 func (*RespondAck) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RespondAck) GetSeq() uint64 {
@@ -1884,7 +1950,7 @@ type RespondLegEnd struct {
 
 func (x *RespondLegEnd) Reset() {
 	*x = RespondLegEnd{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1962,7 @@ func (x *RespondLegEnd) String() string {
 func (*RespondLegEnd) ProtoMessage() {}
 
 func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1975,7 @@ func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondLegEnd.ProtoReflect.Descriptor instead.
 func (*RespondLegEnd) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RespondLegEnd) GetJobId() string {
@@ -2033,13 +2099,16 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xed\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xa2\x02\n" +
 	"\fRespondFrame\x120\n" +
 	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x120\n" +
 	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.RespondItemH\x00R\x04item\x12?\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x120\n" +
-	"\x03end\x18\x04 \x01(\v2\x1c.switchyard.v1.RespondLegEndH\x00R\x03endB\x06\n" +
-	"\x04body\"\xbf\x01\n" +
+	"\x03end\x18\x04 \x01(\v2\x1c.switchyard.v1.RespondLegEndH\x00R\x03end\x123\n" +
+	"\x05items\x18\x05 \x01(\v2\x1b.switchyard.v1.RespondItemsH\x00R\x05itemsB\x06\n" +
+	"\x04body\"@\n" +
+	"\fRespondItems\x120\n" +
+	"\x05items\x18\x01 \x03(\v2\x1a.switchyard.v1.RespondItemR\x05items\"\xbf\x01\n" +
 	"\vRespondOpen\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
@@ -2090,7 +2159,7 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_switchyard_v1_peer_proto_goTypes = []any{
 	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
 	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
@@ -2111,12 +2180,13 @@ var file_switchyard_v1_peer_proto_goTypes = []any{
 	(*DeliverAck)(nil),       // 16: switchyard.v1.DeliverAck
 	(*DeliverHandled)(nil),   // 17: switchyard.v1.DeliverHandled
 	(*RespondFrame)(nil),     // 18: switchyard.v1.RespondFrame
-	(*RespondOpen)(nil),      // 19: switchyard.v1.RespondOpen
-	(*RespondItem)(nil),      // 20: switchyard.v1.RespondItem
-	(*RespondControl)(nil),   // 21: switchyard.v1.RespondControl
-	(*RespondAck)(nil),       // 22: switchyard.v1.RespondAck
-	(*RespondLegEnd)(nil),    // 23: switchyard.v1.RespondLegEnd
-	nil,                      // 24: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(*RespondItems)(nil),     // 19: switchyard.v1.RespondItems
+	(*RespondOpen)(nil),      // 20: switchyard.v1.RespondOpen
+	(*RespondItem)(nil),      // 21: switchyard.v1.RespondItem
+	(*RespondControl)(nil),   // 22: switchyard.v1.RespondControl
+	(*RespondAck)(nil),       // 23: switchyard.v1.RespondAck
+	(*RespondLegEnd)(nil),    // 24: switchyard.v1.RespondLegEnd
+	nil,                      // 25: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	11, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
@@ -2127,7 +2197,7 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	0,  // 5: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
 	11, // 6: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
 	10, // 7: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	24, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	25, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
 	13, // 9: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
 	14, // 10: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
 	15, // 11: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
@@ -2137,30 +2207,32 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	17, // 15: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
 	15, // 16: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
 	5,  // 17: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
-	19, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
-	20, // 19: switchyard.v1.RespondFrame.item:type_name -> switchyard.v1.RespondItem
+	20, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
+	21, // 19: switchyard.v1.RespondFrame.item:type_name -> switchyard.v1.RespondItem
 	15, // 20: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	23, // 21: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
-	9,  // 22: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	19, // 23: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
-	22, // 24: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	15, // 25: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 26: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	2,  // 27: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 28: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 29: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 30: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 31: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 32: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 33: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 34: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 35: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	21, // 36: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	32, // [32:37] is the sub-list for method output_type
-	27, // [27:32] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	24, // 21: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
+	19, // 22: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
+	21, // 23: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
+	9,  // 24: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
+	20, // 25: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
+	23, // 26: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	15, // 27: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 28: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	2,  // 29: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 30: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 31: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 32: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 33: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 34: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 35: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 36: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 37: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	22, // 38: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -2186,8 +2258,9 @@ func file_switchyard_v1_peer_proto_init() {
 		(*RespondFrame_Item)(nil),
 		(*RespondFrame_Heartbeat)(nil),
 		(*RespondFrame_End)(nil),
+		(*RespondFrame_Items)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[20].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[21].OneofWrappers = []any{
 		(*RespondControl_Ack)(nil),
 		(*RespondControl_Heartbeat)(nil),
 		(*RespondControl_Cancel)(nil),
@@ -2198,7 +2271,7 @@ func file_switchyard_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
