@@ -34,6 +34,7 @@ type Metrics struct {
 	legSilences  *prometheus.CounterVec
 	legsEnded    *prometheus.CounterVec
 	legsOpen     prometheus.Gauge
+	replyFrames  prometheus.Counter
 }
 
 // kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
@@ -127,11 +128,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_peer_reply_legs_open",
 			Help: "Reply legs this node (as consumer host) has open: jobs of remote ingress nodes whose replies it carries, on its reply trunks (switchyard_peer_streams_open{kind=\"respond\"}).",
 		}),
+		replyFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_reply_frames_total",
+			Help: "Frames carrying reply-leg messages this node sent on its reply trunks (sends, resends included): the messages one leg queued while it was sending share a frame, so this against switchyard_peer_messages_total{kind=~\"reply|release\"} is how well they were batched.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
-			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen)
+			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}
 	return m
 }

@@ -555,6 +555,7 @@ func (l *replyLeg) sendFrame(items []*legItem) bool {
 	if !l.t.send(f) {
 		return false
 	}
+	l.r.m.replyFrames.Inc()
 	l.held = held
 	return true
 }

@@ -750,3 +750,37 @@ func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
 		t.Errorf("replies counted = %v, want %d", got, legs*(n+1))
 	}
 }
+
+// What a leg queued while it could not send (its in-flight bound reached:
+// the ingress stopped handling) goes in shared frames once it can, each
+// message handled once, in order.
+func TestRespondQueuedMessagesShareFrames(t *testing.T) {
+	p := startLegPair(t, 50*time.Millisecond, nil, nil)
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	open := func() { gateOnce.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	p.hb.block = func(m core.Message) { <-gate }
+	// More than the in-flight bound (256): the rest waits in the leg's
+	// queue until acks come.
+	const n = 600
+	for i := range n {
+		p.ra.Send("b", out("j", i))
+	}
+	p.ra.Send("b", end("j"))
+	open()
+	e := end("j")
+	waitFor(t, 20*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
+	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
+	frames := counter(t, p.ra.reg, "switchyard_peer_reply_frames_total", nil)
+	t.Logf("%d messages in %v frames", n+1, frames)
+	// At most the in-flight bound went one to a frame; what queued behind
+	// it goes as each ack (every 32 handled) makes room.
+	if frames < 1 || frames > 256+(n+1-256)/2 {
+		t.Errorf("%v frames for %d messages: want what was queued behind the in-flight bound to share frames", frames, n+1)
+	}
+	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n+1 {
+		t.Errorf("replies counted = %v, want %d", got, n+1)
+	}
+}
