@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"slices"
 	"sync"
 )
 
@@ -55,6 +56,17 @@ type History struct {
 	maxBytes  int64
 	ended     bool
 	wake      chan struct{}
+	// lagWaits are LagWait's waiters, each woken by the Append that takes
+	// the head past its bounds.
+	lagWaits []lagWait
+}
+
+// lagWait is one LagWait: wake c once the head's Seq passes seq or the
+// data appended in all passes cum bytes.
+type lagWait struct {
+	seq uint64
+	cum int64
+	c   chan struct{}
 }
 
 // NewHistory returns an empty history retaining at most maxEvents events and
@@ -85,6 +97,13 @@ func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) 
 	}
 	close(h.wake)
 	h.wake = make(chan struct{})
+	h.lagWaits = slices.DeleteFunc(h.lagWaits, func(w lagWait) bool {
+		if ev.Seq > w.seq || ev.cum > w.cum {
+			close(w.c)
+			return true
+		}
+		return false
+	})
 	return ev, true
 }
 
@@ -184,4 +203,46 @@ func (h *History) Lag(after uint64) (events int, bytes int64, wake <-chan struct
 	}
 	last := h.events[len(h.events)-1]
 	return len(h.events) - i, last.cum - h.events[i].cum + int64(len(h.events[i].Data)), h.wake
+}
+
+// LagWait is Lag for a reader that only needs to hear when the lag after
+// its cursor passes maxEvents or maxBytes (a stream's slow-consumer
+// watcher): over reports that it has; otherwise wake is closed by the
+// Append that takes the head past those bounds as measured from after —
+// not by every Append, so a stream that keeps up costs its watcher no
+// wake-up per event. The wait measures from the cursor it was given: a
+// reader that moved on checks again when woken. StopLagWait drops a wait
+// that is no longer wanted.
+func (h *History) LagWait(after uint64, maxEvents int, maxBytes int64) (events int, bytes int64, over bool, wake <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// base is the cursor as far as the retained events go, and baseCum the
+	// data appended up to it: the lag is what lies after base.
+	base, baseCum := after, int64(0)
+	if len(h.events) > 0 {
+		first := h.events[0]
+		switch {
+		case after < first.Seq:
+			base, baseCum = first.Seq-1, first.cum-int64(len(first.Data))
+		case after >= h.next-1:
+			base, baseCum = h.next-1, h.events[len(h.events)-1].cum
+		default:
+			baseCum = h.events[after-first.Seq].cum
+		}
+		events = int(h.next - 1 - base)
+		bytes = h.events[len(h.events)-1].cum - baseCum
+	}
+	if events > maxEvents || bytes > maxBytes {
+		return events, bytes, true, nil
+	}
+	c := make(chan struct{})
+	h.lagWaits = append(h.lagWaits, lagWait{seq: base + uint64(maxEvents), cum: baseCum + maxBytes, c: c})
+	return events, bytes, false, c
+}
+
+// StopLagWait drops the LagWait whose channel is wake, if it is waiting.
+func (h *History) StopLagWait(wake <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lagWaits = slices.DeleteFunc(h.lagWaits, func(w lagWait) bool { return w.c == wake })
 }

@@ -329,3 +329,86 @@ func TestHistorySkipToBoundsLag(t *testing.T) {
 		}
 	}
 }
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// LagWait agrees with Lag on the lag, and its channel is closed by the
+// append that takes the lag past a bound, not before.
+func TestHistoryLagWait(t *testing.T) {
+	h := core.NewHistory(100, 1<<20)
+	appendN(t, h, 5, 10) // seqs 1..5, 10 bytes each
+	for _, after := range []uint64{0, 1, 3, 5, 9} {
+		e, b, _ := h.Lag(after)
+		we, wb, over, _ := h.LagWait(after, 100, 1<<20)
+		if we != e || wb != b || over {
+			t.Errorf("LagWait(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
+		}
+	}
+
+	// By events: from cursor 3 (lag 2), a bound of 4 passes at seq 8.
+	_, _, over, wake := h.LagWait(3, 4, 1<<20)
+	if over {
+		t.Fatal("over before the bound")
+	}
+	appendN(t, h, 2, 10) // seqs 6, 7: lag 4
+	if closed(wake) {
+		t.Fatal("woken at the bound, not past it")
+	}
+	appendN(t, h, 1, 10) // seq 8: lag 5
+	if !closed(wake) {
+		t.Fatal("not woken past the events bound")
+	}
+	if e, _, over, _ := h.LagWait(3, 4, 1<<20); !over || e != 5 {
+		t.Errorf("LagWait past the bound = %d, %v; want 5, over", e, over)
+	}
+
+	// By bytes: from the head (seq 8), 25 bytes pass with the third event.
+	_, _, _, wake = h.LagWait(8, 100, 25)
+	appendN(t, h, 2, 10)
+	if closed(wake) {
+		t.Fatal("woken at 20 bytes for a bound of 25")
+	}
+	appendN(t, h, 1, 10)
+	if !closed(wake) {
+		t.Fatal("not woken past the bytes bound")
+	}
+
+	// A stopped wait is never closed, and Append forgets it.
+	_, _, _, wake = h.LagWait(h.Head(), 1, 1<<20)
+	h.StopLagWait(wake)
+	appendN(t, h, 3, 10)
+	if closed(wake) {
+		t.Error("a stopped wait was closed")
+	}
+}
+
+// A cursor at or before the oldest retained event counts what is retained,
+// as Lag does.
+func TestHistoryLagWaitPastRetention(t *testing.T) {
+	h := core.NewHistory(3, 1<<20)
+	appendN(t, h, 6, 10) // retains 4..6
+	for _, after := range []uint64{0, 2, 3, 4} {
+		e, b, _ := h.Lag(after)
+		we, wb, over, wake := h.LagWait(after, 5, 1<<20)
+		if we != e || wb != b || over {
+			t.Errorf("LagWait(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
+		}
+		h.StopLagWait(wake)
+	}
+	_, _, _, wake := h.LagWait(0, 4, 1<<20) // lag 3 (4..6)
+	appendN(t, h, 1, 10)
+	if closed(wake) {
+		t.Fatal("woken at the bound")
+	}
+	appendN(t, h, 1, 10)
+	if !closed(wake) {
+		t.Fatal("not woken past the bound")
+	}
+}

@@ -405,13 +405,16 @@ func (o *overflow) get() (int, int64, bool) {
 	}
 }
 
-// watch wakes on every append to the job and aborts the stream's writer as
-// soon as what was appended since the stream opened, and not yet written,
-// passes a bound. It owns nothing but its loop; Run stops and waits for it.
+// watch aborts the stream's writer as soon as what was appended since the
+// stream opened, and not yet written, passes a bound. It sleeps until an
+// append takes the job past the bound as measured from the writer's
+// position when it last looked (History.LagWait), so a stream that keeps
+// up costs no wake-up per event; woken, it looks again from where the
+// writer is now. It owns nothing but its loop; Run stops and waits for it.
 func watch(h *core.History, written *atomic.Uint64, base uint64, p Policy, over *overflow, sink Sink, stopc <-chan struct{}) {
 	for {
-		e, b, wake := h.Lag(max(written.Load(), base))
-		if e > p.MaxLagEvents || b > p.MaxLagBytes {
+		e, b, passed, wake := h.LagWait(max(written.Load(), base), p.MaxLagEvents, p.MaxLagBytes)
+		if passed {
 			over.set(e, b)
 			sink.Abort(time.Now().Add(abortGrace(p)))
 			return
@@ -419,6 +422,7 @@ func watch(h *core.History, written *atomic.Uint64, base uint64, p Policy, over 
 		select {
 		case <-wake:
 		case <-stopc:
+			h.StopLagWait(wake)
 			return
 		}
 	}
