@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,6 +233,8 @@ type replyTrunk struct {
 	lastSend atomic.Int64
 	// idled: closed for idleness (the reader's EOF is not a failure).
 	idled atomic.Bool
+	// items: the ingress reads RespondItems frames (its headers say so).
+	items atomic.Bool
 
 	// Under r.mu.
 	users     int       // legs open on it
@@ -518,11 +521,13 @@ func (l *replyLeg) sendOpen() {
 }
 
 // sendRun sends items, in order, on the leg's trunk: as many to a frame as
-// the peer message limit allows. False once the trunk failed.
+// the peer message limit allows, if the ingress reads RespondItems. False
+// once the trunk failed.
 func (l *replyLeg) sendRun(items []*legItem) bool {
+	batch := l.t.items.Load()
 	for len(items) > 0 {
 		n, size := 0, 0
-		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
+		for n < len(items) && (n == 0 || batch && size+items[n].size+respondOverhead <= l.r.maxPost) {
 			size += items[n].size + respondOverhead
 			n++
 		}
@@ -752,6 +757,11 @@ func (t *replyTrunk) read() {
 	defer st.wg.Done()
 	r := t.r
 	hb := r.cfg.Heartbeat
+	// Headers come first (an ingress sends them as the stream starts);
+	// an error here is Recv's too.
+	if md, err := st.cs.Header(); err == nil && slices.Contains(md.Get(respondFeaturesKey), respondFeatureItems) {
+		t.items.Store(true)
+	}
 	for {
 		c, err := st.cs.Recv()
 		if err != nil {

@@ -11,9 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Tests of reply legs: one per binding, from the consumer host ("a" here)
@@ -782,5 +786,76 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n+1 {
 		t.Errorf("replies counted = %v, want %d", got, n+1)
+	}
+}
+
+// earlierIngress serves Respond as a node of the version before
+// RespondItems: it names no features in its headers and fails a trunk on
+// a frame it does not know. It acks every item.
+type earlierIngress struct {
+	pb.UnimplementedPeerServiceServer
+	mu    sync.Mutex
+	items []*pb.RespondItem
+	bad   int // frames it did not know
+}
+
+func (e *earlierIngress) Respond(st pb.PeerService_RespondServer) error {
+	for {
+		f, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		it := f.GetItem()
+		if it == nil {
+			if f.GetOpen() == nil && f.GetHeartbeat() == nil && f.GetEnd() == nil {
+				e.mu.Lock()
+				e.bad++
+				e.mu.Unlock()
+				return status.Error(codes.InvalidArgument, "unknown frame")
+			}
+			continue
+		}
+		e.mu.Lock()
+		e.items = append(e.items, it)
+		e.mu.Unlock()
+		m := it.GetMessage()
+		if err := st.Send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{
+			Seq: it.GetSeq(), JobId: m.GetJobId(), Generation: m.GetGeneration()}}}); err != nil {
+			return nil
+		}
+	}
+}
+
+// A host sends an ingress that does not list "items" in its Respond
+// headers one item per frame, however many it queued.
+func TestRespondItemsOnlyToAnIngressThatReadsThem(t *testing.T) {
+	ing := &earlierIngress{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterPeerServiceServer(gs, ing)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	ra := newRouter(t, "a", secret, newBook("b", lis.Addr().String()).Addr, fastLanes(5*time.Second, 15*time.Second, time.Second))
+	const n = 300 // past the in-flight bound: most wait in the queue
+	for i := range n {
+		ra.Send("b", out("j", i))
+	}
+	ra.Send("b", end("j"))
+	waitFor(t, 10*time.Second, "the leg closed", func() bool { return legsOpen(t, ra) == 0 })
+	ing.mu.Lock()
+	defer ing.mu.Unlock()
+	if ing.bad != 0 || len(ing.items) != n+1 {
+		t.Fatalf("the earlier ingress got %d items and %d frames it does not know, want %d and 0", len(ing.items), ing.bad, n+1)
+	}
+	for i, it := range ing.items {
+		if i < n && string(it.GetMessage().GetOutput()) != fmt.Sprintf(`{"i":%d}`, i) {
+			t.Fatalf("item %d is %s", i, it.GetMessage().GetOutput())
+		}
+	}
+	if got := counter(t, ra.reg, "switchyard_peer_reply_frames_total", nil); got != n+1 {
+		t.Errorf("%v frames for %d items, want one each", got, n+1)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -141,6 +142,15 @@ type respondStream struct {
 	cancels []*inLeg            // legs whose cancel is to be written on it
 }
 
+// respondFeaturesKey is the Respond response header in which the ingress
+// lists the frames it reads beyond a trunk's first protocol: "items"
+// (RespondItems). A host sends a leg's queued items one to a frame to an
+// ingress that lists nothing, as to a node of an earlier version.
+const (
+	respondFeaturesKey  = "switchyard-respond-features"
+	respondFeatureItems = "items"
+)
+
 // Respond receives one host's reply trunk: it handles each leg's replies
 // and release in order, once each across the trunks that carry the leg
 // (see inLeg), acks them per leg after the Handler returns, heartbeats at
@@ -155,6 +165,11 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 	}
 	h, err := s.getHandler()
 	if err != nil {
+		return err
+	}
+	// The headers go at once: they tell the host which frames this node
+	// reads (a host sends RespondItems only to a node that says so).
+	if err := st.SendHeader(metadata.Pairs(respondFeaturesKey, respondFeatureItems)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(st.Context())
