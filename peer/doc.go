@@ -21,7 +21,8 @@
 // after a failure, and blocks rather than drops: a slow ingress makes
 // Router.Room ask the worker session to stop reading its worker. The legs
 // from one host to one ingress are multiplexed on one Respond stream, the
-// host's reply trunk to it (respond.go, respondserver.go). A binding's only message (an end or a release with no
+// host's reply trunk to it (respond.go, respondserver.go); what a leg queued
+// while it was sending goes in one frame. A binding's only message (an end or a release with no
 // leg open) goes by one FIFO per node as batched Posts, one in flight per
 // node, a failed batch resent unchanged before anything behind it. Every
 // message carries a (session, sequence) pair so a resend is never handled

@@ -201,10 +201,10 @@ const readBatch = 64
 // The stream's queue is what was appended to the job after the stream
 // opened and is not yet written: a replay of history that already existed
 // is catch-up, not lag, so a client that resumes far back is never judged
-// slow for it. A watcher goroutine (Terminate streams only) checks that
-// queue on every append, so a writer blocked on a client that stopped
-// reading is aborted the moment the bound is passed, not when the write
-// finally returns.
+// slow for it. A watcher goroutine (Terminate streams only) is woken by
+// the append that takes that queue past its bound, so a writer blocked on
+// a client that stopped reading is aborted the moment the bound is passed,
+// not when the write finally returns.
 func Run(ctx context.Context, req Request, sink Sink) Result {
 	p := req.Policy
 	start := time.Now()
