@@ -37,6 +37,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"default-ttl", func(c *switchyard.Config) { c.Engine.Limits.DefaultTTL = c.Engine.Limits.MaxTTL * 2 }},
 		{"stream-heartbeat", func(c *switchyard.Config) { c.HTTP.Stream.Heartbeat = c.HTTP.Stream.Idle }},
 		{"worker-idle-timeout", func(c *switchyard.Config) { c.Workers.IdleTimeout = c.Workers.HeartbeatInterval }},
+		{"worker-setup-timeout", func(c *switchyard.Config) { c.Workers.SetupTimeout = 0 }},
 		// A stream bound at or above the history's: a slow stream would get
 		// resync instead of terminate-and-resume.
 		{"stream-max-events", func(c *switchyard.Config) { c.HTTP.Stream.MaxLagEvents = c.Engine.HistoryEvents }},

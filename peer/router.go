@@ -235,7 +235,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, cfg.AckTimeoutCeiling)}
 	}
 	if silentIntervals*cfg.Heartbeat >= ClientKeepaliveTime {
-		return nil, &core.ConfigError{Field: "peer-stream-heartbeat", Value: cfg.Heartbeat,
+		return nil, &core.ConfigError{Field: "peer-heartbeat-interval", Value: cfg.Heartbeat,
 			Err: fmt.Errorf("%w: %d intervals must be under %s", ErrHeartbeatTooLong, silentIntervals, ClientKeepaliveTime)}
 	}
 	if cfg.Metrics == nil {

@@ -79,3 +79,15 @@ func TestHTTPWriteBufferFlag(t *testing.T) {
 		t.Fatalf("SWITCHYARD_HTTP_WRITE_BUFFER=0 gave %d", cfg.HTTP.WriteBuffer)
 	}
 }
+
+// A setting a config error names by its flag has that flag.
+func TestWorkerSetupTimeoutFlag(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg, _ := nodeFlags(fs)
+	if err := parseFlags(fs, []string{"--worker-setup-timeout", "7s"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Workers.SetupTimeout != 7*time.Second {
+		t.Fatalf("--worker-setup-timeout 7s gave %v", cfg.Workers.SetupTimeout)
+	}
+}

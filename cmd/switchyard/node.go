@@ -91,6 +91,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	signing := fs.String("resume-signing-key", "", "key id that signs resume tokens (the others only verify)")
 	fs.DurationVar(&cfg.Workers.HeartbeatInterval, "heartbeat-interval", cfg.Workers.HeartbeatInterval, "worker session heartbeat interval")
 	fs.DurationVar(&cfg.Workers.IdleTimeout, "worker-idle-timeout", cfg.Workers.IdleTimeout, "end a worker session silent this long")
+	fs.DurationVar(&cfg.Workers.SetupTimeout, "worker-setup-timeout", cfg.Workers.SetupTimeout, "a connecting worker must say hello within this")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	finish := func() error {
