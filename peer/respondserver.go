@@ -53,6 +53,14 @@ const (
 	// inLegSweep: legs no stream has held past their memory are swept at
 	// most this often.
 	inLegSweep = time.Minute
+	// finishedLegMemory is how long a leg is remembered after its last
+	// item was handled: a host whose trunk failed before that item's ack
+	// reached it resends the leg's unacked tail on its next trunk (after
+	// up to three heartbeat intervals to notice, and its backoff), and
+	// finds the leg's numbers here, so nothing is handled twice. A resend
+	// later than that is handled again, and is stale at the engine (the
+	// job ended, or moved to a new generation).
+	finishedLegMemory = 10 * time.Second
 )
 
 // Errors a Respond stream ends with.
@@ -72,12 +80,13 @@ type inLegKey struct {
 // inLeg is what the server knows of one reply leg, across the trunks that
 // carry it (a host opens the leg again on its next trunk when one fails):
 // the numbers it handled, the trunk that holds it now, and the job's
-// cancel once there is one. It is forgotten once its last item (an end or
-// a release) is handled, or the host ends it without one (an end frame),
-// or when its trunk went silent, or when no trunk held it for its memory
-// (attachLeg sweeps). A host that resends the last item (its ack was lost
-// with a trunk) opens the leg again: what the leg carries again then is
-// stale at the engine, whose job has ended or moved to a new generation.
+// cancel once there is one. Once its last item (an end or a release) is
+// handled, or the host ended it without one (an end frame), it is done:
+// kept for finishedLegMemory, so a host that resends the last item (its
+// ack was lost with a trunk) opens it again with its numbers and nothing
+// is handled twice, then forgotten. It is also forgotten when its trunk
+// went silent, or when no trunk held it for its memory (attachLeg
+// sweeps).
 type inLeg struct {
 	key inLegKey
 
@@ -93,6 +102,14 @@ type inLeg struct {
 	cancelOn      *respondStream  // the trunk the cancel was last written on
 	cancelCounted bool
 	forget        time.Time // while no trunk holds it: dropped after
+	done          bool      // its last item was handled (see finishLeg)
+}
+
+// finishedLeg is an entry of Server.finished: a leg done at, to forget
+// once until passed (unless it was opened again since).
+type finishedLeg struct {
+	l     *inLeg
+	until time.Time
 }
 
 // respondStream is one Respond call: a reply trunk from one host, which
@@ -258,7 +275,8 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 		}
 		delete(old.held, k)
 	}
-	l.cur = rs
+	// A done leg opened again is a resend of its tail: skipped by number.
+	l.cur, l.done = rs, false
 	rs.held[k] = l
 	l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
 	if l.cancel != nil {
@@ -271,8 +289,9 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 	return l
 }
 
-// finishLeg forgets a leg whose last item rs handled, or that the host
-// ended on rs without one.
+// finishLeg marks done a leg whose last item rs handled, or that the host
+// ended on rs without one: rs no longer holds it, and it is forgotten
+// after finishedLegMemory unless the host opens it again meanwhile.
 func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,8 +300,29 @@ func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
 	}
 	l.cur = nil
 	delete(rs.held, l.key)
+	now := time.Now()
 	if s.inLegs[l.key] == l {
-		delete(s.inLegs, l.key)
+		l.done, l.forget = true, now.Add(finishedLegMemory)
+		s.finished = append(s.finished, finishedLeg{l, l.forget})
+	}
+	s.pruneFinishedLocked(now)
+}
+
+// pruneFinishedLocked forgets the done legs whose memory ran out. Entries
+// are in the order they were added, each with the same memory, so only
+// the front is looked at.
+func (s *Server) pruneFinishedLocked(now time.Time) {
+	n := 0
+	for n < len(s.finished) && now.After(s.finished[n].until) {
+		l := s.finished[n].l
+		if l.done && l.cur == nil && now.After(l.forget) && s.inLegs[l.key] == l {
+			delete(s.inLegs, l.key)
+		}
+		n++
+	}
+	if n > 0 {
+		clear(s.finished[:n])
+		s.finished = s.finished[n:]
 	}
 }
 

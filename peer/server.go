@@ -73,6 +73,7 @@ type Server struct {
 	lanes     map[laneKey]*laneInbox
 	swept     time.Time // when lanes was last swept of forgotten lanes
 	inLegs    map[inLegKey]*inLeg
+	finished  []finishedLeg // done legs in inLegs, oldest first (finishLeg)
 	legsSwept time.Time     // when inLegs was last swept
 	epochs    atomic.Uint64 // respondStream.epoch
 	stopped   bool          // Stop began: no stream goroutine starts
