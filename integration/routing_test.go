@@ -287,7 +287,13 @@ func dispatcherOf(n *switchyard.Node, queue string) string {
 // have been there for PinStable, and never while a job is bound.
 func TestRelocationHysteresis(t *testing.T) {
 	const pin = time.Second
-	nodes := startCluster(t, 2, func(_ int, c *switchyard.Config) { c.Engine.PinStable = pin })
+	nodes := startCluster(t, 2, func(_ int, c *switchyard.Config) {
+		c.Engine.PinStable = pin
+		// The bound job's worker must stay connected through the test's
+		// sleeps: the harness's 1s session timeout can end it on a loaded
+		// machine, which releases the job (and lets the queue move).
+		c.Workers.HeartbeatInterval, c.Workers.IdleTimeout = time.Second, 10*time.Second
+	})
 	n1, n2 := nodes[0], nodes[1]
 	stopW1 := MustStartWorker(t, n1, worker.Config{Name: "w1", Queue: "rl"}, named("w1"))
 	waitFor(t, 5*time.Second, "n1 dispatches rl", func() bool { return dispatcherOf(n2, "rl") == "n1" })
