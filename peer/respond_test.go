@@ -295,26 +295,40 @@ func (p *proxy) cut() {
 	}
 }
 
-// A stream that fails mid-leg is opened again and what was unacked is
-// resent with the same numbers: the ingress handles each message once, in
-// order, even the one it was handling when the connection broke.
-func TestRespondStreamFailureResends(t *testing.T) {
+// proxiedLegPair is a leg pair (50ms heartbeat) whose host reaches the
+// ingress through a proxy the test can pause and cut.
+func proxiedLegPair(t *testing.T) (*legPair, *proxy) {
 	var px *proxy
 	p := startLegPair(t, 50*time.Millisecond, func(b served) string {
 		px = startProxy(t, b.addr)
 		return px.addr()
 	}, nil)
-	held := make(chan struct{})
-	gate := make(chan struct{})
+	return p, px
+}
+
+// holdAt stops the ingress's handler at the first message match is true
+// for: held is closed when it stops there, and it goes on once the test
+// closes gate.
+func holdAt(p *legPair, match func(core.Message) bool) (held, gate chan struct{}) {
+	held, gate = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	p.hb.block = func(m core.Message) {
-		if string(m.Output) == `{"i":10}` {
+		if match(m) {
 			once.Do(func() {
 				close(held)
 				<-gate
 			})
 		}
 	}
+	return held, gate
+}
+
+// A stream that fails mid-leg is opened again and what was unacked is
+// resent with the same numbers: the ingress handles each message once, in
+// order, even the one it was handling when the connection broke.
+func TestRespondStreamFailureResends(t *testing.T) {
+	p, px := proxiedLegPair(t)
+	held, gate := holdAt(p, func(m core.Message) bool { return string(m.Output) == `{"i":10}` })
 	const n = 100
 	for i := range n {
 		p.ra.Send("b", out("j", i))
@@ -347,22 +361,8 @@ func TestRespondStreamFailureResends(t *testing.T) {
 // trunk: the ingress still knows the leg's numbers and handles nothing
 // twice, and acks the resend, which ends the leg at the host.
 func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
-	var px *proxy
-	p := startLegPair(t, 50*time.Millisecond, func(b served) string {
-		px = startProxy(t, b.addr)
-		return px.addr()
-	}, nil)
-	held := make(chan struct{})
-	gate := make(chan struct{})
-	var once sync.Once
-	p.hb.block = func(m core.Message) {
-		if m.End != nil {
-			once.Do(func() {
-				close(held)
-				<-gate
-			})
-		}
-	}
+	p, px := proxiedLegPair(t)
+	held, gate := holdAt(p, func(m core.Message) bool { return m.End != nil })
 	const n = 10 // under the ingress's ack interval: nothing acked before the end
 	for i := range n {
 		p.ra.Send("b", out("j", i))
