@@ -105,8 +105,8 @@ type inLeg struct {
 	done          bool      // its last item was handled (see finishLeg)
 }
 
-// finishedLeg is an entry of Server.finished: a leg done at, to forget
-// once until passed (unless it was opened again since).
+// finishedLeg is an entry of Server.finished: a done leg, to forget once
+// until has passed (unless it was opened again since).
 type finishedLeg struct {
 	l     *inLeg
 	until time.Time
@@ -502,13 +502,13 @@ func (rs *respondStream) read(h Handler) {
 			rs.unsent, rs.unsentBytes = 0, 0
 		}
 		rs.ackMu.Unlock()
-		// A final seen again (resent after its ack was lost) forgets the
-		// leg only if nothing came after it: what did is a newer opening
-		// of the leg.
+		// A final seen again (resent after its ack was lost) ends the leg
+		// only if nothing came after it: what did is a newer opening of
+		// the leg.
 		if final && latest {
 			// Nothing of the leg comes after its last item (a host with
-			// more sends a new open first): forget it now. Its ack is on
-			// its way.
+			// more sends a new open first): it is done on this trunk. Its
+			// ack is on its way.
 			delete(legs, k)
 			rs.s.finishLeg(rs, leg)
 		}
