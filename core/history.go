@@ -190,19 +190,28 @@ func (h *History) SkipTo(after uint64, maxEvents int, maxBytes int64) uint64 {
 func (h *History) Lag(after uint64) (events int, bytes int64, wake <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	_, _, events, bytes = h.lagLocked(after)
+	return events, bytes, h.wake
+}
+
+// lagLocked measures the lag after a cursor: base is the cursor as far as
+// the retained events go (a cursor older than them counts everything
+// retained), baseCum the data appended up to it, and events and bytes what
+// lies after base.
+func (h *History) lagLocked(after uint64) (base uint64, baseCum int64, events int, bytes int64) {
 	if len(h.events) == 0 {
-		return 0, 0, h.wake
+		return after, 0, 0, 0
 	}
-	first := h.events[0].Seq
-	i := 0
-	if after+1 > first {
-		i = int(after + 1 - first)
+	first, last := h.events[0], h.events[len(h.events)-1]
+	switch {
+	case after < first.Seq:
+		base, baseCum = first.Seq-1, first.cum-int64(len(first.Data))
+	case after >= last.Seq:
+		base, baseCum = last.Seq, last.cum
+	default:
+		base, baseCum = after, h.events[after-first.Seq].cum
 	}
-	if i >= len(h.events) {
-		return 0, 0, h.wake
-	}
-	last := h.events[len(h.events)-1]
-	return len(h.events) - i, last.cum - h.events[i].cum + int64(len(h.events[i].Data)), h.wake
+	return base, baseCum, int(last.Seq - base), last.cum - baseCum
 }
 
 // LagWait is Lag for a reader that only needs to hear when the lag after
@@ -216,22 +225,7 @@ func (h *History) Lag(after uint64) (events int, bytes int64, wake <-chan struct
 func (h *History) LagWait(after uint64, maxEvents int, maxBytes int64) (events int, bytes int64, over bool, wake <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	// base is the cursor as far as the retained events go, and baseCum the
-	// data appended up to it: the lag is what lies after base.
-	base, baseCum := after, int64(0)
-	if len(h.events) > 0 {
-		first := h.events[0]
-		switch {
-		case after < first.Seq:
-			base, baseCum = first.Seq-1, first.cum-int64(len(first.Data))
-		case after >= h.next-1:
-			base, baseCum = h.next-1, h.events[len(h.events)-1].cum
-		default:
-			baseCum = h.events[after-first.Seq].cum
-		}
-		events = int(h.next - 1 - base)
-		bytes = h.events[len(h.events)-1].cum - baseCum
-	}
+	base, baseCum, events, bytes := h.lagLocked(after)
 	if events > maxEvents || bytes > maxBytes {
 		return events, bytes, true, nil
 	}
