@@ -7,7 +7,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 // transport is the half of core.Cluster that moves messages between nodes

@@ -10,7 +10,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/peer/workerapi"
+	"github.com/switchyard/switchyard/grpcapi"
 )
 
 // Config is everything a node needs. Start from DefaultConfig; cmd fills it
@@ -70,7 +70,7 @@ type Config struct {
 
 	Engine  core.Config
 	HTTP    httpapi.Config
-	Workers workerapi.Config
+	Workers grpcapi.WorkerConfig
 
 	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
 	FastCatalog bool
@@ -96,7 +96,7 @@ func DefaultConfig() Config {
 		PeerStreamIdle:        30 * time.Second,
 		Engine:                core.DefaultConfig(),
 		HTTP:                  httpapi.DefaultConfig(),
-		Workers:               workerapi.DefaultConfig(),
+		Workers:               grpcapi.DefaultWorkerConfig(),
 	}
 }
 

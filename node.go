@@ -27,9 +27,8 @@ import (
 	"github.com/switchyard/switchyard/core/stream"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/peer/catalog"
-	"github.com/switchyard/switchyard/peer/jobapi"
-	"github.com/switchyard/switchyard/peer/workerapi"
+	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/grpcapi"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -41,8 +40,8 @@ type Node struct {
 
 	cat     *catalog.Catalog
 	engine  *core.Engine
-	workers *workerapi.Server
-	jobs    *jobapi.Server
+	workers *grpcapi.WorkerServer
+	jobs    *grpcapi.JobServer
 	grpc    *grpc.Server
 	http    *http.Server
 
@@ -180,7 +179,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.peerSrv.SetHandler(n.engine)
 	wcfg := cfg.Workers
 	wcfg.Logger = log.With("system", "workers")
-	if n.workers, err = workerapi.New(n.engine, wcfg); err != nil {
+	if n.workers, err = grpcapi.NewWorkerServer(n.engine, wcfg); err != nil {
 		return nil, err
 	}
 	hcfg := cfg.HTTP
@@ -198,7 +197,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.jobs, err = jobapi.New(n.engine, jobapi.Config{
+	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
 		Logger: log.With("system", "jobs"),
 	}, n.reg)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/integration/benchkit"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // benchSetup is one way to run the same job: a jobs URL to post to.

@@ -23,7 +23,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // browserPage is the whole client: a real EventSource on the job's events,

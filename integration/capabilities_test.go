@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // startWorkerHandle is MustStartWorker for a worker made with worker.New,

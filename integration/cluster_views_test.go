@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // The cluster and queue views come from the catalog's watched registries:

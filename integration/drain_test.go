@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // Close (what SIGTERM does) drains: new jobs are refused with draining, a

@@ -11,7 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/httpapi"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // Every bad request gets problem+json with a stable code and changes nothing.

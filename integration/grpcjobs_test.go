@@ -21,7 +21,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core/resume"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // MustStartNode starts an in-process node on loopback with ephemeral ports

@@ -19,7 +19,7 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // Kill -9 tests: three nodes, each the real binary in its own process, kb

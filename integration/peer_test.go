@@ -12,7 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 const testSecret = "integration-cluster-secret"

@@ -17,7 +17,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // Reply legs end to end: the per-job Respond stream from the consumer host

@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // cuttingProxy forwards TCP to target and cuts each connection after a

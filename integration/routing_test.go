@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // startCluster starts n nodes sharing the first one's embedded etcd and one

@@ -21,7 +21,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // The zombie test: a consumer host that can no longer renew its catalog lease

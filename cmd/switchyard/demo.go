@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // runDemo is what `make run` starts: one node with its embedded catalog and

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 func runWorker(ctx context.Context, args []string) error {
@@ -31,7 +31,7 @@ func runWorker(ctx context.Context, args []string) error {
 	case "tokens":
 		h = worker.Tokens(*delay)
 	case "":
-		return errors.New("--demo is required: this binary only ships demo handlers; write your own with the peer/worker package")
+		return errors.New("--demo is required: this binary only ships demo handlers; write your own with the worker package (github.com/switchyard/switchyard/worker)")
 	default:
 		return fmt.Errorf("--demo %q: want tokens", *demo)
 	}

@@ -28,7 +28,7 @@ import (
 //
 // A and B are two parts of one process, as the in-process nodes of the
 // benchmark are, joined by a real gRPC connection over loopback (one TCP
-// connection from A to B); the worker is a real SDK worker (peer/worker)
+// connection from A to B); the worker is a real SDK worker (package worker)
 // connected to B's gRPC port, speaking the real WorkerService protocol, so
 // the worker's own cost is the same as in the Switchyard measurement.
 //

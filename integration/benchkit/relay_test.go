@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/integration/benchkit"
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // The bare relay carries a job to a real SDK worker and streams back the

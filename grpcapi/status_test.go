@@ -1,4 +1,4 @@
-package jobapi
+package grpcapi
 
 import (
 	"context"
@@ -145,14 +145,14 @@ func TestGRPCConfigValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := Config{Stream: policy(), Keyring: ring, TokenTTL: time.Hour}
+	good := JobConfig{Stream: policy(), Keyring: ring, TokenTTL: time.Hour}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]Config{
+	for name, c := range map[string]JobConfig{
 		"no keyring": {Stream: policy(), TokenTTL: time.Hour},
 		"ttl":        {Stream: policy(), Keyring: ring, TokenTTL: time.Millisecond},
-		"policy":     {Stream: func() Config { p := good; p.Stream.Heartbeat = p.Stream.Idle; return p }().Stream, Keyring: ring, TokenTTL: time.Hour},
+		"policy":     {Stream: func() JobConfig { p := good; p.Stream.Heartbeat = p.Stream.Idle; return p }().Stream, Keyring: ring, TokenTTL: time.Hour},
 	} {
 		var ce *core.ConfigError
 		if err := c.Validate(); !errors.As(err, &ce) {

@@ -1,4 +1,4 @@
-package jobapi
+package grpcapi
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 
 // positions are this node's token rules, shared with SSE: a token from
 // either transport resumes on the other.
-func (s *Server) positions() stream.Positions {
+func (s *JobServer) positions() stream.Positions {
 	return stream.Positions{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch()}
 }
 
 // token signs the position of the event seq for this caller and filter. A
 // token that cannot be signed (never for ids this node makes) is sent as no
 // token at all: the client then resumes from its previous one.
-func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
+func (s *JobServer) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
 	tok, err := s.positions().Token(j, seq, caller, filter)
 	if err != nil {
 		s.log.Warn("sign resume token", "job", j.ID, "err", err)
@@ -37,7 +37,7 @@ func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string 
 // is the submitter's (it may then keep a Submit's job alive). Every refusal
 // is the one identical invalid_resume_token status; the reason is only
 // logged and counted.
-func (s *Server) resumePosition(ctx context.Context, j *core.Job, raw string, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
+func (s *JobServer) resumePosition(ctx context.Context, j *core.Job, raw string, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
 	if raw == "" {
 		return 0, false, nil
 	}

@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 // member is one node of an embedded cluster under test.

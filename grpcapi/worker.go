@@ -1,14 +1,4 @@
-// Package workerapi serves the public gRPC WorkerService: a thin transport
-// that turns a worker's bidirectional stream into calls on a core.Engine.
-//
-// Each session has four goroutines, all ended by the stream: the handler
-// (setup, inbound messages, liveness), a reader (the stream's only Recv
-// caller), a writer (its only Send caller, fed by a queue bounded by count
-// and by bytes) and an updater (capability updates, which write to the
-// catalog and so must not hold up the handler's accepts and ends). The
-// engine never blocks on a worker: it queues, and a full queue drops the
-// session exactly as a stall would.
-package workerapi
+package grpcapi
 
 import (
 	"context"
@@ -28,8 +18,8 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Config are the session clocks.
-type Config struct {
+// WorkerConfig are the session clocks.
+type WorkerConfig struct {
 	// SetupTimeout bounds the wait for the first (Register) message.
 	SetupTimeout time.Duration
 	// HeartbeatInterval is how often each side speaks when it has nothing
@@ -40,13 +30,13 @@ type Config struct {
 	Logger            *slog.Logger
 }
 
-// DefaultConfig returns the clocks a node uses unless told otherwise.
-func DefaultConfig() Config {
-	return Config{SetupTimeout: 5 * time.Second, HeartbeatInterval: 2 * time.Second, IdleTimeout: 6 * time.Second}
+// DefaultWorkerConfig returns the clocks a node uses unless told otherwise.
+func DefaultWorkerConfig() WorkerConfig {
+	return WorkerConfig{SetupTimeout: 5 * time.Second, HeartbeatInterval: 2 * time.Second, IdleTimeout: 6 * time.Second}
 }
 
 // Validate refuses clocks where one could never fire.
-func (c Config) Validate() error {
+func (c WorkerConfig) Validate() error {
 	switch {
 	case c.SetupTimeout <= 0:
 		return &core.ConfigError{Field: "worker-setup-timeout", Value: c.SetupTimeout, Err: errors.New("must be positive")}
@@ -75,34 +65,43 @@ func sendQueueBytes(maxInput int64) int64 { return max(16<<20, 2*(maxInput+64<<1
 // before sending the next, so more is a worker ignoring the protocol.
 const maxPendingUpdates = 4
 
-// Server implements pb.WorkerServiceServer.
-type Server struct {
+// WorkerServer serves the WorkerService: it turns a worker's bidirectional
+// stream into calls on a core.Engine.
+//
+// Each session has four goroutines, all ended by the stream: the handler
+// (setup, inbound messages, liveness), a reader (the stream's only Recv
+// caller), a writer (its only Send caller, fed by a queue bounded by count
+// and by bytes) and an updater (capability updates, which write to the
+// catalog and so must not hold up the handler's accepts and ends). The
+// engine never blocks on a worker: it queues, and a full queue drops the
+// session exactly as a stall would.
+type WorkerServer struct {
 	pb.UnimplementedWorkerServiceServer
 	e   *core.Engine
-	cfg Config
+	cfg WorkerConfig
 	log *slog.Logger
 	wg  sync.WaitGroup
 }
 
-var _ pb.WorkerServiceServer = (*Server)(nil)
+var _ pb.WorkerServiceServer = (*WorkerServer)(nil)
 
 // New returns a WorkerService over e.
-func New(e *core.Engine, cfg Config) (*Server, error) {
+func NewWorkerServer(e *core.Engine, cfg WorkerConfig) (*WorkerServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{e: e, cfg: cfg, log: cfg.Logger}, nil
+	return &WorkerServer{e: e, cfg: cfg, log: cfg.Logger}, nil
 }
 
 // Wait blocks until every session goroutine has ended. Call it after the
 // gRPC server stopped.
-func (s *Server) Wait() { s.wg.Wait() }
+func (s *WorkerServer) Wait() { s.wg.Wait() }
 
 // Connect serves one worker session.
-func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
+func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	ctx := stream.Context()
 	sess := &session{
 		s:       s,
@@ -130,7 +129,7 @@ func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
 		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
 	}, sess)
 	if err != nil {
-		return toStatus(err)
+		return workerStatus(err)
 	}
 	// Detach must run even though the stream's context is done by then:
 	// withdrawing the consumer record is cleanup, not request work.
@@ -149,7 +148,7 @@ func (s *Server) Connect(stream pb.WorkerService_ConnectServer) error {
 
 // session is one worker stream; it implements core.WorkerConn.
 type session struct {
-	s       *Server
+	s       *WorkerServer
 	stream  pb.WorkerService_ConnectServer
 	in      chan *pb.WorkerMessage
 	recvErr chan error

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 // cluster opens n catalogs on one embedded etcd: node-a embeds it, node-b…

@@ -1,4 +1,4 @@
-package jobapi
+package grpcapi
 
 import (
 	"context"

@@ -1,16 +1,4 @@
-// Package jobapi serves the public gRPC JobService: submit a job and stream
-// its events, resume a stream, get and cancel a job. It is a thin transport
-// over a core.Engine, and applies exactly the stream policy of the SSE
-// transport (httpapi): the one writer is core/stream, the resume tokens are
-// core/resume tokens signed with the node's keyring, and every refusal
-// carries the same stable code as the HTTP API's problem documents.
-//
-// Each stream has two goroutines of this package: the handler, which runs
-// stream.Run (the stream's one writer; Run adds its lag watcher, which may
-// Abort the sink), and a sender, the stream's only Send caller, fed by an
-// unbuffered handoff that the writer waits on only until its write deadline
-// (see sink). Both end with the stream; Server.Wait waits for them.
-package jobapi
+package grpcapi
 
 import (
 	"context"
@@ -36,10 +24,10 @@ import (
 // before its first event.
 const HeaderJobID = "x-job-id"
 
-// Config configures the job service. A node passes the HTTP API's stream
+// JobConfig configures the job service. A node passes the HTTP API's stream
 // policy, keyring and token TTL, so both transports apply one policy and
 // honour each other's resume tokens.
-type Config struct {
+type JobConfig struct {
 	// Stream is every job stream's bounds and clocks.
 	Stream stream.Policy
 	// Keyring signs and verifies resume tokens. Required: it must be the
@@ -54,7 +42,7 @@ type Config struct {
 }
 
 // Validate refuses settings that cannot work.
-func (c Config) Validate() error {
+func (c JobConfig) Validate() error {
 	if c.Keyring == nil {
 		return &core.ConfigError{Field: "resume-key", Value: nil, Err: errors.New("the job service needs the node's resume keyring")}
 	}
@@ -64,20 +52,26 @@ func (c Config) Validate() error {
 	return c.Stream.Validate()
 }
 
-// Server implements pb.JobServiceServer over a core.Engine.
-type Server struct {
+// JobServer serves the JobService over a core.Engine.
+//
+// Each stream has two goroutines of this package: the handler, which runs
+// stream.Run (the stream's one writer; Run adds its lag watcher, which may
+// Abort the sink), and a sender, the stream's only Send caller, fed by an
+// unbuffered handoff that the writer waits on only until its write deadline
+// (see sink). Both end with the stream; JobServer.Wait waits for them.
+type JobServer struct {
 	pb.UnimplementedJobServiceServer
 	e   *core.Engine
-	cfg Config
+	cfg JobConfig
 	log *slog.Logger
 	m   *stream.TransportMetrics
 	wg  sync.WaitGroup
 }
 
-var _ pb.JobServiceServer = (*Server)(nil)
+var _ pb.JobServiceServer = (*JobServer)(nil)
 
 // New returns a JobService over e; reg (nil: none) receives its metrics.
-func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error) {
+func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*JobServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,20 +84,20 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.StreamMetrics == nil {
 		cfg.StreamMetrics = stream.NewMetrics(reg)
 	}
-	return &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc")}, nil
+	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc")}, nil
 }
 
 // Wait blocks until every stream handler and its sender goroutine have
 // ended. Call it after the gRPC server stopped (grpc.Server.Stop does not
 // wait for handlers): by then every stream's context is done, so every
 // stream ends promptly.
-func (s *Server) Wait() { s.wg.Wait() }
+func (s *JobServer) Wait() { s.wg.Wait() }
 
 // Submit posts an envelope to a queue and streams the job's events. The
 // stream owns the job exactly like an SSE POST's: when it ends, the job is
 // cancelled unless its client resumes within the grace window (see
 // core.Engine.StreamClosed).
-func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
 	ctx := gs.Context()
 	queue := req.GetQueue()
 	if err := core.CheckQueueName(queue); err != nil {
@@ -127,7 +121,7 @@ func (s *Server) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.
 // streamed from its Submit or POST, as that stream did: it saves the job
 // from its grace window, and when it ends the window starts again. One
 // without a token just watches.
-func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
 	j, err := s.e.Job(req.GetJobId())
 	if err != nil {
 		return s.fail("Resume", err)
@@ -155,7 +149,7 @@ func (s *Server) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.
 }
 
 // Get returns a job's status.
-func (s *Server) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+func (s *JobServer) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
 	v, err := s.e.View(req.GetJobId())
 	if err != nil {
 		return nil, s.fail("Get", err)
@@ -165,7 +159,7 @@ func (s *Server) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, e
 
 // Cancel ends a job as cancelled (unless it had already ended); its worker
 // is told at once.
-func (s *Server) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+func (s *JobServer) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
 	v, err := s.e.Cancel(req.GetJobId(), "cancelled by request")
 	if err != nil {
 		return nil, s.fail("Cancel", err)
@@ -174,7 +168,7 @@ func (s *Server) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobSta
 }
 
 // fail maps err to a status, logging what the caller will not see.
-func (s *Server) fail(method string, err error) error {
+func (s *JobServer) fail(method string, err error) error {
 	var ce *core.Error
 	if errors.As(err, &ce) {
 		s.log.Debug("request refused", "method", method, "code", ce.Code, "detail", ce.Detail)
@@ -189,7 +183,7 @@ func (s *Server) fail(method string, err error) error {
 // so that it owns a streamed job: when the last owner stream ends before
 // the terminal event, the job gets a grace window to be resumed in (see
 // core.Engine.StreamClosed).
-func (s *Server) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) error {
+func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) error {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	ctx := gs.Context()

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // A worker that upper-cases text, stopping cleanly on Ctrl-C.

@@ -1,4 +1,4 @@
-package workerapi
+package grpcapi
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -16,20 +15,18 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestConfigValidate(t *testing.T) {
-	ok := DefaultConfig()
+func TestWorkerConfigValidate(t *testing.T) {
+	ok := DefaultWorkerConfig()
 	for _, tc := range []struct {
 		name  string
-		mut   func(*Config)
+		mut   func(*WorkerConfig)
 		field string
 	}{
-		{"default", func(*Config) {}, ""},
-		{"no setup", func(c *Config) { c.SetupTimeout = 0 }, "worker-setup-timeout"},
-		{"no heartbeat", func(c *Config) { c.HeartbeatInterval = 0 }, "heartbeat-interval"},
-		{"idle below two heartbeats", func(c *Config) { c.IdleTimeout = c.HeartbeatInterval*2 - time.Millisecond }, "worker-idle-timeout"},
-		{"idle at two heartbeats", func(c *Config) { c.IdleTimeout = c.HeartbeatInterval * 2 }, ""},
+		{"default", func(*WorkerConfig) {}, ""},
+		{"no setup", func(c *WorkerConfig) { c.SetupTimeout = 0 }, "worker-setup-timeout"},
+		{"no heartbeat", func(c *WorkerConfig) { c.HeartbeatInterval = 0 }, "heartbeat-interval"},
+		{"idle below two heartbeats", func(c *WorkerConfig) { c.IdleTimeout = c.HeartbeatInterval*2 - time.Millisecond }, "worker-idle-timeout"},
+		{"idle at two heartbeats", func(c *WorkerConfig) { c.IdleTimeout = c.HeartbeatInterval * 2 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -61,12 +58,12 @@ func TestToStatus(t *testing.T) {
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{errors.New("catalog down"), codes.Unavailable},
 	} {
-		if got := status.Code(toStatus(tc.err)); got != tc.want {
-			t.Errorf("toStatus(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := status.Code(workerStatus(tc.err)); got != tc.want {
+			t.Errorf("workerStatus(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
-	if toStatus(nil) != nil {
-		t.Error("toStatus(nil) must be nil")
+	if workerStatus(nil) != nil {
+		t.Error("workerStatus(nil) must be nil")
 	}
 }
 
@@ -109,10 +106,10 @@ func TestSendQueueBounds(t *testing.T) {
 		{"count bound", 8, 1 << 20, func(ss *session) error { return ss.SendCancel("j", 1, core.CodeCancelled) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := DefaultWorkerConfig()
 			cfg.HeartbeatInterval = time.Hour
 			st := &heldStream{entered: make(chan struct{}, 1), release: make(chan struct{}), sent: make(chan *pb.NodeMessage, 2*tc.capacity)}
-			ss := &session{s: &Server{cfg: cfg}, stream: st, out: make(chan queued, tc.capacity), maxOutBytes: tc.maxBytes, done: make(chan struct{})}
+			ss := &session{s: &WorkerServer{cfg: cfg}, stream: st, out: make(chan queued, tc.capacity), maxOutBytes: tc.maxBytes, done: make(chan struct{})}
 			var wg sync.WaitGroup
 			wg.Go(ss.write)
 			released := false

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 

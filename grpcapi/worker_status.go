@@ -1,4 +1,4 @@
-package workerapi
+package grpcapi
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // toStatus maps an engine error to a gRPC status: the one place this
 // transport decides codes.
-func toStatus(err error) error {
+func workerStatus(err error) error {
 	if err == nil {
 		return nil
 	}

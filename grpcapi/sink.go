@@ -1,4 +1,4 @@
-package jobapi
+package grpcapi
 
 import (
 	"errors"
@@ -26,9 +26,9 @@ type sendStream interface {
 }
 
 var (
-	errWriteTimeout = fmt.Errorf("jobapi: write deadline exceeded: %w", os.ErrDeadlineExceeded)
-	errAborted      = fmt.Errorf("jobapi: stream aborted: %w", os.ErrDeadlineExceeded)
-	errStreamEnded  = errors.New("jobapi: stream ended")
+	errWriteTimeout = fmt.Errorf("grpcapi: write deadline exceeded: %w", os.ErrDeadlineExceeded)
+	errAborted      = fmt.Errorf("grpcapi: stream aborted: %w", os.ErrDeadlineExceeded)
+	errStreamEnded  = errors.New("grpcapi: stream ended")
 )
 
 // op is one thing handed to the sender: an event to send, or a flush
@@ -66,7 +66,7 @@ type op struct {
 // returning from the handler ends the gRPC stream, which cancels the
 // stream's context, and a Send blocked on flow control returns as soon as
 // that context is done: the sender goroutine ends with the stream, never
-// later. Server.Wait waits for it.
+// later. JobServer.Wait waits for it.
 type sink struct {
 	st   sendStream
 	job  *core.Job

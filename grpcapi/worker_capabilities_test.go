@@ -1,4 +1,4 @@
-package workerapi
+package grpcapi
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func startTestNode(t *testing.T) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(e, Config{SetupTimeout: time.Second, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second})
+	srv, err := NewWorkerServer(e, WorkerConfig{SetupTimeout: time.Second, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 func TestFenceDeadline(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/peer/catalog"
+	"github.com/switchyard/switchyard/catalog"
 )
 
 // testLogger writes the catalog's logs, debug included, to the test's

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchyard/switchyard/peer/worker"
+	"github.com/switchyard/switchyard/worker"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
