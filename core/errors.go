@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// Code is a stable, machine-readable error or outcome code. Transports map
-// it to a status (HTTP) or a gRPC code in one function each; clients match
-// on it.
+// Code is a stable, machine-readable error or outcome code: clients match
+// on it, never on a detail. Every code any transport emits is declared in
+// this file, and package apierr maps each one to its HTTP status and gRPC
+// code in one table (a test there fails for a code declared here without a
+// mapping; docs/errors.md lists them all).
 type Code string
 
 // Codes for requests refused before anything was enqueued.
@@ -32,6 +34,13 @@ const (
 	// that could not be reached or elected. Also a job's end when a job
 	// going back to its queue could not be handed to any dispatcher.
 	CodeDispatcherUnavailable Code = "dispatcher_unavailable"
+	// CodeCatalogUnavailable: a write to the catalog that the request needs
+	// (a worker's consumer record) failed. The same request may succeed
+	// later; the cause is logged on the node, never sent.
+	CodeCatalogUnavailable Code = "catalog_unavailable"
+	// CodeInvalidResumeToken is the one answer to every resume token that
+	// does not verify, whatever the reason (see ErrInvalidResumeToken).
+	CodeInvalidResumeToken Code = "invalid_resume_token"
 )
 
 // Codes a job can end with. CodeCancelled and CodeExpired are also outcomes
@@ -49,6 +58,39 @@ const (
 	// (over the peer message size limit, or not encodable). It is not a
 	// stall and is never retried on another transport.
 	CodeTooLarge Code = "too_large"
+)
+
+// Codes the transports add: refusals of a request before it reaches the
+// engine, and the ends of a stream or worker session that the transport
+// decides.
+const (
+	CodeUnsupportedMediaType Code = "unsupported_media_type"
+	CodeBodyTooLarge         Code = "body_too_large"
+	CodeNotFound             Code = "not_found"
+	CodeMethodNotAllowed     Code = "method_not_allowed"
+	// CodeInternal is a server fault. Its cause is logged and counted on
+	// the node and never sent: the client sees only this code.
+	CodeInternal Code = "internal"
+	// CodeWriteFailed ends a job stream whose last event could not be
+	// written (the client stopped reading, or the write timed out): the
+	// client resumes from the last resume token it received.
+	CodeWriteFailed Code = "write_failed"
+	// CodeUnexpectedMessage ends a worker session whose message is not
+	// valid where it came: a first message that is not a registration, a
+	// second registration, a message of a kind the node does not know.
+	CodeUnexpectedMessage Code = "unexpected_message"
+	// CodeSetupTimeout ends a worker session that did not register within
+	// the setup timeout.
+	CodeSetupTimeout Code = "setup_timeout"
+	// CodeIdleTimeout ends a worker session the node heard nothing from for
+	// the idle timeout.
+	CodeIdleTimeout Code = "idle_timeout"
+	// CodeSessionClosed ends a worker session the engine dropped: it did
+	// not answer in time (a stall) or its send queue was full.
+	CodeSessionClosed Code = "session_closed"
+	// CodeTooManyUpdates ends a worker session that sent capability
+	// updates without waiting for the answers.
+	CodeTooManyUpdates Code = "too_many_updates"
 )
 
 // Error is a refusal with a stable code. It wraps nothing: it is the
@@ -83,6 +125,12 @@ var (
 	ErrDraining        = &Error{Code: CodeDraining}
 	ErrJobNotFound     = &Error{Code: CodeJobNotFound}
 )
+
+// ErrInvalidResumeToken is the refusal of every resume token that does not
+// verify, on every transport: the same code and detail whatever the reason,
+// so a caller probing tokens learns nothing from the answer. The reason is
+// only logged and counted.
+var ErrInvalidResumeToken = &Error{Code: CodeInvalidResumeToken, Detail: "the resume token is not valid for this stream"}
 
 func errorf(code Code, field, format string, args ...any) *Error {
 	return &Error{Code: code, Field: field, Detail: fmt.Sprintf(format, args...)}
