@@ -98,7 +98,7 @@ func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	_, known := local[name]
 	if !known && !slices.Contains(s.cfg.Cluster.Queues(), name) {
-		writeProblem(w, r, &core.Error{Code: CodeNotFound, Detail: "no queue by this name: queues exist while they have jobs or consumers"})
+		s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no queue by this name: queues exist while they have jobs or consumers"})
 		return
 	}
 	writeJSON(w, http.StatusOK, s.queueResponse(name, local))

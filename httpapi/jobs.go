@@ -78,7 +78,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			s.writeError(w, r, &core.Error{Code: CodeBodyTooLarge, Detail: "the body is larger than the node accepts"})
+			s.writeError(w, r, &core.Error{Code: core.CodeBodyTooLarge, Detail: "the body is larger than the node accepts"})
 			return
 		}
 		s.writeError(w, r, &core.Error{Code: core.CodeMalformedJSON, Detail: "could not read the body: " + err.Error()})
@@ -184,11 +184,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 func requireJSON(r *http.Request) error {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return &core.Error{Code: CodeUnsupportedMediaType, Detail: "Content-Type: application/json is required"}
+		return &core.Error{Code: core.CodeUnsupportedMediaType, Detail: "Content-Type: application/json is required"}
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return &core.Error{Code: CodeUnsupportedMediaType, Detail: "Content-Type must be application/json, not " + ct}
+		return &core.Error{Code: core.CodeUnsupportedMediaType, Detail: "Content-Type must be application/json, not " + ct}
 	}
 	return nil
 }

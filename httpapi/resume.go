@@ -9,11 +9,6 @@ import (
 	"github.com/switchyard/switchyard/core/stream"
 )
 
-// CodeInvalidResumeToken is the one answer to every resume token that does
-// not verify, whatever the reason: a caller probing tokens learns nothing
-// from the response. The reason is logged and counted internally.
-const CodeInvalidResumeToken core.Code = "invalid_resume_token"
-
 // positions are this node's token rules, shared with every transport.
 func (s *Server) positions() stream.Positions {
 	return stream.Positions{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch()}
@@ -49,13 +44,11 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
-		return 0, false, errInvalidResumeToken
+		return 0, false, core.ErrInvalidResumeToken
 	}
 	s.m.Resumed()
 	return seq, true, nil
 }
-
-var errInvalidResumeToken = &core.Error{Code: CodeInvalidResumeToken, Detail: "the resume token is not valid for this stream"}
 
 func callerFingerprint(r *http.Request) [16]byte {
 	return stream.CallerFingerprint(r.Header.Get("Authorization"))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 )
@@ -158,7 +159,7 @@ func problemBytes(err error) []byte {
 		return nil
 	}
 	rec := httptest.NewRecorder()
-	writeProblem(rec, httptest.NewRequest("GET", "/v1/jobs/whatever/events", nil), ce)
+	apierr.WriteProblem(rec, httptest.NewRequest("GET", "/v1/jobs/whatever/events", nil), ce)
 	return append([]byte(rec.Result().Status+"\n"), rec.Body.Bytes()...)
 }
 
@@ -170,7 +171,7 @@ func problemBytes(err error) []byte {
 // answer is the one identical invalid_resume_token error.
 func FuzzLastEventID(f *testing.F) {
 	fx := newResumeFixture(f)
-	refused := problemBytes(errInvalidResumeToken)
+	refused := problemBytes(core.ErrInvalidResumeToken)
 
 	f.Add("", uint8(modeRaw), uint64(0), -1, byte(0), false)
 	f.Add("k0.AAAA.BBBB", uint8(modeRaw), uint64(0), -1, byte(0), false)
@@ -211,7 +212,7 @@ func FuzzLastEventID(f *testing.F) {
 			if isValid {
 				t.Fatalf("resumePosition refused its own token %q: %v", cand, err)
 			}
-			if err != errInvalidResumeToken {
+			if err != core.ErrInvalidResumeToken {
 				t.Fatalf("refusal %#v is not the one invalid_resume_token error", err)
 			}
 			if got != 0 || resumed {
@@ -236,7 +237,7 @@ func TestResumePositionModes(t *testing.T) {
 				}
 				continue
 			}
-			if err != errInvalidResumeToken || resumed {
+			if err != core.ErrInvalidResumeToken || resumed {
 				t.Errorf("mode %d query=%v: err %v, resumed %v, want invalid_resume_token", m, viaQuery, err, resumed)
 			}
 		}
@@ -261,7 +262,7 @@ func TestResumePositionModes(t *testing.T) {
 	}
 	// Ahead of the history: signed by us, still refused.
 	ahead := fx.sign(fx.j.History.Head()+1, fuzzCaller, fx.filter)
-	if _, resumed, err := fx.s.resumePosition(fx.request(ahead, false), fx.j, fx.filter); err != errInvalidResumeToken || resumed {
+	if _, resumed, err := fx.s.resumePosition(fx.request(ahead, false), fx.j, fx.filter); err != core.ErrInvalidResumeToken || resumed {
 		t.Errorf("token ahead of the history: %v, want invalid_resume_token", err)
 	}
 }

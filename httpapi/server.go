@@ -1,6 +1,7 @@
 // Package httpapi is Switchyard's HTTP front end: JSON in, server-sent
 // events or JSON out, problem+json for every refusal. It validates, calls
-// the core.Engine and maps errors; the job machinery lives in core.
+// the core.Engine and maps errors with apierr (the one error map every
+// transport shares); the job machinery lives in core.
 package httpapi
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -46,6 +48,9 @@ type Config struct {
 	// StreamMetrics are the node's client-stream metrics, shared with the
 	// other stream transports; nil registers a set of its own.
 	StreamMetrics *stream.Metrics
+	// Errors are the node's API error metrics, shared with the gRPC
+	// services; nil registers a set of its own.
+	Errors *apierr.Metrics
 	// Cluster is the catalog view behind the cluster and queue views; nil
 	// shows an empty cluster.
 	Cluster ClusterView
@@ -77,7 +82,9 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	m   *stream.TransportMetrics
-	mux *chi.Mux
+	// errs logs and counts every problem the server answers with.
+	errs *apierr.Reporter
+	mux  *chi.Mux
 }
 
 // New returns the HTTP API over e; reg receives its metrics.
@@ -107,7 +114,10 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.StreamMetrics == nil {
 		cfg.StreamMetrics = stream.NewMetrics(reg)
 	}
-	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse")}
+	if cfg.Errors == nil {
+		cfg.Errors = apierr.NewMetrics(reg)
+	}
+	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), errs: cfg.Errors.Reporter("http", cfg.Logger)}
 	s.mux = s.routes()
 	return s, nil
 }
@@ -124,10 +134,10 @@ func (s *Server) routes() *chi.Mux {
 	// as their job; their own clocks bound them (see sse.go).
 	r.Use(middleware.RequestID, middleware.Recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, &core.Error{Code: CodeNotFound, Detail: "no such route"})
+		s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, &core.Error{Code: CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
+		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
 	})
 	r.Route("/v1", func(r chi.Router) {
 		r.Post("/queues/{queue}/jobs", s.handleSubmit)
@@ -157,7 +167,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		err = errors.New("draining")
 	}
 	if err != nil {
-		writeProblem(w, r, &core.Error{Code: core.CodeDraining, Detail: "not ready: " + err.Error()})
+		s.writeError(w, r, &core.Error{Code: core.CodeDraining, Detail: "not ready: " + err.Error()})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -226,4 +236,12 @@ func (l *writeBufferListener) Accept() (net.Conn, error) {
 		}
 		return c, nil
 	}
+}
+
+// writeError answers r with err as a problem document (apierr.WriteProblem:
+// a server fault shows only as code internal), after logging and counting
+// it.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	s.errs.Report(err, "path", r.URL.Path)
+	apierr.WriteProblem(w, r, err)
 }

@@ -109,6 +109,12 @@ func TestErrorsAreProblemsAndChangeNothing(t *testing.T) {
 			t.Errorf("jobs_total{%s} = %v after refusals", o, v)
 		}
 	}
+	// Every refusal was counted by its code; none was a server fault.
+	for code, want := range map[string]float64{"malformed_json": 2, "unsupported_media_type": 2, "job_not_found": 2, "internal": 0} {
+		if v := metric(t, n, "switchyard_api_errors_total", map[string]string{"transport": "http", "code": code}); v != want {
+			t.Errorf("api_errors_total{http,%s} = %v, want %v", code, v, want)
+		}
+	}
 }
 
 // A queue full by bytes refuses a job with 429 queue_bytes_full and

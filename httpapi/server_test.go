@@ -1,0 +1,76 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/core"
+)
+
+// A server fault is answered 500 internal without its text, logged at warn
+// and counted; a refusal keeps its code and is logged at debug.
+func TestWriteError(t *testing.T) {
+	e, err := core.New(core.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	reg := prometheus.NewRegistry()
+	s, err := New(e, cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+		level  string
+	}{
+		{errors.New("open /var/lib/switchyard: permission denied"), 500, "internal", "level=WARN"},
+		{&core.Error{Code: core.CodeQueueFull, Detail: "full"}, 429, "queue_full", "level=DEBUG"},
+	} {
+		logs.Reset()
+		rec := httptest.NewRecorder()
+		s.writeError(rec, httptest.NewRequest("POST", "/v1/queues/q/jobs", nil), tc.err)
+		var p apierr.Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != tc.status || p.Code != tc.code || strings.Contains(rec.Body.String(), "/var/lib") {
+			t.Errorf("%v: %d %s", tc.err, rec.Code, rec.Body)
+		}
+		if !strings.Contains(logs.String(), tc.level) || !strings.Contains(logs.String(), "path=/v1/queues/q/jobs") {
+			t.Errorf("%v: logged %q, want %s with the path", tc.err, logs.String(), tc.level)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "switchyard_api_errors_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "code" {
+						counted[l.GetValue()] = m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if counted["internal"] != 1 || counted["queue_full"] != 1 {
+		t.Errorf("counted %v, want one internal and one queue_full", counted)
+	}
+}
