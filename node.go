@@ -22,13 +22,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/catalog"
-	"github.com/switchyard/switchyard/grpcapi"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -177,8 +178,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.peerSrv.SetHandler(n.engine)
+	// One set of API error metrics for every transport.
+	errm := apierr.NewMetrics(n.reg)
 	wcfg := cfg.Workers
-	wcfg.Logger = log.With("system", "workers")
+	wcfg.Logger, wcfg.Errors = log.With("system", "workers"), errm
 	if n.workers, err = grpcapi.NewWorkerServer(n.engine, wcfg); err != nil {
 		return nil, err
 	}
@@ -191,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	hcfg.StreamMetrics = stream.NewMetrics(n.reg)
+	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
@@ -199,7 +202,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Logger: log.With("system", "jobs"),
+		Errors: errm, Logger: log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
 		return nil, err

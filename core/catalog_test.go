@@ -3,7 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,5 +79,61 @@ func TestCatalogRecordsAndRemoteConsumers(t *testing.T) {
 	_, _, err = e.Submit(t.Context(), "q", env(0), core.SubmitOptions{})
 	if !errors.Is(err, core.ErrNoCapableWorker) {
 		t.Fatalf("submit with only a remote consumer: %v, want no_capable_worker until remote routing exists", err)
+	}
+}
+
+// failingCatalog is a recordingCatalog whose writes fail while fail is set.
+type failingCatalog struct {
+	recordingCatalog
+	fail atomic.Bool
+}
+
+func (c *failingCatalog) PublishConsumer(ctx context.Context, ci core.ConsumerInfo) error {
+	if c.fail.Load() {
+		return errors.New("etcdserver: request timed out")
+	}
+	return c.recordingCatalog.PublishConsumer(ctx, ci)
+}
+
+// A catalog write that fails refuses the registration or the update with
+// catalog_unavailable, a code the caller may retry on; the catalog's own
+// error stays on the node. A caller that left gets its context's error.
+func TestCatalogWriteFailureIsCatalogUnavailable(t *testing.T) {
+	cat := &failingCatalog{recordingCatalog: recordingCatalog{consumers: map[string]core.ConsumerInfo{}}}
+	cfg := testConfig(prometheus.NewRegistry())
+	cfg.Node, cfg.Catalog = "n1", cat
+	e, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	w, err := e.AttachWorker(t.Context(), core.WorkerSpec{Queue: "q", Capabilities: []string{"model=a"}}, &fakeConn{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Detach(t.Context())
+
+	cat.fail.Store(true)
+	unavailable := &core.Error{Code: core.CodeCatalogUnavailable}
+	for name, err := range map[string]error{
+		"attach": func() error {
+			_, err := e.AttachWorker(t.Context(), core.WorkerSpec{Queue: "q"}, &fakeConn{})
+			return err
+		}(),
+		"update": w.UpdateCapabilities(t.Context(), []string{"model=b"}),
+	} {
+		var ce *core.Error
+		if !errors.Is(err, unavailable) || !errors.As(err, &ce) || ce.RetryAfter <= 0 || strings.Contains(ce.Detail, "etcdserver") {
+			t.Errorf("%s: %v, want catalog_unavailable with a retry hint and without the cause", name, err)
+		}
+	}
+	if got := len(e.QueueStats()); got != 1 || e.QueueStats()[0].Workers != 1 {
+		t.Errorf("queue stats %+v, want the one worker: a refused registration registers nothing", e.QueueStats())
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := e.AttachWorker(ctx, core.WorkerSpec{Queue: "q"}, &fakeConn{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("attach of a caller that left: %v, want context.Canceled", err)
 	}
 }

@@ -119,7 +119,7 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	}
 	if e.cat != nil {
 		if err := e.cat.PublishConsumer(ctx, w.record(caps)); err != nil {
-			return nil, fmt.Errorf("publish consumer: %w", err)
+			return nil, e.catalogUnavailable(ctx, "publish consumer", err)
 		}
 	}
 	e.mu.Lock()
@@ -147,6 +147,19 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	return w, nil
 }
 
+// catalogUnavailable is the refusal of a request whose catalog write
+// failed: a code the worker retries on, with the cause logged here, where it
+// is known, and never sent (it is etcd's, not the caller's). A caller that
+// went away gets its context's error instead: nobody reads the answer, and
+// its going is not the catalog's fault.
+func (e *Engine) catalogUnavailable(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	e.log.Warn("catalog write failed", "op", op, "err", err)
+	return &Error{Code: CodeCatalogUnavailable, Detail: "the node could not write to the catalog; retry", RetryAfter: time.Second}
+}
+
 // record is the worker's consumer record with capabilities caps.
 func (w *Worker) record(caps Capabilities) ConsumerInfo {
 	return ConsumerInfo{
@@ -167,7 +180,7 @@ func (w *Worker) UpdateCapabilities(ctx context.Context, capabilities []string) 
 	e := w.e
 	if e.cat != nil {
 		if err := e.cat.PublishConsumer(ctx, w.record(caps)); err != nil {
-			return fmt.Errorf("republish consumer: %w", err)
+			return e.catalogUnavailable(ctx, "republish consumer", err)
 		}
 	}
 	e.mu.Lock()

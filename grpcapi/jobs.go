@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -10,10 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -38,7 +38,10 @@ type JobConfig struct {
 	// StreamMetrics are the node's client-stream metrics, shared with SSE;
 	// nil registers a set of its own.
 	StreamMetrics *stream.Metrics
-	Logger        *slog.Logger
+	// Errors are the node's API error metrics, shared with the other
+	// transports; nil registers a set of its own.
+	Errors *apierr.Metrics
+	Logger *slog.Logger
 }
 
 // Validate refuses settings that cannot work.
@@ -61,16 +64,18 @@ func (c JobConfig) Validate() error {
 // (see sink). Both end with the stream; JobServer.Wait waits for them.
 type JobServer struct {
 	pb.UnimplementedJobServiceServer
-	e   *core.Engine
-	cfg JobConfig
-	log *slog.Logger
-	m   *stream.TransportMetrics
-	wg  sync.WaitGroup
+	e    *core.Engine
+	cfg  JobConfig
+	log  *slog.Logger
+	m    *stream.TransportMetrics
+	errs *apierr.Reporter
+	wg   sync.WaitGroup
 }
 
 var _ pb.JobServiceServer = (*JobServer)(nil)
 
-// New returns a JobService over e; reg (nil: none) receives its metrics.
+// NewJobServer returns a JobService over e; reg (nil: none) receives its
+// metrics.
 func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*JobServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -84,7 +89,10 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.StreamMetrics == nil {
 		cfg.StreamMetrics = stream.NewMetrics(reg)
 	}
-	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc")}, nil
+	if cfg.Errors == nil {
+		cfg.Errors = apierr.NewMetrics(reg)
+	}
+	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter("grpc", cfg.Logger)}, nil
 }
 
 // Wait blocks until every stream handler and its sender goroutine have
@@ -136,7 +144,7 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	}
 	after, resumed, err := s.resumePosition(gs.Context(), j, req.GetResumeToken(), filter)
 	if err != nil {
-		return err
+		return s.fail("Resume", err)
 	}
 	if after > 0 && after >= j.History.Head() {
 		if v, _ := s.e.View(j.ID); v.State.Terminal() {
@@ -167,15 +175,10 @@ func (s *JobServer) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.Job
 	return jobStatus(v), nil
 }
 
-// fail maps err to a status, logging what the caller will not see.
+// fail is the status a call ends with for err, logged and counted.
 func (s *JobServer) fail(method string, err error) error {
-	var ce *core.Error
-	if errors.As(err, &ce) {
-		s.log.Debug("request refused", "method", method, "code", ce.Code, "detail", ce.Detail)
-	} else if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("request failed", "method", method, "err", err)
-	}
-	return toStatus(err)
+	s.errs.Report(err, "method", method)
+	return apierr.Status(err)
 }
 
 // streamJob serves a job's stream from after. claim marks a stream that is
@@ -214,26 +217,29 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	if res.End == stream.EndSlow {
 		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
-	return endStatus(ctx, res.End, snk.lastWriteFailed())
+	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
+		return s.fail("stream", err)
+	}
+	return nil
 }
 
-// endStatus is how a stream's call ends. A stream that said why it ended
+// endError is why a stream's call ends. A stream that said why it ended
 // in its last event — the job's terminal event, or a "terminated" or
-// "resync" control event — ends OK. One the client left ends with the
-// context's status (nobody reads it). One whose last write did not get
-// through — a client that stopped reading, the write timeout, a slow
-// stream whose terminated event could not be sent — ends UNAVAILABLE with
-// write_failed, so a client that reads what its transport still holds
-// learns that the stream did not end by itself and resumes from the last
-// token it received.
-func endStatus(ctx context.Context, end stream.End, lastWriteFailed bool) error {
+// "resync" control event — ends OK (nil). One the client left ends with
+// the context's error (nobody reads its status). One whose last write did
+// not get through — a client that stopped reading, the write timeout, a
+// slow stream whose terminated event could not be sent — ends with
+// write_failed (UNAVAILABLE), so a client that reads what its transport
+// still holds learns that the stream did not end by itself and resumes
+// from the last token it received.
+func endError(ctx context.Context, end stream.End, lastWriteFailed bool) error {
 	if !lastWriteFailed && end != stream.EndWriteFailed && end != stream.EndClientGone {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return status.FromContextError(err).Err()
+		return err
 	}
-	return status.Errorf(codes.Unavailable, "write_failed: the stream ended (%s) before its last event could be written; resume with the last resume_token received", end)
+	return &core.Error{Code: core.CodeWriteFailed, Detail: fmt.Sprintf("the stream ended (%s) before its last event could be written; resume with the last resume_token received", end)}
 }
 
 func jobStatus(v core.JobView) *pb.JobStatus {

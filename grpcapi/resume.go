@@ -35,7 +35,7 @@ func (s *JobServer) token(j *core.Job, seq uint64, caller, filter [16]byte) stri
 // to continue after; an empty token means from the start, and resumed
 // false: only a verified token is a resume, the one proof that the stream
 // is the submitter's (it may then keep a Submit's job alive). Every refusal
-// is the one identical invalid_resume_token status; the reason is only
+// is the one identical core.ErrInvalidResumeToken; the reason is only
 // logged and counted.
 func (s *JobServer) resumePosition(ctx context.Context, j *core.Job, raw string, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
 	if raw == "" {
@@ -46,7 +46,7 @@ func (s *JobServer) resumePosition(ctx context.Context, j *core.Job, raw string,
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
 		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
-		return 0, false, invalidResumeToken()
+		return 0, false, core.ErrInvalidResumeToken
 	}
 	s.m.Resumed()
 	return seq, true, nil

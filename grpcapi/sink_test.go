@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -379,7 +380,7 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 			t.Errorf("event %d data %s: %v", i, ev.GetDataJson(), err)
 		}
 	}
-	if err := endStatus(context.Background(), res.End, s.lastWriteFailed()); err != nil {
+	if err := apierr.Status(endError(context.Background(), res.End, s.lastWriteFailed())); err != nil {
 		t.Errorf("a stream that ended with its terminal event ends %v", err)
 	}
 }
@@ -403,7 +404,7 @@ func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
 	if res.End != stream.EndWriteFailed {
 		t.Fatalf("result %+v, want write_failed", res)
 	}
-	err := endStatus(context.Background(), res.End, s.lastWriteFailed())
+	err := apierr.Status(endError(context.Background(), res.End, s.lastWriteFailed()))
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("status %v", err)
 	}
@@ -436,12 +437,12 @@ func TestGRPCRunWatcherAbortsABlockedWriter(t *testing.T) {
 	if !s.lastWriteFailed() {
 		t.Fatal("the terminated event cannot have got through a blocked Send")
 	}
-	if err := endStatus(context.Background(), res.End, true); status.Code(err) != codes.Unavailable {
+	if err := apierr.Status(endError(context.Background(), res.End, true)); status.Code(err) != codes.Unavailable {
 		t.Errorf("status %v", err)
 	}
 }
 
-func TestGRPCEndStatus(t *testing.T) {
+func TestGRPCEndError(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tc := range []struct {
@@ -461,8 +462,8 @@ func TestGRPCEndStatus(t *testing.T) {
 		{cancelled, stream.EndClientGone, false, codes.Canceled},
 		{cancelled, stream.EndWriteFailed, true, codes.Canceled},
 	} {
-		if got := status.Code(endStatus(tc.ctx, tc.end, tc.failed)); got != tc.want {
-			t.Errorf("endStatus(%s, failed=%v) = %s, want %s", tc.end, tc.failed, got, tc.want)
+		if got := status.Code(apierr.Status(endError(tc.ctx, tc.end, tc.failed))); got != tc.want {
+			t.Errorf("endError(%s, failed=%v): status %s, want %s", tc.end, tc.failed, got, tc.want)
 		}
 	}
 }

@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -28,6 +27,9 @@ type WorkerConfig struct {
 	HeartbeatInterval time.Duration
 	IdleTimeout       time.Duration
 	Logger            *slog.Logger
+	// Errors are the node's API error metrics, shared with the other
+	// transports; nil keeps a set registered nowhere.
+	Errors *apierr.Metrics
 }
 
 // DefaultWorkerConfig returns the clocks a node uses unless told otherwise.
@@ -77,15 +79,16 @@ const maxPendingUpdates = 4
 // session exactly as a stall would.
 type WorkerServer struct {
 	pb.UnimplementedWorkerServiceServer
-	e   *core.Engine
-	cfg WorkerConfig
-	log *slog.Logger
-	wg  sync.WaitGroup
+	e    *core.Engine
+	cfg  WorkerConfig
+	log  *slog.Logger
+	errs *apierr.Reporter
+	wg   sync.WaitGroup
 }
 
 var _ pb.WorkerServiceServer = (*WorkerServer)(nil)
 
-// New returns a WorkerService over e.
+// NewWorkerServer returns a WorkerService over e.
 func NewWorkerServer(e *core.Engine, cfg WorkerConfig) (*WorkerServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -93,7 +96,10 @@ func NewWorkerServer(e *core.Engine, cfg WorkerConfig) (*WorkerServer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &WorkerServer{e: e, cfg: cfg, log: cfg.Logger}, nil
+	if cfg.Errors == nil {
+		cfg.Errors = apierr.NewMetrics(nil)
+	}
+	return &WorkerServer{e: e, cfg: cfg, log: cfg.Logger, errs: cfg.Errors.Reporter("grpc", cfg.Logger)}, nil
 }
 
 // Wait blocks until every session goroutine has ended. Call it after the
@@ -121,7 +127,7 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 
 	reg, err := sess.awaitRegister(ctx)
 	if err != nil {
-		return err
+		return s.end(err)
 	}
 	sess.out = make(chan queued, 4*max(int(reg.Concurrency), 1)+16)
 	sess.maxOutBytes = sendQueueBytes(s.e.Config().Limits.MaxInputBytes)
@@ -129,7 +135,7 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
 	}, sess)
 	if err != nil {
-		return workerStatus(err)
+		return s.fail(err)
 	}
 	// Detach must run even though the stream's context is done by then:
 	// withdrawing the consumer record is cleanup, not request work.
@@ -143,7 +149,25 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	go func() { defer s.wg.Done(); sess.write() }()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); sess.applyUpdates(ctx, w) }()
-	return sess.serve(ctx, w)
+	return s.end(sess.serve(ctx, w))
+}
+
+// fail is the status a session ends with for err, an engine's refusal or
+// fault, logged and counted.
+func (s *WorkerServer) fail(err error) error {
+	s.errs.Report(err, "method", "Connect")
+	return apierr.Status(err)
+}
+
+// end is what a session's handler returns for err: the node's own reason
+// to end it (a *core.Error) as fail answers it; a failure of the stream
+// itself (the worker went away) or the context's end as it is, since
+// nobody is left to read a status, and neither is the node's fault.
+func (s *WorkerServer) end(err error) error {
+	if _, ok := core.CodeOf(err); ok {
+		return s.fail(err)
+	}
+	return err
 }
 
 // session is one worker stream; it implements core.WorkerConn.
@@ -204,19 +228,21 @@ func (ss *session) awaitRegister(ctx context.Context) (*pb.Register, error) {
 	case m := <-ss.in:
 		reg := m.GetRegister()
 		if reg == nil {
-			return nil, status.Error(codes.InvalidArgument, "the first message of a worker session must be register")
+			return nil, &core.Error{Code: core.CodeUnexpectedMessage, Detail: "the first message of a worker session must be register"}
 		}
 		return reg, nil
 	case err := <-ss.recvErr:
 		return nil, err
 	case <-t.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "no register within %s", ss.s.cfg.SetupTimeout)
+		return nil, &core.Error{Code: core.CodeSetupTimeout, Detail: fmt.Sprintf("no register within %s", ss.s.cfg.SetupTimeout)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// serve handles inbound messages and liveness until the session ends.
+// serve handles inbound messages and liveness until the session ends. It
+// returns nil when the worker closed its side, a *core.Error when the node
+// ends the session, and otherwise the stream's or the context's error.
 func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	tick := time.NewTicker(ss.s.cfg.HeartbeatInterval / 2)
 	defer tick.Stop()
@@ -232,11 +258,11 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 			}
 			return err
 		case <-ss.closing:
-			return status.Errorf(codes.Unavailable, "session ended by the node: %v", ss.cause)
+			return &core.Error{Code: core.CodeSessionClosed, Detail: fmt.Sprintf("the node ended the session: %v", ss.cause)}
 		case <-tick.C:
 			if idle := time.Since(time.Unix(0, ss.lastRecv.Load())); idle > ss.s.cfg.IdleTimeout {
 				ss.s.log.Warn("worker silent; ending session", "consumer", w.ID, "idle", idle)
-				return status.Errorf(codes.Unavailable, "no message from the worker for %s", ss.s.cfg.IdleTimeout)
+				return &core.Error{Code: core.CodeIdleTimeout, Detail: fmt.Sprintf("no message from the worker for %s", ss.s.cfg.IdleTimeout)}
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -280,13 +306,13 @@ func (ss *session) handle(ctx context.Context, w *core.Worker, m *pb.WorkerMessa
 		select {
 		case ss.updates <- msg.UpdateCapabilities.GetCapabilities():
 		default:
-			return status.Error(codes.ResourceExhausted,
-				"too many capability updates unanswered; wait for capabilities_updated before sending another")
+			return &core.Error{Code: core.CodeTooManyUpdates,
+				Detail: "too many capability updates unanswered; wait for capabilities_updated before sending another"}
 		}
 	case *pb.WorkerMessage_Register:
-		return status.Error(codes.InvalidArgument, "register is only valid as the first message; reconnect to change the declaration")
+		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: "register is only valid as the first message; reconnect to change the declaration"}
 	default:
-		return status.Error(codes.InvalidArgument, "unknown worker message")
+		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: "unknown worker message"}
 	}
 	return nil
 }
@@ -300,10 +326,10 @@ func (ss *session) applyUpdates(ctx context.Context, w *core.Worker) {
 		select {
 		case caps := <-ss.updates:
 			err := w.UpdateCapabilities(ctx, caps)
-			ans := capabilitiesAnswer(caps, err)
 			if err != nil {
-				ss.s.log.Warn("worker capability update refused", "consumer", w.ID, "capabilities", caps, "code", ans.Code, "err", err)
+				ss.s.errs.Report(err, "method", "UpdateCapabilities", "consumer", w.ID, "capabilities", caps)
 			}
+			ans := capabilitiesAnswer(caps, err)
 			// An answer waits for room rather than failing: the worker
 			// sends no other update before it, so these are few.
 			m := &pb.NodeMessage{Msg: &pb.NodeMessage_CapabilitiesUpdated{CapabilitiesUpdated: ans}}
@@ -388,6 +414,20 @@ func (ss *session) Close(cause error) {
 		ss.cause = cause
 		close(ss.closing)
 	})
+}
+
+// capabilitiesAnswer is the CapabilitiesUpdated for an update of caps that
+// ended with err: the set now in effect, or the refusal's code and detail,
+// exactly as a status would carry them (a server fault shows only as
+// internal).
+func capabilitiesAnswer(caps []string, err error) *pb.CapabilitiesUpdated {
+	if err == nil {
+		// UpdateCapabilities parsed the same list successfully.
+		parsed, _ := core.ParseCapabilities(caps)
+		return &pb.CapabilitiesUpdated{Capabilities: parsed.Strings()}
+	}
+	ce := apierr.ErrorOf(err)
+	return &pb.CapabilitiesUpdated{Code: string(ce.Code), Message: ce.Detail}
 }
 
 func nilIfEmpty(b []byte) []byte {

@@ -328,16 +328,17 @@ func TestUpdateCapabilitiesOffersWaitingJob(t *testing.T) {
 	}
 }
 
-// A catalog write that fails is answered "unavailable" and the session goes
-// on with its old set; the same list succeeds once the catalog is back.
+// A catalog write that fails is answered catalog_unavailable (its cause
+// stays in the node's log) and the session goes on with its old set; the
+// same list succeeds once the catalog is back.
 func TestUpdateCapabilitiesCatalogFailure(t *testing.T) {
 	n := startTestNode(t)
 	w := n.connect(t, "model=a")
 	n.cat.setPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
 	w.update("model=b")
 	a := w.answer()
-	if a.Code != codeUnavailable || !strings.Contains(a.Message, "etcd unreachable") {
-		t.Fatalf("answer = %v, want unavailable", a)
+	if a.Code != string(core.CodeCatalogUnavailable) || strings.Contains(a.Message, "etcd unreachable") {
+		t.Fatalf("answer = %v, want catalog_unavailable without the cause", a)
 	}
 	n.cat.setPublish(nil)
 	w.update("model=b")
@@ -350,7 +351,7 @@ func TestUpdateCapabilitiesCatalogFailure(t *testing.T) {
 }
 
 // A worker that piles up updates without waiting for the answers breaks the
-// protocol: its session ends ResourceExhausted.
+// protocol: its session ends ResourceExhausted (too_many_updates).
 func TestUpdateCapabilitiesFlood(t *testing.T) {
 	n := startTestNode(t)
 	w := n.connect(t, "model=a")
@@ -363,8 +364,8 @@ func TestUpdateCapabilitiesFlood(t *testing.T) {
 	}
 	select {
 	case err := <-w.ended:
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("session ended with %v, want ResourceExhausted", err)
+		if status.Code(err) != codes.ResourceExhausted || !strings.HasPrefix(status.Convert(err).Message(), "too_many_updates: ") {
+			t.Fatalf("session ended with %v, want ResourceExhausted too_many_updates", err)
 		}
 	case m := <-w.msgs:
 		t.Fatalf("unexpected %v", m)

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -43,28 +47,74 @@ func TestWorkerConfigValidate(t *testing.T) {
 	}
 }
 
-func TestToStatus(t *testing.T) {
+// A registration the engine refuses ends the session with the code's
+// status from apierr's table: InvalidArgument for a bad declaration (the
+// worker SDK gives up), Unavailable for what may work later (it retries).
+// A catalog that cannot be written is catalog_unavailable; its cause stays
+// in the node's log.
+func TestRegisterRefusals(t *testing.T) {
+	n := startTestNode(t)
 	for _, tc := range []struct {
-		err  error
-		want codes.Code
+		name  string
+		msg   *pb.WorkerMessage
+		setup func()
+		want  codes.Code
+		code  core.Code
+		field string
 	}{
-		{&core.Error{Code: core.CodeInvalidQueueName}, codes.InvalidArgument},
-		{&core.Error{Code: core.CodeInvalidWorker}, codes.InvalidArgument},
-		{&core.Error{Code: core.CodeDraining}, codes.Unavailable},
-		{&core.Error{Code: core.CodeQueueFull}, codes.ResourceExhausted},
-		{&core.Error{Code: core.CodeJobNotFound}, codes.NotFound},
-		{&core.Error{Code: core.CodeTTLOutOfRange}, codes.OutOfRange},
-		{context.Canceled, codes.Canceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-		{errors.New("catalog down"), codes.Unavailable},
+		{"not register first", &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}, nil, codes.InvalidArgument, core.CodeUnexpectedMessage, ""},
+		{"bad queue", register("a/b"), nil, codes.InvalidArgument, core.CodeInvalidQueueName, "queue"},
+		{"bad capability", register("q", "model"), nil, codes.InvalidArgument, core.CodeInvalidWorker, "capabilities"},
+		{"catalog down", register("q"), func() {
+			n.cat.setPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
+		}, codes.Unavailable, core.CodeCatalogUnavailable, ""},
+		{"draining", register("q"), func() {
+			n.cat.setPublish(nil)
+			n.e.Drain(context.Background())
+		}, codes.Unavailable, core.CodeDraining, ""},
 	} {
-		if got := status.Code(workerStatus(tc.err)); got != tc.want {
-			t.Errorf("workerStatus(%v) = %v, want %v", tc.err, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			st := status.Convert(n.refused(t, tc.msg))
+			if st.Code() != tc.want || !strings.HasPrefix(st.Message(), string(tc.code)+": ") || strings.Contains(st.Message(), "etcd") {
+				t.Fatalf("got %s %q, want %s %s", st.Code(), st.Message(), tc.want, tc.code)
+			}
+			if f := apierr.FromStatus(st); f.Code != tc.code || f.Field != tc.field {
+				t.Fatalf("the status carries %+v, want code %s field %q", f, tc.code, tc.field)
+			}
+		})
 	}
-	if workerStatus(nil) != nil {
-		t.Error("workerStatus(nil) must be nil")
+}
+
+func register(queue string, caps ...string) *pb.WorkerMessage {
+	return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{Queue: queue, Capabilities: caps}}}
+}
+
+// refused opens a session, sends m and returns the error the session ends
+// with; it fails the test if the node registers it instead.
+func (n *testNode) refused(t *testing.T, m *pb.WorkerMessage) error {
+	t.Helper()
+	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	stream, err := pb.NewWorkerServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stream.Recv()
+	if err == nil {
+		t.Fatalf("the node answered %v, want the session refused", got)
+	}
+	return err
 }
 
 // heldStream is a worker stream whose Send blocks until release is closed:

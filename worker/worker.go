@@ -297,7 +297,8 @@ func (w *Worker) Capabilities() []string { return w.r.declared() }
 // CapabilitiesError is a node's refusal of Worker.SetCapabilities; the
 // worker goes on with the set it had. Code is "invalid_worker" when the
 // list itself is invalid (sending it again gets the same answer) or
-// "unavailable" when the node could not publish it (a retry may succeed).
+// "catalog_unavailable" when the node could not publish it (a retry may
+// succeed); docs/errors.md lists every code.
 type CapabilitiesError struct {
 	Code    string
 	Message string

@@ -74,7 +74,8 @@ type JobServiceClient interface {
 	// invalid_field, unsupported_version, missing_input (INVALID_ARGUMENT);
 	// input_too_large, ttl_out_of_range, limit_above_ceiling (OUT_OF_RANGE);
 	// queue_full, queue_bytes_full (RESOURCE_EXHAUSTED); no_capable_worker,
-	// draining (UNAVAILABLE); idempotency_key_reused (ALREADY_EXISTS).
+	// draining, dispatcher_unavailable (UNAVAILABLE); idempotency_key_reused
+	// (ALREADY_EXISTS). docs/errors.md lists every code with its status.
 	Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEvent], error)
 	// Resume continues a job's stream after the position in a resume token
 	// (from the first event when the token is empty): no duplicate, no gap.
@@ -213,7 +214,8 @@ type JobServiceServer interface {
 	// invalid_field, unsupported_version, missing_input (INVALID_ARGUMENT);
 	// input_too_large, ttl_out_of_range, limit_above_ceiling (OUT_OF_RANGE);
 	// queue_full, queue_bytes_full (RESOURCE_EXHAUSTED); no_capable_worker,
-	// draining (UNAVAILABLE); idempotency_key_reused (ALREADY_EXISTS).
+	// draining, dispatcher_unavailable (UNAVAILABLE); idempotency_key_reused
+	// (ALREADY_EXISTS). docs/errors.md lists every code with its status.
 	Submit(*SubmitRequest, grpc.ServerStreamingServer[JobEvent]) error
 	// Resume continues a job's stream after the position in a resume token
 	// (from the first event when the token is empty): no duplicate, no gap.

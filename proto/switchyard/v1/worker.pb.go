@@ -544,9 +544,11 @@ type CapabilitiesUpdated struct {
 	// Code is empty when the new set is in effect. Otherwise the update was
 	// refused and the node still offers jobs against the previous set:
 	// "invalid_worker" means the list itself is invalid (resending it gets
-	// the same answer); "unavailable" means the node could not republish the
-	// record (the registry may hold either set until an update succeeds, so
-	// retry).
+	// the same answer); "catalog_unavailable" means the node could not
+	// republish the record (the registry may hold either set until an update
+	// succeeds, so retry). The codes are those of the statuses
+	// (docs/errors.md); message is the detail a status would carry after its
+	// code.
 	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// Capabilities now in effect when the update succeeded, normalized:

@@ -47,6 +47,15 @@ type WorkerServiceClient interface {
 	//
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
+	//
+	// A session the node ends or refuses ends with a status whose message
+	// starts with a stable code and which carries a google.rpc.ErrorInfo, as
+	// JobService's do; docs/errors.md lists every code with its status. A
+	// refused registration: invalid_queue_name, invalid_worker
+	// (INVALID_ARGUMENT: do not retry); draining, catalog_unavailable
+	// (UNAVAILABLE: retry). The session's own ends: unexpected_message
+	// (INVALID_ARGUMENT), setup_timeout (DEADLINE_EXCEEDED), idle_timeout and
+	// session_closed (UNAVAILABLE), too_many_updates (RESOURCE_EXHAUSTED).
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkerMessage, NodeMessage], error)
 }
 
@@ -88,6 +97,15 @@ type WorkerServiceServer interface {
 	//
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
+	//
+	// A session the node ends or refuses ends with a status whose message
+	// starts with a stable code and which carries a google.rpc.ErrorInfo, as
+	// JobService's do; docs/errors.md lists every code with its status. A
+	// refused registration: invalid_queue_name, invalid_worker
+	// (INVALID_ARGUMENT: do not retry); draining, catalog_unavailable
+	// (UNAVAILABLE: retry). The session's own ends: unexpected_message
+	// (INVALID_ARGUMENT), setup_timeout (DEADLINE_EXCEEDED), idle_timeout and
+	// session_closed (UNAVAILABLE), too_many_updates (RESOURCE_EXHAUSTED).
 	Connect(grpc.BidiStreamingServer[WorkerMessage, NodeMessage]) error
 	mustEmbedUnimplementedWorkerServiceServer()
 }
