@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/catalog"
@@ -30,7 +29,6 @@ import (
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Node is one running Switchyard node.
@@ -225,21 +223,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.cat.PublishNode(ctx, record); err != nil {
 		return nil, fmt.Errorf("register node: %w", err)
 	}
-	n.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
-		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		// Application heartbeats detect a silent worker in seconds; gRPC
-		// keepalive is the transport's backstop. Accept client pings as
-		// often as every 5s so a worker's keepalive is never punished.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// Stop waits for session handlers, whose deferred Detach withdraws
-		// the consumer record: Close must not return before that.
-		grpc.WaitForHandlers(true),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
-	pb.RegisterWorkerServiceServer(n.grpc, n.workers)
-	pb.RegisterJobServiceServer(n.grpc, n.jobs)
+	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs)
 
 	// Streams watch this context: cancelling it is how shutdown ends SSE
 	// handlers, which http.Server.Shutdown alone would wait for forever.
