@@ -30,9 +30,11 @@ type wire struct {
 // follows the HTTP status where gRPC has one for it (400 InvalidArgument,
 // 404 NotFound, 409 AlreadyExists, 429 ResourceExhausted, 503
 // Unavailable); the limits a request passed (413, 422) are OutOfRange.
-// Outcome codes reach a caller as an error only when a call ends with one
-// (a forward that finds its job's TTL gone answers expired); their statuses
-// say which side failed: the worker (502) or the job's own clock or caller.
+// A job's outcome codes are mostly the code of its error event, not a
+// status; they reach a caller as an error only when a call itself ends
+// with one (a submission forwarded to a dispatcher that finds the job's TTL
+// gone answers expired). Their statuses say which side failed: the worker
+// (502), the job's clock (504, DeadlineExceeded), a cancel (Canceled).
 var table = map[core.Code]wire{
 	// The request is malformed or invalid.
 	core.CodeMalformedJSON:        {http.StatusBadRequest, codes.InvalidArgument},
