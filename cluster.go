@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/catalog"
 )
 
 // transport is the half of core.Cluster that moves messages between nodes

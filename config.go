@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
-	"github.com/switchyard/switchyard/grpcapi"
 )
 
 // Config is everything a node needs. Start from DefaultConfig; cmd fills it

@@ -15,8 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/core"
 )
 
 // member is one node of an embedded cluster under test.

@@ -11,8 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/core"
 )
 
 // cluster opens n catalogs on one embedded etcd: node-a embeds it, node-b…

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/core"
 )
 
 func TestFenceDeadline(t *testing.T) {

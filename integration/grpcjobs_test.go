@@ -21,8 +21,8 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core/resume"
-	"github.com/switchyard/switchyard/worker"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+	"github.com/switchyard/switchyard/worker"
 )
 
 // jobsClient is a generated JobService client on its own connection, closed

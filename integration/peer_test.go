@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/switchyard/switchyard"
-	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/core"
 )
 
 const testSecret = "integration-cluster-secret"

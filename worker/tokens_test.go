@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/worker"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+	"github.com/switchyard/switchyard/worker"
 )
 
 func TestTokens(t *testing.T) {
