@@ -13,14 +13,16 @@ import (
 const readBatch = 64
 
 // writer is one stream while Run writes it. Run's goroutine owns it; the
-// lag watcher shares only written, overflow and the fields set before it
-// starts (h, base, p), which never change.
+// lag watcher shares only written, overflow and fields that never change
+// (h, base, p, sink: its Abort is safe from another goroutine).
 type writer struct {
-	req  Request
-	p    Policy
-	sink Sink
-	h    *core.History
-	res  Result
+	jobID  string
+	h      *core.History
+	filter map[core.EventKind]bool
+	token  func(ev core.Event) string
+	p      Policy
+	sink   Sink
+	res    Result
 	// start is when the stream opened: the setup clock runs from it.
 	start time.Time
 	// flushed turns true with the first flush that goes through: until
@@ -43,7 +45,8 @@ type writer struct {
 func newWriter(req Request, sink Sink) *writer {
 	p := req.Policy
 	w := &writer{
-		req: req, p: p, sink: sink, h: req.Job.History,
+		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token,
+		p: p, sink: sink,
 		res:         Result{LastSeq: req.After},
 		start:       time.Now(),
 		cursor:      req.After,
@@ -124,7 +127,7 @@ func (w *writer) behind(lagEvents int, lagBytes int64) (over bool) {
 func (w *writer) skip(to uint64, detail string) (over bool) {
 	w.setDeadline()
 	if w.sink.Control(Gap, map[string]any{
-		"job_id": w.req.Job.ID, "from_seq": w.cursor + 1, "to_seq": to, "dropped": to - w.cursor,
+		"job_id": w.jobID, "from_seq": w.cursor + 1, "to_seq": to, "dropped": to - w.cursor,
 		"detail": detail,
 	}) != nil {
 		return w.failed()
@@ -145,13 +148,13 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 			return w.slow(e, b)
 		}
 		w.cursor = ev.Seq
-		if w.req.Filter != nil && !w.req.Filter[ev.Kind] && !ev.Kind.Terminal() {
+		if w.filter != nil && !w.filter[ev.Kind] && !ev.Kind.Terminal() {
 			w.written.Store(w.cursor)
 			continue
 		}
 		var tok string
-		if w.req.Token != nil {
-			tok = w.req.Token(ev)
+		if w.token != nil {
+			tok = w.token(ev)
 		}
 		w.setDeadline()
 		if err := w.sink.Event(ev, tok); err != nil {
@@ -234,7 +237,7 @@ func (w *writer) end(e End, c Control, data map[string]any) (over bool) {
 	w.res.End = e
 	if c != "" {
 		w.setDeadline()
-		data["job_id"] = w.req.Job.ID
+		data["job_id"] = w.jobID
 		if w.sink.Control(c, data) == nil {
 			_ = w.sink.Flush()
 		}
