@@ -2,8 +2,11 @@
 // job it becomes, the queue that holds it, the binding of a job to exactly
 // one consumer, and the single terminal outcome every job ends in.
 //
-// It imports no transport. httpapi, the gRPC worker service and the catalog
-// adapter are thin layers that validate, call an Engine and map its errors.
+// It imports no transport and no etcd (imports_test.go at the module root
+// holds every package to its rules). Around it: httpapi (HTTP/SSE) and
+// grpcapi (WorkerService, JobService) validate, call an Engine and map its
+// errors; peer carries messages between nodes; catalog keeps the cluster's
+// records in etcd.
 //
 // # Roles
 //

@@ -1,0 +1,170 @@
+package switchyard_test
+
+import (
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/switchyard/switchyard"
+
+// importRule is what one package of this module may import, kept true by
+// TestImportRules.
+type importRule struct {
+	// may lists the module's packages it may import, relative to the
+	// module root ("." is the root package). any lifts the rule.
+	may []string
+	any bool
+	// neverDeps lists import paths, or prefixes ending in "/", that the
+	// package must not depend on at all, even through another module.
+	neverDeps []string
+	// neverImports lists import paths it must not import itself, though a
+	// library it uses may.
+	neverImports []string
+	// upcoming marks a rule written ahead of its package: absent, the rule
+	// waits for it; present, the package is held to it like any other.
+	upcoming bool
+}
+
+// Outside libraries named in the rules. Prometheus is the one the engine
+// takes; it pulls net/http in deep, which is allowed: what counts is that
+// no HTTP type can reach a core signature, so core may not import net/http
+// itself.
+const (
+	grpcLib = "google.golang.org/grpc"
+	etcdLib = "go.etcd.io/"
+	chiLib  = "github.com/go-chi/"
+	sseLib  = "github.com/tmaxmax/go-sse"
+	promLib = "github.com/prometheus/"
+)
+
+var (
+	// coreRooms are the domain's packages.
+	coreRooms = []string{"core", "core/resume", "core/stream"}
+	// noTransport is what the domain must not depend on: the transports'
+	// libraries and etcd.
+	noTransport = []string{grpcLib, etcdLib, chiLib, sseLib}
+)
+
+// importRules has one rule per package of the module: a package without
+// one fails the test, so a new package states its place on arrival.
+// Internal imports are checked one level deep; since every package is held
+// to its own rule, what it reaches through others follows the table too.
+var importRules = map[string]importRule{
+	// The domain: no transport types, no etcd.
+	"core":        {may: coreRooms, neverDeps: noTransport, neverImports: []string{"net/http"}},
+	"core/resume": {may: coreRooms, neverDeps: noTransport, neverImports: []string{"net/http"}},
+	"core/stream": {may: coreRooms, neverDeps: noTransport, neverImports: []string{"net/http"}},
+	// The etcd catalog serves the engine; it knows no transport.
+	"catalog": {may: []string{"core"}, neverDeps: []string{chiLib, sseLib}},
+	// Node-to-node transport: the engine and the wire format; no catalog
+	// (the node hands it an address lookup), no public API, no etcd.
+	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
+	// The public gRPC services.
+	"grpcapi": {
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr"},
+		neverDeps: []string{etcdLib, chiLib, sseLib},
+	},
+	// The HTTP/SSE API: no proto, and no gRPC of its own (apierr, which it
+	// shares with grpcapi, brings in grpc's status codes).
+	"httpapi": {
+		may:          []string{"core", "core/stream", "core/resume", "apierr"},
+		neverDeps:    []string{etcdLib},
+		neverImports: []string{grpcLib},
+	},
+	// The one error map: core's codes to HTTP and gRPC statuses.
+	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}, upcoming: true},
+	// The Go worker SDK a user imports: the wire format only. Nothing of
+	// the engine, not even its metrics library, comes with it.
+	"worker": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
+	// Generated code only.
+	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
+	// The node: assembles every room.
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "proto/switchyard/v1"}},
+	// The binary: a node, the demo worker, and `switchyard bench` (whose
+	// load generator is integration/benchkit's).
+	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit"}},
+	// Tests and the benchmarks' harness see everything.
+	"integration":          {any: true},
+	"integration/benchkit": {any: true},
+}
+
+// TestImportRules holds every package of the module to its importRule.
+// Only what a package ships counts (test files may import what they need).
+func TestImportRules(t *testing.T) {
+	seen := map[string]bool{}
+	for _, line := range goList(t, "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", "./...") {
+		path, rest, _ := strings.Cut(line, "|")
+		imports, deps, _ := strings.Cut(rest, "|")
+		pkg := relative(path)
+		seen[pkg] = true
+		rule, ok := importRules[pkg]
+		if !ok {
+			t.Errorf("package %s has no import rule: add one to importRules", pkg)
+			continue
+		}
+		for imp := range strings.FieldsSeq(imports) {
+			if inModule(imp) && !rule.any && !slices.Contains(rule.may, relative(imp)) {
+				t.Errorf("%s imports %s, which its rule does not allow (may: %v)", pkg, relative(imp), rule.may)
+			}
+			for _, b := range rule.neverImports {
+				if matches(imp, b) {
+					t.Errorf("%s imports %s", pkg, imp)
+				}
+			}
+		}
+		for _, b := range rule.neverDeps {
+			var hits []string
+			for dep := range strings.FieldsSeq(deps) {
+				if matches(dep, b) {
+					hits = append(hits, dep)
+				}
+			}
+			if len(hits) > 0 {
+				t.Errorf("%s depends on %s, banned for it (%d packages: %s, ...)", pkg, b, len(hits), hits[0])
+			}
+		}
+	}
+	for pkg, rule := range importRules {
+		switch {
+		case !seen[pkg] && rule.upcoming:
+			t.Logf("the rule for %s waits for the package", pkg)
+		case !seen[pkg]:
+			t.Errorf("importRules has a rule for %s, which is not a package of the module: remove it", pkg)
+		}
+	}
+}
+
+func inModule(path string) bool { return path == module || strings.HasPrefix(path, module+"/") }
+
+// relative names a package of the module by its path under the module root.
+func relative(path string) string {
+	if path == module {
+		return "."
+	}
+	return strings.TrimPrefix(path, module+"/")
+}
+
+// matches reports whether path is b or lies under it (a trailing "/" on b
+// changes nothing: "go.etcd.io/" bans every etcd module).
+func matches(path, b string) bool {
+	prefix := strings.TrimSuffix(b, "/")
+	return path == prefix || strings.HasPrefix(path, prefix+"/")
+}
+
+// goList runs `go list args...` at the module root (the directory of this
+// test) and returns its output lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
