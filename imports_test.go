@@ -23,9 +23,6 @@ type importRule struct {
 	// neverImports lists import paths it must not import itself, though a
 	// library it uses may.
 	neverImports []string
-	// upcoming marks a rule written ahead of its package: absent, the rule
-	// waits for it; present, the package is held to it like any other.
-	upcoming bool
 }
 
 // Outside libraries named in the rules. Prometheus is the one the engine
@@ -75,7 +72,7 @@ var importRules = map[string]importRule{
 		neverImports: []string{grpcLib},
 	},
 	// The one error map: core's codes to HTTP and gRPC statuses.
-	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}, upcoming: true},
+	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
 	"worker": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
@@ -127,11 +124,8 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
-	for pkg, rule := range importRules {
-		switch {
-		case !seen[pkg] && rule.upcoming:
-			t.Logf("the rule for %s waits for the package", pkg)
-		case !seen[pkg]:
+	for pkg := range importRules {
+		if !seen[pkg] {
 			t.Errorf("importRules has a rule for %s, which is not a package of the module: remove it", pkg)
 		}
 	}
