@@ -74,7 +74,9 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
 	fs.DurationVar(&cfg.Engine.PinStable, "pin-stable", cfg.Engine.PinStable, "how long a queue's consumers must have lived on one other node before a dispatcher hosting none hands the queue to that node")
 	fs.DurationVar(&cfg.Engine.QueueIdle, "queue-idle", cfg.Engine.QueueIdle, "remove a queue with no job and no worker after this long")
-	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable")
+	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable, at most (see --retain-jobs, --retain-bytes)")
+	fs.IntVar(&cfg.Engine.RetainJobs, "retain-jobs", cfg.Engine.RetainJobs, "most ended jobs the node keeps for late readers; past it the oldest ended job is evicted")
+	fs.Int64Var(&cfg.Engine.RetainBytes, "retain-bytes", cfg.Engine.RetainBytes, "most bytes the ended jobs kept for late readers may hold; past it the oldest ended job is evicted; at least --history-bytes")
 	fs.IntVar(&cfg.Engine.HistoryEvents, "history-events", cfg.Engine.HistoryEvents, "events of each job the ingress keeps for resume (older ones leave: a resume from before them gets resync); above --stream-max-events")
 	fs.Int64Var(&cfg.Engine.HistoryBytes, "history-bytes", cfg.Engine.HistoryBytes, "bytes of events each job keeps for resume; above --stream-max-bytes")
 	sp := &cfg.HTTP.Stream
