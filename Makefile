@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench proto tools verify clean
+.PHONY: build run test test-short lint fuzz bench soak proto tools verify clean
 
 ## build: the one binary, bin/switchyard
 build:
@@ -77,6 +77,13 @@ bench: build
 	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
 	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
 	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
+
+## soak: the benchmark load (64 streams, 16 outputs of 32 B) against one demo
+## node for SOAK_DURATION (10m), printing its RSS, heap and retained ended
+## jobs every 30s, then the answer to a resume of an evicted job. Not in CI.
+SOAK_DURATION ?= 10m
+soak: build
+	SOAK_DURATION=$(SOAK_DURATION) BIN=$(BIN) scripts/soak.sh
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool

@@ -36,6 +36,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"max-queue-depth", func(c *switchyard.Config) { c.Engine.Limits.MaxQueueDepth = 0 }},
 		{"default-ttl", func(c *switchyard.Config) { c.Engine.Limits.DefaultTTL = c.Engine.Limits.MaxTTL * 2 }},
 		{"stream-heartbeat", func(c *switchyard.Config) { c.HTTP.Stream.Heartbeat = c.HTTP.Stream.Idle }},
+		{"retain-jobs", func(c *switchyard.Config) { c.Engine.RetainJobs = 0 }},
+		{"retain-bytes", func(c *switchyard.Config) { c.Engine.RetainBytes = c.Engine.HistoryBytes - 1 }},
 		{"worker-idle-timeout", func(c *switchyard.Config) { c.Workers.IdleTimeout = c.Workers.HeartbeatInterval }},
 		{"worker-setup-timeout", func(c *switchyard.Config) { c.Workers.SetupTimeout = 0 }},
 		// A stream bound at or above the history's: a slow stream would get

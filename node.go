@@ -230,12 +230,16 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	n.stopHTTP = stopHTTP
 	n.http = &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
-		// No ReadTimeout or WriteTimeout: streams live as long as their job
-		// and bound themselves (core/stream). Idle keep-alive connections do
-		// not get to live forever.
-		IdleTimeout: 2 * time.Minute,
+		Handler: api,
+		// Headers: a time and a size bound (a header trickle is cut, a huge
+		// header is 431). No ReadTimeout or WriteTimeout: streams live as
+		// long as their job and bound themselves (core/stream); a request
+		// body has its own deadline (httpapi/body.go). Idle keep-alive
+		// connections do not get to live forever.
+		ReadHeaderTimeout: hcfg.HeaderTimeout,
+		MaxHeaderBytes:    hcfg.MaxHeaderBytes,
+		IdleTimeout:       2 * time.Minute,
+
 		BaseContext: func(net.Listener) context.Context { return httpCtx },
 		// Lets a stream judged slow reach its connection's send buffer.
 		ConnContext: httpapi.ConnContext,

@@ -53,6 +53,7 @@ var table = map[core.Code]wire{
 
 	// The request passes a limit.
 	core.CodeBodyTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},
+	core.CodeRequestTimeout:    {http.StatusRequestTimeout, codes.DeadlineExceeded},
 	core.CodeInputTooLarge:     {http.StatusRequestEntityTooLarge, codes.OutOfRange},
 	core.CodeTTLOutOfRange:     {http.StatusUnprocessableEntity, codes.OutOfRange},
 	core.CodeLimitAboveCeiling: {http.StatusUnprocessableEntity, codes.OutOfRange},

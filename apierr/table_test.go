@@ -39,6 +39,7 @@ func TestTable(t *testing.T) {
 		core.CodeJobNotFound:           {404, codes.NotFound},
 		core.CodeIdempotencyReuse:      {409, codes.AlreadyExists},
 		core.CodeBodyTooLarge:          {413, codes.OutOfRange},
+		core.CodeRequestTimeout:        {408, codes.DeadlineExceeded},
 		core.CodeInputTooLarge:         {413, codes.OutOfRange},
 		core.CodeTTLOutOfRange:         {422, codes.OutOfRange},
 		core.CodeLimitAboveCeiling:     {422, codes.OutOfRange},

@@ -29,8 +29,13 @@ type Config struct {
 	// HistoryEvents and HistoryBytes bound each job's retained history.
 	HistoryEvents int
 	HistoryBytes  int64
-	// Retention is how long an ended job stays readable and resumable.
-	Retention time.Duration
+	// Retention is how long an ended job stays readable and resumable, at
+	// most: RetainJobs and RetainBytes bound, node-wide, how many ended
+	// jobs are kept and the bytes they hold, and the oldest ended job goes
+	// first when either is passed (see retain.go).
+	Retention   time.Duration
+	RetainJobs  int
+	RetainBytes int64
 	// ExpirySlack delays the ingress node's own deadline past the job's TTL,
 	// so a TTL that runs out is failed where it is found (in the queue, at
 	// the worker) and the ingress timer is only the backstop that makes a
@@ -64,6 +69,8 @@ func DefaultConfig() Config {
 		HistoryEvents:           8192,
 		HistoryBytes:            8 << 20,
 		Retention:               5 * time.Minute,
+		RetainJobs:              50_000,
+		RetainBytes:             64 << 20,
 		ExpirySlack:             100 * time.Millisecond,
 		QueueIdle:               5 * time.Minute,
 		PinStable:               5 * time.Second,
@@ -94,6 +101,10 @@ func (c *Config) Validate() error {
 		return &ConfigError{"history-bytes", c.HistoryBytes, errors.New("must be at least max-input-bytes")}
 	case c.Retention <= 0:
 		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
+	case c.RetainJobs < 1:
+		return &ConfigError{"retain-jobs", c.RetainJobs, errors.New("must be at least 1, or a job submitted for later could never be read after it ended")}
+	case c.RetainBytes < c.HistoryBytes:
+		return &ConfigError{"retain-bytes", c.RetainBytes, errors.New("must be at least history-bytes, or one ended job with a full history would evict every other")}
 	case c.QueueIdle <= 0:
 		return &ConfigError{"queue-idle", c.QueueIdle, errors.New("must be positive")}
 	case c.Cluster != nil && c.Catalog == nil:
@@ -129,7 +140,9 @@ type Engine struct {
 	workers map[string]*Worker
 	// hosted indexes this node's bindings by job id: where a cancel for a
 	// job running here finds its worker.
-	hosted   map[string]*Worker
+	hosted map[string]*Worker
+	// retain keeps the ended jobs (still in jobs) for late readers.
+	retain   retained
 	active   int
 	draining bool
 	drained  chan struct{}
@@ -249,6 +262,7 @@ func (e *Engine) Close() {
 		e.finishLocked(j, CodeNodeShutdown, "the node shut down before the job ended", nil)
 	}
 	e.closed = true
+	stopTimer(e.retain.timer)
 	for _, j := range e.jobs {
 		stopTimer(j.timer)
 		stopTimer(j.graceTimer)

@@ -36,6 +36,8 @@ func TestConfigValidate(t *testing.T) {
 		{"history events", func(c *core.Config) { c.HistoryEvents = 0 }, "history-events"},
 		{"history bytes", func(c *core.Config) { c.HistoryBytes = c.Limits.MaxInputBytes - 1 }, "history-bytes"},
 		{"retention", func(c *core.Config) { c.Retention = 0 }, "retention"},
+		{"retain jobs", func(c *core.Config) { c.RetainJobs = 0 }, "retain-jobs"},
+		{"retain bytes", func(c *core.Config) { c.RetainBytes = c.HistoryBytes - 1 }, "retain-bytes"},
 		{"expiry slack", func(c *core.Config) { c.ExpirySlack = -1 }, "expiry-slack"},
 	}
 	for _, tt := range tests {

@@ -30,6 +30,9 @@ const (
 	CodeJobNotFound        Code = "job_not_found"
 	CodeIdempotencyReuse   Code = "idempotency_key_reused"
 	CodeInvalidWorker      Code = "invalid_worker"
+	// CodeRequestTimeout: the request's body did not arrive whole within
+	// the node's body timeout (HTTP only).
+	CodeRequestTimeout Code = "request_timeout"
 	// CodeDispatcherUnavailable: the queue's dispatcher is on another node
 	// that could not be reached or elected. Also a job's end when a job
 	// going back to its queue could not be handed to any dispatcher.

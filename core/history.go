@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"unsafe"
 )
 
 // EventKind names an event on a job's stream. The names are the SSE event
@@ -95,6 +96,9 @@ func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) 
 		h.events[0] = Event{}
 		h.events = h.events[1:]
 	}
+	if h.ended {
+		h.compactLocked()
+	}
 	close(h.wake)
 	h.wake = make(chan struct{})
 	h.lagWaits = slices.DeleteFunc(h.lagWaits, func(w lagWait) bool {
@@ -105,6 +109,40 @@ func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) 
 		return false
 	})
 	return ev, true
+}
+
+// compactLocked packs a history that will not grow again (its terminal
+// event is in) for the time it is retained for late readers: the events
+// move to a slice of exactly their number (append leaves up to as much
+// again spare), and their data to one buffer instead of one allocation
+// each. Readers holding events from before keep theirs: data is never
+// written in place.
+func (h *History) compactLocked() {
+	n := 0
+	for _, ev := range h.events {
+		n += len(ev.Data)
+	}
+	buf := make([]byte, 0, n)
+	events := make([]Event, len(h.events))
+	for i, ev := range h.events {
+		start := len(buf)
+		buf = append(buf, ev.Data...)
+		ev.Data = buf[start:len(buf):len(buf)]
+		events[i] = ev
+	}
+	h.events = events
+}
+
+// footprint is the memory the history's events hold: their slice and
+// their data (see Job.footprint).
+func (h *History) footprint() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := int64(cap(h.events)) * int64(unsafe.Sizeof(Event{}))
+	if len(h.events) > 0 {
+		n += h.retainedBytes()
+	}
+	return n
 }
 
 func (h *History) retainedBytes() int64 {

@@ -176,9 +176,16 @@ func (e *Engine) Job(id string) (*Job, error) {
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return nil, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node (it may have ended more than the retention ago)"}
+		return nil, errJobNotFound()
 	}
 	return j, nil
+}
+
+// errJobNotFound is the answer for an id the node has no record of: it
+// never had it, or the job ended and was evicted (retain.go). The two are
+// one answer: telling them apart would take a record of every evicted job.
+func errJobNotFound() *Error {
+	return &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node: it never existed here, or it ended and is no longer retained (a node keeps ended jobs for a limited time, number and size)"}
 }
 
 // View returns a snapshot of a job.
@@ -187,7 +194,7 @@ func (e *Engine) View(id string) (JobView, error) {
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return JobView{}, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node"}
+		return JobView{}, errJobNotFound()
 	}
 	return j.view(time.Now()), nil
 }
@@ -199,7 +206,7 @@ func (e *Engine) Cancel(id, detail string) (JobView, error) {
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return JobView{}, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node"}
+		return JobView{}, errJobNotFound()
 	}
 	e.finishLocked(j, CodeCancelled, detail, nil)
 	return j.view(time.Now()), nil
@@ -422,22 +429,9 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
 	e.withdrawLocked(j, code)
-	if !e.closed {
-		j.timer = time.AfterFunc(e.cfg.Retention, func() { e.forget(j.ID) })
-	}
+	e.retainLocked(j)
 	e.log.Debug("job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
 	return true
-}
-
-func (e *Engine) forget(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if j := e.jobs[id]; j != nil && j.state.Terminal() {
-		delete(e.jobs, id)
-		if j.idemKey != "" && e.idem[j.idemKey] == id {
-			delete(e.idem, j.idemKey)
-		}
-	}
 }
 
 func mustJSON(v any) []byte {

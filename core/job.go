@@ -88,7 +88,6 @@ type Job struct {
 	ID      string
 	Queue   string
 	Created time.Time
-	Env     *Envelope
 	Limits  Effective
 	// History is the job's event log; streams read it with their own cursors.
 	History *History
@@ -96,6 +95,11 @@ type Job struct {
 	deadline time.Time
 
 	// guarded by Engine.mu
+	//
+	// Env is the envelope as submitted. It is dropped (nil) when the job
+	// ends: an ended job is kept only for late readers, who get its
+	// events, never its input (see Job.trim).
+	Env           *Envelope
 	state         State
 	gen           uint64
 	consumer      string
@@ -128,6 +132,9 @@ type Job struct {
 	// (its worker ended it, or the dispatcher failed it): ending it then
 	// sends them no cancel.
 	settled bool
+	// retainedBytes is what the job is accounted for against RetainBytes
+	// once it ended (see retain.go).
+	retainedBytes int64
 }
 
 // StreamGeneration is the generation of the job's event stream: the

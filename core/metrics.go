@@ -19,6 +19,9 @@ type Metrics struct {
 	QueuesReaped     prometheus.Counter
 	FencedMessages   prometheus.Counter
 	Relocations      prometheus.Counter
+	RetainedJobs     prometheus.Gauge
+	RetainedBytes    prometheus.Gauge
+	Evictions        *prometheus.CounterVec
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -82,12 +85,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "dispatch", Name: "relocations_total",
 			Help: "Queues whose dispatch this node handed to the node hosting all their consumers.",
 		}),
+		RetainedJobs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "retention", Name: "jobs",
+			Help: "Ended jobs this node keeps for late readers (GET, events, resume).",
+		}),
+		RetainedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "retention", Name: "bytes",
+			Help: "Bytes the ended jobs this node keeps are accounted for (record, history, index entries), bounded by --retain-bytes.",
+		}),
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "retention", Name: "evictions_total",
+			Help: "Ended jobs this node let go of, by the bound that made it: retention (time), count (--retain-jobs) or bytes (--retain-bytes).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []EvictReason{EvictRetention, EvictCount, EvictBytes} {
+		m.Evictions.WithLabelValues(string(r))
 	}
 	for _, o := range []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeExpired} {
 		m.Jobs.WithLabelValues(string(o))
 	}
 	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
 		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves,
-		m.QueuesReaped, m.FencedMessages, m.Relocations)
+		m.QueuesReaped, m.FencedMessages, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions)
 	return m
 }

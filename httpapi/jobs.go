@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -73,15 +71,11 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// Read through the byte limit before anything is parsed.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	// Read through the byte limit, within the body deadline, before
+	// anything is parsed.
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.writeError(w, r, &core.Error{Code: core.CodeBodyTooLarge, Detail: "the body is larger than the node accepts"})
-			return
-		}
-		s.writeError(w, r, &core.Error{Code: core.CodeMalformedJSON, Detail: "could not read the body: " + err.Error()})
+		s.writeError(w, r, err)
 		return
 	}
 	env, err := core.ParseEnvelope(body)

@@ -29,6 +29,16 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; it is read through this limit
 	// before anything is parsed. Zero means the engine's max input + 64 KiB.
 	MaxBodyBytes int64
+	// HeaderTimeout bounds the time to read a request's headers, and
+	// MaxHeaderBytes their size: the node's http.Server takes both from
+	// here. A client over either is cut by the server before any route
+	// runs (431 for headers too large; a header trickle is closed).
+	HeaderTimeout  time.Duration
+	MaxHeaderBytes int
+	// BodyTimeout bounds the time to read a request's whole body, from
+	// the end of its headers (see bodyDeadline): a slow or stalled body
+	// gets 408 request_timeout and changes nothing.
+	BodyTimeout time.Duration
 	// Stream is every job stream's bounds and clocks.
 	Stream stream.Policy
 	// WriteBuffer is the kernel send buffer (SO_SNDBUF) of every HTTP
@@ -62,13 +72,25 @@ type Config struct {
 
 // DefaultConfig returns the HTTP settings a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second}
+	return Config{
+		HeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, BodyTimeout: 30 * time.Second,
+		Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second,
+	}
 }
 
 // Validate refuses settings that cannot work.
 func (c Config) Validate() error {
 	if c.WriteBuffer < 0 {
 		return &core.ConfigError{Field: "http-write-buffer", Value: c.WriteBuffer, Err: errors.New("must not be negative (0 leaves it to the kernel)")}
+	}
+	if c.HeaderTimeout <= 0 {
+		return &core.ConfigError{Field: "http-header-timeout", Value: c.HeaderTimeout, Err: errors.New("must be positive")}
+	}
+	if c.MaxHeaderBytes < 4<<10 {
+		return &core.ConfigError{Field: "http-max-header-bytes", Value: c.MaxHeaderBytes, Err: errors.New("must be at least 4096, or ordinary requests are refused")}
+	}
+	if c.BodyTimeout <= 0 {
+		return &core.ConfigError{Field: "http-body-timeout", Value: c.BodyTimeout, Err: errors.New("must be positive")}
 	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
@@ -132,7 +154,7 @@ func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
 	// No Timeout middleware and no server WriteTimeout: streams live as long
 	// as their job; their own clocks bound them (see sse.go).
-	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Use(middleware.RequestID, middleware.Recoverer, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})
 	})

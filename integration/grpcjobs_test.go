@@ -804,6 +804,7 @@ func slowNodeWith(t *testing.T, b grpcSlowBound, outputs int) (*switchyard.Node,
 		c.HTTP.Stream.Heartbeat = time.Second
 		c.Engine.HistoryEvents = 50000
 		c.Engine.HistoryBytes = 256 << 20
+		c.Engine.RetainBytes = c.Engine.HistoryBytes
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	start := make(chan struct{})
@@ -1020,6 +1021,7 @@ func TestGRPCClientNotReadingFailsWritesAndCancelsJob(t *testing.T) {
 		c.HTTP.Stream.MaxLagBytes = 128 << 20
 		c.Engine.HistoryEvents = 50000
 		c.Engine.HistoryBytes = 256 << 20
+		c.Engine.RetainBytes = c.Engine.HistoryBytes
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	start := make(chan struct{})

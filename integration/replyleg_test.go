@@ -173,7 +173,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 	// test's subject; this one is the reply leg).
 	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s",
 		"--stream-max-events", "200000", "--history-events", "400000",
-		"--stream-max-bytes", "134217728", "--history-bytes", "268435456")
+		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456")
 	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr)
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {

@@ -686,6 +686,7 @@ func TestSSEDropOldestGapsMatchMissing(t *testing.T) {
 		c.HTTP.Stream.MaxLagBytes = 128 << 20
 		c.Engine.HistoryEvents = 50000
 		c.Engine.HistoryBytes = 256 << 20
+		c.Engine.RetainBytes = c.Engine.HistoryBytes
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	start := make(chan struct{})

@@ -166,6 +166,7 @@ func TestSlowConsumer(t *testing.T) {
 				c.HTTP.Stream.MaxLagBytes = tc.maxBytes
 				c.Engine.HistoryEvents = 50000
 				c.Engine.HistoryBytes = 256 << 20
+				c.Engine.RetainBytes = c.Engine.HistoryBytes
 				c.Engine.Limits.MaxOutputBytes = 256 << 20
 			})
 			start, stopTicks, burstDone := make(chan struct{}), make(chan struct{}), make(chan struct{})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,6 +18,9 @@ import (
 // runBench drives jobs through a running node and prints, per concurrency
 // level, time to first output and to the terminal event (p50, p99) and
 // jobs per second. It is a benchmark: it reports, it never fails on a time.
+// Each level runs --jobs jobs, or for --duration; --outputs and
+// --output-bytes shape the job for the demo tokens worker (which sends
+// each word of its input back as one output).
 // The client code is integration/benchkit's, shared with the cluster
 // benchmark (BenchmarkCluster), so their figures are measured alike.
 func runBench(ctx context.Context, args []string) error {
@@ -24,15 +28,25 @@ func runBench(ctx context.Context, args []string) error {
 	url := fs.String("url", "http://127.0.0.1:8080", "node HTTP address")
 	queue := fs.String("queue", "demo", "queue to post to")
 	jobs := fs.Int("jobs", 500, "jobs per concurrency level")
+	duration := fs.Duration("duration", 0, "run each concurrency level for this long instead of --jobs jobs")
 	levels := fs.String("concurrency", "1,64", "comma-separated concurrency levels")
 	input := fs.String("input", "one two three four", "job input (sent as a JSON string)")
+	outputs := fs.Int("outputs", 0, "instead of --input: a job of this many outputs from the demo tokens worker")
+	outputBytes := fs.Int("output-bytes", 32, "with --outputs: bytes of text in each output (a word and its space)")
 	delay := fs.Int("delay-ms", 0, "options.delay_ms for the demo worker (0: as fast as it can)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	text, err := benchInput(fs, *input, *outputs, *outputBytes)
+	if err != nil {
+		return err
+	}
+	if *duration < 0 || *duration == 0 && *jobs < 1 {
+		return errors.New("--jobs must be positive, or --duration set")
+	}
 	client := benchkit.NewClient()
 	defer client.CloseIdleConnections()
-	body, _ := json.Marshal(map[string]any{"input": *input, "options": map[string]any{"delay_ms": *delay}})
+	body, _ := json.Marshal(map[string]any{"input": text, "options": map[string]any{"delay_ms": *delay}})
 	target := strings.TrimRight(*url, "/") + "/v1/queues/" + *queue + "/jobs"
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -42,14 +56,40 @@ func runBench(ctx context.Context, args []string) error {
 		if err != nil || c < 1 {
 			return fmt.Errorf("--concurrency %q: want positive integers", *levels)
 		}
-		r := benchkit.Run(ctx, client, target, body, *jobs, c)
+		var r benchkit.Result
+		if *duration > 0 {
+			r = benchkit.RunFor(ctx, client, target, body, *duration, c)
+		} else {
+			r = benchkit.Run(ctx, client, target, body, *jobs, c)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", c, *jobs, r.Failed,
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", c, len(r.Last)+r.Failed, r.Failed,
 			pct(r.First, 50), pct(r.First, 99), pct(r.Last, 50), pct(r.Last, 99), r.JobsPerSec())
 	}
 	return tw.Flush()
+}
+
+// benchInput is the job's input text: --input as given, or with --outputs
+// that many words of --output-bytes each, counting the space the demo
+// tokens worker sends after every word but the last.
+func benchInput(fs *flag.FlagSet, input string, outputs, outputBytes int) (string, error) {
+	if outputs == 0 {
+		return input, nil
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "input" })
+	switch {
+	case outputs < 0:
+		return "", fmt.Errorf("--outputs %d: must be positive", outputs)
+	case given:
+		return "", errors.New("--input and --outputs: give one")
+	case outputBytes < 2:
+		return "", fmt.Errorf("--output-bytes %d: must be at least 2 (a character and its space)", outputBytes)
+	}
+	word := strings.Repeat("x", outputBytes-1)
+	return strings.TrimSpace(strings.Repeat(word+" ", outputs)), nil
 }
 
 // pct formats the p-th percentile of d for the table.

@@ -91,3 +91,30 @@ func TestWorkerSetupTimeoutFlag(t *testing.T) {
 		t.Fatalf("--worker-setup-timeout 7s gave %v", cfg.Workers.SetupTimeout)
 	}
 }
+
+// --outputs and --output-bytes make the demo tokens worker's job: that
+// many words, each with its space that many bytes.
+func TestBenchInput(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("input", "x", "")
+	text, err := benchInput(fs, "x", 16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := strings.Fields(text)
+	if len(words) != 16 || len(words[0])+1 != 32 || len(text) != 16*32-1 {
+		t.Fatalf("input of %d words of %d bytes (%d in all), want 16 of 31 and a space", len(words), len(words[0]), len(text))
+	}
+	if in, err := benchInput(fs, "as given", 0, 32); err != nil || in != "as given" {
+		t.Fatalf("without --outputs: %q, %v", in, err)
+	}
+	if err := fs.Parse([]string{"--input", "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := benchInput(fs, "y", 16, 32); err == nil {
+		t.Fatal("--input with --outputs: no error")
+	}
+	if _, err := benchInput(flag.NewFlagSet("t", flag.ContinueOnError), "", 16, 1); err == nil {
+		t.Fatal("--output-bytes 1: no error")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
@@ -59,20 +60,30 @@ func (r Result) JobsPerSec() float64 {
 // goroutines, each starting its next job as soon as its previous one ended,
 // and reads each job's event stream to its end.
 func Run(ctx context.Context, client *http.Client, target string, body []byte, n, conc int) Result {
+	var left atomic.Int64
+	left.Store(int64(n))
+	return run(ctx, client, target, body, conc, func() bool { return left.Add(-1) >= 0 })
+}
+
+// RunFor is Run for a duration instead of a number of jobs: the goroutines
+// start jobs until d has passed (or ctx is done), and the jobs running then
+// finish.
+func RunFor(ctx context.Context, client *http.Client, target string, body []byte, d time.Duration, conc int) Result {
+	end := time.Now().Add(d)
+	return run(ctx, client, target, body, conc, func() bool { return ctx.Err() == nil && time.Now().Before(end) })
+}
+
+// run is Run's closed loop: conc goroutines start jobs while next says so.
+func run(ctx context.Context, client *http.Client, target string, body []byte, conc int, next func() bool) Result {
 	var (
 		mu  sync.Mutex
 		res Result
 		wg  sync.WaitGroup
 	)
-	next := make(chan struct{}, n)
-	for range n {
-		next <- struct{}{}
-	}
-	close(next)
 	start := time.Now()
 	for range conc {
 		wg.Go(func() {
-			for range next {
+			for next() {
 				first, last, ok := Job(ctx, client, target, body)
 				mu.Lock()
 				if ok {
