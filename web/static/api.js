@@ -82,10 +82,11 @@ export function networkError(err) {
 
 /**
  * fetch with the key; a failure to reach the node becomes an ApiError.
- * An abort (signal) is rethrown as it is.
+ * An abort (signal) is rethrown as it is. auth false sends no key: the
+ * request an EventSource makes, asked again to see the answer it got.
  */
-export async function call(path, init = {}) {
-  init.headers = withAuth(init.headers || {});
+export async function call(path, init = {}, {auth = true} = {}) {
+  init.headers = auth ? withAuth(init.headers || {}) : (init.headers || {});
   try {
     return await fetch(path, init);
   } catch (err) {

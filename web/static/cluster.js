@@ -51,11 +51,11 @@ export class ClusterView {
     this.live.textContent = text;
   }
 
-  /** The EventSource was refused: ask again with fetch to show why. */
+  /** The EventSource was refused: ask again with fetch (and, as it, no key) to show why. */
   async explain() {
     const ctrl = new AbortController();
     try {
-      const res = await call(EVENTS, {signal: ctrl.signal});
+      const res = await call(EVENTS, {signal: ctrl.signal}, {auth: false});
       if (!res.ok) {
         showProblem(this.problem, await problemFrom(res), 'The live view could not start.');
       } else {
@@ -81,7 +81,8 @@ export class ClusterView {
 
   renderCounters(c) {
     const sum = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
-    const by = (m) => Object.entries(m || {}).sort(([a], [b]) => a.localeCompare(b))
+    // The breakdown names what is there: zero series are left out.
+    const by = (m) => Object.entries(m || {}).filter(([, v]) => v !== 0).sort(([a], [b]) => a.localeCompare(b))
       .map(([k, v]) => `${k || '–'} ${num(v)}`).join(', ');
     const rows = [
       ['jobs', 'Jobs ended', num(sum(c.jobs)), by(c.jobs)],

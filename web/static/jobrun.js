@@ -284,7 +284,8 @@ export class DetachedRun extends Run {
       return;
     }
     // CLOSED: the node answered something other than a stream. An
-    // EventSource does not say what; the same request by fetch does.
+    // EventSource does not say what; the same request by fetch does (the
+    // same request: no key, which an EventSource cannot send).
     this.es = null;
     this.view.setConn('closed');
     this.probe();
@@ -294,7 +295,7 @@ export class DetachedRun extends Run {
     const ctrl = new AbortController();
     const headers = this.lastId ? {'Last-Event-ID': this.lastId} : {};
     try {
-      const res = await call(this.eventsURL, {headers, signal: ctrl.signal});
+      const res = await call(this.eventsURL, {headers, signal: ctrl.signal}, {auth: false});
       if (res.status === 204) {
         this.view.note('204: the node has nothing more to send');
       } else if (!res.ok) {
