@@ -37,11 +37,12 @@ export class ClusterView {
       this.onSnapshot(snap);
     });
     es.addEventListener('error', () => {
+      // The tables keep the last snapshot: the badge says it is not live.
       if (es.readyState === EventSource.CONNECTING) {
-        this.setLive('reconnecting', 'reconnecting…');
+        this.setLive('reconnecting', this.snapshots ? 'reconnecting… (last snapshot shown)' : 'reconnecting…');
         return;
       }
-      this.setLive('closed', 'not live');
+      this.setLive('closed', this.snapshots ? 'not live (last snapshot shown)' : 'not live');
       this.explain();
     });
   }

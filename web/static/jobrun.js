@@ -235,6 +235,7 @@ export class DetachedRun extends Run {
     this.eventsURL = v.links.events;
     this.view.setJob(v.job_id);
     this.view.setState(v.state);
+    this.view.setConn('connecting…'); // and the buttons follow: the job can be cancelled now
     this.view.note(`202 Accepted: job ${v.job_id} is ${v.state}; opening an EventSource on ${v.links.events}`);
     this.opens = 0;
     this.open('');
@@ -366,7 +367,7 @@ export class DetachedRun extends Run {
       this.hooks.onProblem(err, 'The cancel was not accepted.');
       return;
     }
-    this.view.note(`DELETE answered: the job is ${v.state}${v.code ? ' (' + v.code + ')' : ''}`);
+    this.view.note(`DELETE answered: the job is ${v.state}${v.code && v.code !== v.state ? ' (' + v.code + ')' : ''}`);
     if (!this.es) {
       // Nothing listening: the node's answer is the final state.
       this.view.final(v);

@@ -82,7 +82,7 @@ export class JobView {
         break;
       case 'error':
         this.setState(d.outcome || 'failed', d.code && d.code !== d.outcome ? `${d.outcome || 'failed'} (${d.code})` : d.outcome);
-        summary = `${d.outcome}: ${d.code}${d.detail ? ' — ' + d.detail : ''}`;
+        summary = `${d.outcome}${d.code !== d.outcome ? ': ' + d.code : ''}${d.detail ? ' — ' + d.detail : ''}`;
         this.say(`Job ${d.outcome}: ${d.code}.`);
         break;
     }

@@ -182,7 +182,8 @@ export class Playground {
     const live = !!r && !r.ended;
     const detached = live && r instanceof DetachedRun;
     this.submitBtn.disabled = live;
-    this.cancelBtn.disabled = !live || r.stopped;
+    // A detached job can be cancelled once the node has named it.
+    this.cancelBtn.disabled = !live || r.stopped || (detached && !r.id);
     this.dropBtn.disabled = !detached || !r.connected;
     this.pauseBtn.disabled = !detached;
     const paused = detached && !!r.eventsURL && !r.connected;
