@@ -16,7 +16,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/switchyard
 
-## run: one node (embedded catalog) plus a demo worker; prints a curl line
+## run: one node (embedded catalog) plus a demo worker; prints the web page URL and a curl line
 run: build
 	$(BIN) demo --name node-1 --data-dir data/node-1
 

@@ -67,10 +67,13 @@ var importRules = map[string]importRule{
 	// The HTTP/SSE API: no proto, and no gRPC of its own (apierr, which it
 	// shares with grpcapi, brings in grpc's status codes).
 	"httpapi": {
-		may:          []string{"core", "core/stream", "core/resume", "apierr"},
+		may:          []string{"core", "core/stream", "core/resume", "apierr", "web"},
 		neverDeps:    []string{etcdLib},
 		neverImports: []string{grpcLib},
 	},
+	// The web page: static files embedded in the binary, served by
+	// httpapi; it knows nothing of the node.
+	"web": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
 	// The one error map: core's codes to HTTP and gRPC statuses.
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of

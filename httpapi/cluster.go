@@ -59,16 +59,26 @@ type LocalQueue struct {
 
 // handleNodes is GET /v1/cluster/nodes: every node with its zone and state.
 func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request) {
-	out := []NodeResponse{}
-	for _, n := range s.cfg.Cluster.Nodes() {
-		out = append(out, NodeResponse{ID: n.ID, State: string(n.State), Zone: n.Zone, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": s.nodes()})
 }
 
 // handleQueues is GET /v1/queues: every queue the catalog or this node
 // knows, with its dispatcher and consumers.
 func (s *Server) handleQueues(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"queues": s.queues()})
+}
+
+// nodes is the body of GET /v1/cluster/nodes, shared with the live view.
+func (s *Server) nodes() []NodeResponse {
+	out := []NodeResponse{}
+	for _, n := range s.cfg.Cluster.Nodes() {
+		out = append(out, NodeResponse{ID: n.ID, State: string(n.State), Zone: n.Zone, HTTPAddr: n.HTTPAddr, GRPCAddr: n.GRPCAddr, PeerAddr: n.PeerAddr})
+	}
+	return out
+}
+
+// queues is the body of GET /v1/queues, shared with the live view.
+func (s *Server) queues() []QueueResponse {
 	local := map[string]core.QueueStat{}
 	names := s.cfg.Cluster.Queues()
 	for _, q := range s.e.QueueStats() {
@@ -82,7 +92,7 @@ func (s *Server) handleQueues(w http.ResponseWriter, _ *http.Request) {
 	for _, name := range names {
 		out = append(out, s.queueResponse(name, local))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
+	return out
 }
 
 // handleQueue is GET /v1/queues/{queue}.

@@ -28,13 +28,19 @@ func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string 
 
 // resumePosition reads the position a GET stream resumes from: the
 // Last-Event-ID header (what EventSource sends by itself) or the
-// last_event_id query parameter. No token means from the start, and
-// resumed false: only a verified token is a resume, the one proof that the
-// stream is the submitter's (it may then keep a streamed job alive).
+// last_event_id query parameter (what a page can give a new EventSource,
+// which cannot set the header). No token means from the start, and resumed
+// false: only a verified token is a resume, the one proof that the stream
+// is the submitter's (it may then keep a streamed job alive).
+//
+// With both, the header wins: an EventSource opened with ?last_event_id=
+// keeps that URL when it reconnects by itself, and sends the id of the last
+// event it got since in the header. The query parameter is the older
+// position then; resuming from it would send events twice.
 func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
 	raw := r.Header.Get("Last-Event-ID")
-	if q := r.URL.Query().Get("last_event_id"); q != "" {
-		raw = q
+	if raw == "" {
+		raw = r.URL.Query().Get("last_event_id")
 	}
 	if raw == "" {
 		return 0, false, nil

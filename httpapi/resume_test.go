@@ -246,13 +246,24 @@ func TestResumePositionModes(t *testing.T) {
 	if got, resumed, err := fx.s.resumePosition(fx.request("", false), fx.j, fx.filter); err != nil || got != 0 || resumed {
 		t.Errorf("no token: (%d, %v, %v), want (0, false, nil)", got, resumed, err)
 	}
-	// The query parameter wins over the header.
-	r := fx.request(fx.candidate(t, modeValid, "", 2), false)
+	// The header wins over the query parameter: an EventSource opened with
+	// ?last_event_id= reconnects with that URL and its newer position in the
+	// header.
+	r := fx.request(fx.candidate(t, modeValid, "", 4), false)
 	q := r.URL.Query()
-	q.Set("last_event_id", fx.candidate(t, modeValid, "", 4))
+	q.Set("last_event_id", fx.candidate(t, modeValid, "", 2))
 	r.URL.RawQuery = q.Encode()
 	if got, _, err := fx.s.resumePosition(r, fx.j, fx.filter); err != nil || got != 4 {
-		t.Errorf("header 2, query 4: (%d, %v), want (4, nil)", got, err)
+		t.Errorf("query 2, header 4: (%d, %v), want (4, nil)", got, err)
+	}
+	// Whichever carries it, a bad token is refused, even with a good one in
+	// the other place: the header is read alone.
+	r = fx.request("garbage", false)
+	q = r.URL.Query()
+	q.Set("last_event_id", fx.candidate(t, modeValid, "", 2))
+	r.URL.RawQuery = q.Encode()
+	if _, resumed, err := fx.s.resumePosition(r, fx.j, fx.filter); err != core.ErrInvalidResumeToken || resumed {
+		t.Errorf("query good, header garbage: %v, want invalid_resume_token", err)
 	}
 	// A token is bound to the filter as a set, not to the order in the URL.
 	tok := fx.candidate(t, modeValid, "", 1)

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/web"
 )
 
 // Config configures the HTTP layer.
@@ -64,6 +65,10 @@ type Config struct {
 	// Cluster is the catalog view behind the cluster and queue views; nil
 	// shows an empty cluster.
 	Cluster ClusterView
+	// ClusterEventsInterval is how often GET /v1/cluster/events looks for a
+	// change (the most snapshots it sends a second); zero means
+	// DefaultClusterEventsInterval.
+	ClusterEventsInterval time.Duration
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -133,6 +138,9 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
+	if cfg.ClusterEventsInterval <= 0 {
+		cfg.ClusterEventsInterval = DefaultClusterEventsInterval
+	}
 	if cfg.StreamMetrics == nil {
 		cfg.StreamMetrics = stream.NewMetrics(reg)
 	}
@@ -140,7 +148,11 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		cfg.Errors = apierr.NewMetrics(reg)
 	}
 	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), errs: cfg.Errors.Reporter("http", cfg.Logger)}
-	s.mux = s.routes()
+	ui, err := web.New(http.HandlerFunc(s.notFound))
+	if err != nil {
+		return nil, err
+	}
+	s.mux = s.routes(ui)
 	return s, nil
 }
 
@@ -150,14 +162,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // Router exposes the chi router, so a test can walk the routes.
 func (s *Server) Router() chi.Routes { return s.mux }
 
-func (s *Server) routes() *chi.Mux {
+func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r := chi.NewRouter()
 	// No Timeout middleware and no server WriteTimeout: streams live as long
 	// as their job; their own clocks bound them (see sse.go).
 	r.Use(middleware.RequestID, middleware.Recoverer, s.bodyDeadline)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})
-	})
+	r.NotFound(s.notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
 	})
@@ -167,15 +177,26 @@ func (s *Server) routes() *chi.Mux {
 		r.Delete("/jobs/{id}", s.handleCancel)
 		r.Get("/jobs/{id}/events", s.handleEvents)
 		r.Get("/cluster/nodes", s.handleNodes)
+		r.Get("/cluster/events", s.handleClusterEvents)
 		r.Get("/queues", s.handleQueues)
 		r.Get("/queues/{queue}", s.handleQueue)
 	})
+	// The web page (package web): the page at / and its assets under
+	// /ui/{version}/, each with its own content type, caching and CSP.
+	r.Method(http.MethodGet, "/", ui)
+	r.Method(http.MethodHead, "/", ui)
+	r.Method(http.MethodGet, web.Prefix+"*", ui)
+	r.Method(http.MethodHead, web.Prefix+"*", ui)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
 	if s.cfg.Gatherer != nil {
 		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	return r
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {

@@ -12,8 +12,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,13 +224,6 @@ func (l *lockedBuffer) String() string {
 // right after the last event it received, and sees every event exactly
 // once, in order. A token edited by hand is refused.
 func TestBrowserEventSourceResumes(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("chromium is not on PATH (%v): CI must install it (.ci/run)", err)
-		}
-		t.Skipf("chromium is not on PATH: %v", err)
-	}
 	t0 := time.Now()
 
 	n := MustStartNode(t, nil)
@@ -246,6 +237,8 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 		}
 		return nil, nil
 	})
+	// After the node: the browser closes first.
+	br := mustStartBrowser(t)
 
 	// The page's origin: the page itself, and /v1/ reverse-proxied to the
 	// node with the first two event streams cut in the middle of an event:
@@ -307,43 +300,8 @@ func TestBrowserEventSourceResumes(t *testing.T) {
 	defer srv.Close()
 	defer srv.CloseClientConnections()
 
-	// Chromium with the flags that work on these machines (TOOLCHAIN.md).
-	var browserOut lockedBuffer
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true), // as root
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.CombinedOutput(&browserOut),
-	)
-	defer cancelAlloc() // waits for the browser process and its output copier
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser() // before cancelAlloc: closes the browser
-	defer func() {
-		if t.Failed() {
-			t.Logf("browser output:\n%s", browserOut.String())
-		}
-	}()
-
-	// Start the browser with no deadline (a deadline on the first Run
-	// bounds the whole browser's life), then bound each step.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
 	tBrowser := time.Since(t0)
-	step := func(d time.Duration) context.Context {
-		ctx, cancel := context.WithTimeout(bctx, d)
-		t.Cleanup(cancel)
-		return ctx
-	}
+	step := br.step
 	if err := chromedp.Do(step(10*time.Second), chromedp.Navigate(srv.URL+"/")); err != nil {
 		t.Fatalf("load the page: %v", err)
 	}

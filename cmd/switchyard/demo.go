@@ -15,7 +15,7 @@ import (
 
 // runDemo is what `make run` starts: one node with its embedded catalog and
 // a demo tokens worker attached over gRPC, the same path a remote worker
-// takes. It prints a curl line that streams a job.
+// takes. It prints the web page's URL and a curl line that streams a job.
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg, finish := nodeFlags(fs)
@@ -44,6 +44,9 @@ func runDemo(ctx context.Context, args []string) error {
 	url := "http://" + hostForURL(n.HTTPAddr())
 	fmt.Fprintf(os.Stderr, `
 Switchyard is running: one node, embedded catalog, a demo worker on queue "demo".
+
+  Open the web page (stream, cancel and resume a job; watch the cluster):
+    %[1]s/
 
   Stream a job (words arrive one by one; Ctrl-C cancels it on the worker):
     curl -N -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \

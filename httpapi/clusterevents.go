@@ -1,0 +1,186 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	sse "github.com/tmaxmax/go-sse"
+)
+
+// ClusterSnapshot is one message of GET /v1/cluster/events: the cluster as
+// this node sees it, in the shapes of GET /v1/cluster/nodes and GET
+// /v1/queues, with a few of this node's own counters.
+type ClusterSnapshot struct {
+	// Node is the node answering: queues' local figures and the counters
+	// are its own.
+	Node     string          `json:"node"`
+	Nodes    []NodeResponse  `json:"nodes"`
+	Queues   []QueueResponse `json:"queues"`
+	Counters ClusterCounters `json:"counters"`
+}
+
+// ClusterCounters are the counters the live view shows, read from the
+// node's own metrics registry (the figures /metrics serves). A series not
+// yet created (no job has ended, no peer message was sent) is absent.
+type ClusterCounters struct {
+	// Jobs is switchyard_jobs_total: jobs ended on this node as their
+	// ingress, by outcome.
+	Jobs map[string]float64 `json:"jobs"`
+	// PeerMessages is switchyard_peer_messages_total by kind.
+	PeerMessages map[string]float64 `json:"peer_messages"`
+	// StreamsOpen is switchyard_stream_open: client job streams open now,
+	// by transport (sse, grpc).
+	StreamsOpen map[string]float64 `json:"streams_open"`
+	// UnaryFallbacks is switchyard_peer_unary_fallbacks_total.
+	UnaryFallbacks float64 `json:"unary_fallbacks"`
+	// WorkersConnected is switchyard_workers_connected.
+	WorkersConnected float64 `json:"workers_connected"`
+}
+
+// DefaultClusterEventsInterval is how often a cluster events stream looks
+// for a change: the most snapshots it sends a second.
+const DefaultClusterEventsInterval = time.Second
+
+// handleClusterEvents is GET /v1/cluster/events: the live cluster view as
+// one event stream, so a web page watches everything through one
+// connection (browsers allow only a few per origin over HTTP/1.1).
+//
+// The stream opens with a snapshot event and sends another whenever the
+// snapshot changed, looking every ClusterEventsInterval: at most one a
+// tick, however busy the node. Polling rather than subscribing keeps the
+// stream off every hot path: the views are in memory, and the counters
+// change on every job anyway. Nothing changed for the heartbeat interval:
+// a comment line. The stream ends when the client leaves, when the node
+// shuts down (the request's context ends), after the stream max duration
+// (an EventSource reconnects and gets a fresh snapshot: there is nothing
+// to resume, so the events carry no id), or on a write that does not
+// complete within the write timeout. The handler is the stream's only
+// goroutine.
+func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	pol := s.cfg.Stream
+	rc := http.NewResponseController(w)
+	start := time.Now()
+	end := time.NewTimer(pol.MaxDuration)
+	defer end.Stop()
+	tick := time.NewTicker(s.cfg.ClusterEventsInterval)
+	defer tick.Stop()
+
+	var last []byte
+	lastWrite := start
+	write := func(m *sse.Message) bool {
+		// The first write (headers and the first snapshot) gets the setup
+		// time, as job streams do; each later one the write timeout.
+		deadline := time.Now().Add(pol.WriteTimeout)
+		if last == nil {
+			deadline = start.Add(pol.Setup)
+		}
+		_ = rc.SetWriteDeadline(deadline)
+		if _, err := m.WriteTo(w); err != nil {
+			return false
+		}
+		lastWrite = time.Now()
+		return rc.Flush() == nil
+	}
+	for {
+		snap, err := json.Marshal(s.clusterSnapshot())
+		if err != nil {
+			// Strings and numbers only: never. Said once and the stream
+			// ends, rather than a loop of failures.
+			s.log.Warn("encode cluster snapshot", "err", err)
+			return
+		}
+		switch {
+		case !bytes.Equal(snap, last):
+			m := &sse.Message{Type: sse.Type("snapshot")}
+			if last == nil {
+				m.Retry = s.cfg.RetryHint
+			}
+			m.AppendData(string(snap))
+			if !write(m) {
+				return
+			}
+			last = snap
+		case time.Since(lastWrite) >= pol.Heartbeat:
+			m := &sse.Message{}
+			m.AppendComment("heartbeat")
+			if !write(m) {
+				return
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-end.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// clusterSnapshot reads the views and the counters now.
+func (s *Server) clusterSnapshot() ClusterSnapshot {
+	return ClusterSnapshot{
+		Node:     s.e.Config().Node,
+		Nodes:    s.nodes(),
+		Queues:   s.queues(),
+		Counters: s.counters(),
+	}
+}
+
+// counters reads the live view's counters from the node's registry. A
+// registry that fails to gather some collector still returns the rest,
+// which is what a live view wants.
+func (s *Server) counters() ClusterCounters {
+	c := ClusterCounters{Jobs: map[string]float64{}, PeerMessages: map[string]float64{}, StreamsOpen: map[string]float64{}}
+	if s.cfg.Gatherer == nil {
+		return c
+	}
+	mfs, err := s.cfg.Gatherer.Gather()
+	if err != nil {
+		s.log.Debug("gather metrics for the cluster view", "err", err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "switchyard_jobs_total":
+				c.Jobs[label(m, "outcome")] += value(m)
+			case "switchyard_peer_messages_total":
+				c.PeerMessages[label(m, "kind")] += value(m)
+			case "switchyard_stream_open":
+				c.StreamsOpen[label(m, "transport")] += value(m)
+			case "switchyard_peer_unary_fallbacks_total":
+				c.UnaryFallbacks += value(m)
+			case "switchyard_workers_connected":
+				c.WorkersConnected += value(m)
+			}
+		}
+	}
+	return c
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+// value is a counter's or a gauge's value; the live view reads no other
+// kind.
+func value(m *dto.Metric) float64 {
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}

@@ -1,0 +1,45 @@
+// The page's entry point: the API key, the playground and the cluster view.
+
+import {apiKey, setApiKey, json} from './api.js';
+import {$, showProblem} from './ui.js';
+import {Playground} from './playground.js';
+import {ClusterView} from './cluster.js';
+
+function keyPanel() {
+  const input = $('api-key');
+  const state = $('key-state');
+  const show = () => {
+    state.textContent = apiKey() ? 'set for this tab' : 'none';
+  };
+  $('key-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    setApiKey(input.value.trim());
+    input.value = '';
+    show();
+  });
+  $('key-forget').addEventListener('click', () => {
+    setApiKey('');
+    input.value = '';
+    show();
+    input.focus();
+  });
+  show();
+}
+
+async function main() {
+  $('noscript').remove();
+  keyPanel();
+  const pg = new Playground();
+  // The snapshot stream keeps the queue list current; a plain GET fills it
+  // first, and still works where the stream does not.
+  const cluster = new ClusterView((snap) => pg.setQueues(snap.queues));
+  cluster.start();
+  try {
+    const {queues} = await json('/v1/queues');
+    if (cluster.snapshots === 0) pg.setQueues(queues);
+  } catch (err) {
+    showProblem($('problem'), err, 'The queue list could not be read.');
+  }
+}
+
+main();
