@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -61,7 +62,7 @@ type laneInbox struct {
 	verdicts [verdictMemory]verdict
 	nv       int // verdicts written so far; the ring's next slot is nv % verdictMemory
 
-	// Under Server.mu.
+	// Under server.mu.
 	users int       // calls holding it; never forgotten while > 0
 	used  time.Time // last acquired
 }
@@ -103,7 +104,7 @@ func (l *laneInbox) verdictLocked(seq uint64) (*pb.ForwardResponse, bool) {
 
 // acquireLane returns the sender from's lane for queue, held until
 // releaseLane.
-func (s *Server) acquireLane(from, queue string) *laneInbox {
+func (s *server) acquireLane(from, queue string) *laneInbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -126,7 +127,7 @@ func (s *Server) acquireLane(from, queue string) *laneInbox {
 	return l
 }
 
-func (s *Server) releaseLane(l *laneInbox) {
+func (s *server) releaseLane(l *laneInbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l.users--
@@ -134,13 +135,13 @@ func (s *Server) releaseLane(l *laneInbox) {
 }
 
 // forwardLocked is a forward item of lane l numbered seq: the verdict it
-// got the first time when it was handled already, else the handler's. A
+// got the first time when it was handled already, else the receiver's. A
 // forward seen before whose verdict is no longer remembered (or that got
-// none: the dispatcher could not decide) is handed to the handler again,
-// which the Handler contract makes safe: a dispatcher takes a (job,
+// none: the dispatcher could not decide) is handed to the receiver again,
+// which the core.Receiver contract makes safe: a dispatcher takes a (job,
 // generation) once. The error is the gRPC status Forward answers with when
 // there is no verdict.
-func (s *Server) forwardLocked(from string, h Handler, l *laneInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
+func (s *server) forwardLocked(from string, rcv core.Receiver, l *laneInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
 	if l.seenLocked(seq) {
 		if res, ok := l.verdictLocked(seq); ok {
 			return res, nil
@@ -152,7 +153,7 @@ func (s *Server) forwardLocked(from string, h Handler, l *laneInbox, seq uint64,
 		s.cfg.Metrics.invalid.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	err = h.HandleForward(from, d)
+	err = rcv.HandleForward(from, d)
 	res, ok := ForwardResponse(err)
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "dispatcher could not take job %s: %v", d.JobID, err)
@@ -163,7 +164,7 @@ func (s *Server) forwardLocked(from string, h Handler, l *laneInbox, seq uint64,
 
 // messageLocked handles a message item of lane l numbered seq, unless it
 // was handled already.
-func (s *Server) messageLocked(from string, h Handler, l *laneInbox, seq uint64, p *pb.PeerMessage) {
+func (s *server) messageLocked(from string, rcv core.Receiver, l *laneInbox, seq uint64, p *pb.PeerMessage) {
 	if l.seenLocked(seq) {
 		return
 	}
@@ -174,7 +175,7 @@ func (s *Server) messageLocked(from string, h Handler, l *laneInbox, seq uint64,
 		s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
 		return
 	}
-	s.handleMessage(h, from, m)
+	s.handleMessage(rcv, from, m)
 }
 
 // Errors a Deliver stream ends with.
@@ -187,13 +188,13 @@ var (
 
 // deliverStream is one Deliver call on the server. Two goroutines share
 // it: a reader, which reads every frame and handles each item as it reads
-// it (in order, under the lane's lock; the Handler never blocks, and time
+// it (in order, under the lane's lock; the receiver never blocks, and time
 // spent in it does not count as the sender's silence), and the handler's,
 // which writes acks and heartbeats and decides when the stream ends. The
 // reader is the only Recv caller: it ends once the handler returned, which
-// is what ends a Recv on a server stream; Server.Stop waits for it.
+// is what ends a Recv on a server stream; server.stop waits for it.
 type deliverStream struct {
-	s      *Server
+	s      *server
 	st     pb.PeerService_DeliverServer
 	from   string
 	ctx    context.Context
@@ -204,19 +205,19 @@ type deliverStream struct {
 	acks    chan *pb.DeliverHandled // handled, not yet acked; closed when the sender closed its side
 	silence *time.Timer             // cancels ctx when the sender goes silent
 	isOpen  atomic.Bool             // the open frame came
-	busy    atomic.Bool             // the reader is in the Handler
+	busy    atomic.Bool             // the reader is in the receiver
 }
 
 // Deliver receives one lane's stream: it handles items in order, once each
 // across every call of the lane (see laneInbox), acks each after the
 // handler returns, heartbeats at the sender's interval, and ends the stream
 // when the sender is silent for three intervals.
-func (s *Server) Deliver(st pb.PeerService_DeliverServer) error {
+func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
 	from, ok := Caller(st.Context())
 	if !ok {
 		return errUnauthenticated
 	}
-	h, err := s.getHandler()
+	rcv, err := s.receiver()
 	if err != nil {
 		return err
 	}
@@ -242,7 +243,7 @@ func (s *Server) Deliver(st pb.PeerService_DeliverServer) error {
 		}
 	})
 	defer ds.silence.Stop()
-	if !s.goStream(func() { ds.read(h) }) {
+	if !s.goStream(func() { ds.read(rcv) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
 	}
 
@@ -262,7 +263,7 @@ func (s *Server) Deliver(st pb.PeerService_DeliverServer) error {
 }
 
 // goStream runs f on a goroutine Stop waits for: false once Stop began.
-func (s *Server) goStream(f func()) bool {
+func (s *server) goStream(f func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -281,7 +282,7 @@ func heartbeatOf(o *pb.DeliverOpen) time.Duration {
 	return min(max(hb, minHeartbeat), maxHeartbeat)
 }
 
-func (ds *deliverStream) handleItem(h Handler, l *laneInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
+func (ds *deliverStream) handleItem(rcv core.Receiver, l *laneInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.syncLocked(session)
@@ -289,9 +290,9 @@ func (ds *deliverStream) handleItem(h Handler, l *laneInbox, session string, it 
 	a := &pb.DeliverHandled{Seq: seq}
 	switch b := it.GetBody().(type) {
 	case *pb.DeliverItem_Message:
-		ds.s.messageLocked(ds.from, h, l, seq, b.Message)
+		ds.s.messageLocked(ds.from, rcv, l, seq, b.Message)
 	case *pb.DeliverItem_Forward:
-		res, err := ds.s.forwardLocked(ds.from, h, l, seq, b.Forward)
+		res, err := ds.s.forwardLocked(ds.from, rcv, l, seq, b.Forward)
 		if err != nil {
 			st := status.Convert(err)
 			a.ErrorCode, a.Error = uint32(st.Code()), st.Message()
@@ -327,7 +328,7 @@ func endStatus(call, ctx context.Context) error {
 // is read, and heartbeats. Any frame proves the sender alive. It closes
 // acks once the sender closed its side with every item handled, and
 // cancels the stream on anything wrong.
-func (ds *deliverStream) read(h Handler) {
+func (ds *deliverStream) read(rcv core.Receiver) {
 	var (
 		hb      time.Duration
 		l       *laneInbox
@@ -378,7 +379,7 @@ func (ds *deliverStream) read(h Handler) {
 				return
 			}
 			ds.busy.Store(true)
-			a := ds.handleItem(h, l, session, b.Item)
+			a := ds.handleItem(rcv, l, session, b.Item)
 			ds.silence.Reset(silentIntervals * hb)
 			ds.busy.Store(false)
 			select {

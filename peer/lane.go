@@ -35,8 +35,8 @@ const seqOverhead = 1 + 10
 //     dispatcher), with at most laneWindow items unacked; the stream is
 //     closed, and the goroutine exits, after StreamIdle with nothing
 //     queued or unacked;
-//   - or, with no stream (ForceUnary, a peer that does not serve Deliver,
-//     or a stream that could not be opened), unary calls: runs of messages
+//   - or, with no stream (ForceUnary, or a stream that could not be
+//     opened), unary calls: runs of messages
 //     as Posts that name the lane and each message's number, forwards as
 //     Forward calls that do too, one call at a time, each completed before
 //     the next begins.
@@ -71,7 +71,7 @@ const seqOverhead = 1 + 10
 // takes a (job, generation) once), and the receiver answers a resent
 // forward it already decided with the verdict it gave then.
 type lane struct {
-	r      *Router
+	r      *router
 	key    laneKey
 	wake   chan struct{} // capacity 1: "something was queued"
 	rezone chan struct{} // capacity 1: "zones changed in the catalog view"
@@ -84,7 +84,6 @@ type lane struct {
 	headSince   time.Time // when unacked[0] became the oldest unacked
 	ackTimer    *time.Timer
 	st          *laneStream
-	streamless  bool      // the peer does not serve Deliver: unary until the lane goes idle
 	openFailing bool      // the last open failed (logged once until one succeeds)
 	warned      time.Time // the last fallback logged at warn level
 }
@@ -126,7 +125,7 @@ func (it *item) finish(res *pb.ForwardResponse, err error) {
 }
 
 // enqueue queues it on node's lane for queue: false after Close.
-func (r *Router) enqueue(node, queue string, it *item) bool {
+func (r *router) enqueue(node, queue string, it *item) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -138,7 +137,7 @@ func (r *Router) enqueue(node, queue string, it *item) bool {
 
 // enqueueLocked numbers it and queues it on node's lane for queue,
 // starting the lane's goroutine if it has none.
-func (r *Router) enqueueLocked(node, queue string, it *item) {
+func (r *router) enqueueLocked(node, queue string, it *item) {
 	k := laneKey{node, queue}
 	l := r.lanes[k]
 	if l == nil {
@@ -228,7 +227,7 @@ func jobOf(it *item) string {
 // false when nothing was taken.
 func (l *lane) flush() bool {
 	r := l.r
-	streaming := !r.cfg.ForceUnary && !l.streamless
+	streaming := !r.cfg.ForceUnary
 	limit := -1
 	if streaming {
 		if limit = laneWindow - len(l.unacked); limit <= 0 {
@@ -257,9 +256,6 @@ func (l *lane) flush() bool {
 				}
 				l.openFailing = true
 				r.log.Log(r.ctx, lvl, "could not open a deliver stream; sending by unary calls", "node", l.key.node, "queue", l.key.queue, "messages", len(items), "err", err)
-			}
-			if status.Code(err) == codes.Unimplemented {
-				l.streamless = true
 			}
 		}
 	}
@@ -477,9 +473,6 @@ func (l *lane) fallback(why string, err error) {
 	if r.ctx.Err() != nil {
 		return // Close: shutdown drops what is left
 	}
-	if status.Code(err) == codes.Unimplemented {
-		l.streamless = true
-	}
 	l.dropStream()
 	r.m.fallbacks.Inc()
 	lvl := slog.LevelDebug
@@ -591,7 +584,7 @@ func (l *lane) forwardOnce(it *item) {
 		it.finish(nil, ErrUnknownNode)
 		return
 	}
-	cc, err := r.cfg.Client.Conn(addr)
+	cc, err := r.client.Conn(addr)
 	if err != nil {
 		it.finish(nil, err)
 		return

@@ -50,7 +50,7 @@ func (l *lane) open() error {
 	if !ok {
 		return ErrUnknownNode
 	}
-	cc, err := r.cfg.Client.Conn(addr)
+	cc, err := r.client.Conn(addr)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/switchyard/switchyard/core"
 )
 
-// Metrics are the peer transport's counters, shared by a node's Server,
-// Client, Router and Tracker.
+// Metrics are the peer transport's counters, shared by a node's
+// Transport and Tracker.
 type Metrics struct {
 	authFailures prometheus.Counter
 	messages     *prometheus.CounterVec

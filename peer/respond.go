@@ -5,13 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
@@ -55,9 +52,6 @@ const (
 	// at its own deadline, which is later than the host's measure, so by
 	// then nothing the leg carries can matter.
 	legTTLSlack = 2 * time.Second
-	// respondlessFor: after a peer answered Respond with Unimplemented (an
-	// older version), new legs to it go by unary Post for this long.
-	respondlessFor = time.Minute
 	// respondOverhead is what a RespondFrame adds around its message, with
 	// the leg's open it may carry (session, job id, queue name, numbers).
 	respondOverhead = 512
@@ -74,8 +68,7 @@ const (
 	legEndTTL    = "ttl"     // the job's TTL (plus slack) passed
 	legEndGone   = "gone"    // the ingress left the catalog: it is dead
 	legEndRefuse = "refused" // the ingress refused the stream for good
-	legEndClosed = "closed"  // Router.Close
-	legEndUnary  = "unary"   // the ingress does not serve Respond: handed to Post
+	legEndClosed = "closed"  // Transport.Close
 )
 
 var (
@@ -141,7 +134,7 @@ type legItem struct {
 // asking Room (an end, an accept, a release), and the in-flight bound
 // holds the rest.
 type replyLeg struct {
-	r        *Router
+	r        *router
 	key      legKey
 	deadline time.Time
 	// queueName is the job's queue, for its open frame: given by Expect or
@@ -225,7 +218,7 @@ func (st *legStream) isDone() bool {
 // (a send or receive error, or three silent intervals), and its legs move
 // to the next one.
 type replyTrunk struct {
-	r      *Router
+	r      *router
 	node   string
 	st     *legStream
 	sendMu sync.Mutex
@@ -233,8 +226,6 @@ type replyTrunk struct {
 	lastSend atomic.Int64
 	// idled: closed for idleness (the reader's EOF is not a failure).
 	idled atomic.Bool
-	// items: the ingress reads RespondItems frames (its headers say so).
-	items atomic.Bool
 
 	// Under r.mu.
 	users     int       // legs open on it
@@ -251,17 +242,17 @@ type replyTrunk struct {
 // job's first reply, to go out with it: a short job's open would
 // otherwise cost the two nodes a frame of its own, and its wake-ups, while
 // its worker starts. Opening carries no message. It never blocks.
-func (r *Router) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+func (r *router) expect(node, job string, gen uint64, queue string, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := legKey{node, job, gen}
-	if r.closed || r.legs[k] != nil || r.cfg.ForceUnary || r.respondlessLocked(node) {
+	if r.closed || r.legs[k] != nil || r.cfg.ForceUnary {
 		return
 	}
 	r.startLegLocked(k, queue, ttl, true)
 }
 
-func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *replyLeg {
+func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *replyLeg {
 	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
@@ -277,12 +268,12 @@ func (r *Router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 // replyLocked queues a reply or release p (m's wire form) for node: on the
 // binding's leg, opening one if m is not the binding's last message, else
 // on the node's Post FIFO.
-func (r *Router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
+func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	k := legKey{node, m.JobID, m.Gen}
 	l := r.legs[k]
 	final := m.Kind == core.MsgRelease || m.End != nil
 	if l == nil {
-		if final || r.cfg.ForceUnary || r.respondlessLocked(node) {
+		if final || r.cfg.ForceUnary {
 			r.postLocked(node, p)
 			return
 		}
@@ -298,15 +289,6 @@ func (r *Router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	}
 }
 
-func (r *Router) respondlessLocked(node string) bool {
-	until, ok := r.respondless[node]
-	if ok && time.Now().After(until) {
-		delete(r.respondless, node)
-		return false
-	}
-	return ok
-}
-
 // Room is the reply leg's flow control (core.Cluster.Room): nil while the
 // replies of job to node may keep coming, else a channel closed once they
 // may: the job's leg holds ReplyWindow messages or ReplyWindowBytes not yet
@@ -314,7 +296,7 @@ func (r *Router) respondlessLocked(node string) bool {
 // ends). Each channel handed out counts in
 // switchyard_peer_reply_backpressure_total. It never blocks: the engine
 // calls it with its lock held.
-func (r *Router) Room(node, job string) <-chan struct{} {
+func (r *router) room(node, job string) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var l *replyLeg
@@ -338,7 +320,7 @@ func (r *Router) Room(node, job string) <-chan struct{} {
 // it on, or the ingress sent it before the leg opened): the engine has
 // marked the binding cancelling, so nothing more is sent on them. Called
 // by the node's Server, without its locks.
-func (r *Router) legCancelled(job string, gen uint64) {
+func (r *router) legCancelled(job string, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range r.jobLegs[job] {
@@ -521,13 +503,11 @@ func (l *replyLeg) sendOpen() {
 }
 
 // sendRun sends items, in order, on the leg's trunk: as many to a frame as
-// the peer message limit allows, if the ingress reads RespondItems. False
-// once the trunk failed.
+// the peer message limit allows. False once the trunk failed.
 func (l *replyLeg) sendRun(items []*legItem) bool {
-	batch := l.t.items.Load()
 	for len(items) > 0 {
 		n, size := 0, 0
-		for n < len(items) && (n == 0 || batch && size+items[n].size+respondOverhead <= l.r.maxPost) {
+		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
 			size += items[n].size + respondOverhead
 			n++
 		}
@@ -553,11 +533,7 @@ func (l *replyLeg) sendFrame(items []*legItem) bool {
 		held = !it.final
 	}
 	l.openDue = false
-	f := &pb.RespondFrame{Body: &pb.RespondFrame_Item{Item: fs[0]}}
-	if len(fs) > 1 {
-		f.Body = &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}
-	}
-	if !l.t.send(f) {
+	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}}) {
 		return false
 	}
 	l.r.m.replyFrames.Inc()
@@ -569,7 +545,7 @@ func (l *replyLeg) sendFrame(items []*legItem) bool {
 // closing one), with the caller counted as one of its legs. Opening does
 // not wait for the ingress: the first open frame and items go out with the
 // call's headers.
-func (r *Router) trunkFor(node, addr string) (*replyTrunk, error) {
+func (r *router) trunkFor(node, addr string) (*replyTrunk, error) {
 	r.mu.Lock()
 	mu := r.trunkOpen[node]
 	if mu == nil {
@@ -587,7 +563,7 @@ func (r *Router) trunkFor(node, addr string) (*replyTrunk, error) {
 		return t, nil
 	}
 	r.mu.Unlock()
-	cc, err := r.cfg.Client.Conn(addr)
+	cc, err := r.client.Conn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -757,11 +733,6 @@ func (t *replyTrunk) read() {
 	defer st.wg.Done()
 	r := t.r
 	hb := r.cfg.Heartbeat
-	// Headers come first (an ingress sends them as the stream starts);
-	// an error here is Recv's too.
-	if md, err := st.cs.Header(); err == nil && slices.Contains(md.Get(respondFeaturesKey), respondFeatureItems) {
-		t.items.Store(true)
-	}
 	for {
 		c, err := st.cs.Recv()
 		if err != nil {
@@ -805,12 +776,10 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 	if !l.cancelled.CompareAndSwap(false, true) {
 		return
 	}
-	if r.cfg.Server != nil {
-		if h, err := r.cfg.Server.getHandler(); err == nil {
-			h.HandleMessage(l.key.node, m)
-		}
+	if rcv, err := r.srv.receiver(); err == nil {
+		rcv.HandleMessage(l.key.node, m)
 	} else {
-		r.log.Error("a cancel came on a reply leg but the router has no Server to hand it to", "node", l.key.node, "job", l.key.job)
+		r.log.Error("a cancel came on a reply leg before routing started", "node", l.key.node, "job", l.key.job)
 	}
 	l.stopOnce.Do(func() { close(l.stop) })
 }
@@ -924,10 +893,6 @@ func (l *replyLeg) dropTrunk() string {
 // again, else why the leg ends.
 func (l *replyLeg) failed(err error) string {
 	r := l.r
-	if status.Code(err) == codes.Unimplemented {
-		r.log.Warn("the ingress does not serve reply legs; sending its replies by unary Post", "node", l.key.node, "job", l.key.job)
-		return legEndUnary
-	}
 	if errors.Is(err, ErrClosed) {
 		return legEndClosed
 	}
@@ -982,8 +947,7 @@ func (l *replyLeg) finish() bool {
 	return true
 }
 
-// end ends the leg for why: what it holds is dropped and counted, except
-// for a peer without Respond, to which it goes by Post, in order. The
+// end ends the leg for why: what it holds is dropped and counted. The
 // ingress is told on the trunk, if the leg is open on one.
 func (l *replyLeg) end(why string) {
 	r := l.r
@@ -997,14 +961,6 @@ func (l *replyLeg) end(why string) {
 	r.mu.Lock()
 	items := append(l.unacked, l.pending...)
 	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
-	if why == legEndUnary && r.ctx.Err() == nil {
-		r.respondless[l.key.node] = time.Now().Add(respondlessFor)
-		for _, it := range items {
-			r.m.queue.WithLabelValues(l.key.node).Dec() // postLocked counts it again
-			r.postLocked(l.key.node, it.msg)
-		}
-		items = nil
-	}
 	for _, it := range items {
 		r.m.dropped.WithLabelValues(it.kind).Inc()
 	}
@@ -1024,7 +980,7 @@ func (l *replyLeg) end(why string) {
 }
 
 // backoff is the wait before attempt+1, with jitter (see sleep).
-func (r *Router) backoff(attempt int) time.Duration {
+func (r *router) backoff(attempt int) time.Duration {
 	d := r.cfg.RetryMax
 	if attempt < 30 {
 		d = min(r.cfg.RetryMin<<attempt, r.cfg.RetryMax)

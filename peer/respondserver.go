@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -18,32 +17,6 @@ import (
 
 // The response leg, ingress side: the Respond handler and what the server
 // remembers of each reply leg. The host side is respond.go.
-
-// LegWatcher is an optional interface of a Server's Handler (checked with
-// a type assertion; *core.Engine has it): ReplyLegSilent is called when the
-// reply leg of binding (job, gen) from node from went silent: nothing, not
-// even a heartbeat, arrived on its stream for three heartbeat intervals
-// while the connection stayed open (a host paused, partitioned, or
-// swapping). The stream is ended first; the handler fails the job (silence
-// is not proof of death, so the job does not run again).
-//
-// Bound: the handler is told within three heartbeat intervals of the last
-// frame the host's stream delivered, plus one interval (the check runs
-// every half interval, and scheduling); the host heartbeats every interval
-// while it has nothing else to send. A pause of this node itself (its
-// check finds it ran more than two intervals late) restarts the count
-// rather than blame the host for it.
-type LegWatcher interface {
-	ReplyLegSilent(from, job string, gen uint64)
-}
-
-// LegOpenWatcher is another optional interface of a Handler: ReplyLegOpened
-// is called when a consumer host opens the reply leg of binding (job, gen),
-// which it does when it offers the job to its worker, so the ingress learns
-// where the job runs before its first output.
-type LegOpenWatcher interface {
-	ReplyLegOpened(from, job string, gen uint64)
-}
 
 // Respond bounds on the receiving side.
 const (
@@ -90,13 +63,13 @@ type inLegKey struct {
 type inLeg struct {
 	key inLegKey
 
-	// mu serialises handling: dedup and the Handler call. Never held while
+	// mu serialises handling: dedup and the receiver call. Never held while
 	// Server.mu is wanted by the same goroutine.
 	mu      sync.Mutex
 	session string
 	next    uint64
 
-	// Under Server.mu.
+	// Under server.mu.
 	cur           *respondStream
 	cancel        *pb.PeerMessage // written on every trunk that holds the leg until it ends
 	cancelOn      *respondStream  // the trunk the cancel was last written on
@@ -105,7 +78,7 @@ type inLeg struct {
 	done          bool      // its last item was handled (see finishLeg)
 }
 
-// finishedLeg is an entry of Server.finished: a done leg, to forget once
+// finishedLeg is an entry of server.finished: a done leg, to forget once
 // until has passed (unless it was opened again since).
 type finishedLeg struct {
 	l     *inLeg
@@ -117,15 +90,15 @@ type finishedLeg struct {
 // reader, which reads every frame and handles each item as it reads it (in
 // order, under its leg's mu), and the handler's, which writes (acks,
 // heartbeats, cancels) and decides when the stream ends. Handling as it
-// reads costs no hand-off per reply; it is safe because the Handler never
+// reads costs no hand-off per reply; it is safe because the receiver never
 // blocks (the engine queues what it is given), and time spent in it does
 // not count as the host's silence. A slow ingress therefore reads slowly,
 // and HTTP/2 flow control and the host's in-flight bound push back on the
 // worker (respond.go). Silence is watched by a timer, not a goroutine. The
 // reader is the only Recv caller: it ends once the handler returned, which
-// is what ends a Recv on a server stream; Server.Stop waits for it.
+// is what ends a Recv on a server stream; server.stop waits for it.
 type respondStream struct {
-	s       *Server
+	s       *server
 	st      pb.PeerService_RespondServer
 	from    string
 	ctx     context.Context
@@ -140,7 +113,7 @@ type respondStream struct {
 	opened  chan *pb.RespondOpen // the first open frame, once
 	ready   chan struct{}        // closed once the stream is set up: legs may open
 	last    atomic.Int64         // when a frame last arrived (or an item was handled), UnixNano
-	busy    atomic.Bool          // the reader is in the Handler
+	busy    atomic.Bool          // the reader is in the receiver
 	kick    chan struct{}        // capacity 1: an ack or a cancel to write
 	finish  chan struct{}        // closed once every item is handled (clean end)
 	silence *time.Timer          // watchSilence
@@ -154,39 +127,24 @@ type respondStream struct {
 	unsent      int
 	unsentBytes int
 
-	// Under Server.mu.
+	// Under server.mu.
 	held    map[inLegKey]*inLeg // the legs this trunk holds
 	cancels []*inLeg            // legs whose cancel is to be written on it
 }
 
-// respondFeaturesKey is the Respond response header in which the ingress
-// lists the frames it reads beyond a trunk's first protocol: "items"
-// (RespondItems). A host sends a leg's queued items one to a frame to an
-// ingress that lists nothing, as to a node of an earlier version.
-const (
-	respondFeaturesKey  = "switchyard-respond-features"
-	respondFeatureItems = "items"
-)
-
 // Respond receives one host's reply trunk: it handles each leg's replies
 // and release in order, once each across the trunks that carry the leg
-// (see inLeg), acks them per leg after the Handler returns, heartbeats at
+// (see inLeg), acks them per leg after the receiver returns, heartbeats at
 // the host's interval, writes each leg's cancel when there is one
 // (cancelOnLeg), and ends the stream when the host is silent for three
-// intervals, failing the jobs of the legs it held if the Handler is a
-// LegWatcher.
-func (s *Server) Respond(st pb.PeerService_RespondServer) error {
+// intervals, failing the jobs of the legs it held (ReplyLegSilent).
+func (s *server) Respond(st pb.PeerService_RespondServer) error {
 	from, ok := Caller(st.Context())
 	if !ok {
 		return errUnauthenticated
 	}
-	h, err := s.getHandler()
+	rcv, err := s.receiver()
 	if err != nil {
-		return err
-	}
-	// The headers go at once: they tell the host which frames this node
-	// reads (a host sends RespondItems only to a node that says so).
-	if err := st.SendHeader(metadata.Pairs(respondFeaturesKey, respondFeatureItems)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(st.Context())
@@ -201,7 +159,7 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 		held:   map[inLegKey]*inLeg{},
 		epoch:  s.epochs.Add(1),
 	}
-	if !s.goStream(func() { rs.read(h) }) {
+	if !s.goStream(func() { rs.read(rcv) }) {
 		return status.Error(codes.Unavailable, "peer server stopping")
 	}
 	openTimer := time.AfterFunc(openTimeout, func() { cancel(errRespondOpenTimeout) })
@@ -232,10 +190,8 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 		s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
 		s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; failing the jobs of its legs",
 			"from", from, "legs", len(legs), "heartbeat", rs.hb)
-		if w, ok := h.(LegWatcher); ok {
-			for _, k := range legs {
-				w.ReplyLegSilent(from, k.job, k.gen)
-			}
+		for _, k := range legs {
+			rcv.ReplyLegSilent(from, k.job, k.gen)
 		}
 	}
 	return err
@@ -243,7 +199,7 @@ func (s *Server) Respond(st pb.PeerService_RespondServer) error {
 
 // attachLeg makes rs the trunk that holds the leg o opens: a host opens a
 // leg on a new trunk only once it gave up on the last.
-func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *inLeg {
+func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *inLeg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -292,7 +248,7 @@ func (s *Server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 // finishLeg marks done a leg whose last item rs handled, or that the host
 // ended on rs without one: rs no longer holds it, and it is forgotten
 // after finishedLegMemory unless the host opens it again meanwhile.
-func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
+func (s *server) finishLeg(rs *respondStream, l *inLeg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.cur != rs {
@@ -311,7 +267,7 @@ func (s *Server) finishLeg(rs *respondStream, l *inLeg) {
 // pruneFinishedLocked forgets the done legs whose memory ran out. Entries
 // are in the order they were added, each with the same memory, so only
 // the front is looked at.
-func (s *Server) pruneFinishedLocked(now time.Time) {
+func (s *server) pruneFinishedLocked(now time.Time) {
 	n := 0
 	for n < len(s.finished) && now.After(s.finished[n].until) {
 		l := s.finished[n].l
@@ -329,7 +285,7 @@ func (s *Server) pruneFinishedLocked(now time.Time) {
 // detachAll ends rs's hold on its legs and returns them. Silent forgets
 // them (their jobs fail); otherwise they are kept until their memory runs
 // out for the host to open them again on its next trunk.
-func (s *Server) detachAll(rs *respondStream, silent bool) []inLegKey {
+func (s *server) detachAll(rs *respondStream, silent bool) []inLegKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []inLegKey
@@ -351,7 +307,7 @@ func (s *Server) detachAll(rs *respondStream, silent bool) []inLegKey {
 // from node from, when a trunk holds it now: written at once, and again
 // on any trunk that opens the leg again. False when no trunk holds such a
 // leg: the caller sends the cancel by its lane. It never blocks.
-func (s *Server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
+func (s *server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.inLegs[inLegKey{from, job, gen}]
@@ -371,7 +327,7 @@ func (s *Server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bo
 
 // cancelsFor takes the cancels to write on rs: each leg's once per trunk,
 // while rs holds it.
-func (s *Server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
+func (s *server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ps []*pb.PeerMessage
@@ -389,19 +345,13 @@ func (s *Server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
 	return ps
 }
 
-// setLegCancelled installs the router's hook: told of every cancel the
-// Handler took by another path than a reply leg.
-func (s *Server) setLegCancelled(f func(job string, gen uint64)) { s.legCancelled.Store(&f) }
-
-// handleMessage hands m to h; a cancel is then passed to the router's hook,
-// which ends the job's reply leg on this node (the engine has marked the
-// binding cancelling).
-func (s *Server) handleMessage(h Handler, from string, m core.Message) {
-	h.HandleMessage(from, m)
+// handleMessage hands m to rcv; a cancel then ends the job's reply leg on
+// this node, if it has one (the engine has marked the binding cancelling,
+// so it sends nothing more on it).
+func (s *server) handleMessage(rcv core.Receiver, from string, m core.Message) {
+	rcv.HandleMessage(from, m)
 	if m.Kind == core.MsgCancel {
-		if f := s.legCancelled.Load(); f != nil {
-			(*f)(m.JobID, m.Gen)
-		}
+		s.router.legCancelled(m.JobID, m.Gen)
 	}
 }
 
@@ -412,7 +362,7 @@ func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx)
 // handled as it is read), ends and heartbeats. It closes finish once the
 // host closed its side with every item handled, and cancels the stream on
 // anything wrong.
-func (rs *respondStream) read(h Handler) {
+func (rs *respondStream) read(rcv core.Receiver) {
 	f, err := rs.st.Recv()
 	// A heartbeat may come before the first open (a host whose first leg
 	// was slow to send): it says the host is alive, nothing more.
@@ -426,11 +376,9 @@ func (rs *respondStream) read(h Handler) {
 		rs.cancel(err)
 		return
 	}
-	// The first frame opens a leg: an open, or an item carrying one.
+	// The first frame opens a leg: an open, or items whose first carries
+	// one.
 	open := f.GetOpen()
-	if open == nil {
-		open = f.GetItem().GetOpen()
-	}
 	if its := f.GetItems().GetItems(); open == nil && len(its) > 0 {
 		open = its[0].GetOpen()
 	}
@@ -448,15 +396,12 @@ func (rs *respondStream) read(h Handler) {
 	openLeg := func(o *pb.RespondOpen) {
 		l := rs.s.attachLeg(rs.from, o, rs)
 		legs[l.key] = l
-		if w, ok := h.(LegOpenWatcher); ok {
-			rs.busy.Store(true) // the Handler's time is not the host's silence
-			w.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
-			rs.last.Store(time.Now().UnixNano())
-			rs.busy.Store(false)
-		}
+		rs.busy.Store(true) // the receiver's time is not the host's silence
+		rcv.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
+		rs.last.Store(time.Now().UnixNano())
+		rs.busy.Store(false)
 	}
-	// item handles one item (alone in its frame, or one of a run): false
-	// when the reader must stop.
+	// item handles one item of a frame: false when the reader must stop.
 	item := func(it *pb.RespondItem) bool {
 		if rs.ctx.Err() != nil {
 			// Not handled: the host resends it on its next trunk.
@@ -477,10 +422,10 @@ func (rs *respondStream) read(h Handler) {
 			rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
 			return true
 		}
-		// Time spent in the Handler is this node's, not the host's
+		// Time spent in the receiver is this node's, not the host's
 		// silence: watchSilence does not count it.
 		rs.busy.Store(true)
-		latest := rs.handleItem(h, leg, it)
+		latest := rs.handleItem(rcv, leg, it)
 		rs.last.Store(time.Now().UnixNano())
 		rs.busy.Store(false)
 		// Acks are cumulative per leg, so most can wait: one ack per item
@@ -532,10 +477,6 @@ func (rs *respondStream) read(h Handler) {
 			rs.last.Store(time.Now().UnixNano())
 		}
 		switch b := f.GetBody().(type) {
-		case *pb.RespondFrame_Item:
-			if !item(b.Item) {
-				return
-			}
 		case *pb.RespondFrame_Items:
 			for _, it := range b.Items.GetItems() {
 				if !item(it) {
@@ -565,11 +506,11 @@ func (rs *respondStream) read(h Handler) {
 	}
 }
 
-// handleItem hands one item to the Handler unless the leg handled it
+// handleItem hands one item to the receiver unless the leg handled it
 // already.
 // It reports whether the item is the latest the leg handled: just now, or
 // already (a resend whose ack was lost).
-func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) (latest bool) {
+func (rs *respondStream) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondItem) (latest bool) {
 	s := rs.s
 	leg.mu.Lock()
 	defer leg.mu.Unlock()
@@ -591,7 +532,7 @@ func (rs *respondStream) handleItem(h Handler, leg *inLeg, it *pb.RespondItem) (
 		s.cfg.Logger.Warn("skipped an invalid message on a reply leg", "from", rs.from, "job", leg.key.job, "err", err)
 		return true
 	}
-	s.handleMessage(h, rs.from, m)
+	s.handleMessage(rcv, rs.from, m)
 	return true
 }
 
@@ -681,7 +622,7 @@ func (rs *respondStream) write() error {
 // it was due means this process did not run meanwhile (paused, starved):
 // the host's frames may be waiting unread, so its count starts again
 // rather than the job fail for this node's own stall; so does a check
-// that finds the reader in the Handler.
+// that finds the reader in the receiver.
 func (rs *respondStream) watchSilence() {
 	if rs.ctx.Err() != nil {
 		return
