@@ -9,13 +9,14 @@ import (
 // Metrics are the peer transport's counters, shared by a node's
 // Transport and Tracker.
 type Metrics struct {
-	authFailures prometheus.Counter
-	messages     *prometheus.CounterVec
-	dropped      *prometheus.CounterVec
-	sendFailures prometheus.Counter
-	invalid      prometheus.Counter
-	queue        *prometheus.GaugeVec
-	state        *prometheus.GaugeVec
+	authFailures    prometheus.Counter
+	versionRefusals prometheus.Counter
+	messages        *prometheus.CounterVec
+	dropped         *prometheus.CounterVec
+	sendFailures    prometheus.Counter
+	invalid         prometheus.Counter
+	queue           *prometheus.GaugeVec
+	state           *prometheus.GaugeVec
 
 	// Deliver streams (lane.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
@@ -50,6 +51,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_auth_failures_total",
 			Help: "Peer calls refused because their cluster credentials were missing or wrong.",
+		}),
+		versionRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_version_refusals_total",
+			Help: "Authenticated peer calls refused because the caller speaks a peer protocol version this node does not serve, or names none; the log names both versions.",
 		}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_total",
@@ -134,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
+		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
 			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}

@@ -218,7 +218,7 @@ func TestPingIsAuthenticated(t *testing.T) {
 		t.Fatalf("authenticated ping: got %q, %v; want b", got, err)
 	}
 	// The same credentials by hand: the wire format is the documented one.
-	if _, err := bare.Ping(md(peer.MetadataNode, "a", peer.MetadataAuth, peer.Token(secret, "a")), &pb.PingRequest{}); err != nil {
+	if _, err := bare.Ping(md(peer.MetadataNode, "a", peer.MetadataAuth, peer.Token(secret, "a"), peer.MetadataVersion, "1"), &pb.PingRequest{}); err != nil {
 		t.Fatalf("hand-made credentials: %v", err)
 	}
 	if got := counter(t, srv.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"}); got != 2 {

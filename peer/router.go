@@ -216,14 +216,14 @@ func transient(err error) bool {
 
 // permanent reports whether a failed Post can never succeed as it is, so
 // resending it would only stall the queue behind it: the peer refuses this
-// node's credentials, does not know the call, or finds the batch
-// malformed or too large.
+// node's credentials or its protocol version, does not know the call, or
+// finds the batch malformed or too large.
 func permanent(err error) bool {
 	if errors.Is(err, ErrClosed) {
 		return true
 	}
 	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented, codes.InvalidArgument, codes.ResourceExhausted:
+	case codes.Unauthenticated, codes.FailedPrecondition, codes.PermissionDenied, codes.Unimplemented, codes.InvalidArgument, codes.ResourceExhausted:
 		return true
 	}
 	return false

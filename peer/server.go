@@ -58,7 +58,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 // newServer returns a peer server whose every call is authenticated; cfg
 // has its defaults.
 func newServer(cfg Config) *server {
-	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics}
+	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
 	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),

@@ -37,6 +37,13 @@ const (
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
+// Every call also carries "x-switchyard-peer-version", the decimal version
+// of this protocol the caller speaks (this file describes version 1). A
+// node serves a range of versions (today exactly one) and refuses a call
+// outside it, or without one, with FAILED_PRECONDITION naming both. A
+// change to this protocol that an older node cannot read raises the
+// version; the range is where rolling upgrades will live.
+//
 // Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
 // deliveries, cancels and unbinds, and the synchronous forward whose
@@ -191,6 +198,13 @@ type PeerService_RespondClient = grpc.BidiStreamingClient[RespondFrame, RespondC
 // (hex HMAC-SHA256 of that id under the cluster secret), or it is refused
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
+//
+// Every call also carries "x-switchyard-peer-version", the decimal version
+// of this protocol the caller speaks (this file describes version 1). A
+// node serves a range of versions (today exactly one) and refuses a call
+// outside it, or without one, with FAILED_PRECONDITION naming both. A
+// change to this protocol that an older node cannot read raises the
+// version; the range is where rolling upgrades will live.
 //
 // Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
