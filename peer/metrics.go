@@ -18,7 +18,7 @@ type Metrics struct {
 	queue           *prometheus.GaugeVec
 	state           *prometheus.GaugeVec
 
-	// Deliver streams (lane.go): a silent downgrade from streaming to unary
+	// Deliver streams (lane_send.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
 	streamsOpen   *prometheus.GaugeVec
 	streamsOpened *prometheus.CounterVec
@@ -30,7 +30,7 @@ type Metrics struct {
 	zoneCloses    prometheus.Counter
 	undeliverable *prometheus.CounterVec
 
-	// Reply legs (respond.go, respondserver.go).
+	// Reply legs and trunks (leg_send.go, trunk_send.go, trunk_recv.go).
 	backpressure prometheus.Counter
 	legSilences  *prometheus.CounterVec
 	legsEnded    *prometheus.CounterVec

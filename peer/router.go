@@ -6,60 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// ErrUnknownNode is wrapped by a Forward to a node the catalog view has no
-// record of.
-var ErrUnknownNode = errors.New("node not in the catalog")
-
-// Router is the transport half of core.Cluster: it sends jobs and routing
-// messages to other nodes' peer servers. It is safe for concurrent use.
+// router is the outbound half of the transport: it sends the engine's
+// jobs and messages to other nodes' servers, each message by one of three
+// ordered paths (docs/cluster.md, "Peer streams"):
 //
-// Messages go by one of three paths, each ordered:
+//   - the request leg's kinds (forward, deliver, cancel, unbind) and
+//     synchronous Forwards by their queue's lane to the node
+//     (lane_send.go), except a cancel for a job whose reply leg from that
+//     node this node's server holds: it goes back on the leg;
+//   - a binding's replies and release by its reply leg (leg_send.go), the
+//     legs to one node multiplexed on its reply trunk (trunk_send.go);
+//   - a binding's only message (an end or a release with no leg open) by
+//     the node's Post FIFO (post_send.go).
 //
-//   - Lanes carry the request leg, the kinds that travel towards a job's
-//     worker or its dispatcher (forward, deliver, cancel, unbind) and the
-//     synchronous Forward: one lane per (node, queue), each with its own
-//     goroutine and, while it has traffic, its own Deliver stream (see
-//     lane). Every message of a job names its queue, so a job's messages
-//     to one node keep their order, and a slow queue never holds up
-//     another. A cancel for a job whose reply leg from that node is open
-//     at RouterConfig.Server goes back on the leg instead.
-//   - Reply legs carry the response leg (reply and release, towards the
-//     job's ingress): one leg per binding (node, job, generation), opened
-//     by Expect or its first reply, which carries the rest in order, so a
-//     release never overtakes the outputs before it (the ingress decides
-//     from them whether the job may run again), and which flow-controls
-//     the worker through Room (see replyLeg). The legs to one node share
-//     one Respond stream, the node's reply trunk (see replyTrunk).
-//   - A release or end with no reply leg open (a job's only reply, or a
-//     release before any reply) goes by one FIFO per node, sent as batched
-//     Posts with at most one in flight per node: a failed batch is resent
-//     unchanged, with backoff, before anything queued after it. Nothing of
-//     its binding was sent before it, so it overtakes nothing.
-//
-// Every message carries this Router's session and a sequence number from
-// one counter, so a receiver skips one it already handled when it comes
-// again (a resend whose first attempt was handled after all, or a message
-// resent after its stream was dropped).
-//
-// Lane queues and the Post FIFO are unbounded: they hold control messages,
-// and a node that stops answering either comes back or loses its lease,
-// and its queues go with it. Outputs ride reply legs, which are bounded
-// (Room). The queues' length is switchyard_peer_queue_messages{node}.
-//
-// A Forward is ordered with the messages of its queue's lane; messages of
-// different paths are not ordered with each other.
+// Every message carries the router's session and a number from one
+// counter, so a receiver skips what it handled already whichever path
+// resent it. Lane queues and the Post FIFO are unbounded: they hold
+// control messages, and a node that stops answering either comes back or
+// loses its lease; outputs ride reply legs, which Room bounds.
 type router struct {
 	cfg     Config
 	client  *Client
@@ -76,6 +52,9 @@ type router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// mu guards what follows and each lane's, leg's and outbox's queue. It
+	// is taken under Engine.mu (send, room, expect) and takes server.mu
+	// (cancelOnLeg); never the other way round.
 	mu        sync.Mutex
 	closed    bool
 	seq       uint64
@@ -87,13 +66,6 @@ type router struct {
 	trunkOpen map[string]*sync.Mutex // held while a node's trunk is being opened
 	senders   map[string]int         // outboxes, lanes and legs per node id
 	maxPost   int                    // bytes of messages in one Post (or one frame)
-}
-
-// outbox is one node's FIFO and its sender's wake-up.
-type outbox struct {
-	node string
-	msgs []*pb.PeerMessage
-	wake chan struct{} // capacity 1: "something was queued"
 }
 
 // postOverhead is what a PostRequest, ForwardRequest or DeliverFrame adds
@@ -126,7 +98,7 @@ func (r *router) close() {
 	r.wg.Wait()
 }
 
-// Forward hands d to the dispatcher on node and returns its verdict: nil
+// forward hands d to the dispatcher on node and returns its verdict: nil
 // once the dispatcher holds the job, the *core.Error it refused it with,
 // or an error when no verdict could be had: node is not in the catalog
 // (wraps ErrUnknownNode), the job cannot be carried at all (wraps
@@ -144,62 +116,89 @@ func (r *router) forward(ctx context.Context, node string, d core.Delivery) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.ctx, cancel)()
-	fail := func(err error) error {
-		return fmt.Errorf("peer: forward job %s to %s: %w", d.JobID, node, err)
-	}
+	c := &forwardCall{r: r, ctx: ctx, node: node, d: d}
 	p := DeliveryToPB(d)
 	if reason, err := r.wireCheck(p, len(d.Queue)); err != nil {
 		r.m.undeliverable.WithLabelValues(string(core.MsgForward), reason).Inc()
-		return fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
+		return c.fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
 	}
 	timeout := r.ackTimeout(core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
+	for attempt := 0; ; attempt++ {
+		res, err := c.attempt(p, timeout)
+		switch {
+		case err != nil:
+			return err
+		case res != nil:
+			return ForwardError(res)
+		}
+		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", c.last)
+		if !r.sleep(ctx, attempt) {
+			return c.ended(c.last)
+		}
+	}
+}
+
+// forwardCall is one forward's attempts.
+type forwardCall struct {
+	r    *router
+	ctx  context.Context // the caller's, ended by Close too
+	node string
+	d    core.Delivery
 	// last is the last attempt that failed on its own: when ctx ends
 	// during an attempt, that attempt's error only repeats ctx's.
-	var last error
-	ended := func(err error) error {
-		if last != nil {
-			err = last
-		}
-		if r.ctx.Err() != nil {
-			return fail(fmt.Errorf("%w (last attempt: %w)", ErrClosed, err))
-		}
-		return fail(fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err))
+	last error
+}
+
+// attempt makes one attempt: the forward as a new item of its lane. It
+// returns the verdict, or the error the forward ends with, or neither
+// when a transient failure (in last) is worth another attempt.
+func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.ForwardResponse, error) {
+	r := c.r
+	if r.ctx.Err() != nil {
+		return nil, c.fail(ErrClosed)
 	}
-	for attempt := 0; ; attempt++ {
-		if r.ctx.Err() != nil {
-			return fail(ErrClosed)
-		}
-		if _, ok := r.cfg.Addr(node); !ok {
-			return fail(ErrUnknownNode)
-		}
-		it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: ctx, done: make(chan forwardResult, 1)}
-		if !r.enqueue(node, d.Queue, it) {
-			return fail(ErrClosed)
-		}
-		var res forwardResult
-		select {
-		case res = <-it.done:
-		case <-ctx.Done():
-			return ended(ctx.Err())
-		}
-		if res.err == nil {
-			return ForwardError(res.res)
-		}
-		if errors.Is(res.err, ErrUnknownNode) {
-			return fail(res.err)
-		}
-		if ctx.Err() != nil {
-			return ended(res.err)
-		}
-		if !transient(res.err) {
-			return fail(res.err)
-		}
-		last = res.err
-		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", res.err)
-		if !r.sleep(ctx, attempt) {
-			return ended(res.err)
-		}
+	if _, ok := r.cfg.Addr(c.node); !ok {
+		return nil, c.fail(ErrUnknownNode)
 	}
+	it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: c.ctx, done: make(chan forwardResult, 1)}
+	if !r.enqueue(c.node, c.d.Queue, it) {
+		return nil, c.fail(ErrClosed)
+	}
+	var res forwardResult
+	select {
+	case res = <-it.done:
+	case <-c.ctx.Done():
+		return nil, c.ended(c.ctx.Err())
+	}
+	switch {
+	case res.err == nil:
+		return res.res, nil
+	case errors.Is(res.err, ErrUnknownNode):
+		return nil, c.fail(res.err)
+	case c.ctx.Err() != nil:
+		return nil, c.ended(res.err)
+	case !transient(res.err):
+		return nil, c.fail(res.err)
+	}
+	c.last = res.err
+	return nil, nil
+}
+
+// fail is the forward's error for err.
+func (c *forwardCall) fail(err error) error {
+	return fmt.Errorf("peer: forward job %s to %s: %w", c.d.JobID, c.node, err)
+}
+
+// ended is the forward's error once its context ended (or the router
+// closed) during an attempt that failed with err, or after it.
+func (c *forwardCall) ended(err error) error {
+	if c.last != nil {
+		err = c.last
+	}
+	if c.r.ctx.Err() != nil {
+		return c.fail(fmt.Errorf("%w (last attempt: %w)", ErrClosed, err))
+	}
+	return c.fail(fmt.Errorf("%w (last attempt: %w)", context.Cause(c.ctx), err))
 }
 
 // transient reports whether a failed attempt may succeed if made again:
@@ -241,10 +240,10 @@ func (r *router) sleep(ctx context.Context, attempt int) bool {
 	}
 }
 
-// Send queues m for node and returns at once: it never blocks on the
+// send queues m for node and returns at once: it never blocks on the
 // network, so the engine calls it with its lock held. Messages of one
 // path to one node (a queue's lane, a job's reply leg, or the node's
-// Post FIFO; see Router) are sent in the order they were queued.
+// Post FIFO; see router) are sent in the order they were queued.
 func (r *router) send(node string, m core.Message) {
 	p, err := MessageToPB(m)
 	r.mu.Lock()
@@ -370,198 +369,14 @@ func (r *router) unrefLocked(node string) {
 	}
 }
 
-// postLocked queues p on node's Post FIFO.
-func (r *router) postLocked(node string, p *pb.PeerMessage) {
-	ob := r.outbox[node]
-	if ob == nil {
-		ob = &outbox{node: node, wake: make(chan struct{}, 1)}
-		r.outbox[node] = ob
-		r.refLocked(node)
-		r.wg.Add(1)
-		go r.run(ob)
-	}
-	ob.msgs = append(ob.msgs, p)
-	r.m.queue.WithLabelValues(node).Inc()
-	select {
-	case ob.wake <- struct{}{}:
-	default:
-	}
-}
-
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
 
-// run is one node's Post FIFO sender: it posts what is queued, batch by
-// batch, and exits when the queue stayed empty for IdleTimeout or at
-// Close.
-func (r *router) run(ob *outbox) {
-	defer r.wg.Done()
-	idle := time.NewTimer(r.cfg.IdleTimeout)
-	defer idle.Stop()
-	for {
-		r.mu.Lock()
-		if r.closed {
-			r.dropLocked(ob, ob.msgs)
-			ob.msgs = nil
-			r.removeLocked(ob)
-			r.mu.Unlock()
-			return
-		}
-		if len(ob.msgs) == 0 {
-			r.mu.Unlock()
-			idle.Reset(r.cfg.IdleTimeout)
-			select {
-			case <-ob.wake:
-			case <-r.ctx.Done():
-			case <-idle.C:
-				r.mu.Lock()
-				if len(ob.msgs) == 0 {
-					r.removeLocked(ob)
-					r.mu.Unlock()
-					return
-				}
-				r.mu.Unlock()
-			}
-			continue
-		}
-		req, bad := r.takeLocked(ob)
-		r.mu.Unlock()
-		for _, u := range bad {
-			r.undeliverable(ob.node, u.p, nil, u.reason, u.err)
-		}
-		if req != nil {
-			r.post(ob, req)
-		}
+// backoff is the wait before attempt+1, with jitter (see sleep).
+func (r *router) backoff(attempt int) time.Duration {
+	d := r.cfg.RetryMax
+	if attempt < 30 {
+		d = min(r.cfg.RetryMin<<attempt, r.cfg.RetryMax)
 	}
-}
-
-// rejected is a queued message no transport can carry.
-type rejected struct {
-	p      *pb.PeerMessage
-	reason string
-	err    error
-}
-
-// takeLocked removes the next batch from ob: every queued message, up to
-// maxPost bytes, numbered from the router's counter. A message that alone
-// exceeds maxPost, or has no valid wire form, can never be sent: it is
-// taken out and returned in bad, to be reported. Nil when only such
-// messages were queued.
-func (r *router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
-	var size, n int
-	for n < len(ob.msgs) {
-		p := ob.msgs[n]
-		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
-		reason, err := "", error(nil)
-		if cost > r.maxPost {
-			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
-		} else if err = wireValid(p); err != nil {
-			reason = ReasonEncoding
-		}
-		if err != nil {
-			if n > 0 {
-				break // send what precedes it first, in order
-			}
-			bad = append(bad, rejected{p, reason, err})
-			ob.msgs[0] = nil
-			ob.msgs = ob.msgs[1:]
-			continue
-		}
-		if size+cost > r.maxPost {
-			break
-		}
-		size += cost
-		n++
-	}
-	if n == 0 {
-		return nil, bad
-	}
-	req = &pb.PostRequest{Session: r.session, FirstSeq: r.seq, Messages: make([]*pb.PeerMessage, n)}
-	copy(req.Messages, ob.msgs[:n])
-	clear(ob.msgs[:n])
-	ob.msgs = ob.msgs[n:]
-	if len(ob.msgs) == 0 {
-		ob.msgs = nil // let the backing array go
-	}
-	r.seq += uint64(n)
-	return req, bad
-}
-
-// post sends one batch to ob's node, resending it unchanged until it is
-// handed over, the node leaves the catalog, the peer refuses it for good,
-// or the router closes. The batch counts in the queue gauge until then.
-func (r *router) post(ob *outbox, req *pb.PostRequest) {
-	for attempt := 0; ; attempt++ {
-		addr, ok := r.cfg.Addr(ob.node)
-		if !ok {
-			r.mu.Lock()
-			n := len(req.Messages) + len(ob.msgs)
-			r.dropLocked(ob, req.Messages)
-			r.dropLocked(ob, ob.msgs)
-			ob.msgs = nil
-			r.mu.Unlock()
-			r.log.Warn("dropped routing messages to a node that left the catalog", "node", ob.node, "messages", n)
-			return
-		}
-		err := r.postOnce(addr, req)
-		if err == nil {
-			r.mu.Lock()
-			for _, p := range req.Messages {
-				r.m.messages.WithLabelValues(kindOf(p)).Inc()
-			}
-			r.m.queue.WithLabelValues(ob.node).Sub(float64(len(req.Messages)))
-			r.mu.Unlock()
-			return
-		}
-		if r.ctx.Err() == nil {
-			r.m.sendFailures.Inc()
-		}
-		if r.ctx.Err() != nil || permanent(err) {
-			r.mu.Lock()
-			r.dropLocked(ob, req.Messages)
-			r.mu.Unlock()
-			if r.ctx.Err() == nil {
-				r.log.Error("dropped routing messages the peer refused", "node", ob.node, "addr", addr, "messages", len(req.Messages), "err", err)
-			}
-			return
-		}
-		lvl := slog.LevelDebug
-		if attempt == 0 {
-			lvl = slog.LevelWarn
-		}
-		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", ob.node, "addr", addr, "messages", len(req.Messages), "attempt", attempt+1, "err", err)
-		if !r.sleep(r.ctx, attempt) {
-			r.mu.Lock()
-			r.dropLocked(ob, req.Messages)
-			r.mu.Unlock()
-			return
-		}
-	}
-}
-
-func (r *router) postOnce(addr string, req *pb.PostRequest) error {
-	cc, err := r.client.Conn(addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AttemptTimeout)
-	defer cancel()
-	_, err = pb.NewPeerServiceClient(cc).Post(ctx, req)
-	return err
-}
-
-// dropLocked counts msgs, no longer queued for ob's node, as dropped.
-func (r *router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
-	for _, p := range msgs {
-		r.m.dropped.WithLabelValues(kindOf(p)).Inc()
-	}
-	if len(msgs) > 0 {
-		r.m.queue.WithLabelValues(ob.node).Sub(float64(len(msgs)))
-	}
-}
-
-// removeLocked forgets ob, whose queue is empty and whose sender exits.
-func (r *router) removeLocked(ob *outbox) {
-	delete(r.outbox, ob.node)
-	r.unrefLocked(ob.node)
+	return d/2 + rand.N(d/2+1)
 }

@@ -28,6 +28,9 @@ type server struct {
 	// took, so it ends the job's reply leg here (legCancelled).
 	router *router
 
+	// mu guards what follows. It is the last lock taken: under router.mu
+	// (cancelOnLeg), and by callers that hold an inbox's, a laneInbox's or
+	// an inLeg's mu; it takes none.
 	mu        sync.Mutex
 	senders   map[string]*inbox // by sending node id: lane-less Posts
 	lanes     map[laneKey]*laneInbox
@@ -42,16 +45,6 @@ type server struct {
 
 // receiverBox lets an interface value live in an atomic.Pointer.
 type receiverBox struct{ r core.Receiver }
-
-// inbox is what a server remembers of one sending node's Posts: it
-// serialises them (a resend may arrive while the attempt it replaces is
-// still being handled) and skips what it already handled. One per node id
-// that ever posted; a node that restarts reuses its entry.
-type inbox struct {
-	mu      sync.Mutex
-	session string
-	next    uint64
-}
 
 var _ pb.PeerServiceServer = (*server)(nil)
 
@@ -118,123 +111,64 @@ func (s *server) receiver() (core.Receiver, error) {
 	return b.r, nil
 }
 
-// Forward hands one job to the receiver and answers with its verdict. A
-// refusal is an answer; an error the receiver could not classify is
-// Unavailable, which the caller retries.
-func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
-	from, ok := Caller(ctx)
-	if !ok {
-		return nil, errUnauthenticated
-	}
-	d, err := DeliveryFromPB(req.GetDelivery())
-	if err != nil {
-		s.cfg.Metrics.invalid.Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	rcv, err := s.receiver()
-	if err != nil {
-		return nil, err
-	}
-	if req.GetLane() != nil && req.GetSession() != "" {
-		// A lane's item: checked against the lane's numbers, in its order.
-		l := s.acquireLane(from, req.GetLane().GetQueue())
-		defer s.releaseLane(l)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.syncLocked(req.GetSession())
-		return s.forwardLocked(from, rcv, l, req.GetSeq(), req.GetDelivery())
-	}
-	err = rcv.HandleForward(from, d)
-	res, ok := ForwardResponse(err)
-	if !ok {
-		return nil, status.Errorf(codes.Unavailable, "dispatcher could not take job %s: %v", d.JobID, err)
-	}
-	return res, nil
-}
+// Stream bounds, on both streams and both sides.
+const (
+	// openTimeout bounds the wait for a stream's open frame.
+	openTimeout = 10 * time.Second
+	// silentIntervals heartbeat intervals without a frame end a stream, on
+	// either side.
+	silentIntervals = 3
+)
 
-// Post hands each message of the batch to the receiver, in order, and
-// answers once all are handled.
-//
-// A message no receiver could act on (unknown kind, no job id, a forward
-// or deliver without its job) is skipped, logged and counted in
-// switchyard_peer_messages_invalid_total; the rest of the batch is still
-// handled. Refusing the whole batch instead would make the sender resend
-// it forever and stall every message queued behind it for a fault that
-// resending cannot cure.
-func (s *server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostResponse, error) {
-	from, ok := Caller(ctx)
-	if !ok {
-		return nil, errUnauthenticated
-	}
-	rcv, err := s.receiver()
-	if err != nil {
-		return nil, err
-	}
-	if req.GetLane() != nil {
-		return s.postLane(from, rcv, req)
-	}
-	in := s.inbox(from)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	session, seq := req.GetSession(), req.GetFirstSeq()
-	if session != in.session {
-		// A new sender process (or the first Post from this node): what
-		// the last one sent says nothing about this one's numbers.
-		in.session, in.next = session, 0
-	}
-	for i, p := range req.GetMessages() {
-		n := seq + uint64(i)
-		if session != "" && n < in.next {
-			continue // handled already: this is a resend whose answer was lost
-		}
-		m, err := MessageFromPB(p)
-		if err != nil {
-			s.cfg.Metrics.invalid.Inc()
-			s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
-			continue
-		}
-		s.handleMessage(rcv, from, m)
-	}
-	if session != "" {
-		in.next = max(in.next, seq+uint64(len(req.GetMessages())))
-	}
-	return &pb.PostResponse{}, nil
-}
+// Heartbeat interval bounds a receiver accepts from an open frame.
+const (
+	minHeartbeat     = time.Millisecond
+	maxHeartbeat     = time.Minute
+	defaultHeartbeat = time.Second
+)
 
-// postLane is Post for a lane's unary path: each message is checked
-// against the lane's numbers, shared with its Deliver streams and Forwards.
-func (s *server) postLane(from string, rcv core.Receiver, req *pb.PostRequest) (*pb.PostResponse, error) {
-	msgs, seqs, session := req.GetMessages(), req.GetSeqs(), req.GetSession()
-	if len(seqs) != len(msgs) {
-		return nil, status.Errorf(codes.InvalidArgument, "a lane's Post numbers each message: %d numbers for %d messages", len(seqs), len(msgs))
-	}
-	l := s.acquireLane(from, req.GetLane().GetQueue())
-	defer s.releaseLane(l)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.syncLocked(session)
-	for i, p := range msgs {
-		if session == "" {
-			// No numbers to check against: handled as it comes.
-			if m, err := MessageFromPB(p); err == nil {
-				s.handleMessage(rcv, from, m)
-			} else {
-				s.cfg.Metrics.invalid.Inc()
-			}
-			continue
-		}
-		s.messageLocked(from, rcv, l, seqs[i], p)
-	}
-	return &pb.PostResponse{}, nil
-}
-
-func (s *server) inbox(from string) *inbox {
+// goStream runs f on a goroutine Stop waits for: false once Stop began.
+func (s *server) goStream(f func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in := s.senders[from]
-	if in == nil {
-		in = &inbox{}
-		s.senders[from] = in
+	if s.stopped {
+		return false
 	}
-	return in
+	s.wg.Go(f)
+	return true
+}
+
+// heartbeatOf is the heartbeat interval an open frame announces, in ns,
+// clamped.
+func heartbeatOf(ns int64) time.Duration {
+	hb := time.Duration(ns)
+	if hb <= 0 {
+		return defaultHeartbeat
+	}
+	return min(max(hb, minHeartbeat), maxHeartbeat)
+}
+
+// endStatus is the status a server stream ends with once ctx, derived from
+// the call's context call, is done: the call's own end (the client went
+// away), else why ctx was cancelled, as a status (Unavailable unless it is
+// one already).
+func endStatus(call, ctx context.Context) error {
+	if err := call.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	err := context.Cause(ctx)
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// handleMessage hands m to rcv; a cancel then ends the job's reply leg on
+// this node, if it has one (the engine has marked the binding cancelling,
+// so it sends nothing more on it).
+func (s *server) handleMessage(rcv core.Receiver, from string, m core.Message) {
+	rcv.HandleMessage(from, m)
+	if m.Kind == core.MsgCancel {
+		s.router.legCancelled(m.JobID, m.Gen)
+	}
 }
