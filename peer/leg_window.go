@@ -3,12 +3,66 @@ package peer
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A reply leg's window on the consumer host: what the leg takes from its
-// queue (within the in-flight bounds, which Room's channel waits on) into
-// frames on its trunk, and what the ingress's acks free again.
+// A reply leg's queue and window on the consumer host: what the engine
+// queues on the leg, how Room bounds that queue, what the leg takes from it
+// into frames on its trunk within the in-flight bounds, and what the
+// ingress's acks free again.
+
+// replyLocked queues a reply or release p (m's wire form) for node: on the
+// binding's leg, opening one if m is not the binding's last message, else
+// on the node's Post FIFO.
+func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
+	k := legKey{node, m.JobID, m.Gen}
+	l := r.legs[k]
+	final := m.Kind == core.MsgRelease || m.End != nil
+	if l == nil {
+		if final || r.cfg.ForceUnary {
+			r.postLocked(node, p)
+			return
+		}
+		l = r.startLegLocked(k, m.Queue, m.TTL, false)
+	}
+	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
+	l.pending = append(l.pending, it)
+	l.pendingBytes += it.size
+	r.m.queue.WithLabelValues(node).Inc()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// room is the reply leg's flow control (core.Transport.Room): nil while the
+// replies of job to node may keep coming, else a channel closed once they
+// may: the job's leg holds ReplyWindow messages or ReplyWindowBytes not yet
+// sent, and the channel closes when that drains below half (or the leg
+// ends). Each channel handed out counts in
+// switchyard_peer_reply_backpressure_total. It never blocks: the engine
+// calls it with its lock held.
+func (r *router) room(node, job string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var l *replyLeg
+	for _, c := range r.jobLegs[job] {
+		if c.key.node == node && (l == nil || c.key.gen > l.key.gen) {
+			l = c
+		}
+	}
+	if l == nil || len(l.pending) < r.cfg.ReplyWindow && l.pendingBytes < r.cfg.ReplyWindowBytes {
+		return nil
+	}
+	if l.room == nil {
+		l.room = make(chan struct{})
+	}
+	r.m.backpressure.Inc()
+	return l.room
+}
 
 // fill sends queued messages while the in-flight bounds allow: what was
 // queued since the leg last sent goes in as few frames as it can (see
