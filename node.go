@@ -1,7 +1,7 @@
 // Package switchyard assembles a node: the core engine, the etcd catalog,
-// the gRPC worker service and the HTTP API. cmd/switchyard and the
-// integration tests build nodes through Open alone, so their wiring cannot
-// drift apart.
+// the peer transport, the gRPC services and the HTTP API. cmd/switchyard
+// and the integration tests build nodes through Open alone, so their
+// wiring cannot drift apart.
 package switchyard
 
 import (
