@@ -127,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"side"}),
 		legsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_legs_ended_total",
-			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused, closed (shutdown), unary (the ingress does not serve reply legs).",
+			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused (the ingress refused the trunk for good: its credentials, its protocol version), closed (shutdown).",
 		}, []string{"reason"}),
 		legsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_peer_reply_legs_open",
