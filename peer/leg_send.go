@@ -163,7 +163,8 @@ func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 // this node's receiver (the dispatcher passed it on, or the ingress sent
 // it before the leg opened, or on the leg): the engine has marked the
 // binding cancelling, so nothing more is sent on them. Called by the
-// node's server, holding no lock of its own.
+// node's server with the lock of the path the cancel came by held (an
+// inbox's, a laneInbox's or an inLeg's mu), never server.mu.
 func (r *router) legCancelled(job string, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
