@@ -22,8 +22,9 @@
 //
 // # Lock order
 //
-// The node's locks, core's and this package's, are taken in this order
-// (a lock is only ever taken while holding locks above it):
+// The node's locks, core's and this package's, in the order they are
+// taken: a lock may be taken while its caller holds locks above it on its
+// branch, never one below it.
 //
 //	inbox.mu, laneInbox.mu, inLeg.mu   peer server: one path's messages, one at a time
 //	  Engine.mu                        core: every role's state (core.Receiver takes it)
