@@ -10,33 +10,16 @@ import (
 	"github.com/switchyard/switchyard/peer"
 )
 
-// transport is the half of core.Cluster that moves messages between nodes
-// (peer.Router): the request leg, the reply legs and their flow control.
-type transport interface {
-	Forward(ctx context.Context, node string, d core.Delivery) error
-	Send(node string, m core.Message)
-	Room(node, job string) <-chan struct{}
-	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
-}
-
 // nodeCluster is core.Cluster for a node: routing decisions from the
 // catalog's watched view and this node's peer tracker, elections and
-// releases as catalog transactions, messages over the peer transport.
+// releases as catalog transactions.
 type nodeCluster struct {
 	self    string
 	cat     *catalog.Catalog
 	tracker *peer.Tracker
-	transport
 }
 
-var (
-	_ core.Cluster = (*nodeCluster)(nil)
-	// The engine hears of reply legs opened, and of those whose host went
-	// silent.
-	_ transport           = (*peer.Router)(nil)
-	_ peer.LegWatcher     = (*core.Engine)(nil)
-	_ peer.LegOpenWatcher = (*core.Engine)(nil)
-)
+var _ core.Cluster = (*nodeCluster)(nil)
 
 func (c *nodeCluster) Dispatcher(ctx context.Context, queue string) (string, error) {
 	if node, ok := c.CachedDispatcher(queue); ok {
@@ -93,3 +76,63 @@ func (c *nodeCluster) Alive(node string) bool {
 func (c *nodeCluster) Gone(node string) bool { return c.cat.NodeLeft(node) }
 
 func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }
+
+// reachable is the catalog's test of a node before it names it dispatcher:
+// this node, a node the view has no record of, or one this node's tracker
+// does not hold spare.
+func (c *nodeCluster) reachable(node string) bool {
+	nd, ok := c.cat.Node(node)
+	return node == c.self || !ok || !c.tracker.Spare(peer.NodeAddr{ID: nd.ID, PeerAddr: nd.PeerAddr})
+}
+
+// peerBook is where the peer transport finds other nodes: the catalog's
+// watched view.
+type peerBook struct {
+	cat *catalog.Catalog
+	// life ends when the node stops: it bounds waits on the view.
+	life context.Context
+}
+
+// addr is peer.Config.Addr: node's peer address, false once the view saw
+// its record deleted (it is dead).
+func (c peerBook) addr(node string) (string, bool) {
+	nd, ok := c.cat.Node(node)
+	if !ok && !c.cat.NodeLeft(node) {
+		// Not seen yet is not gone: a node that just published its record
+		// (and sent this one a message) may reach this node's view a moment
+		// later. Wait for it, boundedly.
+		ctx, cancel := context.WithTimeout(c.life, viewLag)
+		nd, ok = c.cat.AwaitNode(ctx, node)
+		cancel()
+	}
+	return nd.PeerAddr, ok && nd.PeerAddr != ""
+}
+
+// viewLag bounds how long an address lookup waits for a node this node's
+// catalog view has not seen yet (nor seen leave) to appear in it.
+const viewLag = 2 * time.Second
+
+// zone is peer.Config.Zone: node's zone label in the view.
+func (c peerBook) zone(node string) (string, bool) {
+	nd, ok := c.cat.Node(node)
+	return nd.Zone, ok
+}
+
+// clusterView is the catalog as the HTTP cluster views show it, with this
+// node's verdict on each peer overlaid: a node the tracker found silent is
+// spare here whatever its record says.
+type clusterView struct {
+	*catalog.Catalog
+	tracker *peer.Tracker
+}
+
+func (v clusterView) Nodes() []core.NodeInfo {
+	nodes := v.Catalog.Nodes()
+	states := v.tracker.States()
+	for i, nd := range nodes {
+		if st, ok := states[nd.ID]; ok {
+			nodes[i].State = st
+		}
+	}
+	return nodes
+}

@@ -1,7 +1,7 @@
 // Package switchyard assembles a node: the core engine, the etcd catalog,
-// the gRPC worker service and the HTTP API. cmd/switchyard and the
-// integration tests build nodes through Open alone, so their wiring cannot
-// drift apart.
+// the peer transport, the gRPC services and the HTTP API. cmd/switchyard
+// and the integration tests build nodes through Open alone, so their
+// wiring cannot drift apart.
 package switchyard
 
 import (
@@ -44,16 +44,17 @@ type Node struct {
 	grpc    *grpc.Server
 	http    *http.Server
 
-	peerSrv     *peer.Server
-	peers       *peer.Client
-	router      *peer.Router
+	peer        *peer.Transport
 	tracker     *peer.Tracker
 	stopTracker context.CancelFunc
 	trackerWG   sync.WaitGroup
 
 	httpLn, grpcLn, peerLn net.Listener
-	stopHTTP               context.CancelFunc
-	fenced                 chan struct{}
+	// streams ends at shutdown, before the servers stop: SSE handlers and
+	// the node's watchers end with it (stopHTTP).
+	streams  context.Context
+	stopHTTP context.CancelFunc
+	fenced   chan struct{}
 	// life ends when the node stops: it bounds waits on the catalog view.
 	life    context.Context
 	endLife context.CancelFunc
@@ -64,77 +65,106 @@ type Node struct {
 }
 
 // Open starts a node: the catalog (embedded etcd unless endpoints are
-// given), the listeners, and the servers. The node's record is published
-// in_progress once its listeners are bound, and online once its catalog view
-// has loaded (catalog.Open waits for it) and its peer server answers an
-// authenticated Ping; Open returns then, with the peer tracker running.
+// given), the peer transport and the engine, the APIs, the listeners, and
+// the servers. The node's record is published in_progress once its
+// listeners are bound, and online once its catalog view has loaded
+// (catalog.Open waits for it) and its peer server answers an authenticated
+// Ping; Open returns then, with the peer tracker running.
 func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	log := cfg.Logger.With("node", cfg.Name)
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), fenced: make(chan struct{})}
-	n.life, n.endLife = context.WithCancel(context.Background())
+	n := newNode(cfg)
 	defer func() {
 		if err != nil {
 			n.abort()
 		}
 	}()
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := n.openCatalog(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.openCluster(); err != nil {
+		return nil, err
+	}
+	if err := n.openAPIs(); err != nil {
+		return nil, err
+	}
+	if err := n.listen(); err != nil {
+		return nil, err
+	}
+	record := core.NodeInfo{
+		ID: cfg.Name, PeerAddr: n.PeerAddr(), HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateInProgress,
+	}
+	// Joined, not yet routable: other nodes may write to the catalog about
+	// this one, but route nothing to it.
+	if err := n.cat.PublishNode(ctx, record); err != nil {
+		return nil, fmt.Errorf("register node: %w", err)
+	}
+	n.serve()
+	if err := n.awaitPeerServer(ctx); err != nil {
+		return nil, err
+	}
+	record.State = core.StateOnline
+	if err := n.cat.PublishNode(ctx, record); err != nil {
+		return nil, fmt.Errorf("register node: %w", err)
+	}
+	tctx, stopTracker := context.WithCancel(context.Background())
+	n.stopTracker = stopTracker
+	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
+	n.log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
+		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
+	return n, nil
+}
 
+// newNode is a node with its logger, registry and lifetimes, and nothing
+// open yet.
+func newNode(cfg Config) *Node {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry(), fenced: make(chan struct{})}
+	n.life, n.endLife = context.WithCancel(context.Background())
+	// Streams watch this context: cancelling it is how shutdown ends SSE
+	// handlers, which http.Server.Shutdown alone would wait for forever.
+	n.streams, n.stopHTTP = context.WithCancel(context.Background())
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return n
+}
+
+// openCatalog opens the catalog: it returns once the node's view of it
+// has loaded.
+func (n *Node) openCatalog(ctx context.Context) (err error) {
+	cfg := n.cfg
 	n.cat, err = catalog.Open(ctx, catalog.Config{
 		Name: cfg.Name, Dir: cfg.DataDir,
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
 		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState,
-		LeaseTTL: cfg.LeaseTTL, Logger: log.With("system", "catalog"),
+		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
 	})
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
 
+// openCluster builds the peer transport, the tracker of its peers, and the
+// engine on both, then starts routing: the one place the engine and the
+// transport meet. The transport is built from its config alone, the engine
+// with it, and Start hands the transport the engine; until then the
+// transport refuses routing calls (Unavailable), and nothing is sent,
+// since the engine is the only sender.
+func (n *Node) openCluster() (err error) {
+	cfg := n.cfg
 	secret := []byte(cfg.ClusterSecret)
 	if len(secret) == 0 {
 		// Fine alone; a second node could never authenticate to this one.
 		secret = []byte(hex.EncodeToString(randomBytes(32)))
-		log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
+		n.log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
 	}
 	pm := peer.NewMetrics(n.reg)
-	if n.peerSrv, err = peer.NewServer(peer.ServerConfig{
-		Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams, Metrics: pm,
-	}); err != nil {
-		return nil, err
-	}
-	n.peers = peer.NewClient(peer.ClientConfig{Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes})
-	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
-		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
-		View: n.cat, Client: n.peers, Metrics: pm, Logger: log.With("system", "peers"),
-	}); err != nil {
-		return nil, err
-	}
-
+	book := peerBook{cat: n.cat, life: n.life}
 	ec := cfg.Engine
-	if n.router, err = peer.NewRouter(peer.RouterConfig{
-		Client: n.peers, MaxMessageBytes: cfg.MaxMessageBytes, Metrics: pm, Logger: log.With("system", "router"),
-		Addr: func(node string) (string, bool) {
-			nd, ok := n.cat.Node(node)
-			if !ok && !n.cat.NodeLeft(node) {
-				// Not seen yet is not gone: a node that just published its
-				// record (and sent this one a message) may reach this
-				// node's view a moment later. Wait for it, boundedly.
-				ctx, cancel := context.WithTimeout(n.life, viewLag)
-				nd, ok = n.cat.AwaitNode(ctx, node)
-				cancel()
-			}
-			return nd.PeerAddr, ok && nd.PeerAddr != ""
-		},
-		Zone: func(node string) (string, bool) {
-			nd, ok := n.cat.Node(node)
-			return nd.Zone, ok
-		},
+	if n.peer, err = peer.New(peer.Config{
+		Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		Addr: book.addr, Zone: book.zone,
 		// A delivery must be acked within the time its worker would get to
 		// accept it: a fraction of what is left of its TTL, so the accept
 		// wait never eats the budget the work needs.
@@ -148,87 +178,64 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		StreamIdle:        cfg.PeerStreamIdle,
 		Heartbeat:         cfg.PeerHeartbeatInterval,
 		ForceUnary:        cfg.PeerForceUnary,
-		// Cancels go back on the reply legs this node's server holds, and
-		// come in on the ones this node's router sends: both go through
-		// the server's handler, the engine (which also hears, as a
-		// peer.LegWatcher, of legs whose host went silent).
-		Server: n.peerSrv,
-		// The engine is built below; the router calls this from its own
-		// goroutines, never from Send.
-		Undeliverable: func(node string, m core.Message, reason string) {
-			if e := n.engine; e != nil {
-				e.Undeliverable(node, m, reason)
-			}
-		},
+		Metrics:           pm,
+		Logger:            n.log.With("system", "peer"),
 	}); err != nil {
-		return nil, err
+		return err
 	}
-
-	n.cat.SetReachable(func(node string) bool {
-		nd, ok := n.cat.Node(node)
-		return node == cfg.Name || !ok || !n.tracker.Spare(peer.NodeAddr{ID: nd.ID, PeerAddr: nd.PeerAddr})
-	})
+	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
+		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
+		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
+	}); err != nil {
+		return err
+	}
+	cluster := &nodeCluster{self: cfg.Name, cat: n.cat, tracker: n.tracker}
+	n.cat.SetReachable(cluster.reachable)
 
 	ecfg := cfg.Engine
-	ecfg.Catalog, ecfg.Registerer, ecfg.Logger = n.cat, n.reg, log.With("system", "engine")
-	ecfg.Cluster = &nodeCluster{self: cfg.Name, cat: n.cat, tracker: n.tracker, transport: n.router}
+	ecfg.Catalog, ecfg.Cluster, ecfg.Transport = n.cat, cluster, n.peer
+	ecfg.Registerer, ecfg.Logger = n.reg, n.log.With("system", "engine")
 	if n.engine, err = core.New(ecfg); err != nil {
-		return nil, err
+		return err
 	}
-	n.peerSrv.SetHandler(n.engine)
+	n.peer.Start(n.engine)
+	return nil
+}
+
+// openAPIs builds what serves clients and workers on the engine: the gRPC
+// WorkerService and JobService, and the HTTP API.
+func (n *Node) openAPIs() (err error) {
+	cfg := n.cfg
 	// One set of API error metrics for every transport.
 	errm := apierr.NewMetrics(n.reg)
 	wcfg := cfg.Workers
-	wcfg.Logger, wcfg.Errors = log.With("system", "workers"), errm
+	wcfg.Logger, wcfg.Errors = n.log.With("system", "workers"), errm
 	if n.workers, err = grpcapi.NewWorkerServer(n.engine, wcfg); err != nil {
-		return nil, err
+		return err
 	}
 	hcfg := cfg.HTTP
-	hcfg.Logger, hcfg.Gatherer, hcfg.Ready = log.With("system", "http"), n.reg, n.ready
+	hcfg.Logger, hcfg.Gatherer, hcfg.Ready = n.log.With("system", "http"), n.reg, n.ready
 	if hcfg.Keyring == nil {
 		// One keyring for SSE and gRPC job streams: a resume token issued
 		// on one transport resumes on the other.
 		if hcfg.Keyring, err = resume.NewKeyring("k0", resume.GenerateKey("k0")); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Errors: errm, Logger: log.With("system", "jobs"),
+		Errors: errm, Logger: n.log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
-		return nil, err
-	}
-
-	if n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, &core.ConfigError{Field: "grpc-addr", Value: cfg.GRPCAddr, Err: err}
-	}
-	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, &core.ConfigError{Field: "http-addr", Value: cfg.HTTPAddr, Err: err}
-	}
-	if n.peerLn, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
-		return nil, &core.ConfigError{Field: "peer-addr", Value: cfg.PeerAddr, Err: err}
-	}
-	record := core.NodeInfo{
-		ID: cfg.Name, PeerAddr: n.PeerAddr(), HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateInProgress,
-	}
-	// Joined, not yet routable: other nodes may write to the catalog about
-	// this one, but route nothing to it.
-	if err := n.cat.PublishNode(ctx, record); err != nil {
-		return nil, fmt.Errorf("register node: %w", err)
+		return err
 	}
 	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs)
-
-	// Streams watch this context: cancelling it is how shutdown ends SSE
-	// handlers, which http.Server.Shutdown alone would wait for forever.
-	httpCtx, stopHTTP := context.WithCancel(context.Background())
-	n.stopHTTP = stopHTTP
 	n.http = &http.Server{
 		Handler: api,
 		// Headers: a time and a size bound (a header trickle is cut, a huge
@@ -239,16 +246,37 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ReadHeaderTimeout: hcfg.HeaderTimeout,
 		MaxHeaderBytes:    hcfg.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
-
-		BaseContext: func(net.Listener) context.Context { return httpCtx },
+		BaseContext:       func(net.Listener) context.Context { return n.streams },
 		// Lets a stream judged slow reach its connection's send buffer.
 		ConnContext: httpapi.ConnContext,
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:    slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
+	return nil
+}
+
+// listen binds the gRPC, HTTP and peer listeners.
+func (n *Node) listen() (err error) {
+	cfg := n.cfg
+	if n.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return &core.ConfigError{Field: "grpc-addr", Value: cfg.GRPCAddr, Err: err}
+	}
+	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return &core.ConfigError{Field: "http-addr", Value: cfg.HTTPAddr, Err: err}
+	}
+	if n.peerLn, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
+		return &core.ConfigError{Field: "peer-addr", Value: cfg.PeerAddr, Err: err}
+	}
+	return nil
+}
+
+// serve starts the node's goroutines: the three servers, the fence watch
+// and the cluster watch. stop waits for them.
+func (n *Node) serve() {
+	log := n.log
 	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
-		if err := n.peerSrv.Serve(n.peerLn); err != nil {
+		if err := n.peer.Serve(n.peerLn); err != nil {
 			log.Error("peer server stopped", "err", err)
 		}
 	}()
@@ -260,37 +288,30 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.http.Serve(httpapi.LimitWriteBuffer(n.httpLn, hcfg.WriteBuffer)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.http.Serve(httpapi.LimitWriteBuffer(n.httpLn, n.cfg.HTTP.WriteBuffer)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()
 	go func() {
 		defer n.wg.Done()
-		n.watchFence(httpCtx)
+		n.watchFence(n.streams)
 	}()
 	go func() {
 		defer n.wg.Done()
-		n.watchCluster(httpCtx)
+		n.watchCluster(n.streams)
 	}()
+}
 
-	// The peer server serves when it answers this node's own authenticated
-	// Ping through the same client pool its peers' calls take.
+// awaitPeerServer returns once the peer server serves: it answers this
+// node's own authenticated Ping through the same client pool its peers'
+// calls take.
+func (n *Node) awaitPeerServer(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = n.peers.Ping(pctx, n.PeerAddr())
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("peer server not answering on %s: %w", n.PeerAddr(), err)
+	defer cancel()
+	if _, err := n.peer.Client().Ping(pctx, n.PeerAddr()); err != nil {
+		return fmt.Errorf("peer server not answering on %s: %w", n.PeerAddr(), err)
 	}
-	record.State = core.StateOnline
-	if err := n.cat.PublishNode(ctx, record); err != nil {
-		return nil, fmt.Errorf("register node: %w", err)
-	}
-	tctx, stopTracker := context.WithCancel(context.Background())
-	n.stopTracker = stopTracker
-	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
-	log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
-		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
-	return n, nil
+	return nil
 }
 
 // HTTPAddr is the address the HTTP API is bound to.
@@ -353,16 +374,12 @@ func (n *Node) watchCluster(ctx context.Context) {
 		case <-changed:
 			// Lane streams re-apply the zone test (a node's zone label may
 			// have changed), beside the engine's own test of its bindings.
-			n.router.ZonesChanged()
+			n.peer.ZonesChanged()
 		case <-tick.C:
 		}
 		n.engine.ClusterChanged()
 	}
 }
-
-// viewLag bounds how long an address lookup waits for a node this node's
-// catalog view has not seen yet (nor seen leave) to appear in it.
-const viewLag = 2 * time.Second
 
 // Close drains and stops the node: new jobs are refused, bound jobs get up
 // to DrainTimeout to finish, the rest end with node_shutdown; then the
@@ -397,9 +414,7 @@ func (n *Node) stop(ctx context.Context) error {
 	// Every job has ended by now, so worker sessions have nothing left to
 	// say: stop at once rather than let GracefulStop wait on idle streams.
 	n.grpc.Stop()
-	n.peerSrv.Stop()
-	_ = n.router.Close()
-	_ = n.peers.Close()
+	_ = n.peer.Close()
 	n.workers.Wait()
 	n.jobs.Wait()
 	n.engine.Close()
@@ -420,14 +435,8 @@ func (n *Node) abort() {
 	if n.peerLn != nil {
 		_ = n.peerLn.Close()
 	}
-	if n.peerSrv != nil {
-		n.peerSrv.Stop()
-	}
-	if n.router != nil {
-		_ = n.router.Close()
-	}
-	if n.peers != nil {
-		_ = n.peers.Close()
+	if n.peer != nil {
+		_ = n.peer.Close()
 	}
 	if n.httpLn != nil {
 		_ = n.httpLn.Close()
@@ -435,8 +444,8 @@ func (n *Node) abort() {
 	if n.grpcLn != nil {
 		_ = n.grpcLn.Close()
 	}
+	n.stopHTTP()
 	if n.http != nil {
-		n.stopHTTP()
 		_ = n.http.Close()
 	}
 	if n.grpc != nil {
@@ -449,25 +458,6 @@ func (n *Node) abort() {
 		_ = n.cat.Close(context.Background())
 	}
 	n.wg.Wait()
-}
-
-// clusterView is the catalog as the HTTP cluster views show it, with this
-// node's verdict on each peer overlaid: a node the tracker found silent is
-// spare here whatever its record says.
-type clusterView struct {
-	*catalog.Catalog
-	tracker *peer.Tracker
-}
-
-func (v clusterView) Nodes() []core.NodeInfo {
-	nodes := v.Catalog.Nodes()
-	states := v.tracker.States()
-	for i, nd := range nodes {
-		if st, ok := states[nd.ID]; ok {
-			nodes[i].State = st
-		}
-	}
-	return nodes
 }
 
 func randomBytes(n int) []byte {

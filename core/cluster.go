@@ -1,16 +1,17 @@
 package core
 
-import (
-	"context"
-	"encoding/json"
-	"time"
-)
+import "context"
 
-// Cluster is what an engine needs to route jobs across nodes. A nil Cluster
-// is a single node: every role is local and nothing touches the network.
+// Cluster is the routing-decision half of a cluster: what the engine asks
+// about other nodes and queues before it routes anything. The node answers
+// from its catalog's watched view and its peer tracker; messages themselves
+// go by the Transport (transport.go). A nil Cluster is a single node: every
+// role is local and nothing touches the network.
 //
-// The engine calls Send with Engine.mu held, so Send must queue and return;
-// every other method is called without the lock.
+// Locking: CachedDispatcher, Routable, NodeZone, Alive, Gone and LeaseValid
+// are called with Engine.mu held, so they answer from memory, never block
+// and never call the engine. Dispatcher, ClaimConsumer and ReleaseQueue
+// may write to the catalog and are called without Engine.mu.
 //
 // Who decides what (docs/cluster.md):
 //   - the ingress node owns the job's outcome and allocates its
@@ -56,87 +57,4 @@ type Cluster interface {
 	// (by its own clock, before it can expire anywhere else). A consumer host
 	// forwards no output after that.
 	LeaseValid() bool
-	// Forward hands a job to the dispatcher on node and waits for its
-	// verdict: nil once the dispatcher holds it, or the *Error it refused
-	// it with. Retrying a Forward with the same (job, generation) never
-	// creates a second job.
-	Forward(ctx context.Context, node string, d Delivery) error
-	// Send queues m for node and returns at once. Messages to one node
-	// arrive in the order they were sent.
-	Send(node string, m Message)
-	// Room is the reply leg's flow control: nil when the replies of job to
-	// node may keep coming, or a channel closed once they may. The worker
-	// session waits on it before it reads its worker's next message, so a
-	// slow ingress slows the worker down and no output is dropped.
-	Room(node, job string) <-chan struct{}
-	// Expect tells the transport that this node is about to offer binding
-	// (job, gen), whose ingress is node, to a worker: the reply leg may be
-	// set up now, off the path of the first output. Must not block.
-	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
-}
-
-// MessageKind names a peer message. The kinds are the label values of
-// switchyard_peer_messages_total{kind}.
-type MessageKind string
-
-// Message kinds, by the leg they travel.
-const (
-	// MsgForward ingress → dispatcher: a job that goes back to its queue
-	// (reject, lost worker) travelling asynchronously. A first forward is
-	// the synchronous Cluster.Forward.
-	MsgForward MessageKind = "forward"
-	// MsgDeliver dispatcher → consumer host: a job bound to one consumer.
-	MsgDeliver MessageKind = "deliver"
-	// MsgReply consumer host → ingress: accepted, one output, or the end.
-	MsgReply MessageKind = "reply"
-	// MsgRelease consumer host or dispatcher → ingress: a binding ended
-	// without an outcome (rejected, worker lost, could not be offered).
-	MsgRelease MessageKind = "release"
-	// MsgUnbind consumer host → dispatcher: a remote consumer's credit is
-	// free again.
-	MsgUnbind MessageKind = "unbind"
-	// MsgCancel ingress → dispatcher or consumer host, and dispatcher →
-	// consumer host: stop the job.
-	MsgCancel MessageKind = "cancel"
-)
-
-// Message is one peer message. Every message names the job and the
-// generation it belongs to; a receiver refuses a stale generation.
-type Message struct {
-	Kind  MessageKind
-	JobID string
-	Gen   uint64
-	Queue string
-
-	// Delivery is the job, for forward and deliver.
-	Delivery *Delivery
-	// Consumer is the consumer a deliver is for, or the one a reply,
-	// release or unbind comes from; WorkerName is its worker's name.
-	Consumer   string
-	WorkerName string
-
-	// Reply: Accepted alone, or one Output, or End.
-	Accepted bool
-	Output   json.RawMessage
-	End      *End
-
-	// Release: Rejected is true for a worker's refusal (the consumer is not
-	// offered the job again); otherwise the worker was lost.
-	Rejected bool
-	Reason   string
-
-	// Cancel: the code the job ended with.
-	Code Code
-
-	// TTL is, on a reply, what was left of the job's TTL when the host sent
-	// it: a transport bounds the job's reply stream by it, since a reply leg
-	// is closed by the job's end or its TTL, never by an idle timer.
-	TTL time.Duration
-}
-
-// End is a job's end as its worker reported it: Code "" is success.
-type End struct {
-	Code   Code
-	Detail string
-	Result json.RawMessage
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // This file runs several engines in one process, joined by fakeNet: an
-// in-memory core.Cluster that delivers peer messages on a goroutine of its
+// in-memory core.Cluster and core.Transport that delivers peer messages on a goroutine of its
 // own, in order per (from, to) pair, and records every message so a test
 // can assert exactly which ones flowed.
 
@@ -28,7 +28,7 @@ type link struct{ from, to string }
 type sentMsg struct {
 	Kind     core.MessageKind
 	From, To string
-	// Call is set for a synchronous Cluster.Forward (Kind is MsgForward).
+	// Call is set for a synchronous Transport.Forward (Kind is MsgForward).
 	Call bool
 	// Dropped is set for a message the test's drop filter discarded.
 	Dropped bool
@@ -274,7 +274,8 @@ func (n *fakeNet) add(name string, adjust func(*core.Config)) *clusterNode {
 	n.t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := testConfig(reg)
-	cfg.Node, cfg.Catalog, cfg.Cluster = name, n.cat, &fakePeer{net: n, node: name}
+	fp := &fakePeer{net: n, node: name}
+	cfg.Node, cfg.Catalog, cfg.Cluster, cfg.Transport = name, n.cat, fp, fp
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -337,13 +338,16 @@ func waitOffers(t *testing.T, fc *fakeConn, id string, n int) []core.Offer {
 	return o
 }
 
-// fakePeer is one node's core.Cluster.
+// fakePeer is one node's core.Cluster and core.Transport.
 type fakePeer struct {
 	net  *fakeNet
 	node string
 }
 
-var _ core.Cluster = (*fakePeer)(nil)
+var (
+	_ core.Cluster   = (*fakePeer)(nil)
+	_ core.Transport = (*fakePeer)(nil)
+)
 
 func (p *fakePeer) Dispatcher(_ context.Context, queue string) (string, error) {
 	n := p.net

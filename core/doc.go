@@ -27,7 +27,9 @@
 // # Locking
 //
 // One mutex, Engine.mu, guards every role's state. Calls out of the engine
-// made under it (WorkerConn methods, History appends) never block: the
-// transport queues them for its single stream writer. Lock order:
-// Engine.mu → History.mu.
+// made under it (WorkerConn methods, History appends, Cluster's decisions,
+// Transport's Send, Room and Expect) never block: they answer from memory
+// or queue for a writer of their own. Lock order: Engine.mu → History.mu;
+// the node's whole order, the transport's locks included, is in package
+// peer's doc (peer/doc.go).
 package core

@@ -46,9 +46,11 @@ type Config struct {
 	QueueIdle time.Duration
 	// Catalog receives consumer records; nil runs without one (unit tests).
 	Catalog Catalog
-	// Cluster routes jobs to and from other nodes; nil is a single node.
-	// It needs Catalog.
-	Cluster Cluster
+	// Cluster answers the engine's routing decisions about other nodes,
+	// and Transport carries its messages to them; both nil is a single
+	// node. A Cluster needs a Catalog and a Transport.
+	Cluster   Cluster
+	Transport Transport
 	// PinStable is how long a queue's consumers must have lived on one
 	// other node before a dispatcher that hosts none of them hands the
 	// queue over to that node (relocation hysteresis).
@@ -109,6 +111,8 @@ func (c *Config) Validate() error {
 		return &ConfigError{"queue-idle", c.QueueIdle, errors.New("must be positive")}
 	case c.Cluster != nil && c.Catalog == nil:
 		return &ConfigError{"catalog", nil, errors.New("a cluster needs a catalog")}
+	case (c.Cluster == nil) != (c.Transport == nil):
+		return &ConfigError{"transport", nil, errors.New("a cluster and a transport come together")}
 	case c.PinStable <= 0:
 		return &ConfigError{"pin-stable", c.PinStable, errors.New("must be positive")}
 	case c.ExpirySlack < 0:
@@ -123,9 +127,10 @@ type Engine struct {
 	log *slog.Logger
 	m   *Metrics
 	cat Catalog
-	// cluster is nil on a single node: see self and the *Locked routing
-	// helpers in route.go.
-	cluster Cluster
+	// cluster and transport are nil on a single node: see the *Locked
+	// routing helpers in route.go.
+	cluster   Cluster
+	transport Transport
 
 	// bg owns the goroutines the engine starts itself (elections and
 	// catalog writes that must not run under mu); bgCtx ends them on Close.
@@ -165,18 +170,19 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
 	e := &Engine{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		m:       NewMetrics(cfg.Registerer),
-		cat:     cfg.Catalog,
-		cluster: cfg.Cluster,
-		jobs:    map[string]*Job{},
-		idem:    map[string]string{},
-		queues:  map[string]*queue{},
-		workers: map[string]*Worker{},
-		hosted:  map[string]*Worker{},
-		drained: make(chan struct{}),
-		epoch:   uint64(time.Now().UnixMilli()),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		m:         NewMetrics(cfg.Registerer),
+		cat:       cfg.Catalog,
+		cluster:   cfg.Cluster,
+		transport: cfg.Transport,
+		jobs:      map[string]*Job{},
+		idem:      map[string]string{},
+		queues:    map[string]*queue{},
+		workers:   map[string]*Worker{},
+		hosted:    map[string]*Worker{},
+		drained:   make(chan struct{}),
+		epoch:     uint64(time.Now().UnixMilli()),
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	return e, nil

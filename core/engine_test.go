@@ -39,6 +39,7 @@ func TestConfigValidate(t *testing.T) {
 		{"retain jobs", func(c *core.Config) { c.RetainJobs = 0 }, "retain-jobs"},
 		{"retain bytes", func(c *core.Config) { c.RetainBytes = c.HistoryBytes - 1 }, "retain-bytes"},
 		{"expiry slack", func(c *core.Config) { c.ExpirySlack = -1 }, "expiry-slack"},
+		{"transport without a cluster", func(c *core.Config) { c.Transport = nopTransport{} }, "transport"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,3 +166,13 @@ func TestRetentionForgetsEndedJobs(t *testing.T) {
 		t.Fatalf("Submit with a forgotten key = %v, existing=%v, %v; want a new job", j2, existing, err)
 	}
 }
+
+// nopTransport is a core.Transport that carries nothing.
+type nopTransport struct{}
+
+var _ core.Transport = nopTransport{}
+
+func (nopTransport) Forward(context.Context, string, core.Delivery) error { return nil }
+func (nopTransport) Send(string, core.Message)                            {}
+func (nopTransport) Room(string, string) <-chan struct{}                  { return nil }
+func (nopTransport) Expect(string, string, uint64, string, time.Duration) {}

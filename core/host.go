@@ -218,7 +218,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	if t.d.Ingress != e.cfg.Node {
 		// After the offer: the worker's session goes first, the leg's
 		// stream is set up while the worker starts.
-		e.cluster.Expect(t.d.Ingress, t.d.JobID, t.d.Gen, t.d.Queue, left)
+		e.transport.Expect(t.d.Ingress, t.d.JobID, t.d.Gen, t.d.Queue, left)
 	}
 }
 
@@ -375,7 +375,7 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 // Output relays one chunk of output to the job's ingress. Output before an
 // Accept counts as the accept. When the ingress is another node, Output may
 // return a channel: the session must not read its worker's next message
-// until it is closed (flow control on the reply leg; see Cluster.Room).
+// until it is closed (flow control on the reply leg; see Transport.Room).
 func (w *Worker) Output(id string, gen uint64, data []byte) (wait <-chan struct{}) {
 	e := w.e
 	e.mu.Lock()
@@ -389,7 +389,7 @@ func (w *Worker) Output(id string, gen uint64, data []byte) (wait <-chan struct{
 	}
 	if b.t.d.Ingress != e.cfg.Node {
 		e.replyLocked(w, b.t.d, Message{Output: data})
-		return e.cluster.Room(b.t.d.Ingress, id)
+		return e.transport.Room(b.t.d.Ingress, id)
 	}
 	if e.onOutputLocked(id, gen, data) {
 		e.m.StaleMessages.WithLabelValues("output").Inc()

@@ -110,7 +110,7 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	e.mu.Unlock()
 	// What is left now, the ingress's own time included, is what travels.
 	d.TTL = time.Until(j.deadline)
-	ferr := e.cluster.Forward(ctx, dispatcher, d)
+	ferr := e.transport.Forward(ctx, dispatcher, d)
 	if ferr == nil {
 		return j, false, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,10 +58,12 @@ func Caller(ctx context.Context) (string, bool) {
 	return id, ok
 }
 
-// authenticator holds what the interceptors need.
+// authenticator holds what the interceptors need: every call is checked
+// for cluster credentials, then for a protocol version this node serves.
 type authenticator struct {
-	secret  []byte
-	metrics *Metrics
+	secret   []byte
+	metrics  *Metrics
+	versions *versionGate
 }
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, "peer call without valid cluster credentials")
@@ -72,6 +75,9 @@ func (a *authenticator) check(ctx context.Context) (context.Context, error) {
 		a.metrics.authFailures.Inc()
 		return ctx, errUnauthenticated
 	}
+	if err := a.versions.check(id, md); err != nil {
+		return ctx, err
+	}
 	return context.WithValue(ctx, callerKey{}, id), nil
 }
 
@@ -81,7 +87,7 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 		return nil, err
 	}
 	// Pings are counted where they are answered; routing messages where
-	// they are sent (Router), by the kinds they carry.
+	// they are sent (router.go), by the kinds they carry.
 	if info.FullMethod == pb.PeerService_Ping_FullMethodName {
 		a.metrics.messages.WithLabelValues(kindPing).Inc()
 	}
@@ -103,11 +109,12 @@ type authedStream struct {
 
 func (s *authedStream) Context() context.Context { return s.ctx }
 
-// tokenCreds adds a node's credentials to every call of a client.
+// tokenCreds adds a node's credentials, and the protocol version it
+// speaks, to every call of a client.
 type tokenCreds struct{ md map[string]string }
 
 func newTokenCreds(secret []byte, node string) credentials.PerRPCCredentials {
-	return tokenCreds{md: map[string]string{MetadataNode: node, MetadataAuth: Token(secret, node)}}
+	return tokenCreds{md: map[string]string{MetadataNode: node, MetadataAuth: Token(secret, node), MetadataVersion: strconv.Itoa(Version)}}
 }
 
 func (c tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

@@ -82,7 +82,7 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		c.creds,
 		// The router resends what a failed call carried itself, in order
-		// (lane.go, respond.go); gRPC's transparent retry would only buffer
+		// (lane_send.go, leg_send.go); gRPC's transparent retry would only buffer
 		// every message of every stream for a replay it never needs.
 		grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.cfg.MaxMessageBytes)),

@@ -6,13 +6,13 @@ import (
 	"github.com/switchyard/switchyard/core"
 )
 
-// Errors of the router's configuration and of messages it cannot send.
+// Errors of the transport's configuration and of messages it cannot send.
 var (
-	// ErrStreamIdleTooShort: RouterConfig.StreamIdle must be at least
+	// ErrStreamIdleTooShort: Config.StreamIdle must be at least
 	// minIdleFactor × AckTimeoutCeiling, so a stalled stream is diagnosed
 	// (its ack deadline passes) long before an idle close could hide it.
 	ErrStreamIdleTooShort = errors.New("peer router: stream idle interval must be well above the ack timeout ceiling")
-	// ErrHeartbeatTooLong: three RouterConfig.Heartbeat intervals (the
+	// ErrHeartbeatTooLong: three Config.Heartbeat intervals (the
 	// silence that drops a stream) must be shorter than the gRPC keepalive
 	// interval (ClientKeepaliveTime), or a silent peer would be noticed by
 	// keepalive first, and only by closing the whole connection.
@@ -21,9 +21,12 @@ var (
 	// peer message limit or has no valid wire form: no transport could
 	// carry it, so it is not tried.
 	ErrUndeliverable = errors.New("peer: message cannot be sent to any peer")
+	// ErrUnknownNode is wrapped by a Forward to a node the catalog view has
+	// no record of.
+	ErrUnknownNode = errors.New("node not in the catalog")
 )
 
-// Reasons RouterConfig.Undeliverable is given, and the reason label of
+// Reasons core.Receiver.Undeliverable is given, and the reason label of
 // switchyard_peer_messages_undeliverable_total.
 const (
 	// ReasonTooLarge: the message is larger than MaxMessageBytes allows.

@@ -2,7 +2,6 @@ package peer_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -10,38 +9,24 @@ import (
 	"github.com/switchyard/switchyard/peer"
 )
 
-// signaller is a Handler that reports each message and forward handled.
-type signaller struct{ handled chan struct{} }
+// signaller is a core.Receiver that reports each message handled.
+type signaller struct {
+	recorder
+	handled chan struct{}
+}
 
-func (s signaller) HandleForward(string, core.Delivery) error { return nil }
-func (s signaller) HandleMessage(string, core.Message)        { s.handled <- struct{}{} }
+func (s *signaller) HandleForward(string, core.Delivery) error { return nil }
+func (s *signaller) HandleMessage(string, core.Message)        { s.handled <- struct{}{} }
 
-// benchPair starts node b's peer server and node a's router to it, over
-// loopback with real authentication.
-func benchPair(b *testing.B, forceUnary bool) (*peer.Router, signaller) {
+// benchPair starts node b's peer transport and node a's, a sending to b
+// over loopback with real authentication.
+func benchPair(b *testing.B, forceUnary bool) (tnode, *signaller) {
 	b.Helper()
-	h := signaller{handled: make(chan struct{}, 1)}
-	srv, err := peer.NewServer(peer.ServerConfig{Node: "b", Secret: secret, MaxMessageBytes: 1 << 20, MaxConcurrentStreams: 100, Handler: h})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxMessageBytes: 1 << 20})
-	addr := ln.Addr().String()
-	r, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: func(string) (string, bool) { return addr, true }, ForceUnary: forceUnary})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = r.Close()
-		_ = c.Close()
-		srv.Stop()
-		<-done
+	h := &signaller{handled: make(chan struct{}, 1)}
+	srv := startNode(b, "b", "127.0.0.1:0", h, nil)
+	r := startNode(b, "a", "", nil, func(c *peer.Config) {
+		*c = peer.Config{Node: "a", Secret: secret, MaxMessageBytes: 1 << 20, ForceUnary: forceUnary,
+			Addr: func(string) (string, bool) { return srv.addr, true }}
 	})
 	return r, h
 }
@@ -50,7 +35,7 @@ func benchPair(b *testing.B, forceUnary bool) (*peer.Router, signaller) {
 // another (the latency of a hop, not a pipelined throughput): a deliver
 // sent by Send until the receiver's handler has it, and a synchronous
 // Forward until its verdict is back, each over a lane's Deliver stream
-// ("streamed") and over unary calls ("unary", RouterConfig.ForceUnary).
+// ("streamed") and over unary calls ("unary", Config.ForceUnary).
 // It reports µs per delivery.
 func BenchmarkDeliver(b *testing.B) {
 	modes := []struct {

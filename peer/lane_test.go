@@ -34,7 +34,7 @@ func deliverMsg(queue, job string, i int) core.Message {
 		Delivery: &core.Delivery{JobID: job, Gen: uint64(i), Queue: queue, Ingress: "a", TTL: time.Minute}}
 }
 
-// gatedRecorder is a Handler whose block func may hold a message up.
+// gatedRecorder is a recorder whose block func may hold a message up.
 type gatedRecorder struct {
 	recorder
 	block func(m core.Message)
@@ -76,8 +76,8 @@ func checkOnceInOrder(t *testing.T, got []received, job string, n int) {
 }
 
 // fastLanes shortens a router's stream timings for tests.
-func fastLanes(ack, idle, hb time.Duration) func(*peer.RouterConfig) {
-	return func(c *peer.RouterConfig) {
+func fastLanes(ack, idle, hb time.Duration) func(*peer.Config) {
+	return func(c *peer.Config) {
 		c.AckTimeoutCeiling, c.StreamIdle, c.Heartbeat = ack, idle, hb
 	}
 }
@@ -94,10 +94,10 @@ func TestLaneStallFallsBackInOrder(t *testing.T) {
 			once.Do(func() { <-release })
 		}
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	const ack = 200 * time.Millisecond
 	var asked atomic.Int64
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) {
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) {
 		fastLanes(ack, 10*ack, 50*time.Millisecond)(c)
 		c.AckTimeout = func(m core.Message) time.Duration {
 			asked.Add(1)
@@ -158,7 +158,7 @@ func TestLanesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 			<-release
 		}
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	t.Cleanup(func() { close(release) })
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(5*time.Second, 15*time.Second, 50*time.Millisecond))
 
@@ -180,21 +180,19 @@ func TestLanesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 // ErrUndeliverable.
 func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	type report struct {
 		node, job, reason string
 		kind              core.MessageKind
 	}
 	var mu sync.Mutex
 	var reports []report
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) {
-		c.MaxMessageBytes = 8 << 10
-		c.Undeliverable = func(node string, m core.Message, reason string) {
-			mu.Lock()
-			defer mu.Unlock()
-			reports = append(reports, report{node, m.JobID, reason, m.Kind})
-		}
-	})
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.MaxMessageBytes = 8 << 10 })
+	r.Start(&recorder{undeliverable: func(node string, m core.Message, reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, report{node, m.JobID, reason, m.Kind})
+	}})
 
 	huge := deliverMsg("q", "huge", 0)
 	huge.Delivery.Input = json.RawMessage(`"` + strings.Repeat("x", 10<<10) + `"`)
@@ -268,7 +266,7 @@ func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 // the lane's goroutine exits; the next message opens a new one.
 func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	const idle = 300 * time.Millisecond
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(idle/3, idle, 20*time.Millisecond))
 	open := func() float64 {
@@ -300,7 +298,7 @@ func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 // idle timer restarts with every message.
 func TestBurstyLaneDoesNotChurn(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	// Only the idle timer is under test. The ack ceiling (at most idle/3)
 	// and the silence limit (3 heartbeats) are stall detectors: kept tight
 	// (a 100 ms ceiling, 60 ms of silence) they fired on a loaded machine
@@ -331,7 +329,7 @@ func TestBurstyLaneDoesNotChurn(t *testing.T) {
 func TestHeartbeatsKeepABusyLaneAlive(t *testing.T) {
 	const hb = 20 * time.Millisecond
 	h := &gatedRecorder{block: func(core.Message) { time.Sleep(15 * hb) }}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(2*time.Second, 6*time.Second, hb))
 	for i := range 3 {
 		r.Send("b", deliverMsg("q", "j", i))
@@ -450,7 +448,7 @@ func (p *proxy) close() {
 // what it held is handled once when the path clears.
 func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	px := startProxy(t, b.addr)
 	const hb = 50 * time.Millisecond
 	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
@@ -490,7 +488,7 @@ func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 // intervals, and one that does not open with its lane.
 func TestReceiverEndsASilentStream(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	cc, err := newClient(t, "a", secret).Conn(b.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -550,7 +548,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	h := &recorder{verdict: func(d core.Delivery) error {
 		return &core.Error{Code: core.CodeQueueFull, Detail: "full " + d.JobID}
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	cc, err := newClient(t, "a", secret).Conn(b.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -678,7 +676,7 @@ func TestForwardOverTheLane(t *testing.T) {
 		}
 		return nil
 	}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	const ack = 200 * time.Millisecond
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(ack, 10*ack, 50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -727,8 +725,8 @@ func TestForwardOverTheLane(t *testing.T) {
 // order, and no stream is opened.
 func TestForceUnary(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.ForceUnary = true })
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.ForceUnary = true })
 	const n = 50
 	for i := range n {
 		r.Send("b", msg("j", i))
@@ -749,26 +747,29 @@ func TestForceUnary(t *testing.T) {
 	}
 }
 
-// NewRouter refuses a stream idle interval not well above the ack timeout
+// New refuses a stream idle interval not well above the ack timeout
 // ceiling, and a heartbeat whose silence bound is not below gRPC's
 // keepalive; the peer server accepts the pool's keepalive pings.
 func TestLaneConfigIsValidated(t *testing.T) {
-	c := newClient(t, "a", secret)
-	addr := func(string) (string, bool) { return "", false }
+	cfg := peer.Config{Node: "a", Secret: secret, Addr: func(string) (string, bool) { return "", false }}
 	var ce *core.ConfigError
-	_, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: addr, AckTimeoutCeiling: 5 * time.Second, StreamIdle: 10 * time.Second})
+	c := cfg
+	c.AckTimeoutCeiling, c.StreamIdle = 5*time.Second, 10*time.Second
+	_, err := peer.New(c)
 	if !errors.Is(err, peer.ErrStreamIdleTooShort) || !errors.As(err, &ce) || ce.Field != "peer-stream-idle" {
 		t.Errorf("idle 10s, ceiling 5s: got %v, want ErrStreamIdleTooShort", err)
 	}
-	_, err = peer.NewRouter(peer.RouterConfig{Client: c, Addr: addr, Heartbeat: 4 * time.Second})
+	c = cfg
+	c.Heartbeat = 4 * time.Second
+	_, err = peer.New(c)
 	if !errors.Is(err, peer.ErrHeartbeatTooLong) {
 		t.Errorf("heartbeat 4s: got %v, want ErrHeartbeatTooLong", err)
 	}
-	r, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: addr})
+	r, err := peer.New(cfg)
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	r.Close()
+	_ = r.Close()
 	if peer.ServerKeepaliveMinTime > peer.ClientKeepaliveTime {
 		t.Errorf("server keepalive MinTime %s above the client's ping interval %s", peer.ServerKeepaliveMinTime, peer.ClientKeepaliveTime)
 	}
@@ -789,9 +790,9 @@ func TestLaneCloseLeaksNothing(t *testing.T) {
 			<-release
 		}
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond})
-	r, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: newBook("b", b.addr, "down", freeAddr(t)).Addr,
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r, err := peer.New(peer.Config{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond,
+		Addr:     newBook("b", b.addr, "down", freeAddr(t)).Addr,
 		RetryMin: time.Minute, RetryMax: time.Minute, AckTimeoutCeiling: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -819,6 +820,5 @@ func TestLaneCloseLeaksNothing(t *testing.T) {
 	}
 	close(release)
 	b.stop()
-	c.Close()
 	goleak.VerifyNone(t, before)
 }

@@ -6,18 +6,19 @@ import (
 	"github.com/switchyard/switchyard/core"
 )
 
-// Metrics are the peer transport's counters, shared by a node's Server,
-// Client, Router and Tracker.
+// Metrics are the peer transport's counters, shared by a node's
+// Transport and Tracker.
 type Metrics struct {
-	authFailures prometheus.Counter
-	messages     *prometheus.CounterVec
-	dropped      *prometheus.CounterVec
-	sendFailures prometheus.Counter
-	invalid      prometheus.Counter
-	queue        *prometheus.GaugeVec
-	state        *prometheus.GaugeVec
+	authFailures    prometheus.Counter
+	versionRefusals prometheus.Counter
+	messages        *prometheus.CounterVec
+	dropped         *prometheus.CounterVec
+	sendFailures    prometheus.Counter
+	invalid         prometheus.Counter
+	queue           *prometheus.GaugeVec
+	state           *prometheus.GaugeVec
 
-	// Deliver streams (lane.go): a silent downgrade from streaming to unary
+	// Deliver streams (lane_send.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
 	streamsOpen   *prometheus.GaugeVec
 	streamsOpened *prometheus.CounterVec
@@ -29,7 +30,7 @@ type Metrics struct {
 	zoneCloses    prometheus.Counter
 	undeliverable *prometheus.CounterVec
 
-	// Reply legs (respond.go, respondserver.go).
+	// Reply legs and trunks (leg_send.go, trunk_send.go, trunk_recv.go).
 	backpressure prometheus.Counter
 	legSilences  *prometheus.CounterVec
 	legsEnded    *prometheus.CounterVec
@@ -50,6 +51,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_auth_failures_total",
 			Help: "Peer calls refused because their cluster credentials were missing or wrong.",
+		}),
+		versionRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_peer_version_refusals_total",
+			Help: "Authenticated peer calls refused because the caller speaks a peer protocol version this node does not serve, or names none; the log names both versions.",
 		}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_total",
@@ -122,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"side"}),
 		legsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_legs_ended_total",
-			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused, closed (shutdown), unary (the ingress does not serve reply legs).",
+			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused (the ingress refused the trunk for good: its credentials, its protocol version), closed (shutdown).",
 		}, []string{"reason"}),
 		legsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_peer_reply_legs_open",
@@ -134,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.authFailures, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
+		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
 			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}

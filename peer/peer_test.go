@@ -2,6 +2,7 @@ package peer_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -21,45 +22,72 @@ import (
 
 var secret = []byte("0123456789abcdef-cluster")
 
-type served struct {
-	addr string
-	stop func()
+// tnode is one node's peer transport in a test.
+type tnode struct {
+	*peer.Transport
+	addr string // where its server listens; "" when it serves nothing
 	reg  *prometheus.Registry
-	srv  *peer.Server
+	stop func() // closes the transport; the end of the test does too
 }
 
-// startServer runs a peer server for node on a loopback port until stop or
-// the end of the test.
-func startServer(t *testing.T, node string) served {
-	t.Helper()
-	return startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: node})
-}
-
-// startServerOn runs a peer server with cfg (the test's secret and limits
-// filled in) on addr until stop or the end of the test.
-func startServerOn(t *testing.T, addr string, cfg peer.ServerConfig) served {
+// startNode builds node's transport with the test's secret and limits,
+// fast retries and no known peers, tweaked by tweak; serves it on listen
+// unless listen is ""; and starts it with rcv unless rcv is nil.
+func startNode(t testing.TB, node, listen string, rcv core.Receiver, tweak func(*peer.Config)) tnode {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg.Secret, cfg.MaxMessageBytes, cfg.MaxConcurrentStreams, cfg.Metrics = secret, 1<<20, 100, peer.NewMetrics(reg)
-	s, err := peer.NewServer(cfg)
+	cfg := peer.Config{
+		Node: node, Secret: secret, MaxMessageBytes: 1 << 20, MaxConcurrentStreams: 100, MaxReconnectDelay: 50 * time.Millisecond,
+		Addr:           func(string) (string, bool) { return "", false },
+		AttemptTimeout: 10 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		Metrics: peer.NewMetrics(reg),
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", node),
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	tr, err := peer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := tnode{Transport: tr, reg: reg}
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Serve(ln); err != nil {
-			t.Errorf("serve: %v", err)
+	if listen == "" {
+		close(done)
+	} else {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			_ = tr.Close()
+			t.Fatal(err)
 		}
-	}()
+		n.addr = ln.Addr().String()
+		go func() {
+			defer close(done)
+			if err := tr.Serve(ln); err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		}()
+	}
 	var once sync.Once
-	stop := func() { once.Do(func() { s.Stop(); <-done }) }
-	t.Cleanup(stop)
-	return served{addr: ln.Addr().String(), stop: stop, reg: reg, srv: s}
+	n.stop = func() { once.Do(func() { _ = tr.Close(); <-done }) }
+	t.Cleanup(n.stop)
+	if rcv != nil {
+		tr.Start(rcv)
+	}
+	return n
+}
+
+// startServer runs node's peer server on a loopback port, not routing.
+func startServer(t *testing.T, node string) tnode {
+	t.Helper()
+	return startServerOn(t, "127.0.0.1:0", node, nil)
+}
+
+// startServerOn runs node's peer server on addr, routing to rcv (nil: not
+// yet).
+func startServerOn(t *testing.T, addr, node string, rcv core.Receiver) tnode {
+	t.Helper()
+	return startNode(t, node, addr, rcv, nil)
 }
 
 func newClient(t *testing.T, node string, secret []byte) *peer.Client {
@@ -120,9 +148,9 @@ func series(t *testing.T, reg *prometheus.Registry, name string) int {
 	return 0
 }
 
-func TestNewServerRefusesAShortSecret(t *testing.T) {
+func TestNewRefusesAShortSecret(t *testing.T) {
 	var ce *core.ConfigError
-	_, err := peer.NewServer(peer.ServerConfig{Node: "a", Secret: []byte("short")})
+	_, err := peer.New(peer.Config{Node: "a", Secret: []byte("short"), Addr: func(string) (string, bool) { return "", false }})
 	if !asConfigError(err, &ce) || ce.Field != "cluster-secret" {
 		t.Fatalf("got %v, want a ConfigError naming --cluster-secret", err)
 	}
@@ -190,7 +218,7 @@ func TestPingIsAuthenticated(t *testing.T) {
 		t.Fatalf("authenticated ping: got %q, %v; want b", got, err)
 	}
 	// The same credentials by hand: the wire format is the documented one.
-	if _, err := bare.Ping(md(peer.MetadataNode, "a", peer.MetadataAuth, peer.Token(secret, "a")), &pb.PingRequest{}); err != nil {
+	if _, err := bare.Ping(md(peer.MetadataNode, "a", peer.MetadataAuth, peer.Token(secret, "a"), peer.MetadataVersion, "1"), &pb.PingRequest{}); err != nil {
 		t.Fatalf("hand-made credentials: %v", err)
 	}
 	if got := counter(t, srv.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"}); got != 2 {

@@ -11,13 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Tests of reply legs: one per binding, from the consumer host ("a" here)
@@ -73,50 +69,55 @@ func checkLeg(t *testing.T, got []received, from, job string, n int, last *core.
 	}
 }
 
-// legPair is a host router "a" (with its own server, whose handler gets
-// the cancels that come back on legs) and an ingress "b": its server and
-// its router (which puts cancels on legs its server holds).
+// legPair is a consumer host "a" and an ingress "b", each one node's
+// transport: a's receiver gets the cancels that come back on its legs,
+// and b's router puts cancels on legs its server holds.
 type legPair struct {
 	ha, hb *gatedRecorder
-	a, b   served
-	ra, rb routed
+	// a and b are the two nodes; ra and rb name them where a test uses
+	// them as senders.
+	a, b, ra, rb tnode
 }
 
-func startLegPair(t *testing.T, hb time.Duration, bAddr func(served) string, tweak func(*peer.RouterConfig)) *legPair {
+// startLegPair starts the pair with heartbeat hb; bAddr, when set, is how
+// a reaches b (a proxy in front of it).
+func startLegPair(t *testing.T, hb time.Duration, bAddr func(tnode) string, tweak func(*peer.Config)) *legPair {
 	t.Helper()
 	p := &legPair{ha: &gatedRecorder{}, hb: &gatedRecorder{}}
-	p.a = startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "a", Handler: p.ha})
-	p.b = startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: p.hb})
-	addrB := p.b.addr
-	if bAddr != nil {
-		addrB = bAddr(p.b)
-	}
-	p.ra = newRouter(t, "a", secret, newBook("b", addrB).Addr, func(c *peer.RouterConfig) {
+	bookA, bookB := newBook(), newBook()
+	p.b = startNode(t, "b", "127.0.0.1:0", p.hb, func(c *peer.Config) {
 		fastLanes(5*time.Second, 15*time.Second, hb)(c)
-		c.Server = p.a.srv
+		c.Addr = bookB.Addr
+	})
+	p.a = startNode(t, "a", "127.0.0.1:0", p.ha, func(c *peer.Config) {
+		fastLanes(5*time.Second, 15*time.Second, hb)(c)
+		c.Addr = bookA.Addr
 		if tweak != nil {
 			tweak(c)
 		}
 	})
-	p.rb = newRouter(t, "b", secret, newBook("a", p.a.addr).Addr, func(c *peer.RouterConfig) {
-		fastLanes(5*time.Second, 15*time.Second, hb)(c)
-		c.Server = p.b.srv
-	})
+	addrB := p.b.addr
+	if bAddr != nil {
+		addrB = bAddr(p.b)
+	}
+	bookA.set("b", addrB)
+	bookB.set("a", p.a.addr)
+	p.ra, p.rb = p.a, p.b
 	return p
 }
 
 // legsOpen is how many reply legs r has open.
-func legsOpen(t *testing.T, r routed) float64 {
+func legsOpen(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_reply_legs_open", nil)
 }
 
 // trunksOpen is how many reply trunks (Respond streams) r has open.
-func trunksOpen(t *testing.T, r routed) float64 {
+func trunksOpen(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "respond"})
 }
 
 // trunksOpened is how many reply trunks r opened.
-func trunksOpened(t *testing.T, r routed) float64 {
+func trunksOpened(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "respond"})
 }
 
@@ -299,7 +300,7 @@ func (p *proxy) cut() {
 // ingress through a proxy the test can pause and cut.
 func proxiedLegPair(t *testing.T) (*legPair, *proxy) {
 	var px *proxy
-	p := startLegPair(t, 50*time.Millisecond, func(b served) string {
+	p := startLegPair(t, 50*time.Millisecond, func(b tnode) string {
 		px = startProxy(t, b.addr)
 		return px.addr()
 	}, nil)
@@ -395,7 +396,7 @@ func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 // to wait; once the handler moves again every message arrives, in order,
 // and Room's channel closes.
 func TestRespondBackpressure(t *testing.T) {
-	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.RouterConfig) { c.ReplyWindow = 32 })
+	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.Config) { c.ReplyWindow = 32 })
 	gate := make(chan struct{})
 	var gateOnce sync.Once
 	open := func() { gateOnce.Do(func() { close(gate) }) }
@@ -460,7 +461,7 @@ func TestRespondBackpressure(t *testing.T) {
 	t.Logf("Room asked the sender to wait %d times for %d outputs", waits, n)
 }
 
-// silenceWatcher is a Handler that is also a LegWatcher.
+// silenceWatcher is a recorder that reports ReplyLegSilent.
 type silenceWatcher struct {
 	recorder
 	silent chan string
@@ -471,14 +472,14 @@ func (w *silenceWatcher) ReplyLegSilent(from, job string, gen uint64) {
 }
 
 // A host whose frames stop arriving without its connection closing (a
-// proxy that stops forwarding) is reported to the ingress's LegWatcher
+// proxy that stops forwarding) is reported to the ingress's receiver
 // within three heartbeat intervals plus the check's interval, once for
 // each leg its trunk held — not for one that had ended; the host notices
 // the silence too, and tries its legs again.
 func TestRespondSilentHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
 	w := &silenceWatcher{silent: make(chan string, 4)}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: w})
+	b := startServerOn(t, "127.0.0.1:0", "b", w)
 	px := startProxy(t, b.addr)
 	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
 	r.Send("b", out("j", 0))
@@ -529,7 +530,7 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 // legs until it has had none for the stream idle interval, and the next
 // leg opens a new one.
 func TestRespondLegsShareATrunk(t *testing.T) {
-	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.RouterConfig) {
+	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.Config) {
 		c.AckTimeoutCeiling, c.StreamIdle = 100*time.Millisecond, 400*time.Millisecond
 	})
 	const n = 50
@@ -613,7 +614,7 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	}
 
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	bk.set("b", b.addr)
 	m := out("k", 0)
 	m.TTL = 10 * time.Millisecond
@@ -633,8 +634,8 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 // to wait.
 func TestRespondForceUnary(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.ForceUnary, c.ReplyWindow = true, 1 })
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.ForceUnary, c.ReplyWindow = true, 1 })
 	for i := range 10 {
 		r.Send("b", out("j", i))
 		if r.Room("b", "j") != nil {
@@ -662,10 +663,10 @@ func TestRespondCloseLeaksNothing(t *testing.T) {
 	defer hung.Close()
 	gate := make(chan struct{})
 	h := &gatedRecorder{block: func(m core.Message) { <-gate }}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	reg := prometheus.NewRegistry()
-	r, err := peer.NewRouter(peer.RouterConfig{Client: c, Addr: newBook("b", b.addr, "down", freeAddr(t), "hung", hung.Addr().String()).Addr,
+	r, err := peer.New(peer.Config{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond,
+		Addr:     newBook("b", b.addr, "down", freeAddr(t), "hung", hung.Addr().String()).Addr,
 		RetryMin: time.Minute, RetryMax: time.Minute, Heartbeat: time.Second, Metrics: peer.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
@@ -694,11 +695,10 @@ func TestRespondCloseLeaksNothing(t *testing.T) {
 	}
 	close(gate)
 	b.stop()
-	c.Close()
 	goleak.VerifyNone(t, before)
 }
 
-// openWatcher is a Handler that is also a LegOpenWatcher.
+// openWatcher is a recorder that notes when each leg opened.
 type openWatcher struct {
 	recorder
 	mu     sync.Mutex
@@ -728,7 +728,7 @@ func (w *openWatcher) openedAt(job string) (time.Time, bool) {
 func TestRespondExpectOpensTheLeg(t *testing.T) {
 	const hb = 80 * time.Millisecond
 	w := &openWatcher{opened: map[string]time.Time{}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: w})
+	b := startServerOn(t, "127.0.0.1:0", "b", w)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
 
 	expected := time.Now()
@@ -843,76 +843,5 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != n+1 {
 		t.Errorf("replies counted = %v, want %d", got, n+1)
-	}
-}
-
-// earlierIngress serves Respond as a node of the version before
-// RespondItems: it names no features in its headers and fails a trunk on
-// a frame it does not know. It acks every item.
-type earlierIngress struct {
-	pb.UnimplementedPeerServiceServer
-	mu    sync.Mutex
-	items []*pb.RespondItem
-	bad   int // frames it did not know
-}
-
-func (e *earlierIngress) Respond(st pb.PeerService_RespondServer) error {
-	for {
-		f, err := st.Recv()
-		if err != nil {
-			return nil
-		}
-		it := f.GetItem()
-		if it == nil {
-			if f.GetOpen() == nil && f.GetHeartbeat() == nil && f.GetEnd() == nil {
-				e.mu.Lock()
-				e.bad++
-				e.mu.Unlock()
-				return status.Error(codes.InvalidArgument, "unknown frame")
-			}
-			continue
-		}
-		e.mu.Lock()
-		e.items = append(e.items, it)
-		e.mu.Unlock()
-		m := it.GetMessage()
-		if err := st.Send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{
-			Seq: it.GetSeq(), JobId: m.GetJobId(), Generation: m.GetGeneration()}}}); err != nil {
-			return nil
-		}
-	}
-}
-
-// A host sends an ingress that does not list "items" in its Respond
-// headers one item per frame, however many it queued.
-func TestRespondItemsOnlyToAnIngressThatReadsThem(t *testing.T) {
-	ing := &earlierIngress{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	pb.RegisterPeerServiceServer(gs, ing)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	ra := newRouter(t, "a", secret, newBook("b", lis.Addr().String()).Addr, fastLanes(5*time.Second, 15*time.Second, time.Second))
-	const n = 300 // past the in-flight bound: most wait in the queue
-	for i := range n {
-		ra.Send("b", out("j", i))
-	}
-	ra.Send("b", end("j"))
-	waitFor(t, 10*time.Second, "the leg closed", func() bool { return legsOpen(t, ra) == 0 })
-	ing.mu.Lock()
-	defer ing.mu.Unlock()
-	if ing.bad != 0 || len(ing.items) != n+1 {
-		t.Fatalf("the earlier ingress got %d items and %d frames it does not know, want %d and 0", len(ing.items), ing.bad, n+1)
-	}
-	for i, it := range ing.items {
-		if i < n && string(it.GetMessage().GetOutput()) != fmt.Sprintf(`{"i":%d}`, i) {
-			t.Fatalf("item %d is %s", i, it.GetMessage().GetOutput())
-		}
-	}
-	if got := counter(t, ra.reg, "switchyard_peer_reply_frames_total", nil); got != n+1 {
-		t.Errorf("%v frames for %d items, want one each", got, n+1)
 	}
 }

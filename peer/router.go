@@ -5,188 +5,67 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// RouterConfig is what a Router needs from its node.
-type RouterConfig struct {
-	// Client is the node's connection pool (shared with the Tracker).
-	Client *Client
-	// Addr resolves a node id to its peer address; false when the catalog
-	// view has no record of the node: its lease is gone, it is dead.
-	Addr func(node string) (string, bool)
-	// Zone is a node's zone label in the catalog view; false when the node
-	// has no record, or a record without a zone. A zone-scoped delivery
-	// goes only to a node whose zone is known and is the job's (an
-	// unlabelled node is not in any zone: treating "no label" as "same
-	// zone" is the leak zoning exists to prevent). Nil: no node has a zone.
-	Zone func(node string) (string, bool)
-	// MaxMessageBytes bounds one call or stream frame, as the peers'
-	// servers do (node config); default: the Client's.
-	MaxMessageBytes int
-	// AttemptTimeout bounds one Forward or Post attempt (default 10s), so a
-	// peer that stopped answering without closing its connection is tried
-	// again rather than waited on.
-	AttemptTimeout time.Duration
-	// RetryMin and RetryMax bound the backoff between attempts (default
-	// 50ms and 2s): it doubles from RetryMin up to RetryMax, with jitter.
-	RetryMin, RetryMax time.Duration
-	// IdleTimeout is how long a node's Post FIFO sender (releases and ends
-	// with no reply leg open) waits for a new message before it exits
-	// (default 30s); the next Send to that node starts another. Reply legs
-	// never idle out: they end with their job.
-	IdleTimeout time.Duration
-
-	// StreamIdle is how long a lane (one node, one queue) may send nothing,
-	// with nothing unacked, before its Deliver stream is closed and its
-	// goroutine exits (default 30s); the next message to the lane starts
-	// both again. Every message restarts it, so a lane bursty at any period
-	// shorter than StreamIdle keeps one stream. It must be at least 3 ×
-	// AckTimeoutCeiling (else ErrStreamIdleTooShort), so a stall is
-	// diagnosed long before an idle close could hide it.
-	StreamIdle time.Duration
-	// AckTimeout is how long the receiver may take to ack a message sent
-	// on a stream, counted from when it was sent or the message before it
-	// was acked, whichever is later (the receiver handles a lane's messages
-	// one at a time). Missing it drops the stream for the unary path: see
-	// the lane doc. The node passes a fraction of the job's remaining TTL
-	// for forward and deliver (core.DispatchTimeout) and the ceiling for
-	// kinds without a TTL. Results are clamped to AckTimeoutCeiling; a
-	// non-positive one means the ceiling. Nil: the ceiling for every
-	// message. Send calls it with the engine's lock held: it must be quick
-	// and must not call the engine.
-	AckTimeout func(m core.Message) time.Duration
-	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
-	// may take (default 5s).
-	AckTimeoutCeiling time.Duration
-	// Heartbeat is how often each end of a Deliver or Respond stream sends
-	// a frame when it has nothing else to send (default 1s). A stream that
-	// receives nothing for three intervals is dropped (a reply leg's
-	// ingress fails the job), so three intervals must be shorter than
-	// ClientKeepaliveTime (else ErrHeartbeatTooLong).
-	Heartbeat time.Duration
-	// ForceUnary sends every lane message by unary Post and Forward calls,
-	// and every reply and release by the node's Post FIFO, as before
-	// Deliver and Respond streams existed: a benchmark baseline, and an
-	// operator's switch should streams misbehave. Room then never asks a
-	// worker to wait.
-	ForceUnary bool
-	// ReplyWindow and ReplyWindowBytes bound a reply leg's queue of
-	// messages not yet sent on its stream: once it holds ReplyWindow
-	// messages or ReplyWindowBytes, Room hands the worker session a channel
-	// to wait on (defaults DefaultReplyWindow, DefaultReplyWindowBytes).
-	ReplyWindow      int
-	ReplyWindowBytes int
-	// Server is this node's peer server. With it, a cancel for a job whose
-	// reply leg from that host the server holds open goes back on the leg
-	// (else by the lane), a cancel that comes on one of this router's
-	// reply legs is handed to the server's Handler, and one that reaches
-	// the Handler by another path ends the job's reply leg here. Nil: reply
-	// legs carry no cancels.
-	Server *Server
-	// Undeliverable is told about a message sent by Send that no transport
-	// can carry: larger than MaxMessageBytes allows (reason ReasonTooLarge)
-	// or without a valid wire form (ReasonEncoding), or a zone-scoped
-	// delivery to a node outside the job's zone (ReasonZone). Such a
-	// message is not sent, not retried and not counted as dropped, but in
-	// switchyard_peer_messages_undeliverable_total; the engine fails its
-	// job, or for ReasonZone routes it again. It is called from a router goroutine, never from within Send and
-	// without the router's lock, so it may take the engine's lock (and so
-	// Close must not be called with that lock held). Nil: only counted and
-	// logged. A Forward that cannot be carried fails with ErrUndeliverable
-	// instead.
-	Undeliverable func(node string, m core.Message, reason string)
-
-	Metrics *Metrics
-	Logger  *slog.Logger
-}
-
-// ErrUnknownNode is wrapped by a Forward to a node the catalog view has no
-// record of.
-var ErrUnknownNode = errors.New("node not in the catalog")
-
-// minIdleFactor: StreamIdle must be at least this many ack timeout
-// ceilings.
-const minIdleFactor = 3
-
-// Router is the transport half of core.Cluster: it sends jobs and routing
-// messages to other nodes' peer servers. It is safe for concurrent use.
+// router is the outbound half of the transport: it sends the engine's
+// jobs and messages to other nodes' servers, each message by one of three
+// ordered paths (docs/cluster.md, "Peer streams"):
 //
-// Messages go by one of three paths, each ordered:
+//   - the request leg's kinds (forward, deliver, cancel, unbind) and
+//     synchronous Forwards by their queue's lane to the node
+//     (lane_send.go), except a cancel for a job whose reply leg from that
+//     node this node's server holds: it goes back on the leg;
+//   - a binding's replies and release by its reply leg (leg_send.go), the
+//     legs to one node multiplexed on its reply trunk (trunk_send.go);
+//   - a binding's only message (an end or a release with no leg open) by
+//     the node's Post FIFO (post_send.go).
 //
-//   - Lanes carry the request leg, the kinds that travel towards a job's
-//     worker or its dispatcher (forward, deliver, cancel, unbind) and the
-//     synchronous Forward: one lane per (node, queue), each with its own
-//     goroutine and, while it has traffic, its own Deliver stream (see
-//     lane). Every message of a job names its queue, so a job's messages
-//     to one node keep their order, and a slow queue never holds up
-//     another. A cancel for a job whose reply leg from that node is open
-//     at RouterConfig.Server goes back on the leg instead.
-//   - Reply legs carry the response leg (reply and release, towards the
-//     job's ingress): one leg per binding (node, job, generation), opened
-//     by Expect or its first reply, which carries the rest in order, so a
-//     release never overtakes the outputs before it (the ingress decides
-//     from them whether the job may run again), and which flow-controls
-//     the worker through Room (see replyLeg). The legs to one node share
-//     one Respond stream, the node's reply trunk (see replyTrunk).
-//   - A release or end with no reply leg open (a job's only reply, or a
-//     release before any reply) goes by one FIFO per node, sent as batched
-//     Posts with at most one in flight per node: a failed batch is resent
-//     unchanged, with backoff, before anything queued after it. Nothing of
-//     its binding was sent before it, so it overtakes nothing.
-//
-// Every message carries this Router's session and a sequence number from
-// one counter, so a receiver skips one it already handled when it comes
-// again (a resend whose first attempt was handled after all, or a message
-// resent after its stream was dropped).
-//
-// Lane queues and the Post FIFO are unbounded: they hold control messages,
-// and a node that stops answering either comes back or loses its lease,
-// and its queues go with it. Outputs ride reply legs, which are bounded
-// (Room). The queues' length is switchyard_peer_queue_messages{node}.
-//
-// A Forward is ordered with the messages of its queue's lane; messages of
-// different paths are not ordered with each other.
-type Router struct {
-	cfg     RouterConfig
+// Every message carries the router's session and a number from one
+// counter, so a receiver skips what it handled already whichever path
+// resent it. Lane queues and the Post FIFO are unbounded: they hold
+// control messages, and a node that stops answering either comes back or
+// loses its lease; outputs ride reply legs, which Room bounds.
+type router struct {
+	cfg     Config
+	client  *Client
 	m       *Metrics
 	log     *slog.Logger
 	session string
 
-	ctx    context.Context // ends at Close
+	// srv is this node's server: a cancel for a job whose reply leg it
+	// holds goes back on that leg, and one that comes back on a reply leg
+	// here is handed to its receiver.
+	srv *server
+
+	ctx    context.Context // ends at close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu          sync.Mutex
-	closed      bool
-	seq         uint64
-	outbox      map[string]*outbox     // by node id, while its sender runs
-	lanes       map[laneKey]*lane      // while their goroutine runs
-	legs        map[legKey]*replyLeg   // reply legs, while open
-	jobLegs     map[string][]*replyLeg // legs by job id (Room, legCancelled)
-	respondless map[string]time.Time   // nodes without Respond, until
-	trunks      map[string]*replyTrunk // reply trunks by node id, while open
-	trunkOpen   map[string]*sync.Mutex // held while a node's trunk is being opened
-	senders     map[string]int         // outboxes, lanes and legs per node id
-	maxPost     int                    // bytes of messages in one Post (or one frame)
-}
-
-// outbox is one node's FIFO and its sender's wake-up.
-type outbox struct {
-	node string
-	msgs []*pb.PeerMessage
-	wake chan struct{} // capacity 1: "something was queued"
+	// mu guards what follows and each lane's, leg's and outbox's queue. It
+	// is taken under Engine.mu (send, room, expect) and takes server.mu
+	// (cancelOnLeg); never the other way round.
+	mu        sync.Mutex
+	closed    bool
+	seq       uint64
+	outbox    map[string]*outbox     // by node id, while its sender runs
+	lanes     map[laneKey]*lane      // while their goroutine runs
+	legs      map[legKey]*replyLeg   // reply legs, while open
+	jobLegs   map[string][]*replyLeg // legs by job id (Room, legCancelled)
+	trunks    map[string]*replyTrunk // reply trunks by node id, while open
+	trunkOpen map[string]*sync.Mutex // held while a node's trunk is being opened
+	senders   map[string]int         // outboxes, lanes and legs per node id
+	maxPost   int                    // bytes of messages in one Post (or one frame)
 }
 
 // postOverhead is what a PostRequest, ForwardRequest or DeliverFrame adds
@@ -194,84 +73,32 @@ type outbox struct {
 // room to spare.
 const postOverhead = 1 << 10
 
-// NewRouter returns a router; it starts goroutines only as messages are
-// sent. Close stops them.
-func NewRouter(cfg RouterConfig) (*Router, error) {
-	if cfg.Client == nil || cfg.Addr == nil {
-		return nil, errors.New("peer router: Client and Addr are required")
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = cfg.Client.cfg.MaxMessageBytes
-	}
-	if cfg.AttemptTimeout <= 0 {
-		cfg.AttemptTimeout = 10 * time.Second
-	}
-	if cfg.RetryMin <= 0 {
-		cfg.RetryMin = 50 * time.Millisecond
-	}
-	if cfg.RetryMax < cfg.RetryMin {
-		cfg.RetryMax = max(2*time.Second, cfg.RetryMin)
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 30 * time.Second
-	}
-	if cfg.AckTimeoutCeiling <= 0 {
-		cfg.AckTimeoutCeiling = 5 * time.Second
-	}
-	if cfg.StreamIdle <= 0 {
-		cfg.StreamIdle = 30 * time.Second
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = time.Second
-	}
-	if cfg.ReplyWindow <= 0 {
-		cfg.ReplyWindow = DefaultReplyWindow
-	}
-	if cfg.ReplyWindowBytes <= 0 {
-		cfg.ReplyWindowBytes = DefaultReplyWindowBytes
-	}
-	if cfg.StreamIdle < minIdleFactor*cfg.AckTimeoutCeiling {
-		return nil, &core.ConfigError{Field: "peer-stream-idle", Value: cfg.StreamIdle,
-			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, cfg.AckTimeoutCeiling)}
-	}
-	if silentIntervals*cfg.Heartbeat >= ClientKeepaliveTime {
-		return nil, &core.ConfigError{Field: "peer-heartbeat-interval", Value: cfg.Heartbeat,
-			Err: fmt.Errorf("%w: %d intervals must be under %s", ErrHeartbeatTooLong, silentIntervals, ClientKeepaliveTime)}
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+// newRouter returns a router; it starts goroutines only as messages are
+// sent, and close stops them. cfg has its defaults.
+func newRouter(cfg Config, client *Client) *router {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{
-		cfg: cfg, m: cfg.Metrics, log: cfg.Logger, session: crand.Text(),
+	return &router{
+		cfg: cfg, client: client, m: cfg.Metrics, log: cfg.Logger, session: crand.Text(),
 		ctx: ctx, cancel: cancel,
 		outbox: map[string]*outbox{}, lanes: map[laneKey]*lane{}, senders: map[string]int{},
-		legs: map[legKey]*replyLeg{}, jobLegs: map[string][]*replyLeg{}, respondless: map[string]time.Time{},
+		legs: map[legKey]*replyLeg{}, jobLegs: map[string][]*replyLeg{},
 		trunks: map[string]*replyTrunk{}, trunkOpen: map[string]*sync.Mutex{},
 		maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
 	}
-	if cfg.Server != nil {
-		cfg.Server.setLegCancelled(r.legCancelled)
-	}
-	return r, nil
 }
 
-// Close stops every sender and stream and waits for them. Messages still
+// close stops every sender and stream and waits for them. Messages still
 // queued or unacked are dropped and counted; Forward calls in flight fail;
 // later Sends are dropped and counted. It does not close the Client.
-func (r *Router) Close() error {
+func (r *router) close() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
-	return nil
 }
 
-// Forward hands d to the dispatcher on node and returns its verdict: nil
+// forward hands d to the dispatcher on node and returns its verdict: nil
 // once the dispatcher holds the job, the *core.Error it refused it with,
 // or an error when no verdict could be had: node is not in the catalog
 // (wraps ErrUnknownNode), the job cannot be carried at all (wraps
@@ -285,66 +112,93 @@ func (r *Router) Close() error {
 // stream or dropped it (the receiver answers a resent item with the
 // verdict it gave first). An attempt that got no verdict is made again as
 // a new item, after a backoff.
-func (r *Router) Forward(ctx context.Context, node string, d core.Delivery) error {
+func (r *router) forward(ctx context.Context, node string, d core.Delivery) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.ctx, cancel)()
-	fail := func(err error) error {
-		return fmt.Errorf("peer: forward job %s to %s: %w", d.JobID, node, err)
-	}
+	c := &forwardCall{r: r, ctx: ctx, node: node, d: d}
 	p := DeliveryToPB(d)
 	if reason, err := r.wireCheck(p, len(d.Queue)); err != nil {
 		r.m.undeliverable.WithLabelValues(string(core.MsgForward), reason).Inc()
-		return fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
+		return c.fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
 	}
 	timeout := r.ackTimeout(core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
+	for attempt := 0; ; attempt++ {
+		res, err := c.attempt(p, timeout)
+		switch {
+		case err != nil:
+			return err
+		case res != nil:
+			return ForwardError(res)
+		}
+		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", c.last)
+		if !r.sleep(ctx, attempt) {
+			return c.ended(c.last)
+		}
+	}
+}
+
+// forwardCall is one forward's attempts.
+type forwardCall struct {
+	r    *router
+	ctx  context.Context // the caller's, ended by Close too
+	node string
+	d    core.Delivery
 	// last is the last attempt that failed on its own: when ctx ends
 	// during an attempt, that attempt's error only repeats ctx's.
-	var last error
-	ended := func(err error) error {
-		if last != nil {
-			err = last
-		}
-		if r.ctx.Err() != nil {
-			return fail(fmt.Errorf("%w (last attempt: %w)", ErrClosed, err))
-		}
-		return fail(fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err))
+	last error
+}
+
+// attempt makes one attempt: the forward as a new item of its lane. It
+// returns the verdict, or the error the forward ends with, or neither
+// when a transient failure (in last) is worth another attempt.
+func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.ForwardResponse, error) {
+	r := c.r
+	if r.ctx.Err() != nil {
+		return nil, c.fail(ErrClosed)
 	}
-	for attempt := 0; ; attempt++ {
-		if r.ctx.Err() != nil {
-			return fail(ErrClosed)
-		}
-		if _, ok := r.cfg.Addr(node); !ok {
-			return fail(ErrUnknownNode)
-		}
-		it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: ctx, done: make(chan forwardResult, 1)}
-		if !r.enqueue(node, d.Queue, it) {
-			return fail(ErrClosed)
-		}
-		var res forwardResult
-		select {
-		case res = <-it.done:
-		case <-ctx.Done():
-			return ended(ctx.Err())
-		}
-		if res.err == nil {
-			return ForwardError(res.res)
-		}
-		if errors.Is(res.err, ErrUnknownNode) {
-			return fail(res.err)
-		}
-		if ctx.Err() != nil {
-			return ended(res.err)
-		}
-		if !transient(res.err) {
-			return fail(res.err)
-		}
-		last = res.err
-		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", res.err)
-		if !r.sleep(ctx, attempt) {
-			return ended(res.err)
-		}
+	if _, ok := r.cfg.Addr(c.node); !ok {
+		return nil, c.fail(ErrUnknownNode)
 	}
+	it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: c.ctx, done: make(chan forwardResult, 1)}
+	if !r.enqueue(c.node, c.d.Queue, it) {
+		return nil, c.fail(ErrClosed)
+	}
+	var res forwardResult
+	select {
+	case res = <-it.done:
+	case <-c.ctx.Done():
+		return nil, c.ended(c.ctx.Err())
+	}
+	switch {
+	case res.err == nil:
+		return res.res, nil
+	case errors.Is(res.err, ErrUnknownNode):
+		return nil, c.fail(res.err)
+	case c.ctx.Err() != nil:
+		return nil, c.ended(res.err)
+	case !transient(res.err):
+		return nil, c.fail(res.err)
+	}
+	c.last = res.err
+	return nil, nil
+}
+
+// fail is the forward's error for err.
+func (c *forwardCall) fail(err error) error {
+	return fmt.Errorf("peer: forward job %s to %s: %w", c.d.JobID, c.node, err)
+}
+
+// ended is the forward's error once its context ended (or the router
+// closed) during an attempt that failed with err, or after it.
+func (c *forwardCall) ended(err error) error {
+	if c.last != nil {
+		err = c.last
+	}
+	if c.r.ctx.Err() != nil {
+		return c.fail(fmt.Errorf("%w (last attempt: %w)", ErrClosed, err))
+	}
+	return c.fail(fmt.Errorf("%w (last attempt: %w)", context.Cause(c.ctx), err))
 }
 
 // transient reports whether a failed attempt may succeed if made again:
@@ -361,21 +215,21 @@ func transient(err error) bool {
 
 // permanent reports whether a failed Post can never succeed as it is, so
 // resending it would only stall the queue behind it: the peer refuses this
-// node's credentials, does not know the call (an older version), or finds
-// the batch malformed or too large.
+// node's credentials or its protocol version, does not know the call, or
+// finds the batch malformed or too large.
 func permanent(err error) bool {
 	if errors.Is(err, ErrClosed) {
 		return true
 	}
 	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented, codes.InvalidArgument, codes.ResourceExhausted:
+	case codes.Unauthenticated, codes.FailedPrecondition, codes.PermissionDenied, codes.Unimplemented, codes.InvalidArgument, codes.ResourceExhausted:
 		return true
 	}
 	return false
 }
 
 // sleep waits out the backoff before attempt+1: false when ctx ended first.
-func (r *Router) sleep(ctx context.Context, attempt int) bool {
+func (r *router) sleep(ctx context.Context, attempt int) bool {
 	t := time.NewTimer(r.backoff(attempt))
 	defer t.Stop()
 	select {
@@ -386,11 +240,11 @@ func (r *Router) sleep(ctx context.Context, attempt int) bool {
 	}
 }
 
-// Send queues m for node and returns at once: it never blocks on the
+// send queues m for node and returns at once: it never blocks on the
 // network, so the engine calls it with its lock held. Messages of one
 // path to one node (a queue's lane, a job's reply leg, or the node's
-// Post FIFO; see Router) are sent in the order they were queued.
-func (r *Router) Send(node string, m core.Message) {
+// Post FIFO; see router) are sent in the order they were queued.
+func (r *router) send(node string, m core.Message) {
 	p, err := MessageToPB(m)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -402,7 +256,7 @@ func (r *Router) Send(node string, m core.Message) {
 		r.replyLocked(node, m, p)
 		return
 	}
-	if err == nil && m.Kind == core.MsgCancel && r.cfg.Server != nil && r.cfg.Server.cancelOnLeg(node, m.JobID, m.Gen, p) {
+	if err == nil && m.Kind == core.MsgCancel && r.srv.cancelOnLeg(node, m.JobID, m.Gen, p) {
 		// The job's reply leg from node is open here: the cancel goes back
 		// on it, and is counted when written.
 		return
@@ -421,8 +275,8 @@ func (r *Router) Send(node string, m core.Message) {
 // than the response leg.
 func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
-// ackTimeout is RouterConfig.AckTimeout for m, clamped.
-func (r *Router) ackTimeout(m core.Message) time.Duration {
+// ackTimeout is Config.AckTimeout for m, clamped.
+func (r *router) ackTimeout(m core.Message) time.Duration {
 	c := r.cfg.AckTimeoutCeiling
 	if r.cfg.AckTimeout == nil {
 		return c
@@ -437,12 +291,12 @@ func (r *Router) ackTimeout(m core.Message) time.Duration {
 // wireCheck reports why a message of size bytes-to-be, or delivery p,
 // cannot be carried by any transport: the reason label and the error.
 // extra is what its frame adds beyond the message (a lane's queue name).
-func (r *Router) wireCheck(p proto.Message, extra int) (string, error) {
+func (r *router) wireCheck(p proto.Message, extra int) (string, error) {
 	return r.wireCheckSize(p, proto.Size(p)+extra)
 }
 
 // wireCheckSize is wireCheck for a message whose frame is n bytes.
-func (r *Router) wireCheckSize(p proto.Message, n int) (string, error) {
+func (r *router) wireCheckSize(p proto.Message, n int) (string, error) {
 	if n > r.maxPost {
 		return ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", n, r.maxPost)
 	}
@@ -454,7 +308,7 @@ func (r *Router) wireCheckSize(p proto.Message, n int) (string, error) {
 
 // undeliverable reports a message Send queued that no transport can carry.
 // Called without r.mu.
-func (r *Router) undeliverable(node string, p *pb.PeerMessage, orig *core.Message, reason string, err error) {
+func (r *router) undeliverable(node string, p *pb.PeerMessage, orig *core.Message, reason string, err error) {
 	kind := kindOf(p)
 	if orig != nil {
 		kind = string(orig.Kind)
@@ -476,13 +330,13 @@ func (r *Router) undeliverable(node string, p *pb.PeerMessage, orig *core.Messag
 	} else {
 		r.log.Error("a routing message cannot be sent to any peer; not retried", "node", node, "kind", kind, "job", m.JobID, "reason", reason, "err", err)
 	}
-	if r.cfg.Undeliverable != nil {
-		r.cfg.Undeliverable(node, m, reason)
+	if rcv, err := r.srv.receiver(); err == nil {
+		rcv.Undeliverable(node, m, reason)
 	}
 }
 
 // zoneOf is node's zone label in the catalog view.
-func (r *Router) zoneOf(node string) (string, bool) {
+func (r *router) zoneOf(node string) (string, bool) {
 	if r.cfg.Zone == nil {
 		return "", false
 	}
@@ -493,7 +347,7 @@ func (r *Router) zoneOf(node string) (string, bool) {
 // ZonesChanged applies the zone test again to every open lane stream (see
 // lane.zoneCheck). The node calls it on every change of its catalog view;
 // it never blocks.
-func (r *Router) ZonesChanged() {
+func (r *router) zonesChanged() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range r.lanes {
@@ -506,207 +360,23 @@ func (r *Router) ZonesChanged() {
 
 // refLocked counts a sender (outbox or lane) for node; unrefLocked forgets
 // it, and the node's queue gauge with the last one.
-func (r *Router) refLocked(node string) { r.senders[node]++ }
+func (r *router) refLocked(node string) { r.senders[node]++ }
 
-func (r *Router) unrefLocked(node string) {
+func (r *router) unrefLocked(node string) {
 	if r.senders[node]--; r.senders[node] <= 0 {
 		delete(r.senders, node)
 		r.m.queue.DeleteLabelValues(node)
 	}
 }
 
-// postLocked queues p on node's Post FIFO.
-func (r *Router) postLocked(node string, p *pb.PeerMessage) {
-	ob := r.outbox[node]
-	if ob == nil {
-		ob = &outbox{node: node, wake: make(chan struct{}, 1)}
-		r.outbox[node] = ob
-		r.refLocked(node)
-		r.wg.Add(1)
-		go r.run(ob)
-	}
-	ob.msgs = append(ob.msgs, p)
-	r.m.queue.WithLabelValues(node).Inc()
-	select {
-	case ob.wake <- struct{}{}:
-	default:
-	}
-}
-
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
 
-// run is one node's Post FIFO sender: it posts what is queued, batch by
-// batch, and exits when the queue stayed empty for IdleTimeout or at
-// Close.
-func (r *Router) run(ob *outbox) {
-	defer r.wg.Done()
-	idle := time.NewTimer(r.cfg.IdleTimeout)
-	defer idle.Stop()
-	for {
-		r.mu.Lock()
-		if r.closed {
-			r.dropLocked(ob, ob.msgs)
-			ob.msgs = nil
-			r.removeLocked(ob)
-			r.mu.Unlock()
-			return
-		}
-		if len(ob.msgs) == 0 {
-			r.mu.Unlock()
-			idle.Reset(r.cfg.IdleTimeout)
-			select {
-			case <-ob.wake:
-			case <-r.ctx.Done():
-			case <-idle.C:
-				r.mu.Lock()
-				if len(ob.msgs) == 0 {
-					r.removeLocked(ob)
-					r.mu.Unlock()
-					return
-				}
-				r.mu.Unlock()
-			}
-			continue
-		}
-		req, bad := r.takeLocked(ob)
-		r.mu.Unlock()
-		for _, u := range bad {
-			r.undeliverable(ob.node, u.p, nil, u.reason, u.err)
-		}
-		if req != nil {
-			r.post(ob, req)
-		}
+// backoff is the wait before attempt+1, with jitter (see sleep).
+func (r *router) backoff(attempt int) time.Duration {
+	d := r.cfg.RetryMax
+	if attempt < 30 {
+		d = min(r.cfg.RetryMin<<attempt, r.cfg.RetryMax)
 	}
-}
-
-// rejected is a queued message no transport can carry.
-type rejected struct {
-	p      *pb.PeerMessage
-	reason string
-	err    error
-}
-
-// takeLocked removes the next batch from ob: every queued message, up to
-// maxPost bytes, numbered from the router's counter. A message that alone
-// exceeds maxPost, or has no valid wire form, can never be sent: it is
-// taken out and returned in bad, to be reported. Nil when only such
-// messages were queued.
-func (r *Router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
-	var size, n int
-	for n < len(ob.msgs) {
-		p := ob.msgs[n]
-		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
-		reason, err := "", error(nil)
-		if cost > r.maxPost {
-			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
-		} else if err = wireValid(p); err != nil {
-			reason = ReasonEncoding
-		}
-		if err != nil {
-			if n > 0 {
-				break // send what precedes it first, in order
-			}
-			bad = append(bad, rejected{p, reason, err})
-			ob.msgs[0] = nil
-			ob.msgs = ob.msgs[1:]
-			continue
-		}
-		if size+cost > r.maxPost {
-			break
-		}
-		size += cost
-		n++
-	}
-	if n == 0 {
-		return nil, bad
-	}
-	req = &pb.PostRequest{Session: r.session, FirstSeq: r.seq, Messages: make([]*pb.PeerMessage, n)}
-	copy(req.Messages, ob.msgs[:n])
-	clear(ob.msgs[:n])
-	ob.msgs = ob.msgs[n:]
-	if len(ob.msgs) == 0 {
-		ob.msgs = nil // let the backing array go
-	}
-	r.seq += uint64(n)
-	return req, bad
-}
-
-// post sends one batch to ob's node, resending it unchanged until it is
-// handed over, the node leaves the catalog, the peer refuses it for good,
-// or the router closes. The batch counts in the queue gauge until then.
-func (r *Router) post(ob *outbox, req *pb.PostRequest) {
-	for attempt := 0; ; attempt++ {
-		addr, ok := r.cfg.Addr(ob.node)
-		if !ok {
-			r.mu.Lock()
-			n := len(req.Messages) + len(ob.msgs)
-			r.dropLocked(ob, req.Messages)
-			r.dropLocked(ob, ob.msgs)
-			ob.msgs = nil
-			r.mu.Unlock()
-			r.log.Warn("dropped routing messages to a node that left the catalog", "node", ob.node, "messages", n)
-			return
-		}
-		err := r.postOnce(addr, req)
-		if err == nil {
-			r.mu.Lock()
-			for _, p := range req.Messages {
-				r.m.messages.WithLabelValues(kindOf(p)).Inc()
-			}
-			r.m.queue.WithLabelValues(ob.node).Sub(float64(len(req.Messages)))
-			r.mu.Unlock()
-			return
-		}
-		if r.ctx.Err() == nil {
-			r.m.sendFailures.Inc()
-		}
-		if r.ctx.Err() != nil || permanent(err) {
-			r.mu.Lock()
-			r.dropLocked(ob, req.Messages)
-			r.mu.Unlock()
-			if r.ctx.Err() == nil {
-				r.log.Error("dropped routing messages the peer refused", "node", ob.node, "addr", addr, "messages", len(req.Messages), "err", err)
-			}
-			return
-		}
-		lvl := slog.LevelDebug
-		if attempt == 0 {
-			lvl = slog.LevelWarn
-		}
-		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", ob.node, "addr", addr, "messages", len(req.Messages), "attempt", attempt+1, "err", err)
-		if !r.sleep(r.ctx, attempt) {
-			r.mu.Lock()
-			r.dropLocked(ob, req.Messages)
-			r.mu.Unlock()
-			return
-		}
-	}
-}
-
-func (r *Router) postOnce(addr string, req *pb.PostRequest) error {
-	cc, err := r.cfg.Client.Conn(addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AttemptTimeout)
-	defer cancel()
-	_, err = pb.NewPeerServiceClient(cc).Post(ctx, req)
-	return err
-}
-
-// dropLocked counts msgs, no longer queued for ob's node, as dropped.
-func (r *Router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
-	for _, p := range msgs {
-		r.m.dropped.WithLabelValues(kindOf(p)).Inc()
-	}
-	if len(msgs) > 0 {
-		r.m.queue.WithLabelValues(ob.node).Sub(float64(len(msgs)))
-	}
-}
-
-// removeLocked forgets ob, whose queue is empty and whose sender exits.
-func (r *Router) removeLocked(ob *outbox) {
-	delete(r.outbox, ob.node)
-	r.unrefLocked(ob.node)
+	return d/2 + rand.N(d/2+1)
 }

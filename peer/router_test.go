@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -23,14 +22,19 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// recorder is a Handler that keeps what it was given.
+// recorder is a core.Receiver that keeps the messages and forwards it
+// was given.
 type recorder struct {
 	mu       sync.Mutex
 	msgs     []received
 	forwards []received
 	// verdict answers HandleForward (nil: accept).
 	verdict func(d core.Delivery) error
+	// undeliverable, when set, hears Undeliverable.
+	undeliverable func(node string, m core.Message, reason string)
 }
+
+var _ core.Receiver = (*recorder)(nil)
 
 type received struct {
 	from string
@@ -54,6 +58,15 @@ func (r *recorder) HandleMessage(from string, m core.Message) {
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, received{from: from, m: m})
 }
+
+func (r *recorder) Undeliverable(node string, m core.Message, reason string) {
+	if r.undeliverable != nil {
+		r.undeliverable(node, m, reason)
+	}
+}
+
+func (r *recorder) ReplyLegOpened(string, string, uint64) {}
+func (r *recorder) ReplyLegSilent(string, string, uint64) {}
 
 func (r *recorder) messages() []received {
 	r.mu.Lock()
@@ -100,32 +113,16 @@ func (b *book) remove(node string) {
 	delete(b.addrs, node)
 }
 
-type routed struct {
-	*peer.Router
-	reg *prometheus.Registry
-}
-
-// newRouter returns node self's router, with fast retries, closed at the
-// end of the test.
-func newRouter(t *testing.T, self string, key []byte, addr func(string) (string, bool), tweak func(*peer.RouterConfig)) routed {
+// newRouter returns node self's transport as a sender: secret key,
+// addresses from addr, serving nothing and not started.
+func newRouter(t *testing.T, self string, key []byte, addr func(string) (string, bool), tweak func(*peer.Config)) tnode {
 	t.Helper()
-	c := peer.NewClient(peer.ClientConfig{Node: self, Secret: key, MaxMessageBytes: 1 << 20, MaxReconnectDelay: 50 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	reg := prometheus.NewRegistry()
-	cfg := peer.RouterConfig{
-		Client: c, Addr: addr, Metrics: peer.NewMetrics(reg),
-		Logger:         slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", self),
-		AttemptTimeout: 10 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
-	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	r, err := peer.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return routed{r, reg}
+	return startNode(t, self, "", nil, func(c *peer.Config) {
+		c.Secret, c.Addr = key, addr
+		if tweak != nil {
+			tweak(c)
+		}
+	})
 }
 
 // freeAddr returns a loopback address nothing listens on (for now).
@@ -247,7 +244,7 @@ func equalMessage(a, b core.Message) bool {
 
 // waitSent waits until nothing is queued for node, the batch in flight
 // included: its answer has come back and it is counted.
-func waitSent(t *testing.T, r routed, node string) {
+func waitSent(t *testing.T, r tnode, node string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "queue to "+node+" empty", func() bool {
 		return counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": node}) == 0
@@ -268,8 +265,8 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // by its kind on the sending side.
 func TestRouterPostsInOrder(t *testing.T) {
 	hb, hc := &recorder{}, &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: hb})
-	c := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "c", Handler: hc})
+	b := startServerOn(t, "127.0.0.1:0", "b", hb)
+	c := startServerOn(t, "127.0.0.1:0", "c", hc)
 	r := newRouter(t, "a", secret, newBook("b", b.addr, "c", c.addr).Addr, nil)
 
 	const n, senders = 1000, 4
@@ -326,8 +323,8 @@ func TestRouterPostsInOrder(t *testing.T) {
 // go.
 func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.MaxMessageBytes = 8 << 10 })
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.MaxMessageBytes = 8 << 10 })
 
 	// Ends with no reply leg open go by Post.
 	chunk := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
@@ -368,7 +365,7 @@ func TestForwardRefusalIsACoreError(t *testing.T) {
 		}
 		return nil
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -413,7 +410,7 @@ func equalDelivery(a, b core.Delivery) bool {
 // wraps the context's and is no refusal.
 func TestForwardUndecidedIsRetriedUntilTheDeadline(t *testing.T) {
 	h := &recorder{verdict: func(core.Delivery) error { return errors.New("disk on fire") }}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -452,9 +449,9 @@ func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
 	default:
 	}
 	h := &recorder{}
-	b := startServerOn(t, addr, peer.ServerConfig{Node: "b"}) // no handler yet: Unavailable
+	b := startServerOn(t, addr, "b", nil) // not started yet: Unavailable
 	time.Sleep(200 * time.Millisecond)
-	b.srv.SetHandler(h)
+	b.Start(h)
 
 	if err := <-errc; err != nil {
 		t.Fatalf("forward: %v", err)
@@ -479,8 +476,8 @@ func TestPostResendIsHandledOnce(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	h := &slowRecorder{gate: func() { once.Do(func() { <-release }) }}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.AttemptTimeout = 100 * time.Millisecond })
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.AttemptTimeout = 100 * time.Millisecond })
 
 	const n = 20
 	for i := range n {
@@ -548,7 +545,7 @@ func TestSendToAVanishedNodeIsDropped(t *testing.T) {
 // stall behind it.
 func TestRoutingCallsAreAuthenticated(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -588,7 +585,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 // and handles the rest of the batch in order.
 func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	cc, err := newClient(t, "a", secret).Conn(b.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -639,9 +636,9 @@ func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	}
 }
 
-// Until the engine installs its handler, routing calls are Unavailable;
+// Until the engine starts the transport, routing calls are Unavailable;
 // Ping already answers.
-func TestServerWithoutHandlerIsUnavailable(t *testing.T) {
+func TestServerNotStartedIsUnavailable(t *testing.T) {
 	b := startServer(t, "b")
 	c := newClient(t, "a", secret)
 	cc, err := c.Conn(b.addr)
@@ -660,13 +657,9 @@ func TestServerWithoutHandlerIsUnavailable(t *testing.T) {
 	if got, err := c.Ping(ctx, b.addr); err != nil || got != "b" {
 		t.Errorf("Ping: %q, %v", got, err)
 	}
-	b.srv.SetHandler(&recorder{})
+	b.Start(&recorder{})
 	if _, err := cl.Post(ctx, &pb.PostRequest{}); err != nil {
-		t.Errorf("Post after SetHandler: %v", err)
-	}
-	b.srv.SetHandler(nil)
-	if _, err := cl.Post(ctx, &pb.PostRequest{}); status.Code(err) != codes.Unavailable {
-		t.Errorf("Post after SetHandler(nil): got %v, want Unavailable", err)
+		t.Errorf("Post after Start: %v", err)
 	}
 }
 
@@ -674,8 +667,8 @@ func TestServerWithoutHandlerIsUnavailable(t *testing.T) {
 // the next Send starts another.
 func TestSenderExitsWhenIdle(t *testing.T) {
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) { c.IdleTimeout = 50 * time.Millisecond })
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.IdleTimeout = 50 * time.Millisecond })
 	for round := range 2 {
 		r.Send("b", final("j", round))
 		waitFor(t, 5*time.Second, "delivery", func() bool { return len(h.messages()) == round+1 })
@@ -695,9 +688,9 @@ func TestCloseStopsEverySender(t *testing.T) {
 	}
 	defer hung.Close()
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr, "hung", hung.Addr().String(), "down", freeAddr(t)).Addr,
-		func(c *peer.RouterConfig) {
+		func(c *peer.Config) {
 			c.AttemptTimeout = time.Minute
 			c.RetryMin, c.RetryMax = time.Minute, time.Minute
 		})
@@ -758,7 +751,7 @@ func TestPostFollowsANodeThatMoved(t *testing.T) {
 		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
 	})
 	h := &recorder{}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	bk.set("b", b.addr)
 	waitFor(t, 10*time.Second, "every message", func() bool { return len(h.messages()) == n })
 	checkOrder(t, h.messages(), "a", n, "j")

@@ -32,23 +32,23 @@ func TestLaneZoneTest(t *testing.T) {
 			once.Do(func() { <-release })
 		}
 	}}
-	b := startServerOn(t, "127.0.0.1:0", peer.ServerConfig{Node: "b", Handler: h})
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	var mu sync.Mutex
 	zone := "z1"
 	var reports []string
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.RouterConfig) {
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) {
 		fastLanes(5*time.Second, 30*time.Second, time.Second)(c)
 		c.Zone = func(node string) (string, bool) {
 			mu.Lock()
 			defer mu.Unlock()
 			return zone, node == "b"
 		}
-		c.Undeliverable = func(node string, m core.Message, reason string) {
-			mu.Lock()
-			defer mu.Unlock()
-			reports = append(reports, fmt.Sprintf("%s/%s/%s", node, m.JobID, reason))
-		}
 	})
+	r.Start(&recorder{undeliverable: func(node string, m core.Message, reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, fmt.Sprintf("%s/%s/%s", node, m.JobID, reason))
+	}})
 	setZone := func(z string) {
 		mu.Lock()
 		zone = z

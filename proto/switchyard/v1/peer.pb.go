@@ -1423,7 +1423,6 @@ type RespondFrame struct {
 	// Types that are valid to be assigned to Body:
 	//
 	//	*RespondFrame_Open
-	//	*RespondFrame_Item
 	//	*RespondFrame_Heartbeat
 	//	*RespondFrame_End
 	//	*RespondFrame_Items
@@ -1478,15 +1477,6 @@ func (x *RespondFrame) GetOpen() *RespondOpen {
 	return nil
 }
 
-func (x *RespondFrame) GetItem() *RespondItem {
-	if x != nil {
-		if x, ok := x.Body.(*RespondFrame_Item); ok {
-			return x.Item
-		}
-	}
-	return nil
-}
-
 func (x *RespondFrame) GetHeartbeat() *DeliverHeartbeat {
 	if x != nil {
 		if x, ok := x.Body.(*RespondFrame_Heartbeat); ok {
@@ -1520,14 +1510,9 @@ type isRespondFrame_Body interface {
 
 type RespondFrame_Open struct {
 	// open starts (or, on a new stream after a failed one, resumes) a leg
-	// on the stream. The first frame is an open, or an item that carries
-	// one; a leg's items follow its open.
+	// on the stream. The first frame is an open, or items whose first
+	// carries one; a leg's items follow its open.
 	Open *RespondOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
-}
-
-type RespondFrame_Item struct {
-	// item is one numbered reply or release of a leg open on the stream.
-	Item *RespondItem `protobuf:"bytes,2,opt,name=item,proto3,oneof"`
 }
 
 type RespondFrame_Heartbeat struct {
@@ -1542,17 +1527,15 @@ type RespondFrame_End struct {
 }
 
 type RespondFrame_Items struct {
-	// items are several items of one leg, in order, handled as if each
-	// came in its own frame: what a leg queued while it was sending goes
-	// in one frame (a worker streaming fast outputs queues several), which
-	// saves the frames' encoding, transport wake-ups and reads at both
-	// ends. The first may carry the leg's open.
+	// items are one or more numbered replies or releases of one leg, in
+	// order: what a leg queued while it was sending goes in one frame (a
+	// worker streaming fast outputs queues several), which saves the
+	// frames' encoding, transport wake-ups and reads at both ends. The
+	// first may carry the leg's open.
 	Items *RespondItems `protobuf:"bytes,5,opt,name=items,proto3,oneof"`
 }
 
 func (*RespondFrame_Open) isRespondFrame_Body() {}
-
-func (*RespondFrame_Item) isRespondFrame_Body() {}
 
 func (*RespondFrame_Heartbeat) isRespondFrame_Body() {}
 
@@ -2099,14 +2082,13 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xa2\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xfc\x01\n" +
 	"\fRespondFrame\x120\n" +
-	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x120\n" +
-	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.RespondItemH\x00R\x04item\x12?\n" +
+	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x12?\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x120\n" +
 	"\x03end\x18\x04 \x01(\v2\x1c.switchyard.v1.RespondLegEndH\x00R\x03end\x123\n" +
 	"\x05items\x18\x05 \x01(\v2\x1b.switchyard.v1.RespondItemsH\x00R\x05itemsB\x06\n" +
-	"\x04body\"@\n" +
+	"\x04bodyJ\x04\b\x02\x10\x03R\x04item\"@\n" +
 	"\fRespondItems\x120\n" +
 	"\x05items\x18\x01 \x03(\v2\x1a.switchyard.v1.RespondItemR\x05items\"\xbf\x01\n" +
 	"\vRespondOpen\x12\x18\n" +
@@ -2208,31 +2190,30 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	15, // 16: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
 	5,  // 17: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
 	20, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
-	21, // 19: switchyard.v1.RespondFrame.item:type_name -> switchyard.v1.RespondItem
-	15, // 20: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	24, // 21: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
-	19, // 22: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
-	21, // 23: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
-	9,  // 24: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	20, // 25: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
-	23, // 26: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	15, // 27: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 28: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	2,  // 29: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 30: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 31: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 32: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 33: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 34: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 35: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 36: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 37: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	22, // 38: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	15, // 19: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	24, // 20: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
+	19, // 21: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
+	21, // 22: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
+	9,  // 23: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
+	20, // 24: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
+	23, // 25: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	15, // 26: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	9,  // 27: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	2,  // 28: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 29: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 30: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 31: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 32: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 33: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 34: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 35: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 36: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	22, // 37: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -2255,7 +2236,6 @@ func file_switchyard_v1_peer_proto_init() {
 	}
 	file_switchyard_v1_peer_proto_msgTypes[17].OneofWrappers = []any{
 		(*RespondFrame_Open)(nil),
-		(*RespondFrame_Item)(nil),
 		(*RespondFrame_Heartbeat)(nil),
 		(*RespondFrame_End)(nil),
 		(*RespondFrame_Items)(nil),

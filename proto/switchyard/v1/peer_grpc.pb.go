@@ -37,16 +37,23 @@ const (
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
+// Every call also carries "x-switchyard-peer-version", the decimal version
+// of this protocol the caller speaks (this file describes version 1). A
+// node serves a range of versions (today exactly one) and refuses a call
+// outside it, or without one, with FAILED_PRECONDITION naming both. A
+// change to this protocol that an older node cannot read raises the
+// version; the range is where rolling upgrades will live.
+//
 // Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
 // deliveries, cancels and unbinds, and the synchronous forward whose
 // caller must know the answer before it answers its own client. Forward
 // and Post are its unary fallback, used when a lane's stream stalls or
-// fails. Respond is the response leg: one stream per job (binding) from
-// its consumer host to its ingress, carrying the replies and release in
-// order and the job's cancel back. Post also carries, in per-node order,
-// a release or end that has no reply leg open to ride on (nothing to
-// overtake).
+// fails. Respond is the response leg: one stream, the reply trunk, from a
+// consumer host to an ingress, on which each job's reply leg carries its
+// replies and release in order and the job's cancel back. Post also
+// carries, in per-node order, a release or end that has no reply leg open
+// to ride on (nothing to overtake).
 //
 // A lane is one ordered sequence of messages, whichever call carries each
 // one: the sender numbers them within its session, and the receiver keeps,
@@ -91,23 +98,25 @@ type PeerServiceClient interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverFrame, DeliverAck], error)
-	// Respond is one job's reply leg: the response stream of one binding
-	// (job, generation), dialled by the consumer host to the job's ingress.
-	// The first frame is an open naming the job; each later frame is one
-	// numbered reply or release of that binding, in the order the host sent
-	// them, or a heartbeat. The ingress handles items one by one, in order,
-	// once each per (host session, job, generation, seq), and acks each once
-	// it is handled; it may send the job's cancel back on the stream.
+	// Respond is a reply trunk: the one stream a consumer host holds to an
+	// ingress node, dialled by the host, on which every job's reply leg to
+	// that node travels. A leg is the response stream of one binding (job,
+	// generation): its open, then its numbered replies and release in the
+	// order the host sent them. The ingress handles items one by one, in
+	// order, once each per (host session, job, generation, seq), and acks
+	// them per leg once handled; it may send the job's cancel back.
 	//
-	// The host ends the stream (half-close) once the binding's last message
-	// (its end or release) is acked, on a cancel from the ingress, or at the
-	// job's TTL; never because it is idle: a worker computing in silence is
-	// not dead, and both sides heartbeat while the stream carries nothing.
-	// A stream that fails is opened again by the host, which resends what
-	// was not acked with the same numbers (the ingress skips what it handled
-	// already). The ingress ends a stream on which nothing (no item and no
-	// heartbeat) arrived for three heartbeat intervals, and fails the job
-	// worker_lost: a host that went silent without closing its connection.
+	// A leg ends once its last message (end or release) is handled, on a
+	// cancel from the ingress, or at the job's TTL (an end frame); never
+	// because it is idle: a worker computing in silence is not dead, and both
+	// sides heartbeat while the trunk carries nothing. The host closes a
+	// trunk (half-close) that carried no leg for its idle interval. A trunk
+	// that fails is opened again by its legs, which resend what was not
+	// acked with the same numbers (the ingress skips what it handled
+	// already). The ingress ends a trunk on which nothing (no item and no
+	// heartbeat) arrived for three heartbeat intervals, and fails the job of
+	// every leg on it worker_lost: a host that went silent without closing
+	// its connection.
 	//
 	// Flow control: the host keeps a bounded number of items unacked and a
 	// bounded queue behind them; when the queue is full it stops reading its
@@ -190,16 +199,23 @@ type PeerService_RespondClient = grpc.BidiStreamingClient[RespondFrame, RespondC
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
 // privacy of the channel: mutual TLS is the upgrade path.
 //
+// Every call also carries "x-switchyard-peer-version", the decimal version
+// of this protocol the caller speaks (this file describes version 1). A
+// node serves a range of versions (today exactly one) and refuses a call
+// outside it, or without one, with FAILED_PRECONDITION naming both. A
+// change to this protocol that an older node cannot read raises the
+// version; the range is where rolling upgrades will live.
+//
 // Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
 // stream: one per (sender, receiver, queue) lane, carrying forwards,
 // deliveries, cancels and unbinds, and the synchronous forward whose
 // caller must know the answer before it answers its own client. Forward
 // and Post are its unary fallback, used when a lane's stream stalls or
-// fails. Respond is the response leg: one stream per job (binding) from
-// its consumer host to its ingress, carrying the replies and release in
-// order and the job's cancel back. Post also carries, in per-node order,
-// a release or end that has no reply leg open to ride on (nothing to
-// overtake).
+// fails. Respond is the response leg: one stream, the reply trunk, from a
+// consumer host to an ingress, on which each job's reply leg carries its
+// replies and release in order and the job's cancel back. Post also
+// carries, in per-node order, a release or end that has no reply leg open
+// to ride on (nothing to overtake).
 //
 // A lane is one ordered sequence of messages, whichever call carries each
 // one: the sender numbers them within its session, and the receiver keeps,
@@ -244,23 +260,25 @@ type PeerServiceServer interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error
-	// Respond is one job's reply leg: the response stream of one binding
-	// (job, generation), dialled by the consumer host to the job's ingress.
-	// The first frame is an open naming the job; each later frame is one
-	// numbered reply or release of that binding, in the order the host sent
-	// them, or a heartbeat. The ingress handles items one by one, in order,
-	// once each per (host session, job, generation, seq), and acks each once
-	// it is handled; it may send the job's cancel back on the stream.
+	// Respond is a reply trunk: the one stream a consumer host holds to an
+	// ingress node, dialled by the host, on which every job's reply leg to
+	// that node travels. A leg is the response stream of one binding (job,
+	// generation): its open, then its numbered replies and release in the
+	// order the host sent them. The ingress handles items one by one, in
+	// order, once each per (host session, job, generation, seq), and acks
+	// them per leg once handled; it may send the job's cancel back.
 	//
-	// The host ends the stream (half-close) once the binding's last message
-	// (its end or release) is acked, on a cancel from the ingress, or at the
-	// job's TTL; never because it is idle: a worker computing in silence is
-	// not dead, and both sides heartbeat while the stream carries nothing.
-	// A stream that fails is opened again by the host, which resends what
-	// was not acked with the same numbers (the ingress skips what it handled
-	// already). The ingress ends a stream on which nothing (no item and no
-	// heartbeat) arrived for three heartbeat intervals, and fails the job
-	// worker_lost: a host that went silent without closing its connection.
+	// A leg ends once its last message (end or release) is handled, on a
+	// cancel from the ingress, or at the job's TTL (an end frame); never
+	// because it is idle: a worker computing in silence is not dead, and both
+	// sides heartbeat while the trunk carries nothing. The host closes a
+	// trunk (half-close) that carried no leg for its idle interval. A trunk
+	// that fails is opened again by its legs, which resend what was not
+	// acked with the same numbers (the ingress skips what it handled
+	// already). The ingress ends a trunk on which nothing (no item and no
+	// heartbeat) arrived for three heartbeat intervals, and fails the job of
+	// every leg on it worker_lost: a host that went silent without closing
+	// its connection.
 	//
 	// Flow control: the host keeps a bounded number of items unacked and a
 	// bounded queue behind them; when the queue is full it stops reading its

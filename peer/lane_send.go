@@ -24,54 +24,22 @@ const laneWindow = 256
 // at most.
 const seqOverhead = 1 + 10
 
-// A lane is the ordered path of one queue's messages to one node: the
-// request leg (forward, deliver, cancel, unbind) and synchronous Forwards.
-// One goroutine per lane with traffic sends its items, in the order of
-// their sequence numbers (given under the router's lock as they are
-// queued), by exactly one path at a time:
-//
-//   - its Deliver stream, opened by the first item after the lane was idle
-//     (the dispatcher dials the consumer host; the ingress, the
-//     dispatcher), with at most laneWindow items unacked; the stream is
-//     closed, and the goroutine exits, after StreamIdle with nothing
-//     queued or unacked;
-//   - or, with no stream (ForceUnary, a peer that does not serve Deliver,
-//     or a stream that could not be opened), unary calls: runs of messages
-//     as Posts that name the lane and each message's number, forwards as
-//     Forward calls that do too, one call at a time, each completed before
-//     the next begins.
-//
-// Stall → fallback. The stream is dropped when its oldest unacked item
-// misses its ack deadline (AckTimeout, counted from when it was sent or
-// the item before it was acked, whichever is later), when it fails, or
-// when nothing (ack or heartbeat) arrives for three Heartbeat intervals.
-// Then every unacked item is resent, in order, by unary calls, with its
-// number unchanged, before anything newer is sent; the next new item
-// opens a new stream.
-//
-// Why a unary resend never overtakes an item still buffered in the dropped
-// stream (in the network, or read and not yet handled by the receiver):
-// the receiver keeps, per (sender, session, queue), the next number it
-// expects, under one lock that every call carrying the lane's items takes
-// (Deliver, Post and Forward; see laneInbox). It handles an item numbered
-// at or above it, and sets it past that item; it skips one below it. Both
-// paths carry items in increasing order. A buffered item X was unacked, so
-// it is also in the unary resend, ahead of every item Y queued after it;
-// the resend of Y starts only once the call carrying X's resend returned,
-// that is once X was handled, by that call or by the stream before it. So
-// the receiver handles X before Y, and the stream copy of X, arriving
-// after, is skipped (X < next): handled once, in order. An item that
-// alone is larger than MaxMessageBytes, or has no valid wire form, is not
-// sent on either path and not retried: it is reported to
-// RouterConfig.Undeliverable, which fails its job, and its number stays
-// unused (a gap the receiver does not wait for).
-//
-// A forward resent by a unary Forward that fails again is not tried again
-// by the lane: its Forward caller tries again as a new item (a dispatcher
-// takes a (job, generation) once), and the receiver answers a resent
-// forward it already decided with the verdict it gave then.
+// The request leg, sending side: lanes. The receiving side is
+// lane_recv.go; a lane's stream is deliver_send.go, its unary path
+// lane_unary.go.
+
+// A lane is the ordered path of one queue's messages from this node to one
+// node: the request leg's kinds (forward, deliver, cancel, unbind) and
+// synchronous Forwards. Its goroutine sends its items in sequence order by
+// one path at a time: its Deliver stream, with at most laneWindow unacked,
+// or unary calls while it has none. A stream that stalls (an ack misses
+// its deadline), fails or goes silent is dropped, and what it held unacked
+// is resent by unary calls before anything newer, numbers unchanged; the
+// receiver's lane memory skips what it handled already, so each item is
+// handled once and in order whichever path carried it (the argument is in
+// docs/cluster.md, "Stall → fallback").
 type lane struct {
-	r      *Router
+	r      *router
 	key    laneKey
 	wake   chan struct{} // capacity 1: "something was queued"
 	rezone chan struct{} // capacity 1: "zones changed in the catalog view"
@@ -84,7 +52,6 @@ type lane struct {
 	headSince   time.Time // when unacked[0] became the oldest unacked
 	ackTimer    *time.Timer
 	st          *laneStream
-	streamless  bool      // the peer does not serve Deliver: unary until the lane goes idle
 	openFailing bool      // the last open failed (logged once until one succeeds)
 	warned      time.Time // the last fallback logged at warn level
 }
@@ -126,7 +93,7 @@ func (it *item) finish(res *pb.ForwardResponse, err error) {
 }
 
 // enqueue queues it on node's lane for queue: false after Close.
-func (r *Router) enqueue(node, queue string, it *item) bool {
+func (r *router) enqueue(node, queue string, it *item) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -138,7 +105,7 @@ func (r *Router) enqueue(node, queue string, it *item) bool {
 
 // enqueueLocked numbers it and queues it on node's lane for queue,
 // starting the lane's goroutine if it has none.
-func (r *Router) enqueueLocked(node, queue string, it *item) {
+func (r *router) enqueueLocked(node, queue string, it *item) {
 	k := laneKey{node, queue}
 	l := r.lanes[k]
 	if l == nil {
@@ -227,8 +194,7 @@ func jobOf(it *item) string {
 // flush sends what is queued, as far as the stream's window allows:
 // false when nothing was taken.
 func (l *lane) flush() bool {
-	r := l.r
-	streaming := !r.cfg.ForceUnary && !l.streamless
+	streaming := !l.r.cfg.ForceUnary
 	limit := -1
 	if streaming {
 		if limit = laneWindow - len(l.unacked); limit <= 0 {
@@ -243,30 +209,45 @@ func (l *lane) flush() bool {
 	if len(items) == 0 {
 		return true
 	}
-	if streaming && l.st == nil {
-		if err := l.open(); err != nil {
-			if errors.Is(err, ErrUnknownNode) {
-				l.gone(items)
-				return true
-			}
-			if r.ctx.Err() == nil {
-				r.m.fallbacks.Inc()
-				lvl := slog.LevelWarn
-				if l.openFailing {
-					lvl = slog.LevelDebug // said once until a stream opens again
-				}
-				l.openFailing = true
-				r.log.Log(r.ctx, lvl, "could not open a deliver stream; sending by unary calls", "node", l.key.node, "queue", l.key.queue, "messages", len(items), "err", err)
-			}
-			if status.Code(err) == codes.Unimplemented {
-				l.streamless = true
-			}
-		}
+	if streaming && l.st == nil && !l.openStream(len(items)) {
+		l.gone(items)
+		return true
 	}
 	if l.st == nil {
 		l.unary(items)
+	} else {
+		l.stream(items)
+	}
+	return true
+}
+
+// openStream opens the lane's stream for n items about to be sent. One
+// that cannot be opened leaves them to the unary path, logged once until a
+// stream opens again. False when the lane's node left the catalog.
+func (l *lane) openStream(n int) bool {
+	r := l.r
+	err := l.open()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrUnknownNode):
+		return false
+	case r.ctx.Err() != nil:
 		return true
 	}
+	r.m.fallbacks.Inc()
+	lvl := slog.LevelWarn
+	if l.openFailing {
+		lvl = slog.LevelDebug // said once until a stream opens again
+	}
+	l.openFailing = true
+	r.log.Log(r.ctx, lvl, "could not open a deliver stream; sending by unary calls", "node", l.key.node, "queue", l.key.queue, "messages", n, "err", err)
+	return true
+}
+
+// stream sends items on the lane's stream; the first of them to be the
+// oldest unacked arms the ack deadline.
+func (l *lane) stream(items []*item) {
 	now := time.Now()
 	for _, it := range items {
 		l.st.push(it, now)
@@ -276,7 +257,6 @@ func (l *lane) flush() bool {
 			l.armAck(now)
 		}
 	}
-	return true
 }
 
 // take removes up to limit queued items (all for a negative limit).
@@ -329,61 +309,6 @@ func (l *lane) check(items []*item) []*item {
 	}
 	clear(items[len(ok):])
 	return ok
-}
-
-// inZone is the zone test of an item: a delivery of a zone-scoped job goes
-// only to a node whose zone label in the catalog view is the job's. Every
-// other item passes: forwards go to a dispatcher, whose zone does not
-// matter (only where a job runs does), and a cancel or unbind must reach a
-// job wherever it is.
-func (l *lane) inZone(it *item) bool {
-	zone := it.msg.GetDelivery().GetZone()
-	if it.fwd != nil || it.msg.GetKind() != pb.PeerMessage_KIND_DELIVER || zone == "" {
-		return true
-	}
-	nz, ok := l.r.zoneOf(l.key.node)
-	return ok && nz == zone
-}
-
-func (l *lane) zoneErr(it *item) error {
-	nz, ok := l.r.zoneOf(l.key.node)
-	if !ok {
-		nz = "none"
-	}
-	return fmt.Errorf("job %s is scoped to zone %q; node %s is in zone %q", jobOf(it), it.msg.GetDelivery().GetZone(), l.key.node, nz)
-}
-
-// zoneCheck applies the zone test to the lane's stream again after zones
-// changed in the catalog view. A stream opened while its node had another
-// zone label (or none) no longer passes: it is closed, its unacked
-// deliveries that fail the test now go back to the engine to be routed
-// again (ReasonZone), and the rest are resent by unary calls, in order, as
-// after a stall; the next item opens a stream under the node's new label.
-func (l *lane) zoneCheck() {
-	r := l.r
-	st := l.st
-	if st == nil || r.ctx.Err() != nil {
-		return
-	}
-	if nz, ok := r.zoneOf(l.key.node); ok == st.zoned && nz == st.zone {
-		return
-	}
-	l.dropStream()
-	r.m.zoneCloses.Inc()
-	r.log.Info("deliver stream closed: its node's zone changed", "node", l.key.node, "queue", l.key.queue, "was", st.zone, "unacked", len(l.unacked))
-	items := l.unacked
-	l.unacked = nil
-	l.ackTimer.Stop()
-	keep := items[:0]
-	for _, it := range items {
-		if it.fwd == nil && !l.inZone(it) {
-			r.undeliverable(l.key.node, it.msg, nil, ReasonZone, l.zoneErr(it))
-			continue
-		}
-		keep = append(keep, it)
-	}
-	clear(items[len(keep):])
-	l.unary(keep)
 }
 
 // acked applies an ack: every unacked item up to its number is handled.
@@ -477,9 +402,6 @@ func (l *lane) fallback(why string, err error) {
 	if r.ctx.Err() != nil {
 		return // Close: shutdown drops what is left
 	}
-	if status.Code(err) == codes.Unimplemented {
-		l.streamless = true
-	}
 	l.dropStream()
 	r.m.fallbacks.Inc()
 	lvl := slog.LevelDebug
@@ -491,125 +413,6 @@ func (l *lane) fallback(why string, err error) {
 	l.unacked = nil
 	l.ackTimer.Stop()
 	l.unary(items)
-}
-
-// unary sends items in order by unary calls: runs of messages as Posts
-// (each resent until handed over), forwards as one Forward attempt each.
-func (l *lane) unary(items []*item) {
-	r := l.r
-	for len(items) > 0 {
-		if r.ctx.Err() != nil {
-			l.drop(items, ErrClosed)
-			return
-		}
-		if items[0].fwd != nil {
-			l.forwardOnce(items[0])
-			items = items[1:]
-			continue
-		}
-		n, size := 0, 0
-		for n < len(items) && items[n].fwd == nil && (n == 0 || size+items[n].cost <= r.maxPost) {
-			size += items[n].cost
-			n++
-		}
-		switch l.post(items[:n]) {
-		case postGone:
-			l.gone(items)
-			return
-		case postClosed:
-			l.drop(items, ErrClosed)
-			return
-		}
-		items = items[n:]
-	}
-}
-
-type postOutcome int
-
-const (
-	postSent postOutcome = iota
-	postRefused
-	postGone
-	postClosed
-)
-
-// post sends one run of messages as a Post naming the lane, resending it
-// unchanged until it is handed over, the node leaves the catalog (postGone:
-// nothing dropped yet), the peer refuses it for good (dropped), or the
-// router closes (postClosed: nothing dropped yet).
-func (l *lane) post(items []*item) postOutcome {
-	r := l.r
-	req := &pb.PostRequest{Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue},
-		Messages: make([]*pb.PeerMessage, len(items)), Seqs: make([]uint64, len(items))}
-	for i, it := range items {
-		req.Messages[i], req.Seqs[i] = it.msg, it.seq
-	}
-	for attempt := 0; ; attempt++ {
-		addr, ok := r.cfg.Addr(l.key.node)
-		if !ok {
-			return postGone
-		}
-		err := r.postOnce(addr, req)
-		if err == nil {
-			for _, it := range items {
-				r.m.messages.WithLabelValues(it.kind).Inc()
-			}
-			r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
-			return postSent
-		}
-		if r.ctx.Err() != nil {
-			return postClosed
-		}
-		r.m.sendFailures.Inc()
-		if permanent(err) {
-			r.log.Error("dropped routing messages the peer refused", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "err", err)
-			l.drop(items, err)
-			return postRefused
-		}
-		lvl := slog.LevelDebug
-		if attempt == 0 {
-			lvl = slog.LevelWarn
-		}
-		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "attempt", attempt+1, "err", err)
-		if !r.sleep(r.ctx, attempt) {
-			return postClosed
-		}
-	}
-}
-
-// forwardOnce makes one unary Forward attempt for a forward item and
-// hands its outcome to the caller, who tries again as a new item if it
-// was transient.
-func (l *lane) forwardOnce(it *item) {
-	r := l.r
-	if err := it.ctx.Err(); err != nil {
-		it.finish(nil, err)
-		return
-	}
-	addr, ok := r.cfg.Addr(l.key.node)
-	if !ok {
-		it.finish(nil, ErrUnknownNode)
-		return
-	}
-	cc, err := r.cfg.Client.Conn(addr)
-	if err != nil {
-		it.finish(nil, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(it.ctx, r.cfg.AttemptTimeout)
-	defer cancel()
-	res, err := pb.NewPeerServiceClient(cc).Forward(ctx, &pb.ForwardRequest{
-		Delivery: it.fwd, Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue}, Seq: it.seq,
-	})
-	if err != nil {
-		if r.ctx.Err() == nil {
-			r.m.sendFailures.Inc()
-		}
-		it.finish(nil, err)
-		return
-	}
-	r.m.messages.WithLabelValues(it.kind).Inc()
-	it.finish(res, nil)
 }
 
 // drop gives up on items: messages are counted as dropped, forwards fail

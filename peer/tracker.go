@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,14 +90,27 @@ func (t *Tracker) Run(ctx context.Context) {
 // round pings every other node once, in parallel, and records the results.
 func (t *Tracker) round(ctx context.Context) {
 	nodes := t.cfg.View.Nodes()
-	type result struct {
-		id, addr string
-		err      error
+	results, addrs := t.pingAll(ctx, nodes)
+	if ctx.Err() != nil {
+		return // shutting down: a cancelled ping says nothing about the peer
 	}
-	results := make(chan result, len(nodes))
-	var wg sync.WaitGroup
+	t.record(nodes, results)
+	t.cfg.Client.Retain(addrs)
+}
+
+// pingResult is one ping of a round.
+type pingResult struct {
+	id, addr string
+	err      error
+}
+
+// pingAll pings every node but this one that has a peer address, each at
+// most one interval, and returns the results and the addresses pinged.
+func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingResult, map[string]bool) {
+	results := make([]pingResult, len(nodes))
 	addrs := map[string]bool{}
-	for _, n := range nodes {
+	var wg sync.WaitGroup
+	for i, n := range nodes {
 		if n.ID == t.cfg.Self || n.PeerAddr == "" {
 			continue
 		}
@@ -108,21 +122,24 @@ func (t *Tracker) round(ctx context.Context) {
 			if err == nil && got != n.ID {
 				err = fmt.Errorf("%s answered as node %q", n.PeerAddr, got)
 			}
-			results <- result{n.ID, n.PeerAddr, err}
+			results[i] = pingResult{n.ID, n.PeerAddr, err}
 		})
 	}
 	wg.Wait()
-	close(results)
-	if ctx.Err() != nil {
-		return // shutting down: a cancelled ping says nothing about the peer
-	}
+	return slices.DeleteFunc(results, func(r pingResult) bool { return r.id == "" }), addrs
+}
 
+// record counts each node's misses, logs the nodes that turned spare or
+// answer again, forgets the nodes gone from the view, and sets the state
+// gauges.
+func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) {
 	present := map[string]bool{}
 	for _, n := range nodes {
 		present[n.ID] = true
 	}
 	t.mu.Lock()
-	for r := range results {
+	defer t.mu.Unlock()
+	for _, r := range results {
 		m := t.misses[r.id]
 		if m.addr != r.addr {
 			m = miss{addr: r.addr}
@@ -158,8 +175,6 @@ func (t *Tracker) round(ctx context.Context) {
 		t.shown[id] = true
 	}
 	t.cfg.Metrics.setStates(states, gone)
-	t.mu.Unlock()
-	t.cfg.Client.Retain(addrs)
 }
 
 // Spare reports whether this node holds node spare: it missed Threshold

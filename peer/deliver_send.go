@@ -10,13 +10,16 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
+// The request leg's stream, sending end: a lane's Deliver stream. The
+// receiving end is deliver_recv.go.
+
 // laneStream is a lane's Deliver stream on the sending side. Two
 // goroutines own the gRPC stream: a writer (the open frame, items as the
 // lane pushes them, a heartbeat every interval) and a reader (acks to the
 // lane; every frame, heartbeats included, proves the receiver alive). The
 // lane never blocks on them: it pushes at most laneWindow unacked items,
 // the capacity of frames and of acks. Both end when ctx does, which
-// dropStream and Router.Close cause, or when the stream fails; the lane
+// dropStream and Transport.Close cause, or when the stream fails; the lane
 // waits for them before it goes on.
 type laneStream struct {
 	ctx    context.Context
@@ -50,7 +53,7 @@ func (l *lane) open() error {
 	if !ok {
 		return ErrUnknownNode
 	}
-	cc, err := r.cfg.Client.Conn(addr)
+	cc, err := r.client.Conn(addr)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,155 @@
+package core
+
+import "context"
+
+// This file reacts to the catalog view changing: nodes and consumers that
+// came or went, zone labels that changed, queues left without a dispatcher.
+
+// ClusterChanged re-reads the catalog view after it changed. Proven deaths
+// (a node's record gone with its lease, a consumer's record withdrawn) end
+// or return the jobs they held; new consumers may take pending jobs; and
+// dispatchers check whether their queue should move (relocation).
+func (e *Engine) ClusterChanged() {
+	if e.cluster == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.nodesGoneLocked()
+	e.zonesChangedLocked()
+	for _, q := range e.queues {
+		e.consumersGoneLocked(q)
+		e.dispatchLocked(q)
+		e.pinCheckLocked(q)
+		e.claimOrphansLocked(q)
+	}
+}
+
+// nodesGoneLocked acts on nodes whose catalog record is gone: their lease
+// expired or was revoked, so they have fenced themselves and run nothing.
+//   - As ingress: a job held by a dead node (its consumer host, or its
+//     dispatcher while no host is known) returns to its queue if it
+//     produced no output and fails worker_lost otherwise.
+//   - As consumer host: a job whose ingress is dead has no requester left
+//     and is cancelled on its worker.
+//   - As dispatcher: a pending job whose ingress is dead is dropped.
+func (e *Engine) nodesGoneLocked() {
+	dead := map[string]bool{}
+	gone := func(node string) bool {
+		if node == "" || node == e.cfg.Node {
+			return false
+		}
+		if v, ok := dead[node]; ok {
+			return v
+		}
+		dead[node] = e.cluster.Gone(node)
+		return dead[node]
+	}
+	for _, j := range e.jobs {
+		if j.state.Terminal() {
+			continue
+		}
+		holder := j.host
+		if holder == "" {
+			holder = j.dispatcher
+		}
+		if gone(holder) {
+			e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+holder+" is gone")
+		}
+	}
+	for id, w := range e.hosted {
+		if b := w.bindings[id]; b != nil && gone(b.t.d.Ingress) {
+			e.cancelOnWorkerLocked(w, id, b.t.d.Gen, CodeCancelled)
+		}
+	}
+	for _, q := range e.queues {
+		for _, t := range append([]*task(nil), q.pending...) {
+			if gone(t.d.Ingress) {
+				e.removePendingLocked(q, t)
+			}
+		}
+	}
+}
+
+// zonesChangedLocked applies the zone test again to zone-scoped jobs bound
+// on other nodes, after a node's zone label changed in the catalog: a
+// binding on a node that is no longer in the job's zone is stopped there
+// and the job re-routed (run again in its zone if it produced no output,
+// else failed worker_lost). The ingress judges the jobs whose host it
+// knows; a dispatcher, the jobs it bound to remote consumers.
+func (e *Engine) zonesChangedLocked() {
+	outOfZone := func(zone, node string) bool {
+		return zone != "" && node != "" && node != e.cfg.Node && e.cluster.Alive(node) && e.cluster.NodeZone(node) != zone
+	}
+	for _, j := range e.jobs {
+		// Only where the job runs matters (a dispatcher's own zone does
+		// not): the host, once a reply or its reply leg named it.
+		if j.state.Terminal() || !outOfZone(j.Env.Zone, j.host) {
+			continue
+		}
+		host := j.host
+		e.sendLocked(host, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: CodeCancelled})
+		e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+host+" left the job's zone "+j.Env.Zone)
+	}
+	for _, q := range e.queues {
+		for id, t := range q.bound {
+			if t.remote == nil || !outOfZone(t.d.Zone, t.remote.info.Node) {
+				continue
+			}
+			node := t.remote.info.Node
+			e.sendLocked(node, Message{Kind: MsgCancel, JobID: id, Gen: t.d.Gen, Queue: q.name, Code: CodeCancelled})
+			e.unbindLocked(id, q.name, t.d.Gen)
+			e.releaseToIngressLocked(t.d, "", false, "node "+node+" left the job's zone "+t.d.Zone)
+		}
+	}
+}
+
+// consumersGoneLocked returns the jobs bound to remote consumers whose
+// registration is gone: the death the at-most-once rule accepts as proof.
+func (e *Engine) consumersGoneLocked(q *queue) {
+	if len(q.remote) == 0 {
+		return
+	}
+	live := map[string]bool{}
+	for _, c := range e.cat.Consumers(q.name) {
+		live[c.ID] = true
+	}
+	for id, t := range q.bound {
+		if t.remote == nil || live[t.remote.info.ID] {
+			continue
+		}
+		consumer := t.remote.info.ID
+		e.unbindLocked(id, q.name, t.d.Gen)
+		e.releaseToIngressLocked(t.d, consumer, false, "the consumer's registration is gone")
+	}
+	for id, rc := range q.remote {
+		if !live[id] && rc.bound == 0 {
+			delete(q.remote, id)
+		}
+	}
+}
+
+// claimOrphansLocked re-elects the queues this node hosts consumers of
+// whose record names no routable dispatcher (its node died, or handed the
+// queue over): a consumer's node claims it.
+func (e *Engine) claimOrphansLocked(q *queue) {
+	if len(q.workers) == 0 {
+		return
+	}
+	if _, ok := e.cluster.CachedDispatcher(q.name); ok || q.claiming {
+		return
+	}
+	q.claiming = true
+	name := q.name
+	e.goLocked(func(ctx context.Context) {
+		if err := e.cluster.ClaimConsumer(ctx, name); err != nil {
+			e.log.Warn("claim orphaned queue", "queue", name, "err", err)
+		}
+		e.mu.Lock()
+		q.claiming = false
+		e.mu.Unlock()
+	})
+}

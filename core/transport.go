@@ -1,0 +1,150 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// The seam between the engine and the node-to-node transport: Transport is
+// what the engine calls to reach other nodes, Receiver what the transport
+// calls with what other nodes sent. package peer implements Transport over
+// gRPC; *Engine implements Receiver. Both carry Messages.
+
+// Transport is the message half of a cluster: it carries the engine's
+// messages to other nodes. A Cluster (the decisions) and a Transport come
+// together; both are nil on a single node.
+//
+// Locking: Send, Room and Expect are called with Engine.mu held, so they
+// queue and return: they never block on the network, and never call the
+// engine (a Receiver method) from within. Forward is called without it.
+type Transport interface {
+	// Forward hands a job to the dispatcher on node and waits for its
+	// verdict: nil once the dispatcher holds it, or the *Error it refused
+	// it with. Retrying a Forward with the same (job, generation) never
+	// creates a second job.
+	Forward(ctx context.Context, node string, d Delivery) error
+	// Send queues m for node and returns at once. A job's messages to one
+	// node arrive in the order they were sent on each of its two legs: the
+	// request leg (forward, deliver, cancel, unbind; ordered per queue) and
+	// a binding's replies and release. The legs are not ordered with each
+	// other. A message no transport can carry is not sent: the transport
+	// tells Receiver.Undeliverable, later, from a goroutine of its own.
+	Send(node string, m Message)
+	// Room is the reply leg's flow control: nil when the replies of job to
+	// node may keep coming, or a channel closed once they may. The worker
+	// session waits on it before it reads its worker's next message, so a
+	// slow ingress slows the worker down and no output is dropped.
+	Room(node, job string) <-chan struct{}
+	// Expect tells the transport that this node is about to offer binding
+	// (job, gen), whose ingress is node, to a worker: the reply leg may be
+	// set up now, off the path of the first output.
+	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
+}
+
+// Receiver is what the transport hands what other nodes send: *Engine
+// implements it. from (or host) is the authenticated id of the sending
+// node.
+//
+// Locking: every method takes Engine.mu. The transport calls them from its
+// own goroutines, never from within a Transport method, and holding none
+// of the locks its Transport methods take. They never block on anything
+// but Engine.mu: what they send in turn goes through Transport.Send.
+type Receiver interface {
+	// HandleForward takes a job as its queue's dispatcher: nil once it
+	// holds it, a *Error to refuse it (an answer the caller passes on),
+	// any other error when it cannot decide (the caller may retry). It is
+	// called again with the same (job id, generation) when a caller lost
+	// the answer, and creates no second job.
+	HandleForward(from string, d Delivery) error
+	// HandleMessage acts on one message. Messages from one node arrive one
+	// at a time, in the order that node sent them on one path: a queue's
+	// lane, a binding's reply leg, or the node's FIFO of lone messages.
+	HandleMessage(from string, m Message)
+	// Undeliverable is told about a message Send queued that no transport
+	// can carry (too large, or with no valid wire form) or that must not
+	// go to node (ReasonZone). It is never sent nor retried.
+	Undeliverable(node string, m Message, reason string)
+	// ReplyLegOpened is told that host opened the reply leg of binding
+	// (id, gen): the job runs there. Hosts open it when they offer the job
+	// to their worker, before its first output.
+	ReplyLegOpened(host, id string, gen uint64)
+	// ReplyLegSilent is told that nothing, not even a heartbeat, arrived on
+	// the reply leg of binding (id, gen) from host for several heartbeat
+	// intervals while its connection stayed open (a host paused,
+	// partitioned or swapping). The leg's stream is ended first.
+	ReplyLegSilent(host, id string, gen uint64)
+}
+
+var _ Receiver = (*Engine)(nil)
+
+// ReasonZone is the reason Undeliverable is given for a zone-scoped
+// delivery the transport would not send: its node is not in the job's zone
+// (any more). The job is routed again, not failed.
+const ReasonZone = "zone"
+
+// MessageKind names a peer message. The kinds are the label values of
+// switchyard_peer_messages_total{kind}.
+type MessageKind string
+
+// Message kinds, by the leg they travel.
+const (
+	// MsgForward ingress → dispatcher: a job that goes back to its queue
+	// (reject, lost worker) travelling asynchronously. A first forward is
+	// the synchronous Transport.Forward.
+	MsgForward MessageKind = "forward"
+	// MsgDeliver dispatcher → consumer host: a job bound to one consumer.
+	MsgDeliver MessageKind = "deliver"
+	// MsgReply consumer host → ingress: accepted, one output, or the end.
+	MsgReply MessageKind = "reply"
+	// MsgRelease consumer host or dispatcher → ingress: a binding ended
+	// without an outcome (rejected, worker lost, could not be offered).
+	MsgRelease MessageKind = "release"
+	// MsgUnbind consumer host → dispatcher: a remote consumer's credit is
+	// free again.
+	MsgUnbind MessageKind = "unbind"
+	// MsgCancel ingress → dispatcher or consumer host, and dispatcher →
+	// consumer host: stop the job.
+	MsgCancel MessageKind = "cancel"
+)
+
+// Message is one peer message. Every message names the job and the
+// generation it belongs to; a receiver refuses a stale generation.
+type Message struct {
+	Kind  MessageKind
+	JobID string
+	Gen   uint64
+	Queue string
+
+	// Delivery is the job, for forward and deliver.
+	Delivery *Delivery
+	// Consumer is the consumer a deliver is for, or the one a reply,
+	// release or unbind comes from; WorkerName is its worker's name.
+	Consumer   string
+	WorkerName string
+
+	// Reply: Accepted alone, or one Output, or End.
+	Accepted bool
+	Output   json.RawMessage
+	End      *End
+
+	// Release: Rejected is true for a worker's refusal (the consumer is not
+	// offered the job again); otherwise the worker was lost.
+	Rejected bool
+	Reason   string
+
+	// Cancel: the code the job ended with.
+	Code Code
+
+	// TTL is, on a reply, what was left of the job's TTL when the host sent
+	// it: a transport bounds the job's reply stream by it, since a reply leg
+	// is closed by the job's end or its TTL, never by an idle timer.
+	TTL time.Duration
+}
+
+// End is a job's end as its worker reported it: Code "" is success.
+type End struct {
+	Code   Code
+	Detail string
+	Result json.RawMessage
+}

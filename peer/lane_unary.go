@@ -1,0 +1,131 @@
+package peer
+
+import (
+	"context"
+	"log/slog"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// A lane's unary path: its items as Post and Forward calls, one call at a
+// time, when it has no stream (ForceUnary, an open that failed) and to
+// resend what a dropped stream held unacked.
+
+// unary sends items in order by unary calls: runs of messages as Posts
+// (each resent until handed over), forwards as one Forward attempt each.
+func (l *lane) unary(items []*item) {
+	r := l.r
+	for len(items) > 0 {
+		if r.ctx.Err() != nil {
+			l.drop(items, ErrClosed)
+			return
+		}
+		if items[0].fwd != nil {
+			l.forwardOnce(items[0])
+			items = items[1:]
+			continue
+		}
+		n, size := 0, 0
+		for n < len(items) && items[n].fwd == nil && (n == 0 || size+items[n].cost <= r.maxPost) {
+			size += items[n].cost
+			n++
+		}
+		switch l.post(items[:n]) {
+		case postGone:
+			l.gone(items)
+			return
+		case postClosed:
+			l.drop(items, ErrClosed)
+			return
+		}
+		items = items[n:]
+	}
+}
+
+type postOutcome int
+
+const (
+	postSent postOutcome = iota
+	postRefused
+	postGone
+	postClosed
+)
+
+// post sends one run of messages as a Post naming the lane, resending it
+// unchanged until it is handed over, the node leaves the catalog (postGone:
+// nothing dropped yet), the peer refuses it for good (dropped), or the
+// router closes (postClosed: nothing dropped yet).
+func (l *lane) post(items []*item) postOutcome {
+	r := l.r
+	req := &pb.PostRequest{Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue},
+		Messages: make([]*pb.PeerMessage, len(items)), Seqs: make([]uint64, len(items))}
+	for i, it := range items {
+		req.Messages[i], req.Seqs[i] = it.msg, it.seq
+	}
+	for attempt := 0; ; attempt++ {
+		addr, ok := r.cfg.Addr(l.key.node)
+		if !ok {
+			return postGone
+		}
+		err := r.postOnce(addr, req)
+		if err == nil {
+			for _, it := range items {
+				r.m.messages.WithLabelValues(it.kind).Inc()
+			}
+			r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
+			return postSent
+		}
+		if r.ctx.Err() != nil {
+			return postClosed
+		}
+		r.m.sendFailures.Inc()
+		if permanent(err) {
+			r.log.Error("dropped routing messages the peer refused", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "err", err)
+			l.drop(items, err)
+			return postRefused
+		}
+		lvl := slog.LevelDebug
+		if attempt == 0 {
+			lvl = slog.LevelWarn
+		}
+		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "attempt", attempt+1, "err", err)
+		if !r.sleep(r.ctx, attempt) {
+			return postClosed
+		}
+	}
+}
+
+// forwardOnce makes one unary Forward attempt for a forward item and
+// hands its outcome to the caller, who tries again as a new item if it
+// was transient.
+func (l *lane) forwardOnce(it *item) {
+	r := l.r
+	if err := it.ctx.Err(); err != nil {
+		it.finish(nil, err)
+		return
+	}
+	addr, ok := r.cfg.Addr(l.key.node)
+	if !ok {
+		it.finish(nil, ErrUnknownNode)
+		return
+	}
+	cc, err := r.client.Conn(addr)
+	if err != nil {
+		it.finish(nil, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(it.ctx, r.cfg.AttemptTimeout)
+	defer cancel()
+	res, err := pb.NewPeerServiceClient(cc).Forward(ctx, &pb.ForwardRequest{
+		Delivery: it.fwd, Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue}, Seq: it.seq,
+	})
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.m.sendFailures.Inc()
+		}
+		it.finish(nil, err)
+		return
+	}
+	r.m.messages.WithLabelValues(it.kind).Inc()
+	it.finish(res, nil)
+}

@@ -1,0 +1,66 @@
+package peer
+
+import (
+	"fmt"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The zone test on the request leg: a zone-scoped delivery goes only to a
+// node whose zone label in the catalog view is the job's, at the time it
+// is sent (docs/cluster.md, "Zones").
+
+// inZone is the zone test of an item: a delivery of a zone-scoped job goes
+// only to a node whose zone label in the catalog view is the job's. Every
+// other item passes: forwards go to a dispatcher, whose zone does not
+// matter (only where a job runs does), and a cancel or unbind must reach a
+// job wherever it is.
+func (l *lane) inZone(it *item) bool {
+	zone := it.msg.GetDelivery().GetZone()
+	if it.fwd != nil || it.msg.GetKind() != pb.PeerMessage_KIND_DELIVER || zone == "" {
+		return true
+	}
+	nz, ok := l.r.zoneOf(l.key.node)
+	return ok && nz == zone
+}
+
+func (l *lane) zoneErr(it *item) error {
+	nz, ok := l.r.zoneOf(l.key.node)
+	if !ok {
+		nz = "none"
+	}
+	return fmt.Errorf("job %s is scoped to zone %q; node %s is in zone %q", jobOf(it), it.msg.GetDelivery().GetZone(), l.key.node, nz)
+}
+
+// zoneCheck applies the zone test to the lane's stream again after zones
+// changed in the catalog view. A stream opened while its node had another
+// zone label (or none) no longer passes: it is closed, its unacked
+// deliveries that fail the test now go back to the engine to be routed
+// again (ReasonZone), and the rest are resent by unary calls, in order, as
+// after a stall; the next item opens a stream under the node's new label.
+func (l *lane) zoneCheck() {
+	r := l.r
+	st := l.st
+	if st == nil || r.ctx.Err() != nil {
+		return
+	}
+	if nz, ok := r.zoneOf(l.key.node); ok == st.zoned && nz == st.zone {
+		return
+	}
+	l.dropStream()
+	r.m.zoneCloses.Inc()
+	r.log.Info("deliver stream closed: its node's zone changed", "node", l.key.node, "queue", l.key.queue, "was", st.zone, "unacked", len(l.unacked))
+	items := l.unacked
+	l.unacked = nil
+	l.ackTimer.Stop()
+	keep := items[:0]
+	for _, it := range items {
+		if it.fwd == nil && !l.inZone(it) {
+			r.undeliverable(l.key.node, it.msg, nil, ReasonZone, l.zoneErr(it))
+			continue
+		}
+		keep = append(keep, it)
+	}
+	clear(items[len(keep):])
+	l.unary(keep)
+}

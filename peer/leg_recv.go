@@ -1,0 +1,249 @@
+package peer
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The response leg, receiving side (the ingress): what the server
+// remembers of each reply leg across the trunks that carry it, so that a
+// leg resent on a new trunk is handled once and in order, and where the
+// job's cancel goes. The trunk itself is trunk_recv.go.
+
+// How long the ingress remembers a leg.
+const (
+	// maxLegMemory caps how long a leg's state is kept for a host to
+	// re-open it, whatever TTL its open frame claims.
+	maxLegMemory = time.Hour
+	// inLegSweep: legs no stream has held past their memory are swept at
+	// most this often.
+	inLegSweep = time.Minute
+	// finishedLegMemory is how long a leg is remembered after its last
+	// item was handled: a host whose trunk failed before that item's ack
+	// reached it resends the leg's unacked tail on its next trunk (after
+	// up to three heartbeat intervals to notice, and its backoff), and
+	// finds the leg's numbers here, so nothing is handled twice. A resend
+	// later than that is handled again, and is stale at the engine (the
+	// job ended, or moved to a new generation).
+	finishedLegMemory = 10 * time.Second
+)
+
+// inLegKey names a reply leg as the ingress sees it.
+type inLegKey struct {
+	from, job string
+	gen       uint64
+}
+
+// inLeg is what the server knows of one reply leg, across the trunks that
+// carry it (a host opens the leg again on its next trunk when one fails):
+// the numbers it handled, the trunk that holds it now, and the job's
+// cancel once there is one. Once its last item is handled, or the host
+// ended it without one, it is done: kept for finishedLegMemory, then
+// forgotten. It is forgotten at once when its trunk went silent, and when
+// no trunk held it for its memory (attachLeg sweeps).
+type inLeg struct {
+	key inLegKey
+
+	// mu serialises handling: dedup and the receiver call. It is taken
+	// before server.mu (which the receiver's sends may take), never under
+	// it.
+	mu      sync.Mutex
+	session string
+	next    uint64
+
+	// Under server.mu.
+	cur           *respondStream
+	cancel        *pb.PeerMessage // written on every trunk that holds the leg until it ends
+	cancelOn      *respondStream  // the trunk the cancel was last written on
+	cancelCounted bool
+	forget        time.Time // while no trunk holds it: dropped after
+	done          bool      // its last item was handled (see finishLeg)
+}
+
+// finishedLeg is an entry of server.finished: a done leg, to forget once
+// until has passed (unless it was opened again since).
+type finishedLeg struct {
+	l     *inLeg
+	until time.Time
+}
+
+// attachLeg makes rs the trunk that holds the leg o opens: a host opens a
+// leg on a new trunk only once it gave up on the last.
+func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *inLeg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.legsSwept) >= inLegSweep {
+		s.legsSwept = now
+		for k, l := range s.inLegs {
+			if l.cur == nil && now.After(l.forget) {
+				delete(s.inLegs, k)
+			}
+		}
+	}
+	k := inLegKey{from, o.GetJobId(), o.GetGeneration()}
+	l := s.inLegs[k]
+	if l == nil {
+		l = &inLeg{key: k}
+		s.inLegs[k] = l
+	}
+	if rs.held == nil {
+		// rs ended: its reader handles nothing more. The leg is kept for
+		// the host's next trunk like any other.
+		if l.cur == nil && l.forget.IsZero() {
+			l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
+		}
+		return l
+	}
+	if old := l.cur; old != nil && old != rs {
+		if old.epoch > rs.epoch {
+			return l // a stale frame of an older trunk: the newer one holds the leg
+		}
+		delete(old.held, k)
+	}
+	// A done leg opened again is a resend of its tail: skipped by number.
+	l.cur, l.done = rs, false
+	rs.held[k] = l
+	l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
+	if l.cancel != nil {
+		rs.cancels = append(rs.cancels, l)
+		select {
+		case rs.kick <- struct{}{}:
+		default:
+		}
+	}
+	return l
+}
+
+// finishLeg marks done a leg whose last item rs handled, or that the host
+// ended on rs without one: rs no longer holds it, and it is forgotten
+// after finishedLegMemory unless the host opens it again meanwhile.
+func (s *server) finishLeg(rs *respondStream, l *inLeg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.cur != rs {
+		return
+	}
+	l.cur = nil
+	delete(rs.held, l.key)
+	now := time.Now()
+	if s.inLegs[l.key] == l {
+		l.done, l.forget = true, now.Add(finishedLegMemory)
+		s.finished = append(s.finished, finishedLeg{l, l.forget})
+	}
+	s.pruneFinishedLocked(now)
+}
+
+// pruneFinishedLocked forgets the done legs whose memory ran out. Entries
+// are in the order they were added, each with the same memory, so only
+// the front is looked at.
+func (s *server) pruneFinishedLocked(now time.Time) {
+	n := 0
+	for n < len(s.finished) && now.After(s.finished[n].until) {
+		l := s.finished[n].l
+		if l.done && l.cur == nil && now.After(l.forget) && s.inLegs[l.key] == l {
+			delete(s.inLegs, l.key)
+		}
+		n++
+	}
+	if n > 0 {
+		clear(s.finished[:n])
+		s.finished = s.finished[n:]
+	}
+}
+
+// detachAll ends rs's hold on its legs and returns them. Silent forgets
+// them (their jobs fail); otherwise they are kept until their memory runs
+// out for the host to open them again on its next trunk.
+func (s *server) detachAll(rs *respondStream, silent bool) []inLegKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []inLegKey
+	for k, l := range rs.held {
+		if l.cur != rs {
+			continue
+		}
+		l.cur = nil
+		keys = append(keys, k)
+		if silent && s.inLegs[k] == l {
+			delete(s.inLegs, k)
+		}
+	}
+	rs.held = nil
+	return keys
+}
+
+// cancelOnLeg puts the cancel p of binding (job, gen) on its reply leg
+// from node from, when a trunk holds it now: written at once, and again
+// on any trunk that opens the leg again. False when no trunk holds such a
+// leg: the caller sends the cancel by its lane. It never blocks.
+func (s *server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.inLegs[inLegKey{from, job, gen}]
+	if l == nil || l.cur == nil {
+		return false
+	}
+	if l.cancel == nil {
+		l.cancel = p
+	}
+	l.cur.cancels = append(l.cur.cancels, l)
+	select {
+	case l.cur.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// cancelsFor takes the cancels to write on rs: each leg's once per trunk,
+// while rs holds it.
+func (s *server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ps []*pb.PeerMessage
+	for _, l := range rs.cancels {
+		if l.cur == rs && l.cancelOn != rs && l.cancel != nil {
+			l.cancelOn = rs
+			ps = append(ps, l.cancel)
+			if !l.cancelCounted {
+				l.cancelCounted = true
+				s.cfg.Metrics.messages.WithLabelValues(string(core.MsgCancel)).Inc()
+			}
+		}
+	}
+	rs.cancels = nil
+	return ps
+}
+
+// handleItem hands one item of leg to the receiver unless the leg handled
+// it already. It reports whether the item is the latest the leg handled:
+// just now, or already (a resend whose ack was lost).
+func (rs *respondStream) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondItem) (latest bool) {
+	s := rs.s
+	leg.mu.Lock()
+	defer leg.mu.Unlock()
+	if rs.session != leg.session {
+		// A new host process (or the leg's first trunk).
+		leg.session, leg.next = rs.session, 0
+	}
+	seq := it.GetSeq()
+	if seq < leg.next {
+		return seq+1 == leg.next
+	}
+	leg.next = seq + 1
+	m, err := MessageFromPB(it.GetMessage())
+	if err == nil && (m.Kind != core.MsgReply && m.Kind != core.MsgRelease || m.JobID != leg.key.job || m.Gen != leg.key.gen) {
+		err = errors.New("a reply leg carries its own job's replies and release only")
+	}
+	if err != nil {
+		s.cfg.Metrics.invalid.Inc()
+		s.cfg.Logger.Warn("skipped an invalid message on a reply leg", "from", rs.from, "job", leg.key.job, "err", err)
+		return true
+	}
+	s.handleMessage(rcv, rs.from, m)
+	return true
+}

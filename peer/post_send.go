@@ -1,0 +1,219 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The per-node Post FIFO, sending side: a binding's only message (an end
+// or a release with no reply leg open: nothing of it went before, so it
+// overtakes nothing) goes to its node in order with the others, as batched
+// Posts, one in flight per node, a failed batch resent unchanged before
+// anything behind it. The receiving side is post_recv.go.
+
+// outbox is one node's FIFO and its sender's wake-up.
+type outbox struct {
+	node string
+	msgs []*pb.PeerMessage
+	wake chan struct{} // capacity 1: "something was queued"
+}
+
+// postLocked queues p on node's Post FIFO.
+func (r *router) postLocked(node string, p *pb.PeerMessage) {
+	ob := r.outbox[node]
+	if ob == nil {
+		ob = &outbox{node: node, wake: make(chan struct{}, 1)}
+		r.outbox[node] = ob
+		r.refLocked(node)
+		r.wg.Add(1)
+		go r.run(ob)
+	}
+	ob.msgs = append(ob.msgs, p)
+	r.m.queue.WithLabelValues(node).Inc()
+	select {
+	case ob.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is one node's Post FIFO sender: it posts what is queued, batch by
+// batch, and exits when the queue stayed empty for IdleTimeout or at
+// Close.
+func (r *router) run(ob *outbox) {
+	defer r.wg.Done()
+	idle := time.NewTimer(r.cfg.IdleTimeout)
+	defer idle.Stop()
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.dropLocked(ob, ob.msgs)
+			ob.msgs = nil
+			r.removeLocked(ob)
+			r.mu.Unlock()
+			return
+		}
+		if len(ob.msgs) == 0 {
+			r.mu.Unlock()
+			idle.Reset(r.cfg.IdleTimeout)
+			select {
+			case <-ob.wake:
+			case <-r.ctx.Done():
+			case <-idle.C:
+				r.mu.Lock()
+				if len(ob.msgs) == 0 {
+					r.removeLocked(ob)
+					r.mu.Unlock()
+					return
+				}
+				r.mu.Unlock()
+			}
+			continue
+		}
+		req, bad := r.takeLocked(ob)
+		r.mu.Unlock()
+		for _, u := range bad {
+			r.undeliverable(ob.node, u.p, nil, u.reason, u.err)
+		}
+		if req != nil {
+			r.post(ob, req)
+		}
+	}
+}
+
+// rejected is a queued message no transport can carry.
+type rejected struct {
+	p      *pb.PeerMessage
+	reason string
+	err    error
+}
+
+// takeLocked removes the next batch from ob: every queued message, up to
+// maxPost bytes, numbered from the router's counter. A message that alone
+// exceeds maxPost, or has no valid wire form, can never be sent: it is
+// taken out and returned in bad, to be reported. Nil when only such
+// messages were queued.
+func (r *router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
+	var size, n int
+	for n < len(ob.msgs) {
+		p := ob.msgs[n]
+		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
+		reason, err := "", error(nil)
+		if cost > r.maxPost {
+			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
+		} else if err = wireValid(p); err != nil {
+			reason = ReasonEncoding
+		}
+		if err != nil {
+			if n > 0 {
+				break // send what precedes it first, in order
+			}
+			bad = append(bad, rejected{p, reason, err})
+			ob.msgs[0] = nil
+			ob.msgs = ob.msgs[1:]
+			continue
+		}
+		if size+cost > r.maxPost {
+			break
+		}
+		size += cost
+		n++
+	}
+	if n == 0 {
+		return nil, bad
+	}
+	req = &pb.PostRequest{Session: r.session, FirstSeq: r.seq, Messages: make([]*pb.PeerMessage, n)}
+	copy(req.Messages, ob.msgs[:n])
+	clear(ob.msgs[:n])
+	ob.msgs = ob.msgs[n:]
+	if len(ob.msgs) == 0 {
+		ob.msgs = nil // let the backing array go
+	}
+	r.seq += uint64(n)
+	return req, bad
+}
+
+// post sends one batch to ob's node, resending it unchanged until it is
+// handed over, the node leaves the catalog, the peer refuses it for good,
+// or the router closes. The batch counts in the queue gauge until then.
+func (r *router) post(ob *outbox, req *pb.PostRequest) {
+	for attempt := 0; ; attempt++ {
+		addr, ok := r.cfg.Addr(ob.node)
+		if !ok {
+			r.mu.Lock()
+			n := len(req.Messages) + len(ob.msgs)
+			r.dropLocked(ob, req.Messages)
+			r.dropLocked(ob, ob.msgs)
+			ob.msgs = nil
+			r.mu.Unlock()
+			r.log.Warn("dropped routing messages to a node that left the catalog", "node", ob.node, "messages", n)
+			return
+		}
+		err := r.postOnce(addr, req)
+		if err == nil {
+			r.mu.Lock()
+			for _, p := range req.Messages {
+				r.m.messages.WithLabelValues(kindOf(p)).Inc()
+			}
+			r.m.queue.WithLabelValues(ob.node).Sub(float64(len(req.Messages)))
+			r.mu.Unlock()
+			return
+		}
+		if r.ctx.Err() == nil {
+			r.m.sendFailures.Inc()
+		}
+		if r.ctx.Err() != nil || permanent(err) {
+			r.mu.Lock()
+			r.dropLocked(ob, req.Messages)
+			r.mu.Unlock()
+			if r.ctx.Err() == nil {
+				r.log.Error("dropped routing messages the peer refused", "node", ob.node, "addr", addr, "messages", len(req.Messages), "err", err)
+			}
+			return
+		}
+		lvl := slog.LevelDebug
+		if attempt == 0 {
+			lvl = slog.LevelWarn
+		}
+		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", ob.node, "addr", addr, "messages", len(req.Messages), "attempt", attempt+1, "err", err)
+		if !r.sleep(r.ctx, attempt) {
+			r.mu.Lock()
+			r.dropLocked(ob, req.Messages)
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (r *router) postOnce(addr string, req *pb.PostRequest) error {
+	cc, err := r.client.Conn(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AttemptTimeout)
+	defer cancel()
+	_, err = pb.NewPeerServiceClient(cc).Post(ctx, req)
+	return err
+}
+
+// dropLocked counts msgs, no longer queued for ob's node, as dropped.
+func (r *router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
+	for _, p := range msgs {
+		r.m.dropped.WithLabelValues(kindOf(p)).Inc()
+	}
+	if len(msgs) > 0 {
+		r.m.queue.WithLabelValues(ob.node).Sub(float64(len(msgs)))
+	}
+}
+
+// removeLocked forgets ob, whose queue is empty and whose sender exits.
+func (r *router) removeLocked(ob *outbox) {
+	delete(r.outbox, ob.node)
+	r.unrefLocked(ob.node)
+}

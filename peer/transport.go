@@ -1,0 +1,249 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// Config is what a node's peer transport needs: its identity and
+// credentials, its limits, where other nodes are, and its timings.
+type Config struct {
+	// Node is this node's id: presented on every call, answered by Ping.
+	Node string
+	// Secret is the cluster secret every caller must prove it holds (at
+	// least MinSecretBytes).
+	Secret []byte
+	// MaxMessageBytes bounds one call or stream frame, both ways, as the
+	// peers' own limit does (node config; default 4 MiB).
+	MaxMessageBytes int
+	// MaxConcurrentStreams bounds the calls in flight on one incoming
+	// connection, Deliver streams included (one per lane, that is per
+	// (sending node, queue) with recent traffic) and Respond streams (one
+	// reply trunk per sending node): set it well above the number of queues
+	// one peer may be sending for at once (0: unlimited).
+	MaxConcurrentStreams uint32
+	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
+	// back is reached again within about this long (default 5s).
+	MaxReconnectDelay time.Duration
+
+	// Addr resolves a node id to its peer address; false when the catalog
+	// view has no record of the node: its lease is gone, it is dead.
+	// Required.
+	Addr func(node string) (string, bool)
+	// Zone is a node's zone label in the catalog view; false when the node
+	// has no record, or a record without a zone. A zone-scoped delivery
+	// goes only to a node whose zone is known and is the job's (an
+	// unlabelled node is not in any zone: treating "no label" as "same
+	// zone" is the leak zoning exists to prevent). Nil: no node has a zone.
+	Zone func(node string) (string, bool)
+
+	// AttemptTimeout bounds one Forward or Post attempt (default 10s), so a
+	// peer that stopped answering without closing its connection is tried
+	// again rather than waited on.
+	AttemptTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts (default
+	// 50ms and 2s): it doubles from RetryMin up to RetryMax, with jitter.
+	RetryMin, RetryMax time.Duration
+	// IdleTimeout is how long a node's Post FIFO sender (releases and ends
+	// with no reply leg open) waits for a new message before it exits
+	// (default 30s); the next Send to that node starts another. Reply legs
+	// never idle out: they end with their job.
+	IdleTimeout time.Duration
+	// StreamIdle is how long a lane (one node, one queue) may send nothing,
+	// with nothing unacked, before its Deliver stream is closed and its
+	// goroutine exits, and how long a reply trunk may carry no leg before
+	// it is closed (default 30s); the next message starts them again. It
+	// must be at least 3 × AckTimeoutCeiling (else ErrStreamIdleTooShort),
+	// so a stall is diagnosed long before an idle close could hide it.
+	StreamIdle time.Duration
+	// AckTimeout is how long the receiver may take to ack a lane message
+	// sent on a stream, counted from when it was sent or the message before
+	// it was acked, whichever is later. Missing it drops the stream for the
+	// unary path. The node passes a fraction of the job's remaining TTL for
+	// forward and deliver (core.DispatchTimeout) and the ceiling for kinds
+	// without a TTL. Results are clamped to AckTimeoutCeiling; a
+	// non-positive one means the ceiling. Nil: the ceiling for every
+	// message. Send calls it with the engine's lock held: it must be quick
+	// and must not call the engine.
+	AckTimeout func(m core.Message) time.Duration
+	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
+	// may take (default 5s).
+	AckTimeoutCeiling time.Duration
+	// Heartbeat is how often each end of a Deliver or Respond stream sends
+	// a frame when it has nothing else to send (default 1s). A stream that
+	// receives nothing for three intervals is dropped (a reply leg's
+	// ingress fails the job), so three intervals must be shorter than
+	// ClientKeepaliveTime (else ErrHeartbeatTooLong).
+	Heartbeat time.Duration
+	// ForceUnary sends every lane message by unary Post and Forward calls,
+	// and every reply and release by the node's Post FIFO, with no Deliver
+	// or Respond stream: a benchmark baseline, and an operator's switch
+	// should streams misbehave. Room then never asks a worker to wait.
+	ForceUnary bool
+	// ReplyWindow and ReplyWindowBytes bound a reply leg's queue of
+	// messages not yet sent on its trunk: once it holds ReplyWindow
+	// messages or ReplyWindowBytes, Room hands the worker session a channel
+	// to wait on (defaults DefaultReplyWindow, DefaultReplyWindowBytes).
+	ReplyWindow      int
+	ReplyWindowBytes int
+
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// minIdleFactor: StreamIdle must be at least this many ack timeout
+// ceilings.
+const minIdleFactor = 3
+
+// withDefaults is c with every unset tunable set, or the first setting
+// that cannot work.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Secret) < MinSecretBytes {
+		return c, &core.ConfigError{Field: "cluster-secret", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
+	}
+	if c.Addr == nil {
+		return c, errors.New("peer: Config.Addr is required")
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = 10 * time.Second
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = 50 * time.Millisecond
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = max(2*time.Second, c.RetryMin)
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.AckTimeoutCeiling <= 0 {
+		c.AckTimeoutCeiling = 5 * time.Second
+	}
+	if c.StreamIdle <= 0 {
+		c.StreamIdle = 30 * time.Second
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.ReplyWindow <= 0 {
+		c.ReplyWindow = DefaultReplyWindow
+	}
+	if c.ReplyWindowBytes <= 0 {
+		c.ReplyWindowBytes = DefaultReplyWindowBytes
+	}
+	if c.StreamIdle < minIdleFactor*c.AckTimeoutCeiling {
+		return c, &core.ConfigError{Field: "peer-stream-idle", Value: c.StreamIdle,
+			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, c.AckTimeoutCeiling)}
+	}
+	if silentIntervals*c.Heartbeat >= ClientKeepaliveTime {
+		return c, &core.ConfigError{Field: "peer-heartbeat-interval", Value: c.Heartbeat,
+			Err: fmt.Errorf("%w: %d intervals must be under %s", ErrHeartbeatTooLong, silentIntervals, ClientKeepaliveTime)}
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+// Transport is a node's peer transport: the PeerService server on its
+// --peer-addr (inbound), the router that sends to other nodes' servers
+// (outbound), and the client pool the router and the Tracker share. It is
+// core.Transport; what peers send goes to the core.Receiver given to
+// Start.
+//
+// Lifecycle: New builds it from its Config alone; Serve serves the
+// listener (Ping answers at once, routing calls are refused Unavailable
+// until Start); Start hands it the engine, and routing begins; Close stops
+// it all.
+type Transport struct {
+	client *Client
+	srv    *server
+	rt     *router
+}
+
+var _ core.Transport = (*Transport)(nil)
+
+// New returns a node's transport. It starts goroutines only as calls come
+// in and messages are sent; Close stops them.
+func New(cfg Config) (*Transport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay})
+	srv, rt := newServer(cfg), newRouter(cfg, client)
+	// Cancels cross between them: one for a job whose reply leg the
+	// server holds goes back on that leg, and one the server's receiver
+	// took by any path ends the job's reply leg the router holds here.
+	srv.router, rt.srv = rt, srv
+	return &Transport{client: client, srv: srv, rt: rt}, nil
+}
+
+// Start hands the transport its receiver (the node's engine): from now on
+// the routing calls peers make are handed to it, and so are this node's
+// own undeliverable messages and the cancels that come back on its reply
+// legs. Before Start the routing calls are refused Unavailable (peers
+// retry) and Ping already answers. Call it once.
+func (t *Transport) Start(rcv core.Receiver) {
+	if rcv == nil {
+		panic("peer: Start with a nil receiver")
+	}
+	if !t.srv.rcv.CompareAndSwap(nil, &receiverBox{rcv}) {
+		panic("peer: Start called twice")
+	}
+}
+
+// Serve serves the PeerService on ln until Close; it returns nil after
+// Close.
+func (t *Transport) Serve(ln net.Listener) error { return t.srv.serve(ln) }
+
+// Close stops the server (every call's handler and goroutines have
+// returned when it does), then the router (messages still queued or
+// unacked are dropped and counted; Forward calls in flight fail with
+// ErrClosed; later Sends are dropped and counted), then the client pool.
+// A router goroutine may be in the receiver when Close begins, so Close
+// must not be called with the engine's lock held.
+func (t *Transport) Close() error {
+	t.srv.stop()
+	t.rt.close()
+	return t.client.Close()
+}
+
+// Client is the transport's connection pool, for the Tracker's pings.
+func (t *Transport) Client() *Client { return t.client }
+
+// Forward is core.Transport.Forward: see router.forward.
+func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
+	return t.rt.forward(ctx, node, d)
+}
+
+// Send is core.Transport.Send: see router.send.
+func (t *Transport) Send(node string, m core.Message) { t.rt.send(node, m) }
+
+// Room is core.Transport.Room: see router.room.
+func (t *Transport) Room(node, job string) <-chan struct{} { return t.rt.room(node, job) }
+
+// Expect is core.Transport.Expect: see router.expect.
+func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+	t.rt.expect(node, job, gen, queue, ttl)
+}
+
+// ZonesChanged applies the zone test again to every open Deliver stream:
+// one opened while its node had another zone label is closed, and what it
+// held is sent again under the node's new label (or handed back to the
+// engine). The node calls it on every change of its catalog view; it never
+// blocks.
+func (t *Transport) ZonesChanged() { t.rt.zonesChanged() }

@@ -1,0 +1,462 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The response leg's stream, receiving end: the Respond handler, one per
+// reply trunk from a consumer host. The sending end is trunk_send.go; what
+// the ingress remembers of each leg across trunks is leg_recv.go.
+
+// Errors a Respond stream ends with.
+var (
+	errRespondOpen        = status.Error(codes.InvalidArgument, "a Respond stream must open with a leg, and a leg must name its job")
+	errRespondFrame       = status.Error(codes.InvalidArgument, "a Respond frame must be an open, items, an end or a heartbeat")
+	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply trunk for %d heartbeat intervals", silentIntervals)
+	errRespondOpenTimeout = status.Error(codes.DeadlineExceeded, "the host did not open its Respond stream in time")
+)
+
+// ackEvery and ackBytes are how many items, or bytes of output, a reply
+// trunk handles between the acks it sends at once; they must stay well
+// under the host's in-flight window per leg (256 items, 4 MiB).
+const (
+	ackEvery = 32
+	ackBytes = 1 << 20
+)
+
+// respondStream is one Respond call: a reply trunk from one host, which
+// carries any number of its legs to this node. Its reader goroutine
+// (trunkReader) reads every frame and hands each item to the receiver as
+// it reads it, under its leg's mu: no hand-off per reply, which is safe
+// because the receiver never blocks, and time in it is not the host's
+// silence. The handler's goroutine (trunkWriter) writes acks, heartbeats
+// and cancels, and decides when the stream ends. Silence is watched by a
+// timer. The reader is the only Recv caller and ends once the handler
+// returned; server.stop waits for it.
+type respondStream struct {
+	s       *server
+	st      pb.PeerService_RespondServer
+	from    string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	hb      time.Duration
+	session string // the host's session, from the first open
+	// epoch orders the server's streams by when they started: a leg held
+	// by a newer trunk is never taken back by an older one still reading
+	// frames the host sent before it gave up on it.
+	epoch uint64
+
+	opened  chan *pb.RespondOpen // the first open frame, once
+	ready   chan struct{}        // closed once the stream is set up: legs may open
+	last    atomic.Int64         // when a frame last arrived (or an item was handled), UnixNano
+	busy    atomic.Bool          // the reader is in the receiver
+	kick    chan struct{}        // capacity 1: an ack or a cancel to write
+	finish  chan struct{}        // closed once every item is handled (clean end)
+	silence *time.Timer          // watchSilence
+	due     time.Time            // when silence was due to fire; watchSilence's own
+
+	// ackMu guards acks: per leg, the highest seq handled and not yet
+	// acked; unsent and unsentBytes count the items and the output bytes
+	// handled since acks were last written.
+	ackMu       sync.Mutex
+	acks        map[inLegKey]uint64
+	unsent      int
+	unsentBytes int
+
+	// Under server.mu.
+	held    map[inLegKey]*inLeg // the legs this trunk holds
+	cancels []*inLeg            // legs whose cancel is to be written on it
+}
+
+// Respond receives one host's reply trunk: it handles each leg's replies
+// and release in order, once each across the trunks that carry the leg
+// (see inLeg), acks them per leg after the receiver returns, heartbeats at
+// the host's interval, writes each leg's cancel when there is one
+// (cancelOnLeg), and ends the stream when the host is silent for three
+// intervals, failing the jobs of the legs it held (ReplyLegSilent).
+func (s *server) Respond(st pb.PeerService_RespondServer) error {
+	from, ok := Caller(st.Context())
+	if !ok {
+		return errUnauthenticated
+	}
+	rcv, err := s.receiver()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(st.Context())
+	defer cancel(nil)
+	rs := &respondStream{
+		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
+		opened: make(chan *pb.RespondOpen, 1),
+		ready:  make(chan struct{}),
+		kick:   make(chan struct{}, 1),
+		finish: make(chan struct{}),
+		acks:   map[inLegKey]uint64{},
+		held:   map[inLegKey]*inLeg{},
+		epoch:  s.epochs.Add(1),
+	}
+	if !s.goStream(func() { rs.read(rcv) }) {
+		return status.Error(codes.Unavailable, "peer server stopping")
+	}
+	open := rs.awaitOpen()
+	if open == nil {
+		return rs.end()
+	}
+	rs.start(open)
+	err = (&trunkWriter{rs: rs}).run()
+	rs.silence.Stop()
+	cancel(err)
+	rs.release(rcv)
+	return err
+}
+
+// end is the status the stream ends with once rs.ctx is done.
+func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx) }
+
+// awaitOpen waits, at most openTimeout, for the reader to hand over the
+// trunk's first open: nil when the stream ended first.
+func (rs *respondStream) awaitOpen() *pb.RespondOpen {
+	t := time.AfterFunc(openTimeout, func() { rs.cancel(errRespondOpenTimeout) })
+	defer t.Stop()
+	select {
+	case open := <-rs.opened:
+		return open
+	case <-rs.ctx.Done():
+		return nil
+	}
+}
+
+// start sets the trunk up from its first open (the host's heartbeat
+// interval and session) and arms the silence watch: legs may open now.
+func (rs *respondStream) start(open *pb.RespondOpen) {
+	rs.hb = heartbeatOf(open.GetHeartbeatIntervalNs())
+	rs.session = open.GetSession()
+	now := time.Now()
+	rs.last.Store(now.UnixNano())
+	rs.due = now.Add(silentIntervals * rs.hb)
+	rs.silence = time.AfterFunc(silentIntervals*rs.hb, rs.watchSilence)
+	close(rs.ready)
+}
+
+// release ends the trunk's hold on its legs once it ended. After the host
+// went silent (and not the call itself), the jobs of the legs it held
+// fail: silence is not proof of death, so they do not run again.
+func (rs *respondStream) release(rcv core.Receiver) {
+	silent := errors.Is(context.Cause(rs.ctx), errRespondSilent) && rs.st.Context().Err() == nil
+	legs := rs.s.detachAll(rs, silent)
+	if !silent || len(legs) == 0 {
+		return
+	}
+	rs.s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
+	rs.s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; failing the jobs of its legs",
+		"from", rs.from, "legs", len(legs), "heartbeat", rs.hb)
+	for _, k := range legs {
+		rcv.ReplyLegSilent(rs.from, k.job, k.gen)
+	}
+}
+
+// read reads every frame: up to the first open, then legs' opens, items
+// (each handled as it is read), ends and heartbeats. It closes finish once
+// the host closed its side with every item handled, and cancels the
+// stream on anything wrong.
+func (rs *respondStream) read(rcv core.Receiver) {
+	f, ok := rs.readFirst()
+	if !ok {
+		return
+	}
+	rd := &trunkReader{rs: rs, rcv: rcv, legs: map[inLegKey]*inLeg{}}
+	for rd.frame(f) {
+		var err error
+		if f, err = rs.st.Recv(); errors.Is(err, io.EOF) {
+			close(rs.finish)
+			return
+		} else if err != nil {
+			rs.cancel(err)
+			return
+		}
+		rs.last.Store(time.Now().UnixNano())
+	}
+}
+
+// readFirst reads up to the frame that opens the trunk's first leg (an
+// open, or items whose first carries one), hands the open to the handler
+// and waits until the stream is set up: that frame, or false when the
+// stream is to end. A heartbeat may come first (a host whose first leg was
+// slow to send): it says the host is alive, nothing more.
+func (rs *respondStream) readFirst() (*pb.RespondFrame, bool) {
+	f, err := rs.st.Recv()
+	for err == nil && f.GetHeartbeat() != nil {
+		f, err = rs.st.Recv()
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errRespondOpen
+		}
+		rs.cancel(err)
+		return nil, false
+	}
+	open := f.GetOpen()
+	if its := f.GetItems().GetItems(); open == nil && len(its) > 0 {
+		open = its[0].GetOpen()
+	}
+	if open == nil || open.GetJobId() == "" {
+		rs.cancel(errRespondOpen)
+		return nil, false
+	}
+	rs.opened <- open
+	select {
+	case <-rs.ready:
+		return f, true
+	case <-rs.ctx.Done():
+		return nil, false
+	}
+}
+
+// noteHandled records that item seq of leg k was handled, with its output
+// bytes: true when acks are to be written at once. Acks are cumulative
+// per leg, so most can wait: one ack per item would double the frames
+// (and write syscalls) of a streaming job. They go at once for what ends a
+// leg (the host ends it on that), and whenever ackEvery items or ackBytes
+// of output went unacked, so every leg's in-flight window keeps moving (a
+// few large outputs fill it long before 32 items); the rest go with the
+// next heartbeat tick.
+func (rs *respondStream) noteHandled(k inLegKey, seq uint64, bytes int, final bool) bool {
+	rs.ackMu.Lock()
+	defer rs.ackMu.Unlock()
+	if seq >= rs.acks[k] {
+		rs.acks[k] = seq
+	}
+	rs.unsent++
+	rs.unsentBytes += bytes
+	now := final || rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes
+	if now {
+		rs.unsent, rs.unsentBytes = 0, 0
+	}
+	return now
+}
+
+// wake asks the writer to write what is due (acks, cancels).
+func (rs *respondStream) wake() {
+	select {
+	case rs.kick <- struct{}{}:
+	default:
+	}
+}
+
+// trunkReader is the reader goroutine's own state of a trunk: the legs
+// opened on it.
+type trunkReader struct {
+	rs   *respondStream
+	rcv  core.Receiver
+	legs map[inLegKey]*inLeg
+}
+
+// frame acts on one frame: false when the reader must stop.
+func (rd *trunkReader) frame(f *pb.RespondFrame) bool {
+	switch b := f.GetBody().(type) {
+	case *pb.RespondFrame_Items:
+		for _, it := range b.Items.GetItems() {
+			if !rd.item(it) {
+				return false
+			}
+		}
+	case *pb.RespondFrame_Open:
+		if rd.rs.ctx.Err() != nil {
+			return false
+		}
+		return rd.open(b.Open)
+	case *pb.RespondFrame_End:
+		rd.end(b.End)
+	case *pb.RespondFrame_Heartbeat:
+	default:
+		rd.rs.cancel(errRespondFrame)
+		return false
+	}
+	return true
+}
+
+// open opens a leg on the trunk and tells the receiver where the job runs:
+// false (the stream cancelled) when it names no job.
+func (rd *trunkReader) open(o *pb.RespondOpen) bool {
+	rs := rd.rs
+	if o.GetJobId() == "" {
+		rs.cancel(errRespondOpen)
+		return false
+	}
+	l := rs.s.attachLeg(rs.from, o, rs)
+	rd.legs[l.key] = l
+	rs.busy.Store(true) // the receiver's time is not the host's silence
+	rd.rcv.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
+	rs.last.Store(time.Now().UnixNano())
+	rs.busy.Store(false)
+	return true
+}
+
+// item handles one item, after the open it carries: false when the reader
+// must stop.
+func (rd *trunkReader) item(it *pb.RespondItem) bool {
+	rs := rd.rs
+	if rs.ctx.Err() != nil {
+		// Not handled: the host resends it on its next trunk.
+		return false
+	}
+	if o := it.GetOpen(); o != nil && !rd.open(o) {
+		return false
+	}
+	m := it.GetMessage()
+	k := inLegKey{rs.from, m.GetJobId(), m.GetGeneration()}
+	leg := rd.legs[k]
+	if leg == nil {
+		rs.s.cfg.Metrics.invalid.Inc()
+		rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
+		return true
+	}
+	rs.busy.Store(true)
+	latest := rs.handleItem(rd.rcv, leg, it)
+	rs.last.Store(time.Now().UnixNano())
+	rs.busy.Store(false)
+	final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
+	ackNow := rs.noteHandled(k, it.GetSeq(), len(m.GetOutput()), final)
+	// A final seen again (resent after its ack was lost) ends the leg only
+	// if nothing came after it: what did is a newer opening of the leg.
+	if final && latest {
+		// Nothing of the leg comes after its last item (a host with more
+		// sends a new open first): it is done on this trunk. Its ack is on
+		// its way.
+		delete(rd.legs, k)
+		rs.s.finishLeg(rs, leg)
+	}
+	if ackNow {
+		rs.wake()
+	}
+	return true
+}
+
+// end forgets a leg the host ended without its last item.
+func (rd *trunkReader) end(e *pb.RespondLegEnd) {
+	k := inLegKey{rd.rs.from, e.GetJobId(), e.GetGeneration()}
+	if leg := rd.legs[k]; leg != nil {
+		delete(rd.legs, k)
+		rd.rs.s.finishLeg(rd.rs, leg)
+	}
+}
+
+// trunkWriter is the handler goroutine's own state of a trunk: it writes
+// acks as items are handled (per leg, cumulative: the latest covers the
+// rest), each leg's cancel once per trunk, and a heartbeat when nothing
+// else went out for half an interval.
+type trunkWriter struct {
+	rs       *respondStream
+	lastSend time.Time
+	acks     []pendingAck // reused between flushes
+}
+
+type pendingAck struct {
+	k   inLegKey
+	seq uint64
+}
+
+// run writes until the stream ends (its status) or the host closed its
+// side with every item handled (nil, after the last acks).
+func (w *trunkWriter) run() error {
+	rs := w.rs
+	tick := time.NewTicker(rs.hb)
+	defer tick.Stop()
+	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	if !w.flush() {
+		return rs.end()
+	}
+	for {
+		select {
+		case <-rs.ctx.Done():
+			return rs.end()
+		case <-rs.finish:
+			if !w.flush() {
+				return rs.end()
+			}
+			return nil
+		case <-rs.kick:
+			if !w.flush() {
+				return rs.end()
+			}
+		case <-tick.C:
+			if !w.flush() {
+				return rs.end()
+			}
+			if time.Since(w.lastSend) >= rs.hb/2 && !w.send(heartbeat) {
+				return rs.end()
+			}
+		}
+	}
+}
+
+// flush writes the cancels due on the trunk, then every leg's ack: false
+// once a send failed.
+func (w *trunkWriter) flush() bool {
+	rs := w.rs
+	for _, p := range rs.s.cancelsFor(rs) {
+		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
+			return false
+		}
+	}
+	rs.ackMu.Lock()
+	for k, seq := range rs.acks {
+		w.acks = append(w.acks, pendingAck{k, seq})
+	}
+	clear(rs.acks)
+	rs.unsent, rs.unsentBytes = 0, 0
+	rs.ackMu.Unlock()
+	for i, a := range w.acks {
+		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: a.seq, JobId: a.k.job, Generation: a.k.gen}}}) {
+			return false
+		}
+		w.acks[i] = pendingAck{}
+	}
+	w.acks = w.acks[:0]
+	return true
+}
+
+// send sends c: false (the stream cancelled) when that failed.
+func (w *trunkWriter) send(c *pb.RespondControl) bool {
+	if err := w.rs.st.Send(c); err != nil {
+		w.rs.cancel(err)
+		return false
+	}
+	w.lastSend = time.Now()
+	return true
+}
+
+// watchSilence ends the stream once nothing arrived for three intervals:
+// it runs when that would be the case if nothing arrived since the last
+// check, and looks again. A check that runs more than two intervals after
+// it was due means this process did not run meanwhile (paused, starved):
+// the host's frames may be waiting unread, so its count starts again
+// rather than the job fail for this node's own stall; so does a check
+// that finds the reader in the receiver.
+func (rs *respondStream) watchSilence() {
+	if rs.ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	if now.Sub(rs.due) > 2*rs.hb || rs.busy.Load() {
+		rs.last.Store(now.UnixNano())
+	}
+	last := time.Unix(0, rs.last.Load())
+	if now.Sub(last) >= silentIntervals*rs.hb {
+		rs.cancel(errRespondSilent)
+		return
+	}
+	rs.due = last.Add(silentIntervals * rs.hb)
+	rs.silence.Reset(rs.due.Sub(now))
+}

@@ -1,0 +1,304 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// The response leg's stream, sending end: the consumer host's reply trunk
+// to each ingress, on which its reply legs (leg_send.go) travel. The
+// receiving end is trunk_recv.go.
+
+// kindRespond is the switchyard_peer_streams_open kind of a reply trunk.
+const kindRespond = "respond"
+
+var (
+	errLegSilent  = errors.New("peer: nothing received on the reply trunk for three heartbeat intervals")
+	errLegDropped = errors.New("peer: reply trunk dropped")
+)
+
+// trunkStream is one Respond call: a trunk's stream.
+type trunkStream struct {
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	cs      pb.PeerService_RespondClient
+	silence *time.Timer // fails the stream after three silent intervals
+	done    chan struct{}
+	err     error
+	once    sync.Once
+	heard   atomic.Bool // something arrived: the stream works
+	wg      sync.WaitGroup
+}
+
+func (st *trunkStream) fail(err error) {
+	st.once.Do(func() {
+		st.err = err
+		close(st.done)
+	})
+	st.cancel(err)
+}
+
+func (st *trunkStream) isDone() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// A replyTrunk is the one Respond stream this node holds to an ingress
+// node: every reply leg to that node is multiplexed on it, each as its
+// open and its numbered items (why not a stream per leg: docs/cluster.md,
+// "Legs ride a trunk"). The legs' goroutines send on it under sendMu, one
+// frame at a time; its reader hands each ack and cancel to the leg it
+// names; its own goroutine heartbeats while nothing else went out for half
+// an interval, and closes it once no leg used it for Config.StreamIdle. It
+// fails as a whole (a send or receive error, or three silent intervals),
+// and its legs move to the next one.
+type replyTrunk struct {
+	r      *router
+	node   string
+	st     *trunkStream
+	sendMu sync.Mutex
+	// lastSend is when a frame last went out, UnixNano.
+	lastSend atomic.Int64
+	// idled: closed for idleness (the reader's EOF is not a failure).
+	idled atomic.Bool
+
+	// Under r.mu.
+	users     int       // legs open on it
+	idleSince time.Time // when users last fell to 0
+	closing   bool      // idle: no leg may join it
+}
+
+// trunkFor is node's trunk, opened if it has none (or only a failed or
+// closing one), with the caller counted as one of its legs.
+func (r *router) trunkFor(node, addr string) (*replyTrunk, error) {
+	r.mu.Lock()
+	mu := r.trunkOpen[node]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		r.trunkOpen[node] = mu
+	}
+	r.mu.Unlock()
+	// One opening per node at a time: the legs that wait for it join it.
+	mu.Lock()
+	defer mu.Unlock()
+	r.mu.Lock()
+	if t := r.trunks[node]; t != nil && !t.closing && !t.st.isDone() {
+		t.users++
+		r.mu.Unlock()
+		return t, nil
+	}
+	r.mu.Unlock()
+	return r.openTrunk(node, addr)
+}
+
+// openTrunk opens a trunk to node, with one leg, and starts its reader and
+// its goroutine. It does not wait for the ingress: the first open frame
+// and items go out with the call's headers.
+func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
+	cc, err := r.client.Conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	st := &trunkStream{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	// Armed before the call: a connection being made holds it up.
+	st.silence = time.AfterFunc(silentIntervals*r.cfg.Heartbeat, func() { st.fail(errLegSilent) })
+	cs, err := pb.NewPeerServiceClient(cc).Respond(ctx)
+	if err != nil {
+		st.silence.Stop()
+		if errors.Is(context.Cause(ctx), errLegSilent) {
+			err = errLegSilent
+		}
+		cancel(err)
+		return nil, err
+	}
+	st.cs = cs
+	t := &replyTrunk{r: r, node: node, st: st, users: 1}
+	t.lastSend.Store(time.Now().UnixNano())
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		st.silence.Stop()
+		cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	r.trunks[node] = t
+	r.wg.Add(1)
+	r.mu.Unlock()
+	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
+	r.m.streamsOpened.WithLabelValues(kindRespond).Inc()
+	st.wg.Add(1)
+	go t.read()
+	go t.run()
+	return t, nil
+}
+
+// leave takes a leg off t; the last one starts its idle time.
+func (t *replyTrunk) leave() {
+	r := t.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.users--; t.users == 0 {
+		t.idleSince = time.Now()
+	}
+}
+
+// send sends f on the trunk: false when the trunk failed (its legs then
+// see st.done).
+func (t *replyTrunk) send(f *pb.RespondFrame) bool {
+	st := t.st
+	if st.isDone() {
+		return false
+	}
+	t.sendMu.Lock()
+	err := st.cs.Send(f)
+	t.sendMu.Unlock()
+	if err != nil {
+		// Send reports io.EOF for a stream the ingress ended: the reader
+		// gets the real status. Wait for it, a bounded while.
+		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-tm.C:
+			st.fail(err)
+		case <-t.r.ctx.Done():
+			st.fail(ErrClosed)
+		}
+		tm.Stop()
+		return false
+	}
+	t.lastSend.Store(time.Now().UnixNano())
+	return true
+}
+
+// run heartbeats while nothing else went out for half an interval, closes
+// the trunk once no leg used it for StreamIdle, and cleans up after it
+// failed.
+func (t *replyTrunk) run() {
+	r := t.r
+	defer r.wg.Done()
+	hb := r.cfg.Heartbeat
+	tick := time.NewTicker(hb)
+	defer tick.Stop()
+	heartbeat := &pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	for {
+		select {
+		case <-r.ctx.Done():
+			t.st.fail(ErrClosed)
+			t.retire()
+			return
+		case <-t.st.done:
+			t.retire()
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, t.lastSend.Load())) >= hb/2 {
+			t.send(heartbeat)
+		}
+		r.mu.Lock()
+		idle := t.users == 0 && time.Since(t.idleSince) >= r.cfg.StreamIdle
+		if idle {
+			t.closing = true
+		}
+		r.mu.Unlock()
+		if idle {
+			t.close()
+			return
+		}
+	}
+}
+
+// close ends an idle trunk cleanly: it half-closes, waits a bounded while
+// for the ingress to end the stream, then drops it.
+func (t *replyTrunk) close() {
+	st := t.st
+	t.idled.Store(true)
+	t.sendMu.Lock()
+	err := st.cs.CloseSend()
+	t.sendMu.Unlock()
+	if err == nil {
+		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
+		select {
+		case <-st.done:
+		case <-tm.C:
+		case <-t.r.ctx.Done():
+		}
+		tm.Stop()
+	}
+	t.r.m.trunkIdle.Inc()
+	st.fail(errLegDropped)
+	t.retire()
+}
+
+// retire forgets a trunk that ended: it waits for its reader and stops its
+// timer.
+func (t *replyTrunk) retire() {
+	r := t.r
+	r.mu.Lock()
+	if r.trunks[t.node] == t {
+		delete(r.trunks, t.node)
+	}
+	r.mu.Unlock()
+	t.st.wg.Wait()
+	t.st.silence.Stop()
+	r.m.streamsOpen.WithLabelValues(kindRespond).Dec()
+	if err := t.st.err; !t.idled.Load() && !errors.Is(err, errLegDropped) && !errors.Is(err, ErrClosed) && r.ctx.Err() == nil {
+		if errors.Is(err, errLegSilent) {
+			r.m.legSilences.WithLabelValues("host").Inc()
+		}
+		r.log.Warn("reply trunk failed; its legs open the next one", "node", t.node, "err", err)
+	}
+}
+
+// leg is the open leg of binding (job, gen) to t's node, nil if none.
+func (t *replyTrunk) leg(job string, gen uint64) *replyLeg {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.r.legs[legKey{t.node, job, gen}]
+}
+
+// read reads the ingress's frames: each ack to its leg, a cancel to the
+// node's receiver (at once: the legs may be blocked in Send). Every frame
+// proves the ingress alive.
+func (t *replyTrunk) read() {
+	st := t.st
+	defer st.wg.Done()
+	r := t.r
+	hb := r.cfg.Heartbeat
+	for {
+		c, err := st.cs.Recv()
+		if err != nil {
+			st.fail(err)
+			return
+		}
+		st.heard.Store(true)
+		st.silence.Reset(silentIntervals * hb)
+		switch b := c.GetBody().(type) {
+		case *pb.RespondControl_Ack:
+			l := t.leg(b.Ack.GetJobId(), b.Ack.GetGeneration())
+			if l == nil {
+				continue // it ended meanwhile
+			}
+			// CAS: a failed trunk's reader may still apply an older ack.
+			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
+			}
+			select {
+			case l.ackc <- struct{}{}:
+			default:
+			}
+		case *pb.RespondControl_Cancel:
+			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
+				l.takeCancel(b.Cancel)
+			}
+		}
+	}
+}
