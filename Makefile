@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench proto tools verify clean
+.PHONY: build run test test-short lint fuzz bench faults soak-faults proto tools verify clean
 
 ## build: the one binary, bin/switchyard
 build:
@@ -26,9 +26,9 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned)
+## lint: staticcheck (pinned), the fault suite's files (build tag faults) included
 lint:
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags faults ./...
 
 ## test-short: unit tests only (skips the binary build)
 test-short:
@@ -77,6 +77,19 @@ bench: build
 	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
 	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
 	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
+
+## faults: the fault suite, each case once, one after another (docs/faults.md).
+## Prints a ledger per case. The partition cases need root (network
+## namespaces) and are skipped, with a message, without it.
+faults:
+	$(GO) vet -tags faults ./integration/
+	$(GO) test -tags faults -race -count=1 -v -timeout 15m -run '^TestFaults$$' ./integration/
+
+## soak-faults: the partition and etcd-leader cases FAULT_RUNS times each;
+## prints how many runs of each passed. Not in CI.
+FAULT_RUNS ?= 10
+soak-faults:
+	FAULT_RUNS=$(FAULT_RUNS) $(GO) test -tags faults -race -count=1 -v -timeout 180m -run '^TestFaultsSoak$$' ./integration/
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
