@@ -5,6 +5,8 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -115,6 +117,21 @@ func (cl *faultCluster) states(from string) (map[string]string, error) {
 	return out, nil
 }
 
+// ready is GET /readyz of one node, answered 200 within 300ms (a paused
+// node answers nothing).
+func (cl *faultCluster) ready(node string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cl.nodes[node].http+"/readyz", nil)
+	res, err := killHTTP.Do(req)
+	if err != nil {
+		return false
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	return res.StatusCode == http.StatusOK
+}
+
 // queue is GET /v1/queues/{queue} from one node.
 func (cl *faultCluster) queue(from, queue string) (killQueueView, error) {
 	var q killQueueView
@@ -207,15 +224,18 @@ func memberNames(ctx context.Context, cli *clientv3.Client) (map[uint64]string, 
 
 // --- the cluster as one node sees it, over time ---
 
-// nodeSample is one GET /v1/cluster/nodes.
+// nodeSample is one GET /v1/cluster/nodes, and each node's GET /readyz.
 type nodeSample struct {
 	at     time.Time
 	from   string
 	states map[string]string // nil when the GET failed
+	ready  map[string]bool
 }
 
 // observer samples GET /v1/cluster/nodes every 100ms from the first of its
-// nodes that answers: the "online" the ledger reports.
+// nodes that answers, and every node's own /readyz: a node is back when
+// another lists it online and it says it is ready. (The list alone can be
+// stale: a node whose catalog lost its quorum keeps its last view.)
 type observer struct {
 	cl   *faultCluster
 	from []string
@@ -237,12 +257,15 @@ func (o *observer) run() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		s := nodeSample{at: time.Now()}
+		s := nodeSample{at: time.Now(), ready: map[string]bool{}}
 		for _, from := range o.from {
 			if st, err := o.cl.states(from); err == nil {
 				s.from, s.states = from, st
 				break
 			}
+		}
+		for _, n := range o.cl.names {
+			s.ready[n] = o.cl.ready(n)
 		}
 		o.mu.Lock()
 		o.samples = append(o.samples, s)
@@ -264,16 +287,17 @@ func (o *observer) halt() {
 	o.wg.Wait()
 }
 
-// onlineAt is the first sample at or after since in which node is online.
-func (o *observer) onlineAt(node string, since time.Time) (time.Time, string) {
+// onlineAt is the first sample at or after since in which node is online
+// in another's view and ready in its own.
+func (o *observer) onlineAt(node string, since time.Time) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, s := range o.samples {
-		if !s.at.Before(since) && s.states[node] == "online" {
-			return s.at, s.from
+		if !s.at.Before(since) && s.states[node] == "online" && s.ready[node] {
+			return s.at
 		}
 	}
-	return time.Time{}, ""
+	return time.Time{}
 }
 
 // history is node's state over time, as runs of equal samples from since.
@@ -292,6 +316,9 @@ func (o *observer) history(node string, since time.Time) string {
 			st = "no answer"
 		case s.states[node] != "":
 			st = s.states[node]
+		}
+		if !s.ready[node] {
+			st += " (not ready)"
 		}
 		if st != last {
 			parts = append(parts, fmt.Sprintf("%s@+%v", st, s.at.Sub(since).Round(100*time.Millisecond)))

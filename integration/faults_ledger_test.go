@@ -17,7 +17,8 @@ import (
 //     latest run started before the fault ran on a worker of a faulted node,
 //     or it had no run yet and the queue's dispatcher was a faulted node;
 //   - it had output when its requester had seen an output event before the
-//     fault, or one from a run on a faulted node at any time.
+//     fault, or one from a run on a faulted node that started before the
+//     recovery.
 type ledger struct {
 	fx      *faultRun
 	jobs    []loadJob
@@ -44,25 +45,70 @@ type ledger struct {
 	backOnline, backWork map[string]time.Duration
 }
 
-// measure is the largest of some durations, and how many never happened.
+// measure is the largest of some durations, and how many never happened;
+// with a limit (bound plus slack), examples of those over it or missing.
 type measure struct {
 	max      time.Duration
 	n, never int
+	limit    time.Duration
+	late     []lateExample
 }
 
-func (m *measure) add(d time.Duration) {
+// lateExample is one figure over its limit (d < 0: never), described.
+type lateExample struct {
+	d    time.Duration
+	what string
+}
+
+// add records d; what describes it, should it be over the limit.
+func (m *measure) add(d time.Duration, what func() string) {
 	if m.n == 0 || d > m.max {
 		m.max = d
 	}
 	m.n++
+	if m.limit > 0 && d > m.limit && what != nil {
+		m.late = append(m.late, lateExample{d, what()})
+	}
 }
 
-func (m *measure) miss() { m.never++ }
+// miss records one that never happened.
+func (m *measure) miss(what func() string) {
+	m.never++
+	if what != nil {
+		m.late = append(m.late, lateExample{-1, what()})
+	}
+}
+
+// examples are the late ones, the missing first, then the latest first.
+func (m *measure) examples() []string {
+	late := slices.Clone(m.late)
+	slices.SortStableFunc(late, func(a, b lateExample) int {
+		switch {
+		case a.d < 0 && b.d >= 0:
+			return -1
+		case b.d < 0 && a.d >= 0:
+			return 1
+		}
+		return int((b.d - a.d) / time.Microsecond)
+	})
+	var out []string
+	for _, e := range late {
+		if e.d < 0 {
+			out = append(out, "never: "+e.what)
+		} else {
+			out = append(out, fmt.Sprintf("%v: %s", e.d.Round(time.Millisecond), e.what))
+		}
+	}
+	return out
+}
 
 func newLedger(fx *faultRun) *ledger {
 	l := &ledger{fx: fx, jobs: fx.load.snapshot(), runs: fx.runs.all(), byJob: map[string][]jobRun{}, jobByID: map[string]*loadJob{},
 		refused: map[string]int{}, ended: map[string]int{}, back: map[string]measure{},
 		backOnline: map[string]time.Duration{}, backWork: map[string]time.Duration{}}
+	b := faultBounds(fx)
+	l.lostOut.limit, l.orphans.limit = b.lostOut.d+faultSlack, b.lostOut.d+faultSlack
+	l.redeliver.limit = b.redeliver.d + faultSlack
 	for i := range l.jobs {
 		if id := l.jobs[i].id; id != "" {
 			l.jobByID[id] = &l.jobs[i]
@@ -158,32 +204,34 @@ func (l *ledger) judgeInflight(j *loadJob) {
 	fx := l.fx
 	l.inflight++
 	if j.ended(time.Time{}) {
-		l.inflightEnd.add(j.endAt.Sub(fx.faultAt))
+		l.inflightEnd.add(j.endAt.Sub(fx.faultAt), nil)
 	} else {
-		l.inflightEnd.miss()
+		l.inflightEnd.miss(nil)
 	}
-	// Output after the fault counts when it came from the faulted node: a
-	// node that lost only its etcd member keeps streaming until it fences.
+	// Output after the fault counts when it came from the faulted node's
+	// run: a node that lost only its etcd member streams on until it fences.
 	dep, withOut := l.depends(j), j.outputBefore(fx.faultAt) || l.outputFromFaulted(j)
 	switch {
 	case !dep:
 		l.indep++
 	case withOut:
 		l.depOut++
+		what := func() string { return l.describe(j) }
 		if j.ended(time.Time{}) {
-			l.lostOut.add(j.endAt.Sub(fx.faultAt))
+			l.lostOut.add(j.endAt.Sub(fx.faultAt), what)
 		} else {
-			l.lostOut.miss()
+			l.lostOut.miss(what)
 		}
 	default:
 		l.depNoOut++
 		if fx.c.ingress {
 			return // its requester is gone with the ingress
 		}
+		what := func() string { return l.describe(j) }
 		if r, ok := l.firstRunAfter(j.id, fx.faultAt); ok {
-			l.redeliver.add(r.start.Sub(fx.faultAt))
+			l.redeliver.add(r.start.Sub(fx.faultAt), what)
 		} else if j.terminal != "done" {
-			l.redeliver.miss()
+			l.redeliver.miss(what)
 		}
 		if j.terminal != "done" {
 			l.notRedone = append(l.notRedone, l.describe(j))
@@ -233,10 +281,12 @@ func (l *ledger) judgeOutcome(j *loadJob) {
 	}
 }
 
+// outputFromFaulted: the requester saw output from a run on a faulted node
+// that started before the recovery (not from the node once it is back).
 func (l *ledger) outputFromFaulted(j *loadJob) bool {
 	for _, a := range j.attempts() {
 		for _, r := range l.byJob[j.id] {
-			if r.gen == a && slices.Contains(l.fx.faulted, l.fx.workerNode[r.worker]) {
+			if r.gen == a && r.start.Before(l.fx.recoverAt) && slices.Contains(l.fx.faulted, l.fx.workerNode[r.worker]) {
 				return true
 			}
 		}
@@ -274,10 +324,11 @@ func (l *ledger) judgeRuns() {
 		}
 		for _, r := range rs {
 			if r.start.Before(fx.faultAt) && (r.end.IsZero() || r.end.After(fx.faultAt)) {
+				what := func() string { return "job " + id + ": run " + l.describeRuns([]jobRun{r}) }
 				if r.end.IsZero() {
-					l.orphans.miss()
+					l.orphans.miss(what)
 				} else {
-					l.orphans.add(r.end.Sub(fx.faultAt))
+					l.orphans.add(r.end.Sub(fx.faultAt), what)
 				}
 			}
 		}
@@ -297,15 +348,16 @@ func (l *ledger) measureNewDone() {
 		}
 	}
 	if first >= 0 {
-		l.newDone.add(first)
+		l.newDone.add(first, nil)
 	} else {
-		l.newDone.miss()
+		l.newDone.miss(nil)
 	}
 }
 
 // measureBack: for each returning node, the later of (a) another node
-// listing it online, and (b) one of its workers starting a job posted
-// after the recovery, counted from the recovery (SIGCONT, heal, restart).
+// listing it online while its own /readyz answers 200, and (b) one of its
+// workers starting a job posted after the recovery, counted from the
+// recovery (SIGCONT, heal, restart).
 // For a restart, (a) only counts from when the new process serves: until the
 // old lease expires the view lists the old process online.
 func (l *ledger) measureBack() {
@@ -316,7 +368,7 @@ func (l *ledger) measureBack() {
 		if fx.c.name == "restart-worker-host" {
 			since = fx.servingAt
 		}
-		at, _ := fx.obs.onlineAt(node, since)
+		at := fx.obs.onlineAt(node, since)
 		if !since.IsZero() && !at.IsZero() {
 			l.backOnline[node] = at.Sub(fx.recoverAt)
 		}
@@ -325,9 +377,9 @@ func (l *ledger) measureBack() {
 			l.backWork[node] = work.Sub(fx.recoverAt)
 		}
 		if since.IsZero() || at.IsZero() || (hosts && work.IsZero()) {
-			m.miss()
+			m.miss(nil)
 		} else {
-			m.add(maxTime(at, work).Sub(fx.recoverAt))
+			m.add(maxTime(at, work).Sub(fx.recoverAt), nil)
 		}
 		l.back[node] = m
 	}

@@ -81,8 +81,8 @@ func (fx *faultRun) otherHost() string {
 
 // warmUp waits until the load is steady (every client has had a job
 // running, some completed), reads the roles, and then, when the target hosts
-// a worker, waits a little for a moment when one of its runs is still
-// thinking, so the fault catches a job without output there.
+// a worker, waits (at most a job's run) for a moment when one of its runs is
+// still thinking, so the fault catches a job without output there.
 func (fx *faultRun) warmUp() {
 	poll(fx.t, 40*time.Second, "the load to settle (every slot busy, 4 jobs done)", func() bool {
 		done, running := 0, 0
@@ -111,8 +111,12 @@ func (fx *faultRun) warmUp() {
 			hosted = append(hosted, w)
 		}
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for len(hosted) > 0 && time.Now().Before(deadline) {
+	if len(hosted) == 0 {
+		return
+	}
+	// One job's run: every slot's run goes through its thinking in that time.
+	deadline := time.Now().Add(jobRunTime + time.Second)
+	for time.Now().Before(deadline) {
 		if slices.ContainsFunc(fx.runs.all(), func(r jobRun) bool {
 			return slices.Contains(hosted, r.worker) && r.end.IsZero() && r.outputs == 0 && time.Since(r.start) < jobThink*3/4
 		}) {
@@ -120,6 +124,7 @@ func (fx *faultRun) warmUp() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	fx.note(time.Now(), "no run on "+fx.target+" was thinking: the fault catches no job without output there")
 }
 
 // origin is what "new jobs complete again" counts from: the fault, or its

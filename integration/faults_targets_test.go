@@ -85,7 +85,7 @@ var faultTargets = []faultTarget{
 	{"failed", "ended in error without output from the faulted node", always, zero(func(l *ledger) []string { return l.failed })},
 	{"new-done", "fault (heal, without quorum) → first completion of a job posted after it", always,
 		within(func(l *ledger) measure { return l.newDone }, func(b faultBoundSet) faultBound { return b.newDone })},
-	{"back", "SIGCONT/heal/restart → faulted node online in another's view, and taking work", func(c faultCase) bool { return c.returns }, checkBack},
+	{"back", "SIGCONT/heal/restart → faulted node online in another's view, ready, taking work", func(c faultCase) bool { return c.returns }, checkBack},
 }
 
 func always(faultCase) bool { return true }
@@ -103,11 +103,11 @@ func within(get func(*ledger) measure, bound func(faultBoundSet) faultBound) fun
 		target := fmt.Sprintf("≤ %v (%s) + %v", b.d.Round(time.Millisecond), b.why, faultSlack)
 		switch {
 		case m.never > 0:
-			return target, fmt.Sprintf("never, for %d of %d", m.never, m.n+m.never), false, nil
+			return target, fmt.Sprintf("never, for %d of %d", m.never, m.n+m.never), false, m.examples()
 		case m.n == 0:
 			return target, "no such job", true, nil
 		}
-		return target, fmt.Sprintf("%v (latest of %d)", m.max.Round(time.Millisecond), m.n), m.max <= b.d+faultSlack, nil
+		return target, fmt.Sprintf("%v (latest of %d)", m.max.Round(time.Millisecond), m.n), m.max <= b.d+faultSlack, m.examples()
 	}
 }
 
@@ -168,7 +168,7 @@ func (l *ledger) String() string {
 		if slices.Contains(fx.workerNodes(), node) {
 			work = fmtSince(l.backWork, node)
 		}
-		p("  %s: online again in another node's view %s after the recovery; first job posted after it started on its worker %s; its state from the fault: %s",
+		p("  %s: online in another node's view and ready %s after the recovery; first job posted after it started on its worker %s; its state from the fault: %s",
 			node, fmtSince(l.backOnline, node), work, fx.obs.history(node, fx.faultAt))
 	}
 	bounds := faultBounds(fx)

@@ -161,12 +161,11 @@ func (n *procNode) signal(sig syscall.Signal) time.Time {
 
 // restart kills the process (SIGKILL, so nothing is handed over: its lease
 // and records stay behind) and starts it again with the same spec: same
-// name, data directory and addresses. It returns when the new process was
-// started; awaitServing waits for it to serve.
+// name, data directory and addresses. It returns the moment of the kill,
+// once the new process has started; awaitServing waits for it to serve.
 func (n *procNode) restart(t *testing.T) time.Time {
 	t.Helper()
-	n.kill9()
-	at := time.Now()
+	at := n.kill9()
 	if err := n.start(); err != nil {
 		t.Fatal(err)
 	}
