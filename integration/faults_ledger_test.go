@@ -38,6 +38,9 @@ type ledger struct {
 	// again because no output reached the requester. Allowed (the ingress
 	// decides), printed.
 	rerunAfterOutput int
+	// orphanRuns: runs going when the ingress was killed; orphansCompleted
+	// of them ran to their end, their output going nowhere.
+	orphanRuns, orphansCompleted int
 
 	lostOut, orphans, redeliver, newDone measure
 	back                                 map[string]measure
@@ -324,6 +327,10 @@ func (l *ledger) judgeRuns() {
 		}
 		for _, r := range rs {
 			if r.start.Before(fx.faultAt) && (r.end.IsZero() || r.end.After(fx.faultAt)) {
+				l.orphanRuns++
+				if r.completed {
+					l.orphansCompleted++
+				}
 				what := func() string { return "job " + id + ": run " + l.describeRuns([]jobRun{r}) }
 				if r.end.IsZero() {
 					l.orphans.miss(what)

@@ -163,6 +163,9 @@ func (l *ledger) String() string {
 	p("  in flight at the fault: %d (depending on it: %d with output, %d without; not: %d); fault → last terminal event of them: %s",
 		l.inflight, l.depOut, l.depNoOut, l.indep, fmtMeasure(l.inflightEnd))
 	p("  runs: %d; run again after their worker had sent output that never reached the requester (allowed): %d", len(l.runs), l.rerunAfterOutput)
+	if fx.c.ingress {
+		p("  runs going when the ingress died: %d, of which %d ran to their end", l.orphanRuns, l.orphansCompleted)
+	}
 	for _, node := range fx.returning() {
 		work := "(it hosts no worker)"
 		if slices.Contains(fx.workerNodes(), node) {
