@@ -325,3 +325,70 @@ func (fx *faultRun) logSummary() string {
 	}
 	return b.String()
 }
+
+// describe is one job as the ledger's examples show it, times from the
+// fault.
+func (l *ledger) describe(j *loadJob) string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return fmtOffset(t.Sub(l.fx.faultAt))
+	}
+	out := 0
+	for _, e := range j.events {
+		if e.kind == "output" {
+			out++
+		}
+	}
+	s := fmt.Sprintf("job %q via %s posted %s", j.id, j.ingress, at(j.submitAt))
+	switch {
+	case j.postErr != "":
+		s += fmt.Sprintf(", POST failed %s: %s", at(j.endAt), j.postErr)
+	case j.status != 200:
+		s += fmt.Sprintf(", refused %s: %d %s", at(j.endAt), j.status, j.refusal)
+	default:
+		s += fmt.Sprintf(", %d outputs (generations %v)", out, j.attempts())
+		switch {
+		case j.terminal != "":
+			s += fmt.Sprintf(", %s %s %s", j.terminal, j.code, at(j.endAt))
+		case j.broken != "":
+			s += fmt.Sprintf(", broke %s: %s", at(j.endAt), j.broken)
+		case j.open:
+			s += ", still open at the end"
+		default:
+			s += fmt.Sprintf(", body ended %s with no terminal event", at(j.endAt))
+		}
+	}
+	return s + "; runs " + l.describeRuns(l.byJob[j.id])
+}
+
+func (l *ledger) describeRuns(rs []jobRun) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += ", "
+		}
+		end := "still running"
+		switch {
+		case r.completed:
+			end = "completed " + fmtOffset(r.end.Sub(l.fx.faultAt))
+		case !r.end.IsZero():
+			end = "stopped " + fmtOffset(r.end.Sub(l.fx.faultAt))
+		}
+		s += fmt.Sprintf("%s@gen%d %s..%s %d outputs", r.worker, r.gen, fmtOffset(r.start.Sub(l.fx.faultAt)), end, r.outputs)
+	}
+	return s
+}
+
+// fmtOffset is a time relative to the fault: +1.234s or -0.5s.
+func fmtOffset(d time.Duration) string {
+	s := d.Round(time.Millisecond).String()
+	if d >= 0 {
+		s = "+" + s
+	}
+	return s
+}
