@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak proto tools verify clean
+.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto tools verify clean
 
 ## build: the one binary, bin/switchyard
 build:
@@ -26,9 +26,9 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned)
+## lint: staticcheck (pinned), the fault suite's files (build tag faults) included
 lint:
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags faults ./...
 
 ## test-short: unit tests only (skips the binary build)
 test-short:
@@ -84,6 +84,19 @@ bench: build
 SOAK_DURATION ?= 10m
 soak: build
 	SOAK_DURATION=$(SOAK_DURATION) BIN=$(BIN) scripts/soak.sh
+
+## faults: the fault suite, each case once, one after another (docs/faults.md).
+## Prints a ledger per case. The partition cases need root (network
+## namespaces) and are skipped, with a message, without it.
+faults:
+	$(GO) vet -tags faults ./integration/
+	$(GO) test -tags faults -race -count=1 -v -timeout 15m -run '^TestFaults$$' ./integration/
+
+## soak-faults: the partition and etcd-leader cases FAULT_RUNS times each;
+## prints how many runs of each passed. Not in CI.
+FAULT_RUNS ?= 10
+soak-faults:
+	FAULT_RUNS=$(FAULT_RUNS) $(GO) test -tags faults -race -count=1 -v -timeout 180m -run '^TestFaultsSoak$$' ./integration/
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool

@@ -5,15 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -264,26 +259,7 @@ func logReclaims(t *testing.T, ingress *procNode, jobs int) {
 	}
 }
 
-// --- processes ---
-
-// buildSwitchyard builds cmd/switchyard into a temporary directory.
-func buildSwitchyard(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "switchyard")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/switchyard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// procNode is a node running as its own process.
-type procNode struct {
-	name, http, grpc string
-	cmd              *exec.Cmd
-	log              string
-	exited           chan struct{}
-}
+// --- the kill tests' cluster ---
 
 // startKillCluster starts ka (embedded etcd on an explicit client port),
 // then kb and kc pointed at it, and waits until ka sees all three online.
@@ -313,6 +289,8 @@ func startKillCluster(t *testing.T, bin string) (a, b, c *procNode) {
 	return a, b, c
 }
 
+// startProcNode starts a node process with the kill tests' timings and
+// waits until it serves.
 func startProcNode(t *testing.T, bin, name string, extra ...string) *procNode {
 	t.Helper()
 	dir := t.TempDir()
@@ -322,116 +300,9 @@ func startProcNode(t *testing.T, bin, name string, extra ...string) *procNode {
 		"--lease-ttl", killLeaseTTL.String(), "--peer-heartbeat-interval", killHeartbeat.String(), "--peer-failure-threshold", "5",
 		"--heartbeat-interval", "200ms", "--worker-idle-timeout", "1s", "--drain-timeout", "1s",
 		"--log-level", "debug"}, extra...)
-	n := &procNode{name: name, log: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
-	logf, err := os.Create(n.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.cmd = exec.Command(bin, args...)
-	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = n.cmd.Wait()
-		close(n.exited)
-	}()
-	t.Cleanup(func() {
-		n.kill9()
-		logf.Close()
-		if t.Failed() || os.Getenv("SWITCHYARD_TEST_LOG") != "" {
-			b, _ := os.ReadFile(n.log)
-			t.Logf("log of %s:\n%s", name, tail(string(b), 150))
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(n.log)
-		if m := servingLine.FindStringSubmatch(string(b)); m != nil {
-			n.http, n.grpc = m[1], m[2]
-			return n
-		}
-		select {
-		case <-n.exited:
-			t.Fatalf("node %s exited before serving:\n%s", name, b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not log its addresses:\n%s", name, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill9 sends SIGKILL (no-op once exited) and waits for the process to go. It
-// returns the moment the signal was sent.
-func (n *procNode) kill9() time.Time {
-	at := time.Now()
-	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	<-n.exited
-	return at
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func tail(s string, lines int) string {
-	ls := strings.Split(s, "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
-}
-
-// --- HTTP to process nodes ---
-
-// procMetric reads one unlabelled counter or gauge from a node's /metrics.
-func procMetric(n *procNode, name string) (float64, error) {
-	res, err := killHTTP.Get("http://" + n.http + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			var f float64
-			_, err := fmt.Sscan(v, &f)
-			return f, err
-		}
-	}
-	return 0, nil
-}
-
-// killHTTP is the requesters' client; its idle connections are closed when
-// the test ends.
-var killHTTP = &http.Client{Transport: &http.Transport{}}
-
-func procGetJSON(n *procNode, path string, into any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.http+path, nil)
-	res, err := killHTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, res.StatusCode, b)
-	}
-	return json.Unmarshal(b, into)
+	n := launchProc(t, procSpec{name: name, bin: bin, args: args, log: filepath.Join(dir, name+".log")})
+	n.awaitServing(t, 30*time.Second)
+	return n
 }
 
 // postStreamTo posts a job to n asking for its SSE stream and reads it in the
@@ -462,139 +333,6 @@ func postStreamTo(t *testing.T, n *procNode, queue, input string) *sseStream {
 		killHTTP.CloseIdleConnections()
 	})
 	return s
-}
-
-type killQueueView struct {
-	Name, Dispatcher string
-	Local            *struct{ Depth, Bound, Workers int }
-	Consumers        []struct{ ID, Node, Name string }
-}
-
-func (q killQueueView) hasConsumers(names ...string) bool {
-	for _, name := range names {
-		if !slices.ContainsFunc(q.Consumers, func(c struct{ ID, Node, Name string }) bool { return c.Name == name }) {
-			return false
-		}
-	}
-	return true
-}
-
-func waitQueueView(t *testing.T, n *procNode, queue, what string, cond func(killQueueView) bool) {
-	t.Helper()
-	waitFor(t, 15*time.Second, what+" in "+n.name+"'s view of "+queue, func() bool {
-		var q killQueueView
-		return procGetJSON(n, "/v1/queues/"+queue, &q) == nil && cond(q)
-	})
-}
-
-// --- workers and what they ran ---
-
-// startProcWorker runs an SDK worker against a process node's gRPC address
-// until the test ends. The caller waits for its registration in a view.
-func startProcWorker(t *testing.T, n *procNode, cfg worker.Config, h worker.Handler) {
-	t.Helper()
-	cfg.Server = n.grpc
-	cfg.Capabilities = []string{"model=demo"}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = worker.Run(ctx, cfg, h)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
-// jobRun is one handler invocation.
-type jobRun struct {
-	id         string
-	gen        uint64
-	worker     string
-	start, end time.Time
-	outputs    int
-}
-
-func (r jobRun) String() string {
-	return fmt.Sprintf("%s@gen%d(%d outputs)", r.worker, r.gen, r.outputs)
-}
-
-// runLog records every handler start, in order.
-type runLog struct {
-	mu   sync.Mutex
-	runs []*jobRun
-}
-
-// streaming returns a handler that records its run, waits for gate (if any),
-// then sends n outputs every interval apart and completes. With n = 0 it
-// runs silently; with a long interval it runs until cancelled after its
-// outputs.
-func (l *runLog) streaming(name string, n int, every time.Duration, gate <-chan struct{}) worker.Handler {
-	return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-		l.mu.Lock()
-		r := &jobRun{id: job.ID, gen: job.Generation, worker: name, start: time.Now()}
-		l.runs = append(l.runs, r)
-		l.mu.Unlock()
-		defer func() {
-			l.mu.Lock()
-			r.end = time.Now()
-			l.mu.Unlock()
-		}()
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		for i := range n {
-			if err := out.Send(ctx, map[string]any{"by": name, "i": i}); err != nil {
-				return nil, err
-			}
-			l.mu.Lock()
-			r.outputs++
-			l.mu.Unlock()
-			if i < n-1 || every > time.Minute {
-				select {
-				case <-time.After(every):
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
-		}
-		if n == 0 {
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}
-		return map[string]any{"by": name}, nil
-	}
-}
-
-func (l *runLog) all() []jobRun {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]jobRun, len(l.runs))
-	for i, r := range l.runs {
-		out[i] = *r
-	}
-	return out
-}
-
-func (l *runLog) startedOn(name string) []jobRun {
-	var out []jobRun
-	for _, r := range l.all() {
-		if r.worker == name {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// byJob groups the runs by job id, in start order.
-func (l *runLog) byJob() map[string][]jobRun {
-	out := map[string][]jobRun{}
-	for _, r := range l.all() {
-		out[r.id] = append(out[r.id], r)
-	}
-	return out
 }
 
 // --- requesters' view ---
@@ -651,33 +389,17 @@ func collectStreams(t *testing.T, streams []*sseStream, timeout time.Duration) [
 }
 
 // checkRunInvariants: no (job, generation) started twice; no job ran again
-// after a run whose output its requester saw; each requester saw output from
-// one generation only.
+// after a run whose output its requester saw; no run started while another
+// of the same job ran (runViolations); each requester saw output from one
+// generation only.
 func checkRunInvariants(t *testing.T, ends []streamEnd, byJob map[string][]jobRun) {
 	t.Helper()
 	for _, e := range ends {
-		rs := byJob[e.id]
-		seen := map[uint64]bool{}
-		for _, r := range rs {
-			if seen[r.gen] {
-				t.Errorf("job %s: generation %d started twice: %v", e.id, r.gen, rs)
-			}
-			seen[r.gen] = true
+		for _, v := range runViolations(e.attempts, byJob[e.id]) {
+			t.Errorf("job %s: %s", e.id, v)
 		}
 		if len(e.attempts) > 1 {
 			t.Errorf("job %s: its requester saw output from generations %v", e.id, e.attempts)
-		}
-		if len(e.attempts) == 1 {
-			for _, r := range rs {
-				if r.gen > e.attempts[0] {
-					t.Errorf("job %s ran again (%v) after generation %d's output reached its requester", e.id, r, e.attempts[0])
-				}
-			}
-		}
-		for i := 1; i < len(rs); i++ {
-			if rs[i].start.Before(rs[i-1].end) || rs[i-1].end.IsZero() {
-				t.Errorf("job %s: run %v started while run %v was still running", e.id, rs[i], rs[i-1])
-			}
 		}
 	}
 }

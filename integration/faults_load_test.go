@@ -1,0 +1,289 @@
+//go:build faults
+
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+)
+
+// The requesters: a closed loop of clients, each posting one streamed job,
+// reading its SSE stream to the end, and posting the next. A client whose
+// POST fails in transport (its ingress is gone) moves to the next ingress
+// in the list, as a client behind a load balancer would. Every job is
+// recorded as its client saw it, with arrival times.
+
+// loadJob is one POST and its stream.
+type loadJob struct {
+	client   int
+	ingress  string
+	submitAt time.Time
+	// status is the HTTP answer (0: none); refusal the problem code of a
+	// non-200 one.
+	status  int
+	refusal string
+	// postErr is a transport error before any answer.
+	postErr string
+	id      string
+	events  []loadEvent
+	// terminal (done or error), its code, and how many terminal events came.
+	terminal, code string
+	terminals      int
+	// endAt is when the stream ended: its terminal event, a transport error,
+	// or the end of the body.
+	endAt time.Time
+	// broken is a transport error after the answer (the stream broke).
+	broken string
+	// open: the stream was still open when the suite stopped waiting.
+	open bool
+}
+
+// loadEvent is one SSE event of a job.
+type loadEvent struct {
+	kind          string
+	at            time.Time
+	seq, attempt  uint64
+	i             int // output index, -1 when not an output
+	by, code      string
+	afterTerminal bool
+}
+
+// ended reports whether the stream ended by t (zero t: at all).
+func (j *loadJob) ended(t time.Time) bool {
+	return !j.endAt.IsZero() && (t.IsZero() || !j.endAt.After(t))
+}
+
+// outputBefore reports whether the requester saw output before t.
+func (j *loadJob) outputBefore(t time.Time) bool {
+	return slices.ContainsFunc(j.events, func(e loadEvent) bool { return e.kind == "output" && e.at.Before(t) })
+}
+
+// attempts are the distinct generations of the job's outputs.
+func (j *loadJob) attempts() []uint64 {
+	var out []uint64
+	for _, e := range j.events {
+		if e.kind == "output" && !slices.Contains(out, e.attempt) {
+			out = append(out, e.attempt)
+		}
+	}
+	return out
+}
+
+type loadGen struct {
+	queue     string
+	ttl       time.Duration
+	ingresses []*procNode
+	http      *http.Client
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopping atomic.Bool // no new jobs
+	halted   atomic.Bool // open streams are being cut by the suite
+	wg       sync.WaitGroup
+
+	mu   sync.Mutex
+	jobs []*loadJob
+}
+
+// startLoad runs clients closed-loop clients against ingresses (in failover
+// order) until stop. Client k starts k×stagger after the first, so that the
+// jobs in flight at any moment are at every stage of their run (all
+// starting together, they would stay in step: a fault would catch all of
+// them thinking, or all streaming).
+func startLoad(t *testing.T, ingresses []*procNode, queue string, clients int, stagger, ttl time.Duration) *loadGen {
+	g := &loadGen{queue: queue, ttl: ttl, ingresses: ingresses, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	for c := range clients {
+		g.wg.Go(func() {
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-time.After(time.Duration(c) * stagger):
+			}
+			g.runClient(c)
+		})
+	}
+	t.Cleanup(func() {
+		g.stop()
+		g.halt()
+	})
+	return g
+}
+
+func (g *loadGen) runClient(c int) {
+	ing := 0
+	for k := 0; !g.stopping.Load(); k++ {
+		n := g.ingresses[ing]
+		j := &loadJob{client: c, ingress: n.name}
+		g.mu.Lock()
+		g.jobs = append(g.jobs, j)
+		g.mu.Unlock()
+		pause := g.do(j, n, fmt.Sprintf("c%d-%d", c, k))
+		g.mu.Lock()
+		failover := j.postErr != ""
+		g.mu.Unlock()
+		if failover {
+			ing = (ing + 1) % len(g.ingresses)
+		}
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// do posts one job and reads its stream to the end. It returns how long the
+// client waits before its next job: after a refusal, what Retry-After says
+// (between 200ms and 1s); a moment after a transport error; none after a
+// stream.
+func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
+	body := fmt.Sprintf(`{"ttl_ms":%d,"input":%q}`, g.ttl.Milliseconds(), input)
+	req, _ := http.NewRequestWithContext(g.ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+g.queue+"/jobs", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	g.mu.Lock()
+	j.submitAt = time.Now()
+	g.mu.Unlock()
+	res, err := g.http.Do(req)
+	if err != nil {
+		g.mu.Lock()
+		j.endAt = time.Now()
+		if g.halted.Load() {
+			j.open = true
+		} else {
+			j.postErr = err.Error()
+		}
+		g.mu.Unlock()
+		return 100 * time.Millisecond
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		var p struct{ Code string }
+		_ = json.Unmarshal(b, &p)
+		if p.Code == "" {
+			p.Code = fmt.Sprintf("http_%d", res.StatusCode)
+		}
+		g.mu.Lock()
+		j.status, j.refusal, j.endAt = res.StatusCode, p.Code, time.Now()
+		g.mu.Unlock()
+		// As a client should, wait as long as Retry-After says, bounded
+		// so the load comes back soon after the cluster does.
+		wait := 200 * time.Millisecond
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
+			wait = min(max(time.Duration(s)*time.Second, wait), time.Second)
+		}
+		return wait
+	}
+	g.mu.Lock()
+	j.status, j.id = res.StatusCode, res.Header.Get("X-Job-Id")
+	g.mu.Unlock()
+	for ev, err := range sse.Read(res.Body, nil) {
+		now := time.Now()
+		if err != nil {
+			g.mu.Lock()
+			if g.halted.Load() {
+				j.open = true
+			} else {
+				j.broken = err.Error()
+			}
+			j.endAt = now
+			g.mu.Unlock()
+			return 100 * time.Millisecond
+		}
+		e := parseLoadEvent(ev, now)
+		g.mu.Lock()
+		e.afterTerminal = j.terminals > 0
+		j.events = append(j.events, e)
+		if j.id == "" {
+			j.id = eventJobID(ev)
+		}
+		if e.kind == "done" || e.kind == "error" {
+			j.terminals++
+			if j.terminals == 1 {
+				j.terminal, j.code, j.endAt = e.kind, e.code, now
+			}
+		}
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	if j.endAt.IsZero() {
+		j.endAt = time.Now() // ended with no terminal event
+	}
+	g.mu.Unlock()
+	return 0
+}
+
+func parseLoadEvent(ev sse.Event, at time.Time) loadEvent {
+	var d struct {
+		Seq, Attempt uint64
+		Code         string
+		Data         struct {
+			By string
+			I  *int
+		}
+	}
+	_ = json.Unmarshal([]byte(ev.Data), &d)
+	e := loadEvent{kind: ev.Type, at: at, seq: d.Seq, attempt: d.Attempt, code: d.Code, by: d.Data.By, i: -1}
+	if ev.Type == "output" && d.Data.I != nil {
+		e.i = *d.Data.I
+	}
+	return e
+}
+
+func eventJobID(ev sse.Event) string {
+	var d struct {
+		JobID string `json:"job_id"`
+	}
+	_ = json.Unmarshal([]byte(ev.Data), &d)
+	return d.JobID
+}
+
+// stop lets every client finish the job it has and post no more.
+func (g *loadGen) stop() { g.stopping.Store(true) }
+
+// drain waits up to timeout for the clients' last streams to end, then cuts
+// those still open (they are recorded as open: no terminal event).
+func (g *loadGen) drain(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		g.halt()
+	}
+	<-done
+}
+
+// halt cuts every open stream and waits for the clients.
+func (g *loadGen) halt() {
+	g.halted.Store(true)
+	g.cancel()
+	g.wg.Wait()
+	g.http.CloseIdleConnections()
+}
+
+// snapshot copies every job recorded so far.
+func (g *loadGen) snapshot() []loadJob {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]loadJob, len(g.jobs))
+	for i, j := range g.jobs {
+		out[i] = *j
+		out[i].events = slices.Clone(j.events)
+	}
+	return out
+}
