@@ -81,11 +81,14 @@ bench: build
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
 
-## proto: regenerate the gRPC code (needs protoc: apt-get install protobuf-compiler)
+## proto: regenerate the gRPC code and the grpc-gateway handlers (needs protoc:
+## apt-get install protobuf-compiler; google/api's protos are vendored in
+## proto/third_party)
 proto: tools
-	PATH=$(TOOLBIN):$$PATH protoc -I proto \
+	PATH=$(TOOLBIN):$$PATH protoc -I proto -I proto/third_party \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	  --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
 	  $(PROTOS)
 
 ## verify: fail when generated code is stale, the tree is not gofmt-clean, or staticcheck finds something

@@ -223,7 +223,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.cat.PublishNode(ctx, record); err != nil {
 		return nil, fmt.Errorf("register node: %w", err)
 	}
-	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs)
+	cluster := grpcapi.NewClusterServer(n.engine, grpcapi.ClusterConfig{View: hcfg.Cluster, Errors: errm, Logger: log.With("system", "cluster")})
+	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs, cluster)
 
 	// Streams watch this context: cancelling it is how shutdown ends SSE
 	// handlers, which http.Server.Shutdown alone would wait for forever.
@@ -447,7 +448,7 @@ func (n *Node) abort() {
 	n.wg.Wait()
 }
 
-// clusterView is the catalog as the HTTP cluster views show it, with this
+// clusterView is the catalog as the cluster views (HTTP and gRPC) show it, with this
 // node's verdict on each peer overlaid: a node the tracker found silent is
 // spare here whatever its record says.
 type clusterView struct {

@@ -12,7 +12,9 @@ package apierr
 
 import (
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 
@@ -119,4 +121,10 @@ func ErrorOf(err error) *core.Error {
 		return ce
 	}
 	return &core.Error{Code: core.CodeInternal, Detail: internalDetail}
+}
+
+// Codes returns every code of the table, sorted: the codes a node can
+// answer with.
+func Codes() []core.Code {
+	return slices.Sorted(maps.Keys(table))
 }

@@ -117,26 +117,13 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, jobResponse(v))
 }
 
-// handleGetJob is GET /v1/jobs/{id}.
-func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
-	v, err := s.e.View(chi.URLParam(r, "id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse(v))
-}
+// handleGetJob is GET /v1/jobs/{id}: JobService.Get through the gateway.
+func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
-// handleCancel is DELETE /v1/jobs/{id}: the job ends as cancelled (unless it
-// had already ended) and its worker is told at once.
-func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	v, err := s.e.Cancel(chi.URLParam(r, "id"), "cancelled by request")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse(v))
-}
+// handleCancel is DELETE /v1/jobs/{id}: JobService.Cancel through the
+// gateway. The job ends as cancelled (unless it had already ended) and its
+// worker is told at once.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
 // handleEvents is GET /v1/jobs/{id}/events: the job's stream from the
 // start, or after the position in Last-Event-ID (or ?last_event_id=).

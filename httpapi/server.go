@@ -53,7 +53,7 @@ type Config struct {
 	Errors *apierr.Metrics
 	// Cluster is the catalog view behind the cluster and queue views; nil
 	// shows an empty cluster.
-	Cluster ClusterView
+	Cluster core.ClusterView
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -84,7 +84,9 @@ type Server struct {
 	m   *stream.TransportMetrics
 	// errs logs and counts every problem the server answers with.
 	errs *apierr.Reporter
-	mux  *chi.Mux
+	// gateway serves the unary routes (see gateway.go).
+	gateway http.Handler
+	mux     *chi.Mux
 }
 
 // New returns the HTTP API over e; reg receives its metrics.
@@ -105,9 +107,6 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		}
 		cfg.Keyring = ring
 	}
-	if cfg.Cluster == nil {
-		cfg.Cluster = emptyCluster{}
-	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -118,6 +117,13 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		cfg.Errors = apierr.NewMetrics(reg)
 	}
 	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), errs: cfg.Errors.Reporter("http", cfg.Logger)}
+	jobs, cluster, err := s.gatewayServices()
+	if err != nil {
+		return nil, err
+	}
+	if s.gateway, err = s.newGateway(jobs, cluster); err != nil {
+		return nil, err
+	}
 	s.mux = s.routes()
 	return s, nil
 }
