@@ -12,7 +12,17 @@ type NodeResponse struct {
 	HTTPAddr string `json:"http_addr,omitempty"`
 	GRPCAddr string `json:"grpc_addr,omitempty"`
 	PeerAddr string `json:"peer_addr,omitempty"`
-}
+} // @name Node
+
+// NodeList is GET /v1/cluster/nodes.
+type NodeList struct {
+	Nodes []NodeResponse `json:"nodes"`
+} // @name NodeList
+
+// QueueList is GET /v1/queues.
+type QueueList struct {
+	Queues []QueueResponse `json:"queues"`
+} // @name QueueList
 
 // ConsumerResponse is one consumer of a queue.
 type ConsumerResponse struct {
@@ -22,7 +32,7 @@ type ConsumerResponse struct {
 	Capabilities []string `json:"capabilities"`
 	Concurrency  int      `json:"concurrency"`
 	Zone         string   `json:"zone,omitempty"`
-}
+} // @name Consumer
 
 // QueueResponse is one queue in GET /v1/queues. Depth, bytes and bound are
 // this node's figures, present when this node holds the queue.
@@ -33,7 +43,7 @@ type QueueResponse struct {
 	Zone       string             `json:"zone,omitempty"`
 	Local      *LocalQueue        `json:"local,omitempty"`
 	Consumers  []ConsumerResponse `json:"consumers"`
-}
+} // @name Queue
 
 // LocalQueue is a queue as this node's dispatcher holds it.
 type LocalQueue struct {
@@ -41,16 +51,43 @@ type LocalQueue struct {
 	Bytes   int64 `json:"bytes"`
 	Bound   int   `json:"bound"`
 	Workers int   `json:"workers"`
-}
+} // @name LocalQueue
 
 // handleNodes is GET /v1/cluster/nodes: ClusterService.ListNodes through
 // the gateway.
+//
+//	@Summary		List nodes
+//	@Description	Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+//	@Tags			cluster
+//	@ID				listNodes
+//	@Produce		json
+//	@Success		200	{object}	NodeList	"the nodes"
+//	@Router			/v1/cluster/nodes [get]
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
 // handleQueues is GET /v1/queues: ClusterService.ListQueues through the
 // gateway.
+//
+//	@Summary		List queues
+//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+//	@Tags			cluster
+//	@ID				listQueues
+//	@Produce		json
+//	@Success		200	{object}	QueueList	"the queues"
+//	@Router			/v1/queues [get]
 func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
 // handleQueue is GET /v1/queues/{queue}: ClusterService.GetQueue through the
 // gateway.
+//
+//	@Summary		Get a queue
+//	@Description	One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+//	@Tags			cluster
+//	@ID				getQueue
+//	@Produce		json
+//	@Param			queue	path		string			true	"queue name"
+//	@Success		200		{object}	QueueResponse	"the queue"
+//	@Failure		400		{object}	apierr.Problem	"invalid_queue_name"
+//	@Failure		404		{object}	apierr.Problem	"not_found"
+//	@Router			/v1/queues/{queue} [get]
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }

@@ -156,17 +156,38 @@ func (s *Server) routes() *chi.Mux {
 	})
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	if s.cfg.Gatherer != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
+	r.Get("/metrics", s.handleMetrics)
+	r.Get("/openapi.json", s.handleOpenAPIJSON)
+	r.Get("/openapi.yaml", s.handleOpenAPIYAML)
+	r.Get("/docs", s.handleDocs)
+	r.Get("/docs/*", s.handleDocsAsset)
 	return r
 }
 
+// handleHealthz is GET /healthz.
+//
+//	@Summary		Liveness
+//	@Description	200 while the process serves HTTP.
+//	@Tags			node
+//	@ID				healthz
+//	@Produce		plain
+//	@Success		200	{string}	string	"ok"
+//	@Router			/healthz [get]
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ok\n")
 }
 
+// handleReadyz is GET /readyz.
+//
+//	@Summary		Readiness
+//	@Description	200 while the node should receive traffic; 503 draining while it shuts down or after it lost its catalog lease (fenced).
+//	@Tags			node
+//	@ID				readyz
+//	@Produce		plain
+//	@Success		200	{string}	string			"ready"
+//	@Failure		503	{object}	apierr.Problem	"draining"
+//	@Router			/readyz [get]
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	err := s.cfg.Ready()
 	if err == nil && s.e.Draining() {
@@ -178,6 +199,23 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// handleMetrics is GET /metrics.
+//
+//	@Summary		Metrics
+//	@Description	The node's Prometheus metrics, in the text exposition format.
+//	@Tags			node
+//	@ID				metrics
+//	@Produce		plain
+//	@Success		200	{string}	string	"Prometheus text format"
+//	@Router			/metrics [get]
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Gatherer == nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		return
+	}
+	promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
 // DefaultWriteBuffer is the SO_SNDBUF a node asks for on every HTTP
