@@ -194,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
+	hcfg.Workers = wcfg
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return nil, err

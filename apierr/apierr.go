@@ -52,6 +52,8 @@ var table = map[core.Code]wire{
 	core.CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, codes.Unimplemented},
 	core.CodeJobNotFound:          {http.StatusNotFound, codes.NotFound},
 	core.CodeIdempotencyReuse:     {http.StatusConflict, codes.AlreadyExists},
+	core.CodeSessionNotFound:      {http.StatusNotFound, codes.NotFound},
+	core.CodeJobNotHeld:           {http.StatusConflict, codes.FailedPrecondition},
 
 	// The request passes a limit.
 	core.CodeBodyTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},

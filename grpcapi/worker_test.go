@@ -220,11 +220,3 @@ func TestSendQueueBounds(t *testing.T) {
 		})
 	}
 }
-
-func TestSendQueueBytesFitsLargestOffer(t *testing.T) {
-	for _, maxInput := range []int64{1 << 10, 1 << 20, 64 << 20} {
-		if got := sendQueueBytes(maxInput); got < 2*(maxInput+64<<10) {
-			t.Errorf("sendQueueBytes(%d) = %d: two offers of the largest input do not fit", maxInput, got)
-		}
-	}
-}

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/grpcapi"
 )
 
 // Config configures the HTTP layer.
@@ -54,6 +55,10 @@ type Config struct {
 	// Cluster is the catalog view behind the cluster and queue views; nil
 	// shows an empty cluster.
 	Cluster core.ClusterView
+	// Workers are the clocks of HTTP worker sessions: the gRPC sessions'
+	// (the setup timeout does not apply: a session registers with its
+	// opening request).
+	Workers grpcapi.WorkerConfig
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -62,7 +67,7 @@ type Config struct {
 
 // DefaultConfig returns the HTTP settings a node uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second}
+	return Config{Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second, Workers: grpcapi.DefaultWorkerConfig()}
 }
 
 // Validate refuses settings that cannot work.
@@ -72,6 +77,9 @@ func (c Config) Validate() error {
 	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
+	}
+	if err := c.Workers.Validate(); err != nil {
+		return err
 	}
 	return c.Stream.Validate()
 }
@@ -86,6 +94,8 @@ type Server struct {
 	errs *apierr.Reporter
 	// gateway serves the unary routes (see gateway.go).
 	gateway http.Handler
+	// workers are the HTTP worker sessions (see workers.go).
+	workers workerSessions
 	mux     *chi.Mux
 }
 
@@ -153,6 +163,15 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/cluster/nodes", s.handleNodes)
 		r.Get("/queues", s.handleQueues)
 		r.Get("/queues/{queue}", s.handleQueue)
+		r.Post("/queues/{queue}/workers", s.handleWorkerSession)
+		r.Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
+		r.Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
+			r.Post("/accept", s.handleWorkerAccept)
+			r.Post("/reject", s.handleWorkerReject)
+			r.Post("/output", s.handleWorkerOutput)
+			r.Post("/complete", s.handleWorkerComplete)
+			r.Post("/fail", s.handleWorkerFail)
+		})
 	})
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)

@@ -72,6 +72,7 @@ const (
 	ProblemCodeInvalidResumeToken    ProblemCode = "invalid_resume_token"
 	ProblemCodeInvalidWorker         ProblemCode = "invalid_worker"
 	ProblemCodeJobNotFound           ProblemCode = "job_not_found"
+	ProblemCodeJobNotHeld            ProblemCode = "job_not_held"
 	ProblemCodeLimitAboveCeiling     ProblemCode = "limit_above_ceiling"
 	ProblemCodeMalformedJson         ProblemCode = "malformed_json"
 	ProblemCodeMethodNotAllowed      ProblemCode = "method_not_allowed"
@@ -84,6 +85,7 @@ const (
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
 	ProblemCodeRejected              ProblemCode = "rejected"
 	ProblemCodeSessionClosed         ProblemCode = "session_closed"
+	ProblemCodeSessionNotFound       ProblemCode = "session_not_found"
 	ProblemCodeSetupTimeout          ProblemCode = "setup_timeout"
 	ProblemCodeTooLarge              ProblemCode = "too_large"
 	ProblemCodeTooManyUpdates        ProblemCode = "too_many_updates"
@@ -131,6 +133,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeJobNotFound:
 		return true
+	case ProblemCodeJobNotHeld:
+		return true
 	case ProblemCodeLimitAboveCeiling:
 		return true
 	case ProblemCodeMalformedJson:
@@ -154,6 +158,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRejected:
 		return true
 	case ProblemCodeSessionClosed:
+		return true
+	case ProblemCodeSessionNotFound:
 		return true
 	case ProblemCodeSetupTimeout:
 		return true
@@ -238,6 +244,30 @@ type AcceptedEvent struct {
 	// Snap Snap is the snapshot version of the history (the node incarnation).
 	Snap  int `json:"snap"`
 	TtlMs int `json:"ttl_ms"`
+}
+
+// CancelEvent defines model for CancelEvent.
+type CancelEvent struct {
+	Generation int    `json:"generation"`
+	JobId      string `json:"job_id"`
+
+	// Reason Reason is the job's end: cancelled, expired, node_shutdown,
+	// output_too_large, ...
+	Reason string `json:"reason"`
+}
+
+// ClosedEvent defines model for ClosedEvent.
+type ClosedEvent struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// CompleteMessage defines model for CompleteMessage.
+type CompleteMessage struct {
+	Generation int `json:"generation"`
+
+	// Result Result is an optional JSON value, reported in the done event.
+	Result interface{} `json:"result,omitempty"`
 }
 
 // Consumer defines model for Consumer.
@@ -359,6 +389,16 @@ type EventStream struct {
 	Terminated TerminatedEvent `json:"terminated"`
 }
 
+// FailMessage defines model for FailMessage.
+type FailMessage struct {
+	// Code Code is a short machine-readable word ([A-Za-z0-9._-], at most 64),
+	// the error event's code: "cancelled" answers a cancel; empty (or not
+	// a valid code) means worker_error.
+	Code       *string `json:"code,omitempty"`
+	Generation int     `json:"generation"`
+	Message    *string `json:"message,omitempty"`
+}
+
 // GapEvent defines model for GapEvent.
 type GapEvent struct {
 	Detail  string `json:"detail"`
@@ -395,6 +435,35 @@ type JobLinks struct {
 
 	// Self Self is the job's document: GET (status) and DELETE (cancel).
 	Self string `json:"self"`
+}
+
+// JobMessage defines model for JobMessage.
+type JobMessage struct {
+	// Generation Generation is the offer's generation: the job's fencing token.
+	Generation int `json:"generation"`
+}
+
+// JobOffer defines model for JobOffer.
+type JobOffer struct {
+	// Capabilities Capabilities the job requires, "key=value".
+	Capabilities []string `json:"capabilities"`
+	Generation   int      `json:"generation"`
+
+	// Input Input is the envelope's input, a JSON value.
+	Input interface{} `json:"input"`
+	JobId string      `json:"job_id"`
+
+	// MaxOutputBytes MaxOutputBytes is the most output the job may produce; the node ends
+	// the job output_too_large past it.
+	MaxOutputBytes int `json:"max_output_bytes"`
+
+	// Options Options is the envelope's options object, when it has one.
+	Options *map[string]interface{} `json:"options,omitempty"`
+	Queue   string                  `json:"queue"`
+
+	// TtlMs TTLMs is the TTL left when the node sent the offer: the worker's
+	// deadline is its own receive time plus this.
+	TtlMs int `json:"ttl_ms"`
 }
 
 // LocalQueue defines model for LocalQueue.
@@ -442,9 +511,17 @@ type OutputEvent struct {
 	Snap int `json:"snap"`
 }
 
+// OutputMessage defines model for OutputMessage.
+type OutputMessage struct {
+	// Data Data is one chunk of output: one JSON value, the data of an output
+	// event on the job's stream.
+	Data       interface{} `json:"data"`
+	Generation int         `json:"generation"`
+}
+
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `session_closed` 503, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -456,7 +533,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `session_closed` 503, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Queue defines model for Queue.
@@ -472,6 +549,32 @@ type Queue struct {
 // QueueList defines model for QueueList.
 type QueueList struct {
 	Queues []Queue `json:"queues"`
+}
+
+// RegisteredEvent defines model for RegisteredEvent.
+type RegisteredEvent struct {
+	// ConsumerId ConsumerID is the consumer the node registered (the queue view shows it).
+	ConsumerId string `json:"consumer_id"`
+
+	// HeartbeatMs HeartbeatMs is how often the worker should post a heartbeat when it
+	// has nothing else to post; IdleTimeoutMs is how long the node waits
+	// for any post before it ends the session.
+	HeartbeatMs   int    `json:"heartbeat_ms"`
+	IdleTimeoutMs int    `json:"idle_timeout_ms"`
+	Node          string `json:"node"`
+
+	// Session Session names the session in every post: /v1/workers/{session}/...
+	// Keep it secret: it is the session's only credential.
+	Session string `json:"session"`
+}
+
+// RejectMessage defines model for RejectMessage.
+type RejectMessage struct {
+	Generation int `json:"generation"`
+
+	// Reason Reason is a human-readable why, passed on in the job's error if no
+	// other worker takes it.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // ResyncEvent defines model for ResyncEvent.
@@ -497,6 +600,26 @@ type TerminatedEvent struct {
 
 // TerminatedEventReason defines model for TerminatedEvent.Reason.
 type TerminatedEventReason string
+
+// WorkerRequest defines model for WorkerRequest.
+type WorkerRequest struct {
+	// Capabilities Capabilities the worker can run, "key=value".
+	Capabilities *[]string `json:"capabilities,omitempty"`
+
+	// Concurrency Concurrency is how many jobs it holds at once (its credits); 0 means 1.
+	Concurrency *int `json:"concurrency,omitempty"`
+
+	// Name Name is a human label for logs and the queue view.
+	Name *string `json:"name,omitempty"`
+}
+
+// WorkerStream defines model for WorkerStream.
+type WorkerStream struct {
+	Cancel     CancelEvent     `json:"cancel"`
+	Closed     ClosedEvent     `json:"closed"`
+	Job        JobOffer        `json:"job"`
+	Registered RegisteredEvent `json:"registered"`
+}
 
 // JobEventsParams defines parameters for JobEvents.
 type JobEventsParams struct {
@@ -527,6 +650,24 @@ type SubmitJobParams struct {
 
 // SubmitJobJSONRequestBody defines body for SubmitJob for application/json ContentType.
 type SubmitJobJSONRequestBody = Envelope
+
+// OpenWorkerSessionJSONRequestBody defines body for OpenWorkerSession for application/json ContentType.
+type OpenWorkerSessionJSONRequestBody = WorkerRequest
+
+// AcceptJobJSONRequestBody defines body for AcceptJob for application/json ContentType.
+type AcceptJobJSONRequestBody = JobMessage
+
+// CompleteJobJSONRequestBody defines body for CompleteJob for application/json ContentType.
+type CompleteJobJSONRequestBody = CompleteMessage
+
+// FailJobJSONRequestBody defines body for FailJob for application/json ContentType.
+type FailJobJSONRequestBody = FailMessage
+
+// JobOutputJSONRequestBody defines body for JobOutput for application/json ContentType.
+type JobOutputJSONRequestBody = OutputMessage
+
+// RejectJobJSONRequestBody defines body for RejectJob for application/json ContentType.
+type RejectJobJSONRequestBody = RejectMessage
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -703,6 +844,121 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/queues/{queue}/jobs (the `SubmitJob` operationId).
 	SubmitJob(ctx context.Context, queue string, params *SubmitJobParams, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// OpenWorkerSessionWithBody Open a worker session
+	//
+	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+	OpenWorkerSessionWithBody(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// OpenWorkerSession Open a worker session
+	//
+	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+	OpenWorkerSession(ctx context.Context, queue string, body OpenWorkerSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WorkerHeartbeat Heartbeat
+	//
+	// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+	//
+	// Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
+	WorkerHeartbeat(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcceptJobWithBody Accept a job
+	//
+	// Takes an offered job; output may follow. An output before the accept counts as one.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+	AcceptJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcceptJob Accept a job
+	//
+	// Takes an offered job; output may follow. An output before the accept counts as one.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+	AcceptJob(ctx context.Context, session string, job string, body AcceptJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteJobWithBody Complete a job
+	//
+	// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+	CompleteJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteJob Complete a job
+	//
+	// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+	CompleteJob(ctx context.Context, session string, job string, body CompleteJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FailJobWithBody Fail a job
+	//
+	// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+	FailJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// FailJob Fail a job
+	//
+	// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+	FailJob(ctx context.Context, session string, job string, body FailJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobOutputWithBody Send output
+	//
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutputWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobOutput Send output
+	//
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutput(ctx context.Context, session string, job string, body JobOutputJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectJobWithBody Reject a job
+	//
+	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+	RejectJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectJob Reject a job
+	//
+	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+	RejectJob(ctx context.Context, session string, job string, body RejectJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Docs Interactive documentation
@@ -937,6 +1193,251 @@ func (c *Client) SubmitJobWithBody(ctx context.Context, queue string, params *Su
 // Corresponds with POST /v1/queues/{queue}/jobs (the `SubmitJob` operationId).
 func (c *Client) SubmitJob(ctx context.Context, queue string, params *SubmitJobParams, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSubmitJobRequest(c.Server, queue, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// OpenWorkerSessionWithBody Open a worker session
+//
+// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+func (c *Client) OpenWorkerSessionWithBody(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewOpenWorkerSessionRequestWithBody(c.Server, queue, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// OpenWorkerSession Open a worker session
+//
+// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+func (c *Client) OpenWorkerSession(ctx context.Context, queue string, body OpenWorkerSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewOpenWorkerSessionRequest(c.Server, queue, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WorkerHeartbeat Heartbeat
+//
+// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+//
+// Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
+func (c *Client) WorkerHeartbeat(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWorkerHeartbeatRequest(c.Server, session)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcceptJobWithBody Accept a job
+//
+// Takes an offered job; output may follow. An output before the accept counts as one.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+func (c *Client) AcceptJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptJobRequestWithBody(c.Server, session, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcceptJob Accept a job
+//
+// Takes an offered job; output may follow. An output before the accept counts as one.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+func (c *Client) AcceptJob(ctx context.Context, session string, job string, body AcceptJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcceptJobRequest(c.Server, session, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteJobWithBody Complete a job
+//
+// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+func (c *Client) CompleteJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteJobRequestWithBody(c.Server, session, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteJob Complete a job
+//
+// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+func (c *Client) CompleteJob(ctx context.Context, session string, job string, body CompleteJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteJobRequest(c.Server, session, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FailJobWithBody Fail a job
+//
+// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+func (c *Client) FailJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFailJobRequestWithBody(c.Server, session, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// FailJob Fail a job
+//
+// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+func (c *Client) FailJob(ctx context.Context, session string, job string, body FailJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewFailJobRequest(c.Server, session, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobOutputWithBody Send output
+//
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *Client) JobOutputWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobOutputRequestWithBody(c.Server, session, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobOutput Send output
+//
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *Client) JobOutput(ctx context.Context, session string, job string, body JobOutputJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobOutputRequest(c.Server, session, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectJobWithBody Reject a job
+//
+// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+func (c *Client) RejectJobWithBody(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectJobRequestWithBody(c.Server, session, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectJob Reject a job
+//
+// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+func (c *Client) RejectJob(ctx context.Context, session string, job string, body RejectJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectJobRequest(c.Server, session, job, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1438,6 +1939,357 @@ func NewSubmitJobRequestWithBody(server string, queue string, params *SubmitJobP
 	return req, nil
 }
 
+// NewOpenWorkerSessionRequest calls the generic OpenWorkerSession builder with application/json body
+func NewOpenWorkerSessionRequest(server string, queue string, body OpenWorkerSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewOpenWorkerSessionRequestWithBody(server, queue, "application/json", bodyReader)
+}
+
+// NewOpenWorkerSessionRequestWithBody constructs an http.Request for the OpenWorkerSession method, with any body, and a specified content type
+func NewOpenWorkerSessionRequestWithBody(server string, queue string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "queue", queue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/queues/%s/workers", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewWorkerHeartbeatRequest constructs an http.Request for the WorkerHeartbeat method
+func NewWorkerHeartbeatRequest(server string, session string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/heartbeat", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAcceptJobRequest calls the generic AcceptJob builder with application/json body
+func NewAcceptJobRequest(server string, session string, job string, body AcceptJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcceptJobRequestWithBody(server, session, job, "application/json", bodyReader)
+}
+
+// NewAcceptJobRequestWithBody constructs an http.Request for the AcceptJob method, with any body, and a specified content type
+func NewAcceptJobRequestWithBody(server string, session string, job string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/jobs/%s/accept", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCompleteJobRequest calls the generic CompleteJob builder with application/json body
+func NewCompleteJobRequest(server string, session string, job string, body CompleteJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCompleteJobRequestWithBody(server, session, job, "application/json", bodyReader)
+}
+
+// NewCompleteJobRequestWithBody constructs an http.Request for the CompleteJob method, with any body, and a specified content type
+func NewCompleteJobRequestWithBody(server string, session string, job string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/jobs/%s/complete", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewFailJobRequest calls the generic FailJob builder with application/json body
+func NewFailJobRequest(server string, session string, job string, body FailJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewFailJobRequestWithBody(server, session, job, "application/json", bodyReader)
+}
+
+// NewFailJobRequestWithBody constructs an http.Request for the FailJob method, with any body, and a specified content type
+func NewFailJobRequestWithBody(server string, session string, job string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/jobs/%s/fail", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewJobOutputRequest calls the generic JobOutput builder with application/json body
+func NewJobOutputRequest(server string, session string, job string, body JobOutputJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewJobOutputRequestWithBody(server, session, job, "application/json", bodyReader)
+}
+
+// NewJobOutputRequestWithBody constructs an http.Request for the JobOutput method, with any body, and a specified content type
+func NewJobOutputRequestWithBody(server string, session string, job string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/jobs/%s/output", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRejectJobRequest calls the generic RejectJob builder with application/json body
+func NewRejectJobRequest(server string, session string, job string, body RejectJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRejectJobRequestWithBody(server, session, job, "application/json", bodyReader)
+}
+
+// NewRejectJobRequestWithBody constructs an http.Request for the RejectJob method, with any body, and a specified content type
+func NewRejectJobRequestWithBody(server string, session string, job string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "session", session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workers/%s/jobs/%s/reject", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1607,6 +2459,123 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/queues/{queue}/jobs (the `SubmitJob` operationId).
 	SubmitJobWithResponse(ctx context.Context, queue string, params *SubmitJobParams, body SubmitJobJSONRequestBody, reqEditors ...RequestEditorFn) (*SubmitJobResponse, error)
+
+	// OpenWorkerSessionWithBodyWithResponse Open a worker session
+	//
+	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+	OpenWorkerSessionWithBodyWithResponse(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*OpenWorkerSessionResponse, error)
+
+	// OpenWorkerSessionWithResponse Open a worker session
+	//
+	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+	OpenWorkerSessionWithResponse(ctx context.Context, queue string, body OpenWorkerSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*OpenWorkerSessionResponse, error)
+
+	// WorkerHeartbeatWithResponse Heartbeat
+	//
+	// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
+	WorkerHeartbeatWithResponse(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*WorkerHeartbeatResponse, error)
+
+	// AcceptJobWithBodyWithResponse Accept a job
+	//
+	// Takes an offered job; output may follow. An output before the accept counts as one.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+	AcceptJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptJobResponse, error)
+
+	// AcceptJobWithResponse Accept a job
+	//
+	// Takes an offered job; output may follow. An output before the accept counts as one.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+	AcceptJobWithResponse(ctx context.Context, session string, job string, body AcceptJobJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptJobResponse, error)
+
+	// CompleteJobWithBodyWithResponse Complete a job
+	//
+	// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+	CompleteJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteJobResponse, error)
+
+	// CompleteJobWithResponse Complete a job
+	//
+	// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+	CompleteJobWithResponse(ctx context.Context, session string, job string, body CompleteJobJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteJobResponse, error)
+
+	// FailJobWithBodyWithResponse Fail a job
+	//
+	// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+	FailJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FailJobResponse, error)
+
+	// FailJobWithResponse Fail a job
+	//
+	// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+	FailJobWithResponse(ctx context.Context, session string, job string, body FailJobJSONRequestBody, reqEditors ...RequestEditorFn) (*FailJobResponse, error)
+
+	// JobOutputWithBodyWithResponse Send output
+	//
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutputWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*JobOutputResponse, error)
+
+	// JobOutputWithResponse Send output
+	//
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutputWithResponse(ctx context.Context, session string, job string, body JobOutputJSONRequestBody, reqEditors ...RequestEditorFn) (*JobOutputResponse, error)
+
+	// RejectJobWithBodyWithResponse Reject a job
+	//
+	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+	RejectJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectJobResponse, error)
+
+	// RejectJobWithResponse Reject a job
+	//
+	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+	RejectJobWithResponse(ctx context.Context, session string, job string, body RejectJobJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectJobResponse, error)
 }
 
 type DocsResponse struct {
@@ -2212,6 +3181,426 @@ func (r SubmitJobResponse) ContentType() string {
 	return ""
 }
 
+type OpenWorkerSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r OpenWorkerSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r OpenWorkerSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r OpenWorkerSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r OpenWorkerSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WorkerHeartbeatResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WorkerHeartbeatResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r WorkerHeartbeatResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WorkerHeartbeatResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WorkerHeartbeatResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WorkerHeartbeatResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AcceptJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Problem
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Problem
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Problem
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r AcceptJobResponse) GetJSON400() *Problem {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r AcceptJobResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r AcceptJobResponse) GetJSON409() *Problem {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r AcceptJobResponse) GetJSON413() *Problem {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r AcceptJobResponse) GetJSON415() *Problem {
+	return r.JSON415
+}
+
+// GetBody returns the raw response body bytes
+func (r AcceptJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcceptJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcceptJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcceptJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CompleteJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Problem
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Problem
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Problem
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CompleteJobResponse) GetJSON400() *Problem {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CompleteJobResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CompleteJobResponse) GetJSON409() *Problem {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CompleteJobResponse) GetJSON413() *Problem {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CompleteJobResponse) GetJSON415() *Problem {
+	return r.JSON415
+}
+
+// GetBody returns the raw response body bytes
+func (r CompleteJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CompleteJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CompleteJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CompleteJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type FailJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Problem
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Problem
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Problem
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r FailJobResponse) GetJSON400() *Problem {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r FailJobResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r FailJobResponse) GetJSON409() *Problem {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r FailJobResponse) GetJSON413() *Problem {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r FailJobResponse) GetJSON415() *Problem {
+	return r.JSON415
+}
+
+// GetBody returns the raw response body bytes
+func (r FailJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r FailJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r FailJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r FailJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type JobOutputResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Problem
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Problem
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Problem
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r JobOutputResponse) GetJSON400() *Problem {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r JobOutputResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r JobOutputResponse) GetJSON409() *Problem {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r JobOutputResponse) GetJSON413() *Problem {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r JobOutputResponse) GetJSON415() *Problem {
+	return r.JSON415
+}
+
+// GetBody returns the raw response body bytes
+func (r JobOutputResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JobOutputResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JobOutputResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JobOutputResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RejectJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Problem
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Problem
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Problem
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RejectJobResponse) GetJSON400() *Problem {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RejectJobResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RejectJobResponse) GetJSON409() *Problem {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RejectJobResponse) GetJSON413() *Problem {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RejectJobResponse) GetJSON415() *Problem {
+	return r.JSON415
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DocsWithResponse Interactive documentation
 //
 // Swagger UI showing this document; it needs no internet access.
@@ -2420,6 +3809,201 @@ func (c *ClientWithResponses) SubmitJobWithResponse(ctx context.Context, queue s
 		return nil, err
 	}
 	return ParseSubmitJobResponse(rsp)
+}
+
+// OpenWorkerSessionWithBodyWithResponse Open a worker session
+//
+// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+func (c *ClientWithResponses) OpenWorkerSessionWithBodyWithResponse(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*OpenWorkerSessionResponse, error) {
+	rsp, err := c.OpenWorkerSessionWithBody(ctx, queue, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOpenWorkerSessionResponse(rsp)
+}
+
+// OpenWorkerSessionWithResponse Open a worker session
+//
+// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/queues/{queue}/workers (the `OpenWorkerSession` operationId).
+func (c *ClientWithResponses) OpenWorkerSessionWithResponse(ctx context.Context, queue string, body OpenWorkerSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*OpenWorkerSessionResponse, error) {
+	rsp, err := c.OpenWorkerSession(ctx, queue, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOpenWorkerSessionResponse(rsp)
+}
+
+// WorkerHeartbeatWithResponse Heartbeat
+//
+// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
+func (c *ClientWithResponses) WorkerHeartbeatWithResponse(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*WorkerHeartbeatResponse, error) {
+	rsp, err := c.WorkerHeartbeat(ctx, session, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWorkerHeartbeatResponse(rsp)
+}
+
+// AcceptJobWithBodyWithResponse Accept a job
+//
+// Takes an offered job; output may follow. An output before the accept counts as one.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+func (c *ClientWithResponses) AcceptJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcceptJobResponse, error) {
+	rsp, err := c.AcceptJobWithBody(ctx, session, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptJobResponse(rsp)
+}
+
+// AcceptJobWithResponse Accept a job
+//
+// Takes an offered job; output may follow. An output before the accept counts as one.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/accept (the `AcceptJob` operationId).
+func (c *ClientWithResponses) AcceptJobWithResponse(ctx context.Context, session string, job string, body AcceptJobJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptJobResponse, error) {
+	rsp, err := c.AcceptJob(ctx, session, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcceptJobResponse(rsp)
+}
+
+// CompleteJobWithBodyWithResponse Complete a job
+//
+// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+func (c *ClientWithResponses) CompleteJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteJobResponse, error) {
+	rsp, err := c.CompleteJobWithBody(ctx, session, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteJobResponse(rsp)
+}
+
+// CompleteJobWithResponse Complete a job
+//
+// Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/complete (the `CompleteJob` operationId).
+func (c *ClientWithResponses) CompleteJobWithResponse(ctx context.Context, session string, job string, body CompleteJobJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteJobResponse, error) {
+	rsp, err := c.CompleteJob(ctx, session, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteJobResponse(rsp)
+}
+
+// FailJobWithBodyWithResponse Fail a job
+//
+// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+func (c *ClientWithResponses) FailJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*FailJobResponse, error) {
+	rsp, err := c.FailJobWithBody(ctx, session, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFailJobResponse(rsp)
+}
+
+// FailJobWithResponse Fail a job
+//
+// Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/fail (the `FailJob` operationId).
+func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session string, job string, body FailJobJSONRequestBody, reqEditors ...RequestEditorFn) (*FailJobResponse, error) {
+	rsp, err := c.FailJob(ctx, session, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFailJobResponse(rsp)
+}
+
+// JobOutputWithBodyWithResponse Send output
+//
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*JobOutputResponse, error) {
+	rsp, err := c.JobOutputWithBody(ctx, session, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobOutputResponse(rsp)
+}
+
+// JobOutputWithResponse Send output
+//
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *ClientWithResponses) JobOutputWithResponse(ctx context.Context, session string, job string, body JobOutputJSONRequestBody, reqEditors ...RequestEditorFn) (*JobOutputResponse, error) {
+	rsp, err := c.JobOutput(ctx, session, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobOutputResponse(rsp)
+}
+
+// RejectJobWithBodyWithResponse Reject a job
+//
+// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+func (c *ClientWithResponses) RejectJobWithBodyWithResponse(ctx context.Context, session string, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectJobResponse, error) {
+	rsp, err := c.RejectJobWithBody(ctx, session, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectJobResponse(rsp)
+}
+
+// RejectJobWithResponse Reject a job
+//
+// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workers/{session}/jobs/{job}/reject (the `RejectJob` operationId).
+func (c *ClientWithResponses) RejectJobWithResponse(ctx context.Context, session string, job string, body RejectJobJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectJobResponse, error) {
+	rsp, err := c.RejectJob(ctx, session, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectJobResponse(rsp)
 }
 
 // ParseDocsResponse parses an HTTP response from a DocsWithResponse call
@@ -2825,6 +4409,336 @@ func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseOpenWorkerSessionResponse parses an HTTP response from a OpenWorkerSessionWithResponse call
+func ParseOpenWorkerSessionResponse(rsp *http.Response) (*OpenWorkerSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &OpenWorkerSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseWorkerHeartbeatResponse parses an HTTP response from a WorkerHeartbeatWithResponse call
+func ParseWorkerHeartbeatResponse(rsp *http.Response) (*WorkerHeartbeatResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WorkerHeartbeatResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAcceptJobResponse parses an HTTP response from a AcceptJobWithResponse call
+func ParseAcceptJobResponse(rsp *http.Response) (*AcceptJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcceptJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCompleteJobResponse parses an HTTP response from a CompleteJobWithResponse call
+func ParseCompleteJobResponse(rsp *http.Response) (*CompleteJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CompleteJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseFailJobResponse parses an HTTP response from a FailJobWithResponse call
+func ParseFailJobResponse(rsp *http.Response) (*FailJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &FailJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseJobOutputResponse parses an HTTP response from a JobOutputWithResponse call
+func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JobOutputResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRejectJobResponse parses an HTTP response from a RejectJobWithResponse call
+func ParseRejectJobResponse(rsp *http.Response) (*RejectJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	}
 
 	return response, nil
