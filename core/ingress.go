@@ -170,13 +170,17 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 	return d
 }
 
+// errJobNotFound is the one answer for a job id this node does not know,
+// whichever route asked.
+var errJobNotFound = &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node (it may have ended more than the retention ago)"}
+
 // Job returns the job record for streaming.
 func (e *Engine) Job(id string) (*Job, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return nil, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node (it may have ended more than the retention ago)"}
+		return nil, errJobNotFound
 	}
 	return j, nil
 }
@@ -187,7 +191,7 @@ func (e *Engine) View(id string) (JobView, error) {
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return JobView{}, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node"}
+		return JobView{}, errJobNotFound
 	}
 	return j.view(time.Now()), nil
 }
@@ -199,7 +203,7 @@ func (e *Engine) Cancel(id, detail string) (JobView, error) {
 	defer e.mu.Unlock()
 	j := e.jobs[id]
 	if j == nil {
-		return JobView{}, &Error{Code: CodeJobNotFound, Detail: "no job with this id on this node"}
+		return JobView{}, errJobNotFound
 	}
 	e.finishLocked(j, CodeCancelled, detail, nil)
 	return j.view(time.Now()), nil
