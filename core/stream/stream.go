@@ -171,6 +171,9 @@ func (e End) ClientLeft() bool { return e == EndClientGone || e == EndWriteFaile
 type Result struct {
 	End     End
 	LastSeq uint64
+	// Gaps counts the gaps the drop-oldest policy made (a stream that fell
+	// behind skipping ahead); Dropped counts every event a gap skipped,
+	// those a stream read from the start finds no longer retained included.
 	Gaps    int
 	Dropped int
 	// LagEvents and LagBytes are the stream's queue when it was terminated
@@ -281,23 +284,34 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	for {
 		rd, oldest, err := h.Since(cursor, readBatch)
 		if errors.Is(err, core.ErrHistoryGone) {
-			if cursor > 0 {
+			if cursor > 0 && p.Slow != DropOldest {
 				return end(EndResync, Resync, map[string]any{
 					"oldest_seq": oldest, "after_seq": cursor,
 					"detail": "full resync required: the events after your position are no longer retained",
 				})
 			}
-			// A client starting from the beginning is not resuming: it
-			// gets what is retained, after a gap event that says what is not.
+			// A client starting from the beginning is not resuming: it gets
+			// what is retained, after a gap event that says what is not. A
+			// drop-oldest stream whose position fell out of the history asked
+			// for exactly that: it skips to the oldest retained event too.
+			detail, dropOldest := "the oldest events of this job are no longer retained", cursor > 0
+			if dropOldest {
+				detail = "this stream asked for drop-oldest and fell behind the retained history: these events were skipped"
+			}
 			deadline()
 			if sink.Control(Gap, map[string]any{
-				"job_id": req.Job.ID, "from_seq": 1, "to_seq": oldest - 1, "dropped": oldest - 1,
-				"detail": "the oldest events of this job are no longer retained",
+				"job_id": req.Job.ID, "from_seq": cursor + 1, "to_seq": oldest - 1, "dropped": oldest - 1 - cursor,
+				"detail": detail,
 			}) != nil {
 				return failed()
 			}
-			res.Gaps++
-			res.Dropped += int(oldest - 1)
+			if dropOldest {
+				// Only the drop-oldest policy's gaps count as such: the start
+				// of a history no longer retained is not a stream falling
+				// behind.
+				res.Gaps++
+			}
+			res.Dropped += int(oldest - 1 - cursor)
 			cursor = oldest - 1
 			continue
 		}
