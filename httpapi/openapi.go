@@ -106,6 +106,9 @@ const docsInitializer = `window.onload = function() {
   window.ui = SwaggerUIBundle({
     url: "/openapi.json",
     dom_id: "#swagger-ui",
+    // No call to the public validator: the page works with no internet
+    // access.
+    validatorUrl: null,
     deepLinking: true,
     presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
     plugins: [SwaggerUIBundle.plugins.DownloadUrl],
