@@ -259,6 +259,7 @@ func TestHTTPWorkerBadInput(t *testing.T) {
 		{"wrong type", "demo", "application/json", `{"concurrency":"x"}`, 400, "invalid_field"},
 		{"bad capability", "demo", "application/json", `{"capabilities":["no equals"]}`, 400, "invalid_worker"},
 		{"bad concurrency", "demo", "application/json", `{"concurrency":-1}`, 400, "invalid_worker"},
+		{"huge concurrency", "demo", "application/json", `{"concurrency":2000000000}`, 400, "invalid_worker"},
 		{"bad queue", "bad$q", "application/json", `{}`, 400, "invalid_queue_name"},
 		{"wrong content type", "demo", "text/plain", `{}`, 415, "unsupported_media_type"},
 		{"body too large", "demo", "application/json", `{"name":"` + strings.Repeat("x", 100<<10) + `"}`, 413, "body_too_large"},
