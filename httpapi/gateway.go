@@ -121,48 +121,138 @@ func (m gatewayJSON) Marshal(v any) ([]byte, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
+	tree, err := decodeOrdered(dec)
+	if err != nil {
 		return nil, err
 	}
 	int64sAsNumbers(msg.ProtoReflect().Descriptor(), tree)
-	out, err := json.Marshal(tree)
-	return append(out, '\n'), err
+	var out bytes.Buffer
+	if err := encodeOrdered(&out, tree); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// object is a JSON object that keeps its members in order: protojson
+// writes fields in field-number order, which is the order the documents
+// have always had.
+type object []member
+
+type member struct {
+	key string
+	val any
+}
+
+// decodeOrdered reads one JSON value: an object, a []any, or a scalar
+// (json.Number, string, bool, nil).
+func decodeOrdered(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		obj := object{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			v, err := decodeOrdered(dec)
+			if err != nil {
+				return nil, err
+			}
+			obj = append(obj, member{k.(string), v})
+		}
+		_, err := dec.Token()
+		return obj, err
+	case json.Delim('['):
+		list := []any{}
+		for dec.More() {
+			v, err := decodeOrdered(dec)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+		}
+		_, err := dec.Token()
+		return list, err
+	}
+	return tok, nil
+}
+
+func encodeOrdered(buf *bytes.Buffer, v any) error {
+	switch v := v.(type) {
+	case object:
+		buf.WriteByte('{')
+		for i, m := range v {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			k, _ := json.Marshal(m.key)
+			buf.Write(k)
+			buf.WriteByte(':')
+			if err := encodeOrdered(buf, m.val); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, x := range v {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := encodeOrdered(buf, x); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	}
+	return nil
 }
 
 // int64sAsNumbers turns the strings protojson wrote for the 64-bit integer
 // fields of md, in the decoded JSON object v, into numbers, recursing into
 // messages and lists. Our messages have no maps.
 func int64sAsNumbers(md protoreflect.MessageDescriptor, v any) {
-	obj, ok := v.(map[string]any)
+	obj, ok := v.(object)
 	if !ok {
 		return
 	}
-	fields := md.Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		val, ok := obj[string(fd.Name())]
-		if !ok {
+	for i, m := range obj {
+		fd := md.Fields().ByName(protoreflect.Name(m.key))
+		if fd == nil {
 			continue
 		}
-		each := []any{val}
-		if fd.IsList() {
-			each, _ = val.([]any)
-		}
-		for j, x := range each {
-			switch {
-			case fd.Message() != nil:
-				int64sAsNumbers(fd.Message(), x)
-			case is64(fd.Kind()):
-				if s, ok := x.(string); ok {
-					each[j] = json.Number(s)
-				}
+		if list, ok := m.val.([]any); ok && fd.IsList() {
+			for j, x := range list {
+				list[j] = fieldValue(fd, x)
 			}
+			continue
 		}
-		if !fd.IsList() {
-			obj[string(fd.Name())] = each[0]
+		obj[i].val = fieldValue(fd, m.val)
+	}
+}
+
+// fieldValue is one value of field fd with its 64-bit integers as numbers.
+func fieldValue(fd protoreflect.FieldDescriptor, x any) any {
+	switch {
+	case fd.Message() != nil:
+		int64sAsNumbers(fd.Message(), x)
+	case is64(fd.Kind()):
+		if s, ok := x.(string); ok {
+			return json.Number(s)
 		}
 	}
+	return x
 }
 
 func is64(k protoreflect.Kind) bool {

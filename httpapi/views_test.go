@@ -245,3 +245,23 @@ func submit(tb testing.TB, e *core.Engine, queue, body string) *core.Job {
 	}
 	return j
 }
+
+// The gateway writes a document's fields in the order the chi handlers did
+// (the proto's field order), not sorted: what a person reading curl's
+// output sees.
+func TestGatewayKeepsFieldOrder(t *testing.T) {
+	s, e := newViewServer(t)
+	attachWorker(t, e, "demo", "model=demo")
+	j := submit(t, e, "demo", `{"input":"x","ttl_ms":60000}`)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/jobs/"+j.ID, nil))
+	body := rec.Body.String()
+	last := -1
+	for _, k := range []string{`"job_id"`, `"queue"`, `"state"`, `"generation"`, `"created_at"`, `"ttl_ms"`, `"remaining_ms"`, `"outputs"`, `"last_seq"`, `"links"`} {
+		i := strings.Index(body, k)
+		if i < last {
+			t.Fatalf("%s out of order in %s", k, body)
+		}
+		last = i
+	}
+}
