@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto tools verify clean
+.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto openapi generate tools verify clean
 
 ## build: the one binary, bin/switchyard
 build:
@@ -101,17 +101,35 @@ soak-faults:
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
 
-## proto: regenerate the gRPC code (needs protoc: apt-get install protobuf-compiler)
+## proto: regenerate the gRPC code and the grpc-gateway handlers (needs protoc:
+## apt-get install protobuf-compiler; google/api's protos are vendored in
+## proto/third_party)
 proto: tools
-	PATH=$(TOOLBIN):$$PATH protoc -I proto \
+	PATH=$(TOOLBIN):$$PATH protoc -I proto -I proto/third_party \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	  --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
 	  $(PROTOS)
 
-## verify: fail when generated code is stale, the tree is not gofmt-clean, or staticcheck finds something
-verify: proto lint
+## openapi: regenerate the OpenAPI document (openapi/openapi.json and .yaml)
+## from the HTTP handlers' swag annotations, and the Go client generated from
+## it (openapi/client); all generators are pinned as Go tool dependencies
+openapi: tools
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(TOOLBIN)/swag init --quiet --requiredByDefault --dir httpapi,apierr --generalInfo openapi.go --outputTypes json --output "$$tmp"; \
+	$(GO) run ./openapi/gen "$$tmp/swagger.json" openapi; \
+	$(TOOLBIN)/oapi-codegen -config openapi/client/oapi-codegen.yaml openapi/openapi.json
+
+## generate: everything generated (protobuf, gateway, OpenAPI, client)
+generate: proto openapi
+
+## verify: fail when generated code is stale (protobuf, gateway, the OpenAPI
+## document, the client), the tree is not gofmt-clean, or staticcheck finds
+## something
+verify: generate lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
-	@git diff --exit-code -- proto || { echo "generated code is stale: run make proto and commit"; exit 1; }
+	@git diff --exit-code -- proto openapi && test -z "$$(git status --porcelain -- proto openapi)" || \
+	  { git status --short -- proto openapi; echo "generated code is stale: run make generate and commit"; exit 1; }
 
 clean:
 	rm -rf bin .bin

@@ -118,7 +118,7 @@ func (c peerBook) zone(node string) (string, bool) {
 	return nd.Zone, ok
 }
 
-// clusterView is the catalog as the HTTP cluster views show it, with this
+// clusterView is the catalog as the cluster views (HTTP and gRPC) show it, with this
 // node's verdict on each peer overlaid: a node the tracker found silent is
 // spare here whatever its record says.
 type clusterView struct {

@@ -64,13 +64,18 @@ var importRules = map[string]importRule{
 		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
-	// The HTTP/SSE API: no proto, and no gRPC of its own (apierr, which it
-	// shares with grpcapi, brings in grpc's status codes).
+	// The HTTP/SSE API. Its unary routes are the public gRPC services'
+	// rpcs served by grpc-gateway in process, so it builds on grpcapi and
+	// the wire format; it never reaches the peer transport or the catalog.
 	"httpapi": {
-		may:          []string{"core", "core/stream", "core/resume", "apierr", "web"},
-		neverDeps:    []string{etcdLib},
-		neverImports: []string{grpcLib},
+		may:       []string{"core", "core/stream", "core/resume", "apierr", "grpcapi", "proto/switchyard/v1", "web", "openapi"},
+		neverDeps: []string{etcdLib},
 	},
+	// The OpenAPI document (generated, embedded), its generator and the Go
+	// client generated from it: a client knows only the document's shapes.
+	"openapi":        {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
+	"openapi/gen":    {may: []string{"apierr"}},
+	"openapi/client": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
 	// The web page: static files embedded in the binary, served by
 	// httpapi; it knows nothing of the node.
 	"web": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},

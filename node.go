@@ -224,6 +224,7 @@ func (n *Node) openAPIs() (err error) {
 	}
 	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
+	hcfg.Workers = wcfg
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return err
@@ -235,7 +236,8 @@ func (n *Node) openAPIs() (err error) {
 	if err != nil {
 		return err
 	}
-	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs)
+	cluster := grpcapi.NewClusterServer(n.engine, grpcapi.ClusterConfig{View: hcfg.Cluster, Errors: errm, Logger: n.log.With("system", "cluster")})
+	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs, cluster)
 	n.http = &http.Server{
 		Handler: api,
 		// Headers: a time and a size bound (a header trickle is cut, a huge

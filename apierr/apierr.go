@@ -12,7 +12,9 @@ package apierr
 
 import (
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 
@@ -50,6 +52,8 @@ var table = map[core.Code]wire{
 	core.CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, codes.Unimplemented},
 	core.CodeJobNotFound:          {http.StatusNotFound, codes.NotFound},
 	core.CodeIdempotencyReuse:     {http.StatusConflict, codes.AlreadyExists},
+	core.CodeSessionNotFound:      {http.StatusNotFound, codes.NotFound},
+	core.CodeJobNotHeld:           {http.StatusConflict, codes.FailedPrecondition},
 
 	// The request passes a limit.
 	core.CodeBodyTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},
@@ -120,4 +124,10 @@ func ErrorOf(err error) *core.Error {
 		return ce
 	}
 	return &core.Error{Code: core.CodeInternal, Detail: internalDetail}
+}
+
+// Codes returns every code of the table, sorted: the codes a node can
+// answer with.
+func Codes() []core.Code {
+	return slices.Sorted(maps.Keys(table))
 }

@@ -25,7 +25,7 @@ type Problem struct {
 	Code string `json:"code"`
 	// Field names the envelope field at fault, when there is one.
 	Field string `json:"field,omitempty"`
-}
+} // @name Problem
 
 // problemOf is the problem document of ce answering a request for path.
 func problemOf(ce *core.Error, path string) Problem {

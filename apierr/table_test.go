@@ -38,6 +38,8 @@ func TestTable(t *testing.T) {
 		core.CodeMethodNotAllowed:      {405, codes.Unimplemented},
 		core.CodeJobNotFound:           {404, codes.NotFound},
 		core.CodeIdempotencyReuse:      {409, codes.AlreadyExists},
+		core.CodeSessionNotFound:       {404, codes.NotFound},
+		core.CodeJobNotHeld:            {409, codes.FailedPrecondition},
 		core.CodeBodyTooLarge:          {413, codes.OutOfRange},
 		core.CodeRequestTimeout:        {408, codes.DeadlineExceeded},
 		core.CodeInputTooLarge:         {413, codes.OutOfRange},

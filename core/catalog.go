@@ -63,3 +63,19 @@ type Catalog interface {
 	// Nodes returns every node record, from the watched view.
 	Nodes() []NodeInfo
 }
+
+// ClusterView is the catalog as the cluster and queue views read it (the
+// HTTP API and the gRPC ClusterService alike): the watched, in-memory
+// registries, never a read of the store per request. A node overlays its
+// own verdict on each peer's state (see switchyard.Node).
+type ClusterView interface {
+	// Nodes returns every node record.
+	Nodes() []NodeInfo
+	// Queues returns the name of every queue with a dispatch record or a
+	// consumer.
+	Queues() []string
+	// Consumers returns the consumers of a queue, on every node.
+	Consumers(queue string) []ConsumerInfo
+	// Dispatch returns a queue's dispatch record, if it has one.
+	Dispatch(queue string) (DispatchInfo, bool)
+}

@@ -42,10 +42,10 @@ type wireEnvelope struct {
 	Input        json.RawMessage   `json:"input"`
 	Options      json.RawMessage   `json:"options"`
 	Limits       *struct {
-		MaxInputBytes  int64 `json:"max_input_bytes"`
-		MaxQueueDepth  int   `json:"max_queue_depth"`
-		MaxQueueBytes  int64 `json:"max_queue_bytes"`
-		MaxOutputBytes int64 `json:"max_output_bytes"`
+		MaxInputBytes  *int64 `json:"max_input_bytes"`
+		MaxQueueDepth  *int   `json:"max_queue_depth"`
+		MaxQueueBytes  *int64 `json:"max_queue_bytes"`
+		MaxOutputBytes *int64 `json:"max_output_bytes"`
 	} `json:"limits"`
 	Zone    string `json:"zone"`
 	GraceMs *int64 `json:"grace_ms"`
@@ -96,10 +96,12 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 		env.TTL = time.Duration(*w.TTLMs) * time.Millisecond
 	}
 	if w.GraceMs != nil {
-		if *w.GraceMs < 0 || *w.GraceMs > maxDurationMs {
-			return nil, errorf(CodeLimitAboveCeiling, "grace_ms", "grace_ms must be between 0 and %d", maxDurationMs)
+		if *w.GraceMs < 0 {
+			return nil, errorf(CodeInvalidField, "grace_ms", "grace_ms must not be negative")
 		}
-		env.Grace = time.Duration(*w.GraceMs) * time.Millisecond
+		// Above the node's --max-grace a window is capped to it (Limits.Apply);
+		// clamping here only keeps a huge one from overflowing a Duration.
+		env.Grace = time.Duration(min(*w.GraceMs, maxDurationMs)) * time.Millisecond
 	}
 	for k, v := range w.Capabilities {
 		if !validCapabilityPart(k) || !validCapabilityPart(v) {
@@ -110,9 +112,37 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 		return nil, errorf(CodeInvalidField, "zone", "zone must be 1-128 of [A-Za-z0-9._-]")
 	}
 	if l := w.Limits; l != nil {
-		env.Limits = RequestLimits{l.MaxInputBytes, l.MaxQueueDepth, l.MaxQueueBytes, l.MaxOutputBytes}
+		var err error
+		if env.Limits.MaxInputBytes, err = requestLimit("max_input_bytes", l.MaxInputBytes); err != nil {
+			return nil, err
+		}
+		depth, err := requestLimit("max_queue_depth", l.MaxQueueDepth)
+		if err != nil {
+			return nil, err
+		}
+		env.Limits.MaxQueueDepth = int(depth)
+		if env.Limits.MaxQueueBytes, err = requestLimit("max_queue_bytes", l.MaxQueueBytes); err != nil {
+			return nil, err
+		}
+		if env.Limits.MaxOutputBytes, err = requestLimit("max_output_bytes", l.MaxOutputBytes); err != nil {
+			return nil, err
+		}
 	}
 	return env, nil
+}
+
+// requestLimit reads one of an envelope's limits: absent is the node's
+// (0 in RequestLimits); a value must be at least 1 — an explicit 0 is
+// refused rather than read as "the node's", which is what leaving it out
+// says, because a client that asks for no output at all cannot get it.
+func requestLimit[T int | int64](name string, v *T) (int64, error) {
+	switch {
+	case v == nil:
+		return 0, nil
+	case *v < 1:
+		return 0, errorf(CodeInvalidField, "limits."+name, "%s must be at least 1 (leave it out for the node's ceiling)", name)
+	}
+	return int64(*v), nil
 }
 
 // maxDurationMs is the largest millisecond count a time.Duration can hold.

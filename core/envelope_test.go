@@ -53,8 +53,12 @@ func TestParseEnvelopeRefusals(t *testing.T) {
 		{"ttl overflowing duration", `{"input":"x","ttl_ms":18446744073711}`, core.CodeTTLOutOfRange, "ttl_ms"},
 		{"ttl max int64", `{"input":"x","ttl_ms":9223372036854775807}`, core.CodeTTLOutOfRange, "ttl_ms"},
 		{"ttl beyond int64", `{"input":"x","ttl_ms":9223372036854775808}`, core.CodeInvalidField, "ttl_ms"},
-		{"grace negative", `{"input":"x","grace_ms":-1}`, core.CodeLimitAboveCeiling, "grace_ms"},
-		{"grace overflowing duration", `{"input":"x","grace_ms":18446744073711}`, core.CodeLimitAboveCeiling, "grace_ms"},
+		{"grace negative", `{"input":"x","grace_ms":-1}`, core.CodeInvalidField, "grace_ms"},
+		{"limit zero", `{"input":"x","limits":{"max_output_bytes":0}}`, core.CodeInvalidField, "limits.max_output_bytes"},
+		{"limit negative", `{"input":"x","limits":{"max_output_bytes":-5}}`, core.CodeInvalidField, "limits.max_output_bytes"},
+		{"depth zero", `{"input":"x","limits":{"max_queue_depth":0}}`, core.CodeInvalidField, "limits.max_queue_depth"},
+		{"input bytes negative", `{"input":"x","limits":{"max_input_bytes":-1}}`, core.CodeInvalidField, "limits.max_input_bytes"},
+		{"queue bytes zero", `{"input":"x","limits":{"max_queue_bytes":0}}`, core.CodeInvalidField, "limits.max_queue_bytes"},
 		{"capability space", `{"input":"x","capabilities":{"model":"a b"}}`, core.CodeInvalidField, "capabilities"},
 		{"capability empty value", `{"input":"x","capabilities":{"model":""}}`, core.CodeInvalidField, "capabilities"},
 		{"capability empty key", `{"input":"x","capabilities":{"":"a"}}`, core.CodeInvalidField, "capabilities"},
@@ -156,6 +160,13 @@ func TestParseEnvelopeAccepts(t *testing.T) {
 		}},
 		{"grace zero", `{"input":"x","grace_ms":0}`, func(t *testing.T, e *core.Envelope) {
 			if e.Grace != 0 {
+				t.Errorf("Grace = %v", e.Grace)
+			}
+		}},
+		// Capped to the node's --max-grace when applied; here only kept
+		// from overflowing a Duration.
+		{"grace overflowing duration", `{"input":"x","grace_ms":18446744073711}`, func(t *testing.T, e *core.Envelope) {
+			if e.Grace <= 0 {
 				t.Errorf("Grace = %v", e.Grace)
 			}
 		}},

@@ -94,6 +94,14 @@ const (
 	// CodeTooManyUpdates ends a worker session that sent capability
 	// updates without waiting for the answers.
 	CodeTooManyUpdates Code = "too_many_updates"
+	// CodeSessionNotFound refuses an HTTP worker's post for a session this
+	// node does not have: it ended (the worker opens a new one) or never
+	// existed.
+	CodeSessionNotFound Code = "session_not_found"
+	// CodeJobNotHeld refuses an HTTP worker's post about a job its session
+	// does not hold at that generation: never offered to it, already ended,
+	// or bound again since (fencing).
+	CodeJobNotHeld Code = "job_not_held"
 )
 
 // Error is a refusal with a stable code. It wraps nothing: it is the

@@ -107,8 +107,8 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	if spec.Concurrency == 0 {
 		spec.Concurrency = 1
 	}
-	if spec.Concurrency < 0 || spec.Concurrency > 10000 {
-		return nil, &Error{Code: CodeInvalidWorker, Field: "concurrency", Detail: "concurrency must be between 1 and 10000"}
+	if spec.Concurrency < 0 || spec.Concurrency > MaxWorkerConcurrency {
+		return nil, &Error{Code: CodeInvalidWorker, Field: "concurrency", Detail: fmt.Sprintf("concurrency must be between 1 and %d", MaxWorkerConcurrency)}
 	}
 	if len(spec.Name) > 128 {
 		return nil, &Error{Code: CodeInvalidWorker, Field: "name", Detail: "name must be at most 128 bytes"}
@@ -483,4 +483,32 @@ func indexOf(ws []*Worker, w *Worker) int {
 		}
 	}
 	return -1
+}
+
+// Holds reports whether the worker holds the job at generation gen: the
+// binding its accept, reject, output or end must name. A transport that
+// answers each worker message (HTTP) refuses one it does not hold instead
+// of dropping it silently; the engine still applies the same fencing when
+// the message arrives (the binding may end in between).
+func (w *Worker) Holds(id string, gen uint64) bool {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindings[id]
+	return !w.gone && b != nil && b.t.d.Gen == gen
+}
+
+// MaxWorkerConcurrency is the most credits one worker session may declare.
+const MaxWorkerConcurrency = 10000
+
+// WorkerSendQueue is the bound every WorkerConn puts on the messages it has
+// queued for its writer: a count (four per credit, plus 16) and bytes.
+// Offers carry job inputs, so the count alone would let a worker with many
+// credits that stops reading hold gigabytes of the node's memory; the byte
+// bound is never less than two offers of the largest input the node
+// accepts, so a large job cannot drop a healthy worker. A transport sizes
+// its queue before AttachWorker validates the declaration, so the
+// concurrency is clamped here to what AttachWorker accepts.
+func WorkerSendQueue(concurrency int, maxInput int64) (count int, bytes int64) {
+	return 4*min(max(concurrency, 1), MaxWorkerConcurrency) + 16, max(16<<20, 2*(maxInput+64<<10))
 }

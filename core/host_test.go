@@ -323,3 +323,11 @@ func TestPausedWorkerIsNotStalled(t *testing.T) {
 		}
 	})
 }
+
+func TestWorkerSendQueueFitsLargestOffer(t *testing.T) {
+	for _, maxInput := range []int64{1 << 10, 1 << 20, 64 << 20} {
+		if count, bytes := core.WorkerSendQueue(1, maxInput); bytes < 2*(maxInput+64<<10) || count < 4 {
+			t.Errorf("WorkerSendQueue(1, %d) = %d, %d: two offers of the largest input do not fit", maxInput, count, bytes)
+		}
+	}
+}

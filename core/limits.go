@@ -79,8 +79,12 @@ type Effective struct {
 }
 
 // Apply checks an envelope against the node's ceilings and returns the limits
-// that apply to its job. It refuses, rather than clamps, a request above a
-// ceiling: a caller that asked for more than it can get should hear so.
+// that apply to its job. It refuses, rather than clamps, a limit above a
+// ceiling: a caller that asked for more than it can get should hear so. The
+// grace window is the exception: one above MaxGrace is capped to it (and
+// to the TTL), as the node has always documented — a grace window is a
+// courtesy to a client that may come back, not a bound the client relies
+// on. Negative values are invalid_field.
 func (l Limits) Apply(env *Envelope) (Effective, error) {
 	eff := Effective{
 		TTL:            l.DefaultTTL,
@@ -95,17 +99,17 @@ func (l Limits) Apply(env *Envelope) (Effective, error) {
 		}
 		eff.TTL = env.TTL
 	}
-	if env.Grace != 0 {
-		if env.Grace < 0 || env.Grace > l.MaxGrace {
-			return Effective{}, errorf(CodeLimitAboveCeiling, "grace_ms", "grace_ms must be between 0 and %d", l.MaxGrace.Milliseconds())
-		}
-		eff.Grace = min(env.Grace, eff.TTL)
+	if env.Grace < 0 {
+		return Effective{}, errorf(CodeInvalidField, "grace_ms", "grace_ms must not be negative")
 	}
+	eff.Grace = min(env.Grace, l.MaxGrace, eff.TTL)
 	lower := func(field string, asked, ceiling int64) (int64, error) {
 		switch {
 		case asked == 0:
 			return ceiling, nil
-		case asked < 0 || asked > ceiling:
+		case asked < 0:
+			return 0, errorf(CodeInvalidField, "limits."+field, "%s must be at least 1", field)
+		case asked > ceiling:
 			return 0, errorf(CodeLimitAboveCeiling, "limits."+field, "%s must be between 1 and the node's %d", field, ceiling)
 		}
 		return asked, nil

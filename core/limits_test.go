@@ -111,6 +111,8 @@ func TestLimitsApplyLowering(t *testing.T) {
 			return e.Grace == 500*time.Millisecond && e.TTL == 500*time.Millisecond
 		}},
 		{"grace capped at the default ttl", core.Envelope{Grace: 3 * time.Second}, func(e core.Effective) bool { return e.TTL == 2*time.Second && e.Grace == 2*time.Second }},
+		{"grace above max capped to it", core.Envelope{TTL: 10 * time.Second, Grace: 3*time.Second + 1}, func(e core.Effective) bool { return e.Grace == 3*time.Second }},
+		{"huge grace capped to max", core.Envelope{TTL: 10 * time.Second, Grace: time.Duration(1<<63 - 1)}, func(e core.Effective) bool { return e.Grace == 3*time.Second }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,16 +140,15 @@ func TestLimitsApplyRefusals(t *testing.T) {
 		{"ttl above max", core.Envelope{TTL: 10*time.Second + time.Millisecond}, core.CodeTTLOutOfRange, "ttl_ms"},
 		{"ttl below 1ms", core.Envelope{TTL: time.Microsecond}, core.CodeTTLOutOfRange, "ttl_ms"},
 		{"ttl negative", core.Envelope{TTL: -time.Second}, core.CodeTTLOutOfRange, "ttl_ms"},
-		{"grace above max", core.Envelope{Grace: 3*time.Second + 1}, core.CodeLimitAboveCeiling, "grace_ms"},
-		{"grace negative", core.Envelope{Grace: -1}, core.CodeLimitAboveCeiling, "grace_ms"},
+		{"grace negative", core.Envelope{Grace: -1}, core.CodeInvalidField, "grace_ms"},
 		{"raise input bytes", core.Envelope{Limits: core.RequestLimits{MaxInputBytes: 101}}, core.CodeLimitAboveCeiling, "limits.max_input_bytes"},
 		{"raise queue depth", core.Envelope{Limits: core.RequestLimits{MaxQueueDepth: 11}}, core.CodeLimitAboveCeiling, "limits.max_queue_depth"},
 		{"raise queue bytes", core.Envelope{Limits: core.RequestLimits{MaxQueueBytes: 1001}}, core.CodeLimitAboveCeiling, "limits.max_queue_bytes"},
 		{"raise output bytes", core.Envelope{Limits: core.RequestLimits{MaxOutputBytes: 501}}, core.CodeLimitAboveCeiling, "limits.max_output_bytes"},
-		{"negative input bytes", core.Envelope{Limits: core.RequestLimits{MaxInputBytes: -1}}, core.CodeLimitAboveCeiling, "limits.max_input_bytes"},
-		{"negative queue depth", core.Envelope{Limits: core.RequestLimits{MaxQueueDepth: -1}}, core.CodeLimitAboveCeiling, "limits.max_queue_depth"},
-		{"negative queue bytes", core.Envelope{Limits: core.RequestLimits{MaxQueueBytes: -1}}, core.CodeLimitAboveCeiling, "limits.max_queue_bytes"},
-		{"negative output bytes", core.Envelope{Limits: core.RequestLimits{MaxOutputBytes: -1}}, core.CodeLimitAboveCeiling, "limits.max_output_bytes"},
+		{"negative input bytes", core.Envelope{Limits: core.RequestLimits{MaxInputBytes: -1}}, core.CodeInvalidField, "limits.max_input_bytes"},
+		{"negative queue depth", core.Envelope{Limits: core.RequestLimits{MaxQueueDepth: -1}}, core.CodeInvalidField, "limits.max_queue_depth"},
+		{"negative queue bytes", core.Envelope{Limits: core.RequestLimits{MaxQueueBytes: -1}}, core.CodeInvalidField, "limits.max_queue_bytes"},
+		{"negative output bytes", core.Envelope{Limits: core.RequestLimits{MaxOutputBytes: -1}}, core.CodeInvalidField, "limits.max_output_bytes"},
 		{"input over node max", core.Envelope{Input: json.RawMessage(`"` + strings.Repeat("a", 99) + `"`)}, core.CodeInputTooLarge, "input"},
 		{"input over lowered max", core.Envelope{Input: json.RawMessage(`"abcdefghi"`), Limits: core.RequestLimits{MaxInputBytes: 10}}, core.CodeInputTooLarge, "input"},
 	}

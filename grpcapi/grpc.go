@@ -19,10 +19,10 @@ type ServerConfig struct {
 	MaxConcurrentStreams uint32
 }
 
-// NewServer returns the gRPC server of a node's --grpc-addr, with both
+// NewServer returns the gRPC server of a node's --grpc-addr, with the
 // public services registered. The caller serves it on its listener and
 // stops it; Stop waits for session handlers (see WaitForHandlers below).
-func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer) *grpc.Server {
+func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster *ClusterServer) *grpc.Server {
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -38,5 +38,6 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer) *grpc.S
 	)
 	pb.RegisterWorkerServiceServer(s, workers)
 	pb.RegisterJobServiceServer(s, jobs)
+	pb.RegisterClusterServiceServer(s, cluster)
 	return s
 }

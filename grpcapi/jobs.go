@@ -41,7 +41,11 @@ type JobConfig struct {
 	// Errors are the node's API error metrics, shared with the other
 	// transports; nil registers a set of its own.
 	Errors *apierr.Metrics
-	Logger *slog.Logger
+	// Transport labels the errors the service reports: "grpc" (the
+	// default), or "http" for the instance behind the HTTP API's gateway,
+	// whose refusals an HTTP client receives.
+	Transport string
+	Logger    *slog.Logger
 }
 
 // Validate refuses settings that cannot work.
@@ -92,7 +96,10 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.Errors == nil {
 		cfg.Errors = apierr.NewMetrics(reg)
 	}
-	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter("grpc", cfg.Logger)}, nil
+	if cfg.Transport == "" {
+		cfg.Transport = "grpc"
+	}
+	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}, nil
 }
 
 // Wait blocks until every stream handler and its sender goroutine have
@@ -244,15 +251,25 @@ func endError(ctx context.Context, end stream.End, lastWriteFailed bool) error {
 
 func jobStatus(v core.JobView) *pb.JobStatus {
 	r := &pb.JobStatus{
-		JobId: v.ID, Queue: v.Queue, State: string(v.State), Outcome: string(v.Outcome),
-		Code: string(v.Code), Detail: v.Detail, Generation: v.Generation, HandledBy: v.HandledBy,
-		Worker: v.WorkerName, CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
-		TtlMs: v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: int64(v.Outputs),
+		JobId: v.ID, Queue: v.Queue, State: string(v.State),
+		Outcome: optional(string(v.Outcome)), Code: optional(string(v.Code)), Detail: optional(v.Detail),
+		Generation: v.Generation, HandledBy: optional(v.HandledBy), Worker: optional(v.WorkerName),
+		CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
+		TtlMs:     v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: int64(v.Outputs),
 		LastSeq: v.LastSeq,
 		Links:   &pb.JobLinks{Self: "/v1/jobs/" + v.ID, Events: "/v1/jobs/" + v.ID + "/events"},
 	}
 	if !v.Ended.IsZero() {
-		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)
+		r.EndedAt = optional(v.Ended.UTC().Format(time.RFC3339Nano))
 	}
 	return r
+}
+
+// optional is an optional proto field's value: unset for "", which the JSON
+// of the HTTP API omits.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -54,14 +54,6 @@ func (c WorkerConfig) Validate() error {
 // session is dropped, exactly as a stall would drop it.
 var errSendQueueFull = errors.New("worker send queue full")
 
-// sendQueueBytes bounds the bytes of the messages a session has queued for
-// its writer, beside the count bound (four per credit, plus 16): offers
-// carry job inputs, so the count alone would let a worker with many credits
-// that stops reading hold gigabytes of the node's memory. It is never less
-// than two offers of the largest input the engine accepts, so a large job
-// cannot drop a healthy worker.
-func sendQueueBytes(maxInput int64) int64 { return max(16<<20, 2*(maxInput+64<<10)) }
-
 // maxPendingUpdates is how many UpdateCapabilities a session may have
 // queued behind the one being applied. A worker waits for each answer
 // before sending the next, so more is a worker ignoring the protocol.
@@ -129,8 +121,9 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	if err != nil {
 		return s.end(err)
 	}
-	sess.out = make(chan queued, 4*max(int(reg.Concurrency), 1)+16)
-	sess.maxOutBytes = sendQueueBytes(s.e.Config().Limits.MaxInputBytes)
+	// Bounded by count and bytes, as every WorkerConn's queue is.
+	count, bytes := core.WorkerSendQueue(int(reg.Concurrency), s.e.Config().Limits.MaxInputBytes)
+	sess.out, sess.maxOutBytes = make(chan queued, count), bytes
 	w, err := s.e.AttachWorker(ctx, core.WorkerSpec{
 		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
 	}, sess)

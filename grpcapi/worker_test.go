@@ -65,6 +65,8 @@ func TestRegisterRefusals(t *testing.T) {
 		{"not register first", &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}, nil, codes.InvalidArgument, core.CodeUnexpectedMessage, ""},
 		{"bad queue", register("a/b"), nil, codes.InvalidArgument, core.CodeInvalidQueueName, "queue"},
 		{"bad capability", register("q", "model"), nil, codes.InvalidArgument, core.CodeInvalidWorker, "capabilities"},
+		// Refused, not a send queue sized for four billion credits.
+		{"huge concurrency", &pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{Queue: "q", Concurrency: 4_000_000_000}}}, nil, codes.InvalidArgument, core.CodeInvalidWorker, "concurrency"},
 		{"catalog down", register("q"), func() {
 			n.cat.setPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
 		}, codes.Unavailable, core.CodeCatalogUnavailable, ""},
@@ -218,13 +220,5 @@ func TestSendQueueBounds(t *testing.T) {
 				t.Fatalf("after the drain: %v", err)
 			}
 		})
-	}
-}
-
-func TestSendQueueBytesFitsLargestOffer(t *testing.T) {
-	for _, maxInput := range []int64{1 << 10, 1 << 20, 64 << 20} {
-		if got := sendQueueBytes(maxInput); got < 2*(maxInput+64<<10) {
-			t.Errorf("sendQueueBytes(%d) = %d: two offers of the largest input do not fit", maxInput, got)
-		}
 	}
 }

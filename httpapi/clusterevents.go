@@ -2,12 +2,16 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	sse "github.com/tmaxmax/go-sse"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // ClusterSnapshot is one message of GET /v1/cluster/events: the cluster as
@@ -20,7 +24,13 @@ type ClusterSnapshot struct {
 	Nodes    []NodeResponse  `json:"nodes"`
 	Queues   []QueueResponse `json:"queues"`
 	Counters ClusterCounters `json:"counters"`
-}
+} // @name ClusterSnapshot
+
+// ClusterEventStream documents GET /v1/cluster/events: each field is one
+// SSE event type, its schema the event's data.
+type ClusterEventStream struct {
+	Snapshot ClusterSnapshot `json:"snapshot"`
+} // @name ClusterEventStream
 
 // ClusterCounters are the counters the live view shows, read from the
 // node's own metrics registry (the figures /metrics serves). A series not
@@ -59,6 +69,14 @@ const DefaultClusterEventsInterval = time.Second
 // to resume, so the events carry no id), or on a write that does not
 // complete within the write timeout. The handler is the stream's only
 // goroutine.
+//
+//	@Summary		Watch the cluster
+//	@Description	The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+//	@Tags			cluster
+//	@ID				clusterEvents
+//	@Produce		text/event-stream
+//	@Success		200	{object}	ClusterEventStream	"snapshot events"
+//	@Router			/v1/cluster/events [get]
 func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -91,7 +109,7 @@ func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	for {
-		snap, err := json.Marshal(s.clusterSnapshot())
+		snap, err := json.Marshal(s.clusterSnapshot(r.Context()))
 		if err != nil {
 			// Strings and numbers only: never. Said once and the stream
 			// ends, rather than a loop of failures.
@@ -127,13 +145,35 @@ func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // clusterSnapshot reads the views and the counters now.
-func (s *Server) clusterSnapshot() ClusterSnapshot {
-	return ClusterSnapshot{
-		Node:     s.e.Config().Node,
-		Nodes:    s.nodes(),
-		Queues:   s.queues(),
-		Counters: s.counters(),
+func (s *Server) clusterSnapshot(ctx context.Context) ClusterSnapshot {
+	snap := ClusterSnapshot{Node: s.e.Config().Node, Nodes: []NodeResponse{}, Queues: []QueueResponse{}, Counters: s.counters()}
+	var nodes NodeList
+	if s.viewJSON(func() (proto.Message, error) { return s.cluster.ListNodes(ctx, &pb.ListNodesRequest{}) }, &nodes) {
+		snap.Nodes = nodes.Nodes
 	}
+	var queues QueueList
+	if s.viewJSON(func() (proto.Message, error) { return s.cluster.ListQueues(ctx, &pb.ListQueuesRequest{}) }, &queues) {
+		snap.Queues = queues.Queues
+	}
+	return snap
+}
+
+// viewJSON reads one of the cluster views through the ClusterService and
+// the gateway's JSON, exactly as GET /v1/cluster/nodes and /v1/queues do,
+// so the live view's shapes cannot drift from theirs.
+func (s *Server) viewJSON(call func() (proto.Message, error), into any) bool {
+	msg, err := call()
+	if err == nil {
+		var b []byte
+		if b, err = (gatewayJSON{}).Marshal(msg); err == nil {
+			err = json.Unmarshal(b, into)
+		}
+	}
+	if err != nil {
+		s.log.Debug("read a cluster view for the live view", "err", err)
+		return false
+	}
+	return true
 }
 
 // counters reads the live view's counters from the node's registry. A

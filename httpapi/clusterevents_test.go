@@ -26,7 +26,7 @@ type fakeCluster struct {
 	consumers map[string][]core.ConsumerInfo
 }
 
-var _ ClusterView = (*fakeCluster)(nil)
+var _ core.ClusterView = (*fakeCluster)(nil)
 
 func (f *fakeCluster) Nodes() []core.NodeInfo {
 	f.mu.Lock()

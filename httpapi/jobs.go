@@ -15,11 +15,15 @@ import (
 
 // JobLinks are where a job can be read, streamed and cancelled.
 type JobLinks struct {
-	Self   string `json:"self"`
+	// Self is the job's document: GET (status) and DELETE (cancel).
+	Self string `json:"self"`
+	// Events is the job's event stream (GET, SSE).
 	Events string `json:"events"`
-}
+} // @name JobLinks
 
-// JobResponse is a job as GET /v1/jobs/{id} and a 202 from POST show it.
+// JobResponse is a job as GET /v1/jobs/{id} and a 202 from POST show it:
+// JobService's JobStatus as JSON (the gateway writes it for GET and
+// DELETE; this type for the 202, and for the OpenAPI document).
 type JobResponse struct {
 	JobID       string   `json:"job_id"`
 	Queue       string   `json:"queue"`
@@ -37,7 +41,7 @@ type JobResponse struct {
 	Outputs     int      `json:"outputs"`
 	LastSeq     uint64   `json:"last_seq"`
 	Links       JobLinks `json:"links"`
-}
+} // @name Job
 
 func jobResponse(v core.JobView) JobResponse {
 	r := JobResponse{
@@ -61,6 +65,31 @@ func links(id string) JobLinks {
 // text/event-stream the response is the job's stream, and the client
 // leaving it cancels the job; otherwise 202 and the job lives until its TTL
 // or a DELETE.
+//
+//	@Summary		Submit a job
+//	@Description	Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+//	@Tags			jobs
+//	@ID				submitJob
+//	@Accept			json
+//	@Produce		json
+//	@Produce		text/event-stream
+//	@Param			queue			path		string		true	"queue name: 1-128 of [A-Za-z0-9._-], not starting with '.'"
+//	@Param			envelope		body		Envelope	true	"the job"
+//	@Param			Idempotency-Key	header		string		false	"makes a retried POST return the job the first one created (200 instead of 202)"
+//	@Param			Accept			header		string		false	"text/event-stream for the job's stream"
+//	@Success		200				{object}	EventStream	"Accept: text/event-stream: the job's events; or, without it, the job an Idempotency-Key matched (a Job document)"
+//	@Success		202				{object}	JobResponse	"the job was taken; its links say where to read, stream and cancel it"
+//	@Header			202				{string}	Location	"the job's document, /v1/jobs/{id}"
+//	@Header			200				{string}	X-Job-Id	"the job's id (streams)"
+//	@Failure		400				{object}	apierr.Problem	"malformed_json, invalid_field, unsupported_version, missing_input, invalid_queue_name"
+//	@Failure		409				{object}	apierr.Problem	"idempotency_key_reused"
+//	@Failure		413				{object}	apierr.Problem	"body_too_large, input_too_large"
+//	@Failure		415				{object}	apierr.Problem	"unsupported_media_type"
+//	@Failure		422				{object}	apierr.Problem	"ttl_out_of_range, limit_above_ceiling"
+//	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full (Retry-After)"
+//	@Failure		503				{object}	apierr.Problem	"no_capable_worker, draining, dispatcher_unavailable (Retry-After)"
+//	@Failure		504				{object}	apierr.Problem	"expired: the TTL ran out before the job reached its dispatcher"
+//	@Router			/v1/queues/{queue}/jobs [post]
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	queue := chi.URLParam(r, "queue")
 	if err := core.CheckQueueName(queue); err != nil {
@@ -111,26 +140,33 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, jobResponse(v))
 }
 
-// handleGetJob is GET /v1/jobs/{id}.
-func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
-	v, err := s.e.View(chi.URLParam(r, "id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse(v))
-}
+// handleGetJob is GET /v1/jobs/{id}: JobService.Get through the gateway.
+//
+//	@Summary		Get a job
+//	@Description	The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+//	@Tags			jobs
+//	@ID				getJob
+//	@Produce		json
+//	@Param			id	path		string		true	"job id"
+//	@Success		200	{object}	JobResponse	"the job"
+//	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Router			/v1/jobs/{id} [get]
+func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
-// handleCancel is DELETE /v1/jobs/{id}: the job ends as cancelled (unless it
-// had already ended) and its worker is told at once.
-func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	v, err := s.e.Cancel(chi.URLParam(r, "id"), "cancelled by request")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse(v))
-}
+// handleCancel is DELETE /v1/jobs/{id}: JobService.Cancel through the
+// gateway. The job ends as cancelled (unless it had already ended) and its
+// worker is told at once.
+//
+//	@Summary		Cancel a job
+//	@Description	Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+//	@Tags			jobs
+//	@ID				cancelJob
+//	@Produce		json
+//	@Param			id	path		string		true	"job id"
+//	@Success		200	{object}	JobResponse	"the job after the cancel"
+//	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Router			/v1/jobs/{id} [delete]
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
 // handleEvents is GET /v1/jobs/{id}/events: the job's stream from the
 // start, or after the position in Last-Event-ID (or ?last_event_id=).
@@ -139,6 +175,23 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 // stream falls behind. Only a stream resumed with a valid token may own a
 // job streamed from its POST (and save it from its grace window); one
 // without a token just watches.
+//
+//	@Summary		Stream a job's events
+//	@Description	The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+//	@Tags			jobs
+//	@ID				jobEvents
+//	@Produce		text/event-stream
+//	@Param			id				path		string		true	"job id"
+//	@Param			Last-Event-ID	header		string		false	"resume after this event (its id)"
+//	@Param			last_event_id	query		string		false	"the same, for clients that cannot set headers (a new EventSource); the header wins when both are set, since an EventSource keeps its URL when it reconnects"
+//	@Param			types			query		string		false	"comma-separated event kinds to send: accepted, output, done, error (terminal events always come); a token is bound to the types it was issued with"
+//	@Param			slow			query		string		false	"terminate (default) or drop-oldest: skip the oldest events, announced by a gap event, instead of ending the stream"	Enums(terminate, drop-oldest)
+//	@Success		200				{object}	EventStream	"the job's events"
+//	@Success		204				"the position is the end of a finished job: nothing left to send"
+//	@Header			200				{string}	X-Job-Id	"the job's id"
+//	@Failure		400				{object}	apierr.Problem	"invalid_resume_token, invalid_field (types, slow)"
+//	@Failure		404				{object}	apierr.Problem	"job_not_found"
+//	@Router			/v1/jobs/{id}/events [get]
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.e.Job(chi.URLParam(r, "id"))
 	if err != nil {

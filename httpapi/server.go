@@ -22,6 +22,8 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/grpcapi"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/web"
 )
 
@@ -64,11 +66,15 @@ type Config struct {
 	Errors *apierr.Metrics
 	// Cluster is the catalog view behind the cluster and queue views; nil
 	// shows an empty cluster.
-	Cluster ClusterView
+	Cluster core.ClusterView
 	// ClusterEventsInterval is how often GET /v1/cluster/events looks for a
 	// change (the most snapshots it sends a second); zero means
 	// DefaultClusterEventsInterval.
 	ClusterEventsInterval time.Duration
+	// Workers are the clocks of HTTP worker sessions: the gRPC sessions'
+	// (the setup timeout does not apply: a session registers with its
+	// opening request).
+	Workers grpcapi.WorkerConfig
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -80,6 +86,7 @@ func DefaultConfig() Config {
 	return Config{
 		HeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, BodyTimeout: 30 * time.Second,
 		Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second,
+		Workers: grpcapi.DefaultWorkerConfig(),
 	}
 }
 
@@ -100,6 +107,9 @@ func (c Config) Validate() error {
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
 	}
+	if err := c.Workers.Validate(); err != nil {
+		return err
+	}
 	return c.Stream.Validate()
 }
 
@@ -111,7 +121,16 @@ type Server struct {
 	m   *stream.TransportMetrics
 	// errs logs and counts every problem the server answers with.
 	errs *apierr.Reporter
-	mux  *chi.Mux
+	// gateway serves the unary routes (see gateway.go).
+	gateway http.Handler
+	// cluster is the gateway's ClusterService, which the live cluster view
+	// reads too (see clusterevents.go).
+	cluster pb.ClusterServiceServer
+	// ui serves the web page and its assets.
+	ui *web.Handler
+	// workers are the HTTP worker sessions (see workers.go).
+	workers workerSessions
+	mux     *chi.Mux
 }
 
 // New returns the HTTP API over e; reg receives its metrics.
@@ -132,9 +151,6 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		}
 		cfg.Keyring = ring
 	}
-	if cfg.Cluster == nil {
-		cfg.Cluster = emptyCluster{}
-	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -148,6 +164,14 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		cfg.Errors = apierr.NewMetrics(reg)
 	}
 	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), errs: cfg.Errors.Reporter("http", cfg.Logger)}
+	jobs, cluster, err := s.gatewayServices()
+	if err != nil {
+		return nil, err
+	}
+	s.cluster = cluster
+	if s.gateway, err = s.newGateway(jobs, cluster); err != nil {
+		return nil, err
+	}
 	ui, err := web.New(http.HandlerFunc(s.notFound))
 	if err != nil {
 		return nil, err
@@ -180,30 +204,83 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 		r.Get("/cluster/events", s.handleClusterEvents)
 		r.Get("/queues", s.handleQueues)
 		r.Get("/queues/{queue}", s.handleQueue)
+		r.Post("/queues/{queue}/workers", s.handleWorkerSession)
+		r.Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
+		r.Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
+			r.Post("/accept", s.handleWorkerAccept)
+			r.Post("/reject", s.handleWorkerReject)
+			r.Post("/output", s.handleWorkerOutput)
+			r.Post("/complete", s.handleWorkerComplete)
+			r.Post("/fail", s.handleWorkerFail)
+		})
 	})
 	// The web page (package web): the page at / and its assets under
 	// /ui/{version}/, each with its own content type, caching and CSP.
-	r.Method(http.MethodGet, "/", ui)
-	r.Method(http.MethodHead, "/", ui)
+	s.ui = ui
+	r.Get("/", s.handlePage)
+	r.Head("/", s.handlePageHead)
 	r.Method(http.MethodGet, web.Prefix+"*", ui)
 	r.Method(http.MethodHead, web.Prefix+"*", ui)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	if s.cfg.Gatherer != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
+	r.Get("/metrics", s.handleMetrics)
+	r.Get("/openapi.json", s.handleOpenAPIJSON)
+	r.Get("/openapi.yaml", s.handleOpenAPIYAML)
+	r.Get("/docs", s.handleDocs)
+	r.Get("/docs/*", s.handleDocsAsset)
 	return r
 }
+
+// handlePage is GET and HEAD /: the web page (package web), whose assets
+// are served under /ui/{version}/.
+//
+//	@Summary		The web page
+//	@Description	A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+//	@Tags			node
+//	@ID				webPage
+//	@Produce		html
+//	@Success		200	{string}	string	"the page"
+//	@Router			/ [get]
+func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) { s.ui.ServeHTTP(w, r) }
+
+// handlePageHead is HEAD /: the page's headers (its ETag, for a cache).
+//
+//	@Summary		The web page's headers
+//	@Tags			node
+//	@ID				webPageHead
+//	@Produce		html
+//	@Success		200	{string}	string	"no body"
+//	@Router			/ [head]
+func (s *Server) handlePageHead(w http.ResponseWriter, r *http.Request) { s.ui.ServeHTTP(w, r) }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})
 }
 
+// handleHealthz is GET /healthz.
+//
+//	@Summary		Liveness
+//	@Description	200 while the process serves HTTP.
+//	@Tags			node
+//	@ID				healthz
+//	@Produce		plain
+//	@Success		200	{string}	string	"ok"
+//	@Router			/healthz [get]
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ok\n")
 }
 
+// handleReadyz is GET /readyz.
+//
+//	@Summary		Readiness
+//	@Description	200 while the node should receive traffic; 503 draining while it shuts down or after it lost its catalog lease (fenced).
+//	@Tags			node
+//	@ID				readyz
+//	@Produce		plain
+//	@Success		200	{string}	string			"ready"
+//	@Failure		503	{object}	apierr.Problem	"draining"
+//	@Router			/readyz [get]
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	err := s.cfg.Ready()
 	if err == nil && s.e.Draining() {
@@ -215,6 +292,23 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// handleMetrics is GET /metrics.
+//
+//	@Summary		Metrics
+//	@Description	The node's Prometheus metrics, in the text exposition format.
+//	@Tags			node
+//	@ID				metrics
+//	@Produce		plain
+//	@Success		200	{string}	string	"Prometheus text format"
+//	@Router			/metrics [get]
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Gatherer == nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		return
+	}
+	promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
 // DefaultWriteBuffer is the SO_SNDBUF a node asks for on every HTTP

@@ -28,8 +28,11 @@ type Job struct {
 	// Deadline is the local time the job expires: the moment this worker
 	// received the offer plus the TTL the node reported then.
 	Deadline time.Time
-	// MaxOutputBytes caps the total bytes of output; 0 means no limit.
-	// Output enforces it.
+	// MaxOutputBytes is the most output the job may produce, in bytes of
+	// compact JSON; 0 means no limit. The node enforces it, not the SDK:
+	// once the job's output passes it, the node ends the job
+	// output_too_large and cancels it here (Output's methods then return
+	// ErrJobEnded). A handler may use it to stop early.
 	MaxOutputBytes int64
 }
 
@@ -46,10 +49,6 @@ type Handler func(ctx context.Context, job *Job, out *Output) (result any, err e
 // ErrJobEnded is returned (wrapped) by Output's methods once the job has
 // ended, been cancelled or expired; nothing is sent then.
 var ErrJobEnded = errors.New("worker: job ended")
-
-// ErrOutputLimit is returned (wrapped) by Output's methods when the output
-// would exceed Job.MaxOutputBytes; nothing is sent then.
-var ErrOutputLimit = errors.New("worker: output limit exceeded")
 
 // FailError is a job failure with a machine-readable code. Make one with
 // Fail and return it from a Handler.
@@ -89,7 +88,6 @@ type Output struct {
 
 	mu    sync.Mutex
 	ended bool
-	sent  int64
 }
 
 // Send marshals v as JSON and sends it as one output chunk. It returns once
@@ -123,16 +121,11 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 	if o.jctx.Err() != nil {
 		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
 	}
-	n := int64(len(data))
-	if limit := o.job.MaxOutputBytes; limit > 0 && o.sent+n > limit {
-		return fmt.Errorf("%w: %d bytes sent, %d more would pass the limit of %d", ErrOutputLimit, o.sent, n, limit)
-	}
 	m := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{
 		JobId: o.job.ID, Generation: o.job.Generation, Data: data,
 	}}}
 	select {
 	case o.s.out <- m:
-		o.sent += n
 		return nil
 	case <-o.jctx.Done():
 		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))

@@ -246,6 +246,8 @@ func TestHandlerErrorCodes(t *testing.T) {
 	}
 }
 
+// The SDK sends output past Job.MaxOutputBytes: the node, which counts
+// the job's output, is the one to end it (output_too_large).
 func TestOutputAfterEndAndLimits(t *testing.T) {
 	f := newFakeNode()
 	addr := f.start(t)
@@ -257,14 +259,17 @@ func TestOutputAfterEndAndLimits(t *testing.T) {
 		if err := out.Send(ctx, "12345678"); err != nil { // 10 bytes with quotes
 			return nil, err
 		}
-		errs <- out.Send(ctx, "x") // 3 more bytes: over the 12-byte limit
+		errs <- out.Send(ctx, "x") // 3 more bytes: over the 12-byte limit, sent all the same
 		return nil, nil
 	})
 	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "o", Generation: 1, Input: []byte(`1`), MaxOutputBytes: 12})
 	s.expectAccept(t, "o", 1)
 	if o := s.next(t).GetOutput(); o == nil || string(o.Data) != `"12345678"` {
-		t.Fatalf("want the one output within the limit, got %v", o)
+		t.Fatalf("want the output within the limit, got %v", o)
+	}
+	if o := s.next(t).GetOutput(); o == nil || string(o.Data) != `"x"` {
+		t.Fatalf("want the output past the limit sent for the node to judge, got %v", o)
 	}
 	if c := s.next(t).GetComplete(); c == nil {
 		t.Fatal("want Complete")
@@ -272,8 +277,8 @@ func TestOutputAfterEndAndLimits(t *testing.T) {
 	if err := recv(t, errs, "invalid JSON error"); err == nil {
 		t.Fatal("SendRaw of invalid JSON succeeded")
 	}
-	if err := recv(t, errs, "limit error"); !errors.Is(err, worker.ErrOutputLimit) {
-		t.Fatalf("Send over the limit = %v, want ErrOutputLimit", err)
+	if err := recv(t, errs, "send past the limit"); err != nil {
+		t.Fatalf("Send past the limit = %v, want it sent", err)
 	}
 	out := recv(t, outs, "output")
 	if err := out.Send(context.Background(), "late"); !errors.Is(err, worker.ErrJobEnded) {

@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"transport", "reason"}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "stream", Name: "drop_oldest_gaps_total",
-			Help: "Gaps announced on drop-oldest streams that fell behind.",
+			Help: "Gaps announced on drop-oldest streams that fell behind (skipping ahead, or past the retained history). The gap a stream read from the start gets for events no longer retained is not counted.",
 		}, []string{"transport"}),
 		resumesAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_accepted_total",

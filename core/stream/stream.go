@@ -82,6 +82,9 @@ func (e End) ClientLeft() bool { return e == EndClientGone || e == EndWriteFaile
 type Result struct {
 	End     End
 	LastSeq uint64
+	// Gaps counts the gaps the drop-oldest policy made (a stream that fell
+	// behind skipping ahead); Dropped counts every event a gap skipped,
+	// those a stream read from the start finds no longer retained included.
 	Gaps    int
 	Dropped int
 	// LagEvents and LagBytes are the stream's queue when it was terminated

@@ -448,8 +448,10 @@ func TestFreshStreamOnTrimmedHistory(t *testing.T) {
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 10; 6..10 retained
 	sink := &fakeSink{}
 	res := runSync(t, stream.Request{Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens}, sink)
-	if res.End != stream.EndTerminal || res.Gaps != 1 || res.Dropped != 5 {
-		t.Fatalf("Result = %+v, want terminal with one gap of 5", res)
+	// Dropped, not Gaps: the start of a history no longer retained is not a
+	// drop-oldest stream falling behind (Gaps feeds drop_oldest_gaps_total).
+	if res.End != stream.EndTerminal || res.Gaps != 0 || res.Dropped != 5 {
+		t.Fatalf("Result = %+v, want terminal with 5 events dropped and no drop-oldest gap", res)
 	}
 	data := onlyControl(t, sink, stream.Gap)
 	if num(t, data, "from_seq") != 1 || num(t, data, "to_seq") != 5 {
@@ -514,6 +516,28 @@ func TestResyncWhenPositionNoLongerRetained(t *testing.T) {
 	}
 	if got := num(t, data, "after_seq"); got != 2 {
 		t.Errorf("after_seq = %d, want 2", got)
+	}
+}
+
+// A drop-oldest stream whose position fell out of the history skips to the
+// oldest retained event with a gap, as it asked to, instead of resync.
+func TestDropOldestSkipsPastTrimmedHistory(t *testing.T) {
+	j := newJob(3, 1<<20)
+	appendOutputs(t, j, 6)                                    // retains 4, 5, 6
+	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 7; 5..7 retained
+	p := stream.DefaultPolicy()
+	p.Slow = stream.DropOldest
+	sink := &fakeSink{}
+	res := runSync(t, stream.Request{Job: j, After: 2, Policy: p, Token: seqTokens}, sink)
+	if res.End != stream.EndTerminal || res.Gaps != 1 || res.Dropped != 2 || res.LastSeq != 7 {
+		t.Fatalf("Result = %+v, want terminal at 7 after one gap of 2 (%s)", res, sink.trace())
+	}
+	data := onlyControl(t, sink, stream.Gap)
+	if num(t, data, "from_seq") != 3 || num(t, data, "to_seq") != 4 || num(t, data, "dropped") != 2 {
+		t.Fatalf("gap %v, want 3..4", data)
+	}
+	if got := seqsOf(sink.events()); !equalSeqs(got, seqRange(5, 7)) {
+		t.Fatalf("seqs %v, want 5..7", got)
 	}
 }
 

@@ -100,15 +100,22 @@ func (w *writer) step(ctx context.Context) (over bool) {
 
 // historyGone handles a position the history no longer retains: a resumed
 // stream must resync; a client starting from the beginning is not resuming,
-// and gets what is retained after a gap event that says what is not.
+// and gets what is retained after a gap event that says what is not; and a
+// drop-oldest stream whose position fell out of the history asked for
+// exactly that too: it skips to the oldest retained event.
 func (w *writer) historyGone(oldest uint64) (over bool) {
-	if w.cursor > 0 {
-		return w.end(EndResync, Resync, map[string]any{
-			"oldest_seq": oldest, "after_seq": w.cursor,
-			"detail": "full resync required: the events after your position are no longer retained",
-		})
+	switch {
+	case w.cursor == 0:
+		// The start of a history no longer retained is not a stream
+		// falling behind: not a drop-oldest gap (Result.Gaps).
+		return w.skip(oldest-1, false, "the oldest events of this job are no longer retained")
+	case w.p.Slow == DropOldest:
+		return w.skip(oldest-1, true, "this stream asked for drop-oldest and fell behind the retained history: these events were skipped")
 	}
-	return w.skip(oldest-1, "the oldest events of this job are no longer retained")
+	return w.end(EndResync, Resync, map[string]any{
+		"oldest_seq": oldest, "after_seq": w.cursor,
+		"detail": "full resync required: the events after your position are no longer retained",
+	})
 }
 
 // behind handles a queue past its bound: terminated as slow, or, on a
@@ -119,12 +126,13 @@ func (w *writer) behind(lagEvents int, lagBytes int64) (over bool) {
 		return w.slow(lagEvents, lagBytes)
 	}
 	to := w.h.SkipTo(max(w.cursor, w.base), w.p.MaxLagEvents/2+1, w.p.MaxLagBytes/2+1)
-	return w.skip(to, "this stream asked for drop-oldest and fell behind: these events were skipped")
+	return w.skip(to, true, "this stream asked for drop-oldest and fell behind: these events were skipped")
 }
 
 // skip moves the cursor to the position to, past events the client will
-// not get, and says so with a gap event.
-func (w *writer) skip(to uint64, detail string) (over bool) {
+// not get, and says so with a gap event. dropOldest says the drop-oldest
+// policy made the gap (it counts in Result.Gaps).
+func (w *writer) skip(to uint64, dropOldest bool, detail string) (over bool) {
 	w.setDeadline()
 	if w.sink.Control(Gap, map[string]any{
 		"job_id": w.jobID, "from_seq": w.cursor + 1, "to_seq": to, "dropped": to - w.cursor,
@@ -132,7 +140,9 @@ func (w *writer) skip(to uint64, detail string) (over bool) {
 	}) != nil {
 		return w.failed()
 	}
-	w.res.Gaps++
+	if dropOldest {
+		w.res.Gaps++
+	}
 	w.res.Dropped += int(to - w.cursor)
 	w.cursor = to
 	return false

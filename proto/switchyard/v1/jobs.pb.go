@@ -7,6 +7,7 @@
 package switchyardv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -405,7 +406,9 @@ func (x *JobEvent) GetDataJson() []byte {
 }
 
 // JobStatus is a job as Get and Cancel show it: the fields of the HTTP API's
-// job document (GET /v1/jobs/{id}).
+// job document (GET /v1/jobs/{id}), which is this message as JSON with the
+// field names below. The optional fields are absent while they have no
+// value; 64-bit integers are JSON numbers there (the gateway writes them so).
 type JobStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// JobId is the job's id.
@@ -417,24 +420,24 @@ type JobStatus struct {
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// Outcome is the terminal outcome (completed, failed, cancelled, expired);
 	// empty while the job runs.
-	Outcome string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Outcome *string `protobuf:"bytes,4,opt,name=outcome,proto3,oneof" json:"outcome,omitempty"`
 	// Code is the stable code a job that did not complete ended with, for
 	// example "worker_lost"; empty otherwise.
-	Code string `protobuf:"bytes,5,opt,name=code,proto3" json:"code,omitempty"`
+	Code *string `protobuf:"bytes,5,opt,name=code,proto3,oneof" json:"code,omitempty"`
 	// Detail is a human-readable explanation of code.
-	Detail string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail *string `protobuf:"bytes,6,opt,name=detail,proto3,oneof" json:"detail,omitempty"`
 	// Generation is the job's binding generation (its fencing token): how
 	// many times it has been bound to a worker.
 	Generation uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
 	// HandledBy is the consumer id of the worker the job is or was bound to.
-	HandledBy string `protobuf:"bytes,8,opt,name=handled_by,json=handledBy,proto3" json:"handled_by,omitempty"`
+	HandledBy *string `protobuf:"bytes,8,opt,name=handled_by,json=handledBy,proto3,oneof" json:"handled_by,omitempty"`
 	// Worker is that worker's human label.
-	Worker string `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker *string `protobuf:"bytes,9,opt,name=worker,proto3,oneof" json:"worker,omitempty"`
 	// CreatedAt is when the node took the job, RFC 3339 with nanoseconds, UTC.
 	CreatedAt string `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// EndedAt is when the job ended, RFC 3339 with nanoseconds, UTC; empty
 	// while it runs.
-	EndedAt string `protobuf:"bytes,11,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	EndedAt *string `protobuf:"bytes,11,opt,name=ended_at,json=endedAt,proto3,oneof" json:"ended_at,omitempty"`
 	// TtlMs is the job's effective TTL in milliseconds.
 	TtlMs int64 `protobuf:"varint,12,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// RemainingMs is the TTL left, in milliseconds; 0 once the job ended.
@@ -501,22 +504,22 @@ func (x *JobStatus) GetState() string {
 }
 
 func (x *JobStatus) GetOutcome() string {
-	if x != nil {
-		return x.Outcome
+	if x != nil && x.Outcome != nil {
+		return *x.Outcome
 	}
 	return ""
 }
 
 func (x *JobStatus) GetCode() string {
-	if x != nil {
-		return x.Code
+	if x != nil && x.Code != nil {
+		return *x.Code
 	}
 	return ""
 }
 
 func (x *JobStatus) GetDetail() string {
-	if x != nil {
-		return x.Detail
+	if x != nil && x.Detail != nil {
+		return *x.Detail
 	}
 	return ""
 }
@@ -529,15 +532,15 @@ func (x *JobStatus) GetGeneration() uint64 {
 }
 
 func (x *JobStatus) GetHandledBy() string {
-	if x != nil {
-		return x.HandledBy
+	if x != nil && x.HandledBy != nil {
+		return *x.HandledBy
 	}
 	return ""
 }
 
 func (x *JobStatus) GetWorker() string {
-	if x != nil {
-		return x.Worker
+	if x != nil && x.Worker != nil {
+		return *x.Worker
 	}
 	return ""
 }
@@ -550,8 +553,8 @@ func (x *JobStatus) GetCreatedAt() string {
 }
 
 func (x *JobStatus) GetEndedAt() string {
-	if x != nil {
-		return x.EndedAt
+	if x != nil && x.EndedAt != nil {
+		return *x.EndedAt
 	}
 	return ""
 }
@@ -650,7 +653,7 @@ var File_switchyard_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x18switchyard/v1/jobs.proto\x12\rswitchyard.v1\"s\n" +
+	"\x18switchyard/v1/jobs.proto\x12\rswitchyard.v1\x1a\x1cgoogle/api/annotations.proto\"s\n" +
 	"\rSubmitRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\renvelope_json\x18\x02 \x01(\fR\fenvelopeJson\x12'\n" +
@@ -675,38 +678,45 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\bsnapshot\x18\x05 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\x04R\aattempt\x12!\n" +
 	"\fresume_token\x18\a \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xc3\x03\n" +
+	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xa8\x04\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x12\x18\n" +
-	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x12\n" +
-	"\x04code\x18\x05 \x01(\tR\x04code\x12\x16\n" +
-	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x1e\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\aoutcome\x18\x04 \x01(\tH\x00R\aoutcome\x88\x01\x01\x12\x17\n" +
+	"\x04code\x18\x05 \x01(\tH\x01R\x04code\x88\x01\x01\x12\x1b\n" +
+	"\x06detail\x18\x06 \x01(\tH\x02R\x06detail\x88\x01\x01\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
-	"generation\x12\x1d\n" +
+	"generation\x12\"\n" +
 	"\n" +
-	"handled_by\x18\b \x01(\tR\thandledBy\x12\x16\n" +
-	"\x06worker\x18\t \x01(\tR\x06worker\x12\x1d\n" +
+	"handled_by\x18\b \x01(\tH\x03R\thandledBy\x88\x01\x01\x12\x1b\n" +
+	"\x06worker\x18\t \x01(\tH\x04R\x06worker\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\tR\tcreatedAt\x12\x19\n" +
-	"\bended_at\x18\v \x01(\tR\aendedAt\x12\x15\n" +
+	" \x01(\tR\tcreatedAt\x12\x1e\n" +
+	"\bended_at\x18\v \x01(\tH\x05R\aendedAt\x88\x01\x01\x12\x15\n" +
 	"\x06ttl_ms\x18\f \x01(\x03R\x05ttlMs\x12!\n" +
 	"\fremaining_ms\x18\r \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\aoutputs\x18\x0e \x01(\x03R\aoutputs\x12\x19\n" +
 	"\blast_seq\x18\x0f \x01(\x04R\alastSeq\x12-\n" +
-	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05links\"6\n" +
+	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05linksB\n" +
+	"\n" +
+	"\b_outcomeB\a\n" +
+	"\x05_codeB\t\n" +
+	"\a_detailB\r\n" +
+	"\v_handled_byB\t\n" +
+	"\a_workerB\v\n" +
+	"\t_ended_at\"6\n" +
 	"\bJobLinks\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x16\n" +
-	"\x06events\x18\x02 \x01(\tR\x06events2\x96\x02\n" +
+	"\x06events\x18\x02 \x01(\tR\x06events2\xcc\x02\n" +
 	"\n" +
 	"JobService\x12A\n" +
 	"\x06Submit\x12\x1c.switchyard.v1.SubmitRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12A\n" +
-	"\x06Resume\x12\x1c.switchyard.v1.ResumeRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12=\n" +
-	"\x03Get\x12\x1c.switchyard.v1.GetJobRequest\x1a\x18.switchyard.v1.JobStatus\x12C\n" +
-	"\x06Cancel\x12\x1f.switchyard.v1.CancelJobRequest\x1a\x18.switchyard.v1.JobStatusBCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
+	"\x06Resume\x12\x1c.switchyard.v1.ResumeRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12X\n" +
+	"\x03Get\x12\x1c.switchyard.v1.GetJobRequest\x1a\x18.switchyard.v1.JobStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}\x12^\n" +
+	"\x06Cancel\x12\x1f.switchyard.v1.CancelJobRequest\x1a\x18.switchyard.v1.JobStatus\"\x19\x82\xd3\xe4\x93\x02\x13*\x11/v1/jobs/{job_id}BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
 var (
 	file_switchyard_v1_jobs_proto_rawDescOnce sync.Once
@@ -752,6 +762,7 @@ func file_switchyard_v1_jobs_proto_init() {
 	if File_switchyard_v1_jobs_proto != nil {
 		return
 	}
+	file_switchyard_v1_jobs_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

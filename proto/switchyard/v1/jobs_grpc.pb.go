@@ -92,10 +92,17 @@ type JobServiceClient interface {
 	// when the client leaves.
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEvent], error)
 	// Get returns a job's status (job_not_found: NOT_FOUND).
+	//
+	// Over HTTP: GET /v1/jobs/{id}, served by grpc-gateway. Submit and Resume
+	// have no gateway route: their HTTP twins, POST /v1/queues/{queue}/jobs
+	// and GET /v1/jobs/{id}/events, are server-sent event streams written by
+	// hand (the gateway streams newline-delimited JSON).
 	Get(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*JobStatus, error)
 	// Cancel ends a job as cancelled, unless it has already ended, and tells
 	// its worker at once. It returns the job's status afterwards; cancelling
 	// an ended job changes nothing (job_not_found: NOT_FOUND).
+	//
+	// Over HTTP: DELETE /v1/jobs/{id}.
 	Cancel(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*JobStatus, error)
 }
 
@@ -232,10 +239,17 @@ type JobServiceServer interface {
 	// when the client leaves.
 	Resume(*ResumeRequest, grpc.ServerStreamingServer[JobEvent]) error
 	// Get returns a job's status (job_not_found: NOT_FOUND).
+	//
+	// Over HTTP: GET /v1/jobs/{id}, served by grpc-gateway. Submit and Resume
+	// have no gateway route: their HTTP twins, POST /v1/queues/{queue}/jobs
+	// and GET /v1/jobs/{id}/events, are server-sent event streams written by
+	// hand (the gateway streams newline-delimited JSON).
 	Get(context.Context, *GetJobRequest) (*JobStatus, error)
 	// Cancel ends a job as cancelled, unless it has already ended, and tells
 	// its worker at once. It returns the job's status afterwards; cancelling
 	// an ended job changes nothing (job_not_found: NOT_FOUND).
+	//
+	// Over HTTP: DELETE /v1/jobs/{id}.
 	Cancel(context.Context, *CancelJobRequest) (*JobStatus, error)
 	mustEmbedUnimplementedJobServiceServer()
 }

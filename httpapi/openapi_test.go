@@ -1,0 +1,137 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/openapi"
+)
+
+// document is what the tests read of the OpenAPI document.
+type document struct {
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]struct {
+			Properties map[string]struct {
+				Enum []string `json:"enum"`
+			} `json:"properties"`
+		} `json:"schemas"`
+	} `json:"components"`
+}
+
+func loadDocument(tb testing.TB) document {
+	tb.Helper()
+	var d document
+	if err := json.Unmarshal(openapi.JSON, &d); err != nil {
+		tb.Fatalf("openapi.json: %v", err)
+	}
+	return d
+}
+
+// Every route of the router is in the document with its method, and every
+// operation of the document is a route: swag reads comments only, so a
+// route added without its annotation (or an annotation left behind by a
+// removed route) fails here. Adding a route means annotating its handler
+// and running make openapi.
+//
+// Routes ending in /* serve trees of static files (Swagger UI's assets,
+// which the document describes through /docs): they are not operations.
+func TestRoutesAreTheDocument(t *testing.T) {
+	s := newTestServer(t)
+	doc := loadDocument(t)
+	var routes []string
+	err := chi.Walk(s.Router(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if strings.HasSuffix(route, "/*") {
+			return nil
+		}
+		if route != "/" {
+			route = strings.TrimSuffix(route, "/")
+		}
+		routes = append(routes, strings.ToLower(method)+" "+route)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			switch method {
+			case "get", "put", "post", "delete", "patch", "head", "options":
+				documented = append(documented, method+" "+path)
+			}
+		}
+	}
+	slices.Sort(routes)
+	slices.Sort(documented)
+	for _, r := range routes {
+		if !slices.Contains(documented, r) {
+			t.Errorf("route %s is not in openapi/openapi.json: annotate its handler and run make openapi", r)
+		}
+	}
+	for _, d := range documented {
+		if !slices.Contains(routes, d) {
+			t.Errorf("openapi/openapi.json documents %s, which is not a route", d)
+		}
+	}
+	if len(routes) < 10 {
+		t.Errorf("walked only %d routes: %v", len(routes), routes)
+	}
+}
+
+// The document lists every code of the table as Problem's code: a code
+// added to the table without regenerating the document fails here.
+func TestDocumentListsEveryCode(t *testing.T) {
+	got := loadDocument(t).Components.Schemas["Problem"].Properties["code"].Enum
+	var want []string
+	for _, c := range apierr.Codes() {
+		want = append(want, string(c))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Problem.code enum %v, want the table's %v: run make openapi", got, want)
+	}
+}
+
+// The node serves its document and a documentation page whose assets are
+// embedded.
+func TestServesDocumentAndDocs(t *testing.T) {
+	s := newTestServer(t)
+	get := func(path string) (*http.Response, string) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		res := rec.Result()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	for _, tc := range []struct{ path, ctype, contains string }{
+		{"/openapi.json", "application/json", `"openapi": "3.0`},
+		{"/openapi.yaml", "application/yaml", "openapi: 3.0"},
+		{"/docs", "text/html; charset=utf-8", `<base href="/docs/">`},
+		{"/docs/", "text/html; charset=utf-8", `swagger-ui-bundle.js`},
+		{"/docs/swagger-initializer.js", "text/javascript; charset=utf-8", `url: "/openapi.json"`},
+		{"/docs/swagger-ui-bundle.js", "text/javascript; charset=utf-8", "SwaggerUIBundle"},
+		{"/docs/swagger-ui.css", "text/css; charset=utf-8", ".swagger-ui"},
+	} {
+		res, body := get(tc.path)
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != tc.ctype || !strings.Contains(body, tc.contains) {
+			t.Errorf("GET %s: %d %q, body has %q: %v", tc.path, res.StatusCode, res.Header.Get("Content-Type"), tc.contains, strings.Contains(body, tc.contains))
+		}
+	}
+	if res, _ := get("/openapi.json"); res.StatusCode == 200 {
+		_, body := get("/openapi.json")
+		if body != string(openapi.JSON) {
+			t.Error("/openapi.json is not the embedded document")
+		}
+	}
+	if res, _ := get("/docs/nothing.js"); res.StatusCode != 404 {
+		t.Errorf("a missing asset: %d", res.StatusCode)
+	}
+}

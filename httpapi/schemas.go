@@ -1,0 +1,137 @@
+package httpapi
+
+// The types in this file describe JSON the node reads or writes without
+// going through them (core parses the envelope; core/stream writes event
+// data): they exist for the OpenAPI document, which swag builds from Go
+// types. The integration tests drive every route through a client
+// generated from that document, which is what keeps them true.
+
+// Envelope is the body of POST /v1/queues/{queue}/jobs. Only input is
+// required; unknown fields are ignored.
+type Envelope struct {
+	// Version of the envelope format; this node reads 1.
+	Version int `json:"version,omitempty" example:"1"`
+	// TTLMs is how long the job may take from now, in milliseconds: at most
+	// the node's --max-ttl; absent means its --default-ttl.
+	TTLMs int64 `json:"ttl_ms,omitempty" example:"30000"`
+	// Capabilities a worker must have, one value per key.
+	Capabilities map[string]string `json:"capabilities,omitempty"`
+	// Input is handed to the worker as is: any JSON value but null.
+	Input any `json:"input"`
+	// Options is handed to the worker as is: a JSON object.
+	Options map[string]any `json:"options,omitempty"`
+	// Limits lower the node's ceilings for this job (never raise them).
+	Limits *EnvelopeLimits `json:"limits,omitempty"`
+	// Zone, when set, keeps the job on workers of nodes in that zone.
+	Zone string `json:"zone,omitempty"`
+	// GraceMs keeps a job streamed from its POST alive this long after its
+	// client disconnects, so that a resume can pick it up; values above the
+	// node's --max-grace are capped to it.
+	GraceMs int64 `json:"grace_ms,omitempty"`
+} // @name Envelope
+
+// EnvelopeLimits are the limits an envelope lowers. Each is at least 1
+// and at most the node's; absent means the node's.
+type EnvelopeLimits struct {
+	MaxInputBytes  int64 `json:"max_input_bytes,omitempty"`
+	MaxQueueDepth  int   `json:"max_queue_depth,omitempty"`
+	MaxQueueBytes  int64 `json:"max_queue_bytes,omitempty"`
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+} // @name EnvelopeLimits
+
+// EventStream describes a job's text/event-stream. Each field is one SSE
+// event type: its name is the event's "event:" line, its schema the JSON
+// of its "data:" line. Job events (accepted, output, done, error) carry a
+// signed resume token as their "id:"; control events (gap, resync,
+// terminated) carry none, and heartbeats are comment lines
+// (": heartbeat"). The stream ends after done or error, or after resync or
+// terminated.
+type EventStream struct {
+	Accepted   AcceptedEvent   `json:"accepted"`
+	Output     OutputEvent     `json:"output"`
+	Done       DoneEvent       `json:"done"`
+	Error      ErrorEvent      `json:"error"`
+	Gap        GapEvent        `json:"gap"`
+	Resync     ResyncEvent     `json:"resync"`
+	Terminated TerminatedEvent `json:"terminated"`
+} // @name EventStream
+
+// EventEnvelope starts the data of every job event.
+type EventEnvelope struct {
+	// JobID is the stream id: the job.
+	JobID string `json:"job_id"`
+	// Gen is the stream generation the sequence numbers belong to.
+	Gen uint64 `json:"gen"`
+	// Seq is the event's position in the job's stream, from 1.
+	Seq uint64 `json:"seq"`
+	// Snap is the snapshot version of the history (the node incarnation).
+	Snap uint64 `json:"snap"`
+	// Attempt is the binding generation that produced the event (0 before
+	// a worker was bound).
+	Attempt uint64 `json:"attempt"`
+} // @name EventEnvelope
+
+// AcceptedEvent is the first event: the node took the job.
+type AcceptedEvent struct {
+	EventEnvelope
+	Queue string `json:"queue"`
+	TTLMs int64  `json:"ttl_ms"`
+} // @name AcceptedEvent
+
+// OutputEvent is one chunk of output, in the order the worker sent it.
+type OutputEvent struct {
+	EventEnvelope
+	// Data is the chunk: one JSON value.
+	Data any `json:"data"`
+} // @name OutputEvent
+
+// DoneEvent ends a job that completed.
+type DoneEvent struct {
+	EventEnvelope
+	// Outcome is "completed".
+	Outcome string `json:"outcome" enums:"completed"`
+	// Result is the worker's result, if it gave one.
+	Result any `json:"result,omitempty"`
+} // @name DoneEvent
+
+// ErrorEvent ends a job that did not complete.
+type ErrorEvent struct {
+	EventEnvelope
+	Outcome string `json:"outcome" enums:"failed,cancelled,expired"`
+	// Code is one of docs/errors.md's outcome codes, or a code the worker
+	// failed the job with.
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+} // @name ErrorEvent
+
+// GapEvent says a drop-oldest stream skipped events, or that a stream read
+// from the start begins after events no longer retained.
+type GapEvent struct {
+	JobID   string `json:"job_id"`
+	FromSeq uint64 `json:"from_seq"`
+	ToSeq   uint64 `json:"to_seq"`
+	Dropped uint64 `json:"dropped"`
+	Detail  string `json:"detail"`
+} // @name GapEvent
+
+// ResyncEvent ends a stream whose position is older than the retained
+// history: start over.
+type ResyncEvent struct {
+	JobID     string `json:"job_id"`
+	OldestSeq uint64 `json:"oldest_seq"`
+	AfterSeq  uint64 `json:"after_seq"`
+	Detail    string `json:"detail"`
+} // @name ResyncEvent
+
+// TerminatedEvent ends a stream the node ended (the job goes on): resume
+// with the last id received.
+type TerminatedEvent struct {
+	JobID          string `json:"job_id"`
+	Reason         string `json:"reason" enums:"slow_consumer,idle,max_duration"`
+	ResumeAfterSeq uint64 `json:"resume_after_seq"`
+	// LagEvents and LagBytes are the stream's queue when it was judged
+	// slow (slow_consumer only).
+	LagEvents int    `json:"lag_events,omitempty"`
+	LagBytes  int64  `json:"lag_bytes,omitempty"`
+	Detail    string `json:"detail"`
+} // @name TerminatedEvent

@@ -1,0 +1,295 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// The posts of an HTTP worker session: each names the session in its path
+// and a (job, generation) the session holds, and is answered 204 once the
+// node took it. A post for a job the session does not hold at that
+// generation is refused (job_not_held) and changes nothing; so is one for a
+// session that ended (session_not_found). Every post, heartbeats included,
+// shows the worker alive.
+
+// JobMessage is the body of accept: the binding it answers.
+type JobMessage struct {
+	// Generation is the offer's generation: the job's fencing token.
+	Generation *uint64 `json:"generation"`
+} // @name JobMessage
+
+// RejectMessage is the body of reject.
+type RejectMessage struct {
+	Generation *uint64 `json:"generation"`
+	// Reason is a human-readable why, passed on in the job's error if no
+	// other worker takes it.
+	Reason string `json:"reason,omitempty"`
+} // @name RejectMessage
+
+// OutputMessage is the body of output.
+type OutputMessage struct {
+	Generation uint64 `json:"generation"`
+	// Data is one chunk of output: one JSON value, the data of an output
+	// event on the job's stream.
+	Data any `json:"data"`
+} // @name OutputMessage
+
+// CompleteMessage is the body of complete.
+type CompleteMessage struct {
+	Generation uint64 `json:"generation"`
+	// Result is an optional JSON value, reported in the done event.
+	Result any `json:"result,omitempty"`
+} // @name CompleteMessage
+
+// outputBody and completeBody are what the node reads of OutputMessage and
+// CompleteMessage: the JSON values as the worker wrote them, byte for byte
+// (a decoded value would come back with its keys sorted).
+type outputBody struct {
+	Generation *uint64         `json:"generation"`
+	Data       json.RawMessage `json:"data"`
+}
+
+type completeBody struct {
+	Generation *uint64         `json:"generation"`
+	Result     json.RawMessage `json:"result"`
+}
+
+// FailMessage is the body of fail.
+type FailMessage struct {
+	Generation *uint64 `json:"generation"`
+	// Code is a short machine-readable word ([A-Za-z0-9._-], at most 64),
+	// the error event's code: "cancelled" answers a cancel; empty (or not
+	// a valid code) means worker_error.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+} // @name FailMessage
+
+// handleWorkerAccept is POST /v1/workers/{session}/jobs/{job}/accept.
+//
+//	@Summary		Accept a job
+//	@Description	Takes an offered job; output may follow. An output before the accept counts as one.
+//	@Tags			workers
+//	@ID				acceptJob
+//	@Accept			json
+//	@Param			session	path	string		true	"the session, from its registered event"
+//	@Param			job		path	string		true	"job id"
+//	@Param			message	body	JobMessage	true	"the offer's generation"
+//	@Success		204		"taken"
+//	@Failure		400		{object}	apierr.Problem	"malformed_json, invalid_field"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Failure		409		{object}	apierr.Problem	"job_not_held"
+//	@Failure		413		{object}	apierr.Problem	"body_too_large"
+//	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Router			/v1/workers/{session}/jobs/{job}/accept [post]
+func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
+	var m JobMessage
+	s.workerPost(w, r, &m, func() *uint64 { return m.Generation }, func(ss *workerSession, job string, gen uint64) error {
+		ss.w.Accept(job, gen)
+		return nil
+	})
+}
+
+// handleWorkerReject is POST /v1/workers/{session}/jobs/{job}/reject.
+//
+//	@Summary		Reject a job
+//	@Description	Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//	@Tags			workers
+//	@ID				rejectJob
+//	@Accept			json
+//	@Param			session	path	string			true	"the session"
+//	@Param			job		path	string			true	"job id"
+//	@Param			message	body	RejectMessage	true	"the offer's generation and why"
+//	@Success		204		"released"
+//	@Failure		400		{object}	apierr.Problem	"malformed_json, invalid_field"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Failure		409		{object}	apierr.Problem	"job_not_held"
+//	@Failure		413		{object}	apierr.Problem	"body_too_large"
+//	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Router			/v1/workers/{session}/jobs/{job}/reject [post]
+func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
+	var m RejectMessage
+	s.workerPost(w, r, &m, func() *uint64 { return m.Generation }, func(ss *workerSession, job string, gen uint64) error {
+		ss.w.Reject(job, gen, m.Reason)
+		return nil
+	})
+}
+
+// handleWorkerOutput is POST /v1/workers/{session}/jobs/{job}/output.
+//
+//	@Summary		Send output
+//	@Description	One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//	@Tags			workers
+//	@ID				jobOutput
+//	@Accept			json
+//	@Param			session	path	string			true	"the session"
+//	@Param			job		path	string			true	"job id"
+//	@Param			message	body	OutputMessage	true	"the generation and one JSON value"
+//	@Success		204		"taken"
+//	@Failure		400		{object}	apierr.Problem	"malformed_json, invalid_field (data missing)"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Failure		409		{object}	apierr.Problem	"job_not_held"
+//	@Failure		413		{object}	apierr.Problem	"body_too_large"
+//	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Router			/v1/workers/{session}/jobs/{job}/output [post]
+func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
+	var m outputBody
+	s.workerPost(w, r, &m, func() *uint64 { return m.Generation }, func(ss *workerSession, job string, gen uint64) error {
+		if len(m.Data) == 0 {
+			return &core.Error{Code: core.CodeInvalidField, Field: "data", Detail: "data is required: one JSON value"}
+		}
+		if wait := ss.w.Output(job, gen, m.Data); wait != nil {
+			// The job's ingress is behind: the answer waits for it, which
+			// is what slows an HTTP worker down.
+			select {
+			case <-wait:
+			case <-ss.done:
+			case <-r.Context().Done():
+			}
+		}
+		return nil
+	})
+}
+
+// handleWorkerComplete is POST /v1/workers/{session}/jobs/{job}/complete.
+//
+//	@Summary		Complete a job
+//	@Description	Ends a job successfully (its stream's done event, with the result if given) and frees the worker's credit.
+//	@Tags			workers
+//	@ID				completeJob
+//	@Accept			json
+//	@Param			session	path	string			true	"the session"
+//	@Param			job		path	string			true	"job id"
+//	@Param			message	body	CompleteMessage	true	"the generation and an optional result"
+//	@Success		204		"taken"
+//	@Failure		400		{object}	apierr.Problem	"malformed_json, invalid_field"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Failure		409		{object}	apierr.Problem	"job_not_held"
+//	@Failure		413		{object}	apierr.Problem	"body_too_large"
+//	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Router			/v1/workers/{session}/jobs/{job}/complete [post]
+func (s *Server) handleWorkerComplete(w http.ResponseWriter, r *http.Request) {
+	var m completeBody
+	s.workerPost(w, r, &m, func() *uint64 { return m.Generation }, func(ss *workerSession, job string, gen uint64) error {
+		ss.w.End(job, gen, "", "", m.Result)
+		return nil
+	})
+}
+
+// handleWorkerFail is POST /v1/workers/{session}/jobs/{job}/fail.
+//
+//	@Summary		Fail a job
+//	@Description	Ends a job with an error code (its stream's error event) and frees the worker's credit. A worker answers a cancel with code "cancelled".
+//	@Tags			workers
+//	@ID				failJob
+//	@Accept			json
+//	@Param			session	path	string		true	"the session"
+//	@Param			job		path	string		true	"job id"
+//	@Param			message	body	FailMessage	true	"the generation, a code and a message"
+//	@Success		204		"taken"
+//	@Failure		400		{object}	apierr.Problem	"malformed_json, invalid_field"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Failure		409		{object}	apierr.Problem	"job_not_held"
+//	@Failure		413		{object}	apierr.Problem	"body_too_large"
+//	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Router			/v1/workers/{session}/jobs/{job}/fail [post]
+func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
+	var m FailMessage
+	s.workerPost(w, r, &m, func() *uint64 { return m.Generation }, func(ss *workerSession, job string, gen uint64) error {
+		code := core.Code(m.Code)
+		if code == "" {
+			code = core.CodeWorkerError
+		}
+		ss.w.End(job, gen, code, m.Message, nil)
+		return nil
+	})
+}
+
+// handleWorkerHeartbeat is POST /v1/workers/{session}/heartbeat.
+//
+//	@Summary		Heartbeat
+//	@Description	Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+//	@Tags			workers
+//	@ID				workerHeartbeat
+//	@Param			session	path	string	true	"the session"
+//	@Success		204		"alive"
+//	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Router			/v1/workers/{session}/heartbeat [post]
+func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
+	ss := s.workers.get(chi.URLParam(r, "session"))
+	if ss == nil {
+		s.writeError(w, r, errSessionNotFound)
+		return
+	}
+	ss.touch()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+var errSessionNotFound = &core.Error{Code: core.CodeSessionNotFound, Detail: "no worker session by this id on this node: it ended, or never existed; open a new one"}
+
+// workerPost is the common path of a worker's job posts: find the session
+// (which the post shows alive), read the body into m, check that the
+// session holds (job, generation), then apply.
+func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen func() *uint64, apply func(ss *workerSession, job string, gen uint64) error) {
+	ss := s.workers.get(chi.URLParam(r, "session"))
+	if ss == nil {
+		s.writeError(w, r, errSessionNotFound)
+		return
+	}
+	ss.touch()
+	if err := s.readJSON(w, r, m); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	g := gen()
+	if g == nil {
+		s.writeError(w, r, &core.Error{Code: core.CodeInvalidField, Field: "generation", Detail: "generation is required: the generation of the job's offer"})
+		return
+	}
+	job := chi.URLParam(r, "job")
+	if !ss.w.Holds(job, *g) {
+		s.writeError(w, r, &core.Error{Code: core.CodeJobNotHeld, Detail: "this session does not hold the job at this generation: it was never offered here, it ended, or it was bound again since"})
+		return
+	}
+	if err := apply(ss, job, *g); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readJSON reads a JSON object body into v: Content-Type must be JSON, the
+// body is read through the node's byte limit before it is parsed, and the
+// body must be one JSON object (unknown fields are ignored, as in an
+// envelope).
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &core.Error{Code: core.CodeBodyTooLarge, Detail: "the body is larger than the node accepts"}
+		}
+		return &core.Error{Code: core.CodeMalformedJSON, Detail: "could not read the body: " + err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return &core.Error{Code: core.CodeInvalidField, Field: typeErr.Field, Detail: typeErr.Field + " must be " + typeErr.Type.String() + ", not " + typeErr.Value}
+		}
+		return &core.Error{Code: core.CodeMalformedJSON, Detail: "the body is not a JSON object: " + err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &core.Error{Code: core.CodeMalformedJSON, Detail: "the body has data after the JSON object"}
+	}
+	return nil
+}
