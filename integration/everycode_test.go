@@ -1,10 +1,13 @@
 package integration_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -66,6 +69,7 @@ func TestEveryDocumentedCode(t *testing.T) {
 	p.httpWorkers()
 	p.grpcWorkers()
 	p.drain()
+	p.stalledBody()
 	for code := range doc {
 		if reason, ok := needsAFault[code]; ok {
 			if p.seen[code] {
@@ -105,6 +109,7 @@ func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 		c.Engine.DispatchTimeoutFloor = 100 * time.Millisecond
 		c.Engine.DispatchTimeoutCeiling = 300 * time.Millisecond
 		c.Workers.SetupTimeout = 300 * time.Millisecond
+		c.HTTP.BodyTimeout = 300 * time.Millisecond
 	})
 	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -416,6 +421,27 @@ func (p *codeProbe) grpcWorkers() {
 	stall := p.submit("g4", `{"input":"y","ttl_ms":20000}`, "Accept", "text/event-stream")
 	p.grpcErr("session_closed", ends(s))
 	stall.Body.Close()
+}
+
+// stalledBody: a POST whose body stops arriving is answered 408
+// request_timeout once the node's body timeout passes (HTTP only; the edge
+// cases, trickled and stalled, are TestHTTPEdge's).
+func (p *codeProbe) stalledBody() {
+	c, err := net.Dial("tcp", p.n.HTTPAddr())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	body := `{"input":"the rest never comes`
+	if _, err := fmt.Fprintf(c, "POST /v1/queues/held/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body)+100, body); err != nil {
+		p.t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		p.t.Fatalf("stalled body: no answer: %v", err)
+	}
+	p.problem("request_timeout", res)
 }
 
 // drain: a node that drains refuses new work (draining) and ends what it
