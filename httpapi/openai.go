@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -239,8 +240,10 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 //	@Failure		404		{object}	apierr.OpenAIErrorResponse	"model_not_found"
 //	@Router			/openai/v1/models/{model} [get]
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "*")
-	if !slices.Contains(s.openAIModels(), name) {
+	// chi matches the escaped path when there is one: an SDK escapes the
+	// '/' of org/model.
+	name, err := url.PathUnescape(chi.URLParam(r, "*"))
+	if err != nil || !slices.Contains(s.openAIModels(), name) {
 		s.writeError(w, r, &core.Error{Code: core.CodeModelNotFound, Field: "model", Detail: fmt.Sprintf("no worker on queue %q offers model=%s", s.cfg.OpenAIQueue, name)})
 		return
 	}

@@ -415,13 +415,16 @@ func TestModels(t *testing.T) {
 	if res.StatusCode != 200 || strings.TrimSpace(string(b)) != want {
 		t.Errorf("%d %s\nwant %s", res.StatusCode, b, want)
 	}
-	res, err = f.srv.Client().Get(f.srv.URL + OpenAIPrefix + "/models/org/llama-3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var m OpenAIModel
-	if err := json.NewDecoder(res.Body).Decode(&m); err != nil || res.StatusCode != 200 || m.ID != "org/llama-3" || m.Object != "model" {
-		t.Errorf("%d %+v %v", res.StatusCode, m, err)
+	// As it is, and escaped as an SDK sends it.
+	for _, path := range []string{"/models/org/llama-3", "/models/org%2Fllama-3"} {
+		res, err = f.srv.Client().Get(f.srv.URL + OpenAIPrefix + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var m OpenAIModel
+		if err := json.NewDecoder(res.Body).Decode(&m); err != nil || res.StatusCode != 200 || m.ID != "org/llama-3" || m.Object != "model" {
+			t.Errorf("%s: %d %+v %v", path, res.StatusCode, m, err)
+		}
 	}
 }
