@@ -35,7 +35,9 @@ const DefaultOpenAIQueue = "chat"
 func (s *Server) openAIRoutes(r chi.Router) {
 	r.Post("/chat/completions", s.handleChatCompletions)
 	r.Get("/models", s.handleModels)
-	// A model name may hold a '/' (org/model), which {param} would not match.
+	// A model name may hold a '/' (org/model), which neither {model} nor a
+	// regexp param matches: the OpenAPI document names this route
+	// /models/{model}.
 	r.Get("/models/*", s.handleModel)
 }
 

@@ -41,7 +41,12 @@ type chatFixture struct {
 
 func newChatFixture(t *testing.T, cluster ClusterView) *chatFixture {
 	t.Helper()
-	e, err := core.New(core.DefaultConfig())
+	return newChatFixtureWith(t, cluster, core.DefaultConfig())
+}
+
+func newChatFixtureWith(t *testing.T, cluster ClusterView, ecfg core.Config) *chatFixture {
+	t.Helper()
+	e, err := core.New(ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,6 +390,46 @@ func TestChatRefusals(t *testing.T) {
 	}
 	if res := req("GET", "/v1/nope", "", "", nil); res.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("our own 404 is %q, want problem+json", res.Header.Get("Content-Type"))
+	}
+}
+
+// A full queue is 429 queue_full with Retry-After, which OpenAI's SDKs
+// wait for before they retry.
+func TestChatQueueFull(t *testing.T) {
+	ecfg := core.DefaultConfig()
+	ecfg.Limits.MaxQueueDepth = 1
+	f := newChatFixtureWith(t, nil, ecfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// The worker holds 4 (its concurrency), the queue 1 more.
+	for i := range 5 {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+OpenAIPrefix+"/chat/completions", strings.NewReader(chatBody+`}`))
+			req.Header.Set("Content-Type", "application/json")
+			if res, err := f.srv.Client().Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+		if i < 4 {
+			f.offer(t)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for depth := 0; depth < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the fifth job never waited in the queue")
+		}
+		time.Sleep(5 * time.Millisecond)
+		for _, q := range f.s.e.QueueStats() {
+			if q.Name == DefaultOpenAIQueue {
+				depth = q.Depth
+			}
+		}
+	}
+	res := f.post(t.Context(), t, chatBody+`}`, nil)
+	code, typ, _ := openAIError(t, res)
+	if res.StatusCode != 429 || code != "queue_full" || typ != "rate_limit_error" || res.Header.Get("Retry-After") != "1" {
+		t.Errorf("%d %s %s Retry-After %q, want 429 queue_full rate_limit_error 1", res.StatusCode, code, typ, res.Header.Get("Retry-After"))
 	}
 }
 

@@ -111,6 +111,11 @@ func TestOpenAISDKStreams(t *testing.T) {
 	if got := whole.Choices[0].Message.Content; got != "the quick brown fox jumps" {
 		t.Errorf("the SDK accumulated %q", got)
 	}
+	// Counted once the writer has returned, a moment after the client
+	// read [DONE].
+	waitFor(t, 5*time.Second, "the stream counted as ended at its terminal event", func() bool {
+		return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "openai", "reason": "terminal"}) == 1
+	})
 }
 
 // Without stream, one chat.completion carries the whole text and usage;
