@@ -51,6 +51,7 @@ var table = map[core.Code]wire{
 	core.CodeNotFound:             {http.StatusNotFound, codes.NotFound},
 	core.CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, codes.Unimplemented},
 	core.CodeJobNotFound:          {http.StatusNotFound, codes.NotFound},
+	core.CodeModelNotFound:        {http.StatusNotFound, codes.NotFound},
 	core.CodeIdempotencyReuse:     {http.StatusConflict, codes.AlreadyExists},
 	core.CodeSessionNotFound:      {http.StatusNotFound, codes.NotFound},
 	core.CodeJobNotHeld:           {http.StatusConflict, codes.FailedPrecondition},

@@ -55,11 +55,17 @@ func problemOf(ce *core.Error, path string) Problem {
 func WriteProblem(w http.ResponseWriter, r *http.Request, err error) {
 	ce := ErrorOf(err)
 	p := problemOf(ce, r.URL.Path)
-	if ce.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
-	}
+	setRetryAfter(w, ce)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// setRetryAfter sets Retry-After (whole seconds, rounded up) for a refusal
+// that may succeed later.
+func setRetryAfter(w http.ResponseWriter, ce *core.Error) {
+	if ce.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
+	}
 }

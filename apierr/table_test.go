@@ -37,6 +37,7 @@ func TestTable(t *testing.T) {
 		core.CodeNotFound:              {404, codes.NotFound},
 		core.CodeMethodNotAllowed:      {405, codes.Unimplemented},
 		core.CodeJobNotFound:           {404, codes.NotFound},
+		core.CodeModelNotFound:         {404, codes.NotFound},
 		core.CodeIdempotencyReuse:      {409, codes.AlreadyExists},
 		core.CodeSessionNotFound:       {404, codes.NotFound},
 		core.CodeJobNotHeld:            {409, codes.FailedPrecondition},

@@ -79,3 +79,12 @@ type ClusterView interface {
 	// Dispatch returns a queue's dispatch record, if it has one.
 	Dispatch(queue string) (DispatchInfo, bool)
 }
+
+// NoCluster is the ClusterView of a node without a catalog (a transport
+// tested alone): no nodes, no queues, no consumers.
+type NoCluster struct{}
+
+func (NoCluster) Nodes() []NodeInfo                    { return nil }
+func (NoCluster) Queues() []string                     { return nil }
+func (NoCluster) Consumers(string) []ConsumerInfo      { return nil }
+func (NoCluster) Dispatch(string) (DispatchInfo, bool) { return DispatchInfo{}, false }

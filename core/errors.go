@@ -30,6 +30,11 @@ const (
 	CodeJobNotFound        Code = "job_not_found"
 	CodeIdempotencyReuse   Code = "idempotency_key_reused"
 	CodeInvalidWorker      Code = "invalid_worker"
+	// CodeModelNotFound: the OpenAI-compatible front door was asked for a
+	// model no worker on its queue offers (no consumer declares
+	// model=<name>). A model some worker offers but none can take now (its
+	// node is not routable) is no_capable_worker instead.
+	CodeModelNotFound Code = "model_not_found"
 	// CodeRequestTimeout: the request's body did not arrive whole within
 	// the node's body timeout (HTTP only).
 	CodeRequestTimeout Code = "request_timeout"

@@ -40,7 +40,7 @@ var _ pb.ClusterServiceServer = (*ClusterServer)(nil)
 // NewClusterServer returns a ClusterService over e and cfg.View.
 func NewClusterServer(e *core.Engine, cfg ClusterConfig) *ClusterServer {
 	if cfg.View == nil {
-		cfg.View = emptyView{}
+		cfg.View = core.NoCluster{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -109,11 +109,3 @@ func queuePB(v core.QueueView) *pb.Queue {
 	}
 	return q
 }
-
-// emptyView is the view of a node with no catalog.
-type emptyView struct{}
-
-func (emptyView) Nodes() []core.NodeInfo                    { return nil }
-func (emptyView) Queues() []string                          { return nil }
-func (emptyView) Consumers(string) []core.ConsumerInfo      { return nil }
-func (emptyView) Dispatch(string) (core.DispatchInfo, bool) { return core.DispatchInfo{}, false }

@@ -49,7 +49,7 @@ func BenchmarkSSEWriter(b *testing.B) {
 		res := stream.Run(context.Background(), stream.Request{
 			Job: j, Policy: pol,
 			Token: func(ev core.Event) string { t, _ := pos.Token(j, ev.Seq, caller, filter); return t },
-		}, &sseSink{w: w, rc: http.NewResponseController(w), job: j, snap: 1})
+		}, &sseSink{sseConn: sseConn{w: w, rc: http.NewResponseController(w)}, job: j, snap: 1})
 		if res.End != stream.EndTerminal {
 			b.Fatalf("end %s", res.End)
 		}

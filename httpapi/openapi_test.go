@@ -43,13 +43,17 @@ func loadDocument(tb testing.TB) document {
 // and running make openapi.
 //
 // Routes ending in /* serve trees of static files (Swagger UI's assets,
-// which the document describes through /docs): they are not operations.
+// which the document describes through /docs; the web page's): they are not
+// operations. The one exception is a documented path whose last parameter
+// may hold a slash (GET /openai/v1/models/{model}), which chi can only
+// route as a wildcard.
 func TestRoutesAreTheDocument(t *testing.T) {
 	s := newTestServer(t)
 	doc := loadDocument(t)
-	var routes []string
+	var routes, wildcards []string
 	err := chi.Walk(s.Router(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		if strings.HasSuffix(route, "/*") {
+			wildcards = append(wildcards, strings.ToLower(method)+" "+route)
 			return nil
 		}
 		if route != "/" {
@@ -78,6 +82,11 @@ func TestRoutesAreTheDocument(t *testing.T) {
 		}
 	}
 	for _, d := range documented {
+		// A parameter that may hold a slash (a model name such as
+		// "org/model") is a wildcard route in chi.
+		if i := strings.LastIndex(d, "/{"); i > 0 && strings.HasSuffix(d, "}") && slices.Contains(wildcards, d[:i]+"/*") {
+			continue
+		}
 		if !slices.Contains(routes, d) {
 			t.Errorf("openapi/openapi.json documents %s, which is not a route", d)
 		}

@@ -75,6 +75,9 @@ type Config struct {
 	// (the setup timeout does not apply: a session registers with its
 	// opening request).
 	Workers grpcapi.WorkerConfig
+	// OpenAIQueue is the queue the OpenAI-compatible front door posts chat
+	// completions to (see openai.go); empty means DefaultOpenAIQueue.
+	OpenAIQueue string
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -86,7 +89,8 @@ func DefaultConfig() Config {
 	return Config{
 		HeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, BodyTimeout: 30 * time.Second,
 		Stream: stream.DefaultPolicy(), WriteBuffer: DefaultWriteBuffer, TokenTTL: time.Hour, RetryHint: time.Second,
-		Workers: grpcapi.DefaultWorkerConfig(),
+		Workers:     grpcapi.DefaultWorkerConfig(),
+		OpenAIQueue: DefaultOpenAIQueue,
 	}
 }
 
@@ -104,6 +108,9 @@ func (c Config) Validate() error {
 	if c.BodyTimeout <= 0 {
 		return &core.ConfigError{Field: "http-body-timeout", Value: c.BodyTimeout, Err: errors.New("must be positive")}
 	}
+	if c.OpenAIQueue != "" && !core.ValidName(c.OpenAIQueue) {
+		return &core.ConfigError{Field: "openai-queue", Value: c.OpenAIQueue, Err: errors.New("must be a queue name: 1-128 of [A-Za-z0-9._-], not starting with '.'")}
+	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
 	}
@@ -119,6 +126,9 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	m   *stream.TransportMetrics
+	// om are the stream metrics of the OpenAI-compatible chat completions,
+	// streamed or not (transport "openai").
+	om *stream.TransportMetrics
 	// errs logs and counts every problem the server answers with.
 	errs *apierr.Reporter
 	// gateway serves the unary routes (see gateway.go).
@@ -151,6 +161,12 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		}
 		cfg.Keyring = ring
 	}
+	if cfg.Cluster == nil {
+		cfg.Cluster = core.NoCluster{}
+	}
+	if cfg.OpenAIQueue == "" {
+		cfg.OpenAIQueue = DefaultOpenAIQueue
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -163,7 +179,10 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.Errors == nil {
 		cfg.Errors = apierr.NewMetrics(reg)
 	}
-	s := &Server{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), errs: cfg.Errors.Reporter("http", cfg.Logger)}
+	s := &Server{
+		e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), om: cfg.StreamMetrics.For("openai"),
+		errs: cfg.Errors.Reporter("http", cfg.Logger),
+	}
 	jobs, cluster, err := s.gatewayServices()
 	if err != nil {
 		return nil, err
@@ -214,6 +233,9 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 			r.Post("/fail", s.handleWorkerFail)
 		})
 	})
+	// The OpenAI-compatible front door (openai.go): in this router, under
+	// the middleware above, so whatever guards /v1 guards it too.
+	r.Route(OpenAIPrefix, s.openAIRoutes)
 	// The web page (package web): the page at / and its assets under
 	// /ui/{version}/, each with its own content type, caching and CSP.
 	s.ui = ui
@@ -377,8 +399,15 @@ func (l *writeBufferListener) Accept() (net.Conn, error) {
 
 // writeError answers r with err as a problem document (apierr.WriteProblem:
 // a server fault shows only as code internal), after logging and counting
-// it.
+// it. Under /openai/ it answers in OpenAI's error shape instead
+// (apierr.WriteOpenAIError), whoever writes the error — a handler, the
+// router's not-found, or a middleware that runs before any route — so an
+// OpenAI SDK always gets an error it parses.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	s.errs.Report(err, "path", r.URL.Path)
+	if isOpenAIPath(r.URL.Path) {
+		apierr.WriteOpenAIError(w, err)
+		return
+	}
 	apierr.WriteProblem(w, r, err)
 }

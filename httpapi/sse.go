@@ -16,19 +16,10 @@ import (
 // validates ids and event names, so no CR or LF from anywhere can reach an
 // id: or event: line; data is JSON we compacted, one line.
 type sseSink struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
+	sseConn
 	job  *core.Job
 	snap uint64
 
-	// conn is the connection the stream is written on (nil when unknown),
-	// and writeBuffer its SO_SNDBUF cap (0: none): what Abort needs to make
-	// room for the terminated event.
-	conn        *net.TCPConn
-	writeBuffer int
-
-	mu      sync.Mutex
-	aborted bool
 	// retryHint is sent once, as the retry: field of the first message.
 	retryHint time.Duration
 	// retrySent: the first message carries retry:, asking browsers to
@@ -75,9 +66,31 @@ func (s *sseSink) retry() time.Duration {
 	return s.retryHint
 }
 
-func (s *sseSink) Flush() error { return s.rc.Flush() }
+// sseConn is the connection side of an SSE stream, shared by the sinks of
+// our own streams and the OpenAI-compatible ones: flushing, write
+// deadlines, and making room for a last event when the stream is aborted.
+type sseConn struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
 
-func (s *sseSink) SetWriteDeadline(t time.Time) error {
+	// conn is the connection the stream is written on (nil when unknown),
+	// and writeBuffer its SO_SNDBUF cap (0: none): what Abort needs to make
+	// room for the terminated event.
+	conn        *net.TCPConn
+	writeBuffer int
+
+	mu      sync.Mutex
+	aborted bool
+}
+
+// newSSEConn returns the connection side of a stream answering r on w.
+func (s *Server) newSSEConn(w http.ResponseWriter, r *http.Request) sseConn {
+	return sseConn{w: w, rc: http.NewResponseController(w), conn: tcpConn(r.Context()), writeBuffer: s.cfg.WriteBuffer}
+}
+
+func (s *sseConn) Flush() error { return s.rc.Flush() }
+
+func (s *sseConn) SetWriteDeadline(t time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.aborted {
@@ -100,7 +113,7 @@ func (s *sseSink) SetWriteDeadline(t time.Time) error {
 // followed by the terminated event, and the stream ends without waiting on
 // the client: one that still reads gets the event after what was already
 // queued. The raise is one more cap, once, on a stream that is ending.
-func (s *sseSink) Abort(deadline time.Time) {
+func (s *sseConn) Abort(deadline time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aborted = true
@@ -131,10 +144,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	res := stream.Run(r.Context(), stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
-	}, &sseSink{
-		w: w, rc: http.NewResponseController(w), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint,
-		conn: tcpConn(r.Context()), writeBuffer: s.cfg.WriteBuffer,
-	})
+	}, &sseSink{sseConn: s.newSSEConn(w, r), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
 	// The engine first: once the metrics show a stream closed, its job's
 	// grace window (if any) has started.
 	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())

@@ -25,7 +25,7 @@ var envelopeKeys = map[string]bool{"job_id": true, "gen": true, "seq": true, "sn
 
 func newRecorderSink(j *core.Job, snap uint64) (*sseSink, *httptest.ResponseRecorder) {
 	rec := httptest.NewRecorder()
-	return &sseSink{w: rec, rc: http.NewResponseController(rec), job: j, snap: snap, retryHint: time.Second}, rec
+	return &sseSink{sseConn: sseConn{w: rec, rc: http.NewResponseController(rec)}, job: j, snap: snap, retryHint: time.Second}, rec
 }
 
 // readAll parses an SSE byte stream the way a client does.

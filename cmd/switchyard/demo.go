@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -14,17 +15,24 @@ import (
 )
 
 // runDemo is what `make run` starts: one node with its embedded catalog and
-// a demo tokens worker attached over gRPC, the same path a remote worker
-// takes. It prints the web page's URL and a curl line that streams a job.
+// two demo workers attached over gRPC, the same path a remote worker takes:
+// tokens on queue "demo", and chat on the OpenAI-compatible front door's
+// queue, so an OpenAI SDK gets answers from model "demo" with no model
+// anywhere. It prints the web page's URL and curl lines for both.
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg, finish := nodeFlags(fs)
-	delay := fs.Duration("delay", 150*time.Millisecond, "demo worker: delay before each word")
+	delay := fs.Duration("delay", 150*time.Millisecond, "demo workers: delay before each word")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := finish(); err != nil {
 		return err
+	}
+	if cfg.HTTP.OpenAIQueue == "demo" {
+		// Both workers declare model=demo: on one queue each would be
+		// offered the other's jobs.
+		return errors.New(`--openai-queue "demo" is the tokens demo's queue; pick another`)
 	}
 	n, err := switchyard.Open(ctx, *cfg)
 	if err != nil {
@@ -32,18 +40,27 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	wctx, stopWorker := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		err := worker.Run(wctx, worker.Config{
-			Server: n.GRPCAddr(), Queue: "demo", Name: "demo-worker", Concurrency: 16,
-			Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", "demo-worker"),
-		}, worker.Tokens(*delay))
-		if err != nil {
-			cfg.Logger.Error("demo worker stopped", "err", err)
-		}
-	})
+	for _, w := range []struct {
+		queue, name string
+		h           worker.Handler
+	}{
+		{"demo", "demo-worker", worker.Tokens(*delay)},
+		{cfg.HTTP.OpenAIQueue, "demo-chat-worker", worker.Chat(*delay)},
+	} {
+		wg.Go(func() {
+			err := worker.Run(wctx, worker.Config{
+				Server: n.GRPCAddr(), Queue: w.queue, Name: w.name, Concurrency: 16,
+				Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", w.name),
+			}, w.h)
+			if err != nil {
+				cfg.Logger.Error("demo worker stopped", "worker", w.name, "err", err)
+			}
+		})
+	}
 	url := "http://" + hostForURL(n.HTTPAddr())
 	fmt.Fprintf(os.Stderr, `
-Switchyard is running: one node, embedded catalog, a demo worker on queue "demo".
+Switchyard is running: one node, embedded catalog, a demo worker on queue "demo",
+and a demo chat worker (model "demo") behind the OpenAI-compatible front door.
 
   Open the web page (stream, cancel and resume a job; watch the cluster):
     %[1]s/
@@ -57,12 +74,16 @@ Switchyard is running: one node, embedded catalog, a demo worker on queue "demo"
     curl -N %[1]s/v1/jobs/<job_id>/events
     curl -X DELETE %[1]s/v1/jobs/<job_id>
 
+  OpenAI-compatible chat completion, streamed (an OpenAI SDK's base URL: %[1]s/openai/v1):
+    curl -N -H 'Content-Type: application/json' %[1]s/openai/v1/chat/completions \
+      -d '{"model":"demo","stream":true,"messages":[{"role":"user","content":"hello from an OpenAI client"}]}'
+
   Metrics: %[1]s/metrics    Stop: Ctrl-C
 
 `, url)
 	<-ctx.Done()
-	// Drain first, with the worker still attached, so bound jobs can finish;
-	// then stop the worker, and only then close the node. The other way
+	// Drain first, with the workers still attached, so bound jobs can
+	// finish; then stop the workers, and only then close the node. The other way
 	// round the node ends the worker's stream under it, and the worker
 	// takes that for a lost node: it warns and starts reconnecting.
 	cfg.Logger.Info("shutting down: draining", "timeout", cfg.DrainTimeout)

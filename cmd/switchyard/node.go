@@ -90,6 +90,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&sp.MaxDuration, "stream-max-duration", sp.MaxDuration, "end any client stream after this long (it resumes)")
 	fs.DurationVar(&sp.Heartbeat, "stream-heartbeat", sp.Heartbeat, "send an SSE heartbeat comment after this much silence")
 	fs.DurationVar(&sp.WriteTimeout, "stream-write-timeout", sp.WriteTimeout, "end a client stream whose write blocks this long")
+	fs.StringVar(&cfg.HTTP.OpenAIQueue, "openai-queue", cfg.HTTP.OpenAIQueue, "queue the OpenAI-compatible front door (/openai/v1) posts chat completions to; its workers' model=<name> capabilities are the models it serves")
 	fs.DurationVar(&cfg.HTTP.TokenTTL, "resume-token-ttl", cfg.HTTP.TokenTTL, "how long a resume token stays valid")
 	var resumeKeys stringList
 	fs.Var(&resumeKeys, "resume-key", "resume token key kid:base64secret (repeatable); the first signs unless --resume-signing-key says otherwise; default: a random key per start")

@@ -19,8 +19,8 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "most jobs held at once")
 	caps := stringList{}
 	fs.Var(&caps, "capability", "capability key=value this worker can run (repeatable; default model=demo)")
-	demo := fs.String("demo", "", "demo handler to run: tokens")
-	delay := fs.Duration("delay", 150*time.Millisecond, "tokens demo: delay before each word")
+	demo := fs.String("demo", "", "demo handler to run: tokens (streams its input's words), or chat (answers OpenAI-compatible chat completions: streams the last user message's words; serve it on the node's --openai-queue)")
+	delay := fs.Duration("delay", 150*time.Millisecond, "demo: delay before each word")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -30,10 +30,12 @@ func runWorker(ctx context.Context, args []string) error {
 	switch *demo {
 	case "tokens":
 		h = worker.Tokens(*delay)
+	case "chat":
+		h = worker.Chat(*delay)
 	case "":
 		return errors.New("--demo is required: this binary only ships demo handlers; write your own with the worker package (github.com/switchyard/switchyard/worker)")
 	default:
-		return fmt.Errorf("--demo %q: want tokens", *demo)
+		return fmt.Errorf("--demo %q: want tokens or chat", *demo)
 	}
 	if len(caps) == 0 {
 		caps = stringList{"model=demo"}

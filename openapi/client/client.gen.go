@@ -77,6 +77,7 @@ const (
 	ProblemCodeMalformedJson         ProblemCode = "malformed_json"
 	ProblemCodeMethodNotAllowed      ProblemCode = "method_not_allowed"
 	ProblemCodeMissingInput          ProblemCode = "missing_input"
+	ProblemCodeModelNotFound         ProblemCode = "model_not_found"
 	ProblemCodeNoCapableWorker       ProblemCode = "no_capable_worker"
 	ProblemCodeNodeShutdown          ProblemCode = "node_shutdown"
 	ProblemCodeNotFound              ProblemCode = "not_found"
@@ -143,6 +144,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeMethodNotAllowed:
 		return true
 	case ProblemCodeMissingInput:
+		return true
+	case ProblemCodeModelNotFound:
 		return true
 	case ProblemCodeNoCapableWorker:
 		return true
@@ -540,7 +543,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -552,7 +555,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Queue defines model for Queue.
@@ -640,6 +643,124 @@ type WorkerStream struct {
 	Registered RegisteredEvent `json:"registered"`
 }
 
+// ApierrOpenAIError defines model for apierr.OpenAIError.
+type ApierrOpenAIError struct {
+	// Code Code is the stable, machine-readable code, as in docs/errors.md.
+	Code string `json:"code"`
+
+	// Message Message is the core error's detail.
+	Message string `json:"message"`
+
+	// Param Param names the request field at fault (null when none).
+	Param string `json:"param"`
+
+	// Type Type is OpenAIType of the code.
+	Type string `json:"type"`
+}
+
+// ApierrOpenAIErrorResponse defines model for apierr.OpenAIErrorResponse.
+type ApierrOpenAIErrorResponse struct {
+	Error ApierrOpenAIError `json:"error"`
+}
+
+// HttpapiChatCompletion defines model for httpapi.ChatCompletion.
+type HttpapiChatCompletion struct {
+	Choices []HttpapiChatCompletionChoice `json:"choices"`
+	Created int                           `json:"created"`
+
+	// Id Example: chatcmpl-j_2x7k
+	Id string `json:"id"`
+
+	// Model Example: demo
+	Model string `json:"model"`
+
+	// Object Example: chat.completion
+	Object string           `json:"object"`
+	Usage  HttpapiChatUsage `json:"usage"`
+}
+
+// HttpapiChatCompletionChoice defines model for httpapi.ChatCompletionChoice.
+type HttpapiChatCompletionChoice struct {
+	// FinishReason Example: stop
+	FinishReason string                       `json:"finish_reason"`
+	Index        int                          `json:"index"`
+	Logprobs     map[string]interface{}       `json:"logprobs"`
+	Message      HttpapiChatCompletionMessage `json:"message"`
+}
+
+// HttpapiChatCompletionMessage defines model for httpapi.ChatCompletionMessage.
+type HttpapiChatCompletionMessage struct {
+	Content string `json:"content"`
+	Refusal string `json:"refusal"`
+
+	// Role Example: assistant
+	Role string `json:"role"`
+}
+
+// HttpapiChatCompletionRequest defines model for httpapi.ChatCompletionRequest.
+type HttpapiChatCompletionRequest struct {
+	FrequencyPenalty    *float32 `json:"frequency_penalty,omitempty"`
+	MaxCompletionTokens *int     `json:"max_completion_tokens,omitempty"`
+
+	// MaxTokens MaxTokens and MaxCompletionTokens (the newer name, which wins) reach
+	// the worker as its input's max_tokens.
+	MaxTokens *int `json:"max_tokens,omitempty"`
+
+	// Messages Messages is the conversation, passed to the worker as is.
+	Messages []HttpapiChatMessage `json:"messages"`
+
+	// Model Model selects the workers: those declaring the capability
+	// model=<model> on the front door's queue.
+	//
+	// Example: demo
+	Model string `json:"model"`
+
+	// N N must be 1 when given: one job runs on one worker.
+	N               *int     `json:"n,omitempty"`
+	PresencePenalty *float32 `json:"presence_penalty,omitempty"`
+	Seed            *int     `json:"seed,omitempty"`
+
+	// Stop Stop is a string or an array of strings.
+	Stop interface{} `json:"stop,omitempty"`
+
+	// Stream Stream asks for chat.completion.chunk objects as server-sent events.
+	Stream *bool `json:"stream,omitempty"`
+
+	// StreamOptions StreamOptions is only allowed with stream.
+	StreamOptions *HttpapiChatStreamOptions `json:"stream_options,omitempty"`
+
+	// Temperature Sampling parameters: type-checked, passed to the worker.
+	Temperature *float32 `json:"temperature,omitempty"`
+	TopP        *float32 `json:"top_p,omitempty"`
+	User        *string  `json:"user,omitempty"`
+}
+
+// HttpapiChatMessage defines model for httpapi.ChatMessage.
+type HttpapiChatMessage struct {
+	// Content Content is a string, an array of content parts, or null.
+	Content interface{} `json:"content"`
+	Name    *string     `json:"name,omitempty"`
+
+	// Role Role is system, developer, user, assistant, tool or function.
+	//
+	// Example: user
+	Role string `json:"role"`
+}
+
+// HttpapiChatStreamOptions defines model for httpapi.ChatStreamOptions.
+type HttpapiChatStreamOptions struct {
+	// IncludeUsage IncludeUsage adds a last chunk, before data: [DONE], with the usage
+	// and no choices.
+	IncludeUsage *bool `json:"include_usage,omitempty"`
+}
+
+// HttpapiChatUsage defines model for httpapi.ChatUsage.
+type HttpapiChatUsage struct {
+	CompletionTokens int `json:"completion_tokens"`
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
 // HttpapiClusterCounters defines model for httpapi.ClusterCounters.
 type HttpapiClusterCounters struct {
 	// Jobs Jobs is switchyard_jobs_total: jobs ended on this node as their
@@ -658,6 +779,34 @@ type HttpapiClusterCounters struct {
 
 	// WorkersConnected WorkersConnected is switchyard_workers_connected.
 	WorkersConnected float32 `json:"workers_connected"`
+}
+
+// HttpapiOpenAIModel defines model for httpapi.OpenAIModel.
+type HttpapiOpenAIModel struct {
+	Created int `json:"created"`
+
+	// Id Example: demo
+	Id string `json:"id"`
+
+	// Object Example: model
+	Object string `json:"object"`
+
+	// OwnedBy Example: switchyard
+	OwnedBy string `json:"owned_by"`
+}
+
+// HttpapiOpenAIModelList defines model for httpapi.OpenAIModelList.
+type HttpapiOpenAIModelList struct {
+	Data []HttpapiOpenAIModel `json:"data"`
+
+	// Object Example: list
+	Object string `json:"object"`
+}
+
+// PostOpenaiV1ChatCompletionsParams defines parameters for PostOpenaiV1ChatCompletions.
+type PostOpenaiV1ChatCompletionsParams struct {
+	// XSwitchyardTTLMs the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)
+	XSwitchyardTTLMs *int `json:"X-Switchyard-TTL-Ms,omitempty"`
 }
 
 // JobEventsParams defines parameters for JobEvents.
@@ -686,6 +835,9 @@ type SubmitJobParams struct {
 	// Accept text/event-stream for the job's stream
 	Accept *string `json:"Accept,omitempty"`
 }
+
+// PostOpenaiV1ChatCompletionsJSONRequestBody defines body for PostOpenaiV1ChatCompletions for application/json ContentType.
+type PostOpenaiV1ChatCompletionsJSONRequestBody = HttpapiChatCompletionRequest
 
 // SubmitJobJSONRequestBody defines body for SubmitJob for application/json ContentType.
 type SubmitJobJSONRequestBody = Envelope
@@ -814,6 +966,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOpenaiV1ChatCompletionsWithBody Create a chat completion (OpenAI-compatible)
+	//
+	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+	PostOpenaiV1ChatCompletionsWithBody(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostOpenaiV1ChatCompletions Create a chat completion (OpenAI-compatible)
+	//
+	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+	PostOpenaiV1ChatCompletions(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenaiV1Models List models (OpenAI-compatible)
+	//
+	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+	//
+	// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
+	GetOpenaiV1Models(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenaiV1ModelsModel Retrieve a model (OpenAI-compatible)
+	//
+	// The model as GET /openai/v1/models lists it, or 404 model_not_found.
+	//
+	// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
+	GetOpenaiV1ModelsModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OpenapiJSON The OpenAPI document (JSON)
 	//
@@ -1092,6 +1276,78 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewMetricsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOpenaiV1ChatCompletionsWithBody Create a chat completion (OpenAI-compatible)
+//
+// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+func (c *Client) PostOpenaiV1ChatCompletionsWithBody(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOpenaiV1ChatCompletionsRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostOpenaiV1ChatCompletions Create a chat completion (OpenAI-compatible)
+//
+// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+func (c *Client) PostOpenaiV1ChatCompletions(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostOpenaiV1ChatCompletionsRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenaiV1Models List models (OpenAI-compatible)
+//
+// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+//
+// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
+func (c *Client) GetOpenaiV1Models(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenaiV1ModelsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenaiV1ModelsModel Retrieve a model (OpenAI-compatible)
+//
+// The model as GET /openai/v1/models lists it, or 404 model_not_found.
+//
+// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
+func (c *Client) GetOpenaiV1ModelsModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenaiV1ModelsModelRequest(c.Server, model)
 	if err != nil {
 		return nil, err
 	}
@@ -1673,6 +1929,122 @@ func NewMetricsRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPostOpenaiV1ChatCompletionsRequest calls the generic PostOpenaiV1ChatCompletions builder with application/json body
+func NewPostOpenaiV1ChatCompletionsRequest(server string, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostOpenaiV1ChatCompletionsRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewPostOpenaiV1ChatCompletionsRequestWithBody constructs an http.Request for the PostOpenaiV1ChatCompletions method, with any body, and a specified content type
+func NewPostOpenaiV1ChatCompletionsRequestWithBody(server string, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openai/v1/chat/completions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XSwitchyardTTLMs != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Switchyard-TTL-Ms", *params.XSwitchyardTTLMs, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Switchyard-TTL-Ms", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetOpenaiV1ModelsRequest constructs an http.Request for the GetOpenaiV1Models method
+func NewGetOpenaiV1ModelsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openai/v1/models")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOpenaiV1ModelsModelRequest constructs an http.Request for the GetOpenaiV1ModelsModel method
+func NewGetOpenaiV1ModelsModelRequest(server string, model string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "model", model, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openai/v1/models/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2565,6 +2937,42 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error)
 
+	// PostOpenaiV1ChatCompletionsWithBodyWithResponse Create a chat completion (OpenAI-compatible)
+	//
+	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+	PostOpenaiV1ChatCompletionsWithBodyWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error)
+
+	// PostOpenaiV1ChatCompletionsWithResponse Create a chat completion (OpenAI-compatible)
+	//
+	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+	PostOpenaiV1ChatCompletionsWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error)
+
+	// GetOpenaiV1ModelsWithResponse List models (OpenAI-compatible)
+	//
+	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
+	GetOpenaiV1ModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsResponse, error)
+
+	// GetOpenaiV1ModelsModelWithResponse Retrieve a model (OpenAI-compatible)
+	//
+	// The model as GET /openai/v1/models lists it, or 404 model_not_found.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
+	GetOpenaiV1ModelsModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsModelResponse, error)
+
 	// OpenapiJSONWithResponse The OpenAPI document (JSON)
 	//
 	// This document, OpenAPI 3.0. Generate a client from it in any language.
@@ -2955,6 +3363,199 @@ func (r MetricsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r MetricsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostOpenaiV1ChatCompletionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HttpapiChatCompletion
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ApierrOpenAIErrorResponse
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ApierrOpenAIErrorResponse
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ApierrOpenAIErrorResponse
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *ApierrOpenAIErrorResponse
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ApierrOpenAIErrorResponse
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *ApierrOpenAIErrorResponse
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *ApierrOpenAIErrorResponse
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ApierrOpenAIErrorResponse
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *ApierrOpenAIErrorResponse
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON200() *HttpapiChatCompletion {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON400() *ApierrOpenAIErrorResponse {
+	return r.JSON400
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON404() *ApierrOpenAIErrorResponse {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON413() *ApierrOpenAIErrorResponse {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON415() *ApierrOpenAIErrorResponse {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON422() *ApierrOpenAIErrorResponse {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON429() *ApierrOpenAIErrorResponse {
+	return r.JSON429
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON502() *ApierrOpenAIErrorResponse {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON503() *ApierrOpenAIErrorResponse {
+	return r.JSON503
+}
+
+// GetJSON504 returns the response for an HTTP 504 `application/json` response
+func (r PostOpenaiV1ChatCompletionsResponse) GetJSON504() *ApierrOpenAIErrorResponse {
+	return r.JSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r PostOpenaiV1ChatCompletionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostOpenaiV1ChatCompletionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostOpenaiV1ChatCompletionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostOpenaiV1ChatCompletionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOpenaiV1ModelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HttpapiOpenAIModelList
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOpenaiV1ModelsResponse) GetJSON200() *HttpapiOpenAIModelList {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenaiV1ModelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenaiV1ModelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenaiV1ModelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenaiV1ModelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOpenaiV1ModelsModelResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HttpapiOpenAIModel
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ApierrOpenAIErrorResponse
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOpenaiV1ModelsModelResponse) GetJSON200() *HttpapiOpenAIModel {
+	return r.JSON200
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetOpenaiV1ModelsModelResponse) GetJSON404() *ApierrOpenAIErrorResponse {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenaiV1ModelsModelResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenaiV1ModelsModelResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenaiV1ModelsModelResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenaiV1ModelsModelResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3989,6 +4590,66 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 	return ParseMetricsResponse(rsp)
 }
 
+// PostOpenaiV1ChatCompletionsWithBodyWithResponse Create a chat completion (OpenAI-compatible)
+//
+// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+func (c *ClientWithResponses) PostOpenaiV1ChatCompletionsWithBodyWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error) {
+	rsp, err := c.PostOpenaiV1ChatCompletionsWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOpenaiV1ChatCompletionsResponse(rsp)
+}
+
+// PostOpenaiV1ChatCompletionsWithResponse Create a chat completion (OpenAI-compatible)
+//
+// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
+func (c *ClientWithResponses) PostOpenaiV1ChatCompletionsWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error) {
+	rsp, err := c.PostOpenaiV1ChatCompletions(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostOpenaiV1ChatCompletionsResponse(rsp)
+}
+
+// GetOpenaiV1ModelsWithResponse List models (OpenAI-compatible)
+//
+// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
+func (c *ClientWithResponses) GetOpenaiV1ModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsResponse, error) {
+	rsp, err := c.GetOpenaiV1Models(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenaiV1ModelsResponse(rsp)
+}
+
+// GetOpenaiV1ModelsModelWithResponse Retrieve a model (OpenAI-compatible)
+//
+// The model as GET /openai/v1/models lists it, or 404 model_not_found.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
+func (c *ClientWithResponses) GetOpenaiV1ModelsModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsModelResponse, error) {
+	rsp, err := c.GetOpenaiV1ModelsModel(ctx, model, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenaiV1ModelsModelResponse(rsp)
+}
+
 // OpenapiJSONWithResponse The OpenAPI document (JSON)
 //
 // This document, OpenAPI 3.0. Generate a client from it in any language.
@@ -4439,6 +5100,154 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	response := &MetricsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParsePostOpenaiV1ChatCompletionsResponse parses an HTTP response from a PostOpenaiV1ChatCompletionsWithResponse call
+func ParsePostOpenaiV1ChatCompletionsResponse(rsp *http.Response) (*PostOpenaiV1ChatCompletionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostOpenaiV1ChatCompletionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HttpapiChatCompletion
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenaiV1ModelsResponse parses an HTTP response from a GetOpenaiV1ModelsWithResponse call
+func ParseGetOpenaiV1ModelsResponse(rsp *http.Response) (*GetOpenaiV1ModelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenaiV1ModelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HttpapiOpenAIModelList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenaiV1ModelsModelResponse parses an HTTP response from a GetOpenaiV1ModelsModelWithResponse call
+func ParseGetOpenaiV1ModelsModelResponse(rsp *http.Response) (*GetOpenaiV1ModelsModelResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenaiV1ModelsModelResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HttpapiOpenAIModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ApierrOpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
 	}
 
 	return response, nil
