@@ -22,7 +22,10 @@
 //     jobs, relays accept, reject, output and end back to the ingress.
 //
 // The calls between roles carry (job id, generation); the generation is the
-// fencing token that makes a stale accept, output or end harmless.
+// fencing token that makes a stale accept, output or end harmless. Across
+// nodes the roles meet at the seam in transport.go: the engine calls a
+// Transport to reach another node, and the transport hands what arrives to
+// the engine as its Receiver (receive.go).
 //
 // # Locking
 //

@@ -128,7 +128,7 @@ type Engine struct {
 	m   *Metrics
 	cat Catalog
 	// cluster and transport are nil on a single node: see the *Locked
-	// routing helpers in route.go.
+	// routing helpers in transport.go.
 	cluster   Cluster
 	transport Transport
 

@@ -37,48 +37,89 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	if err != nil {
 		return nil, false, err
 	}
-	// Where the queue's pending jobs live. Electing may write to the
-	// catalog, so it happens before the lock; the view answers without
-	// waiting when the queue already has a live dispatcher.
-	dispatcher := e.cfg.Node
-	if e.cluster != nil {
-		// Refuse what no consumer can run before touching the catalog: a
-		// refusal changes nothing, not even the queue's dispatch record.
-		e.mu.Lock()
-		capable := e.capableLocked(queue, env.Capabilities, env.Zone, nil)
-		e.mu.Unlock()
-		if !capable {
-			return nil, false, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
-		}
-		if dispatcher, err = e.cluster.Dispatcher(ctx, queue); err != nil {
-			e.log.Warn("no dispatcher for queue", "queue", queue, "err", err)
-			return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher could not be found or elected", RetryAfter: time.Second}
-		}
+	dispatcher, err := e.dispatcherFor(ctx, queue, env)
+	if err != nil {
+		return nil, false, err
 	}
 	now := time.Now()
 
 	e.mu.Lock()
-	if e.draining || e.closed {
+	if old, err := e.admitLocked(queue, env, opts); old != nil || err != nil {
 		e.mu.Unlock()
-		return nil, false, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
+		return old, old != nil, err
+	}
+	j := e.newJob(queue, env, eff, opts, dispatcher, now)
+	d := e.deliveryLocked(j, now)
+	if dispatcher != e.cfg.Node {
+		// A remote dispatcher: the record exists before the forward, so an
+		// answer that races the forward's own response finds its job.
+		e.startLocked(j)
+		e.mu.Unlock()
+		return e.forwardNew(ctx, j, dispatcher, d)
+	}
+	defer e.mu.Unlock()
+	// The dispatcher checks depth and bytes; refusing there, before the
+	// job record exists, is what makes "over a cap changes nothing" true.
+	if err := e.enqueueLocked(d, now); err != nil {
+		return nil, false, err
+	}
+	e.startLocked(j)
+	e.dispatchLocked(e.queues[queue])
+	return j, false, nil
+}
+
+// dispatcherFor is the node whose dispatcher holds queue's pending jobs:
+// this node when it is alone, else the one the catalog names, elected now
+// if need be. Electing may write to the catalog, so it happens before
+// Submit takes the lock; the view answers without waiting when the queue
+// already has a live dispatcher.
+func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope) (string, error) {
+	if e.cluster == nil {
+		return e.cfg.Node, nil
+	}
+	// Refuse what no consumer can run before touching the catalog: a
+	// refusal changes nothing, not even the queue's dispatch record.
+	e.mu.Lock()
+	capable := e.capableLocked(queue, env.Capabilities, env.Zone, nil)
+	e.mu.Unlock()
+	if !capable {
+		return "", &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
+	}
+	dispatcher, err := e.cluster.Dispatcher(ctx, queue)
+	if err != nil {
+		e.log.Warn("no dispatcher for queue", "queue", queue, "err", err)
+		return "", &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher could not be found or elected", RetryAfter: time.Second}
+	}
+	return dispatcher, nil
+}
+
+// admitLocked is Submit's checks under the lock: the refusal of a node
+// that is going away, or of a job no consumer can run (any more), or the
+// job an idempotency key matched. Neither: the job may be created.
+func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions) (*Job, error) {
+	if e.draining || e.closed {
+		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
 	}
 	if opts.IdempotencyKey != "" {
 		if id, ok := e.idem[opts.IdempotencyKey]; ok {
 			if old := e.jobs[id]; old != nil {
-				e.mu.Unlock()
 				if old.Queue != queue {
-					return nil, false, errorf(CodeIdempotencyReuse, "Idempotency-Key", "the key was used for a job on queue %q", old.Queue)
+					return nil, errorf(CodeIdempotencyReuse, "Idempotency-Key", "the key was used for a job on queue %q", old.Queue)
 				}
-				return old, true, nil
+				return old, nil
 			}
 		}
 	}
 	if !e.capableLocked(queue, env.Capabilities, env.Zone, nil) {
-		e.mu.Unlock()
-		return nil, false, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
+		return nil, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
+	return nil, nil
+}
 
-	j := &Job{
+// newJob is the record of a job Submit admitted, not yet live (see
+// startLocked).
+func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitOptions, dispatcher string, now time.Time) *Job {
+	return &Job{
 		ID: newID("j_"), Queue: queue, Created: now, Env: env, Limits: eff,
 		History:  NewHistory(e.cfg.HistoryEvents, e.cfg.HistoryBytes),
 		deadline: now.Add(eff.TTL),
@@ -90,24 +131,13 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 		// carries a fresh one (see reforwardLocked).
 		dispatcher: dispatcher,
 	}
-	d := e.deliveryLocked(j, now)
-	if dispatcher == e.cfg.Node {
-		// The dispatcher checks depth and bytes; refusing there, before the
-		// job record exists, is what makes "over a cap changes nothing" true.
-		if err := e.enqueueLocked(d, now); err != nil {
-			e.mu.Unlock()
-			return nil, false, err
-		}
-		e.startLocked(j)
-		e.dispatchLocked(e.queues[queue])
-		e.mu.Unlock()
-		return j, false, nil
-	}
+}
 
-	// A remote dispatcher: the record exists before the forward, so an
-	// answer that races the forward's own response finds its job.
-	e.startLocked(j)
-	e.mu.Unlock()
+// forwardNew hands a new job, live since startLocked, to its dispatcher on
+// another node and waits for the verdict. A refusal undoes the job
+// (unstartLocked), unless something answered for it meanwhile: then its
+// outcome stands.
+func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d Delivery) (*Job, bool, error) {
 	// What is left now, the ingress's own time included, is what travels.
 	d.TTL = time.Until(j.deadline)
 	ferr := e.transport.Forward(ctx, dispatcher, d)
@@ -125,7 +155,7 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	if errors.As(ferr, &ce) {
 		return nil, false, ce
 	}
-	e.log.Warn("forward to dispatcher failed", "queue", queue, "dispatcher", dispatcher, "err", ferr)
+	e.log.Warn("forward to dispatcher failed", "queue", j.Queue, "dispatcher", dispatcher, "err", ferr)
 	return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher on another node could not be reached", RetryAfter: time.Second}
 }
 

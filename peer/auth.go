@@ -87,7 +87,7 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 		return nil, err
 	}
 	// Pings are counted where they are answered; routing messages where
-	// they are sent (router.go), by the kinds they carry.
+	// they are sent (by the router, once handed over), by the kinds they carry.
 	if info.FullMethod == pb.PeerService_Ping_FullMethodName {
 		a.metrics.messages.WithLabelValues(kindPing).Inc()
 	}

@@ -82,8 +82,9 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		c.creds,
 		// The router resends what a failed call carried itself, in order
-		// (lane_send.go, leg_send.go); gRPC's transparent retry would only buffer
-		// every message of every stream for a replay it never needs.
+		// (a lane's fallback, lane_stall.go; a reply leg's connect,
+		// leg_send.go); gRPC's transparent retry would only buffer every
+		// message of every stream for a replay it never needs.
 		grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.cfg.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),

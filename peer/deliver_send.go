@@ -3,15 +3,360 @@ package peer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The request leg's stream, sending end: a lane's Deliver stream. The
-// receiving end is deliver_recv.go.
+// The request leg, sending side: Transport.Forward, the lane per (node,
+// queue) that carries it and the request leg's messages, and the lane's
+// Deliver stream. The receiving side is deliver_recv.go. Off this path,
+// each in its own file: what an ack settles and the ack deadline
+// (lane_acks.go), the fallback to unary calls when a stream stalls, fails
+// or goes silent (lane_stall.go), the unary path itself (lane_unary.go),
+// the zone test (lane_zone.go), how a lane ends (lane_end.go), and the
+// backoff between attempts (retry.go).
+
+// laneWindow bounds the items a lane has sent on its stream and not yet
+// seen acked; more wait in its queue until acks come back.
+const laneWindow = 256
+
+// seqOverhead is what an item's sequence number adds to its frame or Post,
+// at most.
+const seqOverhead = 1 + 10
+
+// Forward is core.Transport.Forward: it hands d to the dispatcher on node
+// and returns its verdict: nil once the dispatcher holds the job, the
+// *core.Error it refused it with, or an error when no verdict could be
+// had: node is not in the catalog (wraps ErrUnknownNode), the job cannot
+// be carried at all (wraps ErrUndeliverable), it failed in a way retrying
+// cannot cure, or ctx ended (wraps ctx.Err()) while it kept failing
+// transiently (Unavailable, or an attempt that timed out). Retrying is
+// safe: the dispatcher takes a (job id, generation) once.
+//
+// The forward is an item of its queue's lane: sent on the lane's stream
+// and answered by its ack, or by a unary Forward call when the lane has no
+// stream or dropped it (the receiver answers a resent item with the
+// verdict it gave first). An attempt that got no verdict is made again as
+// a new item, after a backoff.
+func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
+	r := t.rt
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
+	c := &forwardCall{r: r, ctx: ctx, node: node, d: d}
+	p := DeliveryToPB(d)
+	if reason, err := r.wireCheck(p, len(d.Queue)); err != nil {
+		r.m.undeliverable.WithLabelValues(string(core.MsgForward), reason).Inc()
+		return c.fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
+	}
+	timeout := r.ackTimeout(core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
+	for attempt := 0; ; attempt++ {
+		res, err := c.attempt(p, timeout)
+		switch {
+		case err != nil:
+			return err
+		case res != nil:
+			return ForwardError(res)
+		}
+		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", c.last)
+		if !r.sleep(ctx, attempt) {
+			return c.ended(c.last)
+		}
+	}
+}
+
+// forwardCall is one forward's attempts.
+type forwardCall struct {
+	r    *router
+	ctx  context.Context // the caller's, ended by Close too
+	node string
+	d    core.Delivery
+	// last is the last attempt that failed on its own: when ctx ends
+	// during an attempt, that attempt's error only repeats ctx's.
+	last error
+}
+
+// attempt makes one attempt: the forward as a new item of its lane. It
+// returns the verdict, or the error the forward ends with, or neither
+// when a transient failure (in last) is worth another attempt.
+func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.ForwardResponse, error) {
+	r := c.r
+	if r.ctx.Err() != nil {
+		return nil, c.fail(ErrClosed)
+	}
+	if _, ok := r.cfg.Addr(c.node); !ok {
+		return nil, c.fail(ErrUnknownNode)
+	}
+	it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: c.ctx, done: make(chan forwardResult, 1)}
+	if !r.enqueue(c.node, c.d.Queue, it) {
+		return nil, c.fail(ErrClosed)
+	}
+	var res forwardResult
+	select {
+	case res = <-it.done:
+	case <-c.ctx.Done():
+		return nil, c.ended(c.ctx.Err())
+	}
+	switch {
+	case res.err == nil:
+		return res.res, nil
+	case errors.Is(res.err, ErrUnknownNode):
+		return nil, c.fail(res.err)
+	case c.ctx.Err() != nil:
+		return nil, c.ended(res.err)
+	case !transient(res.err):
+		return nil, c.fail(res.err)
+	}
+	c.last = res.err
+	return nil, nil
+}
+
+// A lane is the ordered path of one queue's messages from this node to one
+// node: the request leg's kinds (forward, deliver, cancel, unbind) and
+// synchronous Forwards. Its goroutine sends its items in sequence order by
+// one path at a time: its Deliver stream, with at most laneWindow unacked,
+// or unary calls while it has none. A stream that stalls (an ack misses
+// its deadline), fails or goes silent is dropped, and what it held unacked
+// is resent by unary calls before anything newer, numbers unchanged; the
+// receiver's lane memory skips what it handled already, so each item is
+// handled once and in order whichever path carried it (the argument is in
+// docs/cluster.md, "Stall → fallback").
+type lane struct {
+	r      *router
+	key    laneKey
+	wake   chan struct{} // capacity 1: "something was queued"
+	rezone chan struct{} // capacity 1: "zones changed in the catalog view"
+
+	// pending is under r.mu: queued, not yet taken by the goroutine.
+	pending []*item
+
+	// The rest is the goroutine's own.
+	unacked     []*item   // sent on st, oldest first
+	headSince   time.Time // when unacked[0] became the oldest unacked
+	ackTimer    *time.Timer
+	st          *laneStream
+	openFailing bool      // the last open failed (logged once until one succeeds)
+	warned      time.Time // the last fallback logged at warn level
+}
+
+// item is one lane item: a message from Send or a forward from Forward.
+type item struct {
+	seq     uint64
+	kind    string
+	msg     *pb.PeerMessage  // a Send
+	fwd     *pb.PeerDelivery // a Forward
+	timeout time.Duration    // its ack timeout
+	cost    int              // bytes in a Post, once checked
+	sentAt  time.Time
+
+	// A Send with no wire form: reported, never sent.
+	bad    *core.Message
+	badErr error
+
+	// A Forward: its caller's context (the item is skipped once it ends)
+	// and its verdict, written once.
+	ctx  context.Context
+	done chan forwardResult
+}
+
+type forwardResult struct {
+	res *pb.ForwardResponse
+	err error
+}
+
+func (it *item) finish(res *pb.ForwardResponse, err error) {
+	select {
+	case it.done <- forwardResult{res, err}:
+	default:
+	}
+}
+
+// enqueue queues it on node's lane for queue: false after Close.
+func (r *router) enqueue(node, queue string, it *item) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.enqueueLocked(node, queue, it)
+	return true
+}
+
+// enqueueLocked numbers it and queues it on node's lane for queue,
+// starting the lane's goroutine if it has none.
+func (r *router) enqueueLocked(node, queue string, it *item) {
+	k := laneKey{node, queue}
+	l := r.lanes[k]
+	if l == nil {
+		l = &lane{r: r, key: k, wake: make(chan struct{}, 1), rezone: make(chan struct{}, 1)}
+		r.lanes[k] = l
+		r.refLocked(node)
+		r.wg.Add(1)
+		go l.run()
+	}
+	it.seq = r.seq
+	r.seq++
+	l.pending = append(l.pending, it)
+	if it.fwd == nil {
+		r.m.queue.WithLabelValues(node).Inc()
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the lane's goroutine.
+func (l *lane) run() {
+	r := l.r
+	defer r.wg.Done()
+	idle := time.NewTimer(r.cfg.StreamIdle)
+	defer idle.Stop()
+	l.ackTimer = time.NewTimer(time.Hour)
+	l.ackTimer.Stop()
+	defer l.ackTimer.Stop()
+	for {
+		if r.ctx.Err() != nil {
+			l.shutdown()
+			return
+		}
+		if l.flush() {
+			idle.Reset(r.cfg.StreamIdle)
+		}
+		var (
+			acks   <-chan *pb.DeliverHandled
+			failed <-chan struct{}
+			tick   <-chan time.Time
+		)
+		if st := l.st; st != nil {
+			acks, failed, tick = st.acks, st.done, st.tick.C
+		}
+		select {
+		case <-r.ctx.Done():
+		case <-l.wake:
+		case <-l.rezone:
+			l.zoneCheck()
+		case a := <-acks:
+			l.acked(a)
+			idle.Reset(r.cfg.StreamIdle)
+		case <-failed:
+			l.fallback("the stream failed", l.st.err)
+		case <-l.ackTimer.C:
+			l.ackDue()
+		case <-tick:
+			l.silenceCheck()
+		case <-idle.C:
+			if l.idleOut() {
+				return
+			}
+			idle.Reset(r.cfg.StreamIdle)
+		}
+	}
+}
+
+// flush sends what is queued, as far as the stream's window allows:
+// false when nothing was taken.
+func (l *lane) flush() bool {
+	streaming := !l.r.cfg.ForceUnary
+	limit := -1
+	if streaming {
+		if limit = laneWindow - len(l.unacked); limit <= 0 {
+			return false
+		}
+	}
+	taken := l.take(limit)
+	if len(taken) == 0 {
+		return false
+	}
+	items := l.check(taken)
+	if len(items) == 0 {
+		return true
+	}
+	if streaming && l.st == nil && !l.openStream(len(items)) {
+		l.gone(items)
+		return true
+	}
+	if l.st == nil {
+		l.unary(items)
+	} else {
+		l.stream(items)
+	}
+	return true
+}
+
+// stream sends items on the lane's stream; the first of them to be the
+// oldest unacked arms the ack deadline.
+func (l *lane) stream(items []*item) {
+	now := time.Now()
+	for _, it := range items {
+		l.st.push(it, now)
+		l.unacked = append(l.unacked, it)
+		if len(l.unacked) == 1 {
+			l.headSince = now
+			l.armAck(now)
+		}
+	}
+}
+
+// take removes up to limit queued items (all for a negative limit).
+func (l *lane) take(limit int) []*item {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	n := len(l.pending)
+	if limit >= 0 {
+		n = min(n, limit)
+	}
+	if n == 0 {
+		return nil
+	}
+	items := make([]*item, n)
+	copy(items, l.pending)
+	clear(l.pending[:n])
+	l.pending = l.pending[n:]
+	if len(l.pending) == 0 {
+		l.pending = nil
+	}
+	return items
+}
+
+// check returns the items that can be sent: it reports those no transport
+// can carry, and finishes forwards whose caller gave up.
+func (l *lane) check(items []*item) []*item {
+	r := l.r
+	ok := items[:0]
+	for _, it := range items {
+		switch {
+		case it.fwd != nil:
+			if err := it.ctx.Err(); err != nil {
+				it.finish(nil, err)
+				continue
+			}
+		case it.bad != nil:
+			r.undeliverable(l.key.node, nil, it.bad, ReasonEncoding, it.badErr)
+			continue
+		case !l.inZone(it):
+			r.undeliverable(l.key.node, it.msg, nil, ReasonZone, l.zoneErr(it))
+			continue
+		default:
+			if reason, err := r.wireCheck(it.msg, len(l.key.queue)+seqOverhead); err != nil {
+				r.undeliverable(l.key.node, it.msg, nil, reason, err)
+				continue
+			}
+			it.cost = protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it.msg)) + seqOverhead
+		}
+		ok = append(ok, it)
+	}
+	clear(items[len(ok):])
+	return ok
+}
 
 // laneStream is a lane's Deliver stream on the sending side. Two
 // goroutines own the gRPC stream: a writer (the open frame, items as the
@@ -163,34 +508,4 @@ func (st *laneStream) read(cs pb.PeerService_DeliverClient) {
 			}
 		}
 	}
-}
-
-// dropStream ends the lane's stream at once and waits for its goroutines.
-// Acks that arrived before the end are applied; the items still unacked
-// stay in l.unacked.
-func (l *lane) dropStream() {
-	st := l.st
-	st.fail(errStreamDropped)
-	st.wg.Wait()
-	st.tick.Stop()
-	l.r.m.streamsOpen.WithLabelValues(kindDeliver).Dec()
-	l.st = st
-	l.drainAcks()
-	l.st = nil
-}
-
-// closeStream closes the lane's stream cleanly (nothing is unacked): it
-// half-closes, waits a little for the receiver to end the stream, then
-// ends it anyway.
-func (l *lane) closeStream() {
-	st := l.st
-	close(st.closec)
-	t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
-	select {
-	case <-st.done:
-	case <-t.C:
-	case <-l.r.ctx.Done():
-	}
-	t.Stop()
-	l.dropStream()
 }

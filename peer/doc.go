@@ -2,18 +2,27 @@
 //
 // A node builds one Transport (transport.go) from its Config, builds its
 // engine with it, and hands it the engine with Start. Outbound, the router
-// carries the engine's messages by three ordered paths: a lane per (node,
-// queue) for the request leg, over a Deliver stream or unary calls
-// (lane_send.go, deliver_send.go, lane_unary.go); a reply leg per job
-// binding for the response leg, multiplexed on one reply trunk (a Respond
-// stream) per ingress node (leg_send.go, leg_window.go, trunk_send.go);
-// and a Post FIFO per node for a binding's only message (post_send.go).
-// Inbound, the server hands each path's messages to the engine in order
-// and once each (lane_recv.go, deliver_recv.go, leg_recv.go,
-// trunk_recv.go, post_recv.go). Every call is authenticated with the
-// cluster secret and carries the protocol version (auth.go, version.go);
-// the Tracker pings every peer and keeps this node's verdict on each
-// (tracker.go). The design, and why: docs/cluster.md, "Peer streams".
+// carries the engine's messages by three ordered paths, each in a pair of
+// files named for its sending and receiving side: a lane per (node, queue)
+// for the request leg, over a Deliver stream or unary calls
+// (deliver_send.go, deliver_recv.go); a reply leg per job binding for the
+// response leg (leg_send.go, leg_recv.go), the legs to one ingress node
+// multiplexed on one reply trunk, a Respond stream (trunk_send.go,
+// trunk_recv.go); and a Post FIFO per node for a binding's only message
+// (post_send.go, post_recv.go). The server hands each path's messages to
+// the engine in order and once each. Each core.Transport method is
+// written where its work is done: Forward in deliver_send.go, Send and
+// Expect in leg_send.go, Room in leg_window.go.
+//
+// What is off a job's usual path has files of its own: a lane's acks and
+// the fallback to unary calls when its stream stalls (lane_acks.go,
+// lane_stall.go, lane_unary.go), its zone test (lane_zone.go) and its end
+// (lane_end.go); a reply leg's window and its end (leg_window.go,
+// leg_end.go); resending after a failure (retry.go). Every call is
+// authenticated with the cluster secret and carries the protocol version
+// (auth.go, version.go); the Tracker pings every peer and keeps this
+// node's verdict on each (tracker.go). The design, and why:
+// docs/cluster.md, "Peer streams".
 //
 // Authentication proves membership, not the channel: anyone who can read
 // the traffic can replay a node's token, and nothing is encrypted, so run

@@ -64,3 +64,29 @@ func (l *lane) zoneCheck() {
 	clear(items[len(keep):])
 	l.unary(keep)
 }
+
+// zoneOf is node's zone label in the catalog view.
+func (r *router) zoneOf(node string) (string, bool) {
+	if r.cfg.Zone == nil {
+		return "", false
+	}
+	z, ok := r.cfg.Zone(node)
+	return z, ok && z != ""
+}
+
+// ZonesChanged applies the zone test again to every open Deliver stream:
+// one opened while its node had another zone label is closed, and what it
+// held is sent again under the node's new label (or handed back to the
+// engine; see lane.zoneCheck). The node calls it on every change of its
+// catalog view; it never blocks.
+func (t *Transport) ZonesChanged() {
+	r := t.rt
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.lanes {
+		select {
+		case l.rezone <- struct{}{}:
+		default:
+		}
+	}
+}

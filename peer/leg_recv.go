@@ -244,6 +244,8 @@ func (rs *respondStream) handleItem(rcv core.Receiver, leg *inLeg, it *pb.Respon
 		s.cfg.Logger.Warn("skipped an invalid message on a reply leg", "from", rs.from, "job", leg.key.job, "err", err)
 		return true
 	}
-	s.handleMessage(rcv, rs.from, m)
+	// Straight to the receiver: a reply leg carries no cancel, so there is
+	// no reply leg of this node's to end (server.handleMessage).
+	rcv.HandleMessage(rs.from, m)
 	return true
 }

@@ -1,43 +1,26 @@
 package peer
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The response leg, sending side (the consumer host): one reply leg per
-// binding. The legs' frames travel on the node's reply trunks
-// (trunk_send.go); the ingress's side is leg_recv.go and trunk_recv.go.
+// The response leg, sending side (the consumer host): Transport.Send, which
+// picks each message's path, and Transport.Expect; one reply leg per
+// binding, which carries the binding's replies and release in order on the
+// node's reply trunk to the job's ingress (trunk_send.go). The receiving
+// side is leg_recv.go and trunk_recv.go. Off this path: the leg's window,
+// Room and acks (leg_window.go), and how a leg ends or carries on after its
+// trunk failed (leg_end.go).
 
-// Reply leg bounds.
+// Reply leg timings and sizes (its window bounds: leg_window.go).
 const (
-	// replyInFlight and replyInFlightBytes bound what a leg has sent and not
-	// yet seen acked (a message larger than replyInFlightBytes goes alone).
-	// Past them the leg stops sending, and what the worker produces next
-	// waits in the leg's queue, which Room bounds: so a slow ingress (its
-	// handler slow, or the ingress not reading at all) fills the queue, and
-	// the worker session stops reading its worker. The ingress handles
-	// each item as it reads it, so what it has not read waits in HTTP/2
-	// flow control windows, under these bounds.
-	replyInFlight      = 256
-	replyInFlightBytes = 4 << 20
-	// DefaultReplyWindow and DefaultReplyWindowBytes are Config's
-	// defaults: a leg's queue of messages not yet sent on its trunk may
-	// hold 64 messages or 1 MiB before Room asks the worker session to
-	// wait. Small against replyInFlight: the queue is only the slack
-	// between the worker and the stream, so the worker feels a slow ingress
-	// after a few hundred kilobytes rather than after megabytes, while a
-	// fast ingress (acks back in well under a millisecond on a LAN) never
-	// lets it fill: 64 outputs is several milliseconds of a busy worker.
-	DefaultReplyWindow      = 64
-	DefaultReplyWindowBytes = 1 << 20
 	// openDelay is how long a leg opened by Expect waits for its first
 	// reply before it sends its open frame alone (at most a quarter of the
 	// heartbeat interval).
@@ -50,17 +33,6 @@ const (
 	// respondOverhead is what a RespondFrame adds around its message, with
 	// the leg's open it may carry (session, job id, queue name, numbers).
 	respondOverhead = 512
-)
-
-// Why a reply leg ended: the reason label of
-// switchyard_peer_reply_legs_ended_total.
-const (
-	legEndDone   = "end"     // its last message (end or release) was acked
-	legEndCancel = "cancel"  // the job was cancelled (on the leg or by another path)
-	legEndTTL    = "ttl"     // the job's TTL (plus slack) passed
-	legEndGone   = "gone"    // the ingress left the catalog: it is dead
-	legEndRefuse = "refused" // the ingress refused the stream for good
-	legEndClosed = "closed"  // Transport.Close
 )
 
 type legKey struct {
@@ -126,16 +98,83 @@ type replyLeg struct {
 	expected bool
 }
 
-// expect opens the reply leg of binding (job, gen) to its ingress node
-// before the binding's first message: the host calls it when it offers a
-// remote ingress's job to its worker, so the ingress learns where the job
-// runs and hears the host's heartbeats while the worker computes in
-// silence (a silent host then fails the job within the heartbeat bound
-// even before any output). The open frame waits up to openDelay for the
-// job's first reply, to go out with it: a short job's open would
-// otherwise cost the two nodes a frame of its own, and its wake-ups, while
-// its worker starts. Opening carries no message. It never blocks.
-func (r *router) expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+// Send is core.Transport.Send: it queues m for node and returns at once.
+// It never blocks on the network, so the engine calls it with its lock
+// held. Each message takes one of three paths (see router), and the
+// messages of one path to one node are sent in the order they were
+// queued: a reply or release goes by its binding's reply leg (replyLocked)
+// or, when it is the binding's only message, by the node's Post FIFO
+// (post_send.go); a cancel for a job whose reply leg from node this node
+// holds goes back on that leg (cancelOnLeg, leg_recv.go); every other kind
+// goes by its queue's lane (deliver_send.go).
+func (t *Transport) Send(node string, m core.Message) {
+	r := t.rt
+	p, err := MessageToPB(m)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		r.m.dropped.WithLabelValues(string(m.Kind)).Inc()
+		return
+	}
+	if err == nil && !laned(m.Kind) {
+		r.replyLocked(node, m, p)
+		return
+	}
+	if err == nil && m.Kind == core.MsgCancel && r.srv.cancelOnLeg(node, m.JobID, m.Gen, p) {
+		// The job's reply leg from node is open here: the cancel goes back
+		// on it, and is counted when written.
+		return
+	}
+	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
+	if err != nil {
+		// No wire form: reported by the lane's goroutine, off the
+		// engine's lock.
+		c := m
+		it.bad, it.badErr = &c, err
+	}
+	r.enqueueLocked(node, m.Queue, it)
+}
+
+// laned reports whether messages of kind go by their queue's lane rather
+// than the response leg.
+func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
+
+// replyLocked queues a reply or release p (m's wire form) for node: on the
+// binding's leg, opening one if m is not the binding's last message, else
+// on the node's Post FIFO.
+func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
+	k := legKey{node, m.JobID, m.Gen}
+	l := r.legs[k]
+	final := m.Kind == core.MsgRelease || m.End != nil
+	if l == nil {
+		if final || r.cfg.ForceUnary {
+			r.postLocked(node, p)
+			return
+		}
+		l = r.startLegLocked(k, m.Queue, m.TTL, false)
+	}
+	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
+	l.pending = append(l.pending, it)
+	l.pendingBytes += it.size
+	r.m.queue.WithLabelValues(node).Inc()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Expect is core.Transport.Expect: it opens the reply leg of binding (job,
+// gen) to its ingress node before the binding's first message. The host
+// calls it when it offers a remote ingress's job to its worker, so the
+// ingress learns where the job runs and hears the host's heartbeats while
+// the worker computes in silence (a silent host then fails the job within
+// the heartbeat bound even before any output). The open frame waits up to
+// openDelay for the job's first reply, to go out with it: a short job's
+// open would otherwise cost the two nodes a frame of its own, and its
+// wake-ups, while its worker starts. Opening carries no message. It never
+// blocks.
+func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
+	r := t.rt
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := legKey{node, job, gen}
@@ -157,51 +196,6 @@ func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 	r.wg.Add(1)
 	go l.run()
 	return l
-}
-
-// legCancelled ends the legs of binding (job, gen), whose cancel reached
-// this node's receiver (the dispatcher passed it on, or the ingress sent
-// it before the leg opened, or on the leg): the engine has marked the
-// binding cancelling, so nothing more is sent on them. Called by the
-// node's server with the lock of the path the cancel came by held (an
-// inbox's, a laneInbox's or an inLeg's mu), never server.mu.
-func (r *router) legCancelled(job string, gen uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.jobLegs[job] {
-		if l.key.gen == gen {
-			l.stopOnce.Do(func() { close(l.stop) })
-		}
-	}
-}
-
-// removeLocked takes l out of the router's maps (once): later messages
-// of its binding open a new leg.
-func (l *replyLeg) removeLocked() {
-	r := l.r
-	if l.removed {
-		return
-	}
-	l.removed = true
-	r.m.legsOpen.Dec()
-	delete(r.legs, l.key)
-	legs := r.jobLegs[l.key.job]
-	for i, c := range legs {
-		if c == l {
-			legs = append(legs[:i:i], legs[i+1:]...)
-			break
-		}
-	}
-	if len(legs) == 0 {
-		delete(r.jobLegs, l.key.job)
-	} else {
-		r.jobLegs[l.key.job] = legs
-	}
-	if l.room != nil {
-		close(l.room)
-		l.room = nil
-	}
-	r.unrefLocked(l.key.node)
 }
 
 // run is the leg's goroutine: it sends what is queued, as the trunk and
@@ -357,133 +351,92 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 	return ""
 }
 
-// takeCancel hands the ingress's cancel to the node's receiver, once, and
-// ends the leg: the engine has marked the binding cancelling by the time
-// HandleMessage returns, so it sends nothing more for it.
-func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
+// fill sends queued messages while the in-flight bounds allow: what was
+// queued since the leg last sent goes in as few frames as it can (see
+// RespondItems; a fast worker queues several outputs while one is sent).
+func (l *replyLeg) fill() {
 	r := l.r
-	m, err := MessageFromPB(p)
-	if err != nil || m.Kind != core.MsgCancel || m.JobID != l.key.job || m.Gen != l.key.gen {
-		r.m.invalid.Inc()
-		r.log.Warn("skipped an invalid cancel on a reply leg", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "err", err)
+	if l.t == nil {
 		return
 	}
-	if !l.cancelled.CompareAndSwap(false, true) {
-		return
+	from := len(l.unacked)
+	for len(l.unacked) < replyInFlight {
+		it := l.take()
+		if it == nil {
+			break
+		}
+		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
+			r.undeliverable(l.key.node, it.msg, nil, reason, err)
+			if it.final {
+				// Nothing of the leg is to come after it: the leg ends
+				// once what went before is acked, not at its TTL.
+				l.finalAcked = true
+			}
+			continue
+		}
+		l.unacked = append(l.unacked, it)
+		l.unackedBytes += it.size
 	}
-	if rcv, err := r.srv.receiver(); err == nil {
-		rcv.HandleMessage(l.key.node, m)
-	} else {
-		r.log.Error("a cancel came on a reply leg before routing started", "node", l.key.node, "job", l.key.job)
-	}
-	l.stopOnce.Do(func() { close(l.stop) })
+	// What a failed send leaves unsent is unacked: the next trunk gets it.
+	l.sendRun(l.unacked[from:])
 }
 
-// dropTrunk leaves the leg's failed trunk, applies the acks read before
-// its end, and decides: "" to open the leg again, else why it ends.
-func (l *replyLeg) dropTrunk() string {
-	r := l.r
-	t := l.t
-	l.t = nil
-	t.leave()
-	l.applyAcks()
-	if r.ctx.Err() != nil {
-		return legEndClosed
+// sendRun sends items, in order, on the leg's trunk: as many to a frame as
+// the peer message limit allows. False once the trunk failed.
+func (l *replyLeg) sendRun(items []*legItem) bool {
+	for len(items) > 0 {
+		n, size := 0, 0
+		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
+			size += items[n].size + respondOverhead
+			n++
+		}
+		if !l.sendFrame(items[:n]) {
+			return false
+		}
+		items = items[n:]
 	}
-	if t.st.heard.Load() {
-		l.failures = 0
-	}
-	l.failures++
-	r.m.sendFailures.Inc()
-	return l.failed(t.st.err)
-}
-
-// failed decides, after a failed trunk (or attempt to open one): "" to try
-// again, else why the leg ends.
-func (l *replyLeg) failed(err error) string {
-	r := l.r
-	if errors.Is(err, ErrClosed) {
-		return legEndClosed
-	}
-	if permanent(err) {
-		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
-		return legEndRefuse
-	}
-	r.log.Debug("reply leg lost its trunk; opening it again", "node", l.key.node, "job", l.key.job,
-		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
-	return ""
-}
-
-// leave takes the leg off its trunk, if it is open on one. If the ingress
-// holds it there (it did not forget it at its last item), an end frame
-// tells it to forget it.
-func (l *replyLeg) leave() {
-	t := l.t
-	if t == nil {
-		return
-	}
-	l.t = nil
-	if l.held {
-		t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
-	}
-	t.leave()
-}
-
-// finish ends the leg once its last message was acked and nothing is
-// queued behind it. False while the leg goes on.
-func (l *replyLeg) finish() bool {
-	r := l.r
-	if !l.finalAcked || len(l.unacked) > 0 {
-		return false
-	}
-	if l.held {
-		// Something went after the last message: the ingress holds the
-		// leg and is told to forget it while the leg is still the
-		// binding's, so a leg opened after it for the same binding opens
-		// after that end frame (see end). Something queued meanwhile is
-		// sent on a trunk joined again.
-		l.leave()
-	}
-	r.mu.Lock()
-	if len(l.pending) > 0 {
-		r.mu.Unlock()
-		return false
-	}
-	l.removeLocked()
-	r.mu.Unlock()
-	l.leave()
-	r.m.legsEnded.WithLabelValues(legEndDone).Inc()
 	return true
 }
 
-// end ends the leg for why: what it holds is dropped and counted. The
-// ingress is told on the trunk, if the leg is open on one.
-func (l *replyLeg) end(why string) {
-	r := l.r
-	if why != legEndClosed {
-		// The end frame goes while the leg is still the binding's in
-		// r.legs: a message queued after removeLocked opens a new leg for
-		// the binding, whose open must reach the ingress after this end,
-		// or the ingress would forget the new leg.
-		l.leave()
-	}
-	r.mu.Lock()
-	items := append(l.unacked, l.pending...)
-	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
-	for _, it := range items {
-		r.m.dropped.WithLabelValues(it.kind).Inc()
-	}
-	if len(items) > 0 {
-		r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
-	}
-	l.removeLocked()
-	r.mu.Unlock()
-	if len(items) > 0 {
-		lvl := slog.LevelWarn
-		if why == legEndCancel || why == legEndClosed {
-			lvl = slog.LevelDebug // nobody wants them any more
+// sendFrame sends items in one frame, each with the leg's open if the
+// ingress does not hold the leg when it comes to it (the first, or one
+// after a final item: the ingress forgot the leg there).
+func (l *replyLeg) sendFrame(items []*legItem) bool {
+	held := l.held
+	fs := make([]*pb.RespondItem, len(items))
+	for i, it := range items {
+		fs[i] = &pb.RespondItem{Seq: it.seq, Message: it.msg}
+		if !held {
+			fs[i].Open = l.openOf()
 		}
-		r.log.Log(context.Background(), lvl, "reply leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
+		held = !it.final
 	}
-	r.m.legsEnded.WithLabelValues(why).Inc()
+	l.openDue = false
+	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}}) {
+		return false
+	}
+	l.r.m.replyFrames.Inc()
+	l.held = held
+	return true
+}
+
+// sendOpen sends the leg's open frame alone on the trunk it joined, if it
+// had no item to carry it.
+func (l *replyLeg) sendOpen() {
+	if l.t == nil || !l.openDue {
+		return
+	}
+	l.openDue = false
+	if l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: l.openOf()}}) {
+		l.held = true
+	}
+}
+
+// openOf is the leg's open.
+func (l *replyLeg) openOf() *pb.RespondOpen {
+	r := l.r
+	return &pb.RespondOpen{
+		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queueName,
+		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
+	}
 }

@@ -1,51 +1,42 @@
 package peer
 
-import (
-	"time"
+// A reply leg's window on the consumer host: how Transport.Room bounds the
+// leg's queue of messages not yet sent, what the leg takes from that queue
+// within its in-flight bounds, and what the ingress's acks free again.
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/switchyard/switchyard/core"
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+// Reply leg window bounds.
+const (
+	// replyInFlight and replyInFlightBytes bound what a leg has sent and not
+	// yet seen acked (a message larger than replyInFlightBytes goes alone).
+	// Past them the leg stops sending, and what the worker produces next
+	// waits in the leg's queue, which Room bounds: so a slow ingress (its
+	// handler slow, or the ingress not reading at all) fills the queue, and
+	// the worker session stops reading its worker. The ingress handles
+	// each item as it reads it, so what it has not read waits in HTTP/2
+	// flow control windows, under these bounds.
+	replyInFlight      = 256
+	replyInFlightBytes = 4 << 20
+	// DefaultReplyWindow and DefaultReplyWindowBytes are Config's
+	// defaults: a leg's queue of messages not yet sent on its trunk may
+	// hold 64 messages or 1 MiB before Room asks the worker session to
+	// wait. Small against replyInFlight: the queue is only the slack
+	// between the worker and the stream, so the worker feels a slow ingress
+	// after a few hundred kilobytes rather than after megabytes, while a
+	// fast ingress (acks back in well under a millisecond on a LAN) never
+	// lets it fill: 64 outputs is several milliseconds of a busy worker.
+	DefaultReplyWindow      = 64
+	DefaultReplyWindowBytes = 1 << 20
 )
 
-// A reply leg's queue and window on the consumer host: what the engine
-// queues on the leg, how Room bounds that queue, what the leg takes from it
-// into frames on its trunk within the in-flight bounds, and what the
-// ingress's acks free again.
-
-// replyLocked queues a reply or release p (m's wire form) for node: on the
-// binding's leg, opening one if m is not the binding's last message, else
-// on the node's Post FIFO.
-func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
-	k := legKey{node, m.JobID, m.Gen}
-	l := r.legs[k]
-	final := m.Kind == core.MsgRelease || m.End != nil
-	if l == nil {
-		if final || r.cfg.ForceUnary {
-			r.postLocked(node, p)
-			return
-		}
-		l = r.startLegLocked(k, m.Queue, m.TTL, false)
-	}
-	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
-	l.pending = append(l.pending, it)
-	l.pendingBytes += it.size
-	r.m.queue.WithLabelValues(node).Inc()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// room is the reply leg's flow control (core.Transport.Room): nil while the
+// Room is core.Transport.Room, the reply leg's flow control: nil while the
 // replies of job to node may keep coming, else a channel closed once they
 // may: the job's leg holds ReplyWindow messages or ReplyWindowBytes not yet
 // sent, and the channel closes when that drains below half (or the leg
 // ends). Each channel handed out counts in
 // switchyard_peer_reply_backpressure_total. It never blocks: the engine
 // calls it with its lock held.
-func (r *router) room(node, job string) <-chan struct{} {
+func (t *Transport) Room(node, job string) <-chan struct{} {
+	r := t.rt
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var l *replyLeg
@@ -62,36 +53,6 @@ func (r *router) room(node, job string) <-chan struct{} {
 	}
 	r.m.backpressure.Inc()
 	return l.room
-}
-
-// fill sends queued messages while the in-flight bounds allow: what was
-// queued since the leg last sent goes in as few frames as it can (see
-// RespondItems; a fast worker queues several outputs while one is sent).
-func (l *replyLeg) fill() {
-	r := l.r
-	if l.t == nil {
-		return
-	}
-	from := len(l.unacked)
-	for len(l.unacked) < replyInFlight {
-		it := l.take()
-		if it == nil {
-			break
-		}
-		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
-			r.undeliverable(l.key.node, it.msg, nil, reason, err)
-			if it.final {
-				// Nothing of the leg is to come after it: the leg ends
-				// once what went before is acked, not at its TTL.
-				l.finalAcked = true
-			}
-			continue
-		}
-		l.unacked = append(l.unacked, it)
-		l.unackedBytes += it.size
-	}
-	// What a failed send leaves unsent is unacked: the next trunk gets it.
-	l.sendRun(l.unacked[from:])
 }
 
 // take removes the next queued message and numbers it: nil when none, or
@@ -122,66 +83,6 @@ func (l *replyLeg) take() *legItem {
 		l.room = nil
 	}
 	return it
-}
-
-// sendRun sends items, in order, on the leg's trunk: as many to a frame as
-// the peer message limit allows. False once the trunk failed.
-func (l *replyLeg) sendRun(items []*legItem) bool {
-	for len(items) > 0 {
-		n, size := 0, 0
-		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
-			size += items[n].size + respondOverhead
-			n++
-		}
-		if !l.sendFrame(items[:n]) {
-			return false
-		}
-		items = items[n:]
-	}
-	return true
-}
-
-// sendFrame sends items in one frame, each with the leg's open if the
-// ingress does not hold the leg when it comes to it (the first, or one
-// after a final item: the ingress forgot the leg there).
-func (l *replyLeg) sendFrame(items []*legItem) bool {
-	held := l.held
-	fs := make([]*pb.RespondItem, len(items))
-	for i, it := range items {
-		fs[i] = &pb.RespondItem{Seq: it.seq, Message: it.msg}
-		if !held {
-			fs[i].Open = l.openOf()
-		}
-		held = !it.final
-	}
-	l.openDue = false
-	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}}) {
-		return false
-	}
-	l.r.m.replyFrames.Inc()
-	l.held = held
-	return true
-}
-
-// sendOpen sends the leg's open frame alone on the trunk it joined, if it
-// had no item to carry it.
-func (l *replyLeg) sendOpen() {
-	if l.t == nil || !l.openDue {
-		return
-	}
-	l.openDue = false
-	if l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Open{Open: l.openOf()}}) {
-		l.held = true
-	}
-}
-
-// openOf is the leg's open.
-func (l *replyLeg) openOf() *pb.RespondOpen {
-	r := l.r
-	return &pb.RespondOpen{
-		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queueName,
-		HeartbeatIntervalNs: int64(r.cfg.Heartbeat), TtlNs: int64(max(time.Until(l.deadline), 0)),
-	}
 }
 
 // applyAcks drops what the ingress acked from unacked, counting each

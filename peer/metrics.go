@@ -18,7 +18,7 @@ type Metrics struct {
 	queue           *prometheus.GaugeVec
 	state           *prometheus.GaugeVec
 
-	// Deliver streams (lane_send.go): a silent downgrade from streaming to unary
+	// Deliver streams (deliver_send.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
 	streamsOpen   *prometheus.GaugeVec
 	streamsOpened *prometheus.CounterVec

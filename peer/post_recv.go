@@ -9,7 +9,7 @@ import (
 
 // The per-node Post FIFO, receiving side: the Post handler, which skips
 // what a resent batch carries again. A Post naming a lane is a lane's
-// unary path (lane_recv.go).
+// unary path (postLane, deliver_recv.go).
 
 // inbox is what a server remembers of one sending node's Posts: it
 // serialises them (a resend may arrive while the attempt it replaces is

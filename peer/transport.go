@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -168,6 +167,11 @@ func (c Config) withDefaults() (Config, error) {
 // listener (Ping answers at once, routing calls are refused Unavailable
 // until Start); Start hands it the engine, and routing begins; Close stops
 // it all.
+//
+// Its core.Transport methods are written where their work is done:
+// Forward with the lanes that carry it (deliver_send.go), Send and Expect
+// with the reply legs (leg_send.go), Room with a leg's window
+// (leg_window.go); ZonesChanged with the zone test (lane_zone.go).
 type Transport struct {
 	client *Client
 	srv    *server
@@ -224,26 +228,3 @@ func (t *Transport) Close() error {
 
 // Client is the transport's connection pool, for the Tracker's pings.
 func (t *Transport) Client() *Client { return t.client }
-
-// Forward is core.Transport.Forward: see router.forward.
-func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
-	return t.rt.forward(ctx, node, d)
-}
-
-// Send is core.Transport.Send: see router.send.
-func (t *Transport) Send(node string, m core.Message) { t.rt.send(node, m) }
-
-// Room is core.Transport.Room: see router.room.
-func (t *Transport) Room(node, job string) <-chan struct{} { return t.rt.room(node, job) }
-
-// Expect is core.Transport.Expect: see router.expect.
-func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.Duration) {
-	t.rt.expect(node, job, gen, queue, ttl)
-}
-
-// ZonesChanged applies the zone test again to every open Deliver stream:
-// one opened while its node had another zone label is closed, and what it
-// held is sent again under the node's new label (or handed back to the
-// engine). The node calls it on every change of its catalog view; it never
-// blocks.
-func (t *Transport) ZonesChanged() { t.rt.zonesChanged() }

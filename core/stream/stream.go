@@ -13,7 +13,9 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/core"
@@ -127,4 +129,276 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	}
 	w.run(ctx)
 	return w.res
+}
+
+// readBatch is how many events are taken from the history per read.
+const readBatch = 64
+
+// writer is one stream while Run writes it. Run's goroutine owns it; the
+// lag watcher shares only written, overflow and fields that never change
+// (h, base, p, sink: its Abort is safe from another goroutine).
+type writer struct {
+	jobID  string
+	h      *core.History
+	filter map[core.EventKind]bool
+	token  func(ev core.Event) string
+	p      Policy
+	sink   Sink
+	res    Result
+	// start is when the stream opened: the setup clock runs from it.
+	start time.Time
+	// flushed turns true with the first flush that goes through: until
+	// then the setup clock bounds every write, after it WriteTimeout does.
+	flushed bool
+	// cursor is the last position read: written, filtered out or skipped.
+	cursor uint64
+	// base is the history's head when the stream opened. The queue is what
+	// lies after max(base, cursor): a replay is catch-up, not lag.
+	base uint64
+	// written is cursor as the watcher sees it, stored once the event at
+	// it is written or filtered out.
+	written  atomic.Uint64
+	overflow overflow
+	// heartbeat and idle restart with every flushed batch of events;
+	// maxDuration runs from the start whatever happens.
+	heartbeat, idle, maxDuration *time.Timer
+}
+
+func newWriter(req Request, sink Sink) *writer {
+	p := req.Policy
+	w := &writer{
+		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token,
+		p: p, sink: sink,
+		res:         Result{LastSeq: req.After},
+		start:       time.Now(),
+		cursor:      req.After,
+		base:        max(req.Job.History.Head(), req.After),
+		overflow:    overflow{abortc: make(chan struct{})},
+		heartbeat:   time.NewTimer(p.Heartbeat),
+		idle:        time.NewTimer(p.Idle),
+		maxDuration: time.NewTimer(p.MaxDuration),
+	}
+	w.written.Store(req.After)
+	return w
+}
+
+func (w *writer) stopClocks() {
+	w.heartbeat.Stop()
+	w.idle.Stop()
+	w.maxDuration.Stop()
+}
+
+// run writes the stream until it is over; w.res then says how it went.
+func (w *writer) run(ctx context.Context) {
+	// The headers (and a replay, if any) go out at once, so a client knows
+	// its stream is open before the job has anything to say.
+	if !w.flush() {
+		w.failed()
+		return
+	}
+	for !w.step(ctx) {
+	}
+}
+
+// step writes the next batch of the history, or what replaces it (a gap, a
+// resync, a verdict of slow), or waits for the history to grow. Like every
+// method below that returns over, it reports whether the stream ended.
+func (w *writer) step(ctx context.Context) (over bool) {
+	rd, oldest, err := w.h.Since(w.cursor, readBatch)
+	if errors.Is(err, core.ErrHistoryGone) {
+		return w.historyGone(oldest)
+	}
+	if lagE, lagB, _ := w.h.Lag(max(w.cursor, w.base)); lagE > w.p.MaxLagEvents || lagB > w.p.MaxLagBytes {
+		return w.behind(lagE, lagB)
+	}
+	if w.writeBatch(rd.Events) {
+		return true
+	}
+	if len(rd.Events) == readBatch {
+		return false // there may be more to read at once
+	}
+	return w.wait(ctx, rd.Wake)
+}
+
+// historyGone handles a position the history no longer retains: a resumed
+// stream must resync; a client starting from the beginning is not resuming,
+// and gets what is retained after a gap event that says what is not; and a
+// drop-oldest stream whose position fell out of the history asked for
+// exactly that too: it skips to the oldest retained event.
+func (w *writer) historyGone(oldest uint64) (over bool) {
+	switch {
+	case w.cursor == 0:
+		// The start of a history no longer retained is not a stream
+		// falling behind: not a drop-oldest gap (Result.Gaps).
+		return w.skip(oldest-1, false, "the oldest events of this job are no longer retained")
+	case w.p.Slow == DropOldest:
+		return w.skip(oldest-1, true, "this stream asked for drop-oldest and fell behind the retained history: these events were skipped")
+	}
+	return w.end(EndResync, Resync, map[string]any{
+		"oldest_seq": oldest, "after_seq": w.cursor,
+		"detail": "full resync required: the events after your position are no longer retained",
+	})
+}
+
+// behind handles a queue past its bound: terminated as slow, or, on a
+// drop-oldest stream, the oldest unsent events skipped down to half the
+// bound.
+func (w *writer) behind(lagEvents int, lagBytes int64) (over bool) {
+	if w.p.Slow == Terminate {
+		return w.slow(lagEvents, lagBytes)
+	}
+	to := w.h.SkipTo(max(w.cursor, w.base), w.p.MaxLagEvents/2+1, w.p.MaxLagBytes/2+1)
+	return w.skip(to, true, "this stream asked for drop-oldest and fell behind: these events were skipped")
+}
+
+// skip moves the cursor to the position to, past events the client will
+// not get, and says so with a gap event. dropOldest says the drop-oldest
+// policy made the gap (it counts in Result.Gaps).
+func (w *writer) skip(to uint64, dropOldest bool, detail string) (over bool) {
+	w.setDeadline()
+	if w.sink.Control(Gap, map[string]any{
+		"job_id": w.jobID, "from_seq": w.cursor + 1, "to_seq": to, "dropped": to - w.cursor,
+		"detail": detail,
+	}) != nil {
+		return w.failed()
+	}
+	if dropOldest {
+		w.res.Gaps++
+	}
+	w.res.Dropped += int(to - w.cursor)
+	w.cursor = to
+	return false
+}
+
+// writeBatch writes the events of one read that pass the filter, then
+// flushes them and restarts the heartbeat and idle clocks if there were
+// any. The job's terminal event ends the stream.
+func (w *writer) writeBatch(events []core.Event) (over bool) {
+	wrote := false
+	for _, ev := range events {
+		if e, b, ok := w.overflow.get(); ok {
+			return w.slow(e, b)
+		}
+		w.cursor = ev.Seq
+		if w.filter != nil && !w.filter[ev.Kind] && !ev.Kind.Terminal() {
+			w.written.Store(w.cursor)
+			continue
+		}
+		var tok string
+		if w.token != nil {
+			tok = w.token(ev)
+		}
+		w.setDeadline()
+		if err := w.sink.Event(ev, tok); err != nil {
+			return w.failed()
+		}
+		w.written.Store(w.cursor)
+		wrote = true
+		w.res.LastSeq = ev.Seq
+		if ev.Kind.Terminal() {
+			w.flush()
+			return w.end(EndTerminal, "", nil)
+		}
+	}
+	if !wrote {
+		return false
+	}
+	if !w.flush() {
+		return w.failed()
+	}
+	resetTimer(w.heartbeat, w.p.Heartbeat)
+	resetTimer(w.idle, w.p.Idle)
+	return false
+}
+
+// wait blocks until the history grows, the watcher judges the stream slow,
+// a clock fires or the client leaves. A heartbeat keeps the stream open.
+func (w *writer) wait(ctx context.Context, grown <-chan struct{}) (over bool) {
+	select {
+	case <-grown:
+		return false
+	case <-w.overflow.abortc:
+		e, b, _ := w.overflow.get()
+		return w.slow(e, b)
+	case <-w.heartbeat.C:
+		w.setDeadline()
+		if w.sink.Heartbeat() != nil || !w.flush() {
+			return w.failed()
+		}
+		w.heartbeat.Reset(w.p.Heartbeat)
+		return false
+	case <-w.idle.C:
+		return w.end(EndIdle, Terminated, map[string]any{
+			"reason": "idle", "resume_after_seq": w.cursor,
+			"detail": "no event for the idle timeout; reconnect with Last-Event-ID to continue",
+		})
+	case <-w.maxDuration.C:
+		return w.end(EndMaxDuration, Terminated, map[string]any{
+			"reason": "max_duration", "resume_after_seq": w.cursor,
+			"detail": "the stream reached its maximum duration; reconnect with Last-Event-ID to continue",
+		})
+	case <-ctx.Done():
+		return w.end(EndClientGone, "", nil)
+	}
+}
+
+// setDeadline bounds the next write by the setup clock until the first
+// flush went through, by WriteTimeout after.
+func (w *writer) setDeadline() {
+	if w.flushed {
+		_ = w.sink.SetWriteDeadline(time.Now().Add(w.p.WriteTimeout))
+	} else {
+		_ = w.sink.SetWriteDeadline(w.start.Add(w.p.Setup))
+	}
+}
+
+// flush hands what was written to the transport and reports whether it
+// went through.
+func (w *writer) flush() bool {
+	w.setDeadline()
+	if err := w.sink.Flush(); err != nil {
+		return false
+	}
+	w.flushed = true
+	return true
+}
+
+// end ends the stream for the reason e, with the control event c (none if
+// empty) carrying data and the job id; it always reports over.
+func (w *writer) end(e End, c Control, data map[string]any) (over bool) {
+	w.res.End = e
+	if c != "" {
+		w.setDeadline()
+		data["job_id"] = w.jobID
+		if w.sink.Control(c, data) == nil {
+			_ = w.sink.Flush()
+		}
+	}
+	return true
+}
+
+// slow ends the stream as a slow consumer whose queue was lagEvents,
+// lagBytes.
+func (w *writer) slow(lagEvents int, lagBytes int64) (over bool) {
+	w.res.LagEvents, w.res.LagBytes = lagEvents, lagBytes
+	return w.end(EndSlow, Terminated, map[string]any{
+		"reason": "slow_consumer", "resume_after_seq": w.res.LastSeq,
+		"lag_events": lagEvents, "lag_bytes": lagBytes,
+		"detail": "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received",
+	})
+}
+
+// failed ends a stream whose write failed: as slow if the watcher aborted
+// it (the terminated event cannot get through a connection the client
+// stopped reading, but the count and the reason are right).
+func (w *writer) failed() (over bool) {
+	if e, b, ok := w.overflow.get(); ok {
+		return w.slow(e, b)
+	}
+	return w.end(EndWriteFailed, "", nil)
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
 }

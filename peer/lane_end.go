@@ -1,0 +1,94 @@
+package peer
+
+import "time"
+
+// How a lane ends: after StreamIdle with nothing to send (its stream is
+// closed cleanly), when its node leaves the catalog, or at Close. What it
+// still holds then is dropped and counted, and its forwards fail.
+
+// idleOut ends the lane after StreamIdle without traffic, unless something
+// is unacked or was queued meanwhile: true when the goroutine must exit.
+func (l *lane) idleOut() bool {
+	r := l.r
+	if len(l.unacked) > 0 {
+		return false
+	}
+	r.mu.Lock()
+	if len(l.pending) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.lanes, l.key)
+	r.unrefLocked(l.key.node)
+	r.mu.Unlock()
+	if l.st != nil {
+		l.closeStream()
+		r.m.idleCloses.Inc()
+	}
+	return true
+}
+
+// closeStream closes the lane's stream cleanly (nothing is unacked): it
+// half-closes, waits a little for the receiver to end the stream, then
+// ends it anyway.
+func (l *lane) closeStream() {
+	st := l.st
+	close(st.closec)
+	t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
+	select {
+	case <-st.done:
+	case <-t.C:
+	case <-l.r.ctx.Done():
+	}
+	t.Stop()
+	l.dropStream()
+}
+
+// gone drops items and everything else the lane holds: its node left the
+// catalog (its lease is gone: it is dead).
+func (l *lane) gone(items []*item) {
+	all := append(append(append([]*item(nil), items...), l.unacked...), l.take(-1)...)
+	l.unacked = nil
+	l.ackTimer.Stop()
+	if l.st != nil {
+		l.dropStream()
+	}
+	l.drop(all, ErrUnknownNode)
+	l.r.log.Warn("dropped routing messages to a node that left the catalog", "node", l.key.node, "queue", l.key.queue, "messages", len(all))
+}
+
+// shutdown ends the lane at Close: what it holds is dropped.
+func (l *lane) shutdown() {
+	r := l.r
+	if l.st != nil {
+		l.dropStream()
+	}
+	r.mu.Lock()
+	pending := l.pending
+	l.pending = nil
+	delete(r.lanes, l.key)
+	r.mu.Unlock()
+	l.drop(append(append([]*item(nil), l.unacked...), pending...), ErrClosed)
+	l.unacked = nil
+	r.mu.Lock()
+	r.unrefLocked(l.key.node)
+	r.mu.Unlock()
+}
+
+// drop gives up on items: messages are counted as dropped, forwards fail
+// with err.
+func (l *lane) drop(items []*item, err error) {
+	r := l.r
+	var n int
+	for _, it := range items {
+		if it.fwd != nil {
+			it.finish(nil, err)
+			continue
+		}
+		r.m.dropped.WithLabelValues(it.kind).Inc()
+		n++
+	}
+	if n > 0 {
+		r.m.queue.WithLabelValues(l.key.node).Sub(float64(n))
+	}
+}

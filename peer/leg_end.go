@@ -1,0 +1,202 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// How a reply leg ends: its last message acked, a cancel (on the leg, or by
+// another path), its TTL, its ingress gone or refusing it, or Close; and
+// how it carries on when its trunk fails (it joins the next one, unless the
+// failure is for good).
+
+// Why a reply leg ended: the reason label of
+// switchyard_peer_reply_legs_ended_total.
+const (
+	legEndDone   = "end"     // its last message (end or release) was acked
+	legEndCancel = "cancel"  // the job was cancelled (on the leg or by another path)
+	legEndTTL    = "ttl"     // the job's TTL (plus slack) passed
+	legEndGone   = "gone"    // the ingress left the catalog: it is dead
+	legEndRefuse = "refused" // the ingress refused the stream for good
+	legEndClosed = "closed"  // Transport.Close
+)
+
+// finish ends the leg once its last message was acked and nothing is
+// queued behind it. False while the leg goes on.
+func (l *replyLeg) finish() bool {
+	r := l.r
+	if !l.finalAcked || len(l.unacked) > 0 {
+		return false
+	}
+	if l.held {
+		// Something went after the last message: the ingress holds the
+		// leg and is told to forget it while the leg is still the
+		// binding's, so a leg opened after it for the same binding opens
+		// after that end frame (see end). Something queued meanwhile is
+		// sent on a trunk joined again.
+		l.leave()
+	}
+	r.mu.Lock()
+	if len(l.pending) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	l.removeLocked()
+	r.mu.Unlock()
+	l.leave()
+	r.m.legsEnded.WithLabelValues(legEndDone).Inc()
+	return true
+}
+
+// end ends the leg for why: what it holds is dropped and counted. The
+// ingress is told on the trunk, if the leg is open on one.
+func (l *replyLeg) end(why string) {
+	r := l.r
+	if why != legEndClosed {
+		// The end frame goes while the leg is still the binding's in
+		// r.legs: a message queued after removeLocked opens a new leg for
+		// the binding, whose open must reach the ingress after this end,
+		// or the ingress would forget the new leg.
+		l.leave()
+	}
+	r.mu.Lock()
+	items := append(l.unacked, l.pending...)
+	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
+	for _, it := range items {
+		r.m.dropped.WithLabelValues(it.kind).Inc()
+	}
+	if len(items) > 0 {
+		r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
+	}
+	l.removeLocked()
+	r.mu.Unlock()
+	if len(items) > 0 {
+		lvl := slog.LevelWarn
+		if why == legEndCancel || why == legEndClosed {
+			lvl = slog.LevelDebug // nobody wants them any more
+		}
+		r.log.Log(context.Background(), lvl, "reply leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
+	}
+	r.m.legsEnded.WithLabelValues(why).Inc()
+}
+
+// leave takes the leg off its trunk, if it is open on one. If the ingress
+// holds it there (it did not forget it at its last item), an end frame
+// tells it to forget it.
+func (l *replyLeg) leave() {
+	t := l.t
+	if t == nil {
+		return
+	}
+	l.t = nil
+	if l.held {
+		t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
+	}
+	t.leave()
+}
+
+// removeLocked takes l out of the router's maps (once): later messages
+// of its binding open a new leg.
+func (l *replyLeg) removeLocked() {
+	r := l.r
+	if l.removed {
+		return
+	}
+	l.removed = true
+	r.m.legsOpen.Dec()
+	delete(r.legs, l.key)
+	legs := r.jobLegs[l.key.job]
+	for i, c := range legs {
+		if c == l {
+			legs = append(legs[:i:i], legs[i+1:]...)
+			break
+		}
+	}
+	if len(legs) == 0 {
+		delete(r.jobLegs, l.key.job)
+	} else {
+		r.jobLegs[l.key.job] = legs
+	}
+	if l.room != nil {
+		close(l.room)
+		l.room = nil
+	}
+	r.unrefLocked(l.key.node)
+}
+
+// legCancelled ends the legs of binding (job, gen), whose cancel reached
+// this node's receiver (the dispatcher passed it on, or the ingress sent
+// it before the leg opened, or on the leg): the engine has marked the
+// binding cancelling, so nothing more is sent on them. Called by the
+// node's server with the lock of the path the cancel came by held (an
+// inbox's or a laneInbox's mu), never server.mu.
+func (r *router) legCancelled(job string, gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.jobLegs[job] {
+		if l.key.gen == gen {
+			l.stopOnce.Do(func() { close(l.stop) })
+		}
+	}
+}
+
+// takeCancel hands the ingress's cancel to the node's receiver, once, and
+// ends the leg: the engine has marked the binding cancelling by the time
+// HandleMessage returns, so it sends nothing more for it.
+func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
+	r := l.r
+	m, err := MessageFromPB(p)
+	if err != nil || m.Kind != core.MsgCancel || m.JobID != l.key.job || m.Gen != l.key.gen {
+		r.m.invalid.Inc()
+		r.log.Warn("skipped an invalid cancel on a reply leg", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "err", err)
+		return
+	}
+	if !l.cancelled.CompareAndSwap(false, true) {
+		return
+	}
+	if rcv, err := r.srv.receiver(); err == nil {
+		rcv.HandleMessage(l.key.node, m)
+	} else {
+		r.log.Error("a cancel came on a reply leg before routing started", "node", l.key.node, "job", l.key.job)
+	}
+	l.stopOnce.Do(func() { close(l.stop) })
+}
+
+// dropTrunk leaves the leg's failed trunk, applies the acks read before
+// its end, and decides: "" to open the leg again, else why it ends.
+func (l *replyLeg) dropTrunk() string {
+	r := l.r
+	t := l.t
+	l.t = nil
+	t.leave()
+	l.applyAcks()
+	if r.ctx.Err() != nil {
+		return legEndClosed
+	}
+	if t.st.heard.Load() {
+		l.failures = 0
+	}
+	l.failures++
+	r.m.sendFailures.Inc()
+	return l.failed(t.st.err)
+}
+
+// failed decides, after a failed trunk (or attempt to open one): "" to try
+// again, else why the leg ends.
+func (l *replyLeg) failed(err error) string {
+	r := l.r
+	if errors.Is(err, ErrClosed) {
+		return legEndClosed
+	}
+	if permanent(err) {
+		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
+		return legEndRefuse
+	}
+	r.log.Debug("reply leg lost its trunk; opening it again", "node", l.key.node, "job", l.key.job,
+		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
+	return ""
+}
