@@ -24,13 +24,13 @@ type OpenAIError struct {
 	Param *string `json:"param"`
 	// Code is the stable, machine-readable code, as in docs/errors.md.
 	Code string `json:"code"`
-}
+} // @name OpenAIError
 
 // OpenAIErrorResponse is the body of every error the OpenAI-compatible
 // routes answer with.
 type OpenAIErrorResponse struct {
 	Error OpenAIError `json:"error"`
-}
+} // @name OpenAIErrorResponse
 
 // OpenAI error types, the coarse class an OpenAI SDK reports next to the
 // status.

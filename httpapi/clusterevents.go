@@ -48,7 +48,7 @@ type ClusterCounters struct {
 	UnaryFallbacks float64 `json:"unary_fallbacks"`
 	// WorkersConnected is switchyard_workers_connected.
 	WorkersConnected float64 `json:"workers_connected"`
-}
+} // @name ClusterCounters
 
 // DefaultClusterEventsInterval is how often a cluster events stream looks
 // for a change: the most snapshots it sends a second.

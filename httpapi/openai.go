@@ -65,6 +65,7 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Failure		502					{object}	apierr.OpenAIErrorResponse	"the worker failed the job (worker_error, worker_lost, bad_output, ...)"
 //	@Failure		503					{object}	apierr.OpenAIErrorResponse	"no_capable_worker, draining, dispatcher_unavailable (with Retry-After)"
 //	@Failure		504					{object}	apierr.OpenAIErrorResponse	"expired: the job's TTL ran out"
+//	@ID				createChatCompletion
 //	@Router			/openai/v1/chat/completions [post]
 func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	if err := requireJSON(r); err != nil {
@@ -201,13 +202,13 @@ type OpenAIModel struct {
 	Object  string `json:"object" example:"model"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by" example:"switchyard"`
-}
+} // @name OpenAIModel
 
 // OpenAIModelList is the answer of GET /openai/v1/models.
 type OpenAIModelList struct {
 	Object string        `json:"object" example:"list"`
 	Data   []OpenAIModel `json:"data"`
-}
+} // @name OpenAIModelList
 
 // openAIModel is the listing's entry of name. The catalog keeps no date:
 // created is 0.
@@ -221,6 +222,7 @@ func openAIModel(name string) OpenAIModel {
 //	@Description	Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
 //	@Tags			openai
 //	@Produce		json
+//	@ID				listModels
 //	@Success		200	{object}	OpenAIModelList
 //	@Router			/openai/v1/models [get]
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
@@ -240,6 +242,7 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 //	@Param			model	path		string	true	"the model's name (it may contain /)"
 //	@Success		200		{object}	OpenAIModel
 //	@Failure		404		{object}	apierr.OpenAIErrorResponse	"model_not_found"
+//	@ID				retrieveModel
 //	@Router			/openai/v1/models/{model} [get]
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	// chi matches the escaped path when there is one: an SDK escapes the

@@ -48,7 +48,7 @@ type ChatCompletionRequest struct {
 	// Stop is a string or an array of strings.
 	Stop any    `json:"stop,omitempty"`
 	User string `json:"user,omitempty"`
-}
+} // @name ChatCompletionRequest
 
 // ChatMessage is one message of a conversation.
 type ChatMessage struct {
@@ -57,14 +57,14 @@ type ChatMessage struct {
 	// Content is a string, an array of content parts, or null.
 	Content any    `json:"content"`
 	Name    string `json:"name,omitempty"`
-}
+} // @name ChatMessage
 
 // ChatStreamOptions are the options of a streamed completion.
 type ChatStreamOptions struct {
 	// IncludeUsage adds a last chunk, before data: [DONE], with the usage
 	// and no choices.
 	IncludeUsage bool `json:"include_usage,omitempty"`
-}
+} // @name ChatStreamOptions
 
 // TTLHeader sets a chat completion job's TTL, in milliseconds: the OpenAI
 // request has no field for it. Without it the node's default TTL applies.

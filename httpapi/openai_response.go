@@ -31,7 +31,7 @@ type ChatCompletion struct {
 	Model   string                 `json:"model" example:"demo"`
 	Choices []ChatCompletionChoice `json:"choices"`
 	Usage   ChatUsage              `json:"usage"`
-}
+} // @name ChatCompletion
 
 // ChatCompletionChoice is the one choice of a completion.
 type ChatCompletionChoice struct {
@@ -39,14 +39,14 @@ type ChatCompletionChoice struct {
 	Message      ChatCompletionMessage `json:"message"`
 	Logprobs     *struct{}             `json:"logprobs"`
 	FinishReason string                `json:"finish_reason" example:"stop"`
-}
+} // @name ChatCompletionChoice
 
 // ChatCompletionMessage is the assistant's message.
 type ChatCompletionMessage struct {
 	Role    string  `json:"role" example:"assistant"`
 	Content string  `json:"content"`
 	Refusal *string `json:"refusal"`
-}
+} // @name ChatCompletionMessage
 
 // ChatCompletionChunk is one server-sent event of a streamed completion.
 // The first carries the role, the last choice the finish reason; with
@@ -59,7 +59,7 @@ type ChatCompletionChunk struct {
 	Model   string                      `json:"model"`
 	Choices []ChatCompletionChunkChoice `json:"choices"`
 	Usage   *ChatUsage                  `json:"usage"`
-}
+} // @name ChatCompletionChunk
 
 // ChatCompletionChunkChoice is the one choice of a chunk.
 type ChatCompletionChunkChoice struct {
@@ -67,13 +67,13 @@ type ChatCompletionChunkChoice struct {
 	Delta        ChatCompletionDelta `json:"delta"`
 	Logprobs     *struct{}           `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
-}
+} // @name ChatCompletionChunkChoice
 
 // ChatCompletionDelta is what a chunk adds to the message.
 type ChatCompletionDelta struct {
 	Role    string  `json:"role,omitempty"`
 	Content *string `json:"content,omitempty"`
-}
+} // @name ChatCompletionDelta
 
 // ChatUsage counts tokens as the worker reported them; without a report,
 // completion_tokens is the number of deltas relayed and prompt_tokens 0.
@@ -81,7 +81,7 @@ type ChatUsage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
-}
+} // @name ChatUsage
 
 // chatMeta is what every object of one completion repeats.
 type chatMeta struct {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/openapi"
 	"github.com/switchyard/switchyard/openapi/client"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -72,7 +73,8 @@ func jsonOperations(tb testing.TB) map[string]*regexp.Regexp {
 // the document tells the truth. The test fails if the document grows a
 // JSON operation this test does not call.
 func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
-	n := MustStartNode(t, nil)
+	// The OpenAI-compatible front door posts to the HTTP worker's queue.
+	n := MustStartNode(t, func(c *switchyard.Config) { c.HTTP.OpenAIQueue = "demo" })
 	rec := &recorder{}
 	c, err := client.NewClientWithResponses(baseURL(n), client.WithHTTPClient(&http.Client{Transport: rec}))
 	if err != nil {
@@ -138,6 +140,41 @@ func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 			t.Fatalf("after %s: %s", action, g.Body)
 		}
 	}
+	// The OpenAI-compatible front door: the models the HTTP worker offers,
+	// and a chat completion it runs (not streamed: one JSON answer).
+	ml, err := c.ListModelsWithResponse(ctx)
+	mustStatus(t, "models", ml.HTTPResponse, ml.Body, err, 200)
+	if len(ml.JSON200.Data) != 1 || ml.JSON200.Data[0].Id != "demo" {
+		t.Fatalf("models %s", ml.Body)
+	}
+	mr, err := c.RetrieveModelWithResponse(ctx, "demo")
+	mustStatus(t, "model", mr.HTTPResponse, mr.Body, err, 200)
+	mn, err := c.RetrieveModelWithResponse(ctx, "nope")
+	if err != nil || mn.StatusCode() != 404 || mn.JSON404 == nil || mn.JSON404.Error.Code != "model_not_found" {
+		t.Fatalf("an unknown model: %v %s", err, mn.Body)
+	}
+	type chatAnswer struct {
+		r   *client.CreateChatCompletionResponse
+		err error
+	}
+	answered := make(chan chatAnswer, 1)
+	go func() {
+		r, err := c.CreateChatCompletionWithResponse(ctx, nil, client.ChatCompletionRequest{
+			Model: "demo", Messages: []client.ChatMessage{{Role: "user", Content: "hello"}},
+		})
+		answered <- chatAnswer{r, err}
+	}()
+	o = hw.offer()
+	hw.accept(o)
+	hw.output(o, "out")
+	cr, err = c.CompleteJobWithResponse(ctx, hw.session, o.JobId, client.CompleteMessage{Generation: o.Generation})
+	mustStatus(t, "complete the chat job", cr.HTTPResponse, cr.Body, err, 204)
+	a := <-answered
+	mustStatus(t, "chat completion", a.r.HTTPResponse, a.r.Body, a.err, 200)
+	if len(a.r.JSON200.Choices) != 1 || a.r.JSON200.Choices[0].Message.Content != "out" || a.r.JSON200.Object != "chat.completion" {
+		t.Fatalf("chat completion %s", a.r.Body)
+	}
+
 	hb, err := c.WorkerHeartbeatWithResponse(ctx, hw.session)
 	mustStatus(t, "heartbeat", hb.HTTPResponse, hb.Body, err, 204)
 	s, err := c.SubmitJobWithResponse(ctx, "demo", nil, client.Envelope{Input: "to cancel", TtlMs: ptr(30000)})
@@ -170,6 +207,7 @@ func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 	problemOf(t, "unknown queue", nq.HTTPResponse, nq.Body, err, 404, "not_found")
 	rz, err := c.ReadyzWithResponse(ctx)
 	mustStatus(t, "readyz", rz.HTTPResponse, rz.Body, err, 200)
+
 
 	// Every JSON operation of the document was called.
 	for id, re := range jsonOperations(t) {

@@ -70,6 +70,7 @@ func TestEveryDocumentedCode(t *testing.T) {
 	p.grpcWorkers()
 	p.drain()
 	p.stalledBody()
+	p.openAI()
 	for code := range doc {
 		if reason, ok := needsAFault[code]; ok {
 			if p.seen[code] {
@@ -442,6 +443,27 @@ func (p *codeProbe) stalledBody() {
 		p.t.Fatalf("stalled body: no answer: %v", err)
 	}
 	p.problem("request_timeout", res)
+}
+
+// openAI: the OpenAI-compatible front door answers a model no worker
+// offers with model_not_found, in OpenAI's error shape (HTTP only).
+func (p *codeProbe) openAI() {
+	body := `{"model":"nobody-offers-this","messages":[{"role":"user","content":"hi"}]}`
+	req, err := http.NewRequestWithContext(p.ctx, http.MethodPost, baseURL(p.n)+"/openai/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var e apierr.OpenAIErrorResponse
+	if err := json.Unmarshal(readBody(p.t, res), &e); err != nil || e.Error.Code != "model_not_found" {
+		p.t.Errorf("an unknown model: %d %+v (%v)", res.StatusCode, e, err)
+		return
+	}
+	p.check("model_not_found", res.StatusCode, codes.OK)
 }
 
 // drain: a node that drains refuses new work (draining) and ends what it

@@ -262,10 +262,128 @@ type CancelEvent struct {
 	Reason string `json:"reason"`
 }
 
+// ChatCompletion defines model for ChatCompletion.
+type ChatCompletion struct {
+	Choices []ChatCompletionChoice `json:"choices"`
+	Created int                    `json:"created"`
+
+	// Id Example: chatcmpl-j_2x7k
+	Id string `json:"id"`
+
+	// Model Example: demo
+	Model string `json:"model"`
+
+	// Object Example: chat.completion
+	Object string    `json:"object"`
+	Usage  ChatUsage `json:"usage"`
+}
+
+// ChatCompletionChoice defines model for ChatCompletionChoice.
+type ChatCompletionChoice struct {
+	// FinishReason Example: stop
+	FinishReason string                 `json:"finish_reason"`
+	Index        int                    `json:"index"`
+	Logprobs     map[string]interface{} `json:"logprobs"`
+	Message      ChatCompletionMessage  `json:"message"`
+}
+
+// ChatCompletionMessage defines model for ChatCompletionMessage.
+type ChatCompletionMessage struct {
+	Content string `json:"content"`
+	Refusal string `json:"refusal"`
+
+	// Role Example: assistant
+	Role string `json:"role"`
+}
+
+// ChatCompletionRequest defines model for ChatCompletionRequest.
+type ChatCompletionRequest struct {
+	FrequencyPenalty    *float32 `json:"frequency_penalty,omitempty"`
+	MaxCompletionTokens *int     `json:"max_completion_tokens,omitempty"`
+
+	// MaxTokens MaxTokens and MaxCompletionTokens (the newer name, which wins) reach
+	// the worker as its input's max_tokens.
+	MaxTokens *int `json:"max_tokens,omitempty"`
+
+	// Messages Messages is the conversation, passed to the worker as is.
+	Messages []ChatMessage `json:"messages"`
+
+	// Model Model selects the workers: those declaring the capability
+	// model=<model> on the front door's queue.
+	//
+	// Example: demo
+	Model string `json:"model"`
+
+	// N N must be 1 when given: one job runs on one worker.
+	N               *int     `json:"n,omitempty"`
+	PresencePenalty *float32 `json:"presence_penalty,omitempty"`
+	Seed            *int     `json:"seed,omitempty"`
+
+	// Stop Stop is a string or an array of strings.
+	Stop interface{} `json:"stop,omitempty"`
+
+	// Stream Stream asks for chat.completion.chunk objects as server-sent events.
+	Stream *bool `json:"stream,omitempty"`
+
+	// StreamOptions StreamOptions is only allowed with stream.
+	StreamOptions *ChatStreamOptions `json:"stream_options,omitempty"`
+
+	// Temperature Sampling parameters: type-checked, passed to the worker.
+	Temperature *float32 `json:"temperature,omitempty"`
+	TopP        *float32 `json:"top_p,omitempty"`
+	User        *string  `json:"user,omitempty"`
+}
+
+// ChatMessage defines model for ChatMessage.
+type ChatMessage struct {
+	// Content Content is a string, an array of content parts, or null.
+	Content interface{} `json:"content"`
+	Name    *string     `json:"name,omitempty"`
+
+	// Role Role is system, developer, user, assistant, tool or function.
+	//
+	// Example: user
+	Role string `json:"role"`
+}
+
+// ChatStreamOptions defines model for ChatStreamOptions.
+type ChatStreamOptions struct {
+	// IncludeUsage IncludeUsage adds a last chunk, before data: [DONE], with the usage
+	// and no choices.
+	IncludeUsage *bool `json:"include_usage,omitempty"`
+}
+
+// ChatUsage defines model for ChatUsage.
+type ChatUsage struct {
+	CompletionTokens int `json:"completion_tokens"`
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
 // ClosedEvent defines model for ClosedEvent.
 type ClosedEvent struct {
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+}
+
+// ClusterCounters defines model for ClusterCounters.
+type ClusterCounters struct {
+	// Jobs Jobs is switchyard_jobs_total: jobs ended on this node as their
+	// ingress, by outcome.
+	Jobs map[string]float32 `json:"jobs"`
+
+	// PeerMessages PeerMessages is switchyard_peer_messages_total by kind.
+	PeerMessages map[string]float32 `json:"peer_messages"`
+
+	// StreamsOpen StreamsOpen is switchyard_stream_open: client job streams open now,
+	// by transport (sse, grpc).
+	StreamsOpen map[string]float32 `json:"streams_open"`
+
+	// UnaryFallbacks UnaryFallbacks is switchyard_peer_unary_fallbacks_total.
+	UnaryFallbacks float32 `json:"unary_fallbacks"`
+
+	// WorkersConnected WorkersConnected is switchyard_workers_connected.
+	WorkersConnected float32 `json:"workers_connected"`
 }
 
 // ClusterEventStream defines model for ClusterEventStream.
@@ -275,7 +393,7 @@ type ClusterEventStream struct {
 
 // ClusterSnapshot defines model for ClusterSnapshot.
 type ClusterSnapshot struct {
-	Counters HttpapiClusterCounters `json:"counters"`
+	Counters ClusterCounters `json:"counters"`
 
 	// Node Node is the node answering: queues' local figures and the counters
 	// are its own.
@@ -511,6 +629,48 @@ type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
 
+// OpenAIError defines model for OpenAIError.
+type OpenAIError struct {
+	// Code Code is the stable, machine-readable code, as in docs/errors.md.
+	Code string `json:"code"`
+
+	// Message Message is the core error's detail.
+	Message string `json:"message"`
+
+	// Param Param names the request field at fault (null when none).
+	Param string `json:"param"`
+
+	// Type Type is OpenAIType of the code.
+	Type string `json:"type"`
+}
+
+// OpenAIErrorResponse defines model for OpenAIErrorResponse.
+type OpenAIErrorResponse struct {
+	Error OpenAIError `json:"error"`
+}
+
+// OpenAIModel defines model for OpenAIModel.
+type OpenAIModel struct {
+	Created int `json:"created"`
+
+	// Id Example: demo
+	Id string `json:"id"`
+
+	// Object Example: model
+	Object string `json:"object"`
+
+	// OwnedBy Example: switchyard
+	OwnedBy string `json:"owned_by"`
+}
+
+// OpenAIModelList defines model for OpenAIModelList.
+type OpenAIModelList struct {
+	Data []OpenAIModel `json:"data"`
+
+	// Object Example: list
+	Object string `json:"object"`
+}
+
 // OutputEvent defines model for OutputEvent.
 type OutputEvent struct {
 	// Attempt Attempt is the binding generation that produced the event (0 before
@@ -643,168 +803,8 @@ type WorkerStream struct {
 	Registered RegisteredEvent `json:"registered"`
 }
 
-// ApierrOpenAIError defines model for apierr.OpenAIError.
-type ApierrOpenAIError struct {
-	// Code Code is the stable, machine-readable code, as in docs/errors.md.
-	Code string `json:"code"`
-
-	// Message Message is the core error's detail.
-	Message string `json:"message"`
-
-	// Param Param names the request field at fault (null when none).
-	Param string `json:"param"`
-
-	// Type Type is OpenAIType of the code.
-	Type string `json:"type"`
-}
-
-// ApierrOpenAIErrorResponse defines model for apierr.OpenAIErrorResponse.
-type ApierrOpenAIErrorResponse struct {
-	Error ApierrOpenAIError `json:"error"`
-}
-
-// HttpapiChatCompletion defines model for httpapi.ChatCompletion.
-type HttpapiChatCompletion struct {
-	Choices []HttpapiChatCompletionChoice `json:"choices"`
-	Created int                           `json:"created"`
-
-	// Id Example: chatcmpl-j_2x7k
-	Id string `json:"id"`
-
-	// Model Example: demo
-	Model string `json:"model"`
-
-	// Object Example: chat.completion
-	Object string           `json:"object"`
-	Usage  HttpapiChatUsage `json:"usage"`
-}
-
-// HttpapiChatCompletionChoice defines model for httpapi.ChatCompletionChoice.
-type HttpapiChatCompletionChoice struct {
-	// FinishReason Example: stop
-	FinishReason string                       `json:"finish_reason"`
-	Index        int                          `json:"index"`
-	Logprobs     map[string]interface{}       `json:"logprobs"`
-	Message      HttpapiChatCompletionMessage `json:"message"`
-}
-
-// HttpapiChatCompletionMessage defines model for httpapi.ChatCompletionMessage.
-type HttpapiChatCompletionMessage struct {
-	Content string `json:"content"`
-	Refusal string `json:"refusal"`
-
-	// Role Example: assistant
-	Role string `json:"role"`
-}
-
-// HttpapiChatCompletionRequest defines model for httpapi.ChatCompletionRequest.
-type HttpapiChatCompletionRequest struct {
-	FrequencyPenalty    *float32 `json:"frequency_penalty,omitempty"`
-	MaxCompletionTokens *int     `json:"max_completion_tokens,omitempty"`
-
-	// MaxTokens MaxTokens and MaxCompletionTokens (the newer name, which wins) reach
-	// the worker as its input's max_tokens.
-	MaxTokens *int `json:"max_tokens,omitempty"`
-
-	// Messages Messages is the conversation, passed to the worker as is.
-	Messages []HttpapiChatMessage `json:"messages"`
-
-	// Model Model selects the workers: those declaring the capability
-	// model=<model> on the front door's queue.
-	//
-	// Example: demo
-	Model string `json:"model"`
-
-	// N N must be 1 when given: one job runs on one worker.
-	N               *int     `json:"n,omitempty"`
-	PresencePenalty *float32 `json:"presence_penalty,omitempty"`
-	Seed            *int     `json:"seed,omitempty"`
-
-	// Stop Stop is a string or an array of strings.
-	Stop interface{} `json:"stop,omitempty"`
-
-	// Stream Stream asks for chat.completion.chunk objects as server-sent events.
-	Stream *bool `json:"stream,omitempty"`
-
-	// StreamOptions StreamOptions is only allowed with stream.
-	StreamOptions *HttpapiChatStreamOptions `json:"stream_options,omitempty"`
-
-	// Temperature Sampling parameters: type-checked, passed to the worker.
-	Temperature *float32 `json:"temperature,omitempty"`
-	TopP        *float32 `json:"top_p,omitempty"`
-	User        *string  `json:"user,omitempty"`
-}
-
-// HttpapiChatMessage defines model for httpapi.ChatMessage.
-type HttpapiChatMessage struct {
-	// Content Content is a string, an array of content parts, or null.
-	Content interface{} `json:"content"`
-	Name    *string     `json:"name,omitempty"`
-
-	// Role Role is system, developer, user, assistant, tool or function.
-	//
-	// Example: user
-	Role string `json:"role"`
-}
-
-// HttpapiChatStreamOptions defines model for httpapi.ChatStreamOptions.
-type HttpapiChatStreamOptions struct {
-	// IncludeUsage IncludeUsage adds a last chunk, before data: [DONE], with the usage
-	// and no choices.
-	IncludeUsage *bool `json:"include_usage,omitempty"`
-}
-
-// HttpapiChatUsage defines model for httpapi.ChatUsage.
-type HttpapiChatUsage struct {
-	CompletionTokens int `json:"completion_tokens"`
-	PromptTokens     int `json:"prompt_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-// HttpapiClusterCounters defines model for httpapi.ClusterCounters.
-type HttpapiClusterCounters struct {
-	// Jobs Jobs is switchyard_jobs_total: jobs ended on this node as their
-	// ingress, by outcome.
-	Jobs map[string]float32 `json:"jobs"`
-
-	// PeerMessages PeerMessages is switchyard_peer_messages_total by kind.
-	PeerMessages map[string]float32 `json:"peer_messages"`
-
-	// StreamsOpen StreamsOpen is switchyard_stream_open: client job streams open now,
-	// by transport (sse, grpc).
-	StreamsOpen map[string]float32 `json:"streams_open"`
-
-	// UnaryFallbacks UnaryFallbacks is switchyard_peer_unary_fallbacks_total.
-	UnaryFallbacks float32 `json:"unary_fallbacks"`
-
-	// WorkersConnected WorkersConnected is switchyard_workers_connected.
-	WorkersConnected float32 `json:"workers_connected"`
-}
-
-// HttpapiOpenAIModel defines model for httpapi.OpenAIModel.
-type HttpapiOpenAIModel struct {
-	Created int `json:"created"`
-
-	// Id Example: demo
-	Id string `json:"id"`
-
-	// Object Example: model
-	Object string `json:"object"`
-
-	// OwnedBy Example: switchyard
-	OwnedBy string `json:"owned_by"`
-}
-
-// HttpapiOpenAIModelList defines model for httpapi.OpenAIModelList.
-type HttpapiOpenAIModelList struct {
-	Data []HttpapiOpenAIModel `json:"data"`
-
-	// Object Example: list
-	Object string `json:"object"`
-}
-
-// PostOpenaiV1ChatCompletionsParams defines parameters for PostOpenaiV1ChatCompletions.
-type PostOpenaiV1ChatCompletionsParams struct {
+// CreateChatCompletionParams defines parameters for CreateChatCompletion.
+type CreateChatCompletionParams struct {
 	// XSwitchyardTTLMs the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)
 	XSwitchyardTTLMs *int `json:"X-Switchyard-TTL-Ms,omitempty"`
 }
@@ -836,8 +836,8 @@ type SubmitJobParams struct {
 	Accept *string `json:"Accept,omitempty"`
 }
 
-// PostOpenaiV1ChatCompletionsJSONRequestBody defines body for PostOpenaiV1ChatCompletions for application/json ContentType.
-type PostOpenaiV1ChatCompletionsJSONRequestBody = HttpapiChatCompletionRequest
+// CreateChatCompletionJSONRequestBody defines body for CreateChatCompletion for application/json ContentType.
+type CreateChatCompletionJSONRequestBody = ChatCompletionRequest
 
 // SubmitJobJSONRequestBody defines body for SubmitJob for application/json ContentType.
 type SubmitJobJSONRequestBody = Envelope
@@ -967,37 +967,37 @@ type ClientInterface interface {
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PostOpenaiV1ChatCompletionsWithBody Create a chat completion (OpenAI-compatible)
+	// CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 	//
 	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
-	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-	PostOpenaiV1ChatCompletionsWithBody(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+	CreateChatCompletionWithBody(ctx context.Context, params *CreateChatCompletionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PostOpenaiV1ChatCompletions Create a chat completion (OpenAI-compatible)
+	// CreateChatCompletion Create a chat completion (OpenAI-compatible)
 	//
 	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
-	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-	PostOpenaiV1ChatCompletions(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+	CreateChatCompletion(ctx context.Context, params *CreateChatCompletionParams, body CreateChatCompletionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetOpenaiV1Models List models (OpenAI-compatible)
+	// ListModels List models (OpenAI-compatible)
 	//
 	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
 	//
-	// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
-	GetOpenaiV1Models(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with GET /openai/v1/models (the `ListModels` operationId).
+	ListModels(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetOpenaiV1ModelsModel Retrieve a model (OpenAI-compatible)
+	// RetrieveModel Retrieve a model (OpenAI-compatible)
 	//
 	// The model as GET /openai/v1/models lists it, or 404 model_not_found.
 	//
-	// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
-	GetOpenaiV1ModelsModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with GET /openai/v1/models/{model} (the `RetrieveModel` operationId).
+	RetrieveModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OpenapiJSON The OpenAPI document (JSON)
 	//
@@ -1286,15 +1286,15 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// PostOpenaiV1ChatCompletionsWithBody Create a chat completion (OpenAI-compatible)
+// CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 //
 // The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 //
 // Takes any type of body and a specified content type.
 //
-// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-func (c *Client) PostOpenaiV1ChatCompletionsWithBody(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostOpenaiV1ChatCompletionsRequestWithBody(c.Server, params, contentType, body)
+// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+func (c *Client) CreateChatCompletionWithBody(ctx context.Context, params *CreateChatCompletionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateChatCompletionRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1305,15 +1305,15 @@ func (c *Client) PostOpenaiV1ChatCompletionsWithBody(ctx context.Context, params
 	return c.Client.Do(req)
 }
 
-// PostOpenaiV1ChatCompletions Create a chat completion (OpenAI-compatible)
+// CreateChatCompletion Create a chat completion (OpenAI-compatible)
 //
 // The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 //
 // Takes a body of the `application/json` content type.
 //
-// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-func (c *Client) PostOpenaiV1ChatCompletions(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostOpenaiV1ChatCompletionsRequest(c.Server, params, body)
+// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+func (c *Client) CreateChatCompletion(ctx context.Context, params *CreateChatCompletionParams, body CreateChatCompletionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateChatCompletionRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1324,13 +1324,13 @@ func (c *Client) PostOpenaiV1ChatCompletions(ctx context.Context, params *PostOp
 	return c.Client.Do(req)
 }
 
-// GetOpenaiV1Models List models (OpenAI-compatible)
+// ListModels List models (OpenAI-compatible)
 //
 // Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
 //
-// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
-func (c *Client) GetOpenaiV1Models(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetOpenaiV1ModelsRequest(c.Server)
+// Corresponds with GET /openai/v1/models (the `ListModels` operationId).
+func (c *Client) ListModels(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListModelsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1341,13 +1341,13 @@ func (c *Client) GetOpenaiV1Models(ctx context.Context, reqEditors ...RequestEdi
 	return c.Client.Do(req)
 }
 
-// GetOpenaiV1ModelsModel Retrieve a model (OpenAI-compatible)
+// RetrieveModel Retrieve a model (OpenAI-compatible)
 //
 // The model as GET /openai/v1/models lists it, or 404 model_not_found.
 //
-// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
-func (c *Client) GetOpenaiV1ModelsModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetOpenaiV1ModelsModelRequest(c.Server, model)
+// Corresponds with GET /openai/v1/models/{model} (the `RetrieveModel` operationId).
+func (c *Client) RetrieveModel(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetrieveModelRequest(c.Server, model)
 	if err != nil {
 		return nil, err
 	}
@@ -1946,19 +1946,19 @@ func NewMetricsRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
-// NewPostOpenaiV1ChatCompletionsRequest calls the generic PostOpenaiV1ChatCompletions builder with application/json body
-func NewPostOpenaiV1ChatCompletionsRequest(server string, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody) (*http.Request, error) {
+// NewCreateChatCompletionRequest calls the generic CreateChatCompletion builder with application/json body
+func NewCreateChatCompletionRequest(server string, params *CreateChatCompletionParams, body CreateChatCompletionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPostOpenaiV1ChatCompletionsRequestWithBody(server, params, "application/json", bodyReader)
+	return NewCreateChatCompletionRequestWithBody(server, params, "application/json", bodyReader)
 }
 
-// NewPostOpenaiV1ChatCompletionsRequestWithBody constructs an http.Request for the PostOpenaiV1ChatCompletions method, with any body, and a specified content type
-func NewPostOpenaiV1ChatCompletionsRequestWithBody(server string, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader) (*http.Request, error) {
+// NewCreateChatCompletionRequestWithBody constructs an http.Request for the CreateChatCompletion method, with any body, and a specified content type
+func NewCreateChatCompletionRequestWithBody(server string, params *CreateChatCompletionParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2001,8 +2001,8 @@ func NewPostOpenaiV1ChatCompletionsRequestWithBody(server string, params *PostOp
 	return req, nil
 }
 
-// NewGetOpenaiV1ModelsRequest constructs an http.Request for the GetOpenaiV1Models method
-func NewGetOpenaiV1ModelsRequest(server string) (*http.Request, error) {
+// NewListModelsRequest constructs an http.Request for the ListModels method
+func NewListModelsRequest(server string) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2028,8 +2028,8 @@ func NewGetOpenaiV1ModelsRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
-// NewGetOpenaiV1ModelsModelRequest constructs an http.Request for the GetOpenaiV1ModelsModel method
-func NewGetOpenaiV1ModelsModelRequest(server string, model string) (*http.Request, error) {
+// NewRetrieveModelRequest constructs an http.Request for the RetrieveModel method
+func NewRetrieveModelRequest(server string, model string) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2937,41 +2937,41 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error)
 
-	// PostOpenaiV1ChatCompletionsWithBodyWithResponse Create a chat completion (OpenAI-compatible)
+	// CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 	//
 	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-	PostOpenaiV1ChatCompletionsWithBodyWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error)
+	// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+	CreateChatCompletionWithBodyWithResponse(ctx context.Context, params *CreateChatCompletionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateChatCompletionResponse, error)
 
-	// PostOpenaiV1ChatCompletionsWithResponse Create a chat completion (OpenAI-compatible)
+	// CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 	//
 	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-	PostOpenaiV1ChatCompletionsWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error)
+	// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+	CreateChatCompletionWithResponse(ctx context.Context, params *CreateChatCompletionParams, body CreateChatCompletionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateChatCompletionResponse, error)
 
-	// GetOpenaiV1ModelsWithResponse List models (OpenAI-compatible)
+	// ListModelsWithResponse List models (OpenAI-compatible)
 	//
 	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
-	GetOpenaiV1ModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsResponse, error)
+	// Corresponds with GET /openai/v1/models (the `ListModels` operationId).
+	ListModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListModelsResponse, error)
 
-	// GetOpenaiV1ModelsModelWithResponse Retrieve a model (OpenAI-compatible)
+	// RetrieveModelWithResponse Retrieve a model (OpenAI-compatible)
 	//
 	// The model as GET /openai/v1/models lists it, or 404 model_not_found.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
-	GetOpenaiV1ModelsModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsModelResponse, error)
+	// Corresponds with GET /openai/v1/models/{model} (the `RetrieveModel` operationId).
+	RetrieveModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*RetrieveModelResponse, error)
 
 	// OpenapiJSONWithResponse The OpenAPI document (JSON)
 	//
@@ -3369,88 +3369,88 @@ func (r MetricsResponse) ContentType() string {
 	return ""
 }
 
-type PostOpenaiV1ChatCompletionsResponse struct {
+type CreateChatCompletionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *HttpapiChatCompletion
+	JSON200 *ChatCompletion
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *ApierrOpenAIErrorResponse
+	JSON400 *OpenAIErrorResponse
 	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *ApierrOpenAIErrorResponse
+	JSON404 *OpenAIErrorResponse
 	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *ApierrOpenAIErrorResponse
+	JSON413 *OpenAIErrorResponse
 	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *ApierrOpenAIErrorResponse
+	JSON415 *OpenAIErrorResponse
 	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *ApierrOpenAIErrorResponse
+	JSON422 *OpenAIErrorResponse
 	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *ApierrOpenAIErrorResponse
+	JSON429 *OpenAIErrorResponse
 	// JSON502 the response for an HTTP 502 `application/json` response
-	JSON502 *ApierrOpenAIErrorResponse
+	JSON502 *OpenAIErrorResponse
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *ApierrOpenAIErrorResponse
+	JSON503 *OpenAIErrorResponse
 	// JSON504 the response for an HTTP 504 `application/json` response
-	JSON504 *ApierrOpenAIErrorResponse
+	JSON504 *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON200() *HttpapiChatCompletion {
+func (r CreateChatCompletionResponse) GetJSON200() *ChatCompletion {
 	return r.JSON200
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON400() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON400() *OpenAIErrorResponse {
 	return r.JSON400
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON404() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON404() *OpenAIErrorResponse {
 	return r.JSON404
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON413() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON413() *OpenAIErrorResponse {
 	return r.JSON413
 }
 
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON415() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON415() *OpenAIErrorResponse {
 	return r.JSON415
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON422() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON422() *OpenAIErrorResponse {
 	return r.JSON422
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON429() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON429() *OpenAIErrorResponse {
 	return r.JSON429
 }
 
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON502() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON502() *OpenAIErrorResponse {
 	return r.JSON502
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON503() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON503() *OpenAIErrorResponse {
 	return r.JSON503
 }
 
 // GetJSON504 returns the response for an HTTP 504 `application/json` response
-func (r PostOpenaiV1ChatCompletionsResponse) GetJSON504() *ApierrOpenAIErrorResponse {
+func (r CreateChatCompletionResponse) GetJSON504() *OpenAIErrorResponse {
 	return r.JSON504
 }
 
 // GetBody returns the raw response body bytes
-func (r PostOpenaiV1ChatCompletionsResponse) GetBody() []byte {
+func (r CreateChatCompletionResponse) GetBody() []byte {
 	return r.Body
 }
 
 // Status returns HTTPResponse.Status
-func (r PostOpenaiV1ChatCompletionsResponse) Status() string {
+func (r CreateChatCompletionResponse) Status() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Status
 	}
@@ -3458,7 +3458,7 @@ func (r PostOpenaiV1ChatCompletionsResponse) Status() string {
 }
 
 // StatusCode returns HTTPResponse.StatusCode
-func (r PostOpenaiV1ChatCompletionsResponse) StatusCode() int {
+func (r CreateChatCompletionResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -3466,32 +3466,32 @@ func (r PostOpenaiV1ChatCompletionsResponse) StatusCode() int {
 }
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
-func (r PostOpenaiV1ChatCompletionsResponse) ContentType() string {
+func (r CreateChatCompletionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
 }
 
-type GetOpenaiV1ModelsResponse struct {
+type ListModelsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *HttpapiOpenAIModelList
+	JSON200 *OpenAIModelList
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetOpenaiV1ModelsResponse) GetJSON200() *HttpapiOpenAIModelList {
+func (r ListModelsResponse) GetJSON200() *OpenAIModelList {
 	return r.JSON200
 }
 
 // GetBody returns the raw response body bytes
-func (r GetOpenaiV1ModelsResponse) GetBody() []byte {
+func (r ListModelsResponse) GetBody() []byte {
 	return r.Body
 }
 
 // Status returns HTTPResponse.Status
-func (r GetOpenaiV1ModelsResponse) Status() string {
+func (r ListModelsResponse) Status() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Status
 	}
@@ -3499,7 +3499,7 @@ func (r GetOpenaiV1ModelsResponse) Status() string {
 }
 
 // StatusCode returns HTTPResponse.StatusCode
-func (r GetOpenaiV1ModelsResponse) StatusCode() int {
+func (r ListModelsResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -3507,39 +3507,39 @@ func (r GetOpenaiV1ModelsResponse) StatusCode() int {
 }
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
-func (r GetOpenaiV1ModelsResponse) ContentType() string {
+func (r ListModelsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
 }
 
-type GetOpenaiV1ModelsModelResponse struct {
+type RetrieveModelResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *HttpapiOpenAIModel
+	JSON200 *OpenAIModel
 	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *ApierrOpenAIErrorResponse
+	JSON404 *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetOpenaiV1ModelsModelResponse) GetJSON200() *HttpapiOpenAIModel {
+func (r RetrieveModelResponse) GetJSON200() *OpenAIModel {
 	return r.JSON200
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetOpenaiV1ModelsModelResponse) GetJSON404() *ApierrOpenAIErrorResponse {
+func (r RetrieveModelResponse) GetJSON404() *OpenAIErrorResponse {
 	return r.JSON404
 }
 
 // GetBody returns the raw response body bytes
-func (r GetOpenaiV1ModelsModelResponse) GetBody() []byte {
+func (r RetrieveModelResponse) GetBody() []byte {
 	return r.Body
 }
 
 // Status returns HTTPResponse.Status
-func (r GetOpenaiV1ModelsModelResponse) Status() string {
+func (r RetrieveModelResponse) Status() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Status
 	}
@@ -3547,7 +3547,7 @@ func (r GetOpenaiV1ModelsModelResponse) Status() string {
 }
 
 // StatusCode returns HTTPResponse.StatusCode
-func (r GetOpenaiV1ModelsModelResponse) StatusCode() int {
+func (r RetrieveModelResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -3555,7 +3555,7 @@ func (r GetOpenaiV1ModelsModelResponse) StatusCode() int {
 }
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
-func (r GetOpenaiV1ModelsModelResponse) ContentType() string {
+func (r RetrieveModelResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4590,64 +4590,64 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 	return ParseMetricsResponse(rsp)
 }
 
-// PostOpenaiV1ChatCompletionsWithBodyWithResponse Create a chat completion (OpenAI-compatible)
+// CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 //
 // The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
-// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-func (c *ClientWithResponses) PostOpenaiV1ChatCompletionsWithBodyWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error) {
-	rsp, err := c.PostOpenaiV1ChatCompletionsWithBody(ctx, params, contentType, body, reqEditors...)
+// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+func (c *ClientWithResponses) CreateChatCompletionWithBodyWithResponse(ctx context.Context, params *CreateChatCompletionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateChatCompletionResponse, error) {
+	rsp, err := c.CreateChatCompletionWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
-	return ParsePostOpenaiV1ChatCompletionsResponse(rsp)
+	return ParseCreateChatCompletionResponse(rsp)
 }
 
-// PostOpenaiV1ChatCompletionsWithResponse Create a chat completion (OpenAI-compatible)
+// CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 //
 // The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
-// Corresponds with POST /openai/v1/chat/completions (the `PostOpenaiV1ChatCompletions` operationId).
-func (c *ClientWithResponses) PostOpenaiV1ChatCompletionsWithResponse(ctx context.Context, params *PostOpenaiV1ChatCompletionsParams, body PostOpenaiV1ChatCompletionsJSONRequestBody, reqEditors ...RequestEditorFn) (*PostOpenaiV1ChatCompletionsResponse, error) {
-	rsp, err := c.PostOpenaiV1ChatCompletions(ctx, params, body, reqEditors...)
+// Corresponds with POST /openai/v1/chat/completions (the `CreateChatCompletion` operationId).
+func (c *ClientWithResponses) CreateChatCompletionWithResponse(ctx context.Context, params *CreateChatCompletionParams, body CreateChatCompletionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateChatCompletionResponse, error) {
+	rsp, err := c.CreateChatCompletion(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
-	return ParsePostOpenaiV1ChatCompletionsResponse(rsp)
+	return ParseCreateChatCompletionResponse(rsp)
 }
 
-// GetOpenaiV1ModelsWithResponse List models (OpenAI-compatible)
+// ListModelsWithResponse List models (OpenAI-compatible)
 //
 // Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
 //
 // Returns a wrapper object for the known response body format(s).
 //
-// Corresponds with GET /openai/v1/models (the `GetOpenaiV1Models` operationId).
-func (c *ClientWithResponses) GetOpenaiV1ModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsResponse, error) {
-	rsp, err := c.GetOpenaiV1Models(ctx, reqEditors...)
+// Corresponds with GET /openai/v1/models (the `ListModels` operationId).
+func (c *ClientWithResponses) ListModelsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListModelsResponse, error) {
+	rsp, err := c.ListModels(ctx, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
-	return ParseGetOpenaiV1ModelsResponse(rsp)
+	return ParseListModelsResponse(rsp)
 }
 
-// GetOpenaiV1ModelsModelWithResponse Retrieve a model (OpenAI-compatible)
+// RetrieveModelWithResponse Retrieve a model (OpenAI-compatible)
 //
 // The model as GET /openai/v1/models lists it, or 404 model_not_found.
 //
 // Returns a wrapper object for the known response body format(s).
 //
-// Corresponds with GET /openai/v1/models/{model} (the `GetOpenaiV1ModelsModel` operationId).
-func (c *ClientWithResponses) GetOpenaiV1ModelsModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*GetOpenaiV1ModelsModelResponse, error) {
-	rsp, err := c.GetOpenaiV1ModelsModel(ctx, model, reqEditors...)
+// Corresponds with GET /openai/v1/models/{model} (the `RetrieveModel` operationId).
+func (c *ClientWithResponses) RetrieveModelWithResponse(ctx context.Context, model string, reqEditors ...RequestEditorFn) (*RetrieveModelResponse, error) {
+	rsp, err := c.RetrieveModel(ctx, model, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
-	return ParseGetOpenaiV1ModelsModelResponse(rsp)
+	return ParseRetrieveModelResponse(rsp)
 }
 
 // OpenapiJSONWithResponse The OpenAPI document (JSON)
@@ -5105,85 +5105,85 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	return response, nil
 }
 
-// ParsePostOpenaiV1ChatCompletionsResponse parses an HTTP response from a PostOpenaiV1ChatCompletionsWithResponse call
-func ParsePostOpenaiV1ChatCompletionsResponse(rsp *http.Response) (*PostOpenaiV1ChatCompletionsResponse, error) {
+// ParseCreateChatCompletionResponse parses an HTTP response from a CreateChatCompletionWithResponse call
+func ParseCreateChatCompletionResponse(rsp *http.Response) (*CreateChatCompletionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
 	defer func() { _ = rsp.Body.Close() }()
 	if err != nil {
 		return nil, err
 	}
 
-	response := &PostOpenaiV1ChatCompletionsResponse{
+	response := &CreateChatCompletionResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest HttpapiChatCompletion
+		var dest ChatCompletion
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON502 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5194,22 +5194,22 @@ func ParsePostOpenaiV1ChatCompletionsResponse(rsp *http.Response) (*PostOpenaiV1
 	return response, nil
 }
 
-// ParseGetOpenaiV1ModelsResponse parses an HTTP response from a GetOpenaiV1ModelsWithResponse call
-func ParseGetOpenaiV1ModelsResponse(rsp *http.Response) (*GetOpenaiV1ModelsResponse, error) {
+// ParseListModelsResponse parses an HTTP response from a ListModelsWithResponse call
+func ParseListModelsResponse(rsp *http.Response) (*ListModelsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
 	defer func() { _ = rsp.Body.Close() }()
 	if err != nil {
 		return nil, err
 	}
 
-	response := &GetOpenaiV1ModelsResponse{
+	response := &ListModelsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest HttpapiOpenAIModelList
+		var dest OpenAIModelList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5220,29 +5220,29 @@ func ParseGetOpenaiV1ModelsResponse(rsp *http.Response) (*GetOpenaiV1ModelsRespo
 	return response, nil
 }
 
-// ParseGetOpenaiV1ModelsModelResponse parses an HTTP response from a GetOpenaiV1ModelsModelWithResponse call
-func ParseGetOpenaiV1ModelsModelResponse(rsp *http.Response) (*GetOpenaiV1ModelsModelResponse, error) {
+// ParseRetrieveModelResponse parses an HTTP response from a RetrieveModelWithResponse call
+func ParseRetrieveModelResponse(rsp *http.Response) (*RetrieveModelResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
 	defer func() { _ = rsp.Body.Close() }()
 	if err != nil {
 		return nil, err
 	}
 
-	response := &GetOpenaiV1ModelsModelResponse{
+	response := &RetrieveModelResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest HttpapiOpenAIModel
+		var dest OpenAIModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest ApierrOpenAIErrorResponse
+		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
