@@ -208,7 +208,6 @@ func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 	rz, err := c.ReadyzWithResponse(ctx)
 	mustStatus(t, "readyz", rz.HTTPResponse, rz.Body, err, 200)
 
-
 	// Every JSON operation of the document was called.
 	for id, re := range jsonOperations(t) {
 		called := false
