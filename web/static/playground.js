@@ -54,9 +54,12 @@ export class Playground {
     });
     opts.push(el('option', {value: OTHER, text: 'Another queue…'}));
     this.queue.replaceChildren(...opts);
-    // Keep what the user picked; until they pick, the first queue (or
-    // "Another queue…" while there is none) follows the catalog.
+    // Keep what the user picked; until they pick, the catalog decides:
+    // "demo" when there is one (the queue `make run`'s demo worker serves,
+    // whose input is plain text; its neighbour "chat" wants OpenAI-style
+    // messages), else the first queue, else "Another queue…".
     if (this.queuePicked && [...this.queue.options].some((o) => o.value === chosen)) this.queue.value = chosen;
+    else if (queues.some((q) => q.name === 'demo')) this.queue.value = 'demo';
     else this.queue.value = queues.length ? queues[0].name : OTHER;
     this.queueChanged(false);
   }
