@@ -118,7 +118,7 @@ test-compose:
 	if ! $(COMPOSE) version >/dev/null 2>&1; then echo "test-compose: skipped: neither the docker compose plugin nor docker-compose is installed"; exit 0; fi; \
 	$(MAKE) --no-print-directory image IMAGE=switchyard:compose-test && \
 	COMPOSE="$(COMPOSE)" SWITCHYARD_DEMO_IMAGE=switchyard:compose-test \
-	  $(GO) test -tags compose -count=1 -v -timeout 30m -run '$(COMPOSE_RUN)' ./integration/compose/
+	  $(GO) test -race -tags compose -count=1 -v -timeout 30m -run '$(COMPOSE_RUN)' ./integration/compose/
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool
