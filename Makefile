@@ -26,9 +26,9 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned)
+## lint: staticcheck (pinned), the compose tests' files (build tag compose) included
 lint:
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags compose ./...
 
 ## test-short: unit tests only (skips the binary build)
 test-short:

@@ -45,7 +45,7 @@ func TestComposeKillBusyWorker(t *testing.T) {
 	l := startLoad(c, clientSpec{kind: "large", model: "large", clients: 12, ingresses: []string{"node-1", "node-2"}})
 	waitBusy(t, l, "large", 8, 2)
 
-	at := c.kill("worker-3")
+	at, died := c.kill("worker-3")
 	time.Sleep(5 * time.Second)
 	back := c.start("worker-3")
 	again, err := poll(30*time.Second, completedAfter(l, "large", back))
@@ -55,7 +55,8 @@ func TestComposeKillBusyWorker(t *testing.T) {
 	l.drain(jobTTL + 5*time.Second)
 
 	led := newLedger(c, "kill-worker", "docker kill worker-3 (the only model=large worker, attached to node-3)", at,
-		l.snapshot(), map[string]time.Time{"worker-3": at})
+		l.snapshot(), map[string]time.Time{"worker-3": died})
+	led.note("docker kill issued at %s, the container's process died at %s (Docker's record)", at.Format("15:04:05.000"), died.Format("15:04:05.000"))
 	led.note("worker-3 started again %v after the kill; the first large job submitted after that completed %v later",
 		back.Sub(at).Round(time.Millisecond), again.Round(time.Millisecond))
 	led.check(t, func(j loadJob) time.Duration {
@@ -78,7 +79,7 @@ func TestComposeKillWorkerNode(t *testing.T) {
 	old := consumerOn(t, c, "node-3")
 	waitBusy(t, l, "large", 8, 2)
 
-	at := c.kill("node-3")
+	at, _ := c.kill("node-3")
 	// Start node-3 again once the jobs that were streaming from it have
 	// ended (its old lease has expired by then): those waiting for a
 	// worker get to run on worker-3 once it is back.
@@ -211,7 +212,7 @@ func TestComposeRestart(t *testing.T) {
 func TestComposeRestartCrash(t *testing.T) {
 	last := testRestart(t, "restart-crash", "docker kill node-1, then docker start node-1 at once (inside its lease)",
 		func(c *cluster) (time.Time, time.Time) {
-			at := c.kill("node-1")
+			at, _ := c.kill("node-1")
 			return at, c.start("node-1")
 		},
 		"jobs in flight with output on worker-2 and worker-3 (their hosts live)",
@@ -413,12 +414,15 @@ func newConsumer(c *cluster, node, old string) error {
 }
 
 // probe posts one job to a node and reads it to the end.
-func probe(c *cluster, svc, model string) loadJob {
+func probe(c *cluster, svc, model string) loadJob { return probeIn(c, svc, model, "") }
+
+// probeIn is probe for a job kept in zone.
+func probeIn(c *cluster, svc, model, zone string) loadJob {
 	l := &load{c: c, http: &http.Client{}}
 	defer l.http.CloseIdleConnections()
 	l.ctx, l.cancel = c.t.Context(), func() {}
-	j := &loadJob{kind: model, ingress: svc}
-	l.do(j, model)
+	j := &loadJob{kind: model, ingress: svc, model: model, zone: zone}
+	l.do(j)
 	return *j
 }
 

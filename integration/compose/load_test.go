@@ -40,6 +40,7 @@ const (
 type clientSpec struct {
 	kind      string // a label for the ledger: "large", "small"
 	model     string // the capability model=<model> the jobs require
+	zone      string // the zone the jobs are kept in ("": any)
 	clients   int
 	ingresses []string
 }
@@ -47,6 +48,7 @@ type clientSpec struct {
 // loadJob is one POST and its stream.
 type loadJob struct {
 	kind, ingress string
+	model, zone   string // what the job requires
 	submitAt      time.Time
 	// status is the HTTP answer (0: none); refusal the problem code of a
 	// non-200 one; postErr a transport error before any answer.
@@ -139,11 +141,11 @@ func startLoad(c *cluster, specs ...clientSpec) *load {
 func (l *load) runClient(s clientSpec, i int) {
 	ing := i % len(s.ingresses)
 	for !l.stopping.Load() {
-		j := &loadJob{kind: s.kind, ingress: s.ingresses[ing]}
+		j := &loadJob{kind: s.kind, ingress: s.ingresses[ing], model: s.model, zone: s.zone}
 		l.mu.Lock()
 		l.jobs = append(l.jobs, j)
 		l.mu.Unlock()
-		pause := l.do(j, s.model)
+		pause := l.do(j)
 		l.mu.Lock()
 		failover := j.postErr != ""
 		l.mu.Unlock()
@@ -161,15 +163,19 @@ func (l *load) runClient(s clientSpec, i int) {
 // do posts one job and reads its stream to the end; it returns how long
 // the client waits before its next job (after a refusal, Retry-After,
 // between 200ms and 1s).
-func (l *load) do(j *loadJob, model string) time.Duration {
+func (l *load) do(j *loadJob) time.Duration {
 	words := make([]string, jobWords)
 	for i := range words {
 		words[i] = "w" + strconv.Itoa(i)
 	}
-	body, _ := json.Marshal(map[string]any{
+	env := map[string]any{
 		"ttl_ms": jobTTL.Milliseconds(), "input": strings.Join(words, " "),
-		"capabilities": map[string]string{"model": model}, "options": map[string]any{"delay_ms": jobDelay.Milliseconds()},
-	})
+		"capabilities": map[string]string{"model": j.model}, "options": map[string]any{"delay_ms": jobDelay.Milliseconds()},
+	}
+	if j.zone != "" {
+		env["zone"] = j.zone
+	}
+	body, _ := json.Marshal(env)
 	base, err := l.c.url(j.ingress)
 	l.mu.Lock()
 	j.submitAt = time.Now()
