@@ -4,8 +4,6 @@ package compose_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -284,36 +282,6 @@ func (c *cluster) id(svc string) string {
 	return id
 }
 
-// url is the base URL of a node's published HTTP port. A restarted or
-// reconnected container may publish another port: forget drops it.
-func (c *cluster) url(svc string) (string, error) {
-	c.mu.Lock()
-	u := c.urls[svc]
-	c.mu.Unlock()
-	if u != "" {
-		return u, nil
-	}
-	out, err := exec.Command("docker", "port", c.id(svc), "8080/tcp").Output()
-	if err != nil {
-		return "", fmt.Errorf("docker port %s 8080: %v", svc, err)
-	}
-	addr := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-	if addr == "" {
-		return "", fmt.Errorf("%s publishes no port 8080 (yet)", svc)
-	}
-	u = "http://" + addr
-	c.mu.Lock()
-	c.urls[svc] = u
-	c.mu.Unlock()
-	return u, nil
-}
-
-func (c *cluster) forget(svc string) {
-	c.mu.Lock()
-	delete(c.urls, svc)
-	c.mu.Unlock()
-}
-
 // The faults. Each returns the moment just before its command ran: times
 // measured from there are never less than what a requester waited. (The
 // docker command itself takes from tens of milliseconds to most of a second
@@ -384,99 +352,4 @@ func (c *cluster) logs(svc string) string {
 		c.t.Errorf("docker logs %s: %v", svc, err)
 	}
 	return string(out)
-}
-
-// nodeView is a node's GET /v1/cluster/nodes.
-type nodeView struct {
-	Nodes []struct {
-		ID, State, Zone string
-	}
-}
-
-// states returns a node's view of every node's state.
-func (c *cluster) states(svc string) (map[string]string, error) {
-	var v nodeView
-	if err := c.getJSON(svc, "/v1/cluster/nodes", &v); err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, n := range v.Nodes {
-		out[n.ID] = n.State
-	}
-	return out, nil
-}
-
-// expectOnline is nil when svc's view has every one of nodes online.
-func (c *cluster) expectOnline(svc string, nodes ...string) error {
-	st, err := c.states(svc)
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if st[n] != "online" {
-			return fmt.Errorf("%s sees %s as %q", svc, n, st[n])
-		}
-	}
-	return nil
-}
-
-// queueView is a node's GET /v1/queues/demo.
-type queueView struct {
-	Dispatcher string
-	Consumers  []struct{ ID, Node, Name string }
-}
-
-func (c *cluster) queue(svc string) (queueView, error) {
-	var q queueView
-	err := c.getJSON(svc, "/v1/queues/demo", &q)
-	return q, err
-}
-
-func (c *cluster) getJSON(svc, path string, into any) error {
-	u, err := c.url(svc)
-	if err != nil {
-		return err
-	}
-	res, err := c.http.Get(u + path)
-	if err != nil {
-		return fmt.Errorf("%s: %w", svc, err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: GET %s: %s", svc, path, res.Status)
-	}
-	return json.NewDecoder(res.Body).Decode(into)
-}
-
-// waitFor polls cond every 200ms until it returns nil, and fails the test
-// with cond's last error after timeout. It returns how long it waited.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) time.Duration {
-	t.Helper()
-	d, err := poll(timeout, cond)
-	if err != nil {
-		t.Fatalf("waiting %v for %s: %v", timeout, what, err)
-	}
-	return d
-}
-
-// poll is waitFor that returns the last error instead of failing.
-func poll(timeout time.Duration, cond func() error) (time.Duration, error) {
-	start := time.Now()
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start), nil
-		}
-		if time.Since(start) > timeout {
-			return time.Since(start), err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-var errNotYet = errors.New("not yet")
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

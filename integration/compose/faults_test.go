@@ -5,7 +5,6 @@ package compose_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -302,117 +301,6 @@ func completedAfter(l *load, kind string, t time.Time) func() error {
 	}
 }
 
-// consumerOn returns the id of the consumer on node in node-1's view.
-func consumerOn(t *testing.T, c *cluster, node string) string {
-	t.Helper()
-	q, err := c.queue("node-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cn := range q.Consumers {
-		if cn.Node == node {
-			return cn.ID
-		}
-	}
-	t.Fatalf("node-1 sees no consumer on %s: %v", node, q.Consumers)
-	return ""
-}
-
-// rejoined is nil once node is back for good: it answers /readyz (it is not
-// fenced), every node sees all three online with three consumers, and its
-// worker has registered anew (a consumer id other than old, which no view
-// lists any more). A record that merely outlives its holder's lease
-// for a while passes none of the last two.
-func rejoined(c *cluster, node, old string) func() error {
-	return func() error {
-		if r := readyz(c, node); !strings.HasPrefix(r, "200") {
-			return fmt.Errorf("%s /readyz: %s", node, r)
-		}
-		if err := allOnline(c)(); err != nil {
-			return err
-		}
-		return newConsumer(c, node, old)
-	}
-}
-
-// allOnline is nil when every node sees all three nodes online and three
-// consumers of queue demo.
-func allOnline(c *cluster) func() error {
-	return func() error {
-		for _, svc := range nodeServices {
-			if err := c.expectOnline(svc, nodeServices...); err != nil {
-				return err
-			}
-			q, err := c.queue(svc)
-			if err != nil {
-				return err
-			}
-			if len(q.Consumers) != 3 {
-				return fmt.Errorf("%s sees %d consumers of demo: %v", svc, len(q.Consumers), q.Consumers)
-			}
-		}
-		return nil
-	}
-}
-
-// noStaleDispatcher is nil when every node names the same dispatcher for
-// queue demo, online in its view, and sees one consumer on each node (none
-// left over from a process that is gone).
-func noStaleDispatcher(c *cluster) error {
-	first := ""
-	for _, svc := range nodeServices {
-		q, err := c.queue(svc)
-		if err != nil {
-			return err
-		}
-		st, err := c.states(svc)
-		if err != nil {
-			return err
-		}
-		if st[q.Dispatcher] != "online" {
-			return fmt.Errorf("%s names dispatcher %q, which it sees as %q", svc, q.Dispatcher, st[q.Dispatcher])
-		}
-		if first == "" {
-			first = q.Dispatcher
-		} else if q.Dispatcher != first {
-			return fmt.Errorf("views differ on the dispatcher: %s and %s", first, q.Dispatcher)
-		}
-		per := map[string]int{}
-		for _, cn := range q.Consumers {
-			per[cn.Node]++
-		}
-		for _, n := range nodeServices {
-			if per[n] != 1 {
-				return fmt.Errorf("%s sees %d consumers on %s", svc, per[n], n)
-			}
-		}
-	}
-	return nil
-}
-
-// newConsumer is nil when every view has a consumer on node other than
-// old, and none is old: the worker registered again, and the record of its
-// session with the node's previous process is gone.
-func newConsumer(c *cluster, node, old string) error {
-	for _, svc := range nodeServices {
-		q, err := c.queue(svc)
-		if err != nil {
-			return err
-		}
-		found := false
-		for _, cn := range q.Consumers {
-			if cn.ID == old {
-				return fmt.Errorf("%s still lists %s's consumer %s from before the restart", svc, node, old)
-			}
-			found = found || cn.Node == node
-		}
-		if !found {
-			return fmt.Errorf("%s sees no consumer on %s", svc, node)
-		}
-	}
-	return nil
-}
-
 // probe posts one job to a node and reads it to the end.
 func probe(c *cluster, svc, model string) loadJob { return probeIn(c, svc, model, "") }
 
@@ -424,25 +312,6 @@ func probeIn(c *cluster, svc, model, zone string) loadJob {
 	j := &loadJob{kind: model, ingress: svc, model: model, zone: zone}
 	l.do(j)
 	return *j
-}
-
-// readyz returns a node's answer to /readyz, for a failure message.
-func readyz(c *cluster, svc string) string {
-	u, err := c.url(svc)
-	if err != nil {
-		return err.Error()
-	}
-	res, err := c.http.Get(u + "/readyz")
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s ", res.Status)
-	buf := make([]byte, 300)
-	n, _ := res.Body.Read(buf)
-	b.Write(buf[:n])
-	return b.String()
 }
 
 // issue12 logs the time from the fault to the last terminal event of the
