@@ -19,12 +19,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROJECT=${DEMO_PROJECT:-switchyard}
-BIND=${SWITCHYARD_DEMO_BIND:-127.0.0.1}
-case $BIND in 0.0.0.0 | "") HOST=127.0.0.1 ;; *) HOST=$BIND ;; esac
-HTTP1=${SWITCHYARD_DEMO_HTTP_1:-8080}
-HTTP2=${SWITCHYARD_DEMO_HTTP_2:-8081}
-HTTP3=${SWITCHYARD_DEMO_HTTP_3:-8082}
-GRPC1=${SWITCHYARD_DEMO_GRPC_1:-9090}
 WAIT=${DEMO_WAIT:-120}
 
 if [ -z "${COMPOSE:-}" ]; then
@@ -40,6 +34,14 @@ fi
 read -ra compose_cmd <<<"$COMPOSE"
 compose() { "${compose_cmd[@]}" -p "$PROJECT" -f docker-compose.yml "$@"; }
 
+# published SERVICE PORT: the host address a service's port is published on
+# (0.0.0.0 reads as 127.0.0.1).
+published() {
+	local a
+	a=$(compose port "$1" "$2" 2>/dev/null | head -n1)
+	echo "${a/0.0.0.0/127.0.0.1}"
+}
+
 # online URL: how many nodes the node at URL sees online.
 online() { curl -fsS --max-time 2 "$1/v1/cluster/nodes" 2>/dev/null | grep -o '"state":"online"' | wc -l; }
 # consumers URL: how many consumers of queue demo the node at URL sees.
@@ -49,13 +51,18 @@ up() {
 	# Workers start once their node is healthy (depends_on), so this returns
 	# after the three nodes have passed their health check.
 	compose up -d --remove-orphans
+	local u1 u2 u3 grpc1
+	u1=http://$(published node-1 8080)
+	u2=http://$(published node-2 8080)
+	u3=http://$(published node-3 8080)
+	grpc1=$(published node-1 9090)
 	local start=$SECONDS ready=
 	while ((SECONDS - start < WAIT)); do
 		ready=yes
-		for p in "$HTTP1" "$HTTP2" "$HTTP3"; do
-			[ "$(online "http://$HOST:$p")" -eq 3 ] || ready=
+		for u in "$u1" "$u2" "$u3"; do
+			[ "$(online "$u")" -eq 3 ] || ready=
 		done
-		[ "$(consumers "http://$HOST:$HTTP1")" -eq 3 ] || ready=
+		[ "$(consumers "$u1")" -eq 3 ] || ready=
 		[ -n "$ready" ] && break
 		sleep 1
 	done
@@ -65,7 +72,6 @@ up() {
 		compose logs --tail 20 >&2
 		exit 1
 	fi
-	local u1=http://$HOST:$HTTP1 u2=http://$HOST:$HTTP2 u3=http://$HOST:$HTTP3
 	cat <<EOF
 
 Switchyard demo cluster is up ($COMPOSE, project $PROJECT): three nodes, zones
@@ -82,7 +88,7 @@ z1 (node-1) and z2 (node-2, node-3), a demo worker on each node.
   Kill node-3 and watch the cluster view on node-1 mark it spare:
     $COMPOSE -p $PROJECT kill node-3      then: $COMPOSE -p $PROJECT start node-3
 
-  Attach your own worker to node-1's gRPC port: $HOST:$GRPC1
+  Attach your own worker to node-1's gRPC port: $grpc1
   Logs: $COMPOSE -p $PROJECT logs -f node-1 worker-3
   Stop: make demo-down   (make demo-down VOLUMES=1 also deletes the data)
 

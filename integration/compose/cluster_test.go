@@ -128,8 +128,13 @@ func startCluster(t *testing.T, name string) *cluster {
 		}
 		return nil
 	})
-	t.Logf("cluster %s up in %v (subnet %s.0/24, %s, image %s)", c.project, time.Since(start).Round(100*time.Millisecond),
-		c.subnet, strings.Join(compose, " "), image)
+	var urls []string
+	for _, svc := range nodeServices {
+		u, _ := c.url(svc)
+		urls = append(urls, svc+" "+u)
+	}
+	t.Logf("cluster %s up in %v (subnet %s.0/24, %s, image %s): %s", c.project, time.Since(start).Round(100*time.Millisecond),
+		c.subnet, strings.Join(compose, " "), image, strings.Join(urls, ", "))
 	return c
 }
 
