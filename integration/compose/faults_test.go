@@ -153,17 +153,21 @@ func TestComposeDisconnect(t *testing.T) {
 	}
 	// New jobs route around node-3: every small job posted while it was
 	// away completed.
-	var around []string
-	routed := 0
+	around := map[string]int{}
+	routed, missed := 0, 0
 	for _, j := range jobs {
 		if j.kind == "small" && !j.submitAt.Before(at) && j.submitAt.Before(back) {
 			routed++
 			if j.terminal != "done" {
-				around = append(around, fmt.Sprintf("%s: status %d %s%s %s", j.id, j.status, j.refusal, j.postErr, j.code))
+				missed++
+				around[fmt.Sprintf("status %d %s%s%s", j.status, j.refusal, j.postErr, j.code)]++
 			}
 		}
 	}
-	led.note("small jobs posted while node-3 was away: %d, not completed: %d", routed, len(around))
+	led.note("small jobs posted while node-3 was away: %d, not completed: %d %v", routed, missed, around)
+	// Whether node-3 took the others down with it (it was etcd's leader:
+	// issue 12, "the catalog survives its own leader election").
+	led.note("after the case: node-1 /readyz %.40s; node-2 /readyz %.40s", readyz(c, "node-1"), readyz(c, "node-2"))
 	led.mustComplete(t, "small jobs in flight at the fault (worker-1 and worker-2, untouched)", func(j loadJob, _ []jobRun) bool {
 		return j.kind == "small"
 	})
@@ -173,8 +177,8 @@ func TestComposeDisconnect(t *testing.T) {
 		}
 		return untilTTL(j, at)
 	})
-	for _, a := range around {
-		t.Errorf("a small job posted while node-3 was away did not complete: %s", a)
+	if missed > 0 {
+		t.Errorf("%d of the %d small jobs posted while node-3 was away did not complete (routed around it): %v", missed, routed, around)
 	}
 }
 
