@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -263,10 +264,6 @@ func readyz(c *cluster, svc string) string {
 		return err.Error()
 	}
 	defer res.Body.Close()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s ", res.Status)
-	buf := make([]byte, 300)
-	n, _ := res.Body.Read(buf)
-	b.Write(buf[:n])
-	return b.String()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 300))
+	return res.Status + " " + strings.TrimSpace(string(body))
 }
