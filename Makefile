@@ -94,6 +94,8 @@ image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version -f '{{.Server.Arch}}') \
 	  $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/switchyard ./cmd/switchyard
 	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) -f Dockerfile bin/image
+	@# The image this build replaced, now untagged, would pile up build after build.
+	@docker image prune -f --filter label=org.opencontainers.image.title=switchyard >/dev/null
 	@docker image ls $(IMAGE) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 
 # The compose command: the docker compose plugin if present, else docker-compose.
