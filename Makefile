@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto openapi generate tools verify clean
+.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -26,9 +26,10 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned), the fault suite's files (build tag faults) included
+## lint: staticcheck (pinned), the fault suite's and the compose tests' files
+## (build tags faults and compose) included
 lint:
-	$(GO) run $(STATICCHECK) -tags faults ./...
+	$(GO) run $(STATICCHECK) -tags faults,compose ./...
 
 ## test-short: unit tests only (skips the binary build)
 test-short:
@@ -97,6 +98,43 @@ faults:
 FAULT_RUNS ?= 10
 soak-faults:
 	FAULT_RUNS=$(FAULT_RUNS) $(GO) test -tags faults -race -count=1 -v -timeout 180m -run '^TestFaultsSoak$$' ./integration/
+
+## image: the container image $(IMAGE): a static binary (CGO disabled) built
+## here for the Docker engine's OS and architecture, FROM scratch; pulls nothing
+IMAGE ?= switchyard:dev
+image:
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed"; exit 1; }
+	@rm -rf bin/image && mkdir -p bin/image/data
+	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version -f '{{.Server.Arch}}') \
+	  $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/switchyard ./cmd/switchyard
+	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) -f Dockerfile bin/image
+	@# The image this build replaced, now untagged, would pile up build after build.
+	@docker image prune -f --filter label=org.opencontainers.image.title=switchyard >/dev/null
+	@docker image ls $(IMAGE) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
+
+# The compose command: the docker compose plugin if present, else docker-compose.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+DEMO_PROJECT ?= switchyard
+# test-compose: a -run pattern for the cases (default all)
+COMPOSE_RUN ?= .
+
+## demo-up: build the image and start the demo cluster (docker-compose.yml):
+## three nodes in two zones, a worker on each; waits until ready, prints what to open
+demo-up: image
+	COMPOSE="$(COMPOSE)" DEMO_PROJECT=$(DEMO_PROJECT) SWITCHYARD_DEMO_IMAGE=$(IMAGE) scripts/demo.sh up
+
+## demo-down: remove the demo cluster's containers and network (VOLUMES=1: its data too)
+demo-down:
+	COMPOSE="$(COMPOSE)" DEMO_PROJECT=$(DEMO_PROJECT) scripts/demo.sh down $(if $(VOLUMES),--volumes)
+
+## test-compose: fault tests against a compose cluster of its own (other ports,
+## another subnet, so a running demo is left alone); skipped without Docker
+test-compose:
+	@if ! docker info >/dev/null 2>&1; then echo "test-compose: skipped: no Docker engine here (docker info fails)"; exit 0; fi; \
+	if ! $(COMPOSE) version >/dev/null 2>&1; then echo "test-compose: skipped: neither the docker compose plugin nor docker-compose is installed"; exit 0; fi; \
+	$(MAKE) --no-print-directory image IMAGE=switchyard:compose-test && \
+	COMPOSE="$(COMPOSE)" SWITCHYARD_DEMO_IMAGE=switchyard:compose-test \
+	  $(GO) test -race -tags compose -count=1 -v -timeout 30m -run '$(COMPOSE_RUN)' ./integration/compose/
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool

@@ -34,6 +34,7 @@ commands:
   demo     run a node and a demo tokens worker in one process (make run)
   submit   post a job and stream its events to stdout
   bench    drive jobs through a node and print latency and throughput
+  health   exit 0 if a node answers /readyz (container health checks)
   version  print the version
 
 Run 'switchyard <command> -h' for its flags. Every flag can also be set as
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string) error {
 		return runSubmit(ctx, args[1:])
 	case "bench":
 		return runBench(ctx, args[1:])
+	case "health":
+		return runHealth(ctx, args[1:])
 	case "version":
 		fmt.Println(Version)
 		return nil

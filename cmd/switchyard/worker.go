@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/switchyard/switchyard/worker"
@@ -23,6 +24,7 @@ func runWorker(ctx context.Context, args []string) error {
 	delay := fs.Duration("delay", 150*time.Millisecond, "demo: delay before each word")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
+	record := fs.Bool("record-runs", false, "log a line when the handler starts each job and one when it returns (job id, generation, worker name): the worker's own record of what it ran")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -46,6 +48,13 @@ func runWorker(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = log
+	if *record {
+		name := cfg.Name
+		if name == "" {
+			name, _ = os.Hostname() // a container's name, in compose
+		}
+		h = recordRuns(h, name, log)
+	}
 	log.Info("worker starting", "server", cfg.Server, "queue", cfg.Queue, "capabilities", []string(caps), "concurrency", cfg.Concurrency)
 	return worker.Run(ctx, cfg, h)
 }

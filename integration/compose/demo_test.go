@@ -1,0 +1,138 @@
+//go:build compose
+
+package compose_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+)
+
+// The demo as README's "Run the demo cluster" tells it: every node serves
+// the web page; its live cluster view (the snapshot the page renders) shows
+// three nodes online in zones z1 and z2 and the three workers with their
+// capabilities; a job streamed from node-1 that requires model=large runs
+// on node-3's worker-3, and one kept in zone z2 that requires model=small
+// runs on worker-2, by the workers' own record.
+func TestComposeDemo(t *testing.T) {
+	c := startCluster(t, "demo")
+	for _, svc := range nodeServices {
+		u, err := c.url(svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.http.Get(u + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "<title>Switchyard</title>") {
+			t.Errorf("%s: GET /: %s, %.80q", svc, res.Status, body)
+		}
+	}
+
+	snap := firstSnapshot(t, c, "node-1")
+	zones := map[string]string{}
+	for _, n := range snap.Nodes {
+		if n.State != "online" {
+			t.Errorf("live view: %s is %s", n.ID, n.State)
+		}
+		zones[n.ID] = n.Zone
+	}
+	if want := map[string]string{"node-1": "z1", "node-2": "z2", "node-3": "z2"}; fmt.Sprint(zones) != fmt.Sprint(want) {
+		t.Errorf("live view: zones %v, want %v", zones, want)
+	}
+	caps := map[string]string{}
+	for _, q := range snap.Queues {
+		for _, cn := range q.Consumers {
+			caps[cn.Name+"@"+cn.Node] = strings.Join(cn.Capabilities, ",")
+		}
+	}
+	if want := map[string]string{"worker-1@node-1": "model=small", "worker-2@node-2": "model=small", "worker-3@node-3": "model=large"}; fmt.Sprint(caps) != fmt.Sprint(want) {
+		t.Errorf("live view: consumers %v, want %v", caps, want)
+	}
+
+	large := probe(c, "node-1", "large")
+	zoned := probeIn(c, "node-1", "small", "z2")
+	runs := map[string][]jobRun{}
+	for _, w := range workerServices {
+		rs, err := parseRuns(c.logs(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			runs[r.job] = append(runs[r.job], r)
+		}
+	}
+	for _, tc := range []struct {
+		what   string
+		j      loadJob
+		worker string
+	}{
+		{"a model=large job from node-1", large, "worker-3"},
+		{"a model=small job in zone z2 from node-1", zoned, "worker-2"},
+	} {
+		outputs := slices.IndexFunc(tc.j.events, func(e loadEvent) bool { return e.kind == "output" })
+		if tc.j.terminal != "done" || outputs < 0 {
+			t.Errorf("%s: %s %s %s%s, want output then done", tc.what, tc.j.terminal, tc.j.code, tc.j.refusal, tc.j.postErr)
+		}
+		if rs := runs[tc.j.id]; len(rs) != 1 || rs[0].worker != tc.worker {
+			t.Errorf("%s ran %v, want once on %s", tc.what, rs, tc.worker)
+		} else {
+			t.Logf("%s: %d events, ran once on %s, %v from POST to done", tc.what, len(tc.j.events), rs[0].worker,
+				tc.j.endAt.Sub(tc.j.submitAt).Round(time.Millisecond))
+		}
+	}
+}
+
+// snapshot is the part of a cluster view snapshot the demo checks.
+type snapshot struct {
+	Nodes  []struct{ ID, State, Zone string }
+	Queues []struct {
+		Name      string
+		Consumers []struct {
+			Name, Node   string
+			Capabilities []string
+		}
+	}
+}
+
+// firstSnapshot reads the first snapshot of GET /v1/cluster/events, the
+// stream the web page's live view is drawn from.
+func firstSnapshot(t *testing.T, c *cluster, svc string) snapshot {
+	t.Helper()
+	u, err := c.url(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, u+"/v1/cluster/events", nil)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	for ev, err := range sse.Read(res.Body, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == "snapshot" {
+			var s snapshot
+			if err := json.Unmarshal([]byte(ev.Data), &s); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	}
+	t.Fatal("the cluster events stream ended without a snapshot")
+	return snapshot{}
+}

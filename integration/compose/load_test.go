@@ -1,0 +1,339 @@
+//go:build compose
+
+package compose_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sse "github.com/tmaxmax/go-sse"
+)
+
+// The requesters: clients in a closed loop, each posting one streamed job
+// (Accept: text/event-stream) to a node's published port, reading its SSE
+// stream to the end, then posting the next. Every job is recorded as its
+// client saw it, with arrival times. A stream that ends without a terminal
+// event is resumed from its last event id (as an EventSource would), at
+// most three times; a client whose POST fails in transport moves to its
+// next ingress, as behind a load balancer.
+
+// The demo job: the tokens worker sends its input's words back, one every
+// delay_ms, so a job is jobWords × jobDelay long (3s) and has output from
+// its first 100ms on.
+const (
+	jobWords = 30
+	jobDelay = 100 * time.Millisecond
+	jobTTL   = 20 * time.Second
+)
+
+// clientSpec is a group of clients: what their jobs require, and the
+// ingresses they use (client k starts at ingresses[k % len]).
+type clientSpec struct {
+	kind      string // a label for the ledger: "large", "small"
+	model     string // the capability model=<model> the jobs require
+	zone      string // the zone the jobs are kept in ("": any)
+	clients   int
+	ingresses []string
+}
+
+// loadJob is one POST and its stream.
+type loadJob struct {
+	kind, ingress string
+	model, zone   string // what the job requires
+	submitAt      time.Time
+	// status is the HTTP answer (0: none); refusal the problem code of a
+	// non-200 one; postErr a transport error before any answer.
+	status  int
+	refusal string
+	postErr string
+	id      string
+	events  []loadEvent
+	// terminal is done or error, code the error's code; terminals counts
+	// terminal events (more than one is a bug).
+	terminal, code string
+	detail         string // the error event's detail
+	terminals      int
+	endAt          time.Time
+	// broken: the stream ended without a terminal event and could not be
+	// resumed; open: still open when the test stopped waiting.
+	broken  string
+	open    bool
+	resumes int
+}
+
+type loadEvent struct {
+	kind         string
+	at           time.Time
+	seq, attempt uint64
+	code         string
+}
+
+// ended reports whether the stream had ended by t.
+func (j *loadJob) ended(t time.Time) bool { return !j.endAt.IsZero() && !j.endAt.After(t) }
+
+// outputBy reports whether the requester had seen an output by t.
+func (j *loadJob) outputBy(t time.Time) bool {
+	return slices.ContainsFunc(j.events, func(e loadEvent) bool { return e.kind == "output" && !e.at.After(t) })
+}
+
+// attempts are the distinct generations the job's outputs came from.
+func (j *loadJob) attempts() []uint64 {
+	var out []uint64
+	for _, e := range j.events {
+		if e.kind == "output" && !slices.Contains(out, e.attempt) {
+			out = append(out, e.attempt)
+		}
+	}
+	return out
+}
+
+type load struct {
+	c    *cluster
+	http *http.Client
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopping atomic.Bool
+	halted   atomic.Bool
+	wg       sync.WaitGroup
+
+	mu   sync.Mutex
+	jobs []*loadJob
+}
+
+// startLoad starts the clients, 250ms apart so the jobs in flight at any
+// moment are at every stage of their run.
+func startLoad(c *cluster, specs ...clientSpec) *load {
+	total := 0
+	for _, s := range specs {
+		total += s.clients
+	}
+	l := &load{c: c, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: total}}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	k := 0
+	for _, s := range specs {
+		for i := range s.clients {
+			delay := time.Duration(k) * 250 * time.Millisecond
+			k++
+			l.wg.Go(func() {
+				select {
+				case <-l.ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				l.runClient(s, i)
+			})
+		}
+	}
+	c.t.Cleanup(l.halt)
+	return l
+}
+
+func (l *load) runClient(s clientSpec, i int) {
+	ing := i % len(s.ingresses)
+	for !l.stopping.Load() {
+		j := &loadJob{kind: s.kind, ingress: s.ingresses[ing], model: s.model, zone: s.zone}
+		l.mu.Lock()
+		l.jobs = append(l.jobs, j)
+		l.mu.Unlock()
+		pause := l.do(j)
+		l.mu.Lock()
+		failover := j.postErr != ""
+		l.mu.Unlock()
+		if failover {
+			ing = (ing + 1) % len(s.ingresses)
+		}
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// do posts one job and reads its stream to the end; it returns how long
+// the client waits before its next job (after a refusal, Retry-After,
+// between 200ms and 1s).
+func (l *load) do(j *loadJob) time.Duration {
+	words := make([]string, jobWords)
+	for i := range words {
+		words[i] = "w" + strconv.Itoa(i)
+	}
+	env := map[string]any{
+		"ttl_ms": jobTTL.Milliseconds(), "input": strings.Join(words, " "),
+		"capabilities": map[string]string{"model": j.model}, "options": map[string]any{"delay_ms": jobDelay.Milliseconds()},
+	}
+	if j.zone != "" {
+		env["zone"] = j.zone
+	}
+	body, _ := json.Marshal(env)
+	base, err := l.c.url(j.ingress)
+	l.mu.Lock()
+	j.submitAt = time.Now()
+	l.mu.Unlock()
+	var res *http.Response
+	if err == nil {
+		req, _ := http.NewRequestWithContext(l.ctx, http.MethodPost, base+"/v1/queues/demo/jobs", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		res, err = l.http.Do(req)
+	}
+	if err != nil {
+		l.mu.Lock()
+		j.endAt = time.Now()
+		if l.halted.Load() {
+			j.open = true
+		} else {
+			j.postErr = err.Error()
+		}
+		l.mu.Unlock()
+		return 200 * time.Millisecond
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		res.Body.Close()
+		var p struct{ Code string }
+		_ = json.Unmarshal(b, &p)
+		if p.Code == "" {
+			p.Code = "http_" + strconv.Itoa(res.StatusCode)
+		}
+		l.mu.Lock()
+		j.status, j.refusal, j.endAt = res.StatusCode, p.Code, time.Now()
+		l.mu.Unlock()
+		wait := 200 * time.Millisecond
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
+			wait = min(max(time.Duration(s)*time.Second, wait), time.Second)
+		}
+		return wait
+	}
+	l.mu.Lock()
+	j.status, j.id = res.StatusCode, res.Header.Get("X-Job-Id")
+	l.mu.Unlock()
+	last, err := l.read(j, res)
+	for err == nil && j.terminals == 0 && j.resumes < 3 && j.id != "" {
+		// Ended without its terminal event: resume after the last event
+		// seen, as an EventSource would.
+		l.mu.Lock()
+		j.resumes++
+		l.mu.Unlock()
+		req, _ := http.NewRequestWithContext(l.ctx, http.MethodGet, base+"/v1/jobs/"+j.id+"/events", nil)
+		req.Header.Set("Last-Event-ID", last)
+		if res, err = l.http.Do(req); err == nil {
+			if res.StatusCode != http.StatusOK {
+				res.Body.Close()
+				err = fmt.Errorf("resume: %s", res.Status)
+			} else {
+				last, err = l.read(j, res)
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case j.terminals > 0:
+	case l.halted.Load():
+		j.open = true
+	case err != nil:
+		j.broken = err.Error()
+	default:
+		j.broken = "stream ended without a terminal event"
+	}
+	if j.endAt.IsZero() {
+		j.endAt = time.Now()
+	}
+	return 0
+}
+
+// read records a stream's events until it ends; it returns the last event
+// id, and the transport error that ended it, if any.
+func (l *load) read(j *loadJob, res *http.Response) (string, error) {
+	defer res.Body.Close()
+	last := ""
+	for ev, err := range sse.Read(res.Body, nil) {
+		now := time.Now()
+		if err != nil {
+			return last, err
+		}
+		if ev.LastEventID != "" {
+			last = ev.LastEventID
+		}
+		var d struct {
+			JobID        string `json:"job_id"`
+			Seq, Attempt uint64
+			Code, Detail string
+		}
+		_ = json.Unmarshal([]byte(ev.Data), &d)
+		l.mu.Lock()
+		if j.id == "" {
+			j.id = d.JobID
+		}
+		j.events = append(j.events, loadEvent{kind: ev.Type, at: now, seq: d.Seq, attempt: d.Attempt, code: d.Code})
+		if ev.Type == "done" || ev.Type == "error" {
+			j.terminals++
+			if j.terminals == 1 {
+				j.terminal, j.code, j.detail, j.endAt = ev.Type, d.Code, d.Detail, now
+			}
+		}
+		l.mu.Unlock()
+	}
+	return last, nil
+}
+
+// stop lets every client finish the job it has and post no more.
+func (l *load) stop() { l.stopping.Store(true) }
+
+// drain stops the clients and waits up to timeout for their last streams
+// to end, then cuts those still open (recorded as open: no terminal event).
+func (l *load) drain(timeout time.Duration) {
+	l.stop()
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		l.halt()
+	}
+	<-done
+}
+
+// halt cuts every open stream and waits for the clients.
+func (l *load) halt() {
+	l.halted.Store(true)
+	l.cancel()
+	l.wg.Wait()
+	l.http.CloseIdleConnections()
+}
+
+// snapshot copies every job recorded so far.
+func (l *load) snapshot() []loadJob {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]loadJob, len(l.jobs))
+	for i, j := range l.jobs {
+		out[i] = *j
+		out[i].events = slices.Clone(j.events)
+	}
+	return out
+}
+
+// count returns how many jobs satisfy f, under the lock.
+func (l *load) count(f func(*loadJob) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, j := range l.jobs {
+		if f(j) {
+			n++
+		}
+	}
+	return n
+}
