@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
@@ -72,6 +73,13 @@ type Config struct {
 	HTTP    httpapi.Config
 	Workers grpcapi.WorkerConfig
 
+	// Auth is where the node's API keys come from (--auth-file, and
+	// SWITCHYARD_AUTH_KEYS); with neither, the node has no keys and every
+	// call is anonymous, which Validate allows on loopback addresses only
+	// unless AllowAnonymous says otherwise.
+	Auth           auth.Source
+	AllowAnonymous bool
+
 	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
 	FastCatalog bool
 	Logger      *slog.Logger
@@ -107,6 +115,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New("must be host:port (port 0 picks a free one)")}
 		}
+	}
+	if err := c.validateAnonymous(); err != nil {
+		return err
 	}
 	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {
 		return &core.ConfigError{Field: "data-dir", Value: c.DataDir, Err: errors.New("is required for the embedded catalog")}
@@ -149,4 +160,36 @@ func (c *Config) Validate() error {
 		return &core.ConfigError{Field: "stream-max-bytes", Value: c.HTTP.Stream.MaxLagBytes, Err: fmt.Errorf("must be below history-bytes (%d), or a slow stream's position leaves the history before it can resume", c.Engine.HistoryBytes)}
 	}
 	return c.Workers.Validate()
+}
+
+// validateAnonymous refuses to serve anonymous calls beyond this machine:
+// a node without keys whose HTTP or gRPC address is not a loopback one
+// would let anyone who reaches it submit to any queue, attach a worker to
+// any queue and so read other people's inputs.
+func (c *Config) validateAnonymous() error {
+	if c.Auth.Enabled() || c.AllowAnonymous {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}} {
+		if !loopbackAddr(a.addr) {
+			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New(
+				"is not a loopback address and the node has no API keys: give it keys (--auth-file, or SWITCHYARD_AUTH_KEYS), or pass --allow-anonymous to accept anonymous calls from the network")}
+		}
+	}
+	return nil
+}
+
+// loopbackAddr reports whether a listen address host:port binds loopback
+// only: 127.0.0.0/8, ::1 or localhost. An empty host, 0.0.0.0 and :: bind
+// every interface; any other name could resolve anywhere.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

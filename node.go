@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
@@ -37,6 +38,7 @@ type Node struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 
+	keys    *auth.Store
 	cat     *catalog.Catalog
 	engine  *core.Engine
 	workers *grpcapi.WorkerServer
@@ -80,6 +82,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.abort()
 		}
 	}()
+	if err := n.openAuth(); err != nil {
+		return nil, err
+	}
 	if err := n.openCatalog(ctx); err != nil {
 		return nil, err
 	}
@@ -222,7 +227,7 @@ func (n *Node) openAPIs() (err error) {
 			return err
 		}
 	}
-	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
+	hcfg.StreamMetrics, hcfg.Errors, hcfg.Keys = stream.NewMetrics(n.reg), errm, n.keys
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
 	hcfg.Workers = wcfg
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
@@ -237,7 +242,10 @@ func (n *Node) openAPIs() (err error) {
 		return err
 	}
 	cluster := grpcapi.NewClusterServer(n.engine, grpcapi.ClusterConfig{View: hcfg.Cluster, Errors: errm, Logger: n.log.With("system", "cluster")})
-	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs, cluster)
+	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		Keys: n.keys, Errors: errm, Logger: n.log.With("system", "grpc"),
+	}, n.workers, n.jobs, cluster)
 	n.http = &http.Server{
 		Handler: api,
 		// Headers: a time and a size bound (a header trickle is cut, a huge

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -118,11 +119,24 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	if err := core.CheckQueueName(queue); err != nil {
 		return s.fail("Submit", err)
 	}
+	id := auth.FromContext(ctx)
+	if err := id.Allow(auth.Submit, queue); err != nil {
+		return s.fail("Submit", err)
+	}
 	env, err := core.ParseEnvelope(req.GetEnvelopeJson())
 	if err != nil {
 		return s.fail("Submit", err)
 	}
-	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey(), Streamed: true})
+	release, err := id.Admit(time.Now())
+	if err != nil {
+		return s.fail("Submit", err)
+	}
+	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{
+		IdempotencyKey: req.GetIdempotencyKey(), Streamed: true, Owner: id.Owner(), OnEnd: release,
+	})
+	if err != nil || existing {
+		release()
+	}
 	if err != nil {
 		return s.fail("Submit", err)
 	}
@@ -137,7 +151,7 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 // from its grace window, and when it ends the window starts again. One
 // without a token just watches.
 func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
-	j, err := s.e.Job(req.GetJobId())
+	j, err := visible(gs.Context(), s.e, req.GetJobId())
 	if err != nil {
 		return s.fail("Resume", err)
 	}
@@ -163,8 +177,12 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	return s.streamJob(gs, j, after, filter, slow, resumed)
 }
 
-// Get returns a job's status.
-func (s *JobServer) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+// Get returns a job's status. Another subject's job is answered as one
+// that does not exist.
+func (s *JobServer) Get(ctx context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+	if _, err := visible(ctx, s.e, req.GetJobId()); err != nil {
+		return nil, s.fail("Get", err)
+	}
 	v, err := s.e.View(req.GetJobId())
 	if err != nil {
 		return nil, s.fail("Get", err)
@@ -173,8 +191,12 @@ func (s *JobServer) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus
 }
 
 // Cancel ends a job as cancelled (unless it had already ended); its worker
-// is told at once.
-func (s *JobServer) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+// is told at once. Another subject's job is answered as one that does not
+// exist, and nothing changes.
+func (s *JobServer) Cancel(ctx context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+	if _, err := visible(ctx, s.e, req.GetJobId()); err != nil {
+		return nil, s.fail("Cancel", err)
+	}
 	v, err := s.e.Cancel(req.GetJobId(), "cancelled by request")
 	if err != nil {
 		return nil, s.fail("Cancel", err)

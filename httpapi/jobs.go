@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 )
@@ -113,10 +114,21 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	streamed := wantsEventStream(r)
+	who := auth.FromContext(r.Context())
+	release, err := who.Admit(time.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	j, existing, err := s.e.Submit(r.Context(), queue, env, core.SubmitOptions{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		Streamed:       streamed,
+		Owner:          who.Owner(),
+		OnEnd:          release,
 	})
+	if err != nil || existing {
+		release()
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -193,7 +205,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Failure		404				{object}	apierr.Problem	"job_not_found"
 //	@Router			/v1/jobs/{id}/events [get]
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	j, err := s.e.Job(chi.URLParam(r, "id"))
+	j, err := s.visibleJob(r, chi.URLParam(r, "id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 )
@@ -89,8 +90,15 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
-	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true})
+	who := auth.FromContext(r.Context())
+	release, err := who.Admit(time.Now())
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true, Owner: who.Owner(), OnEnd: release})
+	if err != nil {
+		release()
 		s.writeError(w, r, s.chatSubmitError(req.model, err))
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -78,6 +79,12 @@ type Config struct {
 	// OpenAIQueue is the queue the OpenAI-compatible front door posts chat
 	// completions to (see openai.go); empty means DefaultOpenAIQueue.
 	OpenAIQueue string
+	// Keys authenticate every API call (see auth.go); nil means a node
+	// without keys: every call is anonymous.
+	Keys *auth.Store
+	// MetricsOpen serves /metrics to anyone; otherwise it needs the admin
+	// role (on a node without keys, everyone is admin).
+	MetricsOpen bool
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -170,6 +177,9 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
+	if cfg.Keys == nil {
+		cfg.Keys, _ = auth.Open(auth.Source{}, nil) // no source: cannot fail
+	}
 	if cfg.ClusterEventsInterval <= 0 {
 		cfg.ClusterEventsInterval = DefaultClusterEventsInterval
 	}
@@ -215,17 +225,29 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
 	})
 	r.Route("/v1", func(r chi.Router) {
-		r.Post("/queues/{queue}/jobs", s.handleSubmit)
-		r.Get("/jobs/{id}", s.handleGetJob)
-		r.Delete("/jobs/{id}", s.handleCancel)
-		r.Get("/jobs/{id}/events", s.handleEvents)
-		r.Get("/cluster/nodes", s.handleNodes)
-		r.Get("/cluster/events", s.handleClusterEvents)
-		r.Get("/queues", s.handleQueues)
-		r.Get("/queues/{queue}", s.handleQueue)
-		r.Post("/queues/{queue}/workers", s.handleWorkerSession)
-		r.Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
-		r.Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
+		r.Use(s.authenticate)
+		// What each route needs (auth.go): the roles, and the queue its
+		// path names; the job routes show a job to its owner, to admins,
+		// and to a read token issued for it.
+		submit, work := s.allow(auth.Submit, "queue"), s.allow(auth.Work, "queue")
+		admin, worker := s.allow(auth.Admin, ""), s.allow(auth.Work, "")
+		owner := s.allow(auth.Submit|auth.Admin, "")
+		reader := s.allowRead(auth.Submit|auth.Admin, jobScopeOf)
+		r.With(submit).Post("/queues/{queue}/jobs", s.handleSubmit)
+		r.With(reader).Get("/jobs/{id}", s.handleGetJob)
+		r.With(owner).Delete("/jobs/{id}", s.handleCancel)
+		r.With(reader).Get("/jobs/{id}/events", s.handleEvents)
+		r.With(owner).Post("/jobs/{id}/read-token", s.handleJobReadToken)
+		r.With(admin).Get("/cluster/nodes", s.handleNodes)
+		r.With(s.allowRead(auth.Admin, clusterScopeOf)).Get("/cluster/events", s.handleClusterEvents)
+		r.With(admin).Post("/cluster/read-token", s.handleClusterReadToken)
+		r.With(admin).Get("/queues", s.handleQueues)
+		r.With(admin).Get("/queues/{queue}", s.handleQueue)
+		r.With(work).Post("/queues/{queue}/workers", s.handleWorkerSession)
+		// A session's posts need the key too, of the subject that opened
+		// it (workerposts.go): a session id alone is not enough.
+		r.With(worker).Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
+		r.With(worker).Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
 			r.Post("/accept", s.handleWorkerAccept)
 			r.Post("/reject", s.handleWorkerReject)
 			r.Post("/output", s.handleWorkerOutput)
@@ -235,7 +257,10 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	})
 	// The OpenAI-compatible front door (openai.go): in this router, under
 	// the middleware above, so whatever guards /v1 guards it too.
-	r.Route(OpenAIPrefix, s.openAIRoutes)
+	r.Route(OpenAIPrefix, func(r chi.Router) {
+		r.Use(s.authenticate, s.allowOpenAI())
+		s.openAIRoutes(r)
+	})
 	// The web page (package web): the page at / and its assets under
 	// /ui/{version}/, each with its own content type, caching and CSP.
 	s.ui = ui
@@ -245,7 +270,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r.Method(http.MethodHead, web.Prefix+"*", ui)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	r.Get("/metrics", s.handleMetrics)
+	r.With(s.allowMetrics).Get("/metrics", s.handleMetrics)
 	r.Get("/openapi.json", s.handleOpenAPIJSON)
 	r.Get("/openapi.yaml", s.handleOpenAPIYAML)
 	r.Get("/docs", s.handleDocs)

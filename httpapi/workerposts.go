@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 )
 
@@ -222,7 +223,7 @@ func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 //	@Failure		404		{object}	apierr.Problem	"session_not_found"
 //	@Router			/v1/workers/{session}/heartbeat [post]
 func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
-	ss := s.workers.get(chi.URLParam(r, "session"))
+	ss := s.sessionOf(r)
 	if ss == nil {
 		s.writeError(w, r, errSessionNotFound)
 		return
@@ -231,13 +232,27 @@ func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// sessionOf is the session r's path names, if r's caller opened it: the
+// session id names the session, the key proves who posts. Another
+// subject's session is answered as one that does not exist.
+func (s *Server) sessionOf(r *http.Request) *workerSession {
+	ss := s.workers.get(chi.URLParam(r, "session"))
+	if ss == nil {
+		return nil
+	}
+	if who := auth.FromContext(r.Context()); !who.IsAnonymous() && who.Subject() != ss.owner {
+		return nil
+	}
+	return ss
+}
+
 var errSessionNotFound = &core.Error{Code: core.CodeSessionNotFound, Detail: "no worker session by this id on this node: it ended, or never existed; open a new one"}
 
 // workerPost is the common path of a worker's job posts: find the session
 // (which the post shows alive), read the body into m, check that the
 // session holds (job, generation), then apply.
 func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen func() *uint64, apply func(ss *workerSession, job string, gen uint64) error) {
-	ss := s.workers.get(chi.URLParam(r, "session"))
+	ss := s.sessionOf(r)
 	if ss == nil {
 		s.writeError(w, r, errSessionNotFound)
 		return

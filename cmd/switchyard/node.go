@@ -5,6 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/switchyard/switchyard/core/resume"
@@ -25,8 +29,34 @@ func runNode(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stop := reloadOnHangup(n)
 	<-ctx.Done()
+	stop()
 	return closeNode(n, cfg)
+}
+
+// reloadOnHangup reloads the node's API keys on every SIGHUP until stop is
+// called (a bad file keeps the keys in use: Node.ReloadAuth logs why).
+func reloadOnHangup(n *switchyard.Node) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-hup:
+				_ = n.ReloadAuth()
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // closeNode drains the node after a signal, bounded by its drain timeout.
@@ -49,6 +79,10 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.HTTP.BodyTimeout, "http-body-timeout", cfg.HTTP.BodyTimeout, "time a client gets to send a request's whole body after its headers; slower gets 408 request_timeout and changes nothing")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "node-to-node gRPC listen address (port 0 picks one; the catalog carries the bound address)")
+	fs.StringVar(&cfg.Auth.File, "auth-file", "", "API keys (YAML or JSON: subject, key or sha256, roles, queues, limits); re-read on SIGHUP; see README, Securing a node")
+	fs.StringVar(&cfg.Auth.Inline, "auth-keys", "", "API keys as a document in the --auth-file format; set it as SWITCHYARD_AUTH_KEYS rather than on the command line, where other users can read it")
+	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "without API keys, accept anonymous calls on a non-loopback --http-addr or --grpc-addr (refused otherwise)")
+	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
 	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")

@@ -82,8 +82,10 @@ const (
 	ProblemCodeNodeShutdown          ProblemCode = "node_shutdown"
 	ProblemCodeNotFound              ProblemCode = "not_found"
 	ProblemCodeOutputTooLarge        ProblemCode = "output_too_large"
+	ProblemCodePermissionDenied      ProblemCode = "permission_denied"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
+	ProblemCodeRateLimited           ProblemCode = "rate_limited"
 	ProblemCodeRejected              ProblemCode = "rejected"
 	ProblemCodeRequestTimeout        ProblemCode = "request_timeout"
 	ProblemCodeSessionClosed         ProblemCode = "session_closed"
@@ -92,6 +94,7 @@ const (
 	ProblemCodeTooLarge              ProblemCode = "too_large"
 	ProblemCodeTooManyUpdates        ProblemCode = "too_many_updates"
 	ProblemCodeTtlOutOfRange         ProblemCode = "ttl_out_of_range"
+	ProblemCodeUnauthenticated       ProblemCode = "unauthenticated"
 	ProblemCodeUnexpectedMessage     ProblemCode = "unexpected_message"
 	ProblemCodeUnsupportedMediaType  ProblemCode = "unsupported_media_type"
 	ProblemCodeUnsupportedVersion    ProblemCode = "unsupported_version"
@@ -155,9 +158,13 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeOutputTooLarge:
 		return true
+	case ProblemCodePermissionDenied:
+		return true
 	case ProblemCodeQueueBytesFull:
 		return true
 	case ProblemCodeQueueFull:
+		return true
+	case ProblemCodeRateLimited:
 		return true
 	case ProblemCodeRejected:
 		return true
@@ -174,6 +181,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeTooManyUpdates:
 		return true
 	case ProblemCodeTtlOutOfRange:
+		return true
+	case ProblemCodeUnauthenticated:
 		return true
 	case ProblemCodeUnexpectedMessage:
 		return true
@@ -543,7 +552,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -555,7 +564,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Queue defines model for Queue.
@@ -573,6 +582,16 @@ type QueueList struct {
 	Queues []Queue `json:"queues"`
 }
 
+// ReadToken defines model for ReadToken.
+type ReadToken struct {
+	// ExpiresAt ExpiresAt is when it stops working (RFC 3339); the stream then
+	// answers 401, and the page asks for a new one with its key.
+	ExpiresAt string `json:"expires_at"`
+
+	// Token Token goes in the stream's URL as ?read_token=.
+	Token string `json:"token"`
+}
+
 // RegisteredEvent defines model for RegisteredEvent.
 type RegisteredEvent struct {
 	// ConsumerId ConsumerID is the consumer the node registered (the queue view shows it).
@@ -586,7 +605,9 @@ type RegisteredEvent struct {
 	Node          string `json:"node"`
 
 	// Session Session names the session in every post: /v1/workers/{session}/...
-	// Keep it secret: it is the session's only credential.
+	// On a node that checks keys, each post carries the key too, of the
+	// subject that opened the session; another subject's posts are
+	// answered session_not_found.
 	Session string `json:"session"`
 }
 
@@ -1034,6 +1055,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ClusterReadToken A read token for the live cluster view
+	//
+	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --stream-max-duration.
+	//
+	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+	ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelJob Cancel a job
 	//
 	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -1054,6 +1082,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobReadToken A read token for a job's stream
+	//
+	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention, at most --stream-max-duration (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	//
+	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+	JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueues List queues
 	//
@@ -1443,6 +1478,23 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// ClusterReadToken A read token for the live cluster view
+//
+// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --stream-max-duration.
+//
+// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClusterReadTokenRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CancelJob Cancel a job
 //
 // Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -1484,6 +1536,23 @@ func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEdi
 // Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewJobEventsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobReadToken A read token for a job's stream
+//
+// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention, at most --stream-max-duration (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//
+// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobReadTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2197,6 +2266,33 @@ func NewListNodesRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewClusterReadTokenRequest constructs an http.Request for the ClusterReadToken method
+func NewClusterReadTokenRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/read-token")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCancelJobRequest constructs an http.Request for the CancelJob method
 func NewCancelJobRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -2360,6 +2456,40 @@ func NewJobEventsRequest(server string, id string, params *JobEventsParams) (*ht
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewJobReadTokenRequest constructs an http.Request for the JobReadToken method
+func NewJobReadTokenRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/read-token", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -3018,6 +3148,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNodesResponse, error)
 
+	// ClusterReadTokenWithResponse A read token for the live cluster view
+	//
+	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --stream-max-duration.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+	ClusterReadTokenWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClusterReadTokenResponse, error)
+
 	// CancelJobWithResponse Cancel a job
 	//
 	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -3044,6 +3183,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEventsWithResponse(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*JobEventsResponse, error)
+
+	// JobReadTokenWithResponse A read token for a job's stream
+	//
+	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention, at most --stream-max-duration (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+	JobReadTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*JobReadTokenResponse, error)
 
 	// ListQueuesWithResponse List queues
 	//
@@ -3753,6 +3901,61 @@ func (r ListNodesResponse) ContentType() string {
 	return ""
 }
 
+type ClusterReadTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReadToken
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Problem
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON200() *ReadToken {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON401() *Problem {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON403() *Problem {
+	return r.JSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ClusterReadTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClusterReadTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClusterReadTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClusterReadTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CancelJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3884,6 +4087,68 @@ func (r JobEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r JobEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type JobReadTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReadToken
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Problem
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r JobReadTokenResponse) GetJSON200() *ReadToken {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r JobReadTokenResponse) GetJSON401() *Problem {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r JobReadTokenResponse) GetJSON403() *Problem {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r JobReadTokenResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r JobReadTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JobReadTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JobReadTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JobReadTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4725,6 +4990,21 @@ func (c *ClientWithResponses) ListNodesWithResponse(ctx context.Context, reqEdit
 	return ParseListNodesResponse(rsp)
 }
 
+// ClusterReadTokenWithResponse A read token for the live cluster view
+//
+// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --stream-max-duration.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+func (c *ClientWithResponses) ClusterReadTokenWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClusterReadTokenResponse, error) {
+	rsp, err := c.ClusterReadToken(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClusterReadTokenResponse(rsp)
+}
+
 // CancelJobWithResponse Cancel a job
 //
 // Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -4768,6 +5048,21 @@ func (c *ClientWithResponses) JobEventsWithResponse(ctx context.Context, id stri
 		return nil, err
 	}
 	return ParseJobEventsResponse(rsp)
+}
+
+// JobReadTokenWithResponse A read token for a job's stream
+//
+// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention, at most --stream-max-duration (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*JobReadTokenResponse, error) {
+	rsp, err := c.JobReadToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobReadTokenResponse(rsp)
 }
 
 // ListQueuesWithResponse List queues
@@ -5363,6 +5658,46 @@ func ParseListNodesResponse(rsp *http.Response) (*ListNodesResponse, error) {
 	return response, nil
 }
 
+// ParseClusterReadTokenResponse parses an HTTP response from a ClusterReadTokenWithResponse call
+func ParseClusterReadTokenResponse(rsp *http.Response) (*ClusterReadTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClusterReadTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReadToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCancelJobResponse parses an HTTP response from a CancelJobWithResponse call
 func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5453,6 +5788,53 @@ func ParseJobEventsResponse(rsp *http.Response) (*JobEventsResponse, error) {
 			headers.XJobId = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseJobReadTokenResponse parses an HTTP response from a JobReadTokenWithResponse call
+func ParseJobReadTokenResponse(rsp *http.Response) (*JobReadTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JobReadTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReadToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
 	}
 
 	return response, nil
