@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/switchyard/switchyard/auth"
@@ -167,6 +168,10 @@ func (c *Config) Validate() error {
 // would let anyone who reaches it submit to any queue, attach a worker to
 // any queue and so read other people's inputs.
 func (c *Config) validateAnonymous() error {
+	if c.Auth.Enabled() && slices.Contains(c.HTTP.CORSOrigins, "*") {
+		return &core.ConfigError{Field: "cors-origins", Value: "*", Err: errors.New(
+			"* is for a node without keys: with keys, list the origins whose pages may send them")}
+	}
 	if c.Auth.Enabled() || c.AllowAnonymous {
 		return nil
 	}

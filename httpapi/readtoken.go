@@ -40,7 +40,7 @@ type ReadToken struct {
 // handleJobReadToken is POST /v1/jobs/{id}/read-token.
 //
 //	@Summary		A read token for a job's stream
-//	@Description	A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention, at most --stream-max-duration (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//	@Description	A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
 //	@Tags			jobs
 //	@ID				jobReadToken
 //	@Produce		json
@@ -68,7 +68,7 @@ func (s *Server) handleJobReadToken(w http.ResponseWriter, r *http.Request) {
 // handleClusterReadToken is POST /v1/cluster/read-token.
 //
 //	@Summary		A read token for the live cluster view
-//	@Description	A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --stream-max-duration.
+//	@Description	A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
 //	@Tags			cluster
 //	@ID				clusterReadToken
 //	@Produce		json
@@ -78,13 +78,15 @@ func (s *Server) handleJobReadToken(w http.ResponseWriter, r *http.Request) {
 //	@Failure		403	{object}	apierr.Problem	"permission_denied"
 //	@Router			/v1/cluster/read-token [post]
 func (s *Server) handleClusterReadToken(w http.ResponseWriter, r *http.Request) {
-	s.writeReadToken(w, r, auth.ClusterScope, s.cfg.Stream.MaxDuration)
+	s.writeReadToken(w, r, auth.ClusterScope, s.cfg.TokenTTL)
 }
 
 // writeReadToken signs a read token for scope that lives for life, capped
-// at the stream max duration and the keyring's longest, at least a second.
+// at the resume token TTL, at least a second. Not capped at the stream max
+// duration: the node ends a stream after it, and the EventSource's
+// reconnect that follows must still be let in.
 func (s *Server) writeReadToken(w http.ResponseWriter, r *http.Request, scope string, life time.Duration) {
-	life = max(min(life, s.cfg.Stream.MaxDuration, resume.MaxTTL), time.Second)
+	life = max(min(life, s.cfg.TokenTTL), time.Second)
 	now := time.Now()
 	tok, err := s.cfg.Keyring.Sign(resume.Position{
 		Stream: scope, Caller: auth.FromContext(r.Context()).Caller(), Filter: readTokenFilter,

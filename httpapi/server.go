@@ -82,6 +82,10 @@ type Config struct {
 	// Keys authenticate every API call (see auth.go); nil means a node
 	// without keys: every call is anonymous.
 	Keys *auth.Store
+	// CORSOrigins are the origins whose pages may call the API routes
+	// (cors.go): exact origins, or "*" (a node without keys only: the
+	// node checks that). Empty: none.
+	CORSOrigins []string
 	// MetricsOpen serves /metrics to anyone; otherwise it needs the admin
 	// role (on a node without keys, everyone is admin).
 	MetricsOpen bool
@@ -117,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if c.OpenAIQueue != "" && !core.ValidName(c.OpenAIQueue) {
 		return &core.ConfigError{Field: "openai-queue", Value: c.OpenAIQueue, Err: errors.New("must be a queue name: 1-128 of [A-Za-z0-9._-], not starting with '.'")}
+	}
+	if err := validateOrigins(c.CORSOrigins); err != nil {
+		return err
 	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
@@ -224,7 +231,11 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
 	})
+	cors := corsMiddleware(s.cfg.CORSOrigins)
 	r.Route("/v1", func(r chi.Router) {
+		if cors != nil {
+			r.Use(cors)
+		}
 		r.Use(s.authenticate)
 		// What each route needs (auth.go): the roles, and the queue its
 		// path names; the job routes show a job to its owner, to admins,
@@ -258,6 +269,9 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	// The OpenAI-compatible front door (openai.go): in this router, under
 	// the middleware above, so whatever guards /v1 guards it too.
 	r.Route(OpenAIPrefix, func(r chi.Router) {
+		if cors != nil {
+			r.Use(cors)
+		}
 		r.Use(s.authenticate, s.allowOpenAI())
 		s.openAIRoutes(r)
 	})

@@ -82,6 +82,8 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.Auth.File, "auth-file", "", "API keys (YAML or JSON: subject, key or sha256, roles, queues, limits); re-read on SIGHUP; see README, Securing a node")
 	fs.StringVar(&cfg.Auth.Inline, "auth-keys", "", "API keys as a document in the --auth-file format; set it as SWITCHYARD_AUTH_KEYS rather than on the command line, where other users can read it")
 	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "without API keys, accept anonymous calls on a non-loopback --http-addr or --grpc-addr (refused otherwise)")
+	var corsOrigins stringList
+	fs.Var(&corsOrigins, "cors-origins", "origins whose web pages may call the API (comma-separated, exact: https://app.example:8443), or * on a node without keys; none by default")
 	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
@@ -136,6 +138,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	logFormat := fs.String("log-format", "text", "text or json")
 	finish := func() error {
 		cfg.EtcdEndpoints = endpoints
+		cfg.HTTP.CORSOrigins = corsOrigins
 		if len(resumeKeys) > 0 {
 			var keys []resume.Key
 			for _, s := range resumeKeys {
