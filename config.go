@@ -74,6 +74,25 @@ type Config struct {
 	HTTP    httpapi.Config
 	Workers grpcapi.WorkerConfig
 
+	// TLSCert and TLSKey serve the HTTP port (HTTP/2 included) and the
+	// public gRPC port over TLS, the certificate reloaded when its files
+	// change (tls.go). Empty: plaintext.
+	TLSCert, TLSKey string
+	// PeerTLSCert, PeerTLSKey and PeerTLSCA are the cluster's mutual TLS:
+	// the peer port requires a certificate PeerTLSCA signed from every
+	// node (beside the cluster secret), and the embedded etcd member
+	// serves its client and peer ports with the same certificate,
+	// requiring the same of its clients. All three or none.
+	PeerTLSCert, PeerTLSKey, PeerTLSCA string
+	// EtcdTLSCert, EtcdTLSKey and EtcdTLSCA are how the node reaches an
+	// external etcd over https (default: the peer TLS files);
+	// EtcdUsername and EtcdPassword authenticate it there.
+	EtcdTLSCert, EtcdTLSKey, EtcdTLSCA string
+	EtcdUsername, EtcdPassword         string
+	// EtcdAllowPlaintext lets an embedded member listen on a non-loopback
+	// address without TLS (refused otherwise).
+	EtcdAllowPlaintext bool
+
 	// Auth is where the node's API keys come from (--auth-file, and
 	// SWITCHYARD_AUTH_KEYS); with neither, the node has no keys and every
 	// call is anonymous, which Validate allows on loopback addresses only
@@ -118,6 +137,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateAnonymous(); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
 		return err
 	}
 	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/auth"
@@ -145,6 +146,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
 		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState,
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
+		TLS: cfg.catalogTLS(), Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
 	})
 	return err
@@ -164,11 +166,16 @@ func (n *Node) openCluster() (err error) {
 		secret = []byte(hex.EncodeToString(randomBytes(32)))
 		n.log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
 	}
+	serverTLS, clientTLS, err := n.peerTLS()
+	if err != nil {
+		return err
+	}
 	pm := peer.NewMetrics(n.reg)
 	book := peerBook{cat: n.cat, life: n.life}
 	ec := cfg.Engine
 	if n.peer, err = peer.New(peer.Config{
-		Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		Node: cfg.Name, Secret: secret, ServerTLS: serverTLS, ClientTLS: clientTLS,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Addr: book.addr, Zone: book.zone,
 		// A delivery must be acked within the time its worker would get to
 		// accept it: a fraction of what is left of its TTL, so the accept
@@ -242,12 +249,22 @@ func (n *Node) openAPIs() (err error) {
 		return err
 	}
 	cluster := grpcapi.NewClusterServer(n.engine, grpcapi.ClusterConfig{View: hcfg.Cluster, Errors: errm, Logger: n.log.With("system", "cluster")})
+	public, err := n.publicTLS()
+	if err != nil {
+		return err
+	}
+	var creds credentials.TransportCredentials
+	if public != nil {
+		creds = credentials.NewTLS(public)
+	}
 	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
-		Keys: n.keys, Errors: errm, Logger: n.log.With("system", "grpc"),
+		Keys: n.keys, Creds: creds, Errors: errm, Logger: n.log.With("system", "grpc"),
 	}, n.workers, n.jobs, cluster)
 	n.http = &http.Server{
-		Handler: api,
+		// With --tls-cert: HTTPS, and HTTP/2 by ALPN (ServeTLS offers h2).
+		TLSConfig: public,
+		Handler:   api,
 		// Headers: a time and a size bound (a header trickle is cut, a huge
 		// header is 431). No ReadTimeout or WriteTimeout: streams live as
 		// long as their job and bound themselves (core/stream); a request
@@ -298,7 +315,12 @@ func (n *Node) serve() {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.http.Serve(httpapi.LimitWriteBuffer(n.httpLn, n.cfg.HTTP.WriteBuffer)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		ln := httpapi.LimitWriteBuffer(n.httpLn, n.cfg.HTTP.WriteBuffer)
+		serve := n.http.Serve
+		if n.http.TLSConfig != nil {
+			serve = func(ln net.Listener) error { return n.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()

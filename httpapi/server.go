@@ -406,8 +406,13 @@ type ctxKeyConn int
 // tcpConn returns the TCP connection a request came in on, if ConnContext
 // recorded it.
 func tcpConn(ctx context.Context) *net.TCPConn {
-	c, _ := ctx.Value(ctxKeyConn(0)).(*net.TCPConn)
-	return c
+	c, _ := ctx.Value(ctxKeyConn(0)).(net.Conn)
+	// Over TLS the connection is a *tls.Conn on the TCP one.
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
+	t, _ := c.(*net.TCPConn)
+	return t
 }
 
 type writeBufferListener struct {

@@ -65,7 +65,11 @@ func runDemo(ctx context.Context, args []string) error {
 			}
 		})
 	}
-	url := "http://" + hostForURL(n.HTTPAddr())
+	scheme := "http://"
+	if cfg.TLSCert != "" {
+		scheme = "https://"
+	}
+	url := scheme + hostForURL(n.HTTPAddr())
 	fmt.Fprintf(os.Stderr, `
 Switchyard is running: one node, embedded catalog, a demo worker on queue "demo",
 and a demo chat worker (model "demo") behind the OpenAI-compatible front door.
