@@ -78,6 +78,10 @@ type Config struct {
 	// public gRPC port over TLS, the certificate reloaded when its files
 	// change (tls.go). Empty: plaintext.
 	TLSCert, TLSKey string
+	// TLSCA is the CA of the other nodes' public certificates, beside the
+	// system's roots and PeerTLSCA: a node relays a retried submission to
+	// the node its job lives on through that node's public port.
+	TLSCA string
 	// PeerTLSCert, PeerTLSKey and PeerTLSCA are the cluster's mutual TLS:
 	// the peer port requires a certificate PeerTLSCA signed from every
 	// node (beside the cluster secret), and the embedded etcd member

@@ -205,7 +205,7 @@ func (n *Node) openCluster() (err error) {
 	n.cat.SetReachable(cluster.reachable)
 
 	ecfg := cfg.Engine
-	ecfg.Catalog, ecfg.Cluster, ecfg.Transport = n.cat, cluster, n.peer
+	ecfg.Catalog, ecfg.Cluster, ecfg.Transport, ecfg.Idempotency = n.cat, cluster, n.peer, n.cat
 	ecfg.Registerer, ecfg.Logger = n.reg, n.log.With("system", "engine")
 	if n.engine, err = core.New(ecfg); err != nil {
 		return err
@@ -236,6 +236,9 @@ func (n *Node) openAPIs() (err error) {
 	}
 	hcfg.StreamMetrics, hcfg.Errors, hcfg.Keys = stream.NewMetrics(n.reg), errm, n.keys
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
+	if hcfg.RelayTLS, err = n.relayTLS(); err != nil {
+		return err
+	}
 	hcfg.Workers = wcfg
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
@@ -243,7 +246,7 @@ func (n *Node) openAPIs() (err error) {
 	}
 	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Errors: errm, Logger: n.log.With("system", "jobs"),
+		Cluster: hcfg.Cluster, RelayTLS: hcfg.RelayTLS, Errors: errm, Logger: n.log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
 		return err

@@ -141,6 +141,30 @@ func (n *Node) publicTLS() (*tls.Config, error) {
 	return &tls.Config{GetCertificate: cf.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 }
 
+// relayTLS is how this node reaches another node's public ports, to relay
+// a keyed submission whose job lives there; nil for nodes without
+// --tls-cert (the cluster's nodes share their TLS settings). It trusts the
+// system's roots, --tls-ca and the cluster CA.
+func (n *Node) relayTLS() (*tls.Config, error) {
+	if n.cfg.TLSCert == "" {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	for _, f := range []struct{ flag, path string }{{"tls-ca", n.cfg.TLSCA}, {"peer-tls-ca", n.cfg.PeerTLSCA}} {
+		if f.path == "" {
+			continue
+		}
+		pem, err := os.ReadFile(f.path)
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return nil, &core.ConfigError{Field: f.flag, Value: f.path, Err: errors.New("does not read as PEM certificates")}
+		}
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
 // peerTLS is the peer port's mutual TLS, server and client side; nil
 // without --peer-tls-cert. The server checks a client's certificate itself
 // (verifyPeerClient) so that it can log who was refused: the standard

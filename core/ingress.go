@@ -40,6 +40,14 @@ type SubmitOptions struct {
 // dispatcher. A refusal changes nothing. existing is true when an
 // idempotency key matched a job created earlier.
 func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions) (*Job, bool, error) {
+	if opts.IdempotencyKey != "" && e.cfg.Idempotency != nil {
+		return e.submitKeyed(ctx, queue, env, opts)
+	}
+	return e.submit(ctx, queue, env, opts, "")
+}
+
+// submit is Submit's work, making the job under id (a new one for "").
+func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions, id string) (*Job, bool, error) {
 	if err := CheckQueueName(queue); err != nil {
 		return nil, false, err
 	}
@@ -53,12 +61,20 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	}
 	now := time.Now()
 
+	hash := ""
+	if opts.IdempotencyKey != "" {
+		hash = submissionHash(queue, env)
+	}
 	e.mu.Lock()
-	if old, err := e.admitLocked(queue, env, opts); old != nil || err != nil {
+	if old, err := e.admitLocked(queue, env, opts, hash); old != nil || err != nil {
 		e.mu.Unlock()
 		return old, old != nil, err
 	}
 	j := e.newJob(queue, env, eff, opts, dispatcher, now)
+	if id != "" {
+		j.ID = id
+	}
+	j.idemHash = hash
 	d := e.deliveryLocked(j, now)
 	if dispatcher != e.cfg.Node {
 		// A remote dispatcher: the record exists before the forward, so an
@@ -105,18 +121,17 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 
 // admitLocked is Submit's checks under the lock: the refusal of a node
 // that is going away, or of a job no consumer can run (any more), or the
-// job an idempotency key matched. Neither: the job may be created.
-func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions) (*Job, error) {
+// job an idempotency key matched (hash: the submission's, which a retry
+// must match). Neither: the job may be created.
+func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions, hash string) (*Job, error) {
 	if e.draining || e.closed {
 		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
 	}
 	if opts.IdempotencyKey != "" {
 		if id, ok := e.idem[idemScope(opts.Owner, opts.IdempotencyKey)]; ok {
 			if old := e.jobs[id]; old != nil {
-				if old.Queue != queue {
-					return nil, errorf(CodeIdempotencyReuse, "Idempotency-Key", "the key was used for a job on queue %q", old.Queue)
-				}
-				return old, nil
+				old, _, err := matchKeyed(old, hash)
+				return old, err
 			}
 		}
 	}

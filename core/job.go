@@ -123,6 +123,8 @@ type Job struct {
 	owners     int
 	graceTimer *time.Timer
 	idemKey    string
+	// idemHash is the keyed submission's hash (submissionHash).
+	idemHash string
 	// onEnd is SubmitOptions.OnEnd, called by finishLocked.
 	onEnd func()
 	// dispatcher is the node the current generation was forwarded to;

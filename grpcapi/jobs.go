@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,11 @@ type JobConfig struct {
 	// Errors are the node's API error metrics, shared with the other
 	// transports; nil registers a set of its own.
 	Errors *apierr.Metrics
+	// Cluster finds the node a relayed Submit goes to (relay.go), and
+	// RelayTLS is how to reach its gRPC port (nil: plaintext). A nil
+	// Cluster relays nowhere.
+	Cluster  core.ClusterView
+	RelayTLS *tls.Config
 	// Transport labels the errors the service reports: "grpc" (the
 	// default), or "http" for the instance behind the HTTP API's gateway,
 	// whose refusals an HTTP client receives.
@@ -100,6 +106,9 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.Transport == "" {
 		cfg.Transport = "grpc"
 	}
+	if cfg.Cluster == nil {
+		cfg.Cluster = core.NoCluster{}
+	}
 	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}, nil
 }
 
@@ -136,6 +145,10 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	})
 	if err != nil || existing {
 		release()
+	}
+	var elsewhere *core.JobElsewhere
+	if errors.As(err, &elsewhere) {
+		return s.relaySubmit(gs, req, elsewhere)
 	}
 	if err != nil {
 		return s.fail("Submit", err)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
@@ -128,6 +129,11 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil || existing {
 		release()
+	}
+	var elsewhere *core.JobElsewhere
+	if errors.As(err, &elsewhere) {
+		s.relaySubmit(w, r, elsewhere, body)
+		return
 	}
 	if err != nil {
 		s.writeError(w, r, err)

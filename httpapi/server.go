@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -86,6 +87,9 @@ type Config struct {
 	// (cors.go): exact origins, or "*" (a node without keys only: the
 	// node checks that). Empty: none.
 	CORSOrigins []string
+	// RelayTLS is how this node reaches another's HTTP port to relay a
+	// keyed submission whose job lives there (relay.go); nil: plaintext.
+	RelayTLS *tls.Config
 	// MetricsOpen serves /metrics to anyone; otherwise it needs the admin
 	// role (on a node without keys, everyone is admin).
 	MetricsOpen bool
@@ -154,7 +158,9 @@ type Server struct {
 	ui *web.Handler
 	// workers are the HTTP worker sessions (see workers.go).
 	workers workerSessions
-	mux     *chi.Mux
+	// relay carries relayed submissions (relay.go).
+	relay *http.Transport
+	mux   *chi.Mux
 }
 
 // New returns the HTTP API over e; reg receives its metrics.
@@ -198,7 +204,7 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	}
 	s := &Server{
 		e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), om: cfg.StreamMetrics.For("openai"),
-		errs: cfg.Errors.Reporter("http", cfg.Logger),
+		errs: cfg.Errors.Reporter("http", cfg.Logger), relay: newRelayTransport(cfg.RelayTLS),
 	}
 	jobs, cluster, err := s.gatewayServices()
 	if err != nil {

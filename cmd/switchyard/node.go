@@ -86,6 +86,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.Var(&corsOrigins, "cors-origins", "origins whose web pages may call the API (comma-separated, exact: https://app.example:8443), or * on a node without keys; none by default")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTP and gRPC ports: serve them over TLS (HTTP/2 included); reloaded when the file changes")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM CA of the other nodes' --tls-cert, if neither the system nor --peer-tls-ca trusts it: a node relays a retried keyed submission to the node its job lives on")
 	fs.StringVar(&cfg.PeerTLSCert, "peer-tls-cert", "", "PEM certificate of this node from the cluster CA: mutual TLS on the peer port (beside --cluster-secret) and on the embedded etcd member's ports; needs --peer-tls-key and --peer-tls-ca")
 	fs.StringVar(&cfg.PeerTLSKey, "peer-tls-key", "", "PEM private key of --peer-tls-cert")
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "PEM certificate of the cluster CA: the only issuer whose node certificates the peer port and the embedded etcd member accept")
