@@ -88,9 +88,10 @@ func links(id string) JobLinks {
 //	@Failure		413				{object}	apierr.Problem	"body_too_large, input_too_large"
 //	@Failure		415				{object}	apierr.Problem	"unsupported_media_type"
 //	@Failure		422				{object}	apierr.Problem	"ttl_out_of_range, limit_above_ceiling"
-//	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full (Retry-After)"
+//	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full, rate_limited: the key is over its rate or its jobs in flight (Retry-After)"
 //	@Failure		503				{object}	apierr.Problem	"no_capable_worker, draining, dispatcher_unavailable (Retry-After)"
 //	@Failure		504				{object}	apierr.Problem	"expired: the TTL ran out before the job reached its dispatcher"
+//	@Security		BearerKey
 //	@Router			/v1/queues/{queue}/jobs [post]
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	queue := chi.URLParam(r, "queue")
@@ -168,6 +169,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 //	@Param			id	path		string		true	"job id"
 //	@Success		200	{object}	JobResponse	"the job"
 //	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
+//	@Security		ReadToken
 //	@Router			/v1/jobs/{id} [get]
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -183,6 +186,7 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Param			id	path		string		true	"job id"
 //	@Success		200	{object}	JobResponse	"the job after the cancel"
 //	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
 //	@Router			/v1/jobs/{id} [delete]
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -209,6 +213,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Header			200				{string}	X-Job-Id	"the job's id"
 //	@Failure		400				{object}	apierr.Problem	"invalid_resume_token, invalid_field (types, slow)"
 //	@Failure		404				{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
+//	@Security		ReadToken
 //	@Router			/v1/jobs/{id}/events [get]
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.visibleJob(r, chi.URLParam(r, "id"))

@@ -62,10 +62,11 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Failure		413					{object}	apierr.OpenAIErrorResponse	"body_too_large, input_too_large"
 //	@Failure		415					{object}	apierr.OpenAIErrorResponse	"unsupported_media_type"
 //	@Failure		422					{object}	apierr.OpenAIErrorResponse	"ttl_out_of_range; rejected (every capable worker refused the job)"
-//	@Failure		429					{object}	apierr.OpenAIErrorResponse	"queue_full, queue_bytes_full (with Retry-After)"
+//	@Failure		429					{object}	apierr.OpenAIErrorResponse	"queue_full, queue_bytes_full, rate_limited (with Retry-After)"
 //	@Failure		502					{object}	apierr.OpenAIErrorResponse	"the worker failed the job (worker_error, worker_lost, bad_output, ...)"
 //	@Failure		503					{object}	apierr.OpenAIErrorResponse	"no_capable_worker, draining, dispatcher_unavailable (with Retry-After)"
 //	@Failure		504					{object}	apierr.OpenAIErrorResponse	"expired: the job's TTL ran out"
+//	@Security		BearerKey
 //	@Router			/openai/v1/chat/completions [post]
 func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	if err := requireJSON(r); err != nil {
@@ -230,6 +231,7 @@ func openAIModel(name string) OpenAIModel {
 //	@Tags			openai
 //	@Produce		json
 //	@Success		200	{object}	OpenAIModelList
+//	@Security		BearerKey
 //	@Router			/openai/v1/models [get]
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	list := OpenAIModelList{Object: "list", Data: []OpenAIModel{}}
@@ -248,6 +250,7 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 //	@Param			model	path		string	true	"the model's name (it may contain /)"
 //	@Success		200		{object}	OpenAIModel
 //	@Failure		404		{object}	apierr.OpenAIErrorResponse	"model_not_found"
+//	@Security		BearerKey
 //	@Router			/openai/v1/models/{model} [get]
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	// chi matches the escaped path when there is one: an SDK escapes the

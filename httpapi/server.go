@@ -369,6 +369,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 //	@ID				metrics
 //	@Produce		plain
 //	@Success		200	{string}	string	"Prometheus text format"
+//	@Security		BearerKey
 //	@Router			/metrics [get]
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Gatherer == nil {

@@ -88,6 +88,7 @@ type FailMessage struct {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/accept [post]
 func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 	var m JobMessage
@@ -113,6 +114,7 @@ func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/reject [post]
 func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 	var m RejectMessage
@@ -138,6 +140,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/output [post]
 func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 	var m outputBody
@@ -174,6 +177,7 @@ func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/complete [post]
 func (s *Server) handleWorkerComplete(w http.ResponseWriter, r *http.Request) {
 	var m completeBody
@@ -199,6 +203,7 @@ func (s *Server) handleWorkerComplete(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/fail [post]
 func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 	var m FailMessage
@@ -221,6 +226,7 @@ func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 //	@Param			session	path	string	true	"the session"
 //	@Success		204		"alive"
 //	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/heartbeat [post]
 func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
 	ss := s.sessionOf(r)

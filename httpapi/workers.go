@@ -233,6 +233,7 @@ func (ss *workerSession) Close(cause error) {
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
 //	@Failure		503		{object}	apierr.Problem	"draining, catalog_unavailable (Retry-After)"
+//	@Security		BearerKey
 //	@Router			/v1/queues/{queue}/workers [post]
 func (s *Server) handleWorkerSession(w http.ResponseWriter, r *http.Request) {
 	queue := chi.URLParam(r, "queue")
