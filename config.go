@@ -51,7 +51,8 @@ type Config struct {
 	// share it. Empty means a random secret per start, which is fine for a
 	// single node, but then no other node can call this one (each would see
 	// the other as spare). At least 16 bytes when set. It proves membership,
-	// not the channel: mutual TLS is the upgrade path.
+	// not the channel: PeerTLSCert and the rest make the channel mutual
+	// TLS.
 	ClusterSecret string
 	// PeerHeartbeatInterval is how often the node pings every other node;
 	// one that misses PeerFailureThreshold pings in a row is spare in this
