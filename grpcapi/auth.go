@@ -12,13 +12,13 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// MethodRoles is the role each rpc of the public gRPC port needs (any one
+// methodRoles is the role each rpc of the public gRPC port needs (any one
 // of them). An rpc missing here is refused to everyone (permission_denied):
 // a new rpc is closed until it is given a rule, and a test fails first.
 // What only the service can check it checks itself: the queue of a
 // Submit or of a worker's Register, and who owns the job of Resume, Get
 // and Cancel (another subject's job is job_not_found).
-var MethodRoles = map[string]auth.Role{
+var methodRoles = map[string]auth.Role{
 	pb.WorkerService_Connect_FullMethodName:     auth.Work,
 	pb.JobService_Submit_FullMethodName:         auth.Submit,
 	pb.JobService_Resume_FullMethodName:         auth.Submit | auth.Admin,
@@ -46,7 +46,7 @@ func (g guard) check(ctx context.Context, method string) (context.Context, error
 	}
 	id, err := g.keys.Authenticate(credential)
 	if err == nil {
-		if roles, ok := MethodRoles[method]; ok {
+		if roles, ok := methodRoles[method]; ok {
 			err = id.AllowAny(roles)
 		} else {
 			err = &core.Error{Code: core.CodePermissionDenied, Detail: "this rpc is open to no key"}

@@ -22,7 +22,7 @@ type ServerConfig struct {
 	// MaxConcurrentStreams bounds the concurrent streams of one client
 	// connection.
 	MaxConcurrentStreams uint32
-	// Keys authenticate every call (see MethodRoles); nil means a node
+	// Keys authenticate every call (see methodRoles); nil means a node
 	// without keys: every call is anonymous.
 	Keys *auth.Store
 	// Creds are the server's transport credentials (TLS); nil serves
