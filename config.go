@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
@@ -49,7 +51,8 @@ type Config struct {
 	// share it. Empty means a random secret per start, which is fine for a
 	// single node, but then no other node can call this one (each would see
 	// the other as spare). At least 16 bytes when set. It proves membership,
-	// not the channel: mutual TLS is the upgrade path.
+	// not the channel: PeerTLSCert and the rest make the channel mutual
+	// TLS.
 	ClusterSecret string
 	// PeerHeartbeatInterval is how often the node pings every other node;
 	// one that misses PeerFailureThreshold pings in a row is spare in this
@@ -71,6 +74,36 @@ type Config struct {
 	Engine  core.Config
 	HTTP    httpapi.Config
 	Workers grpcapi.WorkerConfig
+
+	// TLSCert and TLSKey serve the HTTP port (HTTP/2 included) and the
+	// public gRPC port over TLS, the certificate reloaded when its files
+	// change (tls.go). Empty: plaintext.
+	TLSCert, TLSKey string
+	// TLSCA is the CA of the other nodes' public certificates, beside the
+	// system's roots and PeerTLSCA: a node relays a retried submission to
+	// the node its job lives on through that node's public port.
+	TLSCA string
+	// PeerTLSCert, PeerTLSKey and PeerTLSCA are the cluster's mutual TLS:
+	// the peer port requires a certificate PeerTLSCA signed from every
+	// node (beside the cluster secret), and the embedded etcd member
+	// serves its client and peer ports with the same certificate,
+	// requiring the same of its clients. All three or none.
+	PeerTLSCert, PeerTLSKey, PeerTLSCA string
+	// EtcdTLSCert, EtcdTLSKey and EtcdTLSCA are how the node reaches an
+	// external etcd over https (default: the peer TLS files);
+	// EtcdUsername and EtcdPassword authenticate it there.
+	EtcdTLSCert, EtcdTLSKey, EtcdTLSCA string
+	EtcdUsername, EtcdPassword         string
+	// EtcdAllowPlaintext lets an embedded member listen on a non-loopback
+	// address without TLS (refused otherwise).
+	EtcdAllowPlaintext bool
+
+	// Auth is where the node's API keys come from (--auth-file, and
+	// SWITCHYARD_AUTH_KEYS); with neither, the node has no keys and every
+	// call is anonymous, which Validate allows on loopback addresses only
+	// unless AllowAnonymous says otherwise.
+	Auth           auth.Source
+	AllowAnonymous bool
 
 	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
 	FastCatalog bool
@@ -107,6 +140,12 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New("must be host:port (port 0 picks a free one)")}
 		}
+	}
+	if err := c.validateAnonymous(); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {
 		return &core.ConfigError{Field: "data-dir", Value: c.DataDir, Err: errors.New("is required for the embedded catalog")}
@@ -149,4 +188,40 @@ func (c *Config) Validate() error {
 		return &core.ConfigError{Field: "stream-max-bytes", Value: c.HTTP.Stream.MaxLagBytes, Err: fmt.Errorf("must be below history-bytes (%d), or a slow stream's position leaves the history before it can resume", c.Engine.HistoryBytes)}
 	}
 	return c.Workers.Validate()
+}
+
+// validateAnonymous refuses to serve anonymous calls beyond this machine:
+// a node without keys whose HTTP or gRPC address is not a loopback one
+// would let anyone who reaches it submit to any queue, attach a worker to
+// any queue and so read other people's inputs.
+func (c *Config) validateAnonymous() error {
+	if c.Auth.Enabled() && slices.Contains(c.HTTP.CORSOrigins, "*") {
+		return &core.ConfigError{Field: "cors-origins", Value: "*", Err: errors.New(
+			"* is for a node without keys: with keys, list the origins whose pages may send them")}
+	}
+	if c.Auth.Enabled() || c.AllowAnonymous {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}} {
+		if !loopbackAddr(a.addr) {
+			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New(
+				"is not a loopback address and the node has no API keys: give it keys (--auth-file, or SWITCHYARD_AUTH_KEYS), or pass --allow-anonymous to accept anonymous calls from the network")}
+		}
+	}
+	return nil
+}
+
+// loopbackAddr reports whether a listen address host:port binds loopback
+// only: 127.0.0.0/8, ::1 or localhost. An empty host, 0.0.0.0 and :: bind
+// every interface; any other name could resolve anywhere.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -66,3 +66,73 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		})
 	}
 }
+
+// Without keys a node serves loopback addresses only, unless told
+// --allow-anonymous; with keys, any address.
+func TestAnonymousOnlyOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		http, grpc string
+		keys, anon bool
+		flag       string
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:9090", false, false, ""},
+		{"127.0.0.2:0", "[::1]:0", false, false, ""},
+		{"localhost:8080", "localhost:0", false, false, ""},
+		{"0.0.0.0:8080", "127.0.0.1:9090", false, false, "http-addr"},
+		{":8080", "127.0.0.1:9090", false, false, "http-addr"},
+		{"127.0.0.1:8080", "[::]:9090", false, false, "grpc-addr"},
+		{"127.0.0.1:8080", "10.0.0.5:9090", false, false, "grpc-addr"},
+		{"127.0.0.1:8080", "node.example:9090", false, false, "grpc-addr"},
+		{"0.0.0.0:8080", "0.0.0.0:9090", true, false, ""},
+		{"0.0.0.0:8080", "0.0.0.0:9090", false, true, ""},
+	} {
+		cfg := switchyard.DefaultConfig()
+		cfg.HTTPAddr, cfg.GRPCAddr, cfg.AllowAnonymous = tc.http, tc.grpc, tc.anon
+		if tc.keys {
+			cfg.Auth.File = "keys.yaml"
+		}
+		err := cfg.Validate()
+		var ce *core.ConfigError
+		switch {
+		case tc.flag == "" && err != nil:
+			t.Errorf("%s %s: %v", tc.http, tc.grpc, err)
+		case tc.flag != "" && (!errors.As(err, &ce) || ce.Field != tc.flag || !strings.Contains(err.Error(), "--auth-file") || !strings.Contains(err.Error(), "--allow-anonymous")):
+			t.Errorf("%s %s: %v, want a refusal of --%s naming both ways out", tc.http, tc.grpc, err, tc.flag)
+		}
+	}
+}
+
+// An embedded etcd member listens beyond loopback only with TLS, or when
+// told --etcd-allow-plaintext; TLS flags come in their sets.
+func TestEtcdPerimeter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*switchyard.Config)
+		flag string
+	}{
+		{"loopback", func(*switchyard.Config) {}, ""},
+		{"client port exposed", func(c *switchyard.Config) { c.EtcdClientAddr = "0.0.0.0:2379" }, "etcd-client-addr"},
+		{"peer port exposed", func(c *switchyard.Config) { c.EtcdPeerAddr = "10.1.2.3:2380" }, "etcd-peer-addr"},
+		{"exposed with TLS", func(c *switchyard.Config) {
+			c.EtcdClientAddr, c.PeerTLSCert, c.PeerTLSKey, c.PeerTLSCA = "0.0.0.0:2379", "c.pem", "k.pem", "ca.pem"
+		}, ""},
+		{"exposed, told to", func(c *switchyard.Config) { c.EtcdClientAddr, c.EtcdAllowPlaintext = "0.0.0.0:2379", true }, ""},
+		{"external etcd", func(c *switchyard.Config) {
+			c.EtcdClientAddr, c.EtcdEndpoints = "0.0.0.0:2379", []string{"https://etcd:2379"}
+		}, ""},
+		{"cert without key", func(c *switchyard.Config) { c.TLSCert = "c.pem" }, "tls-cert"},
+		{"peer cert without CA", func(c *switchyard.Config) { c.PeerTLSCert, c.PeerTLSKey = "c.pem", "k.pem" }, "peer-tls-cert"},
+		{"etcd cert without key", func(c *switchyard.Config) { c.EtcdTLSCert = "c.pem" }, "etcd-tls-cert"},
+	} {
+		cfg := switchyard.DefaultConfig()
+		tc.mut(&cfg)
+		err := cfg.Validate()
+		var ce *core.ConfigError
+		switch {
+		case tc.flag == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.flag != "" && (!errors.As(err, &ce) || ce.Field != tc.flag):
+			t.Errorf("%s: %v, want a refusal of --%s", tc.name, err, tc.flag)
+		}
+	}
+}

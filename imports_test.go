@@ -61,14 +61,14 @@ var importRules = map[string]importRule{
 	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The public gRPC services.
 	"grpcapi": {
-		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr"},
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
 	// The HTTP/SSE API. Its unary routes are the public gRPC services'
 	// rpcs served by grpc-gateway in process, so it builds on grpcapi and
 	// the wire format; it never reaches the peer transport or the catalog.
 	"httpapi": {
-		may:       []string{"core", "core/stream", "core/resume", "apierr", "grpcapi", "proto/switchyard/v1", "web", "openapi"},
+		may:       []string{"core", "core/stream", "core/resume", "apierr", "auth", "grpcapi", "proto/switchyard/v1", "web", "openapi"},
 		neverDeps: []string{etcdLib},
 	},
 	// The OpenAPI document (generated, embedded), its generator and the Go
@@ -79,6 +79,9 @@ var importRules = map[string]importRule{
 	// The web page: static files embedded in the binary, served by
 	// httpapi; it knows nothing of the node.
 	"web": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
+	// Who may call and what they may do: keys, roles, queue patterns,
+	// limits. No transport: httpapi and grpcapi check it.
+	"auth": {may: []string{"core", "core/resume"}, neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib}},
 	// The one error map: core's codes to HTTP and gRPC statuses.
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
@@ -87,7 +90,7 @@ var importRules = map[string]importRule{
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
-	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "proto/switchyard/v1"}},
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "proto/switchyard/v1"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
 	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit"}},

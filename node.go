@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
@@ -37,6 +39,7 @@ type Node struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 
+	keys    *auth.Store
 	cat     *catalog.Catalog
 	engine  *core.Engine
 	workers *grpcapi.WorkerServer
@@ -80,6 +83,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.abort()
 		}
 	}()
+	if err := n.openAuth(); err != nil {
+		return nil, err
+	}
 	if err := n.openCatalog(ctx); err != nil {
 		return nil, err
 	}
@@ -140,6 +146,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
 		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState,
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
+		TLS: cfg.catalogTLS(), Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
 	})
 	return err
@@ -159,11 +166,16 @@ func (n *Node) openCluster() (err error) {
 		secret = []byte(hex.EncodeToString(randomBytes(32)))
 		n.log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
 	}
+	serverTLS, clientTLS, err := n.peerTLS()
+	if err != nil {
+		return err
+	}
 	pm := peer.NewMetrics(n.reg)
 	book := peerBook{cat: n.cat, life: n.life}
 	ec := cfg.Engine
 	if n.peer, err = peer.New(peer.Config{
-		Node: cfg.Name, Secret: secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		Node: cfg.Name, Secret: secret, ServerTLS: serverTLS, ClientTLS: clientTLS,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Addr: book.addr, Zone: book.zone,
 		// A delivery must be acked within the time its worker would get to
 		// accept it: a fraction of what is left of its TTL, so the accept
@@ -193,7 +205,7 @@ func (n *Node) openCluster() (err error) {
 	n.cat.SetReachable(cluster.reachable)
 
 	ecfg := cfg.Engine
-	ecfg.Catalog, ecfg.Cluster, ecfg.Transport = n.cat, cluster, n.peer
+	ecfg.Catalog, ecfg.Cluster, ecfg.Transport, ecfg.Idempotency = n.cat, cluster, n.peer, n.cat
 	ecfg.Registerer, ecfg.Logger = n.reg, n.log.With("system", "engine")
 	if n.engine, err = core.New(ecfg); err != nil {
 		return err
@@ -222,8 +234,11 @@ func (n *Node) openAPIs() (err error) {
 			return err
 		}
 	}
-	hcfg.StreamMetrics, hcfg.Errors = stream.NewMetrics(n.reg), errm
+	hcfg.StreamMetrics, hcfg.Errors, hcfg.Keys = stream.NewMetrics(n.reg), errm, n.keys
 	hcfg.Cluster = clusterView{n.cat, n.tracker}
+	if hcfg.RelayTLS, err = n.relayTLS(); err != nil {
+		return err
+	}
 	hcfg.Workers = wcfg
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
@@ -231,15 +246,28 @@ func (n *Node) openAPIs() (err error) {
 	}
 	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
 		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Errors: errm, Logger: n.log.With("system", "jobs"),
+		Cluster: hcfg.Cluster, RelayTLS: hcfg.RelayTLS, Errors: errm, Logger: n.log.With("system", "jobs"),
 	}, n.reg)
 	if err != nil {
 		return err
 	}
 	cluster := grpcapi.NewClusterServer(n.engine, grpcapi.ClusterConfig{View: hcfg.Cluster, Errors: errm, Logger: n.log.With("system", "cluster")})
-	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams}, n.workers, n.jobs, cluster)
+	public, err := n.publicTLS()
+	if err != nil {
+		return err
+	}
+	var creds credentials.TransportCredentials
+	if public != nil {
+		creds = credentials.NewTLS(public)
+	}
+	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		Keys: n.keys, Creds: creds, Errors: errm, Logger: n.log.With("system", "grpc"),
+	}, n.workers, n.jobs, cluster)
 	n.http = &http.Server{
-		Handler: api,
+		// With --tls-cert: HTTPS, and HTTP/2 by ALPN (ServeTLS offers h2).
+		TLSConfig: public,
+		Handler:   api,
 		// Headers: a time and a size bound (a header trickle is cut, a huge
 		// header is 431). No ReadTimeout or WriteTimeout: streams live as
 		// long as their job and bound themselves (core/stream); a request
@@ -290,7 +318,12 @@ func (n *Node) serve() {
 	}()
 	go func() {
 		defer n.wg.Done()
-		if err := n.http.Serve(httpapi.LimitWriteBuffer(n.httpLn, n.cfg.HTTP.WriteBuffer)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		ln := httpapi.LimitWriteBuffer(n.httpLn, n.cfg.HTTP.WriteBuffer)
+		serve := n.http.Serve
+		if n.http.TLSConfig != nil {
+			serve = func(ln net.Listener) error { return n.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()

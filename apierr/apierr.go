@@ -55,6 +55,9 @@ var table = map[core.Code]wire{
 	core.CodeIdempotencyReuse:     {http.StatusConflict, codes.AlreadyExists},
 	core.CodeSessionNotFound:      {http.StatusNotFound, codes.NotFound},
 	core.CodeJobNotHeld:           {http.StatusConflict, codes.FailedPrecondition},
+	// Who calls, and what the key allows.
+	core.CodeUnauthenticated:  {http.StatusUnauthorized, codes.Unauthenticated},
+	core.CodePermissionDenied: {http.StatusForbidden, codes.PermissionDenied},
 
 	// The request passes a limit.
 	core.CodeBodyTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},
@@ -65,6 +68,7 @@ var table = map[core.Code]wire{
 	core.CodeQueueFull:         {http.StatusTooManyRequests, codes.ResourceExhausted},
 	core.CodeQueueBytesFull:    {http.StatusTooManyRequests, codes.ResourceExhausted},
 	core.CodeTooManyUpdates:    {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeRateLimited:       {http.StatusTooManyRequests, codes.ResourceExhausted},
 
 	// The node cannot serve it now; the same request may succeed later.
 	core.CodeNoCapableWorker:       {http.StatusServiceUnavailable, codes.Unavailable},

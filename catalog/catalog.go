@@ -89,6 +89,10 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		c.wg.Add(1)
 		go c.embedLoop(runCtx)
 	} else {
+		tc, err := cfg.clientTLS()
+		if err != nil {
+			return nil, fmt.Errorf("open catalog: %w", err)
+		}
 		if cfg.Dir != "" || cfg.ClientAddr != "" || cfg.PeerAddr != "" || cfg.UnsafeNoFsync || cfg.FastElection {
 			c.log.Debug("catalog: external endpoints; ignoring the embedded-only settings",
 				"endpoints", cfg.Endpoints, "dir", cfg.Dir, "client_addr", cfg.ClientAddr, "peer_addr", cfg.PeerAddr,
@@ -98,6 +102,9 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 			Endpoints:   cfg.Endpoints,
 			DialTimeout: cfg.DialTimeout,
 			Logger:      zap.NewNop(),
+			TLS:         tc,
+			Username:    cfg.Username,
+			Password:    cfg.Password,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open catalog: connect to %v: %w", cfg.Endpoints, err)

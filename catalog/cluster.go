@@ -59,16 +59,17 @@ const (
 
 // clusterMember is one entry of Config.InitialCluster.
 type clusterMember struct {
-	name string
-	host string // host:port of its peer URL
+	name   string
+	scheme string // http, or https with TLS
+	host   string // host:port of its peer URL
 }
 
-func (m clusterMember) String() string { return m.name + "=http://" + m.host }
+func (m clusterMember) String() string { return m.name + "=" + m.scheme + "://" + m.host }
 
 // parseInitialCluster parses etcd's "name=url,name=url" list as the catalog
-// accepts it: one http URL of the form http://host:port per member (peer TLS
-// is not configured), member names that are node ids, no name or address
-// twice. Blanks around entries are ignored.
+// accepts it: one URL of the form http://host:port (https:// with TLS) per
+// member, member names that are node ids, no name or address twice. Blanks
+// around entries are ignored.
 func parseInitialCluster(s string) ([]clusterMember, error) {
 	var ms []clusterMember
 	names := map[string]bool{}
@@ -77,7 +78,7 @@ func parseInitialCluster(s string) ([]clusterMember, error) {
 		entry = strings.TrimSpace(entry)
 		name, raw, ok := strings.Cut(entry, "=")
 		if !ok {
-			return nil, fmt.Errorf("entry %d %q is not name=http://host:port", i+1, entry)
+			return nil, fmt.Errorf("entry %d %q is not name=http://host:port (https:// with TLS)", i+1, entry)
 		}
 		name, raw = strings.TrimSpace(name), strings.TrimSpace(raw)
 		if !core.ValidName(name) {
@@ -87,8 +88,8 @@ func parseInitialCluster(s string) ([]clusterMember, error) {
 		if err != nil {
 			return nil, fmt.Errorf("entry %d (%s): %v", i+1, name, err)
 		}
-		if u.Scheme != "http" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-			return nil, fmt.Errorf("entry %d (%s): %q is not http://host:port", i+1, name, raw)
+		if (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return nil, fmt.Errorf("entry %d (%s): %q is not http://host:port (https:// with TLS)", i+1, name, raw)
 		}
 		if err := explicitHostPort(u.Host); err != nil {
 			return nil, fmt.Errorf("entry %d (%s): %q: %v", i+1, name, raw, err)
@@ -101,7 +102,7 @@ func parseInitialCluster(s string) ([]clusterMember, error) {
 			return nil, fmt.Errorf("members %q and %q have the same peer address %s", other, name, u.Host)
 		}
 		names[name], hosts[host] = true, name
-		ms = append(ms, clusterMember{name: name, host: u.Host})
+		ms = append(ms, clusterMember{name: name, scheme: u.Scheme, host: u.Host})
 	}
 	return ms, nil
 }
@@ -181,15 +182,20 @@ func (c *Config) validateCluster(bad func(field, format string, args ...any)) {
 		return
 	}
 	for _, m := range ms {
+		if m.scheme != c.scheme() {
+			bad("InitialCluster", "member %s: its URL must be %s:// (TLS is set: https; not set: http)", m.name, c.scheme())
+		}
+	}
+	for _, m := range ms {
 		if m.name != c.Name {
 			continue
 		}
 		if peerOK && normHostPort(m.host) != normHostPort(c.PeerAddr) {
-			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=http://%s", m, c.PeerAddr, c.Name, c.PeerAddr)
+			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=%s://%s", m, c.PeerAddr, c.Name, c.scheme(), c.PeerAddr)
 		}
 		return
 	}
-	bad("InitialCluster", "does not list this node (%s=http://%s): every member must be in it, under its Name", c.Name, c.PeerAddr)
+	bad("InitialCluster", "does not list this node (%s=%s://%s): every member must be in it, under its Name", c.Name, c.scheme(), c.PeerAddr)
 }
 
 // logCluster logs, at Open, which cluster the member is part of, and warns

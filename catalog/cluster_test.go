@@ -825,9 +825,29 @@ func TestClusterConfigValidate(t *testing.T) {
 		{name: "no equals sign", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4" }, wantField: "InitialCluster"},
 		{name: "empty entry", mod: func(c *catalog.Config) { c.InitialCluster = ic + "," }, wantField: "InitialCluster"},
 		{name: "bad member name", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",a/b=http://127.0.0.1:23804" }, wantField: "InitialCluster"},
-		{name: "https", mod: func(c *catalog.Config) {
+		{name: "https without TLS", mod: func(c *catalog.Config) {
 			c.InitialCluster = "n1=http://127.0.0.1:23801,n2=https://127.0.0.1:23802"
 		}, wantField: "InitialCluster"},
+		{name: "https with TLS", mod: func(c *catalog.Config) {
+			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem", CA: "ca.pem"}
+			c.InitialCluster = "n1=https://127.0.0.1:23801,n2=https://127.0.0.1:23802"
+		}},
+		{name: "http with TLS", mod: func(c *catalog.Config) {
+			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem", CA: "ca.pem"}
+		}, wantField: "InitialCluster"},
+		{name: "TLS without a CA", mod: func(c *catalog.Config) {
+			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem"}
+			c.InitialCluster = "n1=https://127.0.0.1:23801"
+		}, wantField: "TLS"},
+		{name: "embedded TLS without a certificate", mod: func(c *catalog.Config) {
+			c.TLS = &catalog.TLSFiles{CA: "ca.pem"}
+			c.InitialCluster = "n1=https://127.0.0.1:23801"
+		}, wantField: "TLS"},
+		{name: "external with a CA and a user", mod: func(c *catalog.Config) {
+			c.InitialCluster, c.Endpoints = "", []string{"https://etcd:2379"}
+			c.TLS, c.Username, c.Password = &catalog.TLSFiles{CA: "ca.pem"}, "switchyard", "secret"
+		}},
+		{name: "embedded with a user", mod: func(c *catalog.Config) { c.Username = "switchyard" }, wantField: "Username"},
 		{name: "no port", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1" }, wantField: "InitialCluster"},
 		{name: "member port 0", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1:0" }, wantField: "InitialCluster"},
 		{name: "path", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1:23804/x" }, wantField: "InitialCluster"},

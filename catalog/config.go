@@ -1,11 +1,14 @@
 package catalog
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/switchyard/switchyard/core"
 )
@@ -92,11 +95,47 @@ type Config struct {
 	// UnsafeNoFsync turns off fsync in the embedded member. Tests only: a
 	// crash can lose acknowledged writes.
 	UnsafeNoFsync bool
+	// TLS, when set, is the cluster's mutual TLS: an embedded member
+	// serves its client and peer ports over TLS with this certificate and
+	// requires client certificates its CA signed (InitialCluster's URLs are
+	// then https://); with Endpoints, it is how this node connects to the
+	// external etcd (Cert and Key may then be empty: the CA alone checks
+	// the servers). The in-process client of an embedded member needs none.
+	TLS *TLSFiles
+	// Username and Password authenticate to an external etcd that has
+	// authentication enabled (etcd's own users and roles).
+	Username, Password string
 	// FastElection sets the embedded member's heartbeat to 10 ms and its
 	// election timeout to 100 ms (etcd's defaults are 100 ms and 1 s) so a
 	// member becomes leader in tens of milliseconds. Tests only: on a busy
 	// machine it causes spurious elections.
 	FastElection bool
+}
+
+// TLSFiles are the PEM files of a TLS identity and the CA it trusts.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// scheme is the scheme of the member URLs: https with TLS.
+func (c *Config) scheme() string {
+	if c.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// clientTLS is the TLS of a client of external Endpoints; nil without TLS.
+func (c *Config) clientTLS() (*tls.Config, error) {
+	if c.TLS == nil {
+		return nil, nil
+	}
+	info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}
+	tc, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	return tc, nil
 }
 
 // embedded reports whether the configuration runs an embedded member.
@@ -172,6 +211,17 @@ func (c *Config) Validate() error {
 		// shape an embedded member and are ignored here rather than
 		// refused: a node's flags carry defaults for them whichever mode
 		// it runs in. Open logs them at debug level.
+	}
+	if t := d.TLS; t != nil {
+		if t.CA == "" {
+			bad("TLS", "CA is required: the CA that signs the members' and the clients' certificates")
+		}
+		if (t.Cert == "") != (t.Key == "") || (d.embedded() && t.Cert == "") {
+			bad("TLS", "Cert and Key go together, and an embedded member needs both")
+		}
+	}
+	if d.embedded() && (d.Username != "" || d.Password != "") {
+		bad("Username", "is for an external etcd (Endpoints); an embedded member has no users")
 	}
 	if d.LeaseTTL < time.Second || d.LeaseTTL%time.Second != 0 {
 		bad("LeaseTTL", "must be a whole number of seconds, at least 1s, got %v", d.LeaseTTL)

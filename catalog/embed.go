@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -27,8 +28,15 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	if cfg.FastElection {
 		ec.TickMs, ec.ElectionMs = 10, 100
 	}
-	curl := url.URL{Scheme: "http", Host: cfg.ClientAddr}
-	purl := url.URL{Scheme: "http", Host: cfg.PeerAddr}
+	curl := url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
+	purl := url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
+	if t := cfg.TLS; t != nil {
+		// Mutual TLS on both ports: whoever reaches them without a
+		// certificate of the cluster CA cannot read or write the catalog.
+		// The peer certificate serves both ways between members.
+		info := transport.TLSInfo{CertFile: t.Cert, KeyFile: t.Key, TrustedCAFile: t.CA, ClientCertAuth: true}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
+	}
 	ec.ListenClientUrls = []url.URL{curl}
 	ec.AdvertiseClientUrls = []url.URL{curl}
 	ec.ListenPeerUrls = []url.URL{purl}

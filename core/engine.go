@@ -51,6 +51,9 @@ type Config struct {
 	// node. A Cluster needs a Catalog and a Transport.
 	Cluster   Cluster
 	Transport Transport
+	// Idempotency keeps idempotency keys across the cluster (the catalog;
+	// see idempotency.go); nil keeps them on this node only.
+	Idempotency IdempotencyStore
 	// PinStable is how long a queue's consumers must have lived on one
 	// other node before a dispatcher that hosts none of them hands the
 	// queue over to that node (relocation hysteresis).
@@ -141,6 +144,7 @@ type Engine struct {
 	mu      sync.Mutex
 	jobs    map[string]*Job
 	idem    map[string]string
+	idemp   idempotency
 	queues  map[string]*queue
 	workers map[string]*Worker
 	// hosted indexes this node's bindings by job id: where a cancel for a
@@ -178,6 +182,7 @@ func New(cfg Config) (*Engine, error) {
 		transport: cfg.Transport,
 		jobs:      map[string]*Job{},
 		idem:      map[string]string{},
+		idemp:     idempotency{pending: map[string]chan struct{}{}},
 		queues:    map[string]*queue{},
 		workers:   map[string]*Worker{},
 		hosted:    map[string]*Worker{},

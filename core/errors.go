@@ -107,6 +107,15 @@ const (
 	// does not hold at that generation: never offered to it, already ended,
 	// or bound again since (fencing).
 	CodeJobNotHeld Code = "job_not_held"
+	// CodeUnauthenticated refuses a call without a valid API key on a node
+	// that checks keys.
+	CodeUnauthenticated Code = "unauthenticated"
+	// CodePermissionDenied refuses a call whose key lacks the role, or the
+	// queue, it needs.
+	CodePermissionDenied Code = "permission_denied"
+	// CodeRateLimited refuses a submission whose key is over its rate or
+	// its ceiling on jobs in flight; nothing is enqueued.
+	CodeRateLimited Code = "rate_limited"
 )
 
 // Error is a refusal with a stable code. It wraps nothing: it is the

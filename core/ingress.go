@@ -23,6 +23,16 @@ type SubmitOptions struct {
 	// until its TTL or a cancel. It has no effect on a job an idempotency
 	// key matched.
 	Streamed bool
+	// Owner is the subject the job belongs to (the key's; "" on a node
+	// without keys): transports show the job to its owner alone, and to
+	// admins. An idempotency key is its owner's: the same key from another
+	// subject is another key.
+	Owner string
+	// OnEnd, if set, is called once when a job this call created ends,
+	// with the engine's lock held: it must be quick and must not call the
+	// engine. It is not called when Submit returns an error or an existing
+	// job (the caller knows then that no job of its own was made).
+	OnEnd func()
 }
 
 // Submit validates an envelope against the node's limits and the consumer
@@ -30,6 +40,14 @@ type SubmitOptions struct {
 // dispatcher. A refusal changes nothing. existing is true when an
 // idempotency key matched a job created earlier.
 func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions) (*Job, bool, error) {
+	if opts.IdempotencyKey != "" && e.cfg.Idempotency != nil {
+		return e.submitKeyed(ctx, queue, env, opts)
+	}
+	return e.submit(ctx, queue, env, opts, "")
+}
+
+// submit is Submit's work, making the job under id (a new one for "").
+func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions, id string) (*Job, bool, error) {
 	if err := CheckQueueName(queue); err != nil {
 		return nil, false, err
 	}
@@ -43,12 +61,20 @@ func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts S
 	}
 	now := time.Now()
 
+	hash := ""
+	if opts.IdempotencyKey != "" {
+		hash = submissionHash(queue, env)
+	}
 	e.mu.Lock()
-	if old, err := e.admitLocked(queue, env, opts); old != nil || err != nil {
+	if old, err := e.admitLocked(queue, env, opts, hash); old != nil || err != nil {
 		e.mu.Unlock()
 		return old, old != nil, err
 	}
 	j := e.newJob(queue, env, eff, opts, dispatcher, now)
+	if id != "" {
+		j.ID = id
+	}
+	j.idemHash = hash
 	d := e.deliveryLocked(j, now)
 	if dispatcher != e.cfg.Node {
 		// A remote dispatcher: the record exists before the forward, so an
@@ -95,18 +121,17 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 
 // admitLocked is Submit's checks under the lock: the refusal of a node
 // that is going away, or of a job no consumer can run (any more), or the
-// job an idempotency key matched. Neither: the job may be created.
-func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions) (*Job, error) {
+// job an idempotency key matched (hash: the submission's, which a retry
+// must match). Neither: the job may be created.
+func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions, hash string) (*Job, error) {
 	if e.draining || e.closed {
 		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
 	}
 	if opts.IdempotencyKey != "" {
-		if id, ok := e.idem[opts.IdempotencyKey]; ok {
+		if id, ok := e.idem[idemScope(opts.Owner, opts.IdempotencyKey)]; ok {
 			if old := e.jobs[id]; old != nil {
-				if old.Queue != queue {
-					return nil, errorf(CodeIdempotencyReuse, "Idempotency-Key", "the key was used for a job on queue %q", old.Queue)
-				}
-				return old, nil
+				old, _, err := matchKeyed(old, hash)
+				return old, err
 			}
 		}
 	}
@@ -124,7 +149,9 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 		History:  NewHistory(e.cfg.HistoryEvents, e.cfg.HistoryBytes),
 		deadline: now.Add(eff.TTL),
 		state:    StateQueued,
-		idemKey:  opts.IdempotencyKey,
+		idemKey:  idemScope(opts.Owner, opts.IdempotencyKey),
+		Owner:    opts.Owner,
+		onEnd:    opts.OnEnd,
 		streamed: opts.Streamed,
 		gen:      1,
 		// The generation is the ingress's to allocate: every forward
@@ -200,6 +227,15 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 	return d
 }
 
+// idemScope is the index key of an idempotency key: its owner's ("" for
+// none).
+func idemScope(owner, key string) string {
+	if key == "" {
+		return ""
+	}
+	return owner + "\x00" + key
+}
+
 // Job returns the job record for streaming.
 func (e *Engine) Job(id string) (*Job, error) {
 	e.mu.Lock()
@@ -210,6 +246,11 @@ func (e *Engine) Job(id string) (*Job, error) {
 	}
 	return j, nil
 }
+
+// JobNotFound is the answer for a job the caller may not see: word for
+// word the answer for one the node does not have, so that an id cannot be
+// probed.
+func JobNotFound() *Error { return errJobNotFound() }
 
 // errJobNotFound is the answer for an id the node has no record of: it
 // never had it, or the job ended and was evicted (retain.go). The two are
@@ -452,6 +493,10 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 		j.History.Append(EventDone, j.gen, mustJSON(payload))
 	} else {
 		j.History.Append(EventError, j.gen, mustJSON(map[string]any{"outcome": outcome, "code": code, "detail": detail}))
+	}
+	if j.onEnd != nil {
+		j.onEnd()
+		j.onEnd = nil
 	}
 	e.m.Jobs.WithLabelValues(string(outcome)).Inc()
 	e.m.Duration.WithLabelValues(string(outcome)).Observe(now.Sub(j.Created).Seconds())

@@ -85,8 +85,11 @@ func outcomeFor(code Code) (Outcome, State) {
 // Job is the ingress node's record of one job: the requester-facing half.
 // Fields after the marker are guarded by Engine.mu.
 type Job struct {
-	ID      string
-	Queue   string
+	ID    string
+	Queue string
+	// Owner is the subject that submitted the job ("" on a node without
+	// keys).
+	Owner   string
 	Created time.Time
 	Limits  Effective
 	// History is the job's event log; streams read it with their own cursors.
@@ -120,6 +123,10 @@ type Job struct {
 	owners     int
 	graceTimer *time.Timer
 	idemKey    string
+	// idemHash is the keyed submission's hash (submissionHash).
+	idemHash string
+	// onEnd is SubmitOptions.OnEnd, called by finishLocked.
+	onEnd func()
 	// dispatcher is the node the current generation was forwarded to;
 	// host is the node its consumer lives on, once a reply names it (""
 	// before: a dispatcher at the consumer's node answers only with the
@@ -149,6 +156,7 @@ func (j *Job) StreamGeneration() uint64 { return 1 }
 type JobView struct {
 	ID         string
 	Queue      string
+	Owner      string
 	State      State
 	Outcome    Outcome
 	Code       Code
@@ -166,7 +174,7 @@ type JobView struct {
 
 func (j *Job) view(now time.Time) JobView {
 	v := JobView{
-		ID: j.ID, Queue: j.Queue, State: j.state, Code: j.code, Detail: j.detail,
+		ID: j.ID, Queue: j.Queue, Owner: j.Owner, State: j.state, Code: j.code, Detail: j.detail,
 		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
 		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
 		LastSeq: j.History.Head(),

@@ -9,7 +9,8 @@ completes; a job the node cancels stops at once.
 
 Settings (environment): SWITCHYARD_URL, QUEUE (demo), CAPABILITY
 (model=demo), CONCURRENCY (1), DELAY (seconds between words, 0.05), NAME
-(py-worker).
+(py-worker), SWITCHYARD_API_KEY (a key with the work role, for a node that
+checks keys: sent on the session and on every post).
 
 The protocol (described by the node's /openapi.json): POST
 /v1/queues/{queue}/workers opens a session, read as server-sent events:
@@ -34,13 +35,14 @@ CAPABILITY = os.environ.get("CAPABILITY", "model=demo")
 CONCURRENCY = int(os.environ.get("CONCURRENCY", "1"))
 DELAY = float(os.environ.get("DELAY", "0.05"))
 NAME = os.environ.get("NAME", "py-worker")
+AUTH = {"Authorization": "Bearer " + os.environ["SWITCHYARD_API_KEY"]} if os.environ.get("SWITCHYARD_API_KEY") else {}
 
 
 def post(path, body=None):
     """POSTs JSON to the node; returns the HTTP status."""
     data = json.dumps(body if body is not None else {}).encode()
     req = urllib.request.Request(URL + path, data=data, method="POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **AUTH})
     try:
         with urllib.request.urlopen(req, timeout=30) as res:
             return res.status
@@ -101,7 +103,7 @@ class Worker:
     def serve(self):
         body = json.dumps({"name": NAME, "capabilities": [CAPABILITY], "concurrency": CONCURRENCY}).encode()
         req = urllib.request.Request("%s/v1/queues/%s/workers" % (URL, QUEUE), data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream", **AUTH})
         with urllib.request.urlopen(req) as res:
             for event, data in events(res):
                 msg = json.loads(data)

@@ -8,7 +8,8 @@
 #
 # Settings (environment): SWITCHYARD_URL, QUEUE (demo), CAPABILITY
 # (model=demo: one key=value), CONCURRENCY (1), DELAY (seconds between
-# words, 0.05), NAME (sh-worker).
+# words, 0.05), NAME (sh-worker), SWITCHYARD_API_KEY (a key with the work
+# role, for a node that checks keys: sent on the session and every post).
 #
 # The protocol (the OpenAPI document at /openapi.json describes it): POST
 # /v1/queues/{queue}/workers opens a session and streams it as server-sent
@@ -36,6 +37,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
+# The key goes to curl in a header file, not on its command line, where
+# any user of the machine could read it.
+: >"$dir/headers"
+if [ -n "${SWITCHYARD_API_KEY:-}" ]; then
+	printf 'Authorization: Bearer %s\n' "$SWITCHYARD_API_KEY" >"$dir/headers"
+fi
 
 # field NAME JSON: a string or number field of a one-line JSON object.
 field() {
@@ -44,7 +51,7 @@ field() {
 
 # post JOB ACTION BODY: one of the worker's posts; prints the HTTP status.
 post() {
-	curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+	curl -s -o /dev/null -w '%{http_code}' -X POST -H @"$dir/headers" -H 'Content-Type: application/json' \
 		-d "$3" "$url/v1/workers/$session/jobs/$1/$2"
 }
 
@@ -70,12 +77,12 @@ run() {
 # heartbeat SECONDS: keeps the session alive while no job posts anything.
 heartbeat() {
 	while sleep "$1"; do
-		curl -s -o /dev/null -X POST "$url/v1/workers/$session/heartbeat" || return
+		curl -s -o /dev/null -X POST -H @"$dir/headers" "$url/v1/workers/$session/heartbeat" || return
 	done
 }
 
 event=
-curl -sN -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
+curl -sN -H @"$dir/headers" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
 	-d "{\"name\":\"$name\",\"capabilities\":[\"$capability\"],\"concurrency\":$concurrency}" \
 	"$url/v1/queues/$queue/workers" |
 while IFS= read -r line; do

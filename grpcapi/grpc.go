@@ -1,11 +1,16 @@
 package grpcapi
 
 import (
+	"io"
+	"log/slog"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -17,13 +22,35 @@ type ServerConfig struct {
 	// MaxConcurrentStreams bounds the concurrent streams of one client
 	// connection.
 	MaxConcurrentStreams uint32
+	// Keys authenticate every call (see methodRoles); nil means a node
+	// without keys: every call is anonymous.
+	Keys *auth.Store
+	// Creds are the server's transport credentials (TLS); nil serves
+	// plaintext.
+	Creds credentials.TransportCredentials
+	// Errors count the calls the guard refuses; nil keeps a set registered
+	// nowhere.
+	Errors *apierr.Metrics
+	Logger *slog.Logger
 }
 
 // NewServer returns the gRPC server of a node's --grpc-addr, with the
 // public services registered. The caller serves it on its listener and
 // stops it; Stop waits for session handlers (see WaitForHandlers below).
 func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster *ClusterServer) *grpc.Server {
-	s := grpc.NewServer(
+	if cfg.Keys == nil {
+		cfg.Keys, _ = auth.Open(auth.Source{}, nil) // no source: cannot fail
+	}
+	if cfg.Errors == nil {
+		cfg.Errors = apierr.NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger)}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(g.unary),
+		grpc.ChainStreamInterceptor(g.stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -35,7 +62,11 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 		// the consumer record: a node's Close must not return before that.
 		grpc.WaitForHandlers(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	}
+	if cfg.Creds != nil {
+		opts = append(opts, grpc.Creds(cfg.Creds))
+	}
+	s := grpc.NewServer(opts...)
 	pb.RegisterWorkerServiceServer(s, workers)
 	pb.RegisterJobServiceServer(s, jobs)
 	pb.RegisterClusterServiceServer(s, cluster)

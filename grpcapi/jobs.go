@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -41,6 +43,11 @@ type JobConfig struct {
 	// Errors are the node's API error metrics, shared with the other
 	// transports; nil registers a set of its own.
 	Errors *apierr.Metrics
+	// Cluster finds the node a relayed Submit goes to (relay.go), and
+	// RelayTLS is how to reach its gRPC port (nil: plaintext). A nil
+	// Cluster relays nowhere.
+	Cluster  core.ClusterView
+	RelayTLS *tls.Config
 	// Transport labels the errors the service reports: "grpc" (the
 	// default), or "http" for the instance behind the HTTP API's gateway,
 	// whose refusals an HTTP client receives.
@@ -99,6 +106,9 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.Transport == "" {
 		cfg.Transport = "grpc"
 	}
+	if cfg.Cluster == nil {
+		cfg.Cluster = core.NoCluster{}
+	}
 	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}, nil
 }
 
@@ -118,11 +128,28 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	if err := core.CheckQueueName(queue); err != nil {
 		return s.fail("Submit", err)
 	}
+	id := auth.FromContext(ctx)
+	if err := id.Allow(auth.Submit, queue); err != nil {
+		return s.fail("Submit", err)
+	}
 	env, err := core.ParseEnvelope(req.GetEnvelopeJson())
 	if err != nil {
 		return s.fail("Submit", err)
 	}
-	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey(), Streamed: true})
+	release, err := id.Admit(time.Now())
+	if err != nil {
+		return s.fail("Submit", err)
+	}
+	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{
+		IdempotencyKey: req.GetIdempotencyKey(), Streamed: true, Owner: id.Owner(), OnEnd: release,
+	})
+	if err != nil || existing {
+		release()
+	}
+	var elsewhere *core.JobElsewhere
+	if errors.As(err, &elsewhere) {
+		return s.relaySubmit(gs, req, elsewhere)
+	}
 	if err != nil {
 		return s.fail("Submit", err)
 	}
@@ -137,7 +164,7 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 // from its grace window, and when it ends the window starts again. One
 // without a token just watches.
 func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
-	j, err := s.e.Job(req.GetJobId())
+	j, err := visible(gs.Context(), s.e, req.GetJobId())
 	if err != nil {
 		return s.fail("Resume", err)
 	}
@@ -163,8 +190,12 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	return s.streamJob(gs, j, after, filter, slow, resumed)
 }
 
-// Get returns a job's status.
-func (s *JobServer) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+// Get returns a job's status. Another subject's job is answered as one
+// that does not exist.
+func (s *JobServer) Get(ctx context.Context, req *pb.GetJobRequest) (*pb.JobStatus, error) {
+	if _, err := visible(ctx, s.e, req.GetJobId()); err != nil {
+		return nil, s.fail("Get", err)
+	}
 	v, err := s.e.View(req.GetJobId())
 	if err != nil {
 		return nil, s.fail("Get", err)
@@ -173,8 +204,12 @@ func (s *JobServer) Get(_ context.Context, req *pb.GetJobRequest) (*pb.JobStatus
 }
 
 // Cancel ends a job as cancelled (unless it had already ended); its worker
-// is told at once.
-func (s *JobServer) Cancel(_ context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+// is told at once. Another subject's job is answered as one that does not
+// exist, and nothing changes.
+func (s *JobServer) Cancel(ctx context.Context, req *pb.CancelJobRequest) (*pb.JobStatus, error) {
+	if _, err := visible(ctx, s.e, req.GetJobId()); err != nil {
+		return nil, s.fail("Cancel", err)
+	}
 	v, err := s.e.Cancel(req.GetJobId(), "cancelled by request")
 	if err != nil {
 		return nil, s.fail("Cancel", err)

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -52,14 +53,19 @@ func (s *JobServer) resumePosition(ctx context.Context, j *core.Job, raw string,
 	return seq, true, nil
 }
 
-// callerFingerprint: the "authorization" metadata, as httpapi uses the
-// Authorization header.
+// callerFingerprint is who resume tokens are bound to: the identity the
+// guard found (its subject, or on a node without keys the credential
+// presented); without one (a service used alone), the "authorization"
+// metadata, as on a node without keys.
 func callerFingerprint(ctx context.Context) [16]byte {
-	var auth string
-	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
-		auth = v[0]
+	if id, ok := auth.Lookup(ctx); ok {
+		return id.Caller()
 	}
-	return stream.CallerFingerprint(auth)
+	var credential string
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		credential = v[0]
+	}
+	return stream.CallerFingerprint(credential)
 }
 
 func filterFingerprint(filter map[core.EventKind]bool) [16]byte {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -120,6 +121,9 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	reg, err := sess.awaitRegister(ctx)
 	if err != nil {
 		return s.end(err)
+	}
+	if err := auth.FromContext(ctx).Allow(auth.Work, reg.GetQueue()); err != nil {
+		return s.fail(err)
 	}
 	// Bounded by count and bytes, as every WorkerConn's queue is.
 	count, bytes := core.WorkerSendQueue(int(reg.Concurrency), s.e.Config().Limits.MaxInputBytes)

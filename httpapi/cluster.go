@@ -62,6 +62,7 @@ type LocalQueue struct {
 //	@ID				listNodes
 //	@Produce		json
 //	@Success		200	{object}	NodeList	"the nodes"
+//	@Security		BearerKey
 //	@Router			/v1/cluster/nodes [get]
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -74,6 +75,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway
 //	@ID				listQueues
 //	@Produce		json
 //	@Success		200	{object}	QueueList	"the queues"
+//	@Security		BearerKey
 //	@Router			/v1/queues [get]
 func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -89,5 +91,6 @@ func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Success		200		{object}	QueueResponse	"the queue"
 //	@Failure		400		{object}	apierr.Problem	"invalid_queue_name"
 //	@Failure		404		{object}	apierr.Problem	"not_found"
+//	@Security		BearerKey
 //	@Router			/v1/queues/{queue} [get]
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }

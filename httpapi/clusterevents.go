@@ -76,6 +76,8 @@ const DefaultClusterEventsInterval = time.Second
 //	@ID				clusterEvents
 //	@Produce		text/event-stream
 //	@Success		200	{object}	ClusterEventStream	"snapshot events"
+//	@Security		BearerKey
+//	@Security		ReadToken
 //	@Router			/v1/cluster/events [get]
 func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()

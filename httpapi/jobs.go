@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 )
@@ -86,9 +88,10 @@ func links(id string) JobLinks {
 //	@Failure		413				{object}	apierr.Problem	"body_too_large, input_too_large"
 //	@Failure		415				{object}	apierr.Problem	"unsupported_media_type"
 //	@Failure		422				{object}	apierr.Problem	"ttl_out_of_range, limit_above_ceiling"
-//	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full (Retry-After)"
+//	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full, rate_limited: the key is over its rate or its jobs in flight (Retry-After)"
 //	@Failure		503				{object}	apierr.Problem	"no_capable_worker, draining, dispatcher_unavailable (Retry-After)"
 //	@Failure		504				{object}	apierr.Problem	"expired: the TTL ran out before the job reached its dispatcher"
+//	@Security		BearerKey
 //	@Router			/v1/queues/{queue}/jobs [post]
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	queue := chi.URLParam(r, "queue")
@@ -113,10 +116,26 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	streamed := wantsEventStream(r)
+	who := auth.FromContext(r.Context())
+	release, err := who.Admit(time.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	j, existing, err := s.e.Submit(r.Context(), queue, env, core.SubmitOptions{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		Streamed:       streamed,
+		Owner:          who.Owner(),
+		OnEnd:          release,
 	})
+	if err != nil || existing {
+		release()
+	}
+	var elsewhere *core.JobElsewhere
+	if errors.As(err, &elsewhere) {
+		s.relaySubmit(w, r, elsewhere, body)
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -150,6 +169,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 //	@Param			id	path		string		true	"job id"
 //	@Success		200	{object}	JobResponse	"the job"
 //	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
+//	@Security		ReadToken
 //	@Router			/v1/jobs/{id} [get]
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -165,6 +186,7 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Param			id	path		string		true	"job id"
 //	@Success		200	{object}	JobResponse	"the job after the cancel"
 //	@Failure		404	{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
 //	@Router			/v1/jobs/{id} [delete]
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -191,9 +213,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Header			200				{string}	X-Job-Id	"the job's id"
 //	@Failure		400				{object}	apierr.Problem	"invalid_resume_token, invalid_field (types, slow)"
 //	@Failure		404				{object}	apierr.Problem	"job_not_found"
+//	@Security		BearerKey
+//	@Security		ReadToken
 //	@Router			/v1/jobs/{id}/events [get]
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	j, err := s.e.Job(chi.URLParam(r, "id"))
+	j, err := s.visibleJob(r, chi.URLParam(r, "id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

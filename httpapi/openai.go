@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 )
@@ -61,11 +62,12 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Failure		413					{object}	apierr.OpenAIErrorResponse	"body_too_large, input_too_large"
 //	@Failure		415					{object}	apierr.OpenAIErrorResponse	"unsupported_media_type"
 //	@Failure		422					{object}	apierr.OpenAIErrorResponse	"ttl_out_of_range; rejected (every capable worker refused the job)"
-//	@Failure		429					{object}	apierr.OpenAIErrorResponse	"queue_full, queue_bytes_full (with Retry-After)"
+//	@Failure		429					{object}	apierr.OpenAIErrorResponse	"queue_full, queue_bytes_full, rate_limited (with Retry-After)"
 //	@Failure		502					{object}	apierr.OpenAIErrorResponse	"the worker failed the job (worker_error, worker_lost, bad_output, ...)"
 //	@Failure		503					{object}	apierr.OpenAIErrorResponse	"no_capable_worker, draining, dispatcher_unavailable (with Retry-After)"
 //	@Failure		504					{object}	apierr.OpenAIErrorResponse	"expired: the job's TTL ran out"
 //	@ID				createChatCompletion
+//	@Security		BearerKey
 //	@Router			/openai/v1/chat/completions [post]
 func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	if err := requireJSON(r); err != nil {
@@ -90,8 +92,15 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
-	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true})
+	who := auth.FromContext(r.Context())
+	release, err := who.Admit(time.Now())
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true, Owner: who.Owner(), OnEnd: release})
+	if err != nil {
+		release()
 		s.writeError(w, r, s.chatSubmitError(req.model, err))
 		return
 	}
@@ -224,6 +233,7 @@ func openAIModel(name string) OpenAIModel {
 //	@Produce		json
 //	@ID				listModels
 //	@Success		200	{object}	OpenAIModelList
+//	@Security		BearerKey
 //	@Router			/openai/v1/models [get]
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	list := OpenAIModelList{Object: "list", Data: []OpenAIModel{}}
@@ -243,6 +253,7 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 //	@Success		200		{object}	OpenAIModel
 //	@Failure		404		{object}	apierr.OpenAIErrorResponse	"model_not_found"
 //	@ID				retrieveModel
+//	@Security		BearerKey
 //	@Router			/openai/v1/models/{model} [get]
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	// chi matches the escaped path when there is one: an SDK escapes the

@@ -144,3 +144,55 @@ func TestServesDocumentAndDocs(t *testing.T) {
 		t.Errorf("a missing asset: %d", res.StatusCode)
 	}
 }
+
+// The document says which routes need a credential: every API route
+// declares the bearer key (the events streams a read token too), with its
+// 401 and 403, and the open routes declare nothing. The behaviour behind
+// it is the auth matrix's (integration TestAuthMatrix).
+func TestDocumentSecurity(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Security  []map[string][]string      `json:"security"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+		Components struct {
+			SecuritySchemes map[string]struct{ Type, Scheme, In, Name string } `json:"securitySchemes"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openapi.JSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if s := doc.Components.SecuritySchemes["BearerKey"]; s.Type != "http" || s.Scheme != "bearer" {
+		t.Errorf("BearerKey: %+v", s)
+	}
+	if s := doc.Components.SecuritySchemes["ReadToken"]; s.Type != "apiKey" || s.In != "query" || s.Name != "read_token" {
+		t.Errorf("ReadToken: %+v", s)
+	}
+	open := []string{"get /", "head /", "get /healthz", "get /readyz", "get /openapi.json", "get /openapi.yaml", "get /docs"}
+	readable := []string{"get /v1/jobs/{id}", "get /v1/jobs/{id}/events", "get /v1/cluster/events"}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			name := method + " " + path
+			var schemes []string
+			for _, req := range op.Security {
+				for s := range req {
+					schemes = append(schemes, s)
+				}
+			}
+			slices.Sort(schemes)
+			want := []string{"BearerKey"}
+			switch {
+			case slices.Contains(open, name):
+				want = nil
+			case slices.Contains(readable, name):
+				want = []string{"BearerKey", "ReadToken"}
+			}
+			if !slices.Equal(schemes, want) {
+				t.Errorf("%s: security %v, want %v", name, schemes, want)
+			}
+			if want != nil && (op.Responses["401"] == nil || op.Responses["403"] == nil) {
+				t.Errorf("%s: no 401 or 403 answer", name)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -56,7 +57,14 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 	return seq, true, nil
 }
 
+// callerFingerprint is who resume tokens are bound to: the identity
+// authenticate found (its subject; on a node without keys, the credential
+// presented); without one (a handler used alone), the Authorization header,
+// as on a node without keys.
 func callerFingerprint(r *http.Request) [16]byte {
+	if id, ok := auth.Lookup(r.Context()); ok {
+		return id.Caller()
+	}
 	return stream.CallerFingerprint(r.Header.Get("Authorization"))
 }
 

@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
@@ -78,6 +80,19 @@ type Config struct {
 	// OpenAIQueue is the queue the OpenAI-compatible front door posts chat
 	// completions to (see openai.go); empty means DefaultOpenAIQueue.
 	OpenAIQueue string
+	// Keys authenticate every API call (see auth.go); nil means a node
+	// without keys: every call is anonymous.
+	Keys *auth.Store
+	// CORSOrigins are the origins whose pages may call the API routes
+	// (cors.go): exact origins, or "*" (a node without keys only: the
+	// node checks that). Empty: none.
+	CORSOrigins []string
+	// RelayTLS is how this node reaches another's HTTP port to relay a
+	// keyed submission whose job lives there (relay.go); nil: plaintext.
+	RelayTLS *tls.Config
+	// MetricsOpen serves /metrics to anyone; otherwise it needs the admin
+	// role (on a node without keys, everyone is admin).
+	MetricsOpen bool
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -111,6 +126,9 @@ func (c Config) Validate() error {
 	if c.OpenAIQueue != "" && !core.ValidName(c.OpenAIQueue) {
 		return &core.ConfigError{Field: "openai-queue", Value: c.OpenAIQueue, Err: errors.New("must be a queue name: 1-128 of [A-Za-z0-9._-], not starting with '.'")}
 	}
+	if err := validateOrigins(c.CORSOrigins); err != nil {
+		return err
+	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
 	}
@@ -140,7 +158,9 @@ type Server struct {
 	ui *web.Handler
 	// workers are the HTTP worker sessions (see workers.go).
 	workers workerSessions
-	mux     *chi.Mux
+	// relay carries relayed submissions (relay.go).
+	relay *http.Transport
+	mux   *chi.Mux
 }
 
 // New returns the HTTP API over e; reg receives its metrics.
@@ -170,6 +190,9 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
+	if cfg.Keys == nil {
+		cfg.Keys, _ = auth.Open(auth.Source{}, nil) // no source: cannot fail
+	}
 	if cfg.ClusterEventsInterval <= 0 {
 		cfg.ClusterEventsInterval = DefaultClusterEventsInterval
 	}
@@ -181,7 +204,7 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	}
 	s := &Server{
 		e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("sse"), om: cfg.StreamMetrics.For("openai"),
-		errs: cfg.Errors.Reporter("http", cfg.Logger),
+		errs: cfg.Errors.Reporter("http", cfg.Logger), relay: newRelayTransport(cfg.RelayTLS),
 	}
 	jobs, cluster, err := s.gatewayServices()
 	if err != nil {
@@ -214,18 +237,34 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
 	})
+	cors := corsMiddleware(s.cfg.CORSOrigins)
 	r.Route("/v1", func(r chi.Router) {
-		r.Post("/queues/{queue}/jobs", s.handleSubmit)
-		r.Get("/jobs/{id}", s.handleGetJob)
-		r.Delete("/jobs/{id}", s.handleCancel)
-		r.Get("/jobs/{id}/events", s.handleEvents)
-		r.Get("/cluster/nodes", s.handleNodes)
-		r.Get("/cluster/events", s.handleClusterEvents)
-		r.Get("/queues", s.handleQueues)
-		r.Get("/queues/{queue}", s.handleQueue)
-		r.Post("/queues/{queue}/workers", s.handleWorkerSession)
-		r.Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
-		r.Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
+		if cors != nil {
+			r.Use(cors)
+		}
+		r.Use(s.authenticate)
+		// What each route needs (auth.go): the roles, and the queue its
+		// path names; the job routes show a job to its owner, to admins,
+		// and to a read token issued for it.
+		submit, work := s.allow(auth.Submit, "queue"), s.allow(auth.Work, "queue")
+		admin, worker := s.allow(auth.Admin, ""), s.allow(auth.Work, "")
+		owner := s.allow(auth.Submit|auth.Admin, "")
+		reader := s.allowRead(auth.Submit|auth.Admin, jobScopeOf)
+		r.With(submit).Post("/queues/{queue}/jobs", s.handleSubmit)
+		r.With(reader).Get("/jobs/{id}", s.handleGetJob)
+		r.With(owner).Delete("/jobs/{id}", s.handleCancel)
+		r.With(reader).Get("/jobs/{id}/events", s.handleEvents)
+		r.With(owner).Post("/jobs/{id}/read-token", s.handleJobReadToken)
+		r.With(admin).Get("/cluster/nodes", s.handleNodes)
+		r.With(s.allowRead(auth.Admin, clusterScopeOf)).Get("/cluster/events", s.handleClusterEvents)
+		r.With(admin).Post("/cluster/read-token", s.handleClusterReadToken)
+		r.With(admin).Get("/queues", s.handleQueues)
+		r.With(admin).Get("/queues/{queue}", s.handleQueue)
+		r.With(work).Post("/queues/{queue}/workers", s.handleWorkerSession)
+		// A session's posts need the key too, of the subject that opened
+		// it (workerposts.go): a session id alone is not enough.
+		r.With(worker).Post("/workers/{session}/heartbeat", s.handleWorkerHeartbeat)
+		r.With(worker).Route("/workers/{session}/jobs/{job}", func(r chi.Router) {
 			r.Post("/accept", s.handleWorkerAccept)
 			r.Post("/reject", s.handleWorkerReject)
 			r.Post("/output", s.handleWorkerOutput)
@@ -235,7 +274,13 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	})
 	// The OpenAI-compatible front door (openai.go): in this router, under
 	// the middleware above, so whatever guards /v1 guards it too.
-	r.Route(OpenAIPrefix, s.openAIRoutes)
+	r.Route(OpenAIPrefix, func(r chi.Router) {
+		if cors != nil {
+			r.Use(cors)
+		}
+		r.Use(s.authenticate, s.allowOpenAI())
+		s.openAIRoutes(r)
+	})
 	// The web page (package web): the page at / and its assets under
 	// /ui/{version}/, each with its own content type, caching and CSP.
 	s.ui = ui
@@ -245,7 +290,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r.Method(http.MethodHead, web.Prefix+"*", ui)
 	r.Get("/healthz", s.handleHealthz)
 	r.Get("/readyz", s.handleReadyz)
-	r.Get("/metrics", s.handleMetrics)
+	r.With(s.allowMetrics).Get("/metrics", s.handleMetrics)
 	r.Get("/openapi.json", s.handleOpenAPIJSON)
 	r.Get("/openapi.yaml", s.handleOpenAPIYAML)
 	r.Get("/docs", s.handleDocs)
@@ -324,6 +369,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 //	@ID				metrics
 //	@Produce		plain
 //	@Success		200	{string}	string	"Prometheus text format"
+//	@Security		BearerKey
 //	@Router			/metrics [get]
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Gatherer == nil {
@@ -367,8 +413,13 @@ type ctxKeyConn int
 // tcpConn returns the TCP connection a request came in on, if ConnContext
 // recorded it.
 func tcpConn(ctx context.Context) *net.TCPConn {
-	c, _ := ctx.Value(ctxKeyConn(0)).(*net.TCPConn)
-	return c
+	c, _ := ctx.Value(ctxKeyConn(0)).(net.Conn)
+	// Over TLS the connection is a *tls.Conn on the TCP one.
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
+	t, _ := c.(*net.TCPConn)
+	return t
 }
 
 type writeBufferListener struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 )
 
@@ -87,6 +88,7 @@ type FailMessage struct {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/accept [post]
 func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 	var m JobMessage
@@ -112,6 +114,7 @@ func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/reject [post]
 func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 	var m RejectMessage
@@ -137,6 +140,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/output [post]
 func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 	var m outputBody
@@ -173,6 +177,7 @@ func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/complete [post]
 func (s *Server) handleWorkerComplete(w http.ResponseWriter, r *http.Request) {
 	var m completeBody
@@ -198,6 +203,7 @@ func (s *Server) handleWorkerComplete(w http.ResponseWriter, r *http.Request) {
 //	@Failure		409		{object}	apierr.Problem	"job_not_held"
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/jobs/{job}/fail [post]
 func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 	var m FailMessage
@@ -220,9 +226,10 @@ func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 //	@Param			session	path	string	true	"the session"
 //	@Success		204		"alive"
 //	@Failure		404		{object}	apierr.Problem	"session_not_found"
+//	@Security		BearerKey
 //	@Router			/v1/workers/{session}/heartbeat [post]
 func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
-	ss := s.workers.get(chi.URLParam(r, "session"))
+	ss := s.sessionOf(r)
 	if ss == nil {
 		s.writeError(w, r, errSessionNotFound)
 		return
@@ -231,13 +238,27 @@ func (s *Server) handleWorkerHeartbeat(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// sessionOf is the session r's path names, if r's caller opened it: the
+// session id names the session, the key proves who posts. Another
+// subject's session is answered as one that does not exist.
+func (s *Server) sessionOf(r *http.Request) *workerSession {
+	ss := s.workers.get(chi.URLParam(r, "session"))
+	if ss == nil {
+		return nil
+	}
+	if who := auth.FromContext(r.Context()); !who.IsAnonymous() && who.Subject() != ss.owner {
+		return nil
+	}
+	return ss
+}
+
 var errSessionNotFound = &core.Error{Code: core.CodeSessionNotFound, Detail: "no worker session by this id on this node: it ended, or never existed; open a new one"}
 
 // workerPost is the common path of a worker's job posts: find the session
 // (which the post shows alive), read the body into m, check that the
 // session holds (job, generation), then apply.
 func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen func() *uint64, apply func(ss *workerSession, job string, gen uint64) error) {
-	ss := s.workers.get(chi.URLParam(r, "session"))
+	ss := s.sessionOf(r)
 	if ss == nil {
 		s.writeError(w, r, errSessionNotFound)
 		return

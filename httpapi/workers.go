@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	sse "github.com/tmaxmax/go-sse"
 
+	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
 )
 
@@ -55,7 +56,9 @@ type WorkerStream struct {
 // RegisteredEvent is a session's first event.
 type RegisteredEvent struct {
 	// Session names the session in every post: /v1/workers/{session}/...
-	// Keep it secret: it is the session's only credential.
+	// On a node that checks keys, each post carries the key too, of the
+	// subject that opened the session; another subject's posts are
+	// answered session_not_found.
 	Session string `json:"session"`
 	// ConsumerID is the consumer the node registered (the queue view shows it).
 	ConsumerID string `json:"consumer_id"`
@@ -137,7 +140,10 @@ func (ws *workerSessions) get(id string) *workerSession {
 // drops the session, exactly as a stall would.
 type workerSession struct {
 	id string
-	w  *core.Worker
+	// owner is the subject that opened the session: only its key may post
+	// for it.
+	owner string
+	w     *core.Worker
 	// out is the writer's queue: outBytes is what it holds, at most
 	// maxOutBytes.
 	out         chan workerEvent
@@ -227,6 +233,7 @@ func (ss *workerSession) Close(cause error) {
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
 //	@Failure		503		{object}	apierr.Problem	"draining, catalog_unavailable (Retry-After)"
+//	@Security		BearerKey
 //	@Router			/v1/queues/{queue}/workers [post]
 func (s *Server) handleWorkerSession(w http.ResponseWriter, r *http.Request) {
 	queue := chi.URLParam(r, "queue")
@@ -241,7 +248,8 @@ func (s *Server) handleWorkerSession(w http.ResponseWriter, r *http.Request) {
 	}
 	count, bytes := core.WorkerSendQueue(req.Concurrency, s.e.Config().Limits.MaxInputBytes)
 	ss := &workerSession{
-		id: "ws_" + hex.EncodeToString(randomBytes(16)), out: make(chan workerEvent, count), maxOutBytes: bytes,
+		id: "ws_" + hex.EncodeToString(randomBytes(16)), owner: auth.FromContext(r.Context()).Subject(),
+		out: make(chan workerEvent, count), maxOutBytes: bytes,
 		closing: make(chan struct{}), done: make(chan struct{}),
 	}
 	ss.touch()

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -16,6 +17,19 @@ import (
 func apiClient(tb testing.TB, n *switchyard.Node) *client.ClientWithResponses {
 	tb.Helper()
 	c, err := client.NewClientWithResponses(baseURL(n))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// apiClientWithKey is apiClient sending key as its bearer.
+func apiClientWithKey(tb testing.TB, n *switchyard.Node, key string) *client.ClientWithResponses {
+	tb.Helper()
+	c, err := client.NewClientWithResponses(baseURL(n), client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Authorization", "Bearer "+key)
+		return nil
+	}))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -205,6 +205,14 @@ func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 	}
 	nq, err := c.GetQueueWithResponse(ctx, "nothing-here")
 	problemOf(t, "unknown queue", nq.HTTPResponse, nq.Body, err, 404, "not_found")
+	// Read tokens, for an EventSource.
+	rt, err := c.JobReadTokenWithResponse(ctx, job.JobId)
+	mustStatus(t, "job read token", rt.HTTPResponse, rt.Body, err, 200)
+	if rt.JSON200.Token == "" || rt.JSON200.ExpiresAt == "" {
+		t.Fatalf("read token %s", rt.Body)
+	}
+	ct, err := c.ClusterReadTokenWithResponse(ctx)
+	mustStatus(t, "cluster read token", ct.HTTPResponse, ct.Body, err, 200)
 	rz, err := c.ReadyzWithResponse(ctx)
 	mustStatus(t, "readyz", rz.HTTPResponse, rz.Body, err, 200)
 

@@ -68,6 +68,7 @@ func TestEveryDocumentedCode(t *testing.T) {
 	p.outcomes()
 	p.httpWorkers()
 	p.grpcWorkers()
+	p.access()
 	p.drain()
 	p.stalledBody()
 	p.openAI()
@@ -427,6 +428,46 @@ func (p *codeProbe) grpcWorkers() {
 // stalledBody: a POST whose body stops arriving is answered 408
 // request_timeout once the node's body timeout passes (HTTP only; the edge
 // cases, trickled and stalled, are TestHTTPEdge's).
+// access: the refusals of a node that checks keys, over HTTP and gRPC.
+func (p *codeProbe) access() {
+	const limited = "limited-key-000000000001"
+	n := MustStartNode(p.t, func(c *switchyard.Config) {
+		c.Auth.Inline = accessKeys() + "  - subject: limited\n    key: " + limited + "\n    roles: [submit, work]\n    queues: [demo]\n    rate: 0.01\n    burst: 1\n"
+	})
+	MustStartWorker(p.t, n, worker.Config{Queue: "demo", DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()), worker.APIKey(limited)}}, worker.Tokens(0))
+	jobs := pb.NewJobServiceClient(grpcConn(p.t, n))
+	var res *http.Response
+	submit := func(key, queue string) (*http.Response, error) {
+		res := keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/"+queue+"/jobs", key, "application/json", `{"input":"x"}`)
+		st, err := jobs.Submit(withKey(p.ctx, key), &pb.SubmitRequest{Queue: queue, EnvelopeJson: []byte(`{"input":"x"}`)})
+		if err == nil {
+			_, err = recvAll(st)
+		}
+		return res, err
+	}
+	// The front door's unknown model (OpenAI's error shape).
+	res = p.raw("POST", "/openai/v1/chat/completions", "application/json", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`)
+	if body := readBody(p.t, res); problemCode(body) == "model_not_found" {
+		p.check("model_not_found", res.StatusCode, codes.OK)
+	} else {
+		p.t.Errorf("want model_not_found, got %d %s", res.StatusCode, body)
+	}
+
+	res, err := submit("", "demo")
+	p.problem("unauthenticated", res)
+	p.grpcErr("unauthenticated", err)
+	res, err = submit(keyAlice, "forbidden")
+	p.problem("permission_denied", res)
+	p.grpcErr("permission_denied", err)
+	// The limited key's one job of its burst, then its rate.
+	res = keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/demo/jobs", limited, "application/json", `{"input":"x"}`)
+	mustStatus(p.t, "the burst", res, readBody(p.t, res), nil, 202)
+	res, err = submit(limited, "demo")
+	p.problem("rate_limited", res)
+	p.grpcErr("rate_limited", err)
+}
+
 func (p *codeProbe) stalledBody() {
 	c, err := net.Dial("tcp", p.n.HTTPAddr())
 	if err != nil {

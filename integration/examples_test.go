@@ -35,9 +35,11 @@ func TestExampleWorkers(t *testing.T) {
 				}
 				t.Skipf("%s is not installed", ex.cmd[0])
 			}
-			n := MustStartNode(t, nil)
-			startExample(t, n, ex.cmd, "DELAY=0.1", "NAME=example-"+ex.name)
-			c := apiClient(t, n)
+			// A node that checks keys: the example sends its key on its
+			// session and on every post, the client its own.
+			n := MustStartSecuredNode(t, nil)
+			startExample(t, n, ex.cmd, "DELAY=0.1", "NAME=example-"+ex.name, "SWITCHYARD_API_KEY="+keyAliceWork)
+			c := apiClientWithKey(t, n, keyAlice)
 
 			// A job runs on it, streamed.
 			res, err := c.SubmitJob(t.Context(), "demo", &client.SubmitJobParams{Accept: ptr("text/event-stream")},

@@ -78,7 +78,11 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 		args := append([]string{"node", "--name", name,
 			"--http-addr", ad.http, "--grpc-addr", ad.grpc, "--peer-addr", ad.peer,
 			"--data-dir", filepath.Join(dir, name), "--etcd-client-addr", ad.etcdClient, "--etcd-peer-addr", ad.etcdPeer,
-			"--initial-cluster", strings.Join(ic, ","), "--cluster-secret", testSecret, "--log-level", "info"},
+			"--initial-cluster", strings.Join(ic, ","), "--cluster-secret", testSecret, "--log-level", "info",
+			// In network namespaces the nodes listen on their own 10.x
+			// addresses: the suite's network is the test's, so it takes
+			// anonymous calls and a plaintext catalog on purpose.
+			"--allow-anonymous", "--etcd-allow-plaintext"},
 			timing.flags()...)
 		cl.nodes[name] = launchProc(t, procSpec{name: name, bin: bin, args: args, wrap: ad.wrap, log: filepath.Join(dir, name+".log"), tailLines: 40})
 	}

@@ -57,7 +57,7 @@ type pageLog struct {
 	requests   []pageRequest
 }
 
-type pageRequest struct{ Method, Path, Auth string }
+type pageRequest struct{ Method, Path, Query, Auth string }
 
 func (l *pageLog) listen(ev any) {
 	l.mu.Lock()
@@ -91,7 +91,7 @@ func (l *pageLog) listen(ev any) {
 			return
 		}
 		auth, _ := e.Request.Headers["Authorization"].(string)
-		l.requests = append(l.requests, pageRequest{Method: e.Request.Method, Path: u.Path, Auth: auth})
+		l.requests = append(l.requests, pageRequest{Method: e.Request.Method, Path: u.Path, Query: u.RawQuery, Auth: auth})
 	}
 }
 

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -31,6 +33,9 @@ type ClientConfig struct {
 	// Node is this node's id, presented on every call.
 	Node   string
 	Secret []byte
+	// TLS, when set, is the client side of the cluster's mutual TLS; nil:
+	// plaintext.
+	TLS *tls.Config
 	// MaxMessageBytes bounds messages both ways, from node config (default
 	// 4 MiB). It must match the peers' servers' limit.
 	MaxMessageBytes int
@@ -78,8 +83,12 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 	bo := backoff.DefaultConfig
 	bo.BaseDelay = min(bo.BaseDelay, c.cfg.MaxReconnectDelay)
 	bo.MaxDelay = c.cfg.MaxReconnectDelay
+	transport := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		transport = credentials.NewTLS(c.cfg.TLS)
+	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(transport),
 		c.creds,
 		// The router resends what a failed call carried itself, in order
 		// (a lane's fallback, lane_stall.go; a reply leg's connect,

@@ -24,10 +24,12 @@
 // node's verdict on each (tracker.go). The design, and why:
 // docs/cluster.md, "Peer streams".
 //
-// Authentication proves membership, not the channel: anyone who can read
-// the traffic can replay a node's token, and nothing is encrypted, so run
-// peers on a trusted network. Mutual TLS is the upgrade path, as transport
-// credentials on the server and the client.
+// The cluster secret proves membership, not the channel: anyone who can
+// read plaintext traffic can replay a node's token. With Config.ServerTLS
+// and ClientTLS (the node's --peer-tls-*), the channel is mutual TLS from
+// the cluster CA as well: private, and open only to certificates of that
+// CA, the secret still checked inside it. Without them, run peers on a
+// trusted network.
 //
 // # Lock order
 //

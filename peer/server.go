@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -54,6 +55,7 @@ func newServer(cfg Config) *server {
 	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
 	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}}
 	s.grpc = grpc.NewServer(
+		serverCreds(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -71,6 +73,16 @@ func newServer(cfg Config) *server {
 	)
 	pb.RegisterPeerServiceServer(s.grpc, s)
 	return s
+}
+
+// serverCreds are the server's transport credentials: the cluster's
+// mutual TLS when the node has it, else plaintext (the cluster secret
+// alone proves membership, over a channel anyone on the path can read).
+func serverCreds(cfg Config) grpc.ServerOption {
+	if cfg.ServerTLS != nil {
+		return grpc.Creds(credentials.NewTLS(cfg.ServerTLS))
+	}
+	return grpc.EmptyServerOption{}
 }
 
 // serve serves on ln until stop; it returns nil after stop.

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,11 @@ type Config struct {
 	// Secret is the cluster secret every caller must prove it holds (at
 	// least MinSecretBytes).
 	Secret []byte
+	// ServerTLS and ClientTLS, when set, are the cluster's mutual TLS:
+	// the server requires a client certificate (the node checks it is of
+	// the cluster CA) and every call to a peer presents this node's. Both
+	// or neither; nil: plaintext.
+	ServerTLS, ClientTLS *tls.Config
 	// MaxMessageBytes bounds one call or stream frame, both ways, as the
 	// peers' own limit does (node config; default 4 MiB).
 	MaxMessageBytes int
@@ -110,6 +116,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Addr == nil {
 		return c, errors.New("peer: Config.Addr is required")
 	}
+	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
+		return c, errors.New("peer: Config.ServerTLS and ClientTLS go together")
+	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = defaultMaxMessageBytes
 	}
@@ -187,7 +196,7 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay})
+	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, TLS: cfg.ClientTLS, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay})
 	srv, rt := newServer(cfg), newRouter(cfg, client)
 	// Cancels cross between them: one for a job whose reply leg the
 	// server holds goes back on that leg, and one the server's receiver

@@ -23,6 +23,8 @@ func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg, finish := nodeFlags(fs)
 	delay := fs.Duration("delay", 150*time.Millisecond, "demo workers: delay before each word")
+	workerKey := fs.String("worker-api-key", "", "demo workers: API key (work role on demo and the --openai-queue) when the node checks keys; better set as SWITCHYARD_WORKER_API_KEY")
+	workerCA := fs.String("worker-tls-ca", "", "demo workers: PEM file of the CA that signed the node's --tls-cert")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -34,10 +36,16 @@ func runDemo(ctx context.Context, args []string) error {
 		// offered the other's jobs.
 		return errors.New(`--openai-queue "demo" is the tokens demo's queue; pick another`)
 	}
+	dial, err := clientDialOptions(*workerCA, *workerKey)
+	if err != nil {
+		return err
+	}
 	n, err := switchyard.Open(ctx, *cfg)
 	if err != nil {
 		return err
 	}
+	stopReload := reloadOnHangup(n)
+	defer stopReload()
 	wctx, stopWorker := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, w := range []struct {
@@ -50,14 +58,18 @@ func runDemo(ctx context.Context, args []string) error {
 		wg.Go(func() {
 			err := worker.Run(wctx, worker.Config{
 				Server: n.GRPCAddr(), Queue: w.queue, Name: w.name, Concurrency: 16,
-				Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", w.name),
+				Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", w.name), DialOptions: dial,
 			}, w.h)
 			if err != nil {
 				cfg.Logger.Error("demo worker stopped", "worker", w.name, "err", err)
 			}
 		})
 	}
-	url := "http://" + hostForURL(n.HTTPAddr())
+	scheme := "http://"
+	if cfg.TLSCert != "" {
+		scheme = "https://"
+	}
+	url := scheme + hostForURL(n.HTTPAddr())
 	fmt.Fprintf(os.Stderr, `
 Switchyard is running: one node, embedded catalog, a demo worker on queue "demo",
 and a demo chat worker (model "demo") behind the OpenAI-compatible front door.

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/switchyard/switchyard/core/resume"
@@ -25,8 +29,34 @@ func runNode(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stop := reloadOnHangup(n)
 	<-ctx.Done()
+	stop()
 	return closeNode(n, cfg)
+}
+
+// reloadOnHangup reloads the node's API keys on every SIGHUP until stop is
+// called (a bad file keeps the keys in use: Node.ReloadAuth logs why).
+func reloadOnHangup(n *switchyard.Node) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-hup:
+				_ = n.ReloadAuth()
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // closeNode drains the node after a signal, bounded by its drain timeout.
@@ -49,6 +79,24 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.HTTP.BodyTimeout, "http-body-timeout", cfg.HTTP.BodyTimeout, "time a client gets to send a request's whole body after its headers; slower gets 408 request_timeout and changes nothing")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "node-to-node gRPC listen address (port 0 picks one; the catalog carries the bound address)")
+	fs.StringVar(&cfg.Auth.File, "auth-file", "", "API keys (YAML or JSON: subject, key or sha256, roles, queues, limits); re-read on SIGHUP; see README, Securing a node")
+	fs.StringVar(&cfg.Auth.Inline, "auth-keys", "", "API keys as a document in the --auth-file format; set it as SWITCHYARD_AUTH_KEYS rather than on the command line, where other users can read it")
+	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "without API keys, accept anonymous calls on a non-loopback --http-addr or --grpc-addr (refused otherwise)")
+	var corsOrigins stringList
+	fs.Var(&corsOrigins, "cors-origins", "origins whose web pages may call the API (comma-separated, exact: https://app.example:8443), or * on a node without keys; none by default")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTP and gRPC ports: serve them over TLS (HTTP/2 included); reloaded when the file changes")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM CA of the other nodes' --tls-cert, if neither the system nor --peer-tls-ca trusts it: a node relays a retried keyed submission to the node its job lives on")
+	fs.StringVar(&cfg.PeerTLSCert, "peer-tls-cert", "", "PEM certificate of this node from the cluster CA: mutual TLS on the peer port (beside --cluster-secret) and on the embedded etcd member's ports; needs --peer-tls-key and --peer-tls-ca")
+	fs.StringVar(&cfg.PeerTLSKey, "peer-tls-key", "", "PEM private key of --peer-tls-cert")
+	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "PEM certificate of the cluster CA: the only issuer whose node certificates the peer port and the embedded etcd member accept")
+	fs.StringVar(&cfg.EtcdTLSCA, "etcd-tls-ca", "", "external etcd (--etcd-endpoints https://...): PEM CA of its servers (default: --peer-tls-ca)")
+	fs.StringVar(&cfg.EtcdTLSCert, "etcd-tls-cert", "", "external etcd: PEM client certificate (default: --peer-tls-cert)")
+	fs.StringVar(&cfg.EtcdTLSKey, "etcd-tls-key", "", "external etcd: PEM private key of --etcd-tls-cert")
+	fs.StringVar(&cfg.EtcdUsername, "etcd-username", "", "external etcd with authentication: user name")
+	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "external etcd with authentication: password; set it as SWITCHYARD_ETCD_PASSWORD rather than on the command line")
+	fs.BoolVar(&cfg.EtcdAllowPlaintext, "etcd-allow-plaintext", false, "let the embedded etcd member listen on a non-loopback address without TLS (refused otherwise: anyone who reaches it could write the catalog)")
+	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
 	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")
@@ -102,6 +150,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	logFormat := fs.String("log-format", "text", "text or json")
 	finish := func() error {
 		cfg.EtcdEndpoints = endpoints
+		cfg.HTTP.CORSOrigins = corsOrigins
 		if len(resumeKeys) > 0 {
 			var keys []resume.Key
 			for _, s := range resumeKeys {

@@ -22,6 +22,8 @@ func runSubmit(ctx context.Context, args []string) error {
 	ttl := fs.Int64("ttl-ms", 0, "job TTL in milliseconds (0: the node's default)")
 	var caps stringList
 	fs.Var(&caps, "capability", "required capability key=value (repeatable)")
+	apiKey := fs.String("api-key", "", "API key (submit role on the queue) for a node that checks keys; better set as SWITCHYARD_API_KEY")
+	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed the node's certificate, for an https --url")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -44,7 +46,14 @@ func runSubmit(ctx context.Context, args []string) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	res, err := http.DefaultClient.Do(req)
+	if *apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+*apiKey)
+	}
+	hc, err := httpClient(*tlsCA)
+	if err != nil {
+		return err
+	}
+	res, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

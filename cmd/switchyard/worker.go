@@ -22,6 +22,8 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.Var(&caps, "capability", "capability key=value this worker can run (repeatable; default model=demo)")
 	demo := fs.String("demo", "", "demo handler to run: tokens (streams its input's words), or chat (answers OpenAI-compatible chat completions: streams the last user message's words; serve it on the node's --openai-queue)")
 	delay := fs.Duration("delay", 150*time.Millisecond, "demo: delay before each word")
+	apiKey := fs.String("api-key", "", "API key (work role on the queue) for a node that checks keys; better set as SWITCHYARD_API_KEY")
+	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed the node's certificate: connect over TLS (see the node's --tls-cert)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	record := fs.Bool("record-runs", false, "log a line when the handler starts each job and one when it returns (job id, generation, worker name): the worker's own record of what it ran")
@@ -43,6 +45,11 @@ func runWorker(ctx context.Context, args []string) error {
 		caps = stringList{"model=demo"}
 	}
 	cfg.Capabilities = caps
+	opts, err := clientDialOptions(*tlsCA, *apiKey)
+	if err != nil {
+		return err
+	}
+	cfg.DialOptions = opts
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
 		return err

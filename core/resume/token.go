@@ -88,10 +88,31 @@ func (k *Keyring) Sign(p Position, now time.Time, ttl time.Duration) (string, er
 //     the MAC recomputed over the key id and the payload segment as sent;
 //  5. payload: decoded only now that it is known to be a node's;
 //  6. time: issued no more than ClockSkew after now, and not expired;
-//  7. binding: stream, caller fingerprint, filter fingerprint equal want's.
+//  7. binding: filter fingerprint, stream, caller fingerprint equal want's.
 //
 // Generation and snapshot are the caller's to compare, with Position.Check.
 func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, error) {
+	p, err := k.VerifyGrant(token, now, want.Filter)
+	if err != nil {
+		return Position{}, err
+	}
+	if p.Stream != want.Stream {
+		return Position{}, invalid(ReasonStreamMismatch)
+	}
+	if !equalFingerprint(p.Caller, want.Caller) {
+		return Position{}, invalid(ReasonCallerMismatch)
+	}
+	return p, nil
+}
+
+// VerifyGrant checks what Verify checks, except the stream and the caller,
+// which it returns for the caller to use: for a token that grants its
+// bearer the stream and the identity it names (a read token, handed to a
+// client that cannot present a key), rather than one checked against what
+// the request already has. The filter fingerprint still must equal
+// filter: it is what tells a grant from a resume token, so neither can
+// stand for the other.
+func (k *Keyring) VerifyGrant(token string, now time.Time, filter [16]byte) (Position, error) {
 	if len(token) > MaxTokenLen {
 		return Position{}, invalid(ReasonOversized)
 	}
@@ -138,13 +159,7 @@ func (k *Keyring) Verify(token string, now time.Time, want Expect) (Position, er
 	if !now.Before(p.ExpiresAt) {
 		return Position{}, invalid(ReasonExpired)
 	}
-	if p.Stream != want.Stream {
-		return Position{}, invalid(ReasonStreamMismatch)
-	}
-	if !equalFingerprint(p.Caller, want.Caller) {
-		return Position{}, invalid(ReasonCallerMismatch)
-	}
-	if !equalFingerprint(p.Filter, want.Filter) {
+	if !equalFingerprint(p.Filter, filter) {
 		return Position{}, invalid(ReasonFilterMismatch)
 	}
 	return p, nil

@@ -82,8 +82,10 @@ const (
 	ProblemCodeNodeShutdown          ProblemCode = "node_shutdown"
 	ProblemCodeNotFound              ProblemCode = "not_found"
 	ProblemCodeOutputTooLarge        ProblemCode = "output_too_large"
+	ProblemCodePermissionDenied      ProblemCode = "permission_denied"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
+	ProblemCodeRateLimited           ProblemCode = "rate_limited"
 	ProblemCodeRejected              ProblemCode = "rejected"
 	ProblemCodeRequestTimeout        ProblemCode = "request_timeout"
 	ProblemCodeSessionClosed         ProblemCode = "session_closed"
@@ -92,6 +94,7 @@ const (
 	ProblemCodeTooLarge              ProblemCode = "too_large"
 	ProblemCodeTooManyUpdates        ProblemCode = "too_many_updates"
 	ProblemCodeTtlOutOfRange         ProblemCode = "ttl_out_of_range"
+	ProblemCodeUnauthenticated       ProblemCode = "unauthenticated"
 	ProblemCodeUnexpectedMessage     ProblemCode = "unexpected_message"
 	ProblemCodeUnsupportedMediaType  ProblemCode = "unsupported_media_type"
 	ProblemCodeUnsupportedVersion    ProblemCode = "unsupported_version"
@@ -155,9 +158,13 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeOutputTooLarge:
 		return true
+	case ProblemCodePermissionDenied:
+		return true
 	case ProblemCodeQueueBytesFull:
 		return true
 	case ProblemCodeQueueFull:
+		return true
+	case ProblemCodeRateLimited:
 		return true
 	case ProblemCodeRejected:
 		return true
@@ -174,6 +181,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeTooManyUpdates:
 		return true
 	case ProblemCodeTtlOutOfRange:
+		return true
+	case ProblemCodeUnauthenticated:
 		return true
 	case ProblemCodeUnexpectedMessage:
 		return true
@@ -703,7 +712,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -715,7 +724,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `queue_bytes_full` 429, `queue_full` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Queue defines model for Queue.
@@ -733,6 +742,16 @@ type QueueList struct {
 	Queues []Queue `json:"queues"`
 }
 
+// ReadToken defines model for ReadToken.
+type ReadToken struct {
+	// ExpiresAt ExpiresAt is when it stops working (RFC 3339); the stream then
+	// answers 401, and the page asks for a new one with its key.
+	ExpiresAt string `json:"expires_at"`
+
+	// Token Token goes in the stream's URL as ?read_token=.
+	Token string `json:"token"`
+}
+
 // RegisteredEvent defines model for RegisteredEvent.
 type RegisteredEvent struct {
 	// ConsumerId ConsumerID is the consumer the node registered (the queue view shows it).
@@ -746,7 +765,9 @@ type RegisteredEvent struct {
 	Node          string `json:"node"`
 
 	// Session Session names the session in every post: /v1/workers/{session}/...
-	// Keep it secret: it is the session's only credential.
+	// On a node that checks keys, each post carries the key too, of the
+	// subject that opened the session; another subject's posts are
+	// answered session_not_found.
 	Session string `json:"session"`
 }
 
@@ -1034,6 +1055,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ClusterReadToken A read token for the live cluster view
+	//
+	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	//
+	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+	ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelJob Cancel a job
 	//
 	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -1054,6 +1082,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobReadToken A read token for a job's stream
+	//
+	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	//
+	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+	JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueues List queues
 	//
@@ -1443,6 +1478,23 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// ClusterReadToken A read token for the live cluster view
+//
+// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+//
+// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClusterReadTokenRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CancelJob Cancel a job
 //
 // Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -1484,6 +1536,23 @@ func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEdi
 // Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewJobEventsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobReadToken A read token for a job's stream
+//
+// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//
+// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobReadTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2197,6 +2266,33 @@ func NewListNodesRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewClusterReadTokenRequest constructs an http.Request for the ClusterReadToken method
+func NewClusterReadTokenRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/read-token")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCancelJobRequest constructs an http.Request for the CancelJob method
 func NewCancelJobRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -2360,6 +2456,40 @@ func NewJobEventsRequest(server string, id string, params *JobEventsParams) (*ht
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewJobReadTokenRequest constructs an http.Request for the JobReadToken method
+func NewJobReadTokenRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/read-token", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -3018,6 +3148,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNodesResponse, error)
 
+	// ClusterReadTokenWithResponse A read token for the live cluster view
+	//
+	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+	ClusterReadTokenWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClusterReadTokenResponse, error)
+
 	// CancelJobWithResponse Cancel a job
 	//
 	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -3044,6 +3183,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEventsWithResponse(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*JobEventsResponse, error)
+
+	// JobReadTokenWithResponse A read token for a job's stream
+	//
+	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+	JobReadTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*JobReadTokenResponse, error)
 
 	// ListQueuesWithResponse List queues
 	//
@@ -3338,6 +3486,20 @@ func (r HealthzResponse) ContentType() string {
 type MetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3376,6 +3538,10 @@ type CreateChatCompletionResponse struct {
 	JSON200 *ChatCompletion
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *OpenAIErrorResponse
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *OpenAIErrorResponse
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *OpenAIErrorResponse
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *OpenAIErrorResponse
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -3402,6 +3568,16 @@ func (r CreateChatCompletionResponse) GetJSON200() *ChatCompletion {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r CreateChatCompletionResponse) GetJSON400() *OpenAIErrorResponse {
 	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateChatCompletionResponse) GetJSON401() *OpenAIErrorResponse {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateChatCompletionResponse) GetJSON403() *OpenAIErrorResponse {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -3478,11 +3654,25 @@ type ListModelsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *OpenAIModelList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *OpenAIErrorResponse
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListModelsResponse) GetJSON200() *OpenAIModelList {
 	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListModelsResponse) GetJSON401() *OpenAIErrorResponse {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListModelsResponse) GetJSON403() *OpenAIErrorResponse {
+	return r.JSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3519,6 +3709,10 @@ type RetrieveModelResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *OpenAIModel
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *OpenAIErrorResponse
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *OpenAIErrorResponse
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *OpenAIErrorResponse
 }
@@ -3526,6 +3720,16 @@ type RetrieveModelResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r RetrieveModelResponse) GetJSON200() *OpenAIModel {
 	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RetrieveModelResponse) GetJSON401() *OpenAIErrorResponse {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RetrieveModelResponse) GetJSON403() *OpenAIErrorResponse {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -3681,6 +3885,20 @@ func (r ReadyzResponse) ContentType() string {
 type ClusterEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ClusterEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ClusterEventsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3717,11 +3935,25 @@ type ListNodesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *NodeList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListNodesResponse) GetJSON200() *NodeList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListNodesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListNodesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3753,11 +3985,70 @@ func (r ListNodesResponse) ContentType() string {
 	return ""
 }
 
+type ClusterReadTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReadToken
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Problem
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON200() *ReadToken {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON401() *Problem {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClusterReadTokenResponse) GetJSON403() *Problem {
+	return r.JSON403
+}
+
+// GetBody returns the raw response body bytes
+func (r ClusterReadTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClusterReadTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClusterReadTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClusterReadTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CancelJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Job
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 }
@@ -3765,6 +4056,16 @@ type CancelJobResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CancelJobResponse) GetJSON200() *Job {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -3806,6 +4107,10 @@ type GetJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Job
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 }
@@ -3813,6 +4118,16 @@ type GetJobResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetJobResponse) GetJSON200() *Job {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -3857,8 +4172,22 @@ type JobEventsResponse200Headers struct {
 type JobEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *JobEventsResponse200Headers
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3890,16 +4219,92 @@ func (r JobEventsResponse) ContentType() string {
 	return ""
 }
 
+type JobReadTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReadToken
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Problem
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Problem
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r JobReadTokenResponse) GetJSON200() *ReadToken {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r JobReadTokenResponse) GetJSON401() *Problem {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r JobReadTokenResponse) GetJSON403() *Problem {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r JobReadTokenResponse) GetJSON404() *Problem {
+	return r.JSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r JobReadTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JobReadTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JobReadTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JobReadTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListQueuesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *QueueList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListQueuesResponse) GetJSON200() *QueueList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListQueuesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListQueuesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -3938,6 +4343,10 @@ type GetQueueResponse struct {
 	JSON200 *Queue
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 }
@@ -3950,6 +4359,16 @@ func (r GetQueueResponse) GetJSON200() *Queue {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r GetQueueResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4003,6 +4422,10 @@ type SubmitJobResponse struct {
 	JSON202 *Job
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -4031,6 +4454,16 @@ func (r SubmitJobResponse) GetJSON202() *Job {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r SubmitJobResponse) GetApplicationproblemJSON400() *Problem {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SubmitJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SubmitJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -4100,6 +4533,20 @@ func (r SubmitJobResponse) ContentType() string {
 type OpenWorkerSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetBody returns the raw response body bytes
@@ -4134,8 +4581,22 @@ func (r OpenWorkerSessionResponse) ContentType() string {
 type WorkerHeartbeatResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WorkerHeartbeatResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WorkerHeartbeatResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4177,6 +4638,10 @@ type AcceptJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -4190,6 +4655,16 @@ type AcceptJobResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r AcceptJobResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4246,6 +4721,10 @@ type CompleteJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -4259,6 +4738,16 @@ type CompleteJobResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r CompleteJobResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4315,6 +4804,10 @@ type FailJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -4328,6 +4821,16 @@ type FailJobResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r FailJobResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4384,6 +4887,10 @@ type JobOutputResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -4397,6 +4904,16 @@ type JobOutputResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r JobOutputResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4453,6 +4970,10 @@ type RejectJobResponse struct {
 	HTTPResponse *http.Response
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Problem
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -4466,6 +4987,16 @@ type RejectJobResponse struct {
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
 func (r RejectJobResponse) GetJSON400() *Problem {
 	return r.JSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -4725,6 +5256,21 @@ func (c *ClientWithResponses) ListNodesWithResponse(ctx context.Context, reqEdit
 	return ParseListNodesResponse(rsp)
 }
 
+// ClusterReadTokenWithResponse A read token for the live cluster view
+//
+// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
+func (c *ClientWithResponses) ClusterReadTokenWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClusterReadTokenResponse, error) {
+	rsp, err := c.ClusterReadToken(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClusterReadTokenResponse(rsp)
+}
+
 // CancelJobWithResponse Cancel a job
 //
 // Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
@@ -4768,6 +5314,21 @@ func (c *ClientWithResponses) JobEventsWithResponse(ctx context.Context, id stri
 		return nil, err
 	}
 	return ParseJobEventsResponse(rsp)
+}
+
+// JobReadTokenWithResponse A read token for a job's stream
+//
+// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
+func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*JobReadTokenResponse, error) {
+	rsp, err := c.JobReadToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobReadTokenResponse(rsp)
 }
 
 // ListQueuesWithResponse List queues
@@ -5102,6 +5663,23 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -5132,6 +5710,20 @@ func ParseCreateChatCompletionResponse(rsp *http.Response) (*CreateChatCompletio
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest OpenAIErrorResponse
@@ -5215,6 +5807,20 @@ func ParseListModelsResponse(rsp *http.Response) (*ListModelsResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	}
 
 	return response, nil
@@ -5240,6 +5846,20 @@ func ParseRetrieveModelResponse(rsp *http.Response) (*RetrieveModelResponse, err
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest OpenAIErrorResponse
@@ -5334,6 +5954,23 @@ func ParseClusterEventsResponse(rsp *http.Response) (*ClusterEventsResponse, err
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -5357,6 +5994,60 @@ func ParseListNodesResponse(rsp *http.Response) (*ListNodesResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseClusterReadTokenResponse parses an HTTP response from a ClusterReadTokenWithResponse call
+func ParseClusterReadTokenResponse(rsp *http.Response) (*ClusterReadTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClusterReadTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReadToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	}
 
@@ -5383,6 +6074,20 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5417,6 +6122,20 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5443,6 +6162,26 @@ func ParseJobEventsResponse(rsp *http.Response) (*JobEventsResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
+	switch {
 	case rsp.StatusCode == 200:
 		var headers JobEventsResponse200Headers
 		if values := rsp.Header.Values("X-Job-Id"); len(values) > 0 {
@@ -5453,6 +6192,53 @@ func ParseJobEventsResponse(rsp *http.Response) (*JobEventsResponse, error) {
 			headers.XJobId = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseJobReadTokenResponse parses an HTTP response from a JobReadTokenWithResponse call
+func ParseJobReadTokenResponse(rsp *http.Response) (*JobReadTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JobReadTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReadToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
 	}
 
 	return response, nil
@@ -5478,6 +6264,20 @@ func ParseListQueuesResponse(rsp *http.Response) (*ListQueuesResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	}
 
@@ -5511,6 +6311,20 @@ func ParseGetQueueResponse(rsp *http.Response) (*GetQueueResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5551,6 +6365,20 @@ func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
@@ -5642,6 +6470,23 @@ func ParseOpenWorkerSessionResponse(rsp *http.Response) (*OpenWorkerSessionRespo
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -5661,6 +6506,20 @@ func ParseWorkerHeartbeatResponse(rsp *http.Response) (*WorkerHeartbeatResponse,
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5697,6 +6556,20 @@ func ParseAcceptJobResponse(rsp *http.Response) (*AcceptJobResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5755,6 +6628,20 @@ func ParseCompleteJobResponse(rsp *http.Response) (*CompleteJobResponse, error) 
 		}
 		response.JSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5811,6 +6698,20 @@ func ParseFailJobResponse(rsp *http.Response) (*FailJobResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
@@ -5869,6 +6770,20 @@ func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
 		}
 		response.JSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5925,6 +6840,20 @@ func ParseRejectJobResponse(rsp *http.Response) (*RejectJobResponse, error) {
 			return nil, err
 		}
 		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem

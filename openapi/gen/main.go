@@ -12,7 +12,9 @@
 //     with each code's status in its description, so the document lists
 //     every code the node can answer with from the table itself;
 //   - the links of a submitted job's 202 (OpenAPI 3 links), to the routes
-//     that read, stream and cancel it.
+//     that read, stream and cancel it;
+//   - the API key as an HTTP bearer scheme (Swagger 2.0 knows only apiKey
+//     headers), and the 401 and 403 of every operation that declares it.
 //
 // Usage: go run ./openapi/gen swagger.json outdir
 package main
@@ -66,6 +68,9 @@ func run(in, outDir string) error {
 		return err
 	}
 	if err := submitLinks(doc); err != nil {
+		return err
+	}
+	if err := security(doc); err != nil {
 		return err
 	}
 	if err := doc.Validate(openapi3.NewLoader().Context); err != nil {
@@ -158,6 +163,49 @@ func submitLinks(doc *openapi3.T) error {
 		"self":   {Value: &openapi3.Link{OperationID: "getJob", Parameters: id, Description: "the job's document (links.self)"}},
 		"events": {Value: &openapi3.Link{OperationID: "jobEvents", Parameters: id, Description: "the job's event stream (links.events)"}},
 		"cancel": {Value: &openapi3.Link{OperationID: "cancelJob", Parameters: id, Description: "cancel the job (DELETE links.self)"}},
+	}
+	return nil
+}
+
+// security makes BearerKey an HTTP bearer scheme and gives every operation
+// that requires a credential its 401 unauthenticated and 403
+// permission_denied, in the error shape of its routes (OpenAI's under
+// /openai/).
+func security(doc *openapi3.T) error {
+	schemes := doc.Components.SecuritySchemes
+	key := schemes["BearerKey"]
+	if key == nil || key.Value == nil {
+		return errors.New("no BearerKey security scheme: is it still declared in httpapi/openapi.go?")
+	}
+	schemes["BearerKey"] = &openapi3.SecuritySchemeRef{Value: &openapi3.SecurityScheme{
+		Type: "http", Scheme: "bearer", Description: key.Value.Description,
+	}}
+	for path, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.Security == nil || len(*op.Security) == 0 {
+				continue
+			}
+			name, ctype := "Problem", "application/problem+json"
+			if strings.HasPrefix(path, "/openai/") {
+				name, ctype = "OpenAIErrorResponse", "application/json"
+			}
+			target := doc.Components.Schemas[name]
+			if target == nil {
+				return fmt.Errorf("%s: no schema %s for its 401 and 403", path, name)
+			}
+			schema := openapi3.NewSchemaRef("#/components/schemas/"+name, target.Value)
+			for status, desc := range map[int]string{
+				401: "unauthenticated: no API key, one that is not valid, or an expired read token (WWW-Authenticate: Bearer)",
+				403: "permission_denied: the key lacks the role or the queue",
+			} {
+				if op.Responses.Status(status) != nil {
+					continue
+				}
+				op.Responses.Set(fmt.Sprint(status), &openapi3.ResponseRef{Value: openapi3.NewResponse().
+					WithDescription(desc).
+					WithContent(openapi3.Content{ctype: openapi3.NewMediaType().WithSchemaRef(schema)})})
+			}
+		}
 	}
 	return nil
 }

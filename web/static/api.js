@@ -105,3 +105,20 @@ export async function json(path, init = {}) {
     throw new ApiError({status: res.status, code: 'bad_response', title: 'Unreadable answer', detail: String(err)});
   }
 }
+
+/**
+ * A read token for an EventSource, which cannot send the key: path is the
+ * job's /v1/jobs/{id}/read-token or /v1/cluster/read-token, asked with the
+ * key. The token reads that one stream, for a while (docs/web.md).
+ */
+export async function readToken(path) {
+  const v = await json(path, {method: 'POST'});
+  return v.token;
+}
+
+/** path with params added to its query (the node's own origin). */
+export function withParams(path, params) {
+  const u = new URL(path, location.href);
+  for (const [k, v] of Object.entries(params)) u.searchParams.set(k, v);
+  return u.pathname + u.search;
+}

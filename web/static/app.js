@@ -5,7 +5,8 @@ import {$, showProblem} from './ui.js';
 import {Playground} from './playground.js';
 import {ClusterView} from './cluster.js';
 
-function keyPanel() {
+/** The key panel; onChange runs when the key is set or forgotten. */
+function keyPanel(onChange) {
   const input = $('api-key');
   const state = $('key-state');
   const show = () => {
@@ -16,30 +17,36 @@ function keyPanel() {
     setApiKey(input.value.trim());
     input.value = '';
     show();
+    onChange();
   });
   $('key-forget').addEventListener('click', () => {
     setApiKey('');
     input.value = '';
     show();
     input.focus();
+    onChange();
   });
   show();
 }
 
 async function main() {
   $('noscript').remove();
-  keyPanel();
   const pg = new Playground();
   // The snapshot stream keeps the queue list current; a plain GET fills it
   // first, and still works where the stream does not.
   const cluster = new ClusterView((snap) => pg.setQueues(snap.queues));
-  cluster.start();
-  try {
-    const {queues} = await json('/v1/queues');
-    if (cluster.snapshots === 0) pg.setQueues(queues);
-  } catch (err) {
-    showProblem($('problem'), err, 'The queue list could not be read.');
-  }
+  const load = async () => {
+    cluster.start();
+    try {
+      const {queues} = await json('/v1/queues');
+      if (cluster.snapshots === 0) pg.setQueues(queues);
+    } catch (err) {
+      showProblem($('problem'), err, 'The queue list could not be read.');
+    }
+  };
+  // A new key may see what the last could not (or no longer may).
+  keyPanel(load);
+  await load();
 }
 
 main();

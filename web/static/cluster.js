@@ -1,10 +1,11 @@
 // The live cluster view: one EventSource on /v1/cluster/events, a snapshot
 // per change, rendered into the counters and three tables.
 
-import {call, problemFrom} from './api.js';
+import {call, problemFrom, readToken, withParams} from './api.js';
 import {el, $, showProblem, clearProblem, num} from './ui.js';
 
 const EVENTS = '/v1/cluster/events';
+const READ_TOKEN = '/v1/cluster/read-token';
 
 export class ClusterView {
   /** @param {(snap: any) => void} onSnapshot also told of every snapshot (the playground's queues). */
@@ -15,9 +16,23 @@ export class ClusterView {
     this.snapshots = 0;
   }
 
-  start() {
+  /**
+   * Opens the stream. An EventSource cannot send the key: it reads with a
+   * read token (scope cluster:read), asked for with the key; on a node
+   * that checks keys that takes the admin role.
+   */
+  async start() {
     if (this.es) this.es.close();
-    const es = new EventSource(EVENTS);
+    this.es = null;
+    this.setLive('connecting', 'connecting…');
+    try {
+      this.url = withParams(EVENTS, {read_token: await readToken(READ_TOKEN)});
+    } catch (err) {
+      this.setLive('closed', 'not live');
+      showProblem(this.problem, err, 'The live view needs a read token: a key with the admin role, on a node that checks keys.');
+      return;
+    }
+    const es = new EventSource(this.url);
     this.es = es;
     this.setLive('connecting', 'connecting…');
     es.addEventListener('open', () => {
@@ -52,12 +67,15 @@ export class ClusterView {
     this.live.textContent = text;
   }
 
-  /** The EventSource was refused: ask again with fetch (and, as it, no key) to show why. */
+  /** The EventSource was refused: ask again with fetch (and, as it, the read token, no key) to show why. */
   async explain() {
     const ctrl = new AbortController();
     try {
-      const res = await call(EVENTS, {signal: ctrl.signal}, {auth: false});
-      if (!res.ok) {
+      const res = await call(this.url, {signal: ctrl.signal}, {auth: false});
+      if (res.status === 401) {
+        // The read token expired: a new one.
+        this.start();
+      } else if (!res.ok) {
         showProblem(this.problem, await problemFrom(res), 'The live view could not start.');
       } else {
         showProblem(this.problem, {title: 'The live view closed', detail: 'The node answers again; retrying.'});

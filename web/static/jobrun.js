@@ -4,7 +4,7 @@
 // DetachedRun POSTs for a 202 and streams through an EventSource, which
 // resumes by itself. Both report to a JobView.
 
-import {call, json, problemFrom, ApiError} from './api.js';
+import {call, json, problemFrom, readToken, withParams, ApiError} from './api.js';
 import {readEvents} from './sse.js';
 
 const JOB_EVENTS = ['accepted', 'output', 'done', 'error'];
@@ -241,17 +241,41 @@ export class DetachedRun extends Run {
     this.open('');
   }
 
-  /** Opens an EventSource from after (a resume token; '' from the start). */
+  /**
+   * Opens an EventSource from after (a resume token; '' from the start).
+   * An EventSource cannot send the key: it reads with a read token, asked
+   * for once with the key (and again when it expired, see probe).
+   */
   open(after) {
+    if (this.token) {
+      this.openWith(after);
+      return;
+    }
+    readToken(`/v1/jobs/${encodeURIComponent(this.id)}/read-token`).then((tok) => {
+      if (this.finished) return;
+      this.token = tok;
+      this.openWith(after);
+    }, (err) => this.failed(err, 'No read token for the stream.'));
+  }
+
+  /** The stream's URL with the read token, from after. */
+  streamURL(after) {
+    const params = {read_token: this.token};
     // EventSource cannot set Last-Event-ID on a new object: the query
     // parameter says the same. When this EventSource reconnects by itself,
     // it sends its newer id in the header, which the node prefers.
-    const url = this.eventsURL + (after ? '?last_event_id=' + encodeURIComponent(after) : '');
+    if (after) params.last_event_id = after;
+    return withParams(this.eventsURL, params);
+  }
+
+  openWith(after) {
+    const url = this.streamURL(after);
     const es = new EventSource(url);
     this.es = es;
     let opensHere = 0;
     es.addEventListener('open', () => {
       if (es !== this.es) return;
+      this.renewed = false;
       opensHere++;
       this.opens++;
       let how;
@@ -286,7 +310,7 @@ export class DetachedRun extends Run {
     }
     // CLOSED: the node answered something other than a stream. An
     // EventSource does not say what; the same request by fetch does (the
-    // same request: no key, which an EventSource cannot send).
+    // same request: the read token, no key).
     this.es = null;
     this.view.setConn('closed');
     this.probe();
@@ -296,7 +320,15 @@ export class DetachedRun extends Run {
     const ctrl = new AbortController();
     const headers = this.lastId ? {'Last-Event-ID': this.lastId} : {};
     try {
-      const res = await call(this.eventsURL, {headers, signal: ctrl.signal}, {auth: false});
+      const res = await call(this.streamURL(''), {headers, signal: ctrl.signal}, {auth: false});
+      if (res.status === 401 && !this.renewed) {
+        // The read token expired: one new one, with the key.
+        this.renewed = true;
+        this.token = '';
+        this.view.note('the read token expired: asking for a new one');
+        this.open(this.lastId);
+        return;
+      }
       if (res.status === 204) {
         this.view.note('204: the node has nothing more to send');
       } else if (!res.ok) {

@@ -35,7 +35,8 @@ const (
 // "x-switchyard-node" (the caller's node id) and "x-switchyard-auth"
 // (hex HMAC-SHA256 of that id under the cluster secret), or it is refused
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
-// privacy of the channel: mutual TLS is the upgrade path.
+// privacy of the channel: for that, nodes serve and call this service over
+// mutual TLS from a cluster CA (--peer-tls-*).
 //
 // Every call also carries "x-switchyard-peer-version", the decimal version
 // of this protocol the caller speaks (this file describes version 1). A
@@ -197,7 +198,8 @@ type PeerService_RespondClient = grpc.BidiStreamingClient[RespondFrame, RespondC
 // "x-switchyard-node" (the caller's node id) and "x-switchyard-auth"
 // (hex HMAC-SHA256 of that id under the cluster secret), or it is refused
 // with UNAUTHENTICATED. That proves membership of the cluster, not the
-// privacy of the channel: mutual TLS is the upgrade path.
+// privacy of the channel: for that, nodes serve and call this service over
+// mutual TLS from a cluster CA (--peer-tls-*).
 //
 // Every call also carries "x-switchyard-peer-version", the decimal version
 // of this protocol the caller speaks (this file describes version 1). A

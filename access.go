@@ -1,0 +1,31 @@
+package switchyard
+
+import "github.com/switchyard/switchyard/auth"
+
+// openAuth loads the node's API keys, and says in its log who may call it.
+func (n *Node) openAuth() (err error) {
+	log := n.log.With("system", "auth")
+	if n.keys, err = auth.Open(n.cfg.Auth, log); err != nil {
+		return err
+	}
+	switch {
+	case n.keys.Enabled():
+	case n.cfg.AllowAnonymous && !(loopbackAddr(n.cfg.HTTPAddr) && loopbackAddr(n.cfg.GRPCAddr)):
+		log.Warn("no API keys and --allow-anonymous: anyone who reaches the HTTP or gRPC port may submit to, and serve, any queue",
+			"http", n.cfg.HTTPAddr, "grpc", n.cfg.GRPCAddr)
+	default:
+		log.Info("no API keys: anonymous calls are accepted, on loopback addresses only (--auth-file to check keys)")
+	}
+	return nil
+}
+
+// ReloadAuth reads the node's key file again (the node's answer to
+// SIGHUP). A file that does not read or parse keeps the keys in use; the
+// error says why, and is logged.
+func (n *Node) ReloadAuth() error {
+	if err := n.keys.Reload(); err != nil {
+		n.log.Error("api keys not reloaded; the previous keys stay in use", "system", "auth", "err", err)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// Source is where a node's keys come from: a file (--auth-file), re-read on
+// Reload, and a document given inline (SWITCHYARD_AUTH_KEYS), read once.
+// Both are File documents; their keys add up. With neither, the node has
+// no keys and every call is anonymous.
+type Source struct {
+	File   string
+	Inline string
+}
+
+// Enabled reports whether the node checks keys.
+func (s Source) Enabled() bool { return s.File != "" || s.Inline != "" }
+
+// Store holds a node's keys and answers who a credential is. Its keys are
+// replaced whole by Reload; a call in progress keeps the identity it was
+// given, so a job in flight is not affected by a rotation.
+type Store struct {
+	src Source
+	log *slog.Logger
+	cur atomic.Pointer[keyset]
+
+	// mu serializes reloads; admissions (guarded by it) outlive them.
+	mu         sync.Mutex
+	admissions map[[sha256.Size]byte]*admission
+}
+
+// keyset is one generation of keys.
+type keyset struct {
+	hashes [][sha256.Size]byte
+	ids    []*Identity
+}
+
+// Open loads src. A source that is set must parse and hold at least one
+// key: a node told to check keys that has none would refuse every call.
+func Open(src Source, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Store{src: src, log: log, admissions: map[[sha256.Size]byte]*admission{}}
+	if !src.Enabled() {
+		return s, nil
+	}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Enabled reports whether the node checks keys (see Source.Enabled).
+func (s *Store) Enabled() bool { return s.src.Enabled() }
+
+// Keys is how many keys the store holds now.
+func (s *Store) Keys() int {
+	if ks := s.cur.Load(); ks != nil {
+		return len(ks.hashes)
+	}
+	return 0
+}
+
+// Reload reads the source again and replaces the keys at once. A source
+// that does not read, does not parse or holds no key changes nothing: the
+// keys in use stay, and the error says why (the node logs it).
+func (s *Store) Reload() error {
+	if !s.src.Enabled() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var entries []entry
+	if s.src.File != "" {
+		doc, err := os.ReadFile(s.src.File)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		es, err := parse(doc, "--auth-file "+s.src.File)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		entries = append(entries, es...)
+	}
+	if s.src.Inline != "" {
+		es, err := parse([]byte(s.src.Inline), "SWITCHYARD_AUTH_KEYS")
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		entries = append(entries, es...)
+	}
+	if len(entries) == 0 {
+		return errors.New("auth: no keys: a node that checks keys and has none refuses every call")
+	}
+	ks := &keyset{}
+	seen := map[[sha256.Size]byte]string{}
+	keep := map[[sha256.Size]byte]*admission{}
+	for _, e := range entries {
+		if other, dup := seen[e.hash]; dup {
+			return fmt.Errorf("auth: subjects %q and %q have the same key: a key names one subject", other, e.subject)
+		}
+		seen[e.hash] = e.subject
+		a := s.admissions[e.hash]
+		if a == nil {
+			a = newAdmission(e.limits)
+		} else {
+			a.set(e.limits)
+		}
+		keep[e.hash] = a
+		ks.hashes = append(ks.hashes, e.hash)
+		ks.ids = append(ks.ids, &Identity{
+			subject: e.subject, roles: e.roles, queues: e.queues, caller: CallerFingerprint(e.subject), admission: a,
+		})
+	}
+	// A key that left the file takes its counts with it; jobs in flight
+	// under it release into an admission nobody checks any more.
+	s.admissions = keep
+	s.cur.Store(ks)
+	s.log.Info("api keys loaded", "keys", len(ks.hashes), "subjects", len(subjects(ks)))
+	return nil
+}
+
+func subjects(ks *keyset) map[string]bool {
+	m := map[string]bool{}
+	for _, id := range ks.ids {
+		m[id.subject] = true
+	}
+	return m
+}
+
+// Authenticate returns who presents credential, the value of an
+// Authorization header or "authorization" metadata ("Bearer <key>"). With
+// no keys, everyone is anonymous. Otherwise no credential, one that is not
+// a bearer key, or a key the store does not hold is refused with
+// unauthenticated. The key is compared with every stored hash, each in
+// constant time, with no early exit: neither the answer's timing nor its
+// content says how close a guess was. The key is never logged.
+func (s *Store) Authenticate(credential string) (*Identity, error) {
+	if !s.Enabled() {
+		return Anonymous(credential), nil
+	}
+	if credential == "" {
+		return nil, &core.Error{Code: core.CodeUnauthenticated, Detail: "an API key is required: send Authorization: Bearer <key>"}
+	}
+	scheme, key, ok := strings.Cut(credential, " ")
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return nil, &core.Error{Code: core.CodeUnauthenticated, Detail: "the credential must be Bearer <key>"}
+	}
+	sum := sha256.Sum256([]byte(key))
+	ks := s.cur.Load()
+	match := -1
+	for i, h := range ks.hashes {
+		if subtle.ConstantTimeCompare(sum[:], h[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return nil, &core.Error{Code: core.CodeUnauthenticated, Detail: "the API key is not valid"}
+	}
+	return ks.ids[match], nil
+}

@@ -1,0 +1,92 @@
+package grpcapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/switchyard/switchyard/core"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// A Submit whose idempotency key made a job on another node
+// (core.JobElsewhere) is relayed there, as the HTTP API relays its POST
+// (httpapi/relay.go): the other node matches the key and streams the same
+// job, and this node copies the stream. The caller's key goes along; a
+// relayed call is marked so that it is never relayed again.
+
+// MetadataRelayedBy marks a relayed call with the relaying node.
+const MetadataRelayedBy = "x-switchyard-relayed-by"
+
+// relaySubmit streams req's job from jw.Node to gs.
+func (s *JobServer) relaySubmit(gs grpc.ServerStreamingServer[pb.JobEvent], req *pb.SubmitRequest, jw *core.JobElsewhere) error {
+	ctx := gs.Context()
+	if by := metadata.ValueFromIncomingContext(ctx, MetadataRelayedBy); len(by) > 0 {
+		return s.fail("Submit", fmt.Errorf("grpcapi: a call relayed by %s for job %s on %s would be relayed again", by[0], jw.Job, jw.Node))
+	}
+	var addr string
+	for _, n := range s.cfg.Cluster.Nodes() {
+		if n.ID == jw.Node {
+			addr = n.GRPCAddr
+		}
+	}
+	if addr == "" {
+		return s.fail("Submit", &core.Error{Code: core.CodeJobNotFound, Detail: fmt.Sprintf(
+			"the job this idempotency key made lived on node %s, which has left the cluster; its job ended with it", jw.Node)})
+	}
+	unreachable := func(err error) error {
+		s.log.Warn("relay a keyed submission", "node", jw.Node, "job", jw.Job, "err", err)
+		return s.fail("Submit", &core.Error{Code: core.CodeDispatcherUnavailable, RetryAfter: time.Second, Detail: fmt.Sprintf(
+			"the job this idempotency key made lives on node %s, which could not be reached; retry", jw.Node)})
+	}
+	creds := insecure.NewCredentials()
+	if s.cfg.RelayTLS != nil {
+		creds = credentials.NewTLS(s.cfg.RelayTLS)
+	}
+	// One connection per relay: relays are rare (retries that changed
+	// node), and a pooled connection would need an owner to close it.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return unreachable(err)
+	}
+	defer conn.Close()
+	md := metadata.Pairs(MetadataRelayedBy, s.e.Config().Node)
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		md.Set("authorization", v[0])
+	}
+	st, err := pb.NewJobServiceClient(conn).Submit(metadata.NewOutgoingContext(ctx, md), req)
+	if err != nil {
+		return unreachable(err)
+	}
+	hdr, err := st.Header()
+	if err != nil {
+		return unreachable(err)
+	}
+	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, first(hdr.Get(HeaderJobID))))
+	for {
+		ev, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			// The other node's status, which carries its code: passed on.
+			return err
+		}
+		if err := gs.Send(ev); err != nil {
+			return err
+		}
+	}
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
