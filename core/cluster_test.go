@@ -409,9 +409,6 @@ func (p *fakePeer) LeaseValid() bool {
 	return p.net.lease[p.node]
 }
 
-// Room: the fake's reply leg never pushes back.
-func (p *fakePeer) Room(string, string) <-chan struct{} { return nil }
-
 // NodeZone: the fake's nodes carry the zones their consumers were
 // published with.
 func (p *fakePeer) NodeZone(string) string { return "" }

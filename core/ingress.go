@@ -126,6 +126,7 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 		state:    StateQueued,
 		idemKey:  opts.IdempotencyKey,
 		streamed: opts.Streamed,
+		pace:     newPace(e.outputWindow(), 0),
 		gen:      1,
 		// The generation is the ingress's to allocate: every forward
 		// carries a fresh one (see reforwardLocked).
@@ -192,6 +193,7 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 		Input: j.Env.Input, Options: j.Env.Options, Capabilities: j.Env.Capabilities, Zone: j.Env.Zone,
 		TTL: j.deadline.Sub(now), MaxOutputBytes: j.Limits.MaxOutputBytes,
 		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
+		Window: j.pace.window,
 	}
 	for c := range j.exclude {
 		d.Exclude = append(d.Exclude, c)
@@ -364,6 +366,8 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	if j == nil || j.gen != gen || j.state != StateRunning {
 		return true
 	}
+	// Credit counts the output as the worker sent it.
+	size := int64(len(data))
 	// Compacting validates, and keeps a worker's newlines out of SSE data.
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, data); err != nil || !json.Valid(data) {
@@ -382,7 +386,8 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		e.m.TimeToFirst.Observe(j.firstOutputAt.Sub(j.Created).Seconds())
 	}
 	j.outputs++
-	j.History.Append(EventOutput, gen, mustJSON(map[string]any{"data": json.RawMessage(data)}))
+	ev, _ := j.History.Append(EventOutput, gen, mustJSON(map[string]any{"data": json.RawMessage(data)}))
+	e.outputTakenLocked(j, ev.Seq, size)
 	return false
 }
 

@@ -119,7 +119,10 @@ type Job struct {
 	streamed   bool
 	owners     int
 	graceTimer *time.Timer
-	idemKey    string
+	// pace is the current binding's output credit (credit.go); nil once
+	// the job ended.
+	pace    *pace
+	idemKey string
 	// dispatcher is the node the current generation was forwarded to;
 	// host is the node its consumer lives on, once a reply names it (""
 	// before: a dispatcher at the consumer's node answers only with the
@@ -162,6 +165,9 @@ type JobView struct {
 	Remaining  time.Duration
 	Outputs    int
 	LastSeq    uint64
+	// WaitingForReader is true while the job's worker has used all its
+	// output credit: it goes on as the job's reader takes its output.
+	WaitingForReader bool
 }
 
 func (j *Job) view(now time.Time) JobView {
@@ -169,7 +175,7 @@ func (j *Job) view(now time.Time) JobView {
 		ID: j.ID, Queue: j.Queue, State: j.state, Code: j.code, Detail: j.detail,
 		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
 		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
-		LastSeq: j.History.Head(),
+		LastSeq: j.History.Head(), WaitingForReader: j.pace.waiting(),
 	}
 	if j.state.Terminal() {
 		v.Outcome, _ = outcomeFor(j.code)

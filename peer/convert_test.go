@@ -24,6 +24,7 @@ func fullDelivery() core.Delivery {
 		TTL: 1234567891 * time.Nanosecond, MaxOutputBytes: 1 << 20,
 		MaxQueueDepth: 42, MaxQueueBytes: 1 << 30,
 		Exclude: []string{"c-1", "c-2"}, Front: true,
+		Window: core.OutputCredit{Events: 512, Bytes: 2 << 20},
 	}
 }
 
@@ -36,7 +37,8 @@ func fullMessage() core.Message {
 		Accepted: true, Output: json.RawMessage(`"chunk"`),
 		End:      &core.End{Code: core.CodeWorkerError, Detail: "boom", Result: json.RawMessage(`{"r":2}`)},
 		Rejected: true, Reason: "busy", Code: core.CodeCancelled,
-		TTL: 987654321 * time.Nanosecond,
+		TTL:    987654321 * time.Nanosecond,
+		Credit: core.OutputCredit{Events: 1 << 40, Bytes: 1 << 50},
 	}
 }
 
