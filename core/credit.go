@@ -109,6 +109,8 @@ func (e *Engine) outputTakenLocked(j *Job, seq uint64, bytes int64) {
 	p.recv = p.recv.add(1, bytes)
 	if j.streamed && seq > p.sent {
 		p.unread = append(p.unread, unreadOutput{seq, bytes})
+		e.m.UnreadEvents.Inc()
+		e.m.UnreadBytes.Add(float64(bytes))
 	} else {
 		p.taken = p.taken.add(1, bytes)
 	}
@@ -129,15 +131,33 @@ func (e *Engine) StreamSent(id string, seq uint64) {
 	}
 	p := j.pace
 	p.sent = seq
-	n := 0
+	n, bytes := 0, int64(0)
 	for n < len(p.unread) && p.unread[n].seq <= seq {
 		p.taken = p.taken.add(1, p.unread[n].bytes)
+		bytes += p.unread[n].bytes
 		n++
 	}
 	if n > 0 {
 		p.unread = append(p.unread[:0], p.unread[n:]...)
+		e.m.UnreadEvents.Sub(float64(n))
+		e.m.UnreadBytes.Sub(float64(bytes))
 	}
 	e.grantLocked(j)
+}
+
+// paceEndedLocked drops an ended job's account: what its reader did not
+// take is no longer waited for (a late reader reads the history).
+func (e *Engine) paceEndedLocked(j *Job) {
+	if j.pace == nil {
+		return
+	}
+	var bytes int64
+	for _, u := range j.pace.unread {
+		bytes += u.bytes
+	}
+	e.m.UnreadEvents.Sub(float64(len(j.pace.unread)))
+	e.m.UnreadBytes.Sub(float64(bytes))
+	j.pace = nil
 }
 
 // Pacer is the stream.Request.Sent of a stream of job id: StreamSent for

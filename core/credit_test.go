@@ -52,6 +52,9 @@ func TestCreditPacesAStreamedJobByItsReader(t *testing.T) {
 	if got := fc.Credits(); len(got) != 0 {
 		t.Fatalf("credits before the reader took anything: %+v", got)
 	}
+	if e, b := h.metric("switchyard_output_unread_events"), h.metric("switchyard_output_unread_bytes"); e != 4 || b != 28 {
+		t.Errorf("unread = %v events, %v bytes; want 4, 28", e, b)
+	}
 
 	// The owner stream wrote accepted (1) and the first output (2): one
 	// output taken, less than half the window: no grant yet.
@@ -74,6 +77,9 @@ func TestCreditPacesAStreamedJobByItsReader(t *testing.T) {
 	if got := h.metric("switchyard_worker_credit_wait_seconds_total"); got < 0.01 {
 		t.Errorf("credit_wait_seconds_total = %v, want the 10ms waited", got)
 	}
+	if e, b := h.metric("switchyard_output_unread_events"), h.metric("switchyard_output_unread_bytes"); e != 2 || b != 14 {
+		t.Errorf("unread = %v events, %v bytes after two were taken; want 2, 14", e, b)
+	}
 	// A position already reported, or older, changes nothing.
 	h.e.StreamSent(j.ID, 3)
 	h.e.StreamSent(j.ID, 2)
@@ -86,6 +92,10 @@ func TestCreditPacesAStreamedJobByItsReader(t *testing.T) {
 	wantEnded(t, h, j, core.OutcomeCompleted, "")
 	if v := h.view(j.ID); v.Outputs != 6 || v.WaitingForReader {
 		t.Fatalf("ended view = %+v, want 6 outputs, not waiting", v)
+	}
+	// An ended job's unread output is the history's, for late readers.
+	if e, b := h.metric("switchyard_output_unread_events"), h.metric("switchyard_output_unread_bytes"); e != 0 || b != 0 {
+		t.Errorf("unread = %v events, %v bytes after the end; want 0", e, b)
 	}
 }
 

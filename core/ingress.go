@@ -464,6 +464,7 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
 	e.withdrawLocked(j, code)
+	e.paceEndedLocked(j)
 	e.retainLocked(j)
 	e.log.Debug("job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
 	return true

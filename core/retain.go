@@ -159,7 +159,6 @@ func (j *Job) trim() {
 	j.exclude = nil
 	j.timer = nil
 	j.graceTimer = nil
-	j.pace = nil
 }
 
 // jobOverhead is what an ended job costs beyond its strings and history:

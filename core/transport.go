@@ -219,7 +219,9 @@ func (e *Engine) reforwardLocked(j *Job) {
 	// seen meanwhile must not release it a second time.
 	j.state, j.consumer, j.worker, j.host, j.dispatcher, j.settled = StateQueued, "", "", "", "", false
 	// The new binding's credit starts from its window again.
-	j.pace = newPace(j.pace.window, j.pace.sent)
+	window, sent := j.pace.window, j.pace.sent
+	e.paceEndedLocked(j)
+	j.pace = newPace(window, sent)
 	d := e.deliveryLocked(j, now)
 	d.Front = true
 	if d.TTL <= 0 {
