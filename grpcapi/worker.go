@@ -258,7 +258,7 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	for {
 		select {
 		case m := <-ss.in:
-			if err := ss.handle(ctx, w, m); err != nil {
+			if err := ss.handle(w, m); err != nil {
 				return err
 			}
 		case err := <-ss.recvErr:
@@ -279,7 +279,7 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	}
 }
 
-func (ss *session) handle(ctx context.Context, w *core.Worker, m *pb.WorkerMessage) error {
+func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
 	switch msg := m.Msg.(type) {
 	case *pb.WorkerMessage_Accept:
 		w.Accept(msg.Accept.JobId, msg.Accept.Generation)

@@ -105,8 +105,8 @@ type Output struct {
 // credit is an amount of output: chunks and the bytes of their data.
 type credit struct{ events, bytes uint64 }
 
-// allows reports whether one more chunk may be sent: one chunk may end
-// past the bytes, so a chunk larger than the window still goes, alone.
+// allowsLocked reports whether one more chunk may be sent: one chunk may
+// end past the bytes, so a chunk larger than the window still goes, alone.
 func (o *Output) allowsLocked() bool {
 	c := o.credit
 	return c == credit{} || o.sent.events < c.events && o.sent.bytes < c.bytes
@@ -164,7 +164,7 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 		}
 		if o.jctx.Err() != nil {
 			o.mu.Unlock()
-			return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+			return o.jobEnded()
 		}
 		if o.allowsLocked() {
 			err := o.queueLocked(ctx, m, uint64(len(data)))
@@ -176,9 +176,9 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 		select {
 		case <-moved:
 		case <-o.jctx.Done():
-			return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+			return o.jobEnded()
 		case <-ctx.Done():
-			return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
+			return o.gaveUp(ctx)
 		}
 	}
 }
@@ -192,10 +192,23 @@ func (o *Output) queueLocked(ctx context.Context, m *pb.WorkerMessage, size uint
 		o.sent.bytes += size
 		return nil
 	case <-o.jctx.Done():
-		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+		return o.jobEnded()
 	case <-ctx.Done():
-		return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
+		return o.gaveUp(ctx)
 	}
+}
+
+func (o *Output) jobEnded() error {
+	return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+}
+
+// gaveUp is the error of a send whose ctx ended first; when that is the
+// job's own context (a handler passes it on), the job ended.
+func (o *Output) gaveUp(ctx context.Context) error {
+	if o.jctx.Err() != nil {
+		return o.jobEnded()
+	}
+	return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
 }
 
 // end makes every later send fail with ErrJobEnded. It returns once no send
