@@ -146,6 +146,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{name: "release lost", in: core.Message{Kind: core.MsgRelease, JobID: "j", Gen: 3, Consumer: "c", Reason: "worker gone"}},
 		{name: "unbind", in: core.Message{Kind: core.MsgUnbind, JobID: "j", Gen: 3, Queue: "q", Consumer: "c"}},
 		{name: "cancel", in: core.Message{Kind: core.MsgCancel, JobID: "j", Gen: 3, Code: core.CodeExpired}},
+		{name: "grant", in: core.Message{Kind: core.MsgGrant, JobID: "j", Gen: 3, Queue: "q", Credit: core.OutputCredit{Events: 1024, Bytes: 4 << 20}}},
 		{
 			name: "empty output is absent",
 			in:   core.Message{Kind: core.MsgReply, JobID: "j", Output: json.RawMessage{}, End: &core.End{Result: json.RawMessage{}}},
@@ -183,7 +184,7 @@ func TestMessageRoundTrip(t *testing.T) {
 // Every kind core names has a wire form, and the wire kinds map back.
 func TestEveryKindHasAWireForm(t *testing.T) {
 	d := fullDelivery()
-	for _, k := range []core.MessageKind{core.MsgForward, core.MsgDeliver, core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel} {
+	for _, k := range []core.MessageKind{core.MsgForward, core.MsgDeliver, core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgGrant} {
 		p, err := peer.MessageToPB(core.Message{Kind: k, JobID: "j", Delivery: &d})
 		if err != nil {
 			t.Errorf("%s: %v", k, err)
