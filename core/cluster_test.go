@@ -1416,7 +1416,7 @@ func TestClusterTTLPerHop(t *testing.T) {
 func TestClusterGrantsGoBackToTheHost(t *testing.T) {
 	net := newFakeNet(t)
 	n1 := net.add("n1", smallWindow)
-	n2 := net.add("n2", func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1 << 20 })
+	n2 := net.add("n2", func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
 	net.setDispatcher("q", "n2")
 	w, fc := n2.worker("q", "a", 1)
 	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{Streamed: true})
