@@ -167,6 +167,29 @@ func TestEveryOutputReachesAFastReader(t *testing.T) {
 	})
 }
 
+// sendClock measures the time a handler spends in Output.Send, the send
+// in progress included: a send that waits for credit returns only when
+// the grant comes, which may be long after the moment measured.
+type sendClock struct{ total, since atomic.Int64 }
+
+func (c *sendClock) send(ctx context.Context, out *worker.Output, v any) error {
+	t0 := time.Now()
+	c.since.Store(t0.UnixNano())
+	err := out.Send(ctx, v)
+	c.since.Store(0)
+	c.total.Add(int64(time.Since(t0)))
+	return err
+}
+
+// blocked is the time spent in Send so far.
+func (c *sendClock) blocked() time.Duration {
+	d := time.Duration(c.total.Load())
+	if s := c.since.Load(); s != 0 {
+		d += time.Since(time.Unix(0, s))
+	}
+	return d
+}
+
 // throttledReader reads body at most rate bytes a second, in small reads,
 // to its end.
 func throttledReader(body io.Reader, rate int) []byte {
@@ -238,18 +261,16 @@ func TestThrottledReaderPacesTheWorker(t *testing.T) {
 		c.HTTP.WriteBuffer = 4 << 10
 	})
 	n1, n3 := nodes[0], nodes[2]
-	var blocked atomic.Int64 // nanoseconds spent in Send
+	var clock sendClock
 	var sent atomic.Int64
 	started, finished := make(chan time.Time, 1), make(chan time.Time, 1)
 	chunk := strings.Repeat("x", size)
 	MustStartWorker(t, n3, worker.Config{Name: "fast"}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
 		started <- time.Now()
 		for i := range outputs {
-			t0 := time.Now()
-			if err := out.Send(ctx, chunk); err != nil {
+			if err := clock.send(ctx, out, chunk); err != nil {
 				return nil, fmt.Errorf("send %d: %w", i, err)
 			}
-			blocked.Add(int64(time.Since(t0)))
 			sent.Add(1)
 		}
 		finished <- time.Now()
@@ -299,7 +320,7 @@ func TestThrottledReaderPacesTheWorker(t *testing.T) {
 		t.Fatalf("%d of %d outputs, last %s, controls %v, err %v: want every output, then done", st.outputs, outputs, st.last.Type, st.controls, st.err)
 	}
 	took := end.Sub(start)
-	b := time.Duration(blocked.Load())
+	b := clock.blocked()
 	waitMetric := metric(t, n3, "switchyard_worker_credit_wait_seconds_total", nil)
 	t.Logf("reader at %d KiB/s, %d outputs of %d bytes (%d bytes of SSE): the worker took %s, %s of it blocked in Send (%.0f%%); n3 counted %.2fs waiting for credit; peak held: n1 %v unread outputs (%v bytes), n3 %v messages on the leg; window %d outputs",
 		rate>>10, outputs, size, len(body), took.Round(time.Millisecond), b.Round(time.Millisecond), 100*b.Seconds()/took.Seconds(), waitMetric, peakUnread, peakUnreadBytes, peakLeg, window)
@@ -406,32 +427,58 @@ func TestStalledReaderIsTerminatedThenResumes(t *testing.T) {
 // same reply trunk: job A's reader (on n1) reads 8 KB/s, so A's worker
 // waits for credit; job B, on the same worker session (concurrency 2, on
 // n3) and the same trunk n3 → n1, emits an output every millisecond
-// carrying the time it was sent, and its reader gets each one at once.
+// carrying the time it was sent, and its reader gets each one at once. B's
+// latency is printed beside that of the same job run alone first.
 func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 	nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) {
 		c.Engine.OutputWindowEvents = 16
 		c.HTTP.WriteBuffer = 4 << 10
 	})
 	n1, n3 := nodes[0], nodes[2]
-	startTicks, stopTicks := make(chan struct{}), make(chan struct{})
-	ticks := tickWorker(startTicks, stopTicks)
-	var aBlocked atomic.Int64
+	type tickRun struct{ start, stop chan struct{} }
+	runs := make(chan tickRun, 1)
+	var aClock sendClock
 	chunk := strings.Repeat("x", 200)
 	MustStartWorker(t, n3, worker.Config{Name: "both", Concurrency: 2}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		if string(job.Input) == `"ticks"` {
-			return ticks(ctx, job, out)
+			r := <-runs
+			return tickWorker(r.start, r.stop)(ctx, job, out)
 		}
 		for {
-			t0 := time.Now()
-			if err := out.Send(ctx, chunk); err != nil {
+			if err := aClock.send(ctx, out, chunk); err != nil {
 				return nil, err
 			}
-			aBlocked.Add(int64(time.Since(t0)))
 		}
 	})
 	for _, nd := range nodes {
 		waitFor(t, 5*time.Second, "n3 dispatches demo", func() bool { return dispatcherOf(nd, "demo") == "n3" })
 	}
+	// ticks runs job B for d and returns its latencies.
+	ticks := func(d time.Duration) string {
+		r := tickRun{make(chan struct{}), make(chan struct{})}
+		runs <- r
+		b := post(t.Context(), t, n1, "demo", `{"ttl_ms":60000,"input":"ticks"}`, true)
+		defer b.Body.Close()
+		type timed struct {
+			evs []timedEvent
+			err error
+		}
+		done := make(chan timed, 1)
+		go func() {
+			evs, err := readTimed(b.Body)
+			done <- timed{evs, err}
+		}()
+		close(r.start)
+		time.Sleep(d)
+		close(r.stop)
+		got := recvWithin(t, done, 10*time.Second, "job B's stream")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		return checkTicks(t, got.evs)
+	}
+	alone := ticks(time.Second)
+
 	a := postWith(t, smallBuffers(4<<10), n1, `{"ttl_ms":60000,"input":"paced"}`)
 	go func() { throttledReader(a.Body, 8<<10) }()
 	waitFor(t, 10*time.Second, "job A waiting for its reader", func() bool {
@@ -441,30 +488,11 @@ func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 		getJSON(t, baseURL(n1)+"/v1/jobs/"+a.Header.Get("X-Job-Id"), &v)
 		return v.WaitingForReader
 	})
-
-	b := post(t.Context(), t, n1, "demo", `{"ttl_ms":60000,"input":"ticks"}`, true)
-	defer b.Body.Close()
-	type timed struct {
-		evs []timedEvent
-		err error
-	}
-	bDone := make(chan timed, 1)
-	go func() {
-		evs, err := readTimed(b.Body)
-		bDone <- timed{evs, err}
-	}()
-	close(startTicks)
-	aBefore := time.Duration(aBlocked.Load())
-	time.Sleep(2 * time.Second)
-	close(stopTicks)
-	got := recvWithin(t, bDone, 10*time.Second, "job B's stream")
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	lat := checkTicks(t, got.evs)
-	aWaited := time.Duration(aBlocked.Load()) - aBefore
-	t.Logf("job B beside job A paced by an 8 KB/s reader (same worker session, same trunk n3 → n1): %s; job A's worker spent %s of those 2s blocked in Send",
-		lat, aWaited.Round(time.Millisecond))
+	aBefore := aClock.blocked()
+	beside := ticks(2 * time.Second)
+	aWaited := aClock.blocked() - aBefore
+	t.Logf("job B alone: %s; beside job A paced by an 8 KB/s reader (same worker session, same trunk n3 → n1): %s; job A's worker spent %s of those 2s blocked in Send",
+		alone, beside, aWaited.Round(time.Millisecond))
 	if aWaited < time.Second {
 		t.Errorf("job A's worker was blocked %s of 2s: it was not paced", aWaited)
 	}
