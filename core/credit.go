@@ -138,7 +138,13 @@ func (e *Engine) StreamSent(id string, seq uint64) {
 		n++
 	}
 	if n > 0 {
-		p.unread = append(p.unread[:0], p.unread[n:]...)
+		// A queue on a slice: taken from the front, the array reused from
+		// its start once all is taken (what a reader that keeps up does).
+		if n == len(p.unread) {
+			p.unread = p.unread[:0]
+		} else {
+			p.unread = p.unread[n:]
+		}
 		e.m.UnreadEvents.Sub(float64(n))
 		e.m.UnreadBytes.Sub(float64(bytes))
 	}
