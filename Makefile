@@ -60,8 +60,10 @@ fuzz:
 	done
 
 ## bench: a node with a demo worker, driven by `switchyard bench`; the cluster
-## benchmark (co-located vs cross-node vs a bare relay, one process); the peer
-## request leg streamed vs unary. Prints figures, never fails on a time.
+## benchmark (co-located vs cross-node vs a bare relay, one process); one
+## stream's throughput (100,000 outputs through a node, across nodes, and from
+## a plain SSE writer); the peer request leg streamed vs unary. Prints figures,
+## never fails on a time.
 bench: build
 	@set -e; dir=$$(mktemp -d); \
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
@@ -70,6 +72,7 @@ bench: build
 	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
 	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS)
+	$(GO) test -run '^$$' -bench '^BenchmarkStreamThroughput$$' -benchtime 1x ./integration/
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \
 	awk '{ print } \

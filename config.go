@@ -112,6 +112,9 @@ type Config struct {
 
 // DefaultConfig returns a node configuration that works out of the box.
 func DefaultConfig() Config {
+	engine := core.DefaultConfig()
+	// Left at 0, the output window is half the streams' bound (outputWindow).
+	engine.OutputWindowEvents, engine.OutputWindowBytes = 0, 0
 	return Config{
 		Name:                  "node-1",
 		HTTPAddr:              "127.0.0.1:8080",
@@ -127,7 +130,7 @@ func DefaultConfig() Config {
 		PeerHeartbeatInterval: time.Second,
 		PeerFailureThreshold:  3,
 		PeerStreamIdle:        30 * time.Second,
-		Engine:                core.DefaultConfig(),
+		Engine:                engine,
 		HTTP:                  httpapi.DefaultConfig(),
 		Workers:               grpcapi.DefaultWorkerConfig(),
 	}
@@ -171,10 +174,13 @@ func (c *Config) Validate() error {
 	if c.MaxConcurrentStreams == 0 {
 		return &core.ConfigError{Field: "max-concurrent-streams", Value: c.MaxConcurrentStreams, Err: errors.New("must be positive")}
 	}
-	if err := c.Engine.Validate(); err != nil {
+	if err := c.HTTP.Validate(); err != nil {
 		return err
 	}
-	if err := c.HTTP.Validate(); err != nil {
+	if err := c.outputWindow(); err != nil {
+		return err
+	}
+	if err := c.Engine.Validate(); err != nil {
 		return err
 	}
 	// A slow stream is terminated so that it can resume: when its client
@@ -224,4 +230,26 @@ func loopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// outputWindow sets an output window left at 0 to half the streams'
+// bound, and refuses one above it. A paced reader's stream holds at most
+// the window behind the worker, within the bound a stream that is not
+// paced is held to; and the window stays below the history's bound (the
+// stream's is), so a paced reader that resumes finds its position.
+func (c *Config) outputWindow() error {
+	sp, e := c.HTTP.Stream, &c.Engine
+	if e.OutputWindowEvents == 0 {
+		e.OutputWindowEvents = max(sp.MaxLagEvents/2, 1)
+	}
+	if e.OutputWindowBytes == 0 {
+		e.OutputWindowBytes = max(sp.MaxLagBytes/2, 1)
+	}
+	if e.OutputWindowEvents > sp.MaxLagEvents {
+		return &core.ConfigError{Field: "output-window-events", Value: e.OutputWindowEvents, Err: fmt.Errorf("must not exceed stream-max-events (%d): a paced reader's stream holds up to the window", sp.MaxLagEvents)}
+	}
+	if e.OutputWindowBytes > sp.MaxLagBytes {
+		return &core.ConfigError{Field: "output-window-bytes", Value: e.OutputWindowBytes, Err: fmt.Errorf("must not exceed stream-max-bytes (%d): a paced reader's stream holds up to the window", sp.MaxLagBytes)}
+	}
+	return nil
 }

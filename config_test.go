@@ -48,6 +48,15 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"", func(c *switchyard.Config) { // just below the history's bounds: fine
 			c.HTTP.Stream.MaxLagEvents, c.HTTP.Stream.MaxLagBytes = c.Engine.HistoryEvents-1, c.Engine.HistoryBytes-1
 		}},
+		// An output window above the stream bound: a paced stream would
+		// hold more than any stream may.
+		{"output-window-events", func(c *switchyard.Config) { c.Engine.OutputWindowEvents = c.HTTP.Stream.MaxLagEvents + 1 }},
+		{"output-window-bytes", func(c *switchyard.Config) { c.Engine.OutputWindowBytes = c.HTTP.Stream.MaxLagBytes + 1 }},
+		{"output-window-events", func(c *switchyard.Config) { c.Engine.OutputWindowEvents = -1 }},
+		{"", func(c *switchyard.Config) { // at the stream bound: fine
+			c.Engine.OutputWindowEvents, c.Engine.OutputWindowBytes = c.HTTP.Stream.MaxLagEvents, c.HTTP.Stream.MaxLagBytes
+		}},
+		{"stream-stall-timeout", func(c *switchyard.Config) { c.HTTP.Stream.Stall = c.HTTP.Stream.WriteTimeout }},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			c := switchyard.DefaultConfig()
@@ -134,5 +143,17 @@ func TestEtcdPerimeter(t *testing.T) {
 		case tc.flag != "" && (!errors.As(err, &ce) || ce.Field != tc.flag):
 			t.Errorf("%s: %v, want a refusal of --%s", tc.name, err, tc.flag)
 		}
+	}
+}
+
+// An output window left at 0 is half the streams' bound, and follows it.
+func TestOutputWindowDefaultsToHalfTheStreamBound(t *testing.T) {
+	c := switchyard.DefaultConfig()
+	c.HTTP.Stream.MaxLagEvents, c.HTTP.Stream.MaxLagBytes = 64, 1<<20
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if e, b := c.Engine.OutputWindowEvents, c.Engine.OutputWindowBytes; e != 32 || b != 512<<10 {
+		t.Fatalf("window %d outputs, %d bytes; want half the stream bound: 32, %d", e, b, 512<<10)
 	}
 }

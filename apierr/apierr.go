@@ -69,6 +69,7 @@ var table = map[core.Code]wire{
 	core.CodeQueueBytesFull:    {http.StatusTooManyRequests, codes.ResourceExhausted},
 	core.CodeTooManyUpdates:    {http.StatusTooManyRequests, codes.ResourceExhausted},
 	core.CodeRateLimited:       {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeReaderBehind:      {http.StatusTooManyRequests, codes.ResourceExhausted},
 
 	// The node cannot serve it now; the same request may succeed later.
 	core.CodeNoCapableWorker:       {http.StatusServiceUnavailable, codes.Unavailable},
@@ -91,6 +92,7 @@ var table = map[core.Code]wire{
 	core.CodeWorkerLost:     {http.StatusBadGateway, codes.Unavailable},
 	core.CodeNodeShutdown:   {http.StatusServiceUnavailable, codes.Unavailable},
 	core.CodeOutputTooLarge: {http.StatusBadGateway, codes.ResourceExhausted},
+	core.CodeCreditExceeded: {http.StatusBadGateway, codes.ResourceExhausted},
 	core.CodeTooLarge:       {http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
 	core.CodeBadOutput:      {http.StatusBadGateway, codes.Unknown},
 	core.CodeWorkerError:    {http.StatusBadGateway, codes.Unknown},

@@ -409,9 +409,6 @@ func (p *fakePeer) LeaseValid() bool {
 	return p.net.lease[p.node]
 }
 
-// Room: the fake's reply leg never pushes back.
-func (p *fakePeer) Room(string, string) <-chan struct{} { return nil }
-
 // NodeZone: the fake's nodes carry the zones their consumers were
 // published with.
 func (p *fakePeer) NodeZone(string) string { return "" }
@@ -1409,4 +1406,54 @@ func TestClusterTTLPerHop(t *testing.T) {
 	if ttl-o.TTL > elapsed {
 		t.Errorf("the hops took %v off in all, more than the %v that passed", ttl-o.TTL, elapsed)
 	}
+}
+
+// A job's output credit across nodes: the window is the ingress's (n1),
+// carried in the delivery to the host's offer (n2); the host counts the
+// worker's output against it, and the ingress's grant, once the job's
+// owner stream took half the window, goes back to the host as a message
+// and on to the worker. No grant for a job shorter than half its window.
+func TestClusterGrantsGoBackToTheHost(t *testing.T) {
+	net := newFakeNet(t)
+	n1 := net.add("n1", smallWindow)
+	n2 := net.add("n2", func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
+	net.setDispatcher("q", "n2")
+	w, fc := n2.worker("q", "a", 1)
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{Streamed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := waitOffers(t, fc, j.ID, 1)[0]
+	if o.Credit != (core.OutputCredit{Events: 4, Bytes: 1000}) {
+		t.Fatalf("offer credit %+v, want the ingress's window {4 1000}", o.Credit)
+	}
+	for i := range 4 {
+		w.Output(j.ID, o.Gen, output(i))
+	}
+	waitFor(t, 5*time.Second, "the outputs at the ingress", func() bool { return n1.view(j.ID).Outputs == 4 })
+	if !n1.view(j.ID).WaitingForReader || n2.metric("switchyard_worker_credit_waiting") != 1 {
+		t.Fatal("the job does not wait for its reader on both nodes")
+	}
+	n1.e.StreamSent(j.ID, 3) // accepted and two outputs
+	waitFor(t, 5*time.Second, "the grant at the worker", func() bool { return len(fc.Credits()) == 1 })
+	if got := fc.Credits()[0]; got.JobID != j.ID || got.Credit != (core.OutputCredit{Events: 6, Bytes: 1014}) {
+		t.Fatalf("credit at the worker %+v, want {6 1014} for %s", got, j.ID)
+	}
+	if n2.metric("switchyard_worker_credit_waiting") != 0 {
+		t.Error("the host still counts the job waiting after the grant")
+	}
+	w.Output(j.ID, o.Gen, output(4))
+	w.End(j.ID, o.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	net.settle()
+	net.wantSent(t, j.ID,
+		"forward n1>n2 (call)",
+		"reply n2>n1 output",
+		"reply n2>n1 output",
+		"reply n2>n1 output",
+		"reply n2>n1 output",
+		"grant n1>n2",
+		"reply n2>n1 output",
+		"reply n2>n1 end()",
+	)
 }

@@ -35,6 +35,9 @@ type Delivery struct {
 	// Front puts a job that comes back to its queue (a reject, a lost
 	// worker) at the head, so it keeps its place.
 	Front bool
+	// Window is the output window the ingress paces the job with: its
+	// worker's first output credit (credit.go). Zero: not paced.
+	Window OutputCredit
 }
 
 // queue is one queue on its dispatcher.
@@ -307,7 +310,7 @@ func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
 	inZone := e.zoneOKLocked(t.d.Zone, e.selfZone())
 	for _, w := range q.workers {
-		if !inZone || w.gone || w.paused || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
+		if !inZone || w.gone || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
 			!w.Capabilities.Satisfies(t.d.Capabilities) {
 			continue
 		}

@@ -21,6 +21,9 @@
 //   - consumer host (host.go): holds worker sessions and their credits, offers
 //     jobs, relays accept, reject, output and end back to the ingress.
 //
+// Between the ingress and the consumer host runs each job's output credit
+// (credit.go): the job's reader paces its worker, by a window.
+//
 // The calls between roles carry (job id, generation); the generation is the
 // fencing token that makes a stale accept, output or end harmless. Across
 // nodes the roles meet at the seam in transport.go: the engine calls a
@@ -31,7 +34,7 @@
 //
 // One mutex, Engine.mu, guards every role's state. Calls out of the engine
 // made under it (WorkerConn methods, History appends, Cluster's decisions,
-// Transport's Send, Room and Expect) never block: they answer from memory
+// Transport's Send and Expect) never block: they answer from memory
 // or queue for a writer of their own. Lock order: Engine.mu → History.mu;
 // the node's whole order, the transport's locks included, is in package
 // peer's doc (peer/doc.go).

@@ -29,6 +29,12 @@ type Config struct {
 	// HistoryEvents and HistoryBytes bound each job's retained history.
 	HistoryEvents int
 	HistoryBytes  int64
+	// OutputWindowEvents and OutputWindowBytes are how far a job's worker
+	// may run ahead of what the job's reader took: its output credit's
+	// window (credit.go). Both at least 1; a node keeps them below its
+	// streams' bounds, and so below the history's.
+	OutputWindowEvents int
+	OutputWindowBytes  int64
 	// Retention is how long an ended job stays readable and resumable, at
 	// most: RetainJobs and RetainBytes bound, node-wide, how many ended
 	// jobs are kept and the bytes they hold, and the oldest ended job goes
@@ -73,6 +79,8 @@ func DefaultConfig() Config {
 		DispatchTimeoutCeiling:  5 * time.Second,
 		HistoryEvents:           8192,
 		HistoryBytes:            8 << 20,
+		OutputWindowEvents:      512,
+		OutputWindowBytes:       2 << 20,
 		Retention:               5 * time.Minute,
 		RetainJobs:              50_000,
 		RetainBytes:             64 << 20,
@@ -104,6 +112,10 @@ func (c *Config) Validate() error {
 		return &ConfigError{"history-events", c.HistoryEvents, errors.New("must be positive")}
 	case c.HistoryBytes < c.Limits.MaxInputBytes:
 		return &ConfigError{"history-bytes", c.HistoryBytes, errors.New("must be at least max-input-bytes")}
+	case c.OutputWindowEvents < 1:
+		return &ConfigError{"output-window-events", c.OutputWindowEvents, errors.New("must be positive")}
+	case c.OutputWindowBytes < 1:
+		return &ConfigError{"output-window-bytes", c.OutputWindowBytes, errors.New("must be positive")}
 	case c.Retention <= 0:
 		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
 	case c.RetainJobs < 1:

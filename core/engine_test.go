@@ -174,5 +174,4 @@ var _ core.Transport = nopTransport{}
 
 func (nopTransport) Forward(context.Context, string, core.Delivery) error { return nil }
 func (nopTransport) Send(string, core.Message)                            {}
-func (nopTransport) Room(string, string) <-chan struct{}                  { return nil }
 func (nopTransport) Expect(string, string, uint64, string, time.Duration) {}

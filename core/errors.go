@@ -66,6 +66,10 @@ const (
 	// (over the peer message size limit, or not encodable). It is not a
 	// stall and is never retried on another transport.
 	CodeTooLarge Code = "too_large"
+	// CodeCreditExceeded: the job's worker sent output past the output
+	// credit it was given (a protocol violation): the output was not
+	// relayed, and the worker was told to stop the job.
+	CodeCreditExceeded Code = "credit_exceeded"
 )
 
 // Codes the transports add: refusals of a request before it reaches the
@@ -116,6 +120,11 @@ const (
 	// CodeRateLimited refuses a submission whose key is over its rate or
 	// its ceiling on jobs in flight; nothing is enqueued.
 	CodeRateLimited Code = "rate_limited"
+	// CodeReaderBehind refuses an HTTP worker's output post that waited
+	// for the job's output credit as long as the node lets a post wait:
+	// the job's reader is behind. Nothing was taken; the worker posts the
+	// same output again after Retry-After.
+	CodeReaderBehind Code = "reader_behind"
 )
 
 // Error is a refusal with a stable code. It wraps nothing: it is the

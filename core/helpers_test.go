@@ -35,6 +35,12 @@ type cancelMsg struct {
 	Reason core.Code
 }
 
+type creditMsg struct {
+	JobID  string
+	Gen    uint64
+	Credit core.OutputCredit
+}
+
 // fakeConn is a core.WorkerConn that records what the engine sends. Its
 // methods are called with the engine's lock held, so they only append.
 // Close records the cause; like a transport, the test then calls
@@ -43,6 +49,7 @@ type fakeConn struct {
 	mu       sync.Mutex
 	offers   []core.Offer
 	cancels  []cancelMsg
+	credits  []creditMsg
 	closes   []error
 	offerErr error
 }
@@ -64,6 +71,13 @@ func (f *fakeConn) SendCancel(id string, gen uint64, reason core.Code) error {
 	return nil
 }
 
+func (f *fakeConn) SendCredit(id string, gen uint64, c core.OutputCredit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.credits = append(f.credits, creditMsg{id, gen, c})
+	return nil
+}
+
 func (f *fakeConn) Close(cause error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -80,6 +94,12 @@ func (f *fakeConn) Cancels() []cancelMsg {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.cancels)
+}
+
+func (f *fakeConn) Credits() []creditMsg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.credits)
 }
 
 func (f *fakeConn) Closes() []error {

@@ -21,6 +21,10 @@ type Offer struct {
 	Capabilities   []string
 	TTL            time.Duration
 	MaxOutputBytes int64
+	// Credit is the job's first output credit, its window: the output the
+	// worker may send before it is granted more (see WorkerConn.SendCredit).
+	// Zero: the job is not paced.
+	Credit OutputCredit
 }
 
 // WorkerConn is the transport's side of a worker session. Its methods are
@@ -30,6 +34,11 @@ type Offer struct {
 type WorkerConn interface {
 	SendOffer(Offer) error
 	SendCancel(jobID string, gen uint64, reason Code) error
+	// SendCredit passes on a grant of output credit for binding (job, gen):
+	// how much output it may have sent in all (cumulative, so only the
+	// newest matters). A transport whose worker cannot see its credit
+	// ignores it and waits for credit with Worker.OutputOrWait instead.
+	SendCredit(jobID string, gen uint64, c OutputCredit) error
 	// Close ends the session from the node's side; the transport then calls
 	// Worker.Detach as it does for any session that ends.
 	Close(cause error)
@@ -57,25 +66,6 @@ type Worker struct {
 	// guarded by Engine.mu
 	bindings map[string]*binding
 	gone     bool
-	// paused is set while the node has stopped reading the worker's
-	// messages (reply-leg flow control): it gets no new offers, and its
-	// missed deadlines are the node's doing, not a stall.
-	paused bool
-}
-
-// Pause records that the transport stopped (true) or resumed (false)
-// reading this worker's messages because a job's ingress is behind. While
-// paused the worker is offered nothing new and is not dropped as stalled:
-// an accept or a cancel acknowledgement it sent meanwhile is waiting
-// unread in the transport.
-func (w *Worker) Pause(paused bool) {
-	e := w.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	w.paused = paused
-	if !paused {
-		e.dispatchLocked(e.queues[w.Queue])
-	}
 }
 
 // binding is a job bound to a worker, as the host tracks it.
@@ -88,6 +78,8 @@ type binding struct {
 	// DispatchTimeoutFloor: missing it is the job running out of time, not
 	// the worker stalling.
 	short bool
+	// credit is the binding's output credit (credit.go).
+	credit hostCredit
 }
 
 // ErrStalled is the cause given to a session dropped for not answering.
@@ -201,7 +193,7 @@ func (w *Worker) UpdateCapabilities(ctx context.Context, capabilities []string) 
 // offerLocked sends a bound job to the worker and arms the accept deadline.
 func (e *Engine) offerLocked(w *Worker, t *task) {
 	left := t.budget.Remaining(time.Now())
-	b := &binding{t: t}
+	b := &binding{t: t, credit: hostCredit{granted: t.d.Window}}
 	w.bindings[t.d.JobID] = b
 	e.hosted[t.d.JobID] = w
 	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
@@ -210,6 +202,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	err := w.conn.SendOffer(Offer{
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
 		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
+		Credit: t.d.Window,
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
@@ -230,12 +223,6 @@ func (e *Engine) stalled(w *Worker, id string, gen uint64) {
 	defer e.mu.Unlock()
 	b := w.bindings[id]
 	if e.closed || w.gone || b == nil || b.t.d.Gen != gen || (b.accepted && !b.cancelling) {
-		return
-	}
-	if w.paused {
-		// Its answer may be sitting unread behind the paused reader: look
-		// again once a ceiling has passed.
-		b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
 		return
 	}
 	if b.short && !b.accepted && !b.cancelling {
@@ -373,10 +360,30 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 }
 
 // Output relays one chunk of output to the job's ingress. Output before an
-// Accept counts as the accept. When the ingress is another node, Output may
-// return a channel: the session must not read its worker's next message
-// until it is closed (flow control on the reply leg; see Transport.Room).
-func (w *Worker) Output(id string, gen uint64, data []byte) (wait <-chan struct{}) {
+// Accept counts as the accept. It never waits: a paced job's worker sends
+// output only within the credit it was given (WorkerConn.SendCredit), and
+// an output past it fails the job credit_exceeded (credit.go).
+func (w *Worker) Output(id string, gen uint64, data []byte) {
+	e := w.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := w.bindingLocked("output", id, gen)
+	if b == nil || b.cancelling {
+		return
+	}
+	if !b.credit.granted.covers(b.credit.used) {
+		e.creditExceededLocked(w, b)
+		return
+	}
+	w.outputLocked(b, data)
+}
+
+// OutputOrWait is Output for a transport whose worker does not see its
+// credit (an HTTP worker): it relays data if the job's credit allows it
+// now; otherwise it relays nothing and returns a channel, closed once the
+// job gets more credit or the binding ends, on which the transport waits
+// before it tries again.
+func (w *Worker) OutputOrWait(id string, gen uint64, data []byte) (wait <-chan struct{}) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -384,17 +391,32 @@ func (w *Worker) Output(id string, gen uint64, data []byte) (wait <-chan struct{
 	if b == nil || b.cancelling {
 		return nil
 	}
+	if c := &b.credit; !c.granted.covers(c.used) {
+		if c.wake == nil {
+			c.wake = make(chan struct{})
+		}
+		return c.wake
+	}
+	w.outputLocked(b, data)
+	return nil
+}
+
+// outputLocked counts an output against its binding's credit and relays
+// it to the job's ingress.
+func (w *Worker) outputLocked(b *binding, data []byte) {
+	e := w.e
 	if !b.accepted {
 		w.acceptLocked(b)
 	}
-	if b.t.d.Ingress != e.cfg.Node {
-		e.replyLocked(w, b.t.d, Message{Output: data})
-		return e.transport.Room(b.t.d.Ingress, id)
+	e.useCreditLocked(b, int64(len(data)))
+	d := b.t.d
+	if d.Ingress != e.cfg.Node {
+		e.replyLocked(w, d, Message{Output: data})
+		return
 	}
-	if e.onOutputLocked(id, gen, data) {
+	if e.onOutputLocked(d.JobID, d.Gen, data) {
 		e.m.StaleMessages.WithLabelValues("output").Inc()
 	}
-	return nil
 }
 
 // End records that the worker finished a job: code "" is success, anything
@@ -426,6 +448,7 @@ func (w *Worker) End(id string, gen uint64, code Code, detail string, result jso
 func (w *Worker) releaseLocked(id string, b *binding) {
 	e := w.e
 	stopTimer(b.timer)
+	e.stopWaitingLocked(&b.credit)
 	delete(w.bindings, id)
 	if e.hosted[id] == w {
 		delete(e.hosted, id)
@@ -455,6 +478,8 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 		return
 	}
 	b.cancelling = true
+	// The worker is told to stop, not to wait for its reader any more.
+	e.stopWaitingLocked(&b.credit)
 	stopTimer(b.timer)
 	b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
 	if err := w.conn.SendCancel(id, gen, reason); err != nil {

@@ -283,47 +283,6 @@ func TestShortTTLOfferAcceptedInTime(t *testing.T) {
 	})
 }
 
-// A worker whose session the node paused (reply-leg flow control) is
-// offered nothing new and is not dropped for answers it could not deliver
-// while paused; once resumed, it gets the waiting job.
-func TestPausedWorkerIsNotStalled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, shortDispatch) // ceiling 200ms
-		w, f := h.attach("q", 2)
-		a := h.submit("q", env(10*time.Second))
-		oa := f.lastOffer(t)
-		w.Accept(a.ID, oa.Gen)
-
-		w.Pause(true)
-		b := h.submit("q", env(10*time.Second))
-		if len(f.offersFor(b.ID)) != 0 {
-			t.Fatal("a paused worker was offered a new job")
-		}
-		if _, err := h.e.Cancel(a.ID, "test"); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Second) // five ceilings with the acknowledgement unread
-		synctest.Wait()
-		if closes := f.Closes(); len(closes) != 0 {
-			t.Fatalf("a paused worker was dropped: %v", closes)
-		}
-
-		w.Pause(false)
-		synctest.Wait()
-		ob := f.offersFor(b.ID)
-		if len(ob) != 1 {
-			t.Fatal("the waiting job was not offered once the worker resumed")
-		}
-		w.Accept(b.ID, ob[0].Gen)
-		w.End(a.ID, oa.Gen, core.CodeCancelled, "", nil) // the acknowledgement, read at last
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if closes := f.Closes(); len(closes) != 0 {
-			t.Fatalf("worker dropped after it acknowledged: %v", closes)
-		}
-	})
-}
-
 func TestWorkerSendQueueFitsLargestOffer(t *testing.T) {
 	for _, maxInput := range []int64{1 << 10, 1 << 20, 64 << 20} {
 		if count, bytes := core.WorkerSendQueue(1, maxInput); bytes < 2*(maxInput+64<<10) || count < 4 {

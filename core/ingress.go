@@ -153,6 +153,7 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 		Owner:    opts.Owner,
 		onEnd:    opts.OnEnd,
 		streamed: opts.Streamed,
+		pace:     newPace(e.outputWindow(), 0),
 		gen:      1,
 		// The generation is the ingress's to allocate: every forward
 		// carries a fresh one (see reforwardLocked).
@@ -219,6 +220,7 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 		Input: j.Env.Input, Options: j.Env.Options, Capabilities: j.Env.Capabilities, Zone: j.Env.Zone,
 		TTL: j.deadline.Sub(now), MaxOutputBytes: j.Limits.MaxOutputBytes,
 		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
+		Window: j.pace.window,
 	}
 	for c := range j.exclude {
 		d.Exclude = append(d.Exclude, c)
@@ -405,6 +407,8 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	if j == nil || j.gen != gen || j.state != StateRunning {
 		return true
 	}
+	// Credit counts the output as the worker sent it.
+	size := int64(len(data))
 	// Compacting validates, and keeps a worker's newlines out of SSE data.
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, data); err != nil || !json.Valid(data) {
@@ -423,7 +427,8 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		e.m.TimeToFirst.Observe(j.firstOutputAt.Sub(j.Created).Seconds())
 	}
 	j.outputs++
-	j.History.Append(EventOutput, gen, mustJSON(map[string]any{"data": json.RawMessage(data)}))
+	ev, _ := j.History.Append(EventOutput, gen, mustJSON(map[string]any{"data": json.RawMessage(data)}))
+	e.outputTakenLocked(j, ev.Seq, size)
 	return false
 }
 
@@ -504,6 +509,7 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
 	e.withdrawLocked(j, code)
+	e.paceEndedLocked(j)
 	e.retainLocked(j)
 	e.log.Debug("job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
 	return true

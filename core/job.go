@@ -122,7 +122,10 @@ type Job struct {
 	streamed   bool
 	owners     int
 	graceTimer *time.Timer
-	idemKey    string
+	// pace is the current binding's output credit (credit.go); nil once
+	// the job ended.
+	pace    *pace
+	idemKey string
 	// idemHash is the keyed submission's hash (submissionHash).
 	idemHash string
 	// onEnd is SubmitOptions.OnEnd, called by finishLocked.
@@ -170,6 +173,9 @@ type JobView struct {
 	Remaining  time.Duration
 	Outputs    int
 	LastSeq    uint64
+	// WaitingForReader is true while the job's worker has used all its
+	// output credit: it goes on as the job's reader takes its output.
+	WaitingForReader bool
 }
 
 func (j *Job) view(now time.Time) JobView {
@@ -177,7 +183,7 @@ func (j *Job) view(now time.Time) JobView {
 		ID: j.ID, Queue: j.Queue, Owner: j.Owner, State: j.state, Code: j.code, Detail: j.detail,
 		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
 		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
-		LastSeq: j.History.Head(),
+		LastSeq: j.History.Head(), WaitingForReader: j.pace.waiting(),
 	}
 	if j.state.Terminal() {
 		v.Outcome, _ = outcomeFor(j.code)

@@ -22,6 +22,10 @@ type Metrics struct {
 	RetainedJobs     prometheus.Gauge
 	RetainedBytes    prometheus.Gauge
 	Evictions        *prometheus.CounterVec
+	CreditWaiting    prometheus.Gauge
+	CreditWait       prometheus.Counter
+	UnreadEvents     prometheus.Gauge
+	UnreadBytes      prometheus.Gauge
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -98,6 +102,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Ended jobs this node let go of, by the bound that made it: retention (time), count (--retain-jobs) or bytes (--retain-bytes).",
 		}, []string{"reason"}),
 	}
+	m.CreditWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "switchyard", Subsystem: "worker", Name: "credit_waiting",
+		Help: "Jobs on this node's workers that used all their output credit: paced, waiting for their reader to take their output.",
+	})
+	m.CreditWait = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "worker", Name: "credit_wait_seconds_total",
+		Help: "Time this node's workers' jobs spent out of output credit, waiting for their readers.",
+	})
+	m.UnreadEvents = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "switchyard", Subsystem: "output", Name: "unread_events",
+		Help: "Outputs this node (as ingress) holds that its jobs' readers have not taken yet: at most the output window per streamed job.",
+	})
+	m.UnreadBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "switchyard", Subsystem: "output", Name: "unread_bytes",
+		Help: "Bytes of output (as the workers sent it) this node (as ingress) holds that its jobs' readers have not taken yet: at most the output window per streamed job, and one output.",
+	})
 	for _, r := range []EvictReason{EvictRetention, EvictCount, EvictBytes} {
 		m.Evictions.WithLabelValues(string(r))
 	}
@@ -106,6 +126,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
 		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves,
-		m.QueuesReaped, m.FencedMessages, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions)
+		m.QueuesReaped, m.FencedMessages, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions,
+		m.CreditWaiting, m.CreditWait, m.UnreadEvents, m.UnreadBytes)
 	return m
 }

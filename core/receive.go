@@ -63,6 +63,8 @@ func (e *Engine) HandleMessage(from string, m Message) {
 		}
 	case MsgCancel:
 		e.cancelHereLocked(m.Queue, m.JobID, m.Gen, m.Code)
+	case MsgGrant:
+		e.hostGrantLocked(m)
 	default:
 		e.m.StaleMessages.WithLabelValues("unknown").Inc()
 	}

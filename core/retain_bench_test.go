@@ -30,8 +30,9 @@ func (c *lastOfferConn) SendOffer(o core.Offer) error {
 	return nil
 }
 
-func (c *lastOfferConn) SendCancel(string, uint64, core.Code) error { return nil }
-func (c *lastOfferConn) Close(error)                                {}
+func (c *lastOfferConn) SendCancel(string, uint64, core.Code) error         { return nil }
+func (c *lastOfferConn) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+func (c *lastOfferConn) Close(error)                                        {}
 
 func (c *lastOfferConn) offer() core.Offer {
 	c.mu.Lock()

@@ -34,8 +34,9 @@ func (c *chanConn) SendOffer(o core.Offer) error {
 	}
 }
 
-func (c *chanConn) SendCancel(string, uint64, core.Code) error { c.cancels.Add(1); return nil }
-func (c *chanConn) Close(error)                                { c.closed.Add(1) }
+func (c *chanConn) SendCancel(string, uint64, core.Code) error         { c.cancels.Add(1); return nil }
+func (c *chanConn) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+func (c *chanConn) Close(error)                                        { c.closed.Add(1) }
 
 // TestConcurrentSubmitRunCancel runs submitters, cancellers and workers on
 // their own goroutines (under -race) and checks the invariants that must

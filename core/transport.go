@@ -25,9 +25,9 @@ import (
 // messages to other nodes. A Cluster (the decisions) and a Transport come
 // together; both are nil on a single node.
 //
-// Locking: Send, Room and Expect are called with Engine.mu held, so they
-// queue and return: they never block on the network, and never call the
-// engine (a Receiver method) from within. Forward is called without it.
+// Locking: Send and Expect are called with Engine.mu held, so they queue
+// and return: they never block on the network, and never call the engine
+// (a Receiver method) from within. Forward is called without it.
 type Transport interface {
 	// Forward hands a job to the dispatcher on node and waits for its
 	// verdict: nil once the dispatcher holds it, or the *Error it refused
@@ -40,12 +40,9 @@ type Transport interface {
 	// a binding's replies and release. The legs are not ordered with each
 	// other. A message no transport can carry is not sent: the transport
 	// tells Receiver.Undeliverable, later, from a goroutine of its own.
+	// Nothing here bounds a reply leg: its job's output credit does
+	// (credit.go), and a grant travels back to the host as a message too.
 	Send(node string, m Message)
-	// Room is the reply leg's flow control: nil when the replies of job to
-	// node may keep coming, or a channel closed once they may. The worker
-	// session waits on it before it reads its worker's next message, so a
-	// slow ingress slows the worker down and no output is dropped.
-	Room(node, job string) <-chan struct{}
 	// Expect tells the transport that this node is about to offer binding
 	// (job, gen), whose ingress is node, to a worker: the reply leg may be
 	// set up now, off the path of the first output.
@@ -116,6 +113,9 @@ const (
 	// MsgCancel ingress → dispatcher or consumer host, and dispatcher →
 	// consumer host: stop the job.
 	MsgCancel MessageKind = "cancel"
+	// MsgGrant ingress → consumer host: more output credit for a binding,
+	// its reader having taken some of its output (credit.go).
+	MsgGrant MessageKind = "grant"
 )
 
 // Message is one peer message. Every message names the job and the
@@ -145,6 +145,9 @@ type Message struct {
 
 	// Cancel: the code the job ended with.
 	Code Code
+
+	// Grant: the binding's output credit, cumulative.
+	Credit OutputCredit
 
 	// TTL is, on a reply, what was left of the job's TTL when the host sent
 	// it: a transport bounds the job's reply stream by it, since a reply leg
@@ -215,6 +218,10 @@ func (e *Engine) reforwardLocked(j *Job) {
 	// No node holds the job until it is forwarded again: a node death
 	// seen meanwhile must not release it a second time.
 	j.state, j.consumer, j.worker, j.host, j.dispatcher, j.settled = StateQueued, "", "", "", "", false
+	// The new binding's credit starts from its window again.
+	window, sent := j.pace.window, j.pace.sent
+	e.paceEndedLocked(j)
+	j.pace = newPace(window, sent)
 	d := e.deliveryLocked(j, now)
 	d.Front = true
 	if d.TTL <= 0 {

@@ -40,14 +40,31 @@ AUTH = {"Authorization": "Bearer " + os.environ["SWITCHYARD_API_KEY"]} if os.env
 
 def post(path, body=None):
     """POSTs JSON to the node; returns the HTTP status."""
+    return post_answer(path, body)[0]
+
+
+def post_answer(path, body=None):
+    """POSTs JSON to the node; returns the HTTP status and headers."""
     data = json.dumps(body if body is not None else {}).encode()
     req = urllib.request.Request(URL + path, data=data, method="POST",
                                  headers={"Content-Type": "application/json", **AUTH})
     try:
         with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status
+            return res.status, res.headers
     except urllib.error.HTTPError as e:
-        return e.code
+        return e.code, e.headers
+
+
+def post_output(path, body):
+    """POSTs one output. Output is paced by the job's reader: the answer
+    waits while the reader is behind, and after a while says 429
+    reader_behind (nothing taken): the same output goes again after
+    Retry-After."""
+    while True:
+        status, headers = post_answer(path, body)
+        if status != 429:
+            return status
+        time.sleep(float(headers.get("Retry-After", "1")))
 
 
 def events(res):
@@ -91,7 +108,7 @@ class Worker:
                 post(self.job_path(job, "fail"),
                      {"generation": gen, "code": "cancelled", "message": "cancelled by the node"})
                 return
-            post(self.job_path(job, "output"), {"generation": gen, "data": word + " "})
+            post_output(self.job_path(job, "output"), {"generation": gen, "data": word + " "})
             time.sleep(DELAY)
         post(self.job_path(job, "complete"), {"generation": gen})
 

@@ -67,7 +67,12 @@ run() {
 			rm -f "$dir/pid.$id"
 			return
 		fi
-		post "$id" output "{\"generation\":$gen,\"data\":\"$word \"}" >/dev/null
+		# Output is paced by the job's reader: past the window the answer
+		# waits, then may be 429 reader_behind (nothing taken): post it
+		# again after Retry-After (1s).
+		while [ "$(post "$id" output "{\"generation\":$gen,\"data\":\"$word \"}")" = 429 ]; do
+			sleep 1
+		done
 		sleep "$delay"
 	done
 	post "$id" complete "{\"generation\":$gen}" >/dev/null

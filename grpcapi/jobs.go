@@ -250,6 +250,7 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	res := stream.Run(ctx, stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
+		Sent:  s.e.Pacer(j.ID, owner),
 	}, snk)
 	snk.stop()
 	// The engine first: once the metrics show a stream closed, its job's
@@ -291,8 +292,8 @@ func jobStatus(v core.JobView) *pb.JobStatus {
 		Generation: v.Generation, HandledBy: optional(v.HandledBy), Worker: optional(v.WorkerName),
 		CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
 		TtlMs:     v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: int64(v.Outputs),
-		LastSeq: v.LastSeq,
-		Links:   &pb.JobLinks{Self: "/v1/jobs/" + v.ID, Events: "/v1/jobs/" + v.ID + "/events"},
+		LastSeq: v.LastSeq, WaitingForReader: v.WaitingForReader,
+		Links: &pb.JobLinks{Self: "/v1/jobs/" + v.ID, Events: "/v1/jobs/" + v.ID + "/events"},
 	}
 	if !v.Ended.IsZero() {
 		r.EndedAt = optional(v.Ended.UTC().Format(time.RFC3339Nano))

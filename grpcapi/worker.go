@@ -69,7 +69,9 @@ const maxPendingUpdates = 4
 // and by bytes) and an updater (capability updates, which write to the
 // catalog and so must not hold up the handler's accepts and ends). The
 // engine never blocks on a worker: it queues, and a full queue drops the
-// session exactly as a stall would.
+// session exactly as a stall would. Nor does the node ever stop reading a
+// worker: its output is paced per job by output credit, so one job whose
+// reader is behind never holds up another job's output.
 type WorkerServer struct {
 	pb.UnimplementedWorkerServiceServer
 	e    *core.Engine
@@ -108,6 +110,8 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 		in:      make(chan *pb.WorkerMessage),
 		recvErr: make(chan error, 1),
 		updates: make(chan []string, maxPendingUpdates),
+		credits: map[creditKey]core.OutputCredit{},
+		creditc: make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -180,8 +184,15 @@ type session struct {
 	maxOutBytes int64
 	// updates feeds the updater: capability lists in the order received.
 	updates chan []string
-	closing chan struct{}
-	done    chan struct{}
+	// credits are the output credits waiting for the writer, the newest
+	// per binding: a credit is cumulative, so one not sent yet is
+	// replaced rather than queued behind (a fast job makes one per half
+	// window, and none can fill out). creditc says there are some.
+	creditMu sync.Mutex
+	credits  map[creditKey]core.OutputCredit
+	creditc  chan struct{}
+	closing  chan struct{}
+	done     chan struct{}
 
 	lastRecv  atomic.Int64
 	closeOnce sync.Once
@@ -189,6 +200,11 @@ type session struct {
 }
 
 var _ core.WorkerConn = (*session)(nil)
+
+type creditKey struct {
+	job string
+	gen uint64
+}
 
 // queued is a message waiting for the writer, with the size it counts
 // against the session's byte bound until the writer takes it.
@@ -246,7 +262,7 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	for {
 		select {
 		case m := <-ss.in:
-			if err := ss.handle(ctx, w, m); err != nil {
+			if err := ss.handle(w, m); err != nil {
 				return err
 			}
 		case err := <-ss.recvErr:
@@ -267,29 +283,15 @@ func (ss *session) serve(ctx context.Context, w *core.Worker) error {
 	}
 }
 
-func (ss *session) handle(ctx context.Context, w *core.Worker, m *pb.WorkerMessage) error {
+func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
 	switch msg := m.Msg.(type) {
 	case *pb.WorkerMessage_Accept:
 		w.Accept(msg.Accept.JobId, msg.Accept.Generation)
 	case *pb.WorkerMessage_Reject:
 		w.Reject(msg.Reject.JobId, msg.Reject.Generation, msg.Reject.Reason)
 	case *pb.WorkerMessage_Output:
-		if wait := w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data); wait != nil {
-			// The job's ingress is behind: stop reading this worker until it
-			// catches up, so gRPC flow control slows the worker down rather
-			// than the node buffering (or dropping) its output. The engine
-			// offers it nothing new meanwhile and does not take the answers
-			// it cannot read yet for a stall.
-			w.Pause(true)
-			select {
-			case <-wait:
-			case <-ss.closing:
-			case <-ctx.Done():
-			}
-			w.Pause(false)
-			// Not reading was this node's choice, not the worker's silence.
-			ss.touch()
-		}
+		// Never waits: the worker sends within the job's output credit.
+		w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data)
 	case *pb.WorkerMessage_Complete:
 		w.End(msg.Complete.JobId, msg.Complete.Generation, "", "", nilIfEmpty(msg.Complete.Result))
 	case *pb.WorkerMessage_Fail:
@@ -359,6 +361,13 @@ func (ss *session) write() {
 				return
 			}
 			sent = true
+		case <-ss.creditc:
+			for _, m := range ss.takeCredits() {
+				if err := ss.stream.Send(m); err != nil {
+					return
+				}
+			}
+			sent = true
 		case <-hb.C:
 			if !sent {
 				if err := ss.stream.Send(heartbeat); err != nil {
@@ -397,7 +406,42 @@ func (ss *session) SendOffer(o core.Offer) error {
 	return ss.enqueue(&pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: &pb.Job{
 		JobId: o.JobID, Generation: o.Gen, Queue: o.Queue, Input: o.Input, Options: o.Options,
 		Capabilities: o.Capabilities, TtlMs: max(o.TTL.Milliseconds(), 1), MaxOutputBytes: o.MaxOutputBytes,
+		OutputCredit: outputCredit(o.JobID, o.Gen, o.Credit),
 	}}})
+}
+
+// SendCredit implements core.WorkerConn: the credit replaces any of the
+// same binding the writer has not sent yet.
+func (ss *session) SendCredit(id string, gen uint64, c core.OutputCredit) error {
+	ss.creditMu.Lock()
+	ss.credits[creditKey{id, gen}] = c
+	ss.creditMu.Unlock()
+	select {
+	case ss.creditc <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// takeCredits returns the credits waiting for the writer as messages.
+func (ss *session) takeCredits() []*pb.NodeMessage {
+	ss.creditMu.Lock()
+	defer ss.creditMu.Unlock()
+	ms := make([]*pb.NodeMessage, 0, len(ss.credits))
+	for k, c := range ss.credits {
+		ms = append(ms, &pb.NodeMessage{Msg: &pb.NodeMessage_OutputCredit{OutputCredit: outputCredit(k.job, k.gen, c)}})
+	}
+	clear(ss.credits)
+	return ms
+}
+
+// outputCredit is c's wire form for binding (job, gen); nil for the zero
+// credit (a job that is not paced).
+func outputCredit(job string, gen uint64, c core.OutputCredit) *pb.OutputCredit {
+	if c.IsZero() {
+		return nil
+	}
+	return &pb.OutputCredit{JobId: job, Generation: gen, Events: uint64(c.Events), Bytes: uint64(c.Bytes)}
 }
 
 // SendCancel implements core.WorkerConn.

@@ -222,3 +222,52 @@ func TestSendQueueBounds(t *testing.T) {
 		})
 	}
 }
+
+// Output credits bypass the writer's queue, one per binding: a credit not
+// yet sent is replaced by a newer one (credits are cumulative), so a
+// worker that reads slowly gets the newest of each job's, and a full queue
+// never refuses one. The offer, with its first credit, goes before them.
+func TestCreditsReplaceUnsent(t *testing.T) {
+	cfg := DefaultWorkerConfig()
+	cfg.HeartbeatInterval = time.Hour
+	st := &heldStream{entered: make(chan struct{}, 1), release: make(chan struct{}), sent: make(chan *pb.NodeMessage, 8)}
+	ss := &session{s: &WorkerServer{cfg: cfg}, stream: st, out: make(chan queued, 1), maxOutBytes: 1 << 20,
+		credits: map[creditKey]core.OutputCredit{}, creditc: make(chan struct{}, 1), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(ss.write)
+	defer func() { close(ss.done); wg.Wait() }()
+
+	if err := ss.SendOffer(core.Offer{JobID: "j", Gen: 1, Queue: "q", TTL: time.Second, Credit: core.OutputCredit{Events: 2, Bytes: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered // the writer holds the offer
+	if err := ss.SendCancel("x", 1, core.CodeCancelled); err != nil {
+		t.Fatal(err) // fills the queue
+	}
+	for _, c := range []struct {
+		job     string
+		credits int64
+	}{{"j", 3}, {"k", 5}, {"j", 4}} {
+		if err := ss.SendCredit(c.job, 1, core.OutputCredit{Events: c.credits, Bytes: 100 * c.credits}); err != nil {
+			t.Fatalf("a credit behind a full queue: %v", err)
+		}
+	}
+	close(st.release)
+	offer := (<-st.sent).GetJob()
+	if c := offer.GetOutputCredit(); offer == nil || c.GetEvents() != 2 || c.GetBytes() != 100 || c.GetJobId() != "j" {
+		t.Fatalf("first message %v, want the offer with its credit of 2 outputs, 100 bytes", offer)
+	}
+	got := map[string]uint64{}
+	for range 3 { // the cancel and two credits, in either order
+		m := <-st.sent
+		if c := m.GetOutputCredit(); c != nil {
+			if _, dup := got[c.GetJobId()]; dup {
+				t.Fatalf("two credits of %s sent: the newer should have replaced the older", c.GetJobId())
+			}
+			got[c.GetJobId()] = c.GetEvents()
+		}
+	}
+	if got["j"] != 4 || got["k"] != 5 || len(got) != 2 {
+		t.Fatalf("credits sent %v, want the newest of each: j 4, k 5", got)
+	}
+}

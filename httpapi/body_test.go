@@ -23,9 +23,10 @@ import (
 // offerConn is a core.WorkerConn that hands every offer to the test.
 type offerConn struct{ offers chan core.Offer }
 
-func (c offerConn) SendOffer(o core.Offer) error               { c.offers <- o; return nil }
-func (c offerConn) SendCancel(string, uint64, core.Code) error { return nil }
-func (c offerConn) Close(error)                                {}
+func (c offerConn) SendOffer(o core.Offer) error                       { c.offers <- o; return nil }
+func (c offerConn) SendCancel(string, uint64, core.Code) error         { return nil }
+func (c offerConn) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+func (c offerConn) Close(error)                                        {}
 
 // newBodyServer runs the API over a real connection (deadlines need one)
 // with the given body timeout, and a worker on queue "q" whose offers the

@@ -43,6 +43,9 @@ type JobResponse struct {
 	Outputs     int      `json:"outputs"`
 	LastSeq     uint64   `json:"last_seq"`
 	Links       JobLinks `json:"links"`
+	// WaitingForReader is true while the job's worker has used all its
+	// output credit: the job goes on as its reader takes its output.
+	WaitingForReader bool `json:"waiting_for_reader"`
 } // @name Job
 
 func jobResponse(v core.JobView) JobResponse {
@@ -51,7 +54,7 @@ func jobResponse(v core.JobView) JobResponse {
 		Code: string(v.Code), Detail: v.Detail, Generation: v.Generation, HandledBy: v.HandledBy,
 		Worker: v.WorkerName, CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
 		TTLMs: v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: v.Outputs,
-		LastSeq: v.LastSeq, Links: links(v.ID),
+		LastSeq: v.LastSeq, Links: links(v.ID), WaitingForReader: v.WaitingForReader,
 	}
 	if !v.Ended.IsZero() {
 		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)

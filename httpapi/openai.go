@@ -138,7 +138,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 func (s *Server) runChat(r *http.Request, j *core.Job, sink stream.Sink) stream.Result {
 	owner := s.e.StreamOpened(j.ID, true)
 	s.om.Opened()
-	res := stream.Run(r.Context(), stream.Request{Job: j, Policy: s.chatPolicy(j)}, sink)
+	res := stream.Run(r.Context(), stream.Request{Job: j, Policy: s.chatPolicy(j), Sent: s.e.Pacer(j.ID, owner)}, sink)
 	if res.End != stream.EndTerminal && r.Context().Err() == nil {
 		// The node ended it (an output it cannot translate, a client too
 		// slow): say so in the job's outcome rather than "disconnected".

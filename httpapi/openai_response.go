@@ -155,7 +155,7 @@ func chatEnd(ev core.Event, outputs int64) (string, ChatUsage, error) {
 // anything else lost events the stream cannot send.
 func controlError(c stream.Control, data map[string]any) *core.Error {
 	if c == stream.Terminated && data["reason"] == "slow_consumer" {
-		return &core.Error{Code: core.CodeWriteFailed, Detail: "the client fell too far behind the stream (--stream-max-events, --stream-max-bytes); the job is cancelled"}
+		return &core.Error{Code: core.CodeWriteFailed, Detail: "the client stopped reading the stream (no progress for --stream-stall-timeout); the job is cancelled"}
 	}
 	return &core.Error{Code: core.CodeInternal, Detail: "the stream lost events it cannot send (" + string(c) + ")"}
 }

@@ -28,7 +28,8 @@ func (c chatConn) SendCancel(id string, _ uint64, _ core.Code) error {
 	c.cancels <- id
 	return nil
 }
-func (c chatConn) Close(error) {}
+func (c chatConn) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+func (c chatConn) Close(error)                                        {}
 
 // chatFixture is the HTTP API over a real engine with one worker on the
 // front door's queue ("chat", model=demo) that the test plays.

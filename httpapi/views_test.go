@@ -55,14 +55,14 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			name: "running job", method: "GET", path: "/v1/jobs/" + running.ID, status: 200,
 			want: `{"job_id":"` + running.ID + `","queue":"demo","state":"running","generation":1,"handled_by":"` + w.w.ID + `",
 				"worker":"w-demo","created_at":"` + created(running.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":1,"last_seq":2,
-				"links":{"self":"/v1/jobs/` + running.ID + `","events":"/v1/jobs/` + running.ID + `/events"}}`,
+				"links":{"self":"/v1/jobs/` + running.ID + `","events":"/v1/jobs/` + running.ID + `/events"},"waiting_for_reader":false}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
 			name: "queued job", method: "GET", path: "/v1/jobs/" + waiting.ID, status: 200,
 			want: `{"job_id":"` + waiting.ID + `","queue":"demo","state":"queued","generation":1,
 				"created_at":"` + created(waiting.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":1,
-				"links":{"self":"/v1/jobs/` + waiting.ID + `","events":"/v1/jobs/` + waiting.ID + `/events"}}`,
+				"links":{"self":"/v1/jobs/` + waiting.ID + `","events":"/v1/jobs/` + waiting.ID + `/events"},"waiting_for_reader":false}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
@@ -70,7 +70,7 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			want: `{"job_id":"` + cancelled.ID + `","queue":"demo","state":"cancelled","outcome":"cancelled","code":"cancelled",
 				"detail":"cancelled by request","generation":1,"created_at":"` + created(cancelled.ID) + `","ended_at":"` + ended(cancelled.ID) + `",
 				"ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":2,
-				"links":{"self":"/v1/jobs/` + cancelled.ID + `","events":"/v1/jobs/` + cancelled.ID + `/events"}}`,
+				"links":{"self":"/v1/jobs/` + cancelled.ID + `","events":"/v1/jobs/` + cancelled.ID + `/events"},"waiting_for_reader":false}`,
 		},
 		{
 			name: "nodes", method: "GET", path: "/v1/cluster/nodes", status: 200,
@@ -218,8 +218,9 @@ func (tw *testWorker) SendOffer(o core.Offer) error {
 	tw.offerc <- struct{}{}
 	return nil
 }
-func (tw *testWorker) SendCancel(string, uint64, core.Code) error { return nil }
-func (tw *testWorker) Close(error)                                {}
+func (tw *testWorker) SendCancel(string, uint64, core.Code) error         { return nil }
+func (tw *testWorker) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+func (tw *testWorker) Close(error)                                        {}
 
 func (tw *testWorker) waitOffer(tb testing.TB) core.Offer {
 	tb.Helper()

@@ -2,10 +2,13 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -127,7 +130,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 // handleWorkerOutput is POST /v1/workers/{session}/jobs/{job}/output.
 //
 //	@Summary		Send output
-//	@Description	One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//	@Description	One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 //	@Tags			workers
 //	@ID				jobOutput
 //	@Accept			json
@@ -141,6 +144,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 //	@Failure		413		{object}	apierr.Problem	"body_too_large"
 //	@Failure		415		{object}	apierr.Problem	"unsupported_media_type"
 //	@Security		BearerKey
+//	@Failure		429		{object}	apierr.Problem	"reader_behind: not taken; post it again after Retry-After"
 //	@Router			/v1/workers/{session}/jobs/{job}/output [post]
 func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 	var m outputBody
@@ -148,17 +152,35 @@ func (s *Server) handleWorkerOutput(w http.ResponseWriter, r *http.Request) {
 		if len(m.Data) == 0 {
 			return &core.Error{Code: core.CodeInvalidField, Field: "data", Detail: "data is required: one JSON value"}
 		}
-		if wait := ss.w.Output(job, gen, m.Data); wait != nil {
-			// The job's ingress is behind: the answer waits for it, which
-			// is what slows an HTTP worker down.
-			select {
-			case <-wait:
-			case <-ss.done:
-			case <-r.Context().Done():
-			}
-		}
-		return nil
+		return s.outputWithinCredit(r.Context(), ss, job, gen, m.Data)
 	})
+}
+
+// outputWithinCredit relays an HTTP worker's output once the job has
+// output credit for it, waiting for the job's reader at most half the
+// session's idle timeout: the post is the worker's only sign of life
+// while it waits, and a worker that waits for each answer posts nothing
+// else meanwhile. Past that, the answer is reader_behind, and nothing was
+// taken.
+func (s *Server) outputWithinCredit(ctx context.Context, ss *workerSession, job string, gen uint64, data []byte) error {
+	limit := time.NewTimer(s.cfg.Workers.IdleTimeout / 2)
+	defer limit.Stop()
+	for {
+		wait := ss.w.OutputOrWait(job, gen, data)
+		if wait == nil {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-limit.C:
+			return &core.Error{Code: core.CodeReaderBehind, RetryAfter: time.Second,
+				Detail: fmt.Sprintf("the job's reader is behind: its output credit did not come within %s; the output was not taken, post it again", s.cfg.Workers.IdleTimeout/2)}
+		case <-ss.done:
+			return errSessionNotFound
+		case <-ctx.Done():
+			return nil // the worker left: nobody reads the answer
+		}
+	}
 }
 
 // handleWorkerComplete is POST /v1/workers/{session}/jobs/{job}/complete.
@@ -278,7 +300,11 @@ func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen f
 		s.writeError(w, r, &core.Error{Code: core.CodeJobNotHeld, Detail: "this session does not hold the job at this generation: it was never offered here, it ended, or it was bound again since"})
 		return
 	}
-	if err := apply(ss, job, *g); err != nil {
+	err := apply(ss, job, *g)
+	// A post that waited (an output for a reader that is behind) showed
+	// the worker alive all along.
+	ss.touch()
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -205,6 +205,10 @@ func (ss *workerSession) SendOffer(o core.Offer) error {
 	return ss.enqueue("job", offer)
 }
 
+// SendCredit implements core.WorkerConn. An HTTP worker does not see its
+// output credit: its output post waits for it (handleWorkerOutput).
+func (ss *workerSession) SendCredit(string, uint64, core.OutputCredit) error { return nil }
+
 // SendCancel implements core.WorkerConn.
 func (ss *workerSession) SendCancel(id string, gen uint64, reason core.Code) error {
 	return ss.enqueue("cancel", CancelEvent{JobID: id, Generation: gen, Reason: string(reason)})

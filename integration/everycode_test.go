@@ -46,7 +46,7 @@ var needsAFault = map[string]string{
 	"catalog_unavailable":    "etcd refusing a write: grpcapi TestRegisterRefusals, TestUpdateCapabilitiesCatalogFailure",
 	"dispatcher_unavailable": "a dispatcher node that cannot be reached or elected: no test provokes it yet (a fault test's job)",
 	"too_large":              "a message over the peer size limit between two nodes: peer TestLaneUndeliverableIsNotSentNorRetried",
-	"write_failed":           "a gRPC client whose transport stops taking writes for the write timeout (slow): TestGRPCClientNotReadingFailsWritesAndCancelsJob",
+	"write_failed":           "a gRPC client whose transport stops taking writes (its Submit stream stalls): TestGRPCOwnerIsPaced",
 }
 
 // Every code of docs/errors.md is provoked through the public API — HTTP,
@@ -104,9 +104,10 @@ type codeProbe struct {
 }
 
 // newCodeProbe starts the node the probe provokes: small limits, short
-// dispatch and setup timeouts.
+// dispatch and setup timeouts, an output window of 4 outputs.
 func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 	n := MustStartNode(t, func(c *switchyard.Config) {
+		c.Engine.OutputWindowEvents = probeWindow
 		c.Engine.Limits.MaxInputBytes = 1024
 		c.Engine.DispatchTimeoutFloor = 100 * time.Millisecond
 		c.Engine.DispatchTimeoutCeiling = 300 * time.Millisecond
@@ -122,6 +123,25 @@ func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 		t: t, ctx: t.Context(), doc: doc, seen: map[string]bool{}, n: n, conn: conn,
 		jobs: pb.NewJobServiceClient(conn), cluster: pb.NewClusterServiceClient(conn),
 	}
+}
+
+// probeWindow is the probe node's output window, in outputs.
+const probeWindow = 4
+
+// unread submits a streamed job to queue and leaves its stream at once,
+// asking for a grace window: the job goes on with no reader, so its worker
+// gets no credit past its window. It returns once the node saw the stream
+// end.
+func (p *codeProbe) unread(queue string) string {
+	p.t.Helper()
+	before := metric(p.t, p.n, "switchyard_stream_ended_total", map[string]string{"transport": "sse", "reason": "client_gone"})
+	res := p.submit(queue, `{"input":"x","ttl_ms":20000,"grace_ms":20000}`, "Accept", "text/event-stream")
+	id := res.Header.Get("X-Job-Id")
+	res.Body.Close()
+	waitFor(p.t, 5*time.Second, "the stream of "+id+" to end", func() bool {
+		return metric(p.t, p.n, "switchyard_stream_ended_total", map[string]string{"transport": "sse", "reason": "client_gone"}) > before
+	})
+	return id
 }
 
 // check records code, answered with an HTTP status and/or a gRPC code (0
@@ -352,6 +372,25 @@ func (p *codeProbe) httpWorkers() {
 	hw.stop()
 	p.ended("worker_lost", readAll(p.t, res.Body))
 
+	// An output past the window of a job nobody reads waits for credit,
+	// then is refused: nothing taken, post it again later.
+	hw = openHTTPWorker(p.t, p.n, "w8", client.WorkerRequest{Capabilities: &[]string{"model=demo"}})
+	p.unread("w8")
+	o = hw.offer()
+	hw.accept(o)
+	for i := range probeWindow {
+		hw.output(o, i)
+	}
+	behind, err := c.JobOutput(p.ctx, hw.session, o.JobId, client.OutputMessage{Generation: o.Generation, Data: "past the window"})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if behind.Header.Get("Retry-After") == "" {
+		p.t.Error("reader_behind without Retry-After")
+	}
+	p.problem("reader_behind", behind)
+	hw.stop()
+
 	// The session's own ends: a stall, silence.
 	res, hw, _ = stream("w5", `{"input":"x","ttl_ms":20000}`)
 	p.closed("session_closed", hw)
@@ -420,6 +459,41 @@ func (p *codeProbe) grpcWorkers() {
 	_ = s.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: offer.JobId, Generation: offer.Generation, Data: []byte("not json")}}})
 	p.ended("bad_output", readAll(p.t, bad.Body))
 	bad.Body.Close()
+
+	// A worker that sends past its job's output credit: the job fails
+	// credit_exceeded and is cancelled on the worker; the session goes on.
+	g5 := connect()
+	register(g5, "g5")
+	id := p.unread("g5")
+	var job *pb.Job
+	for job == nil {
+		m, err := g5.Recv()
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		job = m.GetJob()
+	}
+	if c := job.GetOutputCredit(); c.GetEvents() != probeWindow || c.GetJobId() != id {
+		p.t.Fatalf("offer's output credit %v, want the window of %d outputs for %s", c, probeWindow, id)
+	}
+	for range probeWindow + 1 {
+		_ = g5.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: job.JobId, Generation: job.Generation, Data: []byte(`"x"`)}}})
+	}
+	var cancel *pb.Cancel
+	for cancel == nil {
+		m, err := g5.Recv()
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		cancel = m.GetCancel()
+	}
+	if cancel.GetReason() != "credit_exceeded" {
+		p.t.Errorf("cancel %v, want reason credit_exceeded", cancel)
+	}
+	ev := p.raw("GET", "/v1/jobs/"+id+"/events", "", "")
+	p.ended("credit_exceeded", readAll(p.t, ev.Body))
+	ev.Body.Close()
+	_ = g5.CloseSend()
 	stall := p.submit("g4", `{"input":"y","ttl_ms":20000}`, "Accept", "text/event-stream")
 	p.grpcErr("session_closed", ends(s))
 	stall.Body.Close()

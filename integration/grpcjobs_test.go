@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -834,7 +835,10 @@ func checkContiguous(t *testing.T, evs []*pb.JobEvent, from uint64) *pb.JobEvent
 
 // A client too far behind is terminated — by default, not dropped from —
 // and, the node having ended its stream, the job goes on; the client
-// resumes from the last token it received and misses nothing.
+// resumes from the last token it received and misses nothing. The client
+// watches a job submitted for later: a job's own stream (its Submit's)
+// paces its worker instead, and is never too far behind
+// (TestGRPCOwnerIsPaced).
 func TestGRPCSlowClientTerminatedThenResumes(t *testing.T) {
 	testGRPCSlowClient(t, grpcSlowBound{bound: "events", maxEvents: 64, maxBytes: 128 << 20, size: 1 << 10, pace: time.Millisecond})
 }
@@ -873,7 +877,7 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 		t.Run(tc.name, func(t *testing.T) {
 			const outputs = 3000
 			n, c, start := slowNodeWith(t, b, outputs)
-			st, err := c.Submit(t.Context(), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":30000}`)})
+			st, err := c.Resume(t.Context(), &pb.ResumeRequest{JobId: postJob(t, n, "demo")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -932,8 +936,8 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 			}
 			t.Logf("%s bound (%d events / %d bytes), %d-byte outputs: peak queue %v events / %v bytes; stream ended %s after the burst began, after event %d",
 				b.bound, b.maxEvents, b.maxBytes, b.size, lagE, lagB, took.Round(time.Millisecond), last.GetSeq())
-			// The node ended the stream: the job was not cancelled, and
-			// once it is over the client catches up in one stream.
+			// The job paces nothing for a watcher: it completes, and the
+			// client catches up in one stream.
 			waitFor(t, 10*time.Second, "the job to complete", func() bool {
 				js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: id})
 				return err == nil && js.GetState() == "completed"
@@ -1005,71 +1009,122 @@ func TestGRPCDropOldest(t *testing.T) {
 	}
 }
 
-// A client that stops reading fills the transport's flow-control window;
-// the one writer then fails its next write after the write timeout — a
-// gRPC Send cannot be interrupted, so the sink waits on the handoff, not on
-// Send — and, the stream being the job's own, the job is cancelled. The
-// handler returns at once; the sender goroutine, blocked in Send, ends with
-// the stream (goleak checks it at the end of the package).
-func TestGRPCClientNotReadingFailsWritesAndCancelsJob(t *testing.T) {
+// A job's own stream paces its worker: a client that reads slowly gets
+// every output, however slow, and no terminated event, while the worker
+// waits for it (the job's document says so); one that stops reading fills
+// the transport's flow-control window and, making no progress for the
+// stall timeout, is terminated — the write it is blocked in cut (a gRPC
+// Send cannot be interrupted, so the sink waits on the handoff, not on
+// Send), its call ended write_failed so that it resumes — and the job,
+// the node having ended its stream, waits for it in its grace window. A
+// resume within it continues with no gap, and the worker produces again.
+// The handler returns at once; the sender goroutine, blocked in Send,
+// ends with the stream (goleak checks it at the end of the package).
+func TestGRPCOwnerIsPaced(t *testing.T) {
+	const outputs, size = 1500, 4 << 10
 	n := MustStartNode(t, func(c *switchyard.Config) {
-		c.HTTP.Stream.WriteTimeout = 300 * time.Millisecond
+		c.HTTP.Stream.WriteTimeout = 2 * time.Second
+		c.HTTP.Stream.Stall = 300 * time.Millisecond
 		c.HTTP.Stream.Setup = time.Second
-		c.HTTP.Stream.Idle = 3 * time.Second
+		c.HTTP.Stream.Idle = 5 * time.Second
 		c.HTTP.Stream.Heartbeat = time.Second
-		c.HTTP.Stream.MaxLagEvents = 40000 // out of reach, below the history's bound
-		c.HTTP.Stream.MaxLagBytes = 128 << 20
-		c.Engine.HistoryEvents = 50000
-		c.Engine.HistoryBytes = 256 << 20
-		c.Engine.RetainBytes = c.Engine.HistoryBytes
+		c.HTTP.Stream.MaxLagEvents = 64 // what a watcher may lag; the owner's window is half
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
-	start := make(chan struct{})
-	close(start)
-	stopped := make(chan error, 1)
-	burst := burstWorker(4000, 4<<10, start)
-	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-		res, err := burst(ctx, job, out)
-		if err != nil {
-			stopped <- err
+	var sent atomic.Int64
+	chunk := strings.Repeat("x", size)
+	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
+		for range outputs {
+			if err := out.Send(ctx, chunk); err != nil {
+				return nil, err
+			}
+			sent.Add(1)
 		}
-		return res, err
+		return nil, nil
 	})
 	// A fixed 64 KiB window: no BDP growth, so not reading stalls the
 	// stream after about a hundred KiB.
 	c := jobsClient(t, n, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	st, err := c.Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":30000}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := mustRecv(t, st)
-	t0 := time.Now()
-	waitFor(t, 10*time.Second, "the stream to fail its writes", func() bool {
-		return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "write_failed"}) == 1
+
+	t.Run("reads slowly", func(t *testing.T) {
+		st, err := c.Submit(t.Context(), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":60000}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []*pb.JobEvent
+		waited := false
+		for {
+			ev, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
+			if len(evs)%100 == 0 && !waited {
+				js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: ev.GetJobId()})
+				waited = err == nil && js.GetWaitingForReader()
+			}
+			time.Sleep(time.Millisecond) // at most 1000 events a second
+		}
+		if last := checkContiguous(t, evs, 1); last.GetKind() != "done" || last.GetSeq() != outputs+2 {
+			t.Fatalf("the slow owner's stream ended with %v, want done after every output", last)
+		}
+		if !waited {
+			t.Error("the job's document did not say it waited for its reader")
+		}
+		if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}); got != 0 {
+			t.Errorf("slow ends = %v: a paced reader was terminated", got)
+		}
 	})
-	t.Logf("write failed %s after the client stopped reading", time.Since(t0))
-	if got := metric(t, n, "switchyard_stream_open", map[string]string{"transport": "grpc"}); got != 0 {
-		t.Errorf("grpc job streams open = %v after the write failed", got)
-	}
-	recvWithin(t, stopped, 5*time.Second, "the worker to be stopped")
-	js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: first.GetJobId()})
-	if err != nil || js.GetState() != "cancelled" {
-		t.Fatalf("job after its client stopped reading: %v, %v", js, err)
-	}
-	// What the client still gets is what the transport held, in order, and
-	// then an error (or the end), never a gap.
-	evs, err := recvAll(st)
-	t.Logf("client drained %d buffered events, then %v", len(evs), err)
-	next := uint64(2)
-	for _, ev := range evs {
-		if ev.GetKind() == "heartbeat" {
-			continue
+
+	t.Run("stops reading", func(t *testing.T) {
+		sent.Store(0)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		st, err := c.Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","ttl_ms":60000}`)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ev.GetSeq() != next {
-			t.Fatalf("buffered event has seq %d, want %d", ev.GetSeq(), next)
+		first := mustRecv(t, st)
+		t0 := time.Now()
+		waitFor(t, 10*time.Second, "the stream to be terminated as stalled", func() bool {
+			return metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}) == 1
+		})
+		took := time.Since(t0)
+		if got := metric(t, n, "switchyard_stream_open", map[string]string{"transport": "grpc"}); got != 0 {
+			t.Errorf("grpc job streams open = %v after the stall", got)
 		}
-		next++
-	}
+		js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: first.GetJobId()})
+		if err != nil || js.GetState() != "running" || !js.GetWaitingForReader() {
+			t.Fatalf("job after its client stopped reading: %v, %v; want running, waiting for its reader", js, err)
+		}
+		stalledAt := sent.Load()
+		// What the client still gets is what the transport held, in order,
+		// then write_failed: the terminated event could not get through.
+		evs, err := recvAll(st)
+		if status.Code(err) != codes.Unavailable || !strings.HasPrefix(status.Convert(err).Message(), "write_failed: ") {
+			t.Fatalf("after %d buffered events: %v, want UNAVAILABLE write_failed", len(evs), err)
+		}
+		last := checkContiguous(t, evs, 2)
+		if last == nil {
+			last = first
+		}
+		t.Logf("stopped reading: terminated %s later (stall timeout 300ms), after event %d; the worker had sent %d outputs and waited",
+			took.Round(time.Millisecond), last.GetSeq(), stalledAt)
+		if stalledAt >= outputs {
+			t.Fatalf("the worker sent all %d outputs to a reader that stopped", stalledAt)
+		}
+		rest, err := resumeAll(t, t.Context(), c, &pb.ResumeRequest{JobId: first.GetJobId(), ResumeToken: last.GetResumeToken()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := checkContiguous(t, rest, last.GetSeq()+1); end == nil || end.GetKind() != "done" || end.GetSeq() != outputs+2 {
+			t.Fatalf("resumed stream ended with %v", end)
+		}
+		if got := metric(t, n, "switchyard_stream_grace_saves_total", nil); got != 1 {
+			t.Errorf("grace saves = %v, want the resume to have saved the job", got)
+		}
+	})
 }

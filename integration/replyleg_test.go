@@ -144,8 +144,8 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 
 // Slow ingress on the reply leg: the ingress node (kb, its own process) is
 // stopped with SIGSTOP while a worker on kc streams outputs as fast as it
-// can to a requester on kb, then continued. While kb is stopped its reply
-// leg fills, Room asks kc's worker session to wait, and the worker's Send
+// can to a requester on kb, then continued. While kb is stopped it grants
+// the job no output credit, so once the worker used its window its Send
 // blocks: it produces a small fraction of what its unhindered rate would
 // give. After SIGCONT the requester receives every output, in order, and
 // the done event: nothing was dropped, and the stop was not taken for a
@@ -170,10 +170,13 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 	// kb's client stream must carry every output, and the backlog arrives
 	// as a burst after the pause: bounds far above it, so that the test
 	// client is never terminated as a slow consumer (that is another
-	// test's subject; this one is the reply leg).
+	// test's subject; this one is the reply leg). The output window, half
+	// the stream bound unless set, is the default's: it is what stops the
+	// worker.
 	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s",
 		"--stream-max-events", "200000", "--history-events", "400000",
-		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456")
+		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456",
+		"--output-window-events", "512", "--output-window-bytes", "2097152")
 	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr)
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
@@ -277,12 +280,12 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 			t.Fatalf("output %d is %d: out of order or lost", i, v)
 		}
 	}
-	bp, _ := procMetric(kc, "switchyard_peer_reply_backpressure_total")
-	if bp < 1 {
-		t.Errorf("kc: reply backpressure = %v, want the worker session to have waited", bp)
+	waited, _ := procMetric(kc, "switchyard_worker_credit_wait_seconds_total")
+	if waited < pause.Seconds()/2 {
+		t.Errorf("kc: the job waited %.2fs for output credit, want most of the %s pause", waited, pause)
 	}
-	t.Logf("after SIGCONT: %d outputs, every one in order, then done, %s after the resume; kc asked its worker session to wait %v times",
-		total, time.Since(resumedAt).Round(time.Millisecond), bp)
+	t.Logf("after SIGCONT: %d outputs, every one in order, then done, %s after the resume; kc counted %.2fs of the job waiting for output credit",
+		total, time.Since(resumedAt).Round(time.Millisecond), waited)
 }
 
 // A silent consumer host: kc, its own process, is stopped with SIGSTOP

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,7 @@ var kindToPB = map[core.MessageKind]pb.PeerMessage_Kind{
 	core.MsgRelease: pb.PeerMessage_KIND_RELEASE,
 	core.MsgUnbind:  pb.PeerMessage_KIND_UNBIND,
 	core.MsgCancel:  pb.PeerMessage_KIND_CANCEL,
+	core.MsgGrant:   pb.PeerMessage_KIND_GRANT,
 }
 
 var kindFromPB = func() map[pb.PeerMessage_Kind]core.MessageKind {
@@ -95,6 +97,8 @@ func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
 		MaxQueueBytes:  d.MaxQueueBytes,
 		Exclude:        copySlice(d.Exclude),
 		Front:          d.Front,
+		WindowEvents:   uint64(max(d.Window.Events, 0)),
+		WindowBytes:    uint64(max(d.Window.Bytes, 0)),
 	}
 }
 
@@ -122,7 +126,14 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		MaxQueueBytes:  p.GetMaxQueueBytes(),
 		Exclude:        copySlice(p.GetExclude()),
 		Front:          p.GetFront(),
+		Window:         credit(p.GetWindowEvents(), p.GetWindowBytes()),
 	}, nil
+}
+
+// credit is an output credit from its wire form; past what an int64
+// holds, it is as good as no bound.
+func credit(events, bytes uint64) core.OutputCredit {
+	return core.OutputCredit{Events: int64(min(events, math.MaxInt64)), Bytes: int64(min(bytes, math.MaxInt64))}
 }
 
 // MessageToPB returns m in its wire form. It fails on a kind the wire does
@@ -133,18 +144,20 @@ func MessageToPB(m core.Message) (*pb.PeerMessage, error) {
 		return nil, fmt.Errorf("%w: unknown kind %q", errInvalidMessage, m.Kind)
 	}
 	p := &pb.PeerMessage{
-		Kind:       k,
-		JobId:      m.JobID,
-		Generation: m.Gen,
-		Queue:      m.Queue,
-		Consumer:   m.Consumer,
-		WorkerName: m.WorkerName,
-		Accepted:   m.Accepted,
-		Output:     rawBytes(m.Output),
-		Rejected:   m.Rejected,
-		Reason:     m.Reason,
-		Code:       string(m.Code),
-		TtlNs:      int64(m.TTL),
+		Kind:         k,
+		JobId:        m.JobID,
+		Generation:   m.Gen,
+		Queue:        m.Queue,
+		Consumer:     m.Consumer,
+		WorkerName:   m.WorkerName,
+		Accepted:     m.Accepted,
+		Output:       rawBytes(m.Output),
+		Rejected:     m.Rejected,
+		Reason:       m.Reason,
+		Code:         string(m.Code),
+		TtlNs:        int64(m.TTL),
+		CreditEvents: uint64(max(m.Credit.Events, 0)),
+		CreditBytes:  uint64(max(m.Credit.Bytes, 0)),
 	}
 	if m.Delivery != nil {
 		p.Delivery = DeliveryToPB(*m.Delivery)
@@ -179,6 +192,7 @@ func MessageFromPB(p *pb.PeerMessage) (core.Message, error) {
 		Reason:     p.GetReason(),
 		Code:       core.Code(p.GetCode()),
 		TTL:        time.Duration(p.GetTtlNs()),
+		Credit:     credit(p.GetCreditEvents(), p.GetCreditBytes()),
 	}
 	if p.Delivery != nil {
 		d, err := DeliveryFromPB(p.Delivery)

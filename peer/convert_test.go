@@ -24,6 +24,7 @@ func fullDelivery() core.Delivery {
 		TTL: 1234567891 * time.Nanosecond, MaxOutputBytes: 1 << 20,
 		MaxQueueDepth: 42, MaxQueueBytes: 1 << 30,
 		Exclude: []string{"c-1", "c-2"}, Front: true,
+		Window: core.OutputCredit{Events: 512, Bytes: 2 << 20},
 	}
 }
 
@@ -36,7 +37,8 @@ func fullMessage() core.Message {
 		Accepted: true, Output: json.RawMessage(`"chunk"`),
 		End:      &core.End{Code: core.CodeWorkerError, Detail: "boom", Result: json.RawMessage(`{"r":2}`)},
 		Rejected: true, Reason: "busy", Code: core.CodeCancelled,
-		TTL: 987654321 * time.Nanosecond,
+		TTL:    987654321 * time.Nanosecond,
+		Credit: core.OutputCredit{Events: 1 << 40, Bytes: 1 << 50},
 	}
 }
 
@@ -144,6 +146,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{name: "release lost", in: core.Message{Kind: core.MsgRelease, JobID: "j", Gen: 3, Consumer: "c", Reason: "worker gone"}},
 		{name: "unbind", in: core.Message{Kind: core.MsgUnbind, JobID: "j", Gen: 3, Queue: "q", Consumer: "c"}},
 		{name: "cancel", in: core.Message{Kind: core.MsgCancel, JobID: "j", Gen: 3, Code: core.CodeExpired}},
+		{name: "grant", in: core.Message{Kind: core.MsgGrant, JobID: "j", Gen: 3, Queue: "q", Credit: core.OutputCredit{Events: 1024, Bytes: 4 << 20}}},
 		{
 			name: "empty output is absent",
 			in:   core.Message{Kind: core.MsgReply, JobID: "j", Output: json.RawMessage{}, End: &core.End{Result: json.RawMessage{}}},
@@ -181,7 +184,7 @@ func TestMessageRoundTrip(t *testing.T) {
 // Every kind core names has a wire form, and the wire kinds map back.
 func TestEveryKindHasAWireForm(t *testing.T) {
 	d := fullDelivery()
-	for _, k := range []core.MessageKind{core.MsgForward, core.MsgDeliver, core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel} {
+	for _, k := range []core.MessageKind{core.MsgForward, core.MsgDeliver, core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgGrant} {
 		p, err := peer.MessageToPB(core.Message{Kind: k, JobID: "j", Delivery: &d})
 		if err != nil {
 			t.Errorf("%s: %v", k, err)

@@ -12,7 +12,7 @@
 // (post_send.go, post_recv.go). The server hands each path's messages to
 // the engine in order and once each. Each core.Transport method is
 // written where its work is done: Forward in deliver_send.go, Send and
-// Expect in leg_send.go, Room in leg_window.go.
+// Expect in leg_send.go.
 //
 // What is off a job's usual path has files of its own: a lane's acks and
 // the fallback to unary calls when its stream stalls (lane_acks.go,
@@ -41,8 +41,8 @@
 //	  Engine.mu                        core: every role's state (core.Receiver takes it)
 //	    History.mu                     core: a job's events
 //	    catalog view, Tracker.mu       core.Cluster's decisions, answered from memory
-//	    router.mu                      core.Transport's Send, Room, Expect
-//	      server.mu                    a cancel put on a reply leg (cancelOnLeg)
+//	    router.mu                      core.Transport's Send, Expect
+//	      server.mu                    a cancel or grant put on a reply leg (cancelOnLeg, grantOnLeg)
 //	trunkOpen[node]                    one trunk opening per node
 //	  router.mu, Client.mu
 //
@@ -50,5 +50,5 @@
 // catalog's own locks are leaves: nothing is taken under them. No lock of
 // this package is held while it calls the engine, except the first line's,
 // which serialise a path's messages; and the engine calls the transport
-// with Engine.mu held only for Send, Room and Expect, which never block.
+// with Engine.mu held only for Send and Expect, which never block.
 package peer

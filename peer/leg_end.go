@@ -65,7 +65,7 @@ func (l *replyLeg) end(why string) {
 	}
 	r.mu.Lock()
 	items := append(l.unacked, l.pending...)
-	l.unacked, l.pending, l.pendingBytes = nil, nil, 0
+	l.unacked, l.pending = nil, nil
 	for _, it := range items {
 		r.m.dropped.WithLabelValues(it.kind).Inc()
 	}
@@ -121,10 +121,6 @@ func (l *replyLeg) removeLocked() {
 	} else {
 		r.jobLegs[l.key.job] = legs
 	}
-	if l.room != nil {
-		close(l.room)
-		l.room = nil
-	}
 	r.unrefLocked(l.key.node)
 }
 
@@ -164,6 +160,23 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 		r.log.Error("a cancel came on a reply leg before routing started", "node", l.key.node, "job", l.key.job)
 	}
 	l.stopOnce.Do(func() { close(l.stop) })
+}
+
+// takeGrant hands a grant of output credit from the ingress to the node's
+// receiver, which passes it to the binding's worker if it still runs the
+// job here: the leg the grant came on may have ended since (its last
+// message acked), and the engine knows best.
+func (t *replyTrunk) takeGrant(p *pb.PeerMessage) {
+	r := t.r
+	m, err := MessageFromPB(p)
+	if err != nil || m.Kind != core.MsgGrant {
+		r.m.invalid.Inc()
+		r.log.Warn("skipped an invalid grant on a reply trunk", "node", t.node, "job", p.GetJobId(), "err", err)
+		return
+	}
+	if rcv, err := r.srv.receiver(); err == nil {
+		rcv.HandleMessage(t.node, m)
+	}
 }
 
 // dropTrunk leaves the leg's failed trunk, applies the acks read before

@@ -60,8 +60,15 @@ type inLeg struct {
 	cancel        *pb.PeerMessage // written on every trunk that holds the leg until it ends
 	cancelOn      *respondStream  // the trunk the cancel was last written on
 	cancelCounted bool
-	forget        time.Time // while no trunk holds it: dropped after
-	done          bool      // its last item was handled (see finishLeg)
+	// grant is the newest grant of output credit, written on the trunk
+	// that holds the leg, and again on the next one (grants are
+	// cumulative: only the newest matters); grantOn is the trunk it was
+	// written on.
+	grant        *pb.PeerMessage
+	grantOn      *respondStream
+	grantCounted bool
+	forget       time.Time // while no trunk holds it: dropped after
+	done         bool      // its last item was handled (see finishLeg)
 }
 
 // finishedLeg is an entry of server.finished: a done leg, to forget once
@@ -111,6 +118,11 @@ func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondStream) *i
 	l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
 	if l.cancel != nil {
 		rs.cancels = append(rs.cancels, l)
+	}
+	if l.grant != nil {
+		rs.grants = append(rs.grants, l)
+	}
+	if l.cancel != nil || l.grant != nil {
 		select {
 		case rs.kick <- struct{}{}:
 		default:
@@ -216,6 +228,47 @@ func (s *server) cancelsFor(rs *respondStream) []*pb.PeerMessage {
 		}
 	}
 	rs.cancels = nil
+	return ps
+}
+
+// grantOnLeg puts the grant p of binding (job, gen) on its reply leg from
+// node from, when a trunk holds it now: written at once (in place of one
+// not written yet), and again on any trunk that opens the leg again.
+// False when no trunk holds such a leg: the caller sends the grant by its
+// lane. It never blocks.
+func (s *server) grantOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.inLegs[inLegKey{from, job, gen}]
+	if l == nil || l.cur == nil {
+		return false
+	}
+	l.grant, l.grantOn, l.grantCounted = p, nil, false
+	l.cur.grants = append(l.cur.grants, l)
+	select {
+	case l.cur.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// grantsFor takes the grants to write on rs: each leg's newest, once per
+// trunk, while rs holds it.
+func (s *server) grantsFor(rs *respondStream) []*pb.PeerMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ps []*pb.PeerMessage
+	for _, l := range rs.grants {
+		if l.cur == rs && l.grantOn != rs && l.grant != nil {
+			l.grantOn = rs
+			ps = append(ps, l.grant)
+			if !l.grantCounted {
+				l.grantCounted = true
+				s.cfg.Metrics.messages.WithLabelValues(string(core.MsgGrant)).Inc()
+			}
+		}
+	}
+	rs.grants = nil
 	return ps
 }
 

@@ -15,8 +15,8 @@ import (
 // picks each message's path, and Transport.Expect; one reply leg per
 // binding, which carries the binding's replies and release in order on the
 // node's reply trunk to the job's ingress (trunk_send.go). The receiving
-// side is leg_recv.go and trunk_recv.go. Off this path: the leg's window,
-// Room and acks (leg_window.go), and how a leg ends or carries on after its
+// side is leg_recv.go and trunk_recv.go. Off this path: the leg's window
+// and acks (leg_window.go), and how a leg ends or carries on after its
 // trunk failed (leg_end.go).
 
 // Reply leg timings and sizes (its window bounds: leg_window.go).
@@ -52,8 +52,8 @@ type legItem struct {
 // A replyLeg is the consumer host's side of one binding's reply leg: the
 // binding's replies and release, in order, to the job's ingress, on the
 // node's reply trunk to it (trunk_send.go), with at most replyInFlight
-// (and replyInFlightBytes) unacked and a queue behind them that Room
-// bounds. Expect or the binding's first reply opens it. It ends once its
+// (and replyInFlightBytes) unacked and a queue behind them that the job's
+// output credit bounds. Expect or the binding's first reply opens it. It ends once its
 // last message is acked, on a cancel, at the job's TTL plus legTTLSlack,
 // or when its ingress is gone or refuses it; never for being idle. When a
 // trunk fails, the leg joins the next one and resends what is unacked,
@@ -77,10 +77,8 @@ type replyLeg struct {
 	ackc  chan struct{}
 
 	// Under r.mu.
-	pending      []*legItem
-	pendingBytes int
-	room         chan struct{} // handed out by Room; closed when the queue drains
-	removed      bool          // no longer in r.legs
+	pending []*legItem
+	removed bool // no longer in r.legs
 
 	// The goroutine's own.
 	unacked      []*legItem
@@ -105,8 +103,9 @@ type replyLeg struct {
 // queued: a reply or release goes by its binding's reply leg (replyLocked)
 // or, when it is the binding's only message, by the node's Post FIFO
 // (post_send.go); a cancel for a job whose reply leg from node this node
-// holds goes back on that leg (cancelOnLeg, leg_recv.go); every other kind
-// goes by its queue's lane (deliver_send.go).
+// holds goes back on that leg (cancelOnLeg, leg_recv.go), and so does a
+// grant of output credit (grantOnLeg); every other kind goes by its
+// queue's lane (deliver_send.go).
 func (t *Transport) Send(node string, m core.Message) {
 	r := t.rt
 	p, err := MessageToPB(m)
@@ -124,6 +123,9 @@ func (t *Transport) Send(node string, m core.Message) {
 		// The job's reply leg from node is open here: the cancel goes back
 		// on it, and is counted when written.
 		return
+	}
+	if err == nil && m.Kind == core.MsgGrant && r.srv.grantOnLeg(node, m.JobID, m.Gen, p) {
+		return // as a cancel
 	}
 	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
 	if err != nil {
@@ -155,7 +157,6 @@ func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	}
 	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
 	l.pending = append(l.pending, it)
-	l.pendingBytes += it.size
 	r.m.queue.WithLabelValues(node).Inc()
 	select {
 	case l.wake <- struct{}{}:

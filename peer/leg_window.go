@@ -1,64 +1,26 @@
 package peer
 
-// A reply leg's window on the consumer host: how Transport.Room bounds the
-// leg's queue of messages not yet sent, what the leg takes from that queue
-// within its in-flight bounds, and what the ingress's acks free again.
+// A reply leg's window on the consumer host: what the leg takes from its
+// queue within its in-flight bounds, and what the ingress's acks free
+// again. What bounds the queue itself is the job's output credit: the
+// worker sends no more than its window past what the job's reader took
+// (core/credit.go), so a slow ingress, or a slow reader behind it, stops
+// the job's worker, and no other job's.
 
-// Reply leg window bounds.
+// Reply leg in-flight bounds: what a leg has sent and not yet seen acked
+// (a message larger than replyInFlightBytes goes alone). Past them the leg
+// stops sending, and what the worker produces next waits in the leg's
+// queue, within the job's output credit. The ingress handles each item as
+// it reads it, so what it has not read waits in HTTP/2 flow control
+// windows, under these bounds.
 const (
-	// replyInFlight and replyInFlightBytes bound what a leg has sent and not
-	// yet seen acked (a message larger than replyInFlightBytes goes alone).
-	// Past them the leg stops sending, and what the worker produces next
-	// waits in the leg's queue, which Room bounds: so a slow ingress (its
-	// handler slow, or the ingress not reading at all) fills the queue, and
-	// the worker session stops reading its worker. The ingress handles
-	// each item as it reads it, so what it has not read waits in HTTP/2
-	// flow control windows, under these bounds.
 	replyInFlight      = 256
 	replyInFlightBytes = 4 << 20
-	// DefaultReplyWindow and DefaultReplyWindowBytes are Config's
-	// defaults: a leg's queue of messages not yet sent on its trunk may
-	// hold 64 messages or 1 MiB before Room asks the worker session to
-	// wait. Small against replyInFlight: the queue is only the slack
-	// between the worker and the stream, so the worker feels a slow ingress
-	// after a few hundred kilobytes rather than after megabytes, while a
-	// fast ingress (acks back in well under a millisecond on a LAN) never
-	// lets it fill: 64 outputs is several milliseconds of a busy worker.
-	DefaultReplyWindow      = 64
-	DefaultReplyWindowBytes = 1 << 20
 )
-
-// Room is core.Transport.Room, the reply leg's flow control: nil while the
-// replies of job to node may keep coming, else a channel closed once they
-// may: the job's leg holds ReplyWindow messages or ReplyWindowBytes not yet
-// sent, and the channel closes when that drains below half (or the leg
-// ends). Each channel handed out counts in
-// switchyard_peer_reply_backpressure_total. It never blocks: the engine
-// calls it with its lock held.
-func (t *Transport) Room(node, job string) <-chan struct{} {
-	r := t.rt
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var l *replyLeg
-	for _, c := range r.jobLegs[job] {
-		if c.key.node == node && (l == nil || c.key.gen > l.key.gen) {
-			l = c
-		}
-	}
-	if l == nil || len(l.pending) < r.cfg.ReplyWindow && l.pendingBytes < r.cfg.ReplyWindowBytes {
-		return nil
-	}
-	if l.room == nil {
-		l.room = make(chan struct{})
-	}
-	r.m.backpressure.Inc()
-	return l.room
-}
 
 // take removes the next queued message and numbers it: nil when none, or
 // when it would take the bytes in flight past replyInFlightBytes (a
-// message goes alone when nothing is in flight). The room channel closes
-// once the queue is below half the window.
+// message goes alone when nothing is in flight).
 func (l *replyLeg) take() *legItem {
 	r := l.r
 	r.mu.Lock()
@@ -75,13 +37,8 @@ func (l *replyLeg) take() *legItem {
 	if len(l.pending) == 0 {
 		l.pending = nil
 	}
-	l.pendingBytes -= it.size
 	it.seq = r.seq
 	r.seq++
-	if l.room != nil && len(l.pending) <= r.cfg.ReplyWindow/2 && l.pendingBytes <= r.cfg.ReplyWindowBytes/2 {
-		close(l.room)
-		l.room = nil
-	}
 	return it
 }
 

@@ -31,11 +31,10 @@ type Metrics struct {
 	undeliverable *prometheus.CounterVec
 
 	// Reply legs and trunks (leg_send.go, trunk_send.go, trunk_recv.go).
-	backpressure prometheus.Counter
-	legSilences  *prometheus.CounterVec
-	legsEnded    *prometheus.CounterVec
-	legsOpen     prometheus.Gauge
-	replyFrames  prometheus.Counter
+	legSilences *prometheus.CounterVec
+	legsEnded   *prometheus.CounterVec
+	legsOpen    prometheus.Gauge
+	replyFrames prometheus.Counter
 }
 
 // kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
@@ -117,10 +116,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_peer_messages_undeliverable_total",
 			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form; zone: a zone-scoped delivery to a node outside the job's zone). Never retried on that path: the engine fails their job, or for zone routes it again.",
 		}, []string{"kind", "reason"}),
-		backpressure: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_peer_reply_backpressure_total",
-			Help: "Times a worker session was asked to stop reading its worker because the job's reply leg to its ingress had a full queue (the ingress is slow); the worker resumes when the queue drains below half.",
-		}),
 		legSilences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_leg_silences_total",
 			Help: "Nothing arrived on a reply trunk for three heartbeat intervals, by the side that noticed: host (counted once per trunk: it is opened again and its legs' unacked messages resent) or ingress (counted per leg the trunk held: the stream is ended and each leg's job fails worker_lost).",
@@ -141,7 +136,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
-			m.backpressure, m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
+			m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}
 	return m
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,10 +140,9 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	waitFor(t, 5*time.Second, "the legs closed", func() bool { return legsOpen(t, p.ra) == 0 })
 	waitSent(t, p.ra, "b")
 	wantCounters(t, p.ra.reg, map[string]float64{
-		"switchyard_peer_reply_legs_ended_total":   2,
-		"switchyard_peer_messages_dropped_total":   0,
-		"switchyard_peer_send_failures_total":      0,
-		"switchyard_peer_reply_backpressure_total": 0,
+		"switchyard_peer_reply_legs_ended_total": 2,
+		"switchyard_peer_messages_dropped_total": 0,
+		"switchyard_peer_send_failures_total":    0,
 	})
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
 		t.Errorf("legs ended by their end = %v, want 2", got)
@@ -391,76 +389,6 @@ func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 	}
 }
 
-// A slow ingress slows the worker: with the ingress's handler stuck, the
-// leg fills its in-flight bound, then its queue, and Room asks the sender
-// to wait; once the handler moves again every message arrives, in order,
-// and Room's channel closes.
-func TestRespondBackpressure(t *testing.T) {
-	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.Config) { c.ReplyWindow = 32 })
-	gate := make(chan struct{})
-	var gateOnce sync.Once
-	open := func() { gateOnce.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	p.hb.block = func(m core.Message) {
-		if string(m.Output) != `{"i":0}` {
-			<-gate
-		}
-	}
-	const n = 2000
-	var produced atomic.Int64
-	firstWait := make(chan int, 1)
-	waits := 0
-	done := make(chan struct{})
-	go func() {
-		// The worker session: one output, then wait while Room says so.
-		defer close(done)
-		for i := range n {
-			p.ra.Send("b", out("j", i))
-			produced.Add(1)
-			if ch := p.ra.Room("b", "j"); ch != nil {
-				if waits == 0 {
-					firstWait <- i
-				}
-				waits++
-				<-ch
-			}
-		}
-		p.ra.Send("b", end("j"))
-	}()
-	var at int
-	select {
-	case at = <-firstWait:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Room never asked the sender to wait")
-	}
-	time.Sleep(300 * time.Millisecond)
-	stuck := produced.Load()
-	t.Logf("Room asked to wait after output %d; %d outputs produced while the ingress was stuck", at, stuck)
-	// Room is asked after each Send: the first wait comes once 32 are
-	// queued, and at most 1 handled + 256 in flight + 32 queued (+ the one
-	// sent before asking) are produced.
-	if at < 31 || stuck > 1+256+32+1 {
-		t.Errorf("first wait at output %d, %d produced: want the window (32) queued behind the in-flight bound (256)", at, stuck)
-	}
-	if got := counter(t, p.ra.reg, "switchyard_peer_reply_backpressure_total", nil); got < 1 {
-		t.Errorf("backpressure = %v", got)
-	}
-	open()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the sender stayed blocked after the ingress moved again")
-	}
-	e := end("j")
-	waitFor(t, 20*time.Second, "every message", func() bool { return len(p.hb.messages()) == n+1 })
-	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
-	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
-	if got := sum(t, p.ra.reg, "switchyard_peer_messages_dropped_total"); got != 0 {
-		t.Errorf("dropped = %v", got)
-	}
-	t.Logf("Room asked the sender to wait %d times for %d outputs", waits, n)
-}
-
 // silenceWatcher is a recorder that reports ReplyLegSilent.
 type silenceWatcher struct {
 	recorder
@@ -469,6 +397,76 @@ type silenceWatcher struct {
 
 func (w *silenceWatcher) ReplyLegSilent(from, job string, gen uint64) {
 	w.silent <- fmt.Sprintf("%s/%s/%d", from, job, gen)
+}
+
+func grantOf(job string, events, bytes int64) core.Message {
+	return core.Message{Kind: core.MsgGrant, JobID: job, Gen: 1, Queue: "q", Credit: core.OutputCredit{Events: events, Bytes: bytes}}
+}
+
+// A job's grants of output credit go from the ingress back to the host on
+// the job's leg while a trunk holds it, as cancels do, and leave the leg
+// open; the newest is written again on the next trunk that opens the leg
+// (grants are cumulative: an older one would change nothing); with no leg
+// held, a grant takes its queue's lane.
+func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
+	var px *proxy
+	p := startLegPair(t, 50*time.Millisecond, func(b tnode) string {
+		px = startProxy(t, b.addr)
+		return px.addr()
+	}, nil)
+	p.ra.Send("b", out("j", 0))
+	waitFor(t, 5*time.Second, "the first output", func() bool { return len(p.hb.messages()) == 1 })
+	grants := func() []core.Message {
+		var gs []core.Message
+		for _, r := range p.ha.messages() {
+			if r.from != "b" || r.m.Kind != core.MsgGrant {
+				t.Fatalf("host handler got %+v from %s, want grants from b", r.m, r.from)
+			}
+			gs = append(gs, r.m)
+		}
+		return gs
+	}
+	p.rb.Send("a", grantOf("j", 10, 1000))
+	p.rb.Send("a", grantOf("j", 20, 2000))
+	waitFor(t, 5*time.Second, "the grants at the host's handler", func() bool {
+		gs := grants()
+		return len(gs) > 0 && equalMessage(gs[len(gs)-1], grantOf("j", 20, 2000))
+	})
+	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 0 {
+		t.Errorf("the ingress opened %v deliver streams: a grant took the lane", got)
+	}
+	if got := legsOpen(t, p.ra); got != 1 {
+		t.Errorf("legs open after the grants = %v, want 1", got)
+	}
+
+	// The second may replace the first before it is written: a grant is
+	// counted once it is, whatever the trunks it is written on after.
+	counted := counter(t, p.rb.reg, "switchyard_peer_messages_total", map[string]string{"kind": "grant"})
+	if counted != 1 && counted != 2 {
+		t.Errorf("grants counted at the ingress = %v, want 1 or 2", counted)
+	}
+
+	// The trunk fails: the host opens the leg on a new one, and gets the
+	// newest grant again there.
+	before := len(grants())
+	px.cut()
+	p.ra.Send("b", out("j", 1))
+	waitFor(t, 5*time.Second, "the leg on a new trunk, and the grant again", func() bool {
+		gs := grants()
+		return len(p.hb.messages()) == 2 && len(gs) > before && equalMessage(gs[len(gs)-1], grantOf("j", 20, 2000))
+	})
+	if got := counter(t, p.rb.reg, "switchyard_peer_messages_total", map[string]string{"kind": "grant"}); got != counted {
+		t.Errorf("grants counted at the ingress = %v after the second trunk, want still %v (each once, however often written)", got, counted)
+	}
+
+	// No leg of k is held at the ingress: its grant goes by the lane.
+	p.rb.Send("a", grantOf("k", 5, 500))
+	waitFor(t, 5*time.Second, "the lane's grant", func() bool {
+		gs := grants()
+		return equalMessage(gs[len(gs)-1], grantOf("k", 5, 500))
+	})
+	p.ra.Send("b", end("j"))
+	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
 }
 
 // A host whose frames stop arriving without its connection closing (a
@@ -602,9 +600,6 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
 		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
 	})
-	if ch := r.Room("b", "j"); ch != nil {
-		t.Error("Room asks to wait below the window")
-	}
 	bk.remove("b")
 	waitFor(t, 5*time.Second, "the leg dropped", func() bool {
 		return counter(t, r.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "gone"}) == 1
@@ -630,17 +625,13 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	waitFor(t, 5*time.Second, "the stream closed", func() bool { return legsOpen(t, r) == 0 })
 }
 
-// ForceUnary sends replies by Post, as before reply legs: Room never asks
-// to wait.
+// ForceUnary sends replies by Post, as before reply legs.
 func TestRespondForceUnary(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.ForceUnary, c.ReplyWindow = true, 1 })
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.ForceUnary = true })
 	for i := range 10 {
 		r.Send("b", out("j", i))
-		if r.Room("b", "j") != nil {
-			t.Fatal("Room asked to wait with ForceUnary")
-		}
 	}
 	r.Send("b", end("j"))
 	e := end("j")

@@ -32,7 +32,8 @@ import (
 // counter, so a receiver skips what it handled already whichever path
 // resent it. Lane queues and the Post FIFO are unbounded: they hold
 // control messages, and a node that stops answering either comes back or
-// loses its lease; outputs ride reply legs, which Room bounds.
+// loses its lease; outputs ride reply legs, which their jobs' output
+// credit bounds (a grant is a control message too).
 type router struct {
 	cfg     Config
 	client  *Client
@@ -40,9 +41,9 @@ type router struct {
 	log     *slog.Logger
 	session string
 
-	// srv is this node's server: a cancel for a job whose reply leg it
-	// holds goes back on that leg, and one that comes back on a reply leg
-	// here is handed to its receiver.
+	// srv is this node's server: a cancel or grant for a job whose reply
+	// leg it holds goes back on that leg, and one that comes back on a
+	// reply leg here is handed to its receiver.
 	srv *server
 
 	ctx    context.Context // ends at close
@@ -50,15 +51,15 @@ type router struct {
 	wg     sync.WaitGroup
 
 	// mu guards what follows and each lane's, leg's and outbox's queue. It
-	// is taken under Engine.mu (Send, Room, Expect) and takes server.mu
-	// (cancelOnLeg); never the other way round.
+	// is taken under Engine.mu (Send, Expect) and takes server.mu
+	// (cancelOnLeg, grantOnLeg); never the other way round.
 	mu        sync.Mutex
 	closed    bool
 	seq       uint64
 	outbox    map[string]*outbox     // by node id, while its sender runs
 	lanes     map[laneKey]*lane      // while their goroutine runs
 	legs      map[legKey]*replyLeg   // reply legs, while open
-	jobLegs   map[string][]*replyLeg // legs by job id (Room, legCancelled)
+	jobLegs   map[string][]*replyLeg // legs by job id (legCancelled)
 	trunks    map[string]*replyTrunk // reply trunks by node id, while open
 	trunkOpen map[string]*sync.Mutex // held while a node's trunk is being opened
 	senders   map[string]int         // outboxes, lanes and legs per node id

@@ -90,14 +90,9 @@ type Config struct {
 	// ForceUnary sends every lane message by unary Post and Forward calls,
 	// and every reply and release by the node's Post FIFO, with no Deliver
 	// or Respond stream: a benchmark baseline, and an operator's switch
-	// should streams misbehave. Room then never asks a worker to wait.
+	// should streams misbehave. A job's grants of output credit then go
+	// by its queue's lane.
 	ForceUnary bool
-	// ReplyWindow and ReplyWindowBytes bound a reply leg's queue of
-	// messages not yet sent on its trunk: once it holds ReplyWindow
-	// messages or ReplyWindowBytes, Room hands the worker session a channel
-	// to wait on (defaults DefaultReplyWindow, DefaultReplyWindowBytes).
-	ReplyWindow      int
-	ReplyWindowBytes int
 
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -143,12 +138,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
 	}
-	if c.ReplyWindow <= 0 {
-		c.ReplyWindow = DefaultReplyWindow
-	}
-	if c.ReplyWindowBytes <= 0 {
-		c.ReplyWindowBytes = DefaultReplyWindowBytes
-	}
 	if c.StreamIdle < minIdleFactor*c.AckTimeoutCeiling {
 		return c, &core.ConfigError{Field: "peer-stream-idle", Value: c.StreamIdle,
 			Err: fmt.Errorf("%w: at least %d × %s", ErrStreamIdleTooShort, minIdleFactor, c.AckTimeoutCeiling)}
@@ -179,8 +168,8 @@ func (c Config) withDefaults() (Config, error) {
 //
 // Its core.Transport methods are written where their work is done:
 // Forward with the lanes that carry it (deliver_send.go), Send and Expect
-// with the reply legs (leg_send.go), Room with a leg's window
-// (leg_window.go); ZonesChanged with the zone test (lane_zone.go).
+// with the reply legs (leg_send.go); ZonesChanged with the zone test
+// (lane_zone.go).
 type Transport struct {
 	client *Client
 	srv    *server

@@ -61,7 +61,7 @@ type respondStream struct {
 	ready   chan struct{}        // closed once the stream is set up: legs may open
 	last    atomic.Int64         // when a frame last arrived (or an item was handled), UnixNano
 	busy    atomic.Bool          // the reader is in the receiver
-	kick    chan struct{}        // capacity 1: an ack or a cancel to write
+	kick    chan struct{}        // capacity 1: an ack, a cancel or a grant to write
 	finish  chan struct{}        // closed once every item is handled (clean end)
 	silence *time.Timer          // watchSilence
 	due     time.Time            // when silence was due to fire; watchSilence's own
@@ -77,6 +77,7 @@ type respondStream struct {
 	// Under server.mu.
 	held    map[inLegKey]*inLeg // the legs this trunk holds
 	cancels []*inLeg            // legs whose cancel is to be written on it
+	grants  []*inLeg            // legs whose grant is to be written on it
 }
 
 // Respond receives one host's reply trunk: it handles each leg's replies
@@ -407,6 +408,11 @@ func (w *trunkWriter) flush() bool {
 	rs := w.rs
 	for _, p := range rs.s.cancelsFor(rs) {
 		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
+			return false
+		}
+	}
+	for _, p := range rs.s.grantsFor(rs) {
+		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Grant{Grant: p}}) {
 			return false
 		}
 	}

@@ -266,9 +266,9 @@ func (t *replyTrunk) leg(job string, gen uint64) *replyLeg {
 	return t.r.legs[legKey{t.node, job, gen}]
 }
 
-// read reads the ingress's frames: each ack to its leg, a cancel to the
-// node's receiver (at once: the legs may be blocked in Send). Every frame
-// proves the ingress alive.
+// read reads the ingress's frames: each ack to its leg, a cancel or a
+// grant to the node's receiver (at once: the legs may be blocked in Send).
+// Every frame proves the ingress alive.
 func (t *replyTrunk) read() {
 	st := t.st
 	defer st.wg.Done()
@@ -299,6 +299,8 @@ func (t *replyTrunk) read() {
 			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
 				l.takeCancel(b.Cancel)
 			}
+		case *pb.RespondControl_Grant:
+			t.takeGrant(b.Grant)
 		}
 	}
 }

@@ -9,6 +9,11 @@
 //   - one writer per stream: every message to the node goes through a single
 //     goroutine fed by a bounded queue, so the gRPC stream is never written
 //     from two goroutines and a slow node pushes back on the handlers;
+//   - output credit: a job's Output.Send waits while the job has sent all
+//     the output the node gave it credit for — its reader is behind — so a
+//     handler is slowed to its reader's pace, never cut off, and one job
+//     waiting holds up no other (a send past the credit would fail the job
+//     credit_exceeded; the SDK never makes one);
 //   - liveness: a heartbeat goes out whenever nothing else did for the
 //     heartbeat interval, and a node that says nothing for three intervals is
 //     treated as gone (the session ends and Run reconnects);

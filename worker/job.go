@@ -79,6 +79,13 @@ func Fail(code, message string) error {
 
 // Output streams one job's output to the node. Its methods are safe for
 // concurrent use; chunks are delivered in the order the calls returned.
+//
+// A job's output is paced by its reader: the node gives each job output
+// credit (how many chunks, and bytes of them, it may have sent in all) and
+// grants more as the job's reader takes what was sent. A send waits while
+// the job has none left, so a handler that produces faster than its
+// client reads slows down to the client's pace; nothing is buffered or
+// dropped on the way, and other jobs of this worker are not held up.
 type Output struct {
 	s   *session
 	job *Job
@@ -88,11 +95,42 @@ type Output struct {
 
 	mu    sync.Mutex
 	ended bool
+	// credit is the job's output credit (zero: not paced) and sent what
+	// was sent against it; moved is closed, and replaced, when credit
+	// grows or the job ends, waking the sends that wait for it.
+	credit, sent credit
+	moved        chan struct{}
+}
+
+// credit is an amount of output: chunks and the bytes of their data.
+type credit struct{ events, bytes uint64 }
+
+// allowsLocked reports whether one more chunk may be sent: one chunk may
+// end past the bytes, so a chunk larger than the window still goes, alone.
+func (o *Output) allowsLocked() bool {
+	c := o.credit
+	return c == credit{} || o.sent.events < c.events && o.sent.bytes < c.bytes
+}
+
+// grant raises the job's credit to c (credits are cumulative: a smaller
+// one is old news) and wakes the sends waiting for it.
+func (o *Output) grant(c credit) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.credit == (credit{}) || c.events <= o.credit.events && c.bytes <= o.credit.bytes {
+		return
+	}
+	o.credit = credit{max(o.credit.events, c.events), max(o.credit.bytes, c.bytes)}
+	close(o.moved)
+	o.moved = make(chan struct{})
 }
 
 // Send marshals v as JSON and sends it as one output chunk. It returns once
-// the chunk is queued for the stream (not when the node has it), and blocks
-// while the queue is full, which is how a slow node slows a handler down.
+// the chunk is queued for the stream (not when the node has it). It waits
+// while the job has no output credit left — its reader is behind — and
+// while the stream's queue is full, which is how a slow reader, or a slow
+// node, slows a handler down. It gives up when ctx is done (an error
+// wrapping ctx's cause), or the job ends (ErrJobEnded).
 func (o *Output) Send(ctx context.Context, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -111,33 +149,75 @@ func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
 }
 
 func (o *Output) send(ctx context.Context, data []byte) error {
-	// The lock is held while queueing so that end, which takes it too,
-	// cannot let the terminal message overtake a chunk being queued.
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ended {
-		return ErrJobEnded
-	}
-	if o.jctx.Err() != nil {
-		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
-	}
 	m := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{
 		JobId: o.job.ID, Generation: o.job.Generation, Data: data,
 	}}}
-	select {
-	case o.s.out <- m:
-		return nil
-	case <-o.jctx.Done():
-		return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
-	case <-ctx.Done():
-		return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
+	for {
+		// The lock is held while queueing so that end, which takes it
+		// too, cannot let the terminal message overtake a chunk being
+		// queued; it is not held while waiting for credit, which may take
+		// as long as the job's reader does.
+		o.mu.Lock()
+		if o.ended {
+			o.mu.Unlock()
+			return ErrJobEnded
+		}
+		if o.jctx.Err() != nil {
+			o.mu.Unlock()
+			return o.jobEnded()
+		}
+		if o.allowsLocked() {
+			err := o.queueLocked(ctx, m, uint64(len(data)))
+			o.mu.Unlock()
+			return err
+		}
+		moved := o.moved
+		o.mu.Unlock()
+		select {
+		case <-moved:
+		case <-o.jctx.Done():
+			return o.jobEnded()
+		case <-ctx.Done():
+			return o.gaveUp(ctx)
+		}
 	}
 }
 
+// queueLocked queues m, a chunk of size bytes, for the stream, and counts
+// it against the job's credit once it is queued.
+func (o *Output) queueLocked(ctx context.Context, m *pb.WorkerMessage, size uint64) error {
+	select {
+	case o.s.out <- m:
+		o.sent.events++
+		o.sent.bytes += size
+		return nil
+	case <-o.jctx.Done():
+		return o.jobEnded()
+	case <-ctx.Done():
+		return o.gaveUp(ctx)
+	}
+}
+
+func (o *Output) jobEnded() error {
+	return fmt.Errorf("%w: %w", ErrJobEnded, context.Cause(o.jctx))
+}
+
+// gaveUp is the error of a send whose ctx ended first; when that is the
+// job's own context (a handler passes it on), the job ended.
+func (o *Output) gaveUp(ctx context.Context) error {
+	if o.jctx.Err() != nil {
+		return o.jobEnded()
+	}
+	return fmt.Errorf("worker: send output: %w", context.Cause(ctx))
+}
+
 // end makes every later send fail with ErrJobEnded. It returns once no send
-// is in progress, so nothing of this job can be queued after its end.
+// is queueing, so nothing of this job can be queued after its end; a send
+// waiting for credit is woken and returns ErrJobEnded.
 func (o *Output) end() {
 	o.mu.Lock()
 	o.ended = true
+	close(o.moved)
+	o.moved = make(chan struct{})
 	o.mu.Unlock()
 }

@@ -66,13 +66,19 @@ type session struct {
 
 	wg   sync.WaitGroup // the writer and the job goroutines
 	mu   sync.Mutex
-	jobs map[jobKey]context.CancelCauseFunc
+	jobs map[jobKey]*runningJob
 
 	// capSlot holds a token while an UpdateCapabilities is unanswered: one
 	// at a time, so the node's in-order answers match without ids and it
 	// never sees a pile of them. capPending (under mu) is that update.
 	capSlot    chan struct{}
 	capPending *capUpdate
+}
+
+// runningJob is a job this session accepted, until its end is queued.
+type runningJob struct {
+	cancel context.CancelCauseFunc
+	out    *Output
 }
 
 // capUpdate is an UpdateCapabilities waiting for the node's answer.
@@ -100,7 +106,7 @@ func (r *runner) session(ctx context.Context) error {
 		ctx:     sctx,
 		cancel:  cancel,
 		out:     make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
-		jobs:    make(map[jobKey]context.CancelCauseFunc),
+		jobs:    make(map[jobKey]*runningJob),
 		capSlot: make(chan struct{}, 1),
 	}
 	reg, err := s.handshake(pb.NewWorkerServiceClient(conn))
@@ -244,6 +250,8 @@ func (s *session) receive() error {
 			s.offer(msg.Job, now)
 		case *pb.NodeMessage_Cancel:
 			s.cancelJob(msg.Cancel)
+		case *pb.NodeMessage_OutputCredit:
+			s.credit(msg.OutputCredit)
 		case *pb.NodeMessage_Heartbeat:
 		case *pb.NodeMessage_CapabilitiesUpdated:
 			s.capabilitiesUpdated(msg.CapabilitiesUpdated)
@@ -361,8 +369,12 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 
 	jctx, cancel := context.WithCancelCause(s.ctx)
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
+	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{})}
+	if c := pj.GetOutputCredit(); c != nil {
+		out.credit = credit{c.GetEvents(), c.GetBytes()}
+	}
 	s.mu.Lock()
-	s.jobs[key] = cancel
+	s.jobs[key] = &runningJob{cancel: cancel, out: out}
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
@@ -380,25 +392,36 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		defer s.wg.Done()
 		defer cancel(nil)
 		defer cancelDeadline()
-		s.run(jctx, job, log)
+		s.run(jctx, job, out, log)
 	}()
+}
+
+// credit raises a running job's output credit. A credit for a job not
+// running here (it ended, or an older generation) is old news.
+func (s *session) credit(c *pb.OutputCredit) {
+	s.mu.Lock()
+	r := s.jobs[jobKey{c.GetJobId(), c.GetGeneration()}]
+	s.mu.Unlock()
+	if r != nil {
+		r.out.grant(credit{c.GetEvents(), c.GetBytes()})
+	}
 }
 
 // cancelJob cancels a running job's context on the node's word.
 func (s *session) cancelJob(c *pb.Cancel) {
 	key := jobKey{c.GetJobId(), c.GetGeneration()}
 	s.mu.Lock()
-	cancel := s.jobs[key]
+	r := s.jobs[key]
 	s.mu.Unlock()
 	log := s.log.With("job", key.id, "generation", key.gen)
-	if cancel == nil {
+	if r == nil {
 		// It ended already and its end is on the way, or it is a stale
 		// generation: either way there is nothing to stop.
 		log.Debug("cancel for a job not running ignored", "reason", c.GetReason())
 		return
 	}
 	log.Info("job cancelled", "reason", c.GetReason())
-	cancel(&cancelledError{reason: c.GetReason()})
+	r.cancel(&cancelledError{reason: c.GetReason()})
 }
 
 func (s *session) forget(key jobKey) {
@@ -408,9 +431,8 @@ func (s *session) forget(key jobKey) {
 }
 
 // run runs the handler and sends the job's one terminal message.
-func (s *session) run(jctx context.Context, job *Job, log *slog.Logger) {
+func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Logger) {
 	started := time.Now()
-	out := &Output{s: s, job: job, jctx: jctx}
 	result, herr := s.callHandler(jctx, job, out, log)
 
 	// Decide the outcome from why the context ended before looking at what

@@ -138,6 +138,9 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&sp.MaxDuration, "stream-max-duration", sp.MaxDuration, "end any client stream after this long (it resumes)")
 	fs.DurationVar(&sp.Heartbeat, "stream-heartbeat", sp.Heartbeat, "send an SSE heartbeat comment after this much silence")
 	fs.DurationVar(&sp.WriteTimeout, "stream-write-timeout", sp.WriteTimeout, "end a client stream whose write blocks this long")
+	fs.DurationVar(&sp.Stall, "stream-stall-timeout", sp.Stall, "terminate a job's owner stream (its POST's, or a resume of it) that made no progress this long with something to send (it resumes); below --stream-write-timeout; 0: half of it")
+	fs.IntVar(&cfg.Engine.OutputWindowEvents, "output-window-events", cfg.Engine.OutputWindowEvents, "how many outputs a job's worker may run ahead of what the job's reader took before it waits (its output credit); at most --stream-max-events; 0: half of it")
+	fs.Int64Var(&cfg.Engine.OutputWindowBytes, "output-window-bytes", cfg.Engine.OutputWindowBytes, "how many output bytes a job's worker may run ahead of what the job's reader took before it waits; at most --stream-max-bytes; 0: half of it")
 	fs.StringVar(&cfg.HTTP.OpenAIQueue, "openai-queue", cfg.HTTP.OpenAIQueue, "queue the OpenAI-compatible front door (/openai/v1) posts chat completions to; its workers' model=<name> capabilities are the models it serves")
 	fs.DurationVar(&cfg.HTTP.TokenTTL, "resume-token-ttl", cfg.HTTP.TokenTTL, "how long a resume token stays valid")
 	var resumeKeys stringList

@@ -39,6 +39,12 @@ type Policy struct {
 	// WriteTimeout bounds each write after the first: a client that cannot
 	// take one in this long is gone or hopelessly slow.
 	WriteTimeout time.Duration
+	// Stall is how long a paced stream (its job's owner: Request.Sent) may
+	// make no progress while it has something to send before it is
+	// terminated as a slow consumer. Such a stream is never judged by how
+	// far behind it is: its job's worker waits for it instead. 0 means
+	// half WriteTimeout; it must be shorter than WriteTimeout.
+	Stall time.Duration
 }
 
 // DefaultPolicy returns the bounds and clocks a node uses unless told
@@ -76,6 +82,8 @@ func (p Policy) Validate() error {
 		return bad("stream-heartbeat", p.Heartbeat, "must be positive")
 	case p.WriteTimeout <= 0:
 		return bad("stream-write-timeout", p.WriteTimeout, "must be positive")
+	case p.Stall < 0:
+		return bad("stream-stall-timeout", p.Stall, "must not be negative (0: half stream-write-timeout)")
 	case p.Heartbeat >= p.Idle:
 		return bad("stream-heartbeat", p.Heartbeat, "must be shorter than stream-idle-timeout, or the idle timeout fires on a healthy stream before any heartbeat could show it alive")
 	case p.Setup >= p.Idle:
@@ -84,8 +92,21 @@ func (p Policy) Validate() error {
 		return bad("stream-idle-timeout", p.Idle, "must be shorter than stream-max-duration, or it could never fire")
 	case p.WriteTimeout >= p.Idle:
 		return bad("stream-write-timeout", p.WriteTimeout, "must be shorter than stream-idle-timeout")
+	case p.Stall >= p.WriteTimeout:
+		return bad("stream-stall-timeout", p.Stall, "must be shorter than stream-write-timeout, or a reader that stopped is cut by a failed write (its job cancelled as if the client had left) instead of terminated with a resume hint")
 	}
 	return nil
+}
+
+// stall is the stall timeout in force: Stall, or half WriteTimeout when
+// it is 0. Shorter than WriteTimeout either way, so a reader that stopped
+// is judged stalled (terminated, and it may resume) before a write of its
+// times out (a failed write: the client is taken to have left).
+func (p Policy) stall() time.Duration {
+	if p.Stall > 0 {
+		return p.Stall
+	}
+	return p.WriteTimeout / 2
 }
 
 // abortGrace is how long a stream judged slow gets to finish the write it

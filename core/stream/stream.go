@@ -106,6 +106,13 @@ type Request struct {
 	Policy Policy
 	// Token returns the resume token for an event; nil sends no id.
 	Token func(ev core.Event) string
+	// Sent, when set, makes the stream a paced one: the job's owner
+	// stream, whose worker is paced by it (core.Engine.StreamSent). It is
+	// told the stream's position after each flush that moved it. A paced
+	// stream is never judged by how far behind it is (its job's worker
+	// waits for it instead), only by Policy.Stall: no progress for that
+	// long with something to send.
+	Sent func(seq uint64)
 }
 
 // Run writes the stream until the job's terminal event, the client leaving,
@@ -117,18 +124,30 @@ type Request struct {
 // slow for it. A watcher goroutine (Terminate streams only) is woken by
 // the append that takes that queue past its bound, so a writer blocked on
 // a client that stopped reading is aborted the moment the bound is passed,
-// not when the write finally returns.
+// not when the write finally returns. A paced stream (Request.Sent) has a
+// stall watcher instead, whatever its slow policy: its queue never passes
+// the bound, because its job's worker waits for it.
 func Run(ctx context.Context, req Request, sink Sink) Result {
 	w := newWriter(req, sink)
 	defer w.stopClocks()
-	if req.Policy.Slow == Terminate {
+	if w.sent != nil || req.Policy.Slow == Terminate {
 		stopc := make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Go(func() { watch(w.h, &w.written, w.base, w.p, &w.overflow, sink, stopc) })
+		wg.Go(func() { w.watch(stopc) })
 		defer func() { close(stopc); wg.Wait() }()
 	}
 	w.run(ctx)
 	return w.res
+}
+
+// watch runs the stream's watcher until stopc is closed: the stall
+// watcher of a paced stream, the lag watcher of any other.
+func (w *writer) watch(stopc <-chan struct{}) {
+	if w.sent != nil {
+		watchStall(w.h, &w.written, w.p, &w.overflow, w.sink, stopc)
+		return
+	}
+	watch(w.h, &w.written, w.base, w.p, &w.overflow, w.sink, stopc)
 }
 
 // readBatch is how many events are taken from the history per read.
@@ -142,9 +161,13 @@ type writer struct {
 	h      *core.History
 	filter map[core.EventKind]bool
 	token  func(ev core.Event) string
-	p      Policy
-	sink   Sink
-	res    Result
+	// sent is Request.Sent (nil: not paced); reported is the position it
+	// was last told.
+	sent     func(seq uint64)
+	reported uint64
+	p        Policy
+	sink     Sink
+	res      Result
 	// start is when the stream opened: the setup clock runs from it.
 	start time.Time
 	// flushed turns true with the first flush that goes through: until
@@ -168,7 +191,7 @@ func newWriter(req Request, sink Sink) *writer {
 	p := req.Policy
 	w := &writer{
 		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token,
-		p: p, sink: sink,
+		sent: req.Sent, reported: req.After, p: p, sink: sink,
 		res:         Result{LastSeq: req.After},
 		start:       time.Now(),
 		cursor:      req.After,
@@ -208,8 +231,11 @@ func (w *writer) step(ctx context.Context) (over bool) {
 	if errors.Is(err, core.ErrHistoryGone) {
 		return w.historyGone(oldest)
 	}
-	if lagE, lagB, _ := w.h.Lag(max(w.cursor, w.base)); lagE > w.p.MaxLagEvents || lagB > w.p.MaxLagBytes {
-		return w.behind(lagE, lagB)
+	if w.sent == nil {
+		// A paced stream's queue is its job's worker waiting: no bound.
+		if lagE, lagB, _ := w.h.Lag(max(w.cursor, w.base)); lagE > w.p.MaxLagEvents || lagB > w.p.MaxLagBytes {
+			return w.behind(lagE, lagB)
+		}
 	}
 	if w.writeBatch(rd.Events) {
 		return true
@@ -353,13 +379,17 @@ func (w *writer) setDeadline() {
 }
 
 // flush hands what was written to the transport and reports whether it
-// went through.
+// went through. A paced stream then reports its position.
 func (w *writer) flush() bool {
 	w.setDeadline()
 	if err := w.sink.Flush(); err != nil {
 		return false
 	}
 	w.flushed = true
+	if w.sent != nil && w.cursor > w.reported {
+		w.reported = w.cursor
+		w.sent(w.cursor)
+	}
 	return true
 }
 
@@ -381,10 +411,13 @@ func (w *writer) end(e End, c Control, data map[string]any) (over bool) {
 // lagBytes.
 func (w *writer) slow(lagEvents int, lagBytes int64) (over bool) {
 	w.res.LagEvents, w.res.LagBytes = lagEvents, lagBytes
+	detail := "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received"
+	if w.sent != nil {
+		detail = "the stream made no progress for the stall timeout; reconnect with Last-Event-ID set to the last id you received (the job waits for you within its grace window)"
+	}
 	return w.end(EndSlow, Terminated, map[string]any{
 		"reason": "slow_consumer", "resume_after_seq": w.res.LastSeq,
-		"lag_events": lagEvents, "lag_bytes": lagBytes,
-		"detail": "the stream fell too far behind; reconnect with Last-Event-ID set to the last id you received",
+		"lag_events": lagEvents, "lag_bytes": lagBytes, "detail": detail,
 	})
 }
 

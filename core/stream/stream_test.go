@@ -122,6 +122,10 @@ func TestPolicyValidate(t *testing.T) {
 		{"idle above max duration", func(p *stream.Policy) { p.MaxDuration = p.Idle / 2 }, "stream-idle-timeout"},
 		{"write timeout equals idle", func(p *stream.Policy) { p.WriteTimeout = p.Idle }, "stream-write-timeout"},
 		{"write timeout above idle", func(p *stream.Policy) { p.WriteTimeout = p.Idle * 2 }, "stream-write-timeout"},
+		{"stall zero: half the write timeout", func(p *stream.Policy) { p.Stall = 0 }, ""},
+		{"stall negative", func(p *stream.Policy) { p.Stall = -time.Second }, "stream-stall-timeout"},
+		{"stall equals write timeout", func(p *stream.Policy) { p.Stall = p.WriteTimeout }, "stream-stall-timeout"},
+		{"stall just under write timeout", func(p *stream.Policy) { p.Stall = p.WriteTimeout - 1 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

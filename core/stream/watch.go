@@ -54,3 +54,47 @@ func watch(h *core.History, written *atomic.Uint64, base uint64, p Policy, over 
 		}
 	}
 }
+
+// watchStall aborts a paced stream's writer once it made no progress for
+// the stall timeout (Policy.Stall) while it had something to send: its client stopped reading
+// (or reads so slowly that a write is stuck). Progress is the writer's
+// position moving; the clock runs only while something lies after it
+// (replay included: a client that resumes and stops reading is stalled
+// too), and starts again whenever it moves. While there is nothing to send
+// the watcher sleeps until the next append; otherwise it looks again a
+// few times per stall timeout, which is all a stream costs it. It owns nothing
+// but its loop; Run stops and waits for it.
+func watchStall(h *core.History, written *atomic.Uint64, p Policy, over *overflow, sink Sink, stopc <-chan struct{}) {
+	stall := p.stall()
+	t := time.NewTimer(stall)
+	defer t.Stop()
+	seen, since := written.Load(), time.Time{}
+	for {
+		pos := written.Load()
+		e, b, behind, wake := h.LagWait(pos, 0, 0)
+		if !behind {
+			since = time.Time{} // nothing to send: no clock runs
+			select {
+			case <-wake:
+				continue
+			case <-stopc:
+				h.StopLagWait(wake)
+				return
+			}
+		}
+		now := time.Now()
+		if pos != seen || since.IsZero() {
+			seen, since = pos, now
+		} else if now.Sub(since) >= stall {
+			over.set(e, b)
+			sink.Abort(now.Add(abortGrace(p)))
+			return
+		}
+		t.Reset(min(stall/4, since.Add(stall).Sub(now)))
+		select {
+		case <-t.C:
+		case <-stopc:
+			return
+		}
+	}
+}

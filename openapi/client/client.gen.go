@@ -60,6 +60,7 @@ const (
 	ProblemCodeBodyTooLarge          ProblemCode = "body_too_large"
 	ProblemCodeCancelled             ProblemCode = "cancelled"
 	ProblemCodeCatalogUnavailable    ProblemCode = "catalog_unavailable"
+	ProblemCodeCreditExceeded        ProblemCode = "credit_exceeded"
 	ProblemCodeDispatcherUnavailable ProblemCode = "dispatcher_unavailable"
 	ProblemCodeDraining              ProblemCode = "draining"
 	ProblemCodeExpired               ProblemCode = "expired"
@@ -86,6 +87,7 @@ const (
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
 	ProblemCodeRateLimited           ProblemCode = "rate_limited"
+	ProblemCodeReaderBehind          ProblemCode = "reader_behind"
 	ProblemCodeRejected              ProblemCode = "rejected"
 	ProblemCodeRequestTimeout        ProblemCode = "request_timeout"
 	ProblemCodeSessionClosed         ProblemCode = "session_closed"
@@ -113,6 +115,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeCancelled:
 		return true
 	case ProblemCodeCatalogUnavailable:
+		return true
+	case ProblemCodeCreditExceeded:
 		return true
 	case ProblemCodeDispatcherUnavailable:
 		return true
@@ -165,6 +169,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeQueueFull:
 		return true
 	case ProblemCodeRateLimited:
+		return true
+	case ProblemCodeReaderBehind:
 		return true
 	case ProblemCodeRejected:
 		return true
@@ -574,7 +580,11 @@ type Job struct {
 	RemainingMs int      `json:"remaining_ms"`
 	State       string   `json:"state"`
 	TtlMs       int      `json:"ttl_ms"`
-	Worker      *string  `json:"worker,omitempty"`
+
+	// WaitingForReader WaitingForReader is true while the job's worker has used all its
+	// output credit: the job goes on as its reader takes its output.
+	WaitingForReader bool    `json:"waiting_for_reader"`
+	Worker           *string `json:"worker,omitempty"`
 }
 
 // JobLinks defines model for JobLinks.
@@ -712,7 +722,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -724,7 +734,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Queue defines model for Queue.
@@ -1203,7 +1213,7 @@ type ClientInterface interface {
 
 	// JobOutputWithBody Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1212,7 +1222,7 @@ type ClientInterface interface {
 
 	// JobOutput Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1806,7 +1816,7 @@ func (c *Client) FailJob(ctx context.Context, session string, job string, body F
 
 // JobOutputWithBody Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1825,7 +1835,7 @@ func (c *Client) JobOutputWithBody(ctx context.Context, session string, job stri
 
 // JobOutput Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3312,7 +3322,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithBodyWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3321,7 +3331,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4899,6 +4909,8 @@ type JobOutputResponse struct {
 	JSON413 *Problem
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *Problem
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *Problem
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
@@ -4934,6 +4946,11 @@ func (r JobOutputResponse) GetJSON413() *Problem {
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r JobOutputResponse) GetJSON415() *Problem {
 	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r JobOutputResponse) GetJSON429() *Problem {
+	return r.JSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -5528,7 +5545,7 @@ func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session s
 
 // JobOutputWithBodyWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5543,7 +5560,7 @@ func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context,
 
 // JobOutputWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. The answer may wait while the job's client is behind (flow control). The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6811,6 +6828,13 @@ func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
 			return nil, err
 		}
 		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
 
 	}
 

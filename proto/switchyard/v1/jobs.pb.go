@@ -447,9 +447,14 @@ type JobStatus struct {
 	// LastSeq is the sequence number of the newest event in the job's stream.
 	LastSeq uint64 `protobuf:"varint,15,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	// Links are the job's HTTP resources.
-	Links         *JobLinks `protobuf:"bytes,16,opt,name=links,proto3" json:"links,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Links *JobLinks `protobuf:"bytes,16,opt,name=links,proto3" json:"links,omitempty"`
+	// WaitingForReader is true while the job's worker has used all its
+	// output credit: the job is paced by its reader (the stream of its
+	// submission, or a resume of it) and goes on as the reader takes its
+	// output.
+	WaitingForReader bool `protobuf:"varint,17,opt,name=waiting_for_reader,json=waitingForReader,proto3" json:"waiting_for_reader,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *JobStatus) Reset() {
@@ -594,6 +599,13 @@ func (x *JobStatus) GetLinks() *JobLinks {
 	return nil
 }
 
+func (x *JobStatus) GetWaitingForReader() bool {
+	if x != nil {
+		return x.WaitingForReader
+	}
+	return false
+}
+
 // JobLinks are where a job can be read, streamed and cancelled over HTTP.
 type JobLinks struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -678,7 +690,7 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\bsnapshot\x18\x05 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\x04R\aattempt\x12!\n" +
 	"\fresume_token\x18\a \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xa8\x04\n" +
+	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xd6\x04\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x14\n" +
@@ -700,7 +712,8 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\fremaining_ms\x18\r \x01(\x03R\vremainingMs\x12\x18\n" +
 	"\aoutputs\x18\x0e \x01(\x03R\aoutputs\x12\x19\n" +
 	"\blast_seq\x18\x0f \x01(\x04R\alastSeq\x12-\n" +
-	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05linksB\n" +
+	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05links\x12,\n" +
+	"\x12waiting_for_reader\x18\x11 \x01(\bR\x10waitingForReaderB\n" +
 	"\n" +
 	"\b_outcomeB\a\n" +
 	"\x05_codeB\t\n" +

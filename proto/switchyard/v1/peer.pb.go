@@ -41,6 +41,9 @@ const (
 	PeerMessage_KIND_UNBIND PeerMessage_Kind = 5
 	// → dispatcher or consumer host: stop the job.
 	PeerMessage_KIND_CANCEL PeerMessage_Kind = 6
+	// ingress → consumer host: more output credit for a binding (its
+	// reader took some of its output), on the job's reply leg.
+	PeerMessage_KIND_GRANT PeerMessage_Kind = 7
 )
 
 // Enum value maps for PeerMessage_Kind.
@@ -53,6 +56,7 @@ var (
 		4: "KIND_RELEASE",
 		5: "KIND_UNBIND",
 		6: "KIND_CANCEL",
+		7: "KIND_GRANT",
 	}
 	PeerMessage_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -62,6 +66,7 @@ var (
 		"KIND_RELEASE":     4,
 		"KIND_UNBIND":      5,
 		"KIND_CANCEL":      6,
+		"KIND_GRANT":       7,
 	}
 )
 
@@ -582,7 +587,12 @@ type PeerMessage struct {
 	// ttl_ns is, on a reply, what was left of the job's TTL when the host
 	// sent it, in nanoseconds: the job's reply leg lives no longer than that
 	// (plus a little slack). 0: not known.
-	TtlNs         int64 `protobuf:"varint,14,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	TtlNs int64 `protobuf:"varint,14,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	// Grant: the binding's output credit, cumulative (the outputs, and their
+	// data bytes, its worker may have sent in all): a late or repeated
+	// grant never adds to a newer one.
+	CreditEvents  uint64 `protobuf:"varint,15,opt,name=credit_events,json=creditEvents,proto3" json:"credit_events,omitempty"`
+	CreditBytes   uint64 `protobuf:"varint,16,opt,name=credit_bytes,json=creditBytes,proto3" json:"credit_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +725,20 @@ func (x *PeerMessage) GetTtlNs() int64 {
 	return 0
 }
 
+func (x *PeerMessage) GetCreditEvents() uint64 {
+	if x != nil {
+		return x.CreditEvents
+	}
+	return 0
+}
+
+func (x *PeerMessage) GetCreditBytes() uint64 {
+	if x != nil {
+		return x.CreditBytes
+	}
+	return 0
+}
+
 // PeerEnd is a job's end as its worker reported it.
 type PeerEnd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -816,7 +840,12 @@ type PeerDelivery struct {
 	Exclude []string `protobuf:"bytes,13,rep,name=exclude,proto3" json:"exclude,omitempty"`
 	// front puts a job that comes back to its queue (a reject, a lost
 	// worker) at the head, so it keeps its place.
-	Front         bool `protobuf:"varint,14,opt,name=front,proto3" json:"front,omitempty"`
+	Front bool `protobuf:"varint,14,opt,name=front,proto3" json:"front,omitempty"`
+	// window_events and window_bytes are the output window the ingress
+	// paces the job with: its worker's first output credit, and how far it
+	// may run ahead of what the job's reader took. 0: not paced.
+	WindowEvents  uint64 `protobuf:"varint,15,opt,name=window_events,json=windowEvents,proto3" json:"window_events,omitempty"`
+	WindowBytes   uint64 `protobuf:"varint,16,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -947,6 +976,20 @@ func (x *PeerDelivery) GetFront() bool {
 		return x.Front
 	}
 	return false
+}
+
+func (x *PeerDelivery) GetWindowEvents() uint64 {
+	if x != nil {
+		return x.WindowEvents
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetWindowBytes() uint64 {
+	if x != nil {
+		return x.WindowBytes
+	}
+	return 0
 }
 
 // DeliverFrame is one frame of a Deliver stream, from the sending node.
@@ -1763,6 +1806,7 @@ type RespondControl struct {
 	//	*RespondControl_Ack
 	//	*RespondControl_Heartbeat
 	//	*RespondControl_Cancel
+	//	*RespondControl_Grant
 	Body          isRespondControl_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1832,6 +1876,15 @@ func (x *RespondControl) GetCancel() *PeerMessage {
 	return nil
 }
 
+func (x *RespondControl) GetGrant() *PeerMessage {
+	if x != nil {
+		if x, ok := x.Body.(*RespondControl_Grant); ok {
+			return x.Grant
+		}
+	}
+	return nil
+}
+
 type isRespondControl_Body interface {
 	isRespondControl_Body()
 }
@@ -1854,11 +1907,21 @@ type RespondControl_Cancel struct {
 	Cancel *PeerMessage `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
 }
 
+type RespondControl_Grant struct {
+	// grant is a job's output credit (a PeerMessage of kind grant naming a
+	// leg's job and generation): the host passes it to the worker. Only
+	// the newest matters (grants are cumulative): a trunk that opens the
+	// leg again gets it again.
+	Grant *PeerMessage `protobuf:"bytes,4,opt,name=grant,proto3,oneof"`
+}
+
 func (*RespondControl_Ack) isRespondControl_Body() {}
 
 func (*RespondControl_Heartbeat) isRespondControl_Body() {}
 
 func (*RespondControl_Cancel) isRespondControl_Body() {}
+
+func (*RespondControl_Grant) isRespondControl_Body() {}
 
 // RespondAck says every item of leg (job_id, generation) numbered up to seq
 // is handled (or was skipped as handled already).
@@ -2003,7 +2066,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\x12+\n" +
 	"\x04lane\x18\x04 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x12\x12\n" +
 	"\x04seqs\x18\x05 \x03(\x04R\x04seqs\"\x0e\n" +
-	"\fPostResponse\"\xc9\x04\n" +
+	"\fPostResponse\"\xa1\x05\n" +
 	"\vPeerMessage\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.switchyard.v1.PeerMessage.KindR\x04kind\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
@@ -2022,7 +2085,9 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\brejected\x18\v \x01(\bR\brejected\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12\x12\n" +
 	"\x04code\x18\r \x01(\tR\x04code\x12\x15\n" +
-	"\x06ttl_ns\x18\x0e \x01(\x03R\x05ttlNs\"\x84\x01\n" +
+	"\x06ttl_ns\x18\x0e \x01(\x03R\x05ttlNs\x12#\n" +
+	"\rcredit_events\x18\x0f \x01(\x04R\fcreditEvents\x12!\n" +
+	"\fcredit_bytes\x18\x10 \x01(\x04R\vcreditBytes\"\x94\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_FORWARD\x10\x01\x12\x10\n" +
@@ -2031,11 +2096,13 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"KIND_REPLY\x10\x03\x12\x10\n" +
 	"\fKIND_RELEASE\x10\x04\x12\x0f\n" +
 	"\vKIND_UNBIND\x10\x05\x12\x0f\n" +
-	"\vKIND_CANCEL\x10\x06\"M\n" +
+	"\vKIND_CANCEL\x10\x06\x12\x0e\n" +
+	"\n" +
+	"KIND_GRANT\x10\a\"M\n" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\x8e\x04\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xd6\x04\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2053,7 +2120,9 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x0fmax_queue_depth\x18\v \x01(\x03R\rmaxQueueDepth\x12&\n" +
 	"\x0fmax_queue_bytes\x18\f \x01(\x03R\rmaxQueueBytes\x12\x18\n" +
 	"\aexclude\x18\r \x03(\tR\aexclude\x12\x14\n" +
-	"\x05front\x18\x0e \x01(\bR\x05front\x1a?\n" +
+	"\x05front\x18\x0e \x01(\bR\x05front\x12#\n" +
+	"\rwindow_events\x18\x0f \x01(\x04R\fwindowEvents\x12!\n" +
+	"\fwindow_bytes\x18\x10 \x01(\x04R\vwindowBytes\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
@@ -2103,11 +2172,12 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\vRespondItem\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageR\amessage\x12.\n" +
-	"\x04open\x18\x03 \x01(\v2\x1a.switchyard.v1.RespondOpenR\x04open\"\xbe\x01\n" +
+	"\x04open\x18\x03 \x01(\v2\x1a.switchyard.v1.RespondOpenR\x04open\"\xf2\x01\n" +
 	"\x0eRespondControl\x12-\n" +
 	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x12?\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x124\n" +
-	"\x06cancel\x18\x03 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x06cancelB\x06\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x06cancel\x122\n" +
+	"\x05grant\x18\x04 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x05grantB\x06\n" +
 	"\x04body\"U\n" +
 	"\n" +
 	"RespondAck\x12\x10\n" +
@@ -2199,21 +2269,22 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	23, // 25: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
 	15, // 26: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
 	9,  // 27: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	2,  // 28: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 29: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 30: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 31: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 32: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 33: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 34: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 35: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 36: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	22, // 37: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	9,  // 28: switchyard.v1.RespondControl.grant:type_name -> switchyard.v1.PeerMessage
+	2,  // 29: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	4,  // 30: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	7,  // 31: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	12, // 32: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	18, // 33: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	3,  // 34: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	5,  // 35: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	8,  // 36: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	16, // 37: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	22, // 38: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -2244,6 +2315,7 @@ func file_switchyard_v1_peer_proto_init() {
 		(*RespondControl_Ack)(nil),
 		(*RespondControl_Heartbeat)(nil),
 		(*RespondControl_Cancel)(nil),
+		(*RespondControl_Grant)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -218,6 +218,7 @@ type NodeMessage struct {
 	//	*NodeMessage_Cancel
 	//	*NodeMessage_Heartbeat
 	//	*NodeMessage_CapabilitiesUpdated
+	//	*NodeMessage_OutputCredit
 	Msg           isNodeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -305,6 +306,15 @@ func (x *NodeMessage) GetCapabilitiesUpdated() *CapabilitiesUpdated {
 	return nil
 }
 
+func (x *NodeMessage) GetOutputCredit() *OutputCredit {
+	if x != nil {
+		if x, ok := x.Msg.(*NodeMessage_OutputCredit); ok {
+			return x.OutputCredit
+		}
+	}
+	return nil
+}
+
 type isNodeMessage_Msg interface {
 	isNodeMessage_Msg()
 }
@@ -329,6 +339,10 @@ type NodeMessage_CapabilitiesUpdated struct {
 	CapabilitiesUpdated *CapabilitiesUpdated `protobuf:"bytes,5,opt,name=capabilities_updated,json=capabilitiesUpdated,proto3,oneof"`
 }
 
+type NodeMessage_OutputCredit struct {
+	OutputCredit *OutputCredit `protobuf:"bytes,6,opt,name=output_credit,json=outputCredit,proto3,oneof"`
+}
+
 func (*NodeMessage_Registered) isNodeMessage_Msg() {}
 
 func (*NodeMessage_Job) isNodeMessage_Msg() {}
@@ -338,6 +352,8 @@ func (*NodeMessage_Cancel) isNodeMessage_Msg() {}
 func (*NodeMessage_Heartbeat) isNodeMessage_Msg() {}
 
 func (*NodeMessage_CapabilitiesUpdated) isNodeMessage_Msg() {}
+
+func (*NodeMessage_OutputCredit) isNodeMessage_Msg() {}
 
 // Register declares the queue a worker serves and what it can run.
 type Register struct {
@@ -628,8 +644,12 @@ type Job struct {
 	TtlMs int64 `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// Most output bytes the job may produce in total; 0 means no limit.
 	MaxOutputBytes int64 `protobuf:"varint,8,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The job's first output credit (its window); later ones come as
+	// OutputCredit messages. Absent: the job is not paced, and the worker
+	// sends its output freely.
+	OutputCredit  *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -718,6 +738,97 @@ func (x *Job) GetMaxOutputBytes() int64 {
 	return 0
 }
 
+func (x *Job) GetOutputCredit() *OutputCredit {
+	if x != nil {
+		return x.OutputCredit
+	}
+	return nil
+}
+
+// OutputCredit is how much output a job may have sent in all, counted
+// from the job's offer: events is a number of Output messages, bytes the
+// sum of their data lengths. The worker may send an Output while the
+// outputs it sent for the job are fewer than events and their bytes fewer
+// than bytes (so one output may end past bytes); otherwise it waits for a
+// larger credit. Credits are cumulative, so a late or repeated one never
+// grants more than the newest: a worker keeps the largest it was sent. The
+// node grants more as the job's reader takes its output: each credit is
+// what the reader was sent plus the job's window (the node's
+// --output-window-events and --output-window-bytes), sent once half the
+// window is free again.
+//
+// An Output beyond the job's credit is a protocol violation: the node
+// does not relay it, fails the job with code credit_exceeded and cancels
+// it on the worker (reason credit_exceeded); the session and the other
+// jobs go on.
+type OutputCredit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Events        uint64                 `protobuf:"varint,3,opt,name=events,proto3" json:"events,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputCredit) Reset() {
+	*x = OutputCredit{}
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputCredit) ProtoMessage() {}
+
+func (x *OutputCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputCredit.ProtoReflect.Descriptor instead.
+func (*OutputCredit) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OutputCredit) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *OutputCredit) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *OutputCredit) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *OutputCredit) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // Accept takes a job. Output may follow.
 type Accept struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -729,7 +840,7 @@ type Accept struct {
 
 func (x *Accept) Reset() {
 	*x = Accept{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +852,7 @@ func (x *Accept) String() string {
 func (*Accept) ProtoMessage() {}
 
 func (x *Accept) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +865,7 @@ func (x *Accept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accept.ProtoReflect.Descriptor instead.
 func (*Accept) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Accept) GetJobId() string {
@@ -784,7 +895,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +907,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +920,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reject) GetJobId() string {
@@ -846,7 +957,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +969,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +982,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Output) GetJobId() string {
@@ -908,7 +1019,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1031,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1044,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Complete) GetJobId() string {
@@ -972,7 +1083,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1095,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1108,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Fail) GetJobId() string {
@@ -1041,7 +1152,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1164,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1177,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Cancel) GetJobId() string {
@@ -1099,7 +1210,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1222,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1235,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 var File_switchyard_v1_worker_proto protoreflect.FileDescriptor
@@ -1141,7 +1252,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x04fail\x18\x06 \x01(\v2\x13.switchyard.v1.FailH\x00R\x04fail\x128\n" +
 	"\theartbeat\x18\a \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x12T\n" +
 	"\x13update_capabilities\x18\b \x01(\v2!.switchyard.v1.UpdateCapabilitiesH\x00R\x12updateCapabilitiesB\x05\n" +
-	"\x03msg\"\xbd\x02\n" +
+	"\x03msg\"\x81\x03\n" +
 	"\vNodeMessage\x12;\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x19.switchyard.v1.RegisteredH\x00R\n" +
@@ -1149,7 +1260,8 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x03job\x18\x02 \x01(\v2\x12.switchyard.v1.JobH\x00R\x03job\x12/\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x15.switchyard.v1.CancelH\x00R\x06cancel\x128\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x12W\n" +
-	"\x14capabilities_updated\x18\x05 \x01(\v2\".switchyard.v1.CapabilitiesUpdatedH\x00R\x13capabilitiesUpdatedB\x05\n" +
+	"\x14capabilities_updated\x18\x05 \x01(\v2\".switchyard.v1.CapabilitiesUpdatedH\x00R\x13capabilitiesUpdated\x12B\n" +
+	"\routput_credit\x18\x06 \x01(\v2\x1b.switchyard.v1.OutputCreditH\x00R\foutputCreditB\x05\n" +
 	"\x03msg\"z\n" +
 	"\bRegister\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
@@ -1167,7 +1279,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xe7\x01\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xa9\x02\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1178,7 +1290,15 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\aoptions\x18\x05 \x01(\fR\aoptions\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12(\n" +
-	"\x10max_output_bytes\x18\b \x01(\x03R\x0emaxOutputBytes\"?\n" +
+	"\x10max_output_bytes\x18\b \x01(\x03R\x0emaxOutputBytes\x12@\n" +
+	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\"s\n" +
+	"\fOutputCredit\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x16\n" +
+	"\x06events\x18\x03 \x01(\x04R\x06events\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\"?\n" +
 	"\x06Accept\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1231,7 +1351,7 @@ func file_switchyard_v1_worker_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_worker_proto_rawDescData
 }
 
-var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_switchyard_v1_worker_proto_goTypes = []any{
 	(*WorkerMessage)(nil),       // 0: switchyard.v1.WorkerMessage
 	(*NodeMessage)(nil),         // 1: switchyard.v1.NodeMessage
@@ -1240,35 +1360,38 @@ var file_switchyard_v1_worker_proto_goTypes = []any{
 	(*UpdateCapabilities)(nil),  // 4: switchyard.v1.UpdateCapabilities
 	(*CapabilitiesUpdated)(nil), // 5: switchyard.v1.CapabilitiesUpdated
 	(*Job)(nil),                 // 6: switchyard.v1.Job
-	(*Accept)(nil),              // 7: switchyard.v1.Accept
-	(*Reject)(nil),              // 8: switchyard.v1.Reject
-	(*Output)(nil),              // 9: switchyard.v1.Output
-	(*Complete)(nil),            // 10: switchyard.v1.Complete
-	(*Fail)(nil),                // 11: switchyard.v1.Fail
-	(*Cancel)(nil),              // 12: switchyard.v1.Cancel
-	(*Heartbeat)(nil),           // 13: switchyard.v1.Heartbeat
+	(*OutputCredit)(nil),        // 7: switchyard.v1.OutputCredit
+	(*Accept)(nil),              // 8: switchyard.v1.Accept
+	(*Reject)(nil),              // 9: switchyard.v1.Reject
+	(*Output)(nil),              // 10: switchyard.v1.Output
+	(*Complete)(nil),            // 11: switchyard.v1.Complete
+	(*Fail)(nil),                // 12: switchyard.v1.Fail
+	(*Cancel)(nil),              // 13: switchyard.v1.Cancel
+	(*Heartbeat)(nil),           // 14: switchyard.v1.Heartbeat
 }
 var file_switchyard_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: switchyard.v1.WorkerMessage.register:type_name -> switchyard.v1.Register
-	7,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
-	8,  // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
-	9,  // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
-	10, // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
-	11, // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
-	13, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	8,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
+	9,  // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
+	10, // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
+	11, // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
+	12, // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
+	14, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
 	4,  // 7: switchyard.v1.WorkerMessage.update_capabilities:type_name -> switchyard.v1.UpdateCapabilities
 	3,  // 8: switchyard.v1.NodeMessage.registered:type_name -> switchyard.v1.Registered
 	6,  // 9: switchyard.v1.NodeMessage.job:type_name -> switchyard.v1.Job
-	12, // 10: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
-	13, // 11: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	13, // 10: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
+	14, // 11: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
 	5,  // 12: switchyard.v1.NodeMessage.capabilities_updated:type_name -> switchyard.v1.CapabilitiesUpdated
-	0,  // 13: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
-	1,  // 14: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 13: switchyard.v1.NodeMessage.output_credit:type_name -> switchyard.v1.OutputCredit
+	7,  // 14: switchyard.v1.Job.output_credit:type_name -> switchyard.v1.OutputCredit
+	0,  // 15: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
+	1,  // 16: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_worker_proto_init() }
@@ -1292,6 +1415,7 @@ func file_switchyard_v1_worker_proto_init() {
 		(*NodeMessage_Cancel)(nil),
 		(*NodeMessage_Heartbeat)(nil),
 		(*NodeMessage_CapabilitiesUpdated)(nil),
+		(*NodeMessage_OutputCredit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1299,7 +1423,7 @@ func file_switchyard_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_worker_proto_rawDesc), len(file_switchyard_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,13 @@ type WorkerServiceClient interface {
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
 	//
+	// Output is paced per job by output credit: the node tells the worker how
+	// much output each job may have sent in all (OutputCredit, first in the
+	// Job offer, then as the job's reader takes what was sent), and the
+	// worker sends no output beyond it, so a fast worker waits for a slow
+	// reader instead of the node buffering, dropping or stopping the whole
+	// session. One job out of credit never holds up another job's output.
+	//
 	// A session the node ends or refuses ends with a status whose message
 	// starts with a stable code and which carries a google.rpc.ErrorInfo, as
 	// JobService's do; docs/errors.md lists every code with its status. A
@@ -97,6 +104,13 @@ type WorkerServiceServer interface {
 	//
 	// Ending the stream withdraws the worker: bound jobs that produced no output
 	// return to the queue, the others fail with worker_lost.
+	//
+	// Output is paced per job by output credit: the node tells the worker how
+	// much output each job may have sent in all (OutputCredit, first in the
+	// Job offer, then as the job's reader takes what was sent), and the
+	// worker sends no output beyond it, so a fast worker waits for a slow
+	// reader instead of the node buffering, dropping or stopping the whole
+	// session. One job out of credit never holds up another job's output.
 	//
 	// A session the node ends or refuses ends with a status whose message
 	// starts with a stable code and which carries a google.rpc.ErrorInfo, as
