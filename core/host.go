@@ -429,6 +429,7 @@ func (w *Worker) releaseLocked(id string, b *binding) {
 	delete(w.bindings, id)
 	if e.hosted[id] == w {
 		delete(e.hosted, id)
+		e.quietLocked()
 	}
 	t := b.t
 	switch {
