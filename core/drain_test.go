@@ -307,3 +307,18 @@ func TestConsumerLeftIsNotARefusal(t *testing.T) {
 		t.Fatalf("detail %q", n1.view(j.ID).Detail)
 	}
 }
+
+// A worker that registers with a draining node is refused, and leaves no
+// consumer record behind that other nodes would count.
+func TestDrainRefusesWorkersWithoutARecord(t *testing.T) {
+	net := newFakeNet(t)
+	n1 := net.add("n1", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n1.e.Drain(ctx)
+	_, err := n1.e.AttachWorker(context.Background(), core.WorkerSpec{Queue: "q"}, &fakeConn{})
+	wantCode(t, err, core.CodeDraining)
+	if cs := net.cat.Consumers("q"); len(cs) != 0 {
+		t.Fatalf("consumer records after a refused registration: %+v", cs)
+	}
+}
