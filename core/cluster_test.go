@@ -84,6 +84,8 @@ type fakeNet struct {
 	claims   []string // "node queue" per ClaimConsumer
 	releases []string // "node queue" per ReleaseQueue
 	resigned []string // nodes that called Resign (drain_test.go)
+	// resignErr, when set, is what Resign returns, changing nothing.
+	resignErr error
 	// dupForward makes Forward hand the delivery over twice, as a retry
 	// after a lost response would.
 	dupForward bool

@@ -38,7 +38,7 @@ import (
 // fence also stops the node taking jobs (draining), but is no drain: a
 // fenced node dispatches nothing and refuses forwards.
 type drainState struct {
-	// started: Drain was called. resigned: Cluster.Resign returned; from
+	// started: Drain was called. resigned: Cluster.Resign succeeded; from
 	// then on jobs of other nodes' requesters are handed back, not kept.
 	// over: Drain returned; forwards are refused, the node is closing.
 	started, resigned, over bool
@@ -53,17 +53,19 @@ func (e *Engine) Drain(ctx context.Context) int {
 	e.stopTakingLocked()
 	e.drain.started = true
 	e.mu.Unlock()
+	resigned := true
 	if e.cluster != nil {
 		if err := e.cluster.Resign(ctx); err != nil {
-			// What still names this node goes with its lease when it
-			// closes: then its peers route again what it held (proven
-			// death). Until then forwards still reach it, and it hands
-			// them back.
-			e.log.Warn("resign: not every queue was handed over", "err", err)
+			// Its records may still route jobs here: handing them back
+			// would only bring them back. It keeps them and dispatches them
+			// to consumers on other nodes; what is left when it closes goes
+			// with its lease, and its peers route it again (proven death).
+			e.log.Warn("resign: not every queue was handed over; keeping what reaches this node", "err", err)
+			resigned = false
 		}
 	}
 	e.mu.Lock()
-	e.drain.resigned = true
+	e.drain.resigned = resigned
 	for _, q := range e.queues {
 		e.handBackLocked(q)
 		// Its own requesters' waiting jobs, to consumers on other nodes.
@@ -90,10 +92,17 @@ func (e *Engine) Drain(ctx context.Context) int {
 }
 
 // quietLocked closes drained once the node is draining and holds no open
-// job: none of its requesters' (active) and none on its workers (hosted).
+// job: none of its requesters' (active) and none on its workers (hosted)
+// but those being cancelled, whose outcome is decided and whose worker
+// has been told to stop.
 func (e *Engine) quietLocked() {
-	if !e.draining || e.active > 0 || len(e.hosted) > 0 {
+	if !e.draining || e.active > 0 {
 		return
+	}
+	for id, w := range e.hosted {
+		if b := w.bindings[id]; b != nil && !b.cancelling {
+			return
+		}
 	}
 	select {
 	case <-e.drained:

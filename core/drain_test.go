@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,12 @@ import (
 // routable.
 func (p *fakePeer) Resign(context.Context) error {
 	n := p.net
+	n.mu.Lock()
+	err := n.resignErr
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	consumers := map[string][]string{}
 	for _, q := range n.queuesOf(p.node) {
 		for _, ci := range n.cat.Consumers(q) {
@@ -321,4 +328,44 @@ func TestDrainRefusesWorkersWithoutARecord(t *testing.T) {
 	if cs := net.cat.Consumers("q"); len(cs) != 0 {
 		t.Fatalf("consumer records after a refused registration: %+v", cs)
 	}
+}
+
+// A node whose resign failed (its catalog did not answer) keeps the jobs
+// waiting on it and dispatches them to consumers on other nodes itself:
+// handing them back would only bring them back while its records still
+// name it.
+func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	a, fa := n2.worker("q", "a", 1)
+	busy := n1.submit("q", env(clusterTTL))
+	oa := waitOffers(t, fa, busy.ID, 1)[0]
+	net.setRoutable("n3", false)
+	c, fc := n3.worker("q", "c", 1)
+	waiting := n1.submit("q", env(clusterTTL))
+	net.setRoutable("n3", true)
+	net.mu.Lock()
+	net.resignErr = errors.New("etcdserver: request timed out")
+	net.mu.Unlock()
+
+	done := n2.drain(time.Minute)
+	oc := waitOffers(t, fc, waiting.ID, 1)[0]
+	if oc.Gen != 1 {
+		t.Fatalf("offered with gen %d, want 1: the job should not have gone back", oc.Gen)
+	}
+	for _, s := range net.sentFor(waiting.ID) {
+		if s.Kind == core.MsgRelease {
+			t.Fatalf("the job was handed back although n2 still dispatches: %v", net.sentFor(waiting.ID))
+		}
+	}
+	c.End(waiting.ID, oc.Gen, "", "", nil)
+	a.End(busy.ID, oa.Gen, "", "", nil)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return")
+	}
+	n1.waitState(waiting.ID, core.StateCompleted)
+	n1.waitState(busy.ID, core.StateCompleted)
 }

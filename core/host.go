@@ -470,6 +470,7 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 		return
 	}
 	b.cancelling = true
+	e.quietLocked()
 	stopTimer(b.timer)
 	b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
 	if err := w.conn.SendCancel(id, gen, reason); err != nil {

@@ -44,16 +44,22 @@ func (e *Engine) HandleMessage(from string, m Message) {
 		err := error(&Error{Code: CodeDraining, Detail: "the dispatcher is shutting down"})
 		switch {
 		case d.Ingress != from:
+			// Not its ingress's forward: answered with the refusal below.
 		case e.takesForwardsLocked():
 			if err = e.enqueueLocked(d, time.Now()); err == nil {
 				e.dispatchLocked(e.queues[d.Queue])
 				e.handBackLocked(e.queues[d.Queue])
 				return
 			}
-		case e.drain.started:
+		case e.drain.resigned:
 			// Closing after a drain: the job never reached a worker here, so
 			// it goes back to its ingress to be routed again, not failed.
 			e.releaseToIngressLocked(d, "", false, "the dispatcher is shutting down")
+			return
+		case e.drain.started:
+			// Closing, with records that may still name this node: a job
+			// handed back would come back. Its ingress routes it again
+			// once this node's record is gone (proven death).
 			return
 		}
 		e.sendLocked(from, Message{Kind: MsgReply, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue,
