@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak faults soak-faults proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short lint fuzz bench soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -95,6 +95,14 @@ soak: build
 faults:
 	$(GO) vet -tags faults ./integration/
 	$(GO) test -tags faults -race -count=1 -v -timeout 15m -run '^TestFaults$$' ./integration/
+
+## test-restart: the rolling restart under load (integration/restart_test.go,
+## docs/faults.md): the real binary as three nodes with workers on two, 30
+## clients streaming jobs, SIGTERM and a new process for each node in turn;
+## prints the ledger per window and fails on a lost, failed, refused or
+## doubled job. About a minute; no root needed. CI runs it.
+test-restart:
+	FAULTS_LOOPBACK=1 $(GO) test -tags faults -race -count=1 -v -timeout 10m -run '^TestRollingRestart$$' ./integration/
 
 ## soak-faults: the partition and etcd-leader cases FAULT_RUNS times each;
 ## prints how many runs of each passed. Not in CI.

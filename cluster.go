@@ -2,6 +2,7 @@ package switchyard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,6 +51,62 @@ func (c *nodeCluster) ClaimConsumer(ctx context.Context, queue string) error {
 
 func (c *nodeCluster) ReleaseQueue(ctx context.Context, queue string) error {
 	return c.cat.Release(ctx, queue)
+}
+
+// Resign hands each queue this node dispatches to the routable node whose
+// consumers of it have the most credits (HandOver), or releases its record
+// when no other node hosts one (the next node to need a dispatcher claims
+// it), then publishes this node's record as draining. The order matters:
+// while the record still says online, nobody takes the queue but its
+// heir; once it says draining, a record naming this node would be void and
+// any node could claim it, a producer before a consumer's node.
+func (c *nodeCluster) Resign(ctx context.Context) error {
+	var errs []error
+	for _, queue := range c.cat.Queues() {
+		if d, ok := c.cat.Dispatch(queue); !ok || d.Dispatcher != c.self {
+			continue
+		}
+		if heir := c.heir(queue); heir != "" {
+			moved, err := c.cat.HandOver(ctx, queue, heir)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if moved || err != nil {
+				continue
+			}
+		}
+		if err := c.cat.Release(ctx, queue); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rec, ok := c.cat.Node(c.self)
+	if !ok {
+		return errors.Join(append(errs, fmt.Errorf("resign: no record of %s in the view", c.self))...)
+	}
+	rec.State = core.StateDraining
+	if err := c.cat.PublishNode(ctx, rec); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// heir is the node a resigning dispatcher hands queue to: of the other
+// routable nodes hosting its consumers, the one whose consumers declare
+// the most credits (ties: the first by name); "" when there is none.
+func (c *nodeCluster) heir(queue string) string {
+	credits := map[string]int{}
+	for _, ci := range c.cat.Consumers(queue) {
+		if ci.Node != c.self && c.Routable(ci.Node) {
+			credits[ci.Node] += max(ci.Concurrency, 1)
+		}
+	}
+	best := ""
+	for node, n := range credits {
+		if best == "" || n > credits[best] || n == credits[best] && node < best {
+			best = node
+		}
+	}
+	return best
 }
 
 // Routable: this node always is (while its lease holds, which LeaseValid

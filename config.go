@@ -41,7 +41,8 @@ type Config struct {
 	EtcdClusterState   string
 	LeaseTTL           time.Duration
 
-	// DrainTimeout bounds how long SIGTERM lets bound jobs finish.
+	// DrainTimeout bounds how long SIGTERM lets the jobs the node holds
+	// finish: its clients' and those its workers run (Node.Close).
 	DrainTimeout time.Duration
 	// PeerAddr is the listen address of the node-to-node PeerService
 	// (port 0 picks one); the node's catalog record carries the bound one.

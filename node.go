@@ -416,21 +416,43 @@ func (n *Node) watchCluster(ctx context.Context) {
 	}
 }
 
-// Close drains and stops the node: new jobs are refused, bound jobs get up
-// to DrainTimeout to finish, the rest end with node_shutdown; then the
-// servers stop, streams end, and the catalog revokes the node's lease so its
-// records vanish at once.
+// Close leaves the cluster gracefully, then stops the node:
+//
+//  1. The engine drains (core.Engine.Drain): new jobs are refused, the
+//     node's workers are offered nothing new, its queues are handed to
+//     nodes hosting their consumers and its record says draining, the jobs
+//     waiting there for other nodes' requesters go back to their ingress,
+//     and the jobs it holds — its requesters', and those its workers run
+//     for anyone — get up to DrainTimeout to finish. Worker sessions (gRPC
+//     and HTTP), client streams and the peer server all serve meanwhile.
+//     Past the timeout its requesters' jobs end node_shutdown and its
+//     workers' other jobs are released to their ingress.
+//  2. The transport delivers what the drain sent (the last outputs and ends,
+//     the jobs handed back) within settleTimeout.
+//  3. The servers stop, streams end, and the catalog revokes the node's
+//     lease so its records vanish at once.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
+		start := time.Now()
 		dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
 		if ended := n.engine.Drain(dctx); ended > 0 {
 			n.log.Warn("drain timeout; ended open jobs", "jobs", ended)
 		}
 		cancel()
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		if err := n.peer.Settle(sctx); err != nil {
+			n.log.Warn("closing with peer messages undelivered", "err", err)
+		}
+		cancel()
+		n.log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
 		n.closeErr = n.stop(ctx)
 	})
 	return n.closeErr
 }
+
+// settleTimeout bounds how long Close waits, after the drain, for the
+// other nodes to acknowledge what this one sent them.
+const settleTimeout = 2 * time.Second
 
 func (n *Node) stop(ctx context.Context) error {
 	var errs []error
@@ -446,8 +468,9 @@ func (n *Node) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("shut down http: %w", err))
 		_ = n.http.Close()
 	}
-	// Every job has ended by now, so worker sessions have nothing left to
-	// say: stop at once rather than let GracefulStop wait on idle streams.
+	// Every job on this node's workers has ended or been released by now
+	// (the drain), so worker sessions have nothing left to say: stop at
+	// once rather than let GracefulStop wait on idle streams.
 	n.grpc.Stop()
 	_ = n.peer.Close()
 	n.workers.Wait()

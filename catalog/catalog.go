@@ -260,9 +260,9 @@ func (c *Catalog) PublishNode(ctx context.Context, n core.NodeInfo) error {
 		return fmt.Errorf("publish node: id %q is not this node (%q)", n.ID, c.cfg.Name)
 	}
 	switch n.State {
-	case core.StateOnline, core.StateInProgress, core.StateSpare:
+	case core.StateOnline, core.StateInProgress, core.StateDraining, core.StateSpare:
 	default:
-		return fmt.Errorf("publish node: state %q is not one of %s, %s, %s", n.State, core.StateOnline, core.StateInProgress, core.StateSpare)
+		return fmt.Errorf("publish node: state %q is not one of %s, %s, %s, %s", n.State, core.StateOnline, core.StateInProgress, core.StateDraining, core.StateSpare)
 	}
 	if n.Zone != "" && !core.ValidName(n.Zone) {
 		return fmt.Errorf("publish node: zone %q is not 1-128 of [A-Za-z0-9._-]", n.Zone)

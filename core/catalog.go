@@ -6,14 +6,18 @@ import "context"
 //
 // Only Online nodes dispatch or receive deliveries. InProgress nodes (joined,
 // still syncing their view of the catalog) receive catalog writes but are not
-// routed to. Spare nodes (lease gone, or failing their health checks) are
-// skipped. "Spare" is this transport's own liveness word and nothing more.
+// routed to. Draining nodes are leaving: they finish the jobs they hold, and
+// their replies, releases and cancels still flow, but nothing new is routed
+// to them (see Engine.Drain). Spare nodes (lease gone, or failing their
+// health checks) are skipped. "Spare" is this transport's own liveness word
+// and nothing more.
 type PeerState string
 
 // Peer states.
 const (
 	StateInProgress PeerState = "in_progress"
 	StateOnline     PeerState = "online"
+	StateDraining   PeerState = "draining"
 	StateSpare      PeerState = "spare"
 )
 

@@ -10,8 +10,8 @@ import "context"
 //
 // Locking: CachedDispatcher, Routable, NodeZone, Alive, Gone and LeaseValid
 // are called with Engine.mu held, so they answer from memory, never block
-// and never call the engine. Dispatcher, ClaimConsumer and ReleaseQueue
-// may write to the catalog and are called without Engine.mu.
+// and never call the engine. Dispatcher, ClaimConsumer, ReleaseQueue and
+// Resign may write to the catalog and are called without Engine.mu.
 //
 // Who decides what (docs/cluster.md):
 //   - the ingress node owns the job's outcome and allocates its
@@ -38,6 +38,16 @@ type Cluster interface {
 	// node: the queue was reaped, or is handed over to its consumers' node
 	// (which claims it when it sees the record gone).
 	ReleaseQueue(ctx context.Context, queue string) error
+	// Resign is this node leaving its roles before it shuts down (see
+	// Engine.Drain): every queue it dispatches is handed to a routable node
+	// that hosts consumers of it, in one catalog write per queue, or
+	// released when no such node is left; then its node record says
+	// StateDraining, so no node routes anything new to it and its consumers
+	// stop counting for the capability check. The handover comes first:
+	// once the record says draining, a producer would claim the queues
+	// itself. An error leaves the rest as it was: the records still naming
+	// this node go with its lease when it closes.
+	Resign(ctx context.Context) error
 	// Routable reports whether jobs may be routed to node: it is Online in
 	// the catalog and this node's peer tracker does not hold it spare.
 	Routable(node string) bool

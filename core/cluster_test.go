@@ -83,6 +83,9 @@ type fakeNet struct {
 	log      []sentMsg
 	claims   []string // "node queue" per ClaimConsumer
 	releases []string // "node queue" per ReleaseQueue
+	resigned []string // nodes that called Resign (drain_test.go)
+	// resignErr, when set, is what Resign returns, changing nothing.
+	resignErr error
 	// dupForward makes Forward hand the delivery over twice, as a retry
 	// after a lost response would.
 	dupForward bool
@@ -1262,13 +1265,19 @@ func TestClusterForwardRefused(t *testing.T) {
 	_, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"})
 	wantCode(t, err, core.CodeQueueFull)
 
+	// n2 drains past its deadline at once: both jobs go back to n1, which
+	// dispatches them itself (n2's consumer takes nothing new).
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	n2.e.Drain(ctx)
+	waitFor(t, 5*time.Second, "both jobs waiting on n1", func() bool { return n1.queueStat("q").Depth == 2 })
+	// A view that still names n2: a node that has drained refuses.
+	net.setDispatcher("q", "n2")
+	net.setRoutable("n2", true)
 	_, _, err = n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"})
 	wantCode(t, err, core.CodeDraining)
 
-	if s := n2.queueStat("q"); s.Depth != 1 || s.Bound != 1 {
+	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
 		t.Fatalf("n2: %+v", s)
 	}
 	if n := len(fc.Offers()); n != 1 {

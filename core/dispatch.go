@@ -308,7 +308,8 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 // from the catalog view, the least outstanding first.
 func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
 	var best *Worker
-	inZone := e.zoneOKLocked(t.d.Zone, e.selfZone())
+	// A draining node offers its own workers nothing new (drain.go).
+	inZone := !e.draining && e.zoneOKLocked(t.d.Zone, e.selfZone())
 	for _, w := range q.workers {
 		if !inZone || w.gone || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
 			!w.Capabilities.Satisfies(t.d.Capabilities) {
@@ -360,9 +361,10 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
 
 // capableLocked reports whether any consumer anywhere (local sessions, then
 // the catalog's view of other routable nodes) could run a job, ignoring
-// credits and skipping the consumers in exclude.
+// credits and skipping the consumers in exclude. A draining node's own
+// workers take nothing new, so they do not count.
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
-	if q := e.queues[queue]; q != nil && e.zoneOKLocked(zone, e.selfZone()) {
+	if q := e.queues[queue]; q != nil && !e.draining && e.zoneOKLocked(zone, e.selfZone()) {
 		for _, w := range q.workers {
 			if !w.gone && !exclude[w.ID] && w.Capabilities.Satisfies(caps) {
 				return true

@@ -166,9 +166,12 @@ type Engine struct {
 	retain   retained
 	active   int
 	draining bool
-	drained  chan struct{}
-	closed   bool
-	epoch    uint64
+	// drained closes once the node is draining and holds no open job
+	// (quietLocked); drain is the graceful drain's progress (drain.go).
+	drained chan struct{}
+	drain   drainState
+	closed  bool
+	epoch   uint64
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later
@@ -218,29 +221,6 @@ func (e *Engine) Draining() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.draining
-}
-
-// Drain stops taking new jobs, lets bound and queued jobs finish until ctx is
-// done, then ends every job still open with node_shutdown. It returns the
-// number of jobs it had to end that way.
-func (e *Engine) Drain(ctx context.Context) int {
-	e.mu.Lock()
-	e.stopTakingLocked()
-	e.mu.Unlock()
-	select {
-	case <-e.drained:
-		return 0
-	case <-ctx.Done():
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, j := range e.jobs {
-		if e.finishLocked(j, CodeNodeShutdown, "the node shut down before the job ended", nil) {
-			n++
-		}
-	}
-	return n
 }
 
 // Fence stops all work on this node because its catalog lease must be
@@ -305,26 +285,18 @@ func (e *Engine) Close() {
 }
 
 // stopTakingLocked refuses new jobs from now on; drained closes once the
-// last open job has ended.
+// last open job has ended (quietLocked).
 func (e *Engine) stopTakingLocked() {
 	if !e.draining {
 		e.draining = true
-		if e.active == 0 {
-			close(e.drained)
-		}
+		e.quietLocked()
 	}
 }
 
 // activeDoneLocked accounts for a job reaching its terminal outcome.
 func (e *Engine) activeDoneLocked() {
 	e.active--
-	if e.draining && e.active == 0 {
-		select {
-		case <-e.drained:
-		default:
-			close(e.drained)
-		}
-	}
+	e.quietLocked()
 }
 
 func stopTimer(t *time.Timer) {

@@ -109,6 +109,11 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 		ID: newID("c_"), Name: spec.Name, Queue: spec.Queue, Capabilities: caps,
 		Concurrency: spec.Concurrency, e: e, conn: conn, bindings: map[string]*binding{},
 	}
+	if e.Draining() {
+		// Checked before the catalog write too: a draining node must not
+		// publish a consumer it will not keep.
+		return nil, errWorkerDraining()
+	}
 	if e.cat != nil {
 		if err := e.cat.PublishConsumer(ctx, w.record(caps)); err != nil {
 			return nil, e.catalogUnavailable(ctx, "publish consumer", err)
@@ -117,7 +122,9 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.draining || e.closed {
-		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down"}
+		// It drained while the record was written: the record goes with
+		// the node's lease.
+		return nil, errWorkerDraining()
 	}
 	e.workers[w.ID] = w
 	q := e.queueLocked(w.Queue)
@@ -137,6 +144,13 @@ func (e *Engine) AttachWorker(ctx context.Context, spec WorkerSpec, conn WorkerC
 		})
 	}
 	return w, nil
+}
+
+// errWorkerDraining refuses a worker's registration on a node that is
+// going away; the worker registers on another node, or here once the node
+// is back.
+func errWorkerDraining() *Error {
+	return &Error{Code: CodeDraining, Detail: "the node is shutting down", RetryAfter: time.Second}
 }
 
 // catalogUnavailable is the refusal of a request whose catalog write
@@ -452,6 +466,7 @@ func (w *Worker) releaseLocked(id string, b *binding) {
 	delete(w.bindings, id)
 	if e.hosted[id] == w {
 		delete(e.hosted, id)
+		e.quietLocked()
 	}
 	t := b.t
 	switch {
@@ -480,6 +495,7 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 	b.cancelling = true
 	// The worker is told to stop, not to wait for its reader any more.
 	e.stopWaitingLocked(&b.credit)
+	e.quietLocked()
 	stopTimer(b.timer)
 	b.timer = time.AfterFunc(e.cfg.DispatchTimeoutCeiling, func() { e.stalled(w, id, gen) })
 	if err := w.conn.SendCancel(id, gen, reason); err != nil {

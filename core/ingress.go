@@ -104,10 +104,16 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 		return e.cfg.Node, nil
 	}
 	// Refuse what no consumer can run before touching the catalog: a
-	// refusal changes nothing, not even the queue's dispatch record.
+	// refusal changes nothing, not even the queue's dispatch record. A
+	// draining node is refused here for the same reason: an election now
+	// could name it dispatcher of a queue it is leaving.
 	e.mu.Lock()
+	draining := e.draining || e.closed
 	capable := e.capableLocked(queue, env.Capabilities, env.Zone, nil)
 	e.mu.Unlock()
+	if draining {
+		return "", errDraining()
+	}
 	if !capable {
 		return "", &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
@@ -125,7 +131,7 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 // must match). Neither: the job may be created.
 func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions, hash string) (*Job, error) {
 	if e.draining || e.closed {
-		return nil, &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
+		return nil, errDraining()
 	}
 	if opts.IdempotencyKey != "" {
 		if id, ok := e.idem[idemScope(opts.Owner, opts.IdempotencyKey)]; ok {
@@ -139,6 +145,11 @@ func (e *Engine) admitLocked(queue string, env *Envelope, opts SubmitOptions, ha
 		return nil, &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
 	return nil, nil
+}
+
+// errDraining is Submit's refusal on a node that is going away.
+func errDraining() *Error {
+	return &Error{Code: CodeDraining, Detail: "the node is shutting down; submit to another node", RetryAfter: time.Second}
 }
 
 // newJob is the record of a job Submit admitted, not yet live (see

@@ -32,7 +32,8 @@ func (e *Engine) ClusterChanged() {
 // expired or was revoked, so they have fenced themselves and run nothing.
 //   - As ingress: a job held by a dead node (its consumer host, or its
 //     dispatcher while no host is known) returns to its queue if it
-//     produced no output and fails worker_lost otherwise.
+//     produced no output and fails worker_lost otherwise. A job running on
+//     one of this node's own workers is held here, whoever dispatched it.
 //   - As consumer host: a job whose ingress is dead has no requester left
 //     and is cancelled on its worker.
 //   - As dispatcher: a pending job whose ingress is dead is dropped.
@@ -49,7 +50,7 @@ func (e *Engine) nodesGoneLocked() {
 		return dead[node]
 	}
 	for _, j := range e.jobs {
-		if j.state.Terminal() {
+		if j.state.Terminal() || e.runsHereLocked(j) {
 			continue
 		}
 		holder := j.host
@@ -72,6 +73,20 @@ func (e *Engine) nodesGoneLocked() {
 			}
 		}
 	}
+}
+
+// runsHereLocked reports whether j's current generation is bound to a
+// worker of this node. The ingress records no host for such a job (no
+// reply leg is opened to itself), so without this its dispatcher would
+// pass for its holder, and the dispatcher's death would end a job that
+// runs on.
+func (e *Engine) runsHereLocked(j *Job) bool {
+	w := e.hosted[j.ID]
+	if w == nil {
+		return false
+	}
+	b := w.bindings[j.ID]
+	return b != nil && b.t.d.Gen == j.gen
 }
 
 // zonesChangedLocked applies the zone test again to zone-scoped jobs bound
@@ -136,7 +151,8 @@ func (e *Engine) consumersGoneLocked(q *queue) {
 // whose record names no routable dispatcher (its node died, or handed the
 // queue over): a consumer's node claims it.
 func (e *Engine) claimOrphansLocked(q *queue) {
-	if len(q.workers) == 0 {
+	if len(q.workers) == 0 || e.draining {
+		// A draining node has handed its queues over: it claims none back.
 		return
 	}
 	if _, ok := e.cluster.CachedDispatcher(q.name); ok || q.claiming {

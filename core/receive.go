@@ -9,11 +9,12 @@ import "time"
 // HandleForward takes a job forwarded by the ingress node from into this
 // node's queue. It returns the refusal (*Error) the ingress passes on to
 // its caller; a retried forward of a (job, gen) already taken is accepted
-// again without a second job.
+// again without a second job. A draining dispatcher takes it too, and
+// hands it back if no consumer on another node takes it at once (drain.go).
 func (e *Engine) HandleForward(from string, d Delivery) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.draining || e.closed {
+	if !e.takesForwardsLocked() {
 		return &Error{Code: CodeDraining, Detail: "the dispatcher is shutting down", RetryAfter: time.Second}
 	}
 	if d.Ingress != from {
@@ -23,6 +24,7 @@ func (e *Engine) HandleForward(from string, d Delivery) error {
 		return err
 	}
 	e.dispatchLocked(e.queues[d.Queue])
+	e.handBackLocked(e.queues[d.Queue])
 	return nil
 }
 
@@ -40,11 +42,25 @@ func (e *Engine) HandleMessage(from string, m Message) {
 		}
 		d := *m.Delivery
 		err := error(&Error{Code: CodeDraining, Detail: "the dispatcher is shutting down"})
-		if !e.draining && d.Ingress == from {
+		switch {
+		case d.Ingress != from:
+			// Not its ingress's forward: answered with the refusal below.
+		case e.takesForwardsLocked():
 			if err = e.enqueueLocked(d, time.Now()); err == nil {
 				e.dispatchLocked(e.queues[d.Queue])
+				e.handBackLocked(e.queues[d.Queue])
 				return
 			}
+		case e.drain.resigned:
+			// Closing after a drain: the job never reached a worker here, so
+			// it goes back to its ingress to be routed again, not failed.
+			e.releaseToIngressLocked(d, "", false, "the dispatcher is shutting down")
+			return
+		case e.drain.started:
+			// Closing, with records that may still name this node: a job
+			// handed back would come back. Its ingress routes it again
+			// once this node's record is gone (proven death).
+			return
 		}
 		e.sendLocked(from, Message{Kind: MsgReply, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue,
 			End: &End{Code: codeOr(err, CodeDispatcherUnavailable), Detail: "the job could not go back to its queue: " + err.Error()}})
@@ -147,8 +163,10 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 	case w == nil && e.hosted[d.JobID] != nil:
 		e.releaseToIngressLocked(d, m.Consumer, false, "an earlier binding of the job is still ending on this node")
 	case w == nil || w.gone:
-		// The consumer is gone: it must not be offered the job again.
-		e.releaseToIngressLocked(d, m.Consumer, true, "the consumer left before the job reached it")
+		// The consumer left: that is no refusal (the job may wait for a
+		// capable worker within its TTL), and a consumer that comes back
+		// is a new one, so nothing needs excluding.
+		e.releaseToIngressLocked(d, m.Consumer, false, "the consumer left before the job reached it")
 	case !e.zoneOKLocked(d.Zone, e.selfZone()):
 		// The stream's zone test at the receiving end: a delivery sent
 		// before the sender saw this node's zone label change.

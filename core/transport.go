@@ -232,8 +232,13 @@ func (e *Engine) reforwardLocked(j *Job) {
 	if e.cluster != nil {
 		var ok bool
 		if node, ok = e.cluster.CachedDispatcher(j.Queue); !ok {
-			e.electAndForwardLocked(j, d)
-			return
+			if !e.drain.started {
+				e.electAndForwardLocked(j, d)
+				return
+			}
+			// A draining node claims no queue: it dispatches its own
+			// requester's job itself, to a consumer on another node.
+			node = e.cfg.Node
 		}
 	}
 	e.forwardToLocked(j, node, d)

@@ -57,7 +57,7 @@ type LocalQueue struct {
 // the gateway.
 //
 //	@Summary		List nodes
-//	@Description	Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+//	@Description	Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
 //	@Tags			cluster
 //	@ID				listNodes
 //	@Produce		json

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/openapi/client"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -104,4 +106,59 @@ func readyz(tb testing.TB, n *switchyard.Node) (int, problem) {
 		}
 	}
 	return res.StatusCode, p
+}
+
+// A node that drains keeps an HTTP worker's session until the job it runs
+// for another node's requester has ended: the worker's posts are taken, the
+// requester gets every output and done, and Close returns after. Meanwhile
+// the node is draining in the others' views, and its queue has moved to the
+// node hosting the other consumer, which runs the next job.
+func TestDrainKeepsHTTPWorkerForOtherNodes(t *testing.T) {
+	nodes := startCluster(t, 2, func(_ int, c *switchyard.Config) { c.DrainTimeout = 20 * time.Second })
+	n1, n2 := nodes[0], nodes[1]
+	hw := openHTTPWorker(t, n2, "demo", client.WorkerRequest{Capabilities: &[]string{"model=demo"}})
+	waitFor(t, 5*time.Second, "n2 dispatches demo", func() bool {
+		d, ok := n1.Catalog().Dispatch("demo")
+		return ok && d.Dispatcher == "n2"
+	})
+	res := post(t.Context(), t, n1, "demo", `{"input":"long","ttl_ms":30000}`, true)
+	defer res.Body.Close()
+	o := hw.offer()
+	hw.accept(o)
+	hw.output(o, "a")
+
+	closed := make(chan error, 1)
+	go func() { closed <- n2.Close(context.Background()) }()
+	waitFor(t, 5*time.Second, "n2 draining in n1's view", func() bool { return clusterNodes(t, n1)["n2"].State == "draining" })
+	MustStartWorker(t, n1, worker.Config{Name: "w1"}, worker.Tokens(0))
+	waitFor(t, 5*time.Second, "n1 dispatching demo", func() bool {
+		d, ok := n1.Catalog().Dispatch("demo")
+		return ok && d.Dispatcher == "n1"
+	})
+	next := post(t.Context(), t, n1, "demo", `{"input":"next","ttl_ms":30000}`, true)
+	defer next.Body.Close()
+	if evs := readAll(t, next.Body); evs[len(evs)-1].Type != "done" {
+		t.Fatalf("a job posted while n2 drained: %v", types(evs))
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while its worker still ran a job", err)
+	default:
+	}
+
+	hw.output(o, "b")
+	r, err := hw.c.CompleteJobWithResponse(t.Context(), hw.session, o.JobId, client.CompleteMessage{Generation: o.Generation})
+	mustStatus(t, "complete", r.HTTPResponse, r.Body, err, 204)
+	evs := readAll(t, res.Body)
+	if got := strings.Join(types(evs), ","); got != "accepted,output,output,done" {
+		t.Fatalf("the draining node's job: %s", got)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the job ended")
+	}
 }

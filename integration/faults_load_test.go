@@ -27,8 +27,10 @@ import (
 
 // loadJob is one POST and its stream.
 type loadJob struct {
-	client   int
-	ingress  string
+	client  int
+	ingress string
+	// input is the job's input as posted (JSON), unique per job.
+	input    string
 	submitAt time.Time
 	// status is the HTTP answer (0: none); refusal the problem code of a
 	// non-200 one.
@@ -86,6 +88,10 @@ type loadGen struct {
 	ttl       time.Duration
 	ingresses []*procNode
 	http      *http.Client
+	// failoverOn are the refusal codes after which a client moves to the
+	// next ingress, as a load balancer that reads /readyz would (a
+	// transport error always moves it).
+	failoverOn []string
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -101,9 +107,11 @@ type loadGen struct {
 // order) until stop. Client k starts k×stagger after the first, so that the
 // jobs in flight at any moment are at every stage of their run (all
 // starting together, they would stay in step: a fault would catch all of
-// them thinking, or all streaming).
-func startLoad(t *testing.T, ingresses []*procNode, queue string, clients int, stagger, ttl time.Duration) *loadGen {
-	g := &loadGen{queue: queue, ttl: ttl, ingresses: ingresses, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}}
+// them thinking, or all streaming). A client moves to the next ingress
+// after a transport error, or a refusal with one of the codes failoverOn.
+func startLoad(t *testing.T, ingresses []*procNode, queue string, clients int, stagger, ttl time.Duration, failoverOn ...string) *loadGen {
+	g := &loadGen{queue: queue, ttl: ttl, ingresses: ingresses, failoverOn: failoverOn,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	for c := range clients {
 		g.wg.Go(func() {
@@ -132,7 +140,7 @@ func (g *loadGen) runClient(c int) {
 		g.mu.Unlock()
 		pause := g.do(j, n, fmt.Sprintf("c%d-%d", c, k))
 		g.mu.Lock()
-		failover := j.postErr != ""
+		failover := j.postErr != "" || slices.Contains(g.failoverOn, j.refusal)
 		g.mu.Unlock()
 		if failover {
 			ing = (ing + 1) % len(g.ingresses)
@@ -155,7 +163,7 @@ func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	g.mu.Lock()
-	j.submitAt = time.Now()
+	j.submitAt, j.input = time.Now(), fmt.Sprintf("%q", input)
 	g.mu.Unlock()
 	res, err := g.http.Do(req)
 	if err != nil {

@@ -159,6 +159,30 @@ func (n *procNode) signal(sig syscall.Signal) time.Time {
 	return at
 }
 
+// terminate sends SIGTERM, as an operator's restart does, and waits up to
+// timeout for the process to exit by itself (it is killed past that). It
+// returns when the signal was sent, when the process exited, and its exit
+// code (-1 when it had to be killed).
+func (n *procNode) terminate(timeout time.Duration) (sent, exited time.Time, code int) {
+	sent = n.signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+		return sent, time.Now(), n.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		n.kill9()
+		return sent, time.Now(), -1
+	}
+}
+
+// relaunch starts the process again with the same spec, after it exited;
+// awaitServing waits for it to serve.
+func (n *procNode) relaunch(t *testing.T) {
+	t.Helper()
+	if err := n.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // restart kills the process (SIGKILL, so nothing is handed over: its lease
 // and records stay behind) and starts it again with the same spec: same
 // name, data directory and addresses. It returns the moment of the kill,

@@ -31,9 +31,12 @@ func startProcWorker(t *testing.T, n *procNode, cfg worker.Config, h worker.Hand
 
 // jobRun is one handler invocation.
 type jobRun struct {
-	id         string
-	gen        uint64
-	worker     string
+	id     string
+	gen    uint64
+	worker string
+	// input is the job's input as the worker got it (JSON): how a run is
+	// matched to a submission that was refused, which has no job id.
+	input      string
 	start, end time.Time
 	outputs    int
 	// completed: the handler returned a result (not cancelled, no error).
@@ -72,7 +75,7 @@ func (l *runLog) streaming(name string, n int, every time.Duration, gate <-chan 
 func (l *runLog) handler(name string, p runPlan) worker.Handler {
 	return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		l.mu.Lock()
-		r := &jobRun{id: job.ID, gen: job.Generation, worker: name, start: time.Now()}
+		r := &jobRun{id: job.ID, gen: job.Generation, worker: name, input: string(job.Input), start: time.Now()}
 		l.runs = append(l.runs, r)
 		l.mu.Unlock()
 		completed := false

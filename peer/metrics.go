@@ -141,7 +141,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-var allStates = []core.PeerState{core.StateInProgress, core.StateOnline, core.StateSpare}
+var allStates = []core.PeerState{core.StateInProgress, core.StateOnline, core.StateDraining, core.StateSpare}
 
 func (m *Metrics) setStates(states map[string]core.PeerState, gone []string) {
 	for _, id := range gone {

@@ -327,7 +327,7 @@ func TestTrackerTurnsSilentPeersSpare(t *testing.T) {
 		t.Fatalf("after b left and c moved: states = %v", got)
 	}
 	waitFor(t, 5*time.Second, "b gone from metrics", func() bool {
-		return series(t, reg, "switchyard_peer_state") == 2*3
+		return series(t, reg, "switchyard_peer_state") == 2*4 // two nodes, four states each
 	})
 }
 

@@ -111,7 +111,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.EtcdInitialCluster, "initial-cluster", "", "embedded etcd cluster of several nodes: name=http://host:peerport,... (needs explicit --etcd-client-addr and --etcd-peer-addr)")
 	fs.StringVar(&cfg.EtcdClusterState, "initial-cluster-state", "", "new (bootstrap together) or existing (join a running cluster)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "catalog lease TTL: how long a crashed node's registrations outlive it; at least 6s with --initial-cluster, or a leader election can fence healthy nodes")
-	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long bound jobs may finish")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long the jobs this node holds (its clients' and those its workers run for any node) may finish before it exits")
 	fs.IntVar(&cfg.MaxMessageBytes, "max-message-bytes", cfg.MaxMessageBytes, "gRPC max message size, sent and received")
 
 	l := &cfg.Engine.Limits

@@ -1060,7 +1060,7 @@ type ClientInterface interface {
 
 	// ListNodes List nodes
 	//
-	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
 	//
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1473,7 +1473,7 @@ func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorF
 
 // ListNodes List nodes
 //
-// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
 //
 // Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3151,7 +3151,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListNodesWithResponse List nodes
 	//
-	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5260,7 +5260,7 @@ func (c *ClientWithResponses) ClusterEventsWithResponse(ctx context.Context, req
 
 // ListNodesWithResponse List nodes
 //
-// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, spare). Served by grpc-gateway (ClusterService.ListNodes).
+// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -110,7 +110,9 @@ type Node struct {
 	// Id is the node's name (--name).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// State is in_progress (joined, still loading its view: not routed to),
-	// online, or spare (silent to this node's pings, or its lease is gone).
+	// online, draining (shutting down: finishing the jobs it holds, routed
+	// nothing new), or spare (silent to this node's pings, or its lease is
+	// gone).
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// Zone is the node's zone label; absent when it has none.
 	Zone *string `protobuf:"bytes,3,opt,name=zone,proto3,oneof" json:"zone,omitempty"`

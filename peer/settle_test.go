@@ -1,0 +1,48 @@
+package peer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+)
+
+// Settle returns once every message sent has been acknowledged — the
+// receiver handled it — and, at its deadline, says what a receiver that
+// holds a message up has not acknowledged yet.
+func TestSettle(t *testing.T) {
+	release := make(chan struct{})
+	h := &gatedRecorder{block: func(m core.Message) {
+		if m.JobID == "held" {
+			<-release
+		}
+	}}
+	b := startServerOn(t, "127.0.0.1:0", "b", h)
+	a := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
+
+	const n = 10
+	for i := range n {
+		a.Send("b", deliverMsg("q", "j", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if got := len(h.messages()); got != n {
+		t.Fatalf("Settle returned with %d of %d messages handled", got, n)
+	}
+
+	a.Send("b", deliverMsg("other", "held", 0))
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelShort()
+	if err := a.Settle(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Settle with a message held up = %v, want the deadline", err)
+	}
+	close(release)
+	if err := a.Settle(ctx); err != nil {
+		t.Fatalf("Settle once the receiver let go: %v", err)
+	}
+}
