@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,12 @@ type Node struct {
 	// the node's watchers end with it (stopHTTP).
 	streams  context.Context
 	stopHTTP context.CancelFunc
-	fenced   chan struct{}
+	// record is the node's catalog record as Open published it; fenced
+	// is set while the node is fenced (fence.go), closing once Close began.
+	record  core.NodeInfo
+	fenced  atomic.Bool
+	closing atomic.Bool
+	fm      *fenceMetrics
 	// life ends when the node stops: it bounds waits on the catalog view.
 	life    context.Context
 	endLife context.CancelFunc
@@ -114,6 +120,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.cat.PublishNode(ctx, record); err != nil {
 		return nil, fmt.Errorf("register node: %w", err)
 	}
+	n.record = record
 	tctx, stopTracker := context.WithCancel(context.Background())
 	n.stopTracker = stopTracker
 	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
@@ -128,7 +135,8 @@ func newNode(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry(), fenced: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry()}
+	n.fm = newFenceMetrics(n.reg)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	// Streams watch this context: cancelling it is how shutdown ends SSE
 	// handlers, which http.Server.Shutdown alone would wait for forever.
@@ -372,25 +380,10 @@ func (n *Node) Catalog() *catalog.Catalog { return n.cat }
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
 func (n *Node) ready() error {
-	select {
-	case <-n.fenced:
+	if n.fenced.Load() {
 		return errors.New("catalog lease lost")
-	default:
-		return nil
 	}
-}
-
-// watchFence reacts to the catalog declaring the node's lease lost: from
-// then on the node's registrations may be gone elsewhere, so it must not
-// keep running work the cluster believes is free.
-func (n *Node) watchFence(ctx context.Context) {
-	select {
-	case <-n.cat.LeaseLost():
-		close(n.fenced)
-		n.log.Error("catalog lease lost; fencing: stopping every job on this node")
-		n.engine.Fence()
-	case <-ctx.Done():
-	}
+	return nil
 }
 
 // watchCluster tells the engine each time the catalog view changes (a node
@@ -433,6 +426,7 @@ func (n *Node) watchCluster(ctx context.Context) {
 //     lease so its records vanish at once.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
+		n.closing.Store(true)
 		start := time.Now()
 		dctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
 		if ended := n.engine.Drain(dctx); ended > 0 {

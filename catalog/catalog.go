@@ -39,7 +39,12 @@ type Catalog struct {
 	log    *slog.Logger
 	etcd   *embed.Etcd // nil with external Endpoints
 	client *clientv3.Client
-	lease  *lease
+	// lease is the lease the node holds now: replaced by Recover after it
+	// was lost, so read it once per operation (held).
+	lease atomic.Pointer[lease]
+	// runCtx is the Catalog's lifetime, which the goroutines of a lease
+	// granted by Recover run under.
+	runCtx context.Context
 
 	clientAddr, peerAddr string
 
@@ -51,6 +56,11 @@ type Catalog struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// mu orders Recover against Close: no goroutine is started once
+	// closing is set (wg.Add after wg.Wait).
+	mu         sync.Mutex
+	closing    bool
+	recovering bool
 	// reach is this node's verdict on its peers (SetReachable).
 	reach atomic.Pointer[func(string) bool]
 }
@@ -66,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 	cfg = cfg.withDefaults()
 	c := &Catalog{cfg: cfg, log: cfg.Logger, view: newView()}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	c.runCtx, c.cancel = runCtx, cancel
 	defer func() {
 		if err != nil {
 			// Undo whatever was started; the error that matters is err.
@@ -111,16 +121,19 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		}
 	}
 
-	gctx, gcancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	sent := time.Now()
-	g, err := c.client.Grant(clientv3.WithRequireLeader(gctx), int64(cfg.LeaseTTL/time.Second))
-	gcancel()
-	if err != nil {
-		return nil, fmt.Errorf("open catalog: grant lease: %w", err)
+	// A record of this node's name on a lease is a previous incarnation's:
+	// a process that was killed, or restarted, inside its lease. Its
+	// records go now rather than at the lease's expiry, so nothing routes
+	// to consumers and queues no process holds any more, and this start
+	// does not wait for them (docs/cluster.md, "Incarnations").
+	if err := c.revokePrevious(ctx); err != nil {
+		return nil, fmt.Errorf("open catalog: %w", err)
 	}
-	c.lease = newLease(g.ID, sent, time.Duration(g.TTL)*time.Second, cfg.FenceMargin)
-	c.log.Debug("catalog lease granted", c.lease.attr(), "ttl", time.Duration(g.TTL)*time.Second,
-		"fence_margin", cfg.FenceMargin, "renew_every", renewInterval(cfg.LeaseTTL, cfg.FenceMargin))
+	l, err := c.grant(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open catalog: %w", err)
+	}
+	c.lease.Store(l)
 
 	rev, err := c.load(ctx)
 	if err != nil {
@@ -132,8 +145,8 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 	}
 	c.wg.Add(3)
 	go c.watchLoop(runCtx, ws)
-	go c.renewLoop(runCtx)
-	go c.fenceLoop(runCtx)
+	go c.renewLoop(runCtx, l)
+	go c.fenceLoop(runCtx, l)
 	return c, nil
 }
 
@@ -164,20 +177,23 @@ func (c *Catalog) Close(ctx context.Context) error {
 
 // shutdown tears down whatever Open got as far as starting.
 func (c *Catalog) shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	if c.cancel != nil {
 		c.cancel()
 	}
 	c.wg.Wait()
-	if c.lease != nil {
+	if l := c.lease.Load(); l != nil {
 		// The caller's ctx may already be cancelled (shutdown on a signal);
 		// the revoke must still get its chance.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.cfg.RequestTimeout, time.Second))
-		_, err := c.client.Revoke(rctx, c.lease.id)
+		_, err := c.client.Revoke(rctx, l.id)
 		cancel()
 		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.log.Warn("catalog: revoke lease on close; records expire with it", c.lease.attr(), "err", err)
+			c.log.Warn("catalog: revoke lease on close; records expire with it", l.attr(), "err", err)
 		}
-		c.lease.fence()
+		l.fence()
 	}
 	var errs []error
 	if c.client != nil {
@@ -196,7 +212,10 @@ func (c *Catalog) shutdown(ctx context.Context) error {
 // FenceDeadline), or the Catalog was closed. From then on the node cancels
 // the jobs bound to its consumers and forwards no output, and the Catalog's
 // writes fail with ErrLeaseLost.
-func (c *Catalog) LeaseLost() <-chan struct{} { return c.lease.lost }
+//
+// The channel is the current lease's: after Recover, LeaseLost returns the
+// new lease's channel, so a watcher asks again after each recovery.
+func (c *Catalog) LeaseLost() <-chan struct{} { return c.held().lost }
 
 // LeaseValid reports whether the node may still act on its lease: it has
 // not been declared lost and its fence deadline (FenceDeadline) has not
@@ -205,11 +224,21 @@ func (c *Catalog) LeaseLost() <-chan struct{} { return c.lease.lost }
 // have run yet when a paused process wakes up with its worker's output
 // already waiting.
 func (c *Catalog) LeaseValid() bool {
-	return !c.lease.isLost() && time.Now().Before(c.lease.deadline())
+	l := c.held()
+	return !l.isLost() && time.Now().Before(l.deadline())
 }
 
+// held is the lease the node holds now (possibly lost).
+func (c *Catalog) held() *lease { return c.lease.Load() }
+
+// Incarnation is this node's incarnation: new at every start and every
+// recovery (it is the hex id of the lease granted then). PublishNode
+// writes it into the node record, so peers tell a node that came back
+// from the one that was there before (docs/cluster.md, "Incarnations").
+func (c *Catalog) Incarnation() string { return c.held().incarnation() }
+
 // LeaseID returns the id of this node's lease.
-func (c *Catalog) LeaseID() clientv3.LeaseID { return c.lease.id }
+func (c *Catalog) LeaseID() clientv3.LeaseID { return c.held().id }
 
 // Client returns the etcd client, for other adapters (dispatcher claims use
 // transactions on it). It is closed by Close.
@@ -235,14 +264,15 @@ func (c *Catalog) writeCtx(ctx context.Context) (context.Context, context.Cancel
 
 // putLeased writes key under this node's lease.
 func (c *Catalog) putLeased(ctx context.Context, key string, value []byte) error {
-	if c.lease.isLost() {
+	l := c.held()
+	if l.isLost() {
 		return fmt.Errorf("put %s: %w", key, ErrLeaseLost)
 	}
 	ctx, cancel := c.writeCtx(ctx)
 	defer cancel()
-	if _, err := c.client.Put(ctx, key, string(value), clientv3.WithLease(c.lease.id)); err != nil {
+	if _, err := c.client.Put(ctx, key, string(value), clientv3.WithLease(l.id)); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.fence("lease not found on write")
+			c.fenceLease(l, "lease not found on write")
 			return fmt.Errorf("put %s: %w: %w", key, ErrLeaseLost, err)
 		}
 		return fmt.Errorf("put %s: %w", key, err)
@@ -250,8 +280,9 @@ func (c *Catalog) putLeased(ctx context.Context, key string, value []byte) error
 	return nil
 }
 
-// PublishNode writes this node's record (/nodes/{Name}) under its lease.
-// n.ID may be empty; otherwise it must be this node's Name.
+// PublishNode writes this node's record (/nodes/{Name}) under its lease,
+// with its current Incarnation (n.Incarnation is ignored). n.ID may be
+// empty; otherwise it must be this node's Name.
 func (c *Catalog) PublishNode(ctx context.Context, n core.NodeInfo) error {
 	if n.ID == "" {
 		n.ID = c.cfg.Name
@@ -267,6 +298,7 @@ func (c *Catalog) PublishNode(ctx context.Context, n core.NodeInfo) error {
 	if n.Zone != "" && !core.ValidName(n.Zone) {
 		return fmt.Errorf("publish node: zone %q is not 1-128 of [A-Za-z0-9._-]", n.Zone)
 	}
+	n.Incarnation = c.Incarnation()
 	b, err := encodeNode(n)
 	if err != nil {
 		return fmt.Errorf("publish node: %w", err)
@@ -318,7 +350,7 @@ func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error 
 	defer cancel()
 	key := ConsumerKey(queue, id)
 	_, err := c.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.lease.id)).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().id)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {

@@ -44,7 +44,7 @@ func TestEmbeddedPublishWithdrawRepublish(t *testing.T) {
 	if err := c.PublishNode(ctx, node); err != nil {
 		t.Fatalf("PublishNode: %v", err)
 	}
-	node.ID = "node-a"
+	node.ID, node.Incarnation = "node-a", c.Incarnation()
 	eventually(t, 2*time.Second, "node record in view", func() bool {
 		n, ok := c.Node("node-a")
 		return ok && n == node

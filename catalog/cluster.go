@@ -26,11 +26,13 @@ package catalog
 //     until RequestTimeout (the client skips the gRPC layer that implements
 //     WithRequireLeader); the caller's shorter deadline applies as usual.
 //   - While the members elect a new leader after the leader's member fails
-//     (measured 1.0-1.6 s with etcd's default timing), no lease can be
-//     renewed. A node fences (LeaseTTL-FenceMargin)/2 after a renewal that
-//     fell due and did not go through, so that must outlast the election,
-//     or the failure of one member fences every node: with the default
-//     FenceMargin, LeaseTTL 6s or more. Open warns when it is shorter.
+//     (1-2 election timeouts: 1.0-1.6 s measured with etcd's default
+//     timing), no lease can be renewed. Each renewal attempt has a short
+//     deadline of its own and a failed one is retried at once, so a node
+//     fences only if no renewal gets through within 3/4 of
+//     LeaseTTL-FenceMargin of one falling due: with the default
+//     FenceMargin and etcd's default timing, LeaseTTL 6s or more holds
+//     (Open warns when it is shorter; electionBudget has the arithmetic).
 //   - Voting members should number 3 or 5: a cluster of n survives the loss
 //     of (n-1)/2 members, so 2 survive none and an even count adds none over
 //     the odd count below it. Further nodes are clients (Config.Endpoints set
@@ -215,19 +217,55 @@ func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
 	case n > 7:
 		log.Warn("catalog: more than 7 voting etcd members slow every write; use 3 or 5 and make further nodes clients (Endpoints)", "members", n)
 	}
-	// When the leader fails, no lease is renewed until the others elect a
-	// new one: 1 to 2 election timeouts. A renewal falls due every
-	// renewInterval and the node fences renewInterval after a due renewal
-	// that did not go through, so a shorter renewInterval can fence every
-	// node of the cluster on one member's failure.
-	election := time.Second // etcd's default election timeout
-	if cfg.FastElection {
-		election = 100 * time.Millisecond
+	if have, need := electionBudget(cfg); have < need {
+		log.Warn("catalog: LeaseTTL is short for a cluster: when the etcd leader fails, leases are not renewed until a new leader is elected (up to 2 election timeouts and a heartbeat), and this node fences if that, plus one renewal attempt, takes longer than 3/4 of LeaseTTL-FenceMargin; raise LeaseTTL",
+			"lease_ttl", cfg.LeaseTTL, "fence_margin", cfg.FenceMargin, "retry_budget", have, "election_outage_and_attempt", need,
+			"election_timeout", electionTimeout(cfg), "min_lease_ttl_with_default_margin", minClusterLeaseTTL(cfg))
 	}
-	if slack := renewInterval(cfg.LeaseTTL, cfg.FenceMargin); slack < 2*election {
-		log.Warn("catalog: LeaseTTL is short for a cluster: when the etcd leader fails, leases are not renewed until a new leader is elected (1-2 election timeouts), and this node fences if that takes longer than (LeaseTTL-FenceMargin)/2; raise LeaseTTL",
-			"lease_ttl", cfg.LeaseTTL, "fence_margin", cfg.FenceMargin, "fence_after_missed_renewal", slack, "election_timeout", election,
-			"min_lease_ttl_with_default_margin", 6*election)
+}
+
+// The embedded members' raft timing: etcd's defaults, a heartbeat every
+// 100ms and an election timeout of 1s, kept because they hold on a loaded
+// machine (a member that misses 10 heartbeats calls an election; shorter
+// timeouts elect spuriously when a process is starved of CPU for a few
+// hundred milliseconds, and every election is an outage of the catalog).
+// The lease arithmetic that goes with them is in docs/cluster.md, "The
+// catalog's own leader election". FastElection (tests) divides both by 10.
+const (
+	etcdHeartbeat       = 100 * time.Millisecond
+	etcdElectionTimeout = time.Second
+)
+
+func electionTimeout(cfg Config) time.Duration {
+	if cfg.FastElection {
+		return etcdElectionTimeout / 10
+	}
+	return etcdElectionTimeout
+}
+
+// electionBudget compares, for cfg, the time a node has to renew its lease
+// once the catalog stops answering (have: the worst case, when it stops
+// just as a renewal falls due, is TTL-FenceMargin less one renewal
+// interval) with the time an election of a new etcd leader can take plus
+// one renewal attempt that hung on the old leader (need). A follower calls
+// an election a randomized 1-2 election timeouts after the leader's last
+// heartbeat, and learns the winner with its first heartbeat.
+func electionBudget(cfg Config) (have, need time.Duration) {
+	e := electionTimeout(cfg)
+	have = cfg.LeaseTTL - cfg.FenceMargin - renewInterval(cfg.LeaseTTL, cfg.FenceMargin)
+	need = 2*e + e/10 + renewAttemptTimeout(cfg.LeaseTTL, cfg.FenceMargin, cfg.RequestTimeout)
+	return have, need
+}
+
+// minClusterLeaseTTL is the smallest whole-second LeaseTTL, with the
+// default margin, whose electionBudget holds.
+func minClusterLeaseTTL(cfg Config) time.Duration {
+	for ttl := time.Second; ; ttl += time.Second {
+		c := cfg
+		c.LeaseTTL, c.FenceMargin = ttl, ttl/3
+		if have, need := electionBudget(c); have >= need {
+			return ttl
+		}
 	}
 }
 

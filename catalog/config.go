@@ -51,9 +51,10 @@ type Config struct {
 	// nodes join as clients, with Endpoints set to the members' client URLs.
 	// Empty (the default): a single member of its own. While the cluster
 	// elects a new leader, after the leader's member fails (1-2 s with etcd's
-	// timing), no lease is renewed: (LeaseTTL-FenceMargin)/2 must be longer
-	// than that, or every node fences (Open warns). With the default
-	// FenceMargin that means a LeaseTTL of at least 6s.
+	// timing), no lease is renewed: 3/4 of LeaseTTL-FenceMargin must be
+	// longer than that and one renewal attempt, or every node fences (Open
+	// warns). With the default FenceMargin that means a LeaseTTL of at
+	// least 6s.
 	InitialCluster string
 	// ClusterState is etcd's --initial-cluster-state: ClusterStateNew (the
 	// default) when the members in InitialCluster bootstrap a new cluster
@@ -80,8 +81,10 @@ type Config struct {
 	// FenceMargin is how long before the lease could expire anywhere the node
 	// already treats it as lost (see Catalog.LeaseLost and FenceDeadline).
 	// Default LeaseTTL/3. It must be positive and smaller than LeaseTTL. The
-	// lease is renewed every (LeaseTTL-FenceMargin)/2, LeaseTTL/3 by
-	// default, which leaves as long again for retries before the node fences.
+	// lease is renewed every (LeaseTTL-FenceMargin)/4, LeaseTTL/6 by
+	// default, which leaves three times as long for retries, each attempt
+	// bounded by (LeaseTTL-FenceMargin)/8 (at least 200ms, at most
+	// RequestTimeout), before the node fences.
 	FenceMargin time.Duration
 	// DialTimeout bounds connecting to external Endpoints. Default
 	// DefaultDialTimeout.

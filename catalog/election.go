@@ -107,7 +107,7 @@ func (c *Catalog) Elect(ctx context.Context, queue string, claim Claim) (core.Di
 	if claim != ClaimConsumer && claim != ClaimProducer {
 		return core.DispatchInfo{}, fmt.Errorf("elect %s: unknown claim %v", queue, claim)
 	}
-	if c.lease.isLost() {
+	if c.held().isLost() {
 		return core.DispatchInfo{}, fmt.Errorf("elect %s: %w", queue, ErrLeaseLost)
 	}
 	key := DispatchKey(queue)
@@ -163,7 +163,7 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 	if d == c.cfg.Name {
 		// This node is alive (its lease is not lost, Elect checked), whatever
 		// state its own record is in.
-		if clientv3.LeaseID(kv.Lease) == c.lease.id {
+		if clientv3.LeaseID(kv.Lease) == c.held().id {
 			return cur, adopt, nil
 		}
 		return cur, reLease, nil
@@ -265,7 +265,8 @@ func (c *Catalog) getKey(ctx context.Context, key string) (*mvccpb.KeyValue, err
 // prev (the same modification revision, or still absent when prev is nil).
 // Otherwise it reports the record that is there now (nil if absent).
 func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyValue, next core.DispatchInfo) (won bool, now *mvccpb.KeyValue, err error) {
-	if c.lease.isLost() {
+	l := c.held()
+	if l.isLost() {
 		return false, nil, fmt.Errorf("claim %s: %w", key, ErrLeaseLost)
 	}
 	val, err := EncodeDispatch(next)
@@ -280,12 +281,12 @@ func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyV
 	defer cancel()
 	resp, err := c.client.Txn(wctx).
 		If(cmp).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(c.lease.id))).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.id))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			c.fence("lease not found on write")
+			c.fenceLease(l, "lease not found on write")
 			return false, nil, fmt.Errorf("claim %s: %w: %w", key, ErrLeaseLost, err)
 		}
 		return false, nil, fmt.Errorf("claim %s: %w", key, err)
@@ -312,7 +313,7 @@ func (c *Catalog) Release(ctx context.Context, queue string) error {
 	wctx, cancel := c.writeCtx(ctx)
 	defer cancel()
 	resp, err := c.client.Txn(wctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.lease.id)).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().id)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {

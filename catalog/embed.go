@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -25,8 +26,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	ec.LogLevel = "error"
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.TickMs, ec.ElectionMs = uint(etcdHeartbeat/time.Millisecond), uint(etcdElectionTimeout/time.Millisecond)
 	if cfg.FastElection {
-		ec.TickMs, ec.ElectionMs = 10, 100
+		ec.TickMs, ec.ElectionMs = ec.TickMs/10, ec.ElectionMs/10
 	}
 	curl := url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
 	purl := url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}

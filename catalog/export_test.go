@@ -1,6 +1,11 @@
 package catalog
 
+import "time"
+
 // CrashMember stops c's embedded etcd member abruptly, as a crash would:
 // without handing over leadership and without revoking c's lease. The
 // listeners stay open until c.Close, which must still be called.
 func CrashMember(c *Catalog) { c.etcd.Server.HardStop() }
+
+// FenceIn is how long c's current lease has before its fence deadline.
+func FenceIn(c *Catalog) time.Duration { return time.Until(c.held().deadline()) }

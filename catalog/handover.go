@@ -32,7 +32,7 @@ func (c *Catalog) HandOver(ctx context.Context, queue, to string) (bool, error) 
 	if to == c.cfg.Name {
 		return false, fmt.Errorf("hand over %s: to this node itself", queue)
 	}
-	if c.lease.isLost() {
+	if c.held().isLost() {
 		return false, fmt.Errorf("hand over %s: %w", queue, ErrLeaseLost)
 	}
 	key, nodeKey := DispatchKey(queue), NodeKey(to)
@@ -43,7 +43,7 @@ func (c *Catalog) HandOver(ctx context.Context, queue, to string) (bool, error) 
 		return false, fmt.Errorf("hand over %s: read records: %w", queue, err)
 	}
 	cur, target := firstKV(read, 0), firstKV(read, 1)
-	if cur == nil || clientv3.LeaseID(cur.Lease) != c.lease.id || target == nil || target.Lease == 0 {
+	if cur == nil || clientv3.LeaseID(cur.Lease) != c.held().id || target == nil || target.Lease == 0 {
 		return false, nil
 	}
 	if n, err := parseNode(to, target.Value); err != nil || n.State != core.StateOnline {

@@ -47,13 +47,37 @@ func FenceDeadline(renewSent time.Time, ttl, margin time.Duration) time.Time {
 	return renewSent.Add(ttl - margin)
 }
 
-// renewInterval is how often the lease is renewed: half of the time between
-// a renewal and its fence deadline, so that a renewal that fails leaves as
-// long again for retries before the node fences. With the default margin
-// (ttl/3) it is ttl/3.
+// renewInterval is how often the lease is renewed: a quarter of the time
+// between a renewal and its fence deadline (TTL-FenceMargin), so that when
+// a renewal falls due just as the catalog stops answering (its etcd leader
+// lost, and the others electing a new one) three quarters of that time are
+// left to retry before the node fences. With the default margin (TTL/3) it
+// is TTL/6: 1s for a 6s lease. The arithmetic is in docs/cluster.md,
+// "The catalog's own leader election".
 func renewInterval(ttl, margin time.Duration) time.Duration {
-	return (ttl - margin) / 2
+	return (ttl - margin) / 4
 }
+
+// renewAttemptTimeout bounds one renewal attempt: an eighth of
+// TTL-FenceMargin, at least minRenewAttempt and at most RequestTimeout.
+// A renewal that reaches a member whose leader is gone (partitioned, not
+// crashed, so nothing answers with a reset) is forwarded to that leader and
+// hangs until its deadline; one attempt must therefore not eat the retry
+// budget, and the next attempt, sent once the members have elected a new
+// leader, goes through at once (etcd's new leader extends every lease).
+func renewAttemptTimeout(ttl, margin, request time.Duration) time.Duration {
+	return min(max((ttl-margin)/8, minRenewAttempt), request)
+}
+
+// minRenewAttempt is the shortest renewal attempt: well above a renewal's
+// round trip on a loaded machine (one forwarded HTTP call between members).
+const minRenewAttempt = 200 * time.Millisecond
+
+// renewRetryGap is the pause between a failed renewal attempt and the next.
+// KeepAliveOnce itself retries "no leader" until its context ends, so an
+// attempt that fails has used its whole deadline or met an error that a
+// pause does not cure; the gap only keeps a fast failure from spinning.
+const renewRetryGap = 50 * time.Millisecond
 
 // lease is the node's etcd lease and its fencing state.
 type lease struct {
@@ -90,6 +114,11 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration) {
 	l.fenceAt = FenceDeadline(sent, ttl, l.margin)
 }
 
+// incarnation is the node incarnation this lease stands for: its id in
+// etcdctl's hex form. Every start and every recovery grants a new lease, so
+// it is new each time, and unique in the etcd cluster.
+func (l *lease) incarnation() string { return fmt.Sprintf("%x", int64(l.id)) }
+
 // attr is the lease id as a log attribute, in etcdctl's hex form.
 func (l *lease) attr() slog.Attr { return slog.String("lease", fmt.Sprintf("%x", int64(l.id))) }
 
@@ -123,109 +152,120 @@ func (l *lease) fence() (first bool) {
 	return first
 }
 
-// fence marks the lease lost for reason and logs it once.
-func (c *Catalog) fence(reason string) {
-	if c.lease.fence() {
-		c.log.Warn("catalog lease lost: fencing", c.lease.attr(), "reason", reason)
+// fenceLease marks l lost for reason and logs it once.
+func (c *Catalog) fenceLease(l *lease, reason string) {
+	if l.fence() {
+		c.log.Warn("catalog lease lost: fencing", l.attr(), "reason", reason)
 	}
 }
 
-// renewLoop renews the lease with KeepAliveOnce rather than clientv3's
-// KeepAlive, because KeepAlive's channel does not tell when the renewing
-// request was sent, and the send time is what bounds the lease's expiry.
-// It ends when ctx is done or the lease is lost. A lease fenced because it
-// could not be renewed in time may still be alive in etcd; the loop then
-// revokes it, best effort, so that the node's records go at once instead of
-// lingering while nobody renews them.
-func (c *Catalog) renewLoop(ctx context.Context) {
+// renewLoop renews l with KeepAliveOnce rather than clientv3's KeepAlive,
+// because KeepAlive's channel does not tell when the renewing request was
+// sent, and the send time is what bounds the lease's expiry. Each attempt
+// has a short deadline of its own (renewAttemptTimeout) and a failed one is
+// retried at once, until the fence deadline. It ends when ctx is done or l
+// is lost. A lease fenced because it could not be renewed in time may still
+// be alive in etcd; the loop then revokes it, best effort, so that the
+// node's records go at once instead of lingering while nobody renews them.
+func (c *Catalog) renewLoop(ctx context.Context, l *lease) {
 	defer c.wg.Done()
 	interval := renewInterval(c.cfg.LeaseTTL, c.cfg.FenceMargin)
-	retry := max(interval/4, 10*time.Millisecond)
 	// Renewals are timed from the send time of the last one that worked
 	// (the grant, at first), the same origin as the fence deadline, so a
 	// slow Open or a slow renewal does not eat into the retry budget.
-	t := time.NewTimer(time.Until(c.lease.lastSent().Add(interval)))
+	t := time.NewTimer(time.Until(l.lastSent().Add(interval)))
 	defer t.Stop()
+	failed := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.lease.lost:
-			c.revokeAfterFence(ctx)
+		case <-l.lost:
+			c.revokeAfterFence(ctx, l)
 			return
 		case <-t.C:
 		}
-		err := c.renewOnce(ctx)
+		err := c.renewOnce(ctx, l)
 		switch {
 		case err == nil:
-			t.Reset(time.Until(c.lease.lastSent().Add(interval)))
+			if failed > 0 {
+				c.log.Info("catalog lease renewed after failed attempts", l.attr(), "failed_attempts", failed,
+					"fence_in", time.Until(l.deadline()).Round(time.Millisecond))
+			}
+			failed = 0
+			t.Reset(time.Until(l.lastSent().Add(interval)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// Gone already: nothing left to revoke.
-			c.fence("lease not found on renewal")
+			c.fenceLease(l, "lease not found on renewal")
 			return
 		case ctx.Err() != nil:
 			return
 		default:
 			// Keep trying until the fence deadline; fenceLoop fences
-			// when it passes.
-			c.log.Warn("catalog lease renewal failed; retrying", c.lease.attr(), "err", err, "fence_in", time.Until(c.lease.deadline()).Round(time.Millisecond))
-			t.Reset(retry)
+			// when it passes. One line per outage, not per attempt.
+			failed++
+			if failed == 1 {
+				c.log.Warn("catalog lease renewal failed; retrying", l.attr(), "err", err, "fence_in", time.Until(l.deadline()).Round(time.Millisecond))
+			} else {
+				c.log.Debug("catalog lease renewal failed; retrying", l.attr(), "attempt", failed, "err", err, "fence_in", time.Until(l.deadline()).Round(time.Millisecond))
+			}
+			t.Reset(renewRetryGap)
 		}
 	}
 }
 
 // renewOnce sends one keepalive and records its send time on success.
-func (c *Catalog) renewOnce(ctx context.Context) error {
+func (c *Catalog) renewOnce(ctx context.Context, l *lease) error {
 	// A renewal answered after the fence deadline cannot un-fence the node,
-	// so that deadline (capped by RequestTimeout) bounds the call.
-	deadline := c.lease.deadline()
-	if d := time.Now().Add(c.cfg.RequestTimeout); d.Before(deadline) {
+	// so that deadline bounds the call too.
+	deadline := l.deadline()
+	if d := time.Now().Add(renewAttemptTimeout(c.cfg.LeaseTTL, c.cfg.FenceMargin, c.cfg.RequestTimeout)); d.Before(deadline) {
 		deadline = d
 	}
 	// No WithRequireLeader here, unlike writes: KeepAliveOnce retries
 	// "no leader" (codes.Unavailable) at once, in a tight loop, until its
 	// context ends. Without it, a member with no leader holds the renewal
-	// until one is elected or the deadline passes, which is what we want.
+	// until one is elected or the attempt's deadline passes.
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	resp, err := c.client.KeepAliveOnce(cctx, c.lease.id)
+	resp, err := c.client.KeepAliveOnce(cctx, l.id)
 	if err != nil {
 		return fmt.Errorf("renew lease: %w", err)
 	}
-	c.lease.renewed(sent, time.Duration(resp.TTL)*time.Second)
+	l.renewed(sent, time.Duration(resp.TTL)*time.Second)
 	return nil
 }
 
 // revokeAfterFence revokes a lease this node has fenced, best effort.
-func (c *Catalog) revokeAfterFence(ctx context.Context) {
+func (c *Catalog) revokeAfterFence(ctx context.Context, l *lease) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), c.lease.id)
+	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), l.id)
 	// A cancelled ctx means Close is running; it revokes the lease itself.
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
-		c.log.Warn("catalog: revoke fenced lease", c.lease.attr(), "err", err)
+		c.log.Warn("catalog: revoke fenced lease", l.attr(), "err", err)
 	}
 }
 
-// fenceLoop closes LeaseLost when the fence deadline passes without a
-// renewal. It is separate from renewLoop so that a renewal call stuck past
-// its context cannot delay the fence.
-func (c *Catalog) fenceLoop(ctx context.Context) {
+// fenceLoop closes l's lost channel when the fence deadline passes without
+// a renewal. It is separate from renewLoop so that a renewal call stuck
+// past its context cannot delay the fence.
+func (c *Catalog) fenceLoop(ctx context.Context, l *lease) {
 	defer c.wg.Done()
-	t := time.NewTimer(time.Until(c.lease.deadline()))
+	t := time.NewTimer(time.Until(l.deadline()))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.lease.lost:
+		case <-l.lost:
 			return
 		case <-t.C:
 		}
-		left := time.Until(c.lease.deadline())
+		left := time.Until(l.deadline())
 		if left <= 0 {
-			c.fence(fmt.Sprintf("not renewed within LeaseTTL-FenceMargin (%v)", c.cfg.LeaseTTL-c.cfg.FenceMargin))
+			c.fenceLease(l, fmt.Sprintf("not renewed within LeaseTTL-FenceMargin (%v)", c.cfg.LeaseTTL-c.cfg.FenceMargin))
 			return
 		}
 		t.Reset(left)

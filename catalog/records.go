@@ -87,6 +87,9 @@ type nodeRecord struct {
 	GRPCAddr string `json:"grpc_addr,omitempty"`
 	Zone     string `json:"zone,omitempty"`
 	State    string `json:"state"`
+	// Incarnation is new at every start and every recovery of the node
+	// (Catalog.Incarnation). Older writers leave it out.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // dispatchRecord is the JSON of /q/{queue}.
@@ -109,12 +112,13 @@ type consumerRecord struct {
 
 func encodeNode(n core.NodeInfo) ([]byte, error) {
 	b, err := json.Marshal(nodeRecord{
-		V:        recordVersion,
-		PeerAddr: n.PeerAddr,
-		HTTPAddr: n.HTTPAddr,
-		GRPCAddr: n.GRPCAddr,
-		Zone:     n.Zone,
-		State:    string(n.State),
+		V:           recordVersion,
+		PeerAddr:    n.PeerAddr,
+		HTTPAddr:    n.HTTPAddr,
+		GRPCAddr:    n.GRPCAddr,
+		Zone:        n.Zone,
+		State:       string(n.State),
+		Incarnation: n.Incarnation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode node record: %w", err)
@@ -131,12 +135,13 @@ func parseNode(id string, value []byte) (core.NodeInfo, error) {
 	// to, so a state this version does not know is never mistaken for one it
 	// may route to.
 	return core.NodeInfo{
-		ID:       id,
-		PeerAddr: r.PeerAddr,
-		HTTPAddr: r.HTTPAddr,
-		GRPCAddr: r.GRPCAddr,
-		Zone:     r.Zone,
-		State:    core.PeerState(r.State),
+		ID:          id,
+		PeerAddr:    r.PeerAddr,
+		HTTPAddr:    r.HTTPAddr,
+		GRPCAddr:    r.GRPCAddr,
+		Zone:        r.Zone,
+		State:       core.PeerState(r.State),
+		Incarnation: r.Incarnation,
 	}, nil
 }
 

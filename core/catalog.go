@@ -29,6 +29,12 @@ type NodeInfo struct {
 	GRPCAddr string
 	Zone     string
 	State    PeerState
+	// Incarnation is new at every start and every recovery of the node
+	// (after it fenced): a record whose incarnation changed belongs to a
+	// new process, or to the same one come back, and the previous
+	// incarnation is dead (docs/cluster.md, "Incarnations"). Empty in
+	// records of nodes that predate it.
+	Incarnation string
 }
 
 // ConsumerInfo is a consumer's record in the catalog (/q/{queue}/c/{id}):

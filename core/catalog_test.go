@@ -17,6 +17,20 @@ import (
 type recordingCatalog struct {
 	mu        sync.Mutex
 	consumers map[string]core.ConsumerInfo
+	// incarnations, when set, are the node records Nodes returns (node →
+	// incarnation).
+	incarnations map[string]string
+}
+
+// setIncarnation records node's incarnation, as a node record published
+// by a (re)started or recovered node would.
+func (c *recordingCatalog) setIncarnation(node, inc string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.incarnations == nil {
+		c.incarnations = map[string]string{}
+	}
+	c.incarnations[node] = inc
 }
 
 var _ core.Catalog = (*recordingCatalog)(nil)
@@ -47,7 +61,15 @@ func (c *recordingCatalog) Consumers(queue string) []core.ConsumerInfo {
 	return out
 }
 
-func (c *recordingCatalog) Nodes() []core.NodeInfo { return nil }
+func (c *recordingCatalog) Nodes() []core.NodeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []core.NodeInfo
+	for id, inc := range c.incarnations {
+		out = append(out, core.NodeInfo{ID: id, State: core.StateOnline, Incarnation: inc})
+	}
+	return out
+}
 
 // A worker's registration is published with this node and zone and
 // withdrawn on detach; a consumer on another node does not make a job

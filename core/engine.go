@@ -166,12 +166,18 @@ type Engine struct {
 	retain   retained
 	active   int
 	draining bool
+	// fenced: Fence ran and Unfence has not (fence.go).
+	fenced bool
 	// drained closes once the node is draining and holds no open job
 	// (quietLocked); drain is the graceful drain's progress (drain.go).
 	drained chan struct{}
 	drain   drainState
 	closed  bool
 	epoch   uint64
+	// incarnations is each node's incarnation as the last ClusterChanged
+	// saw it: a node whose record comes back under another one was
+	// replaced, and its previous incarnation is dead (membership.go).
+	incarnations map[string]string
 }
 
 // New returns an Engine. It starts no goroutines: everything it does later
@@ -203,6 +209,8 @@ func New(cfg Config) (*Engine, error) {
 		hosted:    map[string]*Worker{},
 		drained:   make(chan struct{}),
 		epoch:     uint64(time.Now().UnixMilli()),
+
+		incarnations: map[string]string{},
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	return e, nil
@@ -221,34 +229,6 @@ func (e *Engine) Draining() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.draining
-}
-
-// Fence stops all work on this node because its catalog lease must be
-// treated as lost: other nodes will soon take its registrations as proof of
-// death and run its jobs elsewhere, so nothing may keep running here. It
-// refuses new jobs, cancels every job bound to this node's workers (whoever
-// its ingress), drops queued jobs that other nodes forwarded here (their
-// ingress re-forwards them once this node's record is gone), and ends this
-// node's own jobs with node_shutdown.
-func (e *Engine) Fence() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stopTakingLocked()
-	for id, w := range e.hosted {
-		if b := w.bindings[id]; b != nil {
-			e.cancelOnWorkerLocked(w, id, b.t.d.Gen, CodeNodeShutdown)
-		}
-	}
-	for _, q := range e.queues {
-		for _, t := range append([]*task(nil), q.pending...) {
-			if t.d.Ingress != e.cfg.Node {
-				e.removePendingLocked(q, t)
-			}
-		}
-	}
-	for _, j := range e.jobs {
-		e.finishLocked(j, CodeNodeShutdown, "the node lost its catalog lease and stopped its work", nil)
-	}
 }
 
 // Close stops every timer. Jobs still open are ended with node_shutdown, so

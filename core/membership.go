@@ -18,18 +18,50 @@ func (e *Engine) ClusterChanged() {
 	if e.closed {
 		return
 	}
-	e.nodesGoneLocked()
+	replaced := e.incarnationsLocked()
+	e.nodesGoneLocked(replaced)
 	e.zonesChangedLocked()
 	for _, q := range e.queues {
-		e.consumersGoneLocked(q)
+		e.consumersGoneLocked(q, replaced)
 		e.dispatchLocked(q)
 		e.pinCheckLocked(q)
 		e.claimOrphansLocked(q)
 	}
 }
 
-// nodesGoneLocked acts on nodes whose catalog record is gone: their lease
-// expired or was revoked, so they have fenced themselves and run nothing.
+// incarnationsLocked records each node's incarnation from the catalog view
+// and returns the nodes whose incarnation changed since the last call: a
+// node that came back from a fence, or was restarted under the same name,
+// possibly before its old record left the view (a restart inside the old
+// lease replaces the record; a record deleted and written again between
+// two calls is seen only as replaced). The previous incarnation is dead:
+// it fenced before it recovered, or its process is gone. What it held is
+// released at once, as for a node whose record is gone. This node's own
+// record is never judged.
+func (e *Engine) incarnationsLocked() map[string]bool {
+	var replaced map[string]bool
+	now := map[string]string{}
+	for _, n := range e.cat.Nodes() {
+		if n.ID == e.cfg.Node || n.Incarnation == "" {
+			continue
+		}
+		now[n.ID] = n.Incarnation
+		if was, ok := e.incarnations[n.ID]; ok && was != n.Incarnation {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[n.ID] = true
+			e.m.IncarnationsReplaced.Inc()
+			e.log.Info("node came back under a new incarnation; releasing what the previous one held", "peer", n.ID, "previous", was, "incarnation", n.Incarnation)
+		}
+	}
+	e.incarnations = now
+	return replaced
+}
+
+// nodesGoneLocked acts on nodes whose catalog record is gone (their lease
+// expired or was revoked, so they have fenced themselves and run nothing),
+// or that were replaced by a new incarnation (incarnationsLocked).
 //   - As ingress: a job held by a dead node (its consumer host, or its
 //     dispatcher while no host is known) returns to its queue if it
 //     produced no output and fails worker_lost otherwise. A job running on
@@ -37,7 +69,7 @@ func (e *Engine) ClusterChanged() {
 //   - As consumer host: a job whose ingress is dead has no requester left
 //     and is cancelled on its worker.
 //   - As dispatcher: a pending job whose ingress is dead is dropped.
-func (e *Engine) nodesGoneLocked() {
+func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 	dead := map[string]bool{}
 	gone := func(node string) bool {
 		if node == "" || node == e.cfg.Node {
@@ -46,7 +78,7 @@ func (e *Engine) nodesGoneLocked() {
 		if v, ok := dead[node]; ok {
 			return v
 		}
-		dead[node] = e.cluster.Gone(node)
+		dead[node] = replaced[node] || e.cluster.Gone(node)
 		return dead[node]
 	}
 	for _, j := range e.jobs {
@@ -123,14 +155,18 @@ func (e *Engine) zonesChangedLocked() {
 }
 
 // consumersGoneLocked returns the jobs bound to remote consumers whose
-// registration is gone: the death the at-most-once rule accepts as proof.
-func (e *Engine) consumersGoneLocked(q *queue) {
+// registration is gone, or whose node was replaced by a new incarnation
+// (a recovered node publishes its live workers' records again under the
+// same ids: a job bound to one before is the previous incarnation's, and
+// was cancelled when that one fenced): the death the at-most-once rule
+// accepts as proof.
+func (e *Engine) consumersGoneLocked(q *queue, replaced map[string]bool) {
 	if len(q.remote) == 0 {
 		return
 	}
 	live := map[string]bool{}
 	for _, c := range e.cat.Consumers(q.name) {
-		live[c.ID] = true
+		live[c.ID] = !replaced[c.Node]
 	}
 	for id, t := range q.bound {
 		if t.remote == nil || live[t.remote.info.ID] {

@@ -18,14 +18,17 @@ type Metrics struct {
 	GraceSaves       prometheus.Counter
 	QueuesReaped     prometheus.Counter
 	FencedMessages   prometheus.Counter
-	Relocations      prometheus.Counter
-	RetainedJobs     prometheus.Gauge
-	RetainedBytes    prometheus.Gauge
-	Evictions        *prometheus.CounterVec
-	CreditWaiting    prometheus.Gauge
-	CreditWait       prometheus.Counter
-	UnreadEvents     prometheus.Gauge
-	UnreadBytes      prometheus.Gauge
+	// IncarnationsReplaced counts peers seen back under a new incarnation
+	// (membership.go), each the proven death of the one before.
+	IncarnationsReplaced prometheus.Counter
+	Relocations          prometheus.Counter
+	RetainedJobs         prometheus.Gauge
+	RetainedBytes        prometheus.Gauge
+	Evictions            *prometheus.CounterVec
+	CreditWaiting        prometheus.Gauge
+	CreditWait           prometheus.Counter
+	UnreadEvents         prometheus.Gauge
+	UnreadBytes          prometheus.Gauge
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -81,6 +84,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "switchyard", Subsystem: "dispatch", Name: "queues_reaped_total",
 			Help: "Queues removed after staying empty, with no consumer, for the queue idle time.",
 		}),
+		IncarnationsReplaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "switchyard", Subsystem: "cluster", Name: "incarnations_replaced_total",
+			Help: "Peers seen back under a new incarnation (restarted, or recovered from a fence): each releases at once what the previous incarnation held.",
+		}),
 		FencedMessages: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "switchyard", Subsystem: "dispatch", Name: "fenced_messages_total",
 			Help: "Worker answers this node did not forward because it had to treat its catalog lease as lost.",
@@ -126,7 +133,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Jobs, m.QueueDepth, m.TimeToFirst, m.Duration, m.WorkersConnected,
 		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves,
-		m.QueuesReaped, m.FencedMessages, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions,
+		m.QueuesReaped, m.FencedMessages, m.IncarnationsReplaced, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions,
 		m.CreditWaiting, m.CreditWait, m.UnreadEvents, m.UnreadBytes)
 	return m
 }
