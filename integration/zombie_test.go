@@ -233,8 +233,8 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 		return len(a.Catalog().Consumers(queue)) == 2
 	})
 
-	// Cut at a seeded point of B's renewal cycle ((TTL − margin)/2 long).
-	renew := (zombieTTL - zombieTTL/3) / 2
+	// Cut at a seeded point of B's renewal cycle ((TTL − margin)/4 long).
+	renew := (zombieTTL - zombieTTL/3) / 4
 	time.Sleep(time.Duration(rng.Int64N(int64(renew))))
 	cutAt := time.Now()
 	proxy.Cut(blackhole)
