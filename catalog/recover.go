@@ -48,6 +48,12 @@ func (c *Catalog) Recover(ctx context.Context) error {
 	if !old.isLost() {
 		return nil
 	}
+	// Each round is short: while the catalog has no quorum every call
+	// waits out its deadline (the in-process client waits for a leader),
+	// and the round in flight when the quorum comes back delays the
+	// recovery by what is left of it.
+	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.RequestTimeout, recoverRound))
+	defer cancel()
 	// The old lease first: were the new one granted while the old one
 	// lived on, two sets of this node's records would stand at once, and
 	// the old consumers and dispatch records would route jobs to a node
@@ -76,6 +82,10 @@ func (c *Catalog) Recover(ctx context.Context) error {
 		"previous", fmt.Sprintf("%x", int64(old.id)), "incarnation", l.incarnation())
 	return nil
 }
+
+// recoverRound bounds one Recover call: a revoke and a grant, two raft
+// commits, which take milliseconds when the catalog has a quorum.
+const recoverRound = time.Second
 
 // grant grants a new lease of LeaseTTL.
 func (c *Catalog) grant(ctx context.Context) (*lease, error) {

@@ -61,6 +61,7 @@ func (s *ClusterServer) ListNodes(context.Context, *pb.ListNodesRequest) (*pb.Li
 		out.Nodes = append(out.Nodes, &pb.Node{
 			Id: n.ID, State: string(n.State), Zone: optional(n.Zone),
 			HttpAddr: optional(n.HTTPAddr), GrpcAddr: optional(n.GRPCAddr), PeerAddr: optional(n.PeerAddr),
+			Incarnation: optional(n.Incarnation),
 		})
 	}
 	return out, nil

@@ -12,6 +12,8 @@ type NodeResponse struct {
 	HTTPAddr string `json:"http_addr,omitempty"`
 	GRPCAddr string `json:"grpc_addr,omitempty"`
 	PeerAddr string `json:"peer_addr,omitempty"`
+	// Incarnation is new at every start and every recovery from a fence.
+	Incarnation string `json:"incarnation,omitempty"`
 } // @name Node
 
 // NodeList is GET /v1/cluster/nodes.

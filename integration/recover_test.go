@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -90,6 +91,9 @@ func TestFencedNodeRecovers(t *testing.T) {
 	}
 	back := time.Since(healed)
 	again, _ := a.Catalog().Node("rb")
+	if inc := listedIncarnation(t, a, "rb"); inc != again.Incarnation {
+		t.Fatalf("GET /v1/cluster/nodes on ra lists rb's incarnation %q, want %q", inc, again.Incarnation)
+	}
 	waitFor(t, 5*time.Second, "wb's consumer back in ra's view", func() bool { return len(a.Catalog().Consumers("rq")) == 1 })
 	before := runs.Load()
 	complete("after the recovery")
@@ -102,4 +106,30 @@ func TestFencedNodeRecovers(t *testing.T) {
 	}
 	t.Logf("lease TTL %v: rb fenced %v after the cut, left ra's view %v after it; back online and ready %v after the heal (incarnation %s → %s); its worker's session stayed up and ran the next job",
 		zombieTTL, fenced.Round(time.Millisecond), gone.Round(time.Millisecond), back.Round(time.Millisecond), first.Incarnation, again.Incarnation)
+}
+
+// listedIncarnation is node's incarnation as GET /v1/cluster/nodes on n
+// lists it.
+func listedIncarnation(t *testing.T, n *switchyard.Node, node string) string {
+	t.Helper()
+	res, err := http.Get(baseURL(n) + "/v1/cluster/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var list struct {
+		Nodes []struct {
+			ID          string `json:"id"`
+			Incarnation string `json:"incarnation"`
+		} `json:"nodes"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&list); err != nil {
+		t.Fatalf("GET /v1/cluster/nodes: %v", err)
+	}
+	for _, nd := range list.Nodes {
+		if nd.ID == node {
+			return nd.Incarnation
+		}
+	}
+	return ""
 }

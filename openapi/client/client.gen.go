@@ -638,9 +638,12 @@ type Node struct {
 	GrpcAddr *string `json:"grpc_addr,omitempty"`
 	HttpAddr *string `json:"http_addr,omitempty"`
 	Id       string  `json:"id"`
-	PeerAddr *string `json:"peer_addr,omitempty"`
-	State    string  `json:"state"`
-	Zone     *string `json:"zone,omitempty"`
+
+	// Incarnation Incarnation is new at every start and every recovery from a fence.
+	Incarnation *string `json:"incarnation,omitempty"`
+	PeerAddr    *string `json:"peer_addr,omitempty"`
+	State       string  `json:"state"`
+	Zone        *string `json:"zone,omitempty"`
 }
 
 // NodeList defines model for NodeList.

@@ -118,9 +118,14 @@ type Node struct {
 	Zone *string `protobuf:"bytes,3,opt,name=zone,proto3,oneof" json:"zone,omitempty"`
 	// HttpAddr, GrpcAddr and PeerAddr are where the node serves its HTTP API,
 	// its public gRPC services and its peer port.
-	HttpAddr      *string `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3,oneof" json:"http_addr,omitempty"`
-	GrpcAddr      *string `protobuf:"bytes,5,opt,name=grpc_addr,json=grpcAddr,proto3,oneof" json:"grpc_addr,omitempty"`
-	PeerAddr      *string `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3,oneof" json:"peer_addr,omitempty"`
+	HttpAddr *string `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3,oneof" json:"http_addr,omitempty"`
+	GrpcAddr *string `protobuf:"bytes,5,opt,name=grpc_addr,json=grpcAddr,proto3,oneof" json:"grpc_addr,omitempty"`
+	PeerAddr *string `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3,oneof" json:"peer_addr,omitempty"`
+	// Incarnation is new at every start of the node's process and every
+	// recovery from a fence (the hex id of the catalog lease it took then): a
+	// node listed under another incarnation than before was restarted, or
+	// came back from a fence. Absent for a node that predates it.
+	Incarnation   *string `protobuf:"bytes,7,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,6 +198,13 @@ func (x *Node) GetGrpcAddr() string {
 func (x *Node) GetPeerAddr() string {
 	if x != nil && x.PeerAddr != nil {
 		return *x.PeerAddr
+	}
+	return ""
+}
+
+func (x *Node) GetIncarnation() string {
+	if x != nil && x.Incarnation != nil {
+		return *x.Incarnation
 	}
 	return ""
 }
@@ -590,21 +602,23 @@ const file_switchyard_v1_cluster_proto_rawDesc = "" +
 	"\x1bswitchyard/v1/cluster.proto\x12\rswitchyard.v1\x1a\x1cgoogle/api/annotations.proto\"\x12\n" +
 	"\x10ListNodesRequest\">\n" +
 	"\x11ListNodesResponse\x12)\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x13.switchyard.v1.NodeR\x05nodes\"\xde\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x13.switchyard.v1.NodeR\x05nodes\"\x95\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x17\n" +
 	"\x04zone\x18\x03 \x01(\tH\x00R\x04zone\x88\x01\x01\x12 \n" +
 	"\thttp_addr\x18\x04 \x01(\tH\x01R\bhttpAddr\x88\x01\x01\x12 \n" +
 	"\tgrpc_addr\x18\x05 \x01(\tH\x02R\bgrpcAddr\x88\x01\x01\x12 \n" +
-	"\tpeer_addr\x18\x06 \x01(\tH\x03R\bpeerAddr\x88\x01\x01B\a\n" +
+	"\tpeer_addr\x18\x06 \x01(\tH\x03R\bpeerAddr\x88\x01\x01\x12%\n" +
+	"\vincarnation\x18\a \x01(\tH\x04R\vincarnation\x88\x01\x01B\a\n" +
 	"\x05_zoneB\f\n" +
 	"\n" +
 	"_http_addrB\f\n" +
 	"\n" +
 	"_grpc_addrB\f\n" +
 	"\n" +
-	"_peer_addr\"\x13\n" +
+	"_peer_addrB\x0e\n" +
+	"\f_incarnation\"\x13\n" +
 	"\x11ListQueuesRequest\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.switchyard.v1.QueueR\x06queues\"'\n" +
