@@ -146,6 +146,11 @@ func (n *Node) rejoin(ctx context.Context) error {
 			return err
 		}
 	}
+	if n.closing.Load() {
+		// Close began: its drain publishes the record draining, which an
+		// online one must not overwrite.
+		return catalog.ErrClosed
+	}
 	rec.State = core.StateOnline
 	return n.cat.PublishNode(ctx, rec)
 }
