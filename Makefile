@@ -10,7 +10,7 @@ CLUSTER_JOBS ?= 2000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short test-election lint fuzz bench soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -30,6 +30,13 @@ test:
 ## (build tags faults and compose) included
 lint:
 	$(GO) run $(STATICCHECK) -tags faults,compose ./...
+
+## test-election: the catalog's embedded 3-member cluster losing its etcd
+## leader (three times) and its quorum, under CPU load on every core, alone
+## so the load starves no other package's tests (docs/cluster.md, "The
+## catalog's own leader election"); about a minute
+test-election:
+	SWITCHYARD_CPU_LOAD=1 $(GO) test -race -count=1 -v -timeout 5m -run '^TestEmbeddedCluster(SurvivesLeaderLoss|QuorumLossFencesAndRecovers)$$' ./catalog/
 
 ## test-short: unit tests only (skips the binary build)
 test-short:
