@@ -61,14 +61,25 @@ func (e *Engine) incarnationsLocked() map[string]bool {
 
 // nodesGoneLocked acts on nodes whose catalog record is gone (their lease
 // expired or was revoked, so they have fenced themselves and run nothing),
-// or that were replaced by a new incarnation (incarnationsLocked).
+// and on the previous incarnation of nodes that came back under a new one
+// (replaced, from incarnationsLocked).
 //   - As ingress: a job held by a dead node (its consumer host, or its
 //     dispatcher while no host is known) returns to its queue if it
 //     produced no output and fails worker_lost otherwise. A job running on
 //     one of this node's own workers is held here, whoever dispatched it.
-//   - As consumer host: a job whose ingress is dead has no requester left
+//     A job held by a replaced node was held by its previous incarnation:
+//     this node learnt its holder before it saw the new one, which routes
+//     nothing to it while its record says in_progress.
+//   - As consumer host: a job whose ingress is gone has no requester left
 //     and is cancelled on its worker.
-//   - As dispatcher: a pending job whose ingress is dead is dropped.
+//   - As dispatcher: a pending job whose ingress is gone is dropped.
+//
+// A replaced ingress is not taken for gone in the last two: a job its new
+// incarnation sends may reach this node before the new record does (with
+// several etcd members the two travel apart), and nothing tells it from
+// one of the previous incarnation's. Those, orphans of a process that is
+// gone, run to the first reply, which the new incarnation answers with a
+// cancel (it knows no such job).
 func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 	dead := map[string]bool{}
 	gone := func(node string) bool {
@@ -78,7 +89,7 @@ func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 		if v, ok := dead[node]; ok {
 			return v
 		}
-		dead[node] = replaced[node] || e.cluster.Gone(node)
+		dead[node] = e.cluster.Gone(node)
 		return dead[node]
 	}
 	for _, j := range e.jobs {
@@ -89,7 +100,7 @@ func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 		if holder == "" {
 			holder = j.dispatcher
 		}
-		if gone(holder) {
+		if replaced[holder] || gone(holder) {
 			e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+holder+" is gone")
 		}
 	}
