@@ -177,7 +177,11 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 		"--stream-max-events", "200000", "--history-events", "400000",
 		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456",
 		"--output-window-events", "512", "--output-window-bytes", "2097152")
-	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr)
+	// A host stops the jobs of an ingress that missed its pings (a silent
+	// ingress: nobody may be reading them). kb's pause is a slow ingress,
+	// not a silent one, only while it is shorter than kc's silence bound
+	// for it: 30 pings (3s) here, twice the pause.
+	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr, "--peer-failure-threshold", "30")
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
 			var body struct{ Nodes []struct{ ID, State string } }

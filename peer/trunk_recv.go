@@ -188,9 +188,13 @@ func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, h
 	}
 }
 
-// watchOrphans reports, at due, the legs of a broken trunk from host that
-// no trunk has taken up since and that are not done: their host has been
-// silent for three intervals. A server that stops reports nothing.
+// watchOrphans looks, at due, at the legs of a broken trunk from host that
+// no trunk has taken up since and that are not done. It pings the host
+// first: one that answers is alive (in its backoff before opening a new
+// trunk, say, after this node was the one that stalled), and is given
+// three more intervals; one that does not (a killed host refuses at once,
+// a paused one times out) has been silent for three intervals, and its
+// legs are reported. A server that stops reports nothing.
 func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,11 +213,30 @@ func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, d
 		}
 		s.mu.Unlock()
 		if len(orphans) > 0 {
-			// On a goroutine stop waits for: the receiver may take a while.
-			s.goStream(func() { s.reportSilent(rcv, from, orphans, hb) })
+			// On a goroutine stop waits for: the ping and the receiver
+			// may take a while.
+			s.goStream(func() {
+				if s.answers(from, hb) {
+					s.watchOrphans(rcv, from, orphans, time.Now().Add(silentIntervals*hb), hb)
+					return
+				}
+				s.reportSilent(rcv, from, orphans, hb)
+			})
 		}
 	})
 	s.orphanWatches[t] = struct{}{}
+}
+
+// answers reports whether node answers a ping within timeout.
+func (s *server) answers(node string, timeout time.Duration) bool {
+	addr, ok := s.cfg.Addr(node)
+	if !ok || s.router == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.router.ctx, timeout)
+	defer cancel()
+	got, err := s.router.client.Ping(ctx, addr)
+	return err == nil && got == node
 }
 
 // read reads every frame: up to the first open, then legs' opens, items
