@@ -165,14 +165,17 @@ func (rs *respondStream) release(rcv core.Receiver) {
 		return
 	}
 	if !silent {
-		// Three intervals since the host's last frame, and at least one
-		// from now: were this node the one that stalled, the host must
-		// still get the time to open a new trunk.
-		due := time.Unix(0, rs.last.Load()).Add(silentIntervals * rs.hb)
+		// Three intervals since the host's last frame. When that is past
+		// already, this node is the one that did not read (it stalled:
+		// its own silence watch would have fired otherwise): the host
+		// gets one interval from now, and answering a ping proves it
+		// alive (it may be in its backoff before a new trunk).
+		last := time.Unix(0, rs.last.Load())
+		due, stalled := last.Add(silentIntervals*rs.hb), false
 		if soon := time.Now().Add(rs.hb); due.Before(soon) {
-			due = soon
+			due, stalled = soon, true
 		}
-		rs.s.watchOrphans(rcv, rs.from, legs, due, rs.hb)
+		rs.s.watchOrphans(rcv, rs.from, legs, due, rs.hb, stalled)
 		return
 	}
 	rs.s.reportSilent(rcv, rs.from, legs, rs.hb)
@@ -189,13 +192,15 @@ func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, h
 }
 
 // watchOrphans looks, at due, at the legs of a broken trunk from host that
-// no trunk has taken up since and that are not done. It pings the host
-// first: one that answers is alive (in its backoff before opening a new
-// trunk, say, after this node was the one that stalled), and is given
-// three more intervals; one that does not (a killed host refuses at once,
-// a paused one times out) has been silent for three intervals, and its
-// legs are reported. A server that stops reports nothing.
-func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration) {
+// no trunk has taken up since and that are not done, and reports them:
+// their host has been silent for three intervals. After this node
+// stalled (ping), it pings the host first: one that answers is alive (in
+// its backoff before opening a new trunk) and is given three more
+// intervals. Not otherwise: a trunk that broke while this node was
+// reading is a host that crashed or lost its link, and a host restarted
+// under the same name would answer the ping for the old process. A
+// server that stops reports nothing.
+func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration, ping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -216,8 +221,8 @@ func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, d
 			// On a goroutine stop waits for: the ping and the receiver
 			// may take a while.
 			s.goStream(func() {
-				if s.answers(from, hb) {
-					s.watchOrphans(rcv, from, orphans, time.Now().Add(silentIntervals*hb), hb)
+				if ping && s.answers(from, hb) {
+					s.watchOrphans(rcv, from, orphans, time.Now().Add(silentIntervals*hb), hb, true)
 					return
 				}
 				s.reportSilent(rcv, from, orphans, hb)
