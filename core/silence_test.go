@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,4 +290,37 @@ func TestAwaitDispatcherBounded(t *testing.T) {
 	j := n1.submit("q", env(clusterTTL))
 	n1.waitState(j.ID, core.StateFailed)
 	wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeDispatcherUnavailable)
+}
+
+// Jobs that come back to their queue together (a lost worker's, a dead
+// node's) line up ahead of new arrivals by the TTL they have left, the
+// oldest first, whatever order they came back in.
+func TestJobsThatComeBackLineUpByTTLLeft(t *testing.T) {
+	h := newHarness(t, nil)
+	w1, f1 := h.attach("q", 4)
+	var old []*core.Job
+	for range 4 {
+		old = append(old, h.submit("q", env(clusterTTL)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	for _, j := range old {
+		waitOffers(t, f1, j.ID, 1)
+	}
+	late := h.submit("q", env(clusterTTL)) // waits: w1 is full
+	w1.Detach(context.Background())        // the four go back, in map order
+	w2, f2 := h.attach("q", 1)
+	var got []string
+	for i := range 5 {
+		o := f2.lastOffer(t)
+		for len(f2.Offers()) != i+1 {
+			time.Sleep(time.Millisecond)
+			o = f2.lastOffer(t)
+		}
+		got = append(got, o.JobID)
+		w2.End(o.JobID, o.Gen, "", "", nil)
+	}
+	want := []string{old[0].ID, old[1].ID, old[2].ID, old[3].ID, late.ID}
+	if !slices.Equal(got, want) {
+		t.Fatalf("offered %q, want the returned jobs oldest first, then the new one: %q", got, want)
+	}
 }
