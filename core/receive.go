@@ -242,4 +242,3 @@ func (e *Engine) ReplyLegOpened(host, id string, gen uint64) {
 		j.host = host
 	}
 }
-

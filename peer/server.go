@@ -42,8 +42,8 @@ type server struct {
 	epochs    atomic.Uint64 // respondStream.epoch
 	// orphanWatches are the timers of broken trunks' legs (watchOrphans).
 	orphanWatches map[*time.Timer]struct{}
-	stopped   bool          // stop began: no stream goroutine starts
-	wg        sync.WaitGroup
+	stopped       bool // stop began: no stream goroutine starts
+	wg            sync.WaitGroup
 }
 
 // receiverBox lets an interface value live in an atomic.Pointer.
