@@ -239,8 +239,16 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	select {
 	case <-f.done:
 	default:
-		// Accepted: the forward's verdict is applied when it comes.
 		f.waited = false
+		if err := ctx.Err(); err != nil && !j.state.Terminal() {
+			// The caller left before the job was accepted: nobody will
+			// read it. Its cancel follows the forward on the lane. The
+			// caller gets an error, so OnEnd is not called.
+			j.onEnd = nil
+			e.finishLocked(j, CodeCancelled, "the client went away before the job was accepted", nil)
+			return nil, false, err
+		}
+		// Accepted: the forward's verdict is applied when it comes.
 		return j, false, nil
 	}
 	ferr := f.err

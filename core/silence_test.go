@@ -324,3 +324,35 @@ func TestJobsThatComeBackLineUpByTTLLeft(t *testing.T) {
 		t.Fatalf("offered %q, want the returned jobs oldest first, then the new one: %q", got, want)
 	}
 }
+
+// A caller that leaves while its job's forward has no verdict yet gets an
+// error, and the job is cancelled behind it (its cancel follows the
+// forward to the dispatcher): nobody is left to read it.
+func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	net.setDispatcher("q", "n2")
+	n2.worker("q", "a", 1)
+	net.mu.Lock()
+	net.silentForward = func(node string) bool { return node == "n2" }
+	net.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	ended := 0
+	_, _, err := n1.e.Submit(ctx, "q", env(clusterTTL), core.SubmitOptions{OnEnd: func() { ended++ }})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit = %v, want the caller's context error", err)
+	}
+	if ended != 0 {
+		t.Fatalf("OnEnd called %d times for a Submit that returned an error", ended)
+	}
+	wantJobsTotal(t, n1.harness, map[core.Outcome]float64{core.OutcomeCancelled: 1})
+	waitFor(t, 5*time.Second, "the cancel to n2", func() bool {
+		for _, s := range net.sent() {
+			if s.Kind == core.MsgCancel && s.To == "n2" {
+				return true
+			}
+		}
+		return false
+	})
+}
