@@ -157,6 +157,9 @@ func (c *Config) Validate() error {
 	if c.LeaseTTL < 2*time.Second {
 		return &core.ConfigError{Field: "lease-ttl", Value: c.LeaseTTL, Err: errors.New("must be at least 2s (etcd rounds leases to seconds)")}
 	}
+	if c.Engine.DispatcherWait < c.LeaseTTL {
+		return &core.ConfigError{Field: "dispatcher-wait", Value: c.Engine.DispatcherWait, Err: fmt.Errorf("must be at least lease-ttl (%s), or a job whose dispatcher died could fail before its record is gone and replaced", c.LeaseTTL)}
+	}
 	if c.DrainTimeout < 0 {
 		return &core.ConfigError{Field: "drain-timeout", Value: c.DrainTimeout, Err: errors.New("must not be negative")}
 	}

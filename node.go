@@ -52,6 +52,9 @@ type Node struct {
 	tracker     *peer.Tracker
 	stopTracker context.CancelFunc
 	trackerWG   sync.WaitGroup
+	// peersChanged is poked (capacity 1) when the tracker's verdict on a
+	// peer changes: watchCluster passes it to the engine at once.
+	peersChanged chan struct{}
 
 	httpLn, grpcLn, peerLn net.Listener
 	// streams ends at shutdown, before the servers stop: SSE handlers and
@@ -135,7 +138,7 @@ func newNode(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry()}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry(), peersChanged: make(chan struct{}, 1)}
 	n.fm = newFenceMetrics(n.reg)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	// Streams watch this context: cancelling it is how shutdown ends SSE
@@ -206,6 +209,12 @@ func (n *Node) openCluster() (err error) {
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
 		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
+		OnChange: func() {
+			select {
+			case n.peersChanged <- struct{}{}:
+			default:
+			}
+		},
 	}); err != nil {
 		return err
 	}
@@ -213,6 +222,10 @@ func (n *Node) openCluster() (err error) {
 	n.cat.SetReachable(cluster.reachable)
 
 	ecfg := cfg.Engine
+	// A live dispatcher answers a forward within milliseconds; one that
+	// has not within a peer heartbeat is treated as silent by Submit: the
+	// job is accepted and its forward goes on (core/reroute.go).
+	ecfg.ForwardWait = min(cfg.PeerHeartbeatInterval, ecfg.DispatcherWait)
 	ecfg.Catalog, ecfg.Cluster, ecfg.Transport, ecfg.Idempotency = n.cat, cluster, n.peer, n.cat
 	ecfg.Registerer, ecfg.Logger = n.reg, n.log.With("system", "engine")
 	if n.engine, err = core.New(ecfg); err != nil {
@@ -389,7 +402,8 @@ func (n *Node) ready() error {
 // watchCluster tells the engine each time the catalog view changes (a node
 // or consumer came or went: proven deaths, new routes), and every peer
 // heartbeat besides, because this node's own verdict on a peer (spare or
-// not) changes without any catalog write.
+// not) changes without any catalog write; a peer that turned spare is
+// passed on at once (Engine.PeersSilent: silence ends its jobs here).
 func (n *Node) watchCluster(ctx context.Context) {
 	changed, unsubscribe := n.cat.Watch()
 	defer unsubscribe()
@@ -403,8 +417,10 @@ func (n *Node) watchCluster(ctx context.Context) {
 			// Lane streams re-apply the zone test (a node's zone label may
 			// have changed), beside the engine's own test of its bindings.
 			n.peer.ZonesChanged()
+		case <-n.peersChanged:
 		case <-tick.C:
 		}
+		n.engine.PeersSilent(n.tracker.SpareNodes())
 		n.engine.ClusterChanged()
 	}
 }

@@ -92,6 +92,15 @@ type fakeNet struct {
 	// drop, when set, discards the messages it returns true for (they are
 	// still logged, marked Dropped).
 	drop func(s sentMsg) bool
+	// silentForward, when set, makes a Forward to a node it returns true
+	// for get no answer: it waits until its context ends or the node is
+	// dead (then it fails as the peer transport does: node not in the
+	// catalog), as a Forward to a paused or killed node does.
+	silentForward func(node string) bool
+	// electErr, when set, is what Dispatcher returns instead of electing
+	// while it returns non-nil (silence.go's tests: a record naming a node
+	// that is not routable and cannot be taken over yet).
+	electErr func(queue string) error
 }
 
 func newFakeNet(t *testing.T) *fakeNet {
@@ -356,6 +365,11 @@ func (p *fakePeer) Dispatcher(_ context.Context, queue string) (string, error) {
 	n := p.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.electErr != nil {
+		if err := n.electErr(queue); err != nil {
+			return "", err
+		}
+	}
 	if d, ok := n.dispatch[queue]; ok && n.routable[d] {
 		return d, nil
 	}
@@ -419,13 +433,26 @@ func (p *fakePeer) NodeZone(string) string { return "" }
 // Expect: the fake opens nothing ahead of time.
 func (p *fakePeer) Expect(string, string, uint64, string, time.Duration) {}
 
-func (p *fakePeer) Forward(_ context.Context, node string, d core.Delivery) error {
+func (p *fakePeer) Forward(ctx context.Context, node string, d core.Delivery) error {
 	n := p.net
 	n.mu.Lock()
 	n.log = append(n.log, sentMsg{Kind: core.MsgForward, From: p.node, To: node, Call: true,
 		Msg: core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d}})
 	target, dup := n.nodes[node], n.dupForward
+	silent := n.silentForward != nil && n.silentForward(node)
 	n.mu.Unlock()
+	if silent {
+		for {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("fake: forward to %s: %w", node, ctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
+			if !p.Alive(node) {
+				return fmt.Errorf("fake: forward to %s: node not in the catalog", node)
+			}
+		}
+	}
 	if target == nil {
 		return fmt.Errorf("fake: no node %q", node)
 	}

@@ -207,7 +207,16 @@ func (e *Engine) rememberLocked(q *queue, d Delivery, now time.Time) {
 // expiry in the queue.
 func (e *Engine) pushLocked(q *queue, t *task, front bool) {
 	if front {
-		q.pending = slices.Insert(q.pending, 0, t)
+		// Ahead of every new arrival, and among the jobs that came back,
+		// the one with the least TTL left first: a node's death returns
+		// many jobs at once, in no particular order, and the job that has
+		// waited longest must not queue behind the ones posted after it.
+		now, left := time.Now(), t.budget.Remaining(time.Now())
+		i := slices.IndexFunc(q.pending, func(p *task) bool { return !p.d.Front || p.budget.Remaining(now) > left })
+		if i < 0 {
+			i = len(q.pending)
+		}
+		q.pending = slices.Insert(q.pending, i, t)
 	} else {
 		q.pending = append(q.pending, t)
 	}

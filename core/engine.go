@@ -47,6 +47,18 @@ type Config struct {
 	// the worker) and the ingress timer is only the backstop that makes a
 	// lost hop end in a terminal event rather than a hang.
 	ExpirySlack time.Duration
+	// ForwardWait is how long Submit waits for a remote dispatcher's
+	// verdict on a new job before it answers with the job accepted (the
+	// forward goes on in the background). A live dispatcher answers well
+	// within it, so its refusals stay synchronous; a silent one costs the
+	// requester no more than this before the first byte.
+	ForwardWait time.Duration
+	// DispatcherWait is how long, at most, a job waits for its queue's
+	// dispatcher (one that does not answer, or a record naming none that is
+	// routable) before it fails dispatcher_unavailable; its TTL bounds the
+	// wait too. It should exceed the catalog's lease TTL, so that a dead
+	// dispatcher's record is gone and replaced within it.
+	DispatcherWait time.Duration
 	// QueueIdle is how long a queue with no job and no worker lives on
 	// before the reaper removes it.
 	QueueIdle time.Duration
@@ -85,6 +97,8 @@ func DefaultConfig() Config {
 		RetainJobs:              50_000,
 		RetainBytes:             64 << 20,
 		ExpirySlack:             100 * time.Millisecond,
+		ForwardWait:             time.Second,
+		DispatcherWait:          30 * time.Second,
 		QueueIdle:               5 * time.Minute,
 		PinStable:               5 * time.Second,
 	}
@@ -130,6 +144,10 @@ func (c *Config) Validate() error {
 		return &ConfigError{"transport", nil, errors.New("a cluster and a transport come together")}
 	case c.PinStable <= 0:
 		return &ConfigError{"pin-stable", c.PinStable, errors.New("must be positive")}
+	case c.ForwardWait <= 0:
+		return &ConfigError{"forward-wait", c.ForwardWait, errors.New("must be positive")}
+	case c.DispatcherWait < c.ForwardWait:
+		return &ConfigError{"dispatcher-wait", c.DispatcherWait, errors.New("must be at least the forward wait")}
 	case c.ExpirySlack < 0:
 		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
 	}
@@ -162,6 +180,12 @@ type Engine struct {
 	// hosted indexes this node's bindings by job id: where a cancel for a
 	// job running here finds its worker.
 	hosted map[string]*Worker
+	// unrouted holds, by queue, this ingress's jobs waiting for their
+	// queue's dispatcher (reroute.go).
+	unrouted map[string]*awaiting
+	// silent is the set of nodes this node's peer tracker holds silent
+	// (silence.go).
+	silent map[string]bool
 	// retain keeps the ended jobs (still in jobs) for late readers.
 	retain   retained
 	active   int
@@ -207,6 +231,8 @@ func New(cfg Config) (*Engine, error) {
 		queues:    map[string]*queue{},
 		workers:   map[string]*Worker{},
 		hosted:    map[string]*Worker{},
+		unrouted:  map[string]*awaiting{},
+		silent:    map[string]bool{},
 		drained:   make(chan struct{}),
 		epoch:     uint64(time.Now().UnixMilli()),
 

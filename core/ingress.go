@@ -76,6 +76,15 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	}
 	j.idemHash = hash
 	d := e.deliveryLocked(j, now)
+	if dispatcher == "" {
+		// No dispatcher could be found or elected now: the job is accepted
+		// and waits for one (reroute.go), never refused while a capable
+		// consumer lives.
+		e.startLocked(j)
+		e.awaitDispatcherLocked(j)
+		e.mu.Unlock()
+		return j, false, nil
+	}
 	if dispatcher != e.cfg.Node {
 		// A remote dispatcher: the record exists before the forward, so an
 		// answer that races the forward's own response finds its job.
@@ -98,7 +107,9 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 // this node when it is alone, else the one the catalog names, elected now
 // if need be. Electing may write to the catalog, so it happens before
 // Submit takes the lock; the view answers without waiting when the queue
-// already has a live dispatcher.
+// already has a live dispatcher. "" when none could be found or elected:
+// the record names a node that is not routable (silent, or gone and not
+// yet replaced), or the catalog did not answer; the job then waits for one.
 func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope) (string, error) {
 	if e.cluster == nil {
 		return e.cfg.Node, nil
@@ -117,10 +128,15 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 	if !capable {
 		return "", &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
-	dispatcher, err := e.cluster.Dispatcher(ctx, queue)
+	dctx, cancel := context.WithTimeout(ctx, electAttempt)
+	defer cancel()
+	dispatcher, err := e.cluster.Dispatcher(dctx, queue)
 	if err != nil {
-		e.log.Warn("no dispatcher for queue", "queue", queue, "err", err)
-		return "", &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher could not be found or elected", RetryAfter: time.Second}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		e.log.Debug("no dispatcher for queue now; the job waits for one", "queue", queue, "err", err)
+		return "", nil
 	}
 	return dispatcher, nil
 }
@@ -173,29 +189,97 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 }
 
 // forwardNew hands a new job, live since startLocked, to its dispatcher on
-// another node and waits for the verdict. A refusal undoes the job
-// (unstartLocked), unless something answered for it meanwhile: then its
-// outcome stands.
+// another node and waits for the verdict, at most ForwardWait: a live
+// dispatcher answers within milliseconds, so a refusal (queue_full, …) is
+// still the caller's answer and undoes the job (unstartLocked), unless
+// something answered for the job meanwhile. Past ForwardWait the job is
+// accepted as it stands (its stream shows it queued) and the forward goes
+// on in the background, bounded by the job's TTL and DispatcherWait; its
+// verdict is applied then (forwardVerdictLocked). A forward that fails
+// without a verdict never refuses: the job goes back to its queue once the
+// dispatcher's death is proven.
 func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d Delivery) (*Job, bool, error) {
 	// What is left now, the ingress's own time included, is what travels.
 	d.TTL = time.Until(j.deadline)
-	ferr := e.transport.Forward(ctx, dispatcher, d)
-	if ferr == nil {
+	f := &pendingForward{done: make(chan struct{}), waited: true}
+	e.mu.Lock()
+	if j.state.Terminal() {
+		e.mu.Unlock()
 		return j, false, nil
+	}
+	until := time.Now().Add(e.cfg.DispatcherWait)
+	if j.deadline.Before(until) {
+		until = j.deadline
+	}
+	fctx, stop := context.WithDeadline(e.bgCtx, until)
+	j.stopForward = stop
+	e.goLocked(func(context.Context) {
+		defer stop()
+		err := e.transport.Forward(fctx, dispatcher, d)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if f.waited {
+			f.err = err
+			close(f.done)
+			return
+		}
+		e.forwardVerdictLocked(j, dispatcher, d.Gen, err)
+	})
+	e.mu.Unlock()
+
+	t := time.NewTimer(e.cfg.ForwardWait)
+	defer t.Stop()
+	select {
+	case <-f.done:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if j.state.Terminal() {
-		// Something answered for the job after all: its outcome stands.
+	select {
+	case <-f.done:
+	default:
+		f.waited = false
+		if err := ctx.Err(); err != nil && !j.state.Terminal() {
+			// The caller left before the job was accepted: nobody will
+			// read it. Its cancel follows the forward on the lane. The
+			// caller gets an error, so OnEnd is not called.
+			j.onEnd = nil
+			e.finishLocked(j, CodeCancelled, "the client went away before the job was accepted", nil)
+			return nil, false, err
+		}
+		// Accepted: the forward's verdict is applied when it comes.
 		return j, false, nil
 	}
-	e.unstartLocked(j)
+	ferr := f.err
+	if ferr == nil || j.state.Terminal() || j.gen != d.Gen {
+		// Taken, or something answered for the job after all: it stands.
+		return j, false, nil
+	}
 	var ce *Error
-	if errors.As(ferr, &ce) {
+	if errors.As(ferr, &ce) && j.host == "" && j.state == StateQueued {
+		e.unstartLocked(j)
 		return nil, false, ce
 	}
-	e.log.Warn("forward to dispatcher failed", "queue", j.Queue, "dispatcher", dispatcher, "err", ferr)
-	return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher on another node could not be reached", RetryAfter: time.Second}
+	if ce == nil && !e.cluster.Gone(dispatcher) && !errors.Is(ferr, context.DeadlineExceeded) {
+		// It failed at once without reaching the node (the job cannot be
+		// carried, or the node is not in the catalog and never was): the
+		// job never left, and the refusal changes nothing.
+		e.unstartLocked(j)
+		e.log.Warn("forward to dispatcher failed", "queue", j.Queue, "dispatcher", dispatcher, "err", ferr)
+		return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher on another node could not be reached", RetryAfter: time.Second}
+	}
+	e.forwardVerdictLocked(j, dispatcher, d.Gen, ferr)
+	return j, false, nil
+}
+
+// pendingForward is a new job's forward as Submit waits for it, guarded by
+// Engine.mu: while waited, its verdict goes to Submit (err, then done
+// closes); after, the forward applies it itself.
+type pendingForward struct {
+	done   chan struct{}
+	err    error
+	waited bool
 }
 
 // startLocked makes a new job live: indexed, counted, its first event
@@ -519,6 +603,10 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	e.activeDoneLocked()
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
+	if j.stopForward != nil {
+		j.stopForward()
+		j.stopForward = nil
+	}
 	e.withdrawLocked(j, code)
 	e.paceEndedLocked(j)
 	e.retainLocked(j)

@@ -136,6 +136,9 @@ type Job struct {
 	// first output or the end, see host.go).
 	dispatcher string
 	host       string
+	// stopForward ends a new job's forward still going on in the
+	// background once the job ends (see forwardNew).
+	stopForward func()
 	// exclude holds the consumers that refused the job.
 	exclude map[string]bool
 	// settled is set when the nodes downstream have let go of the job

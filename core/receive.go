@@ -171,6 +171,9 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 		// The stream's zone test at the receiving end: a delivery sent
 		// before the sender saw this node's zone label change.
 		e.releaseToIngressLocked(d, m.Consumer, true, "the job is scoped to zone "+d.Zone+", this node is not in it")
+	case e.silent[d.Ingress]:
+		// Nobody may be reading it: the ingress decides when it answers.
+		e.releaseToIngressLocked(d, m.Consumer, false, "the job's ingress node is silent")
 	case e.draining || !e.cluster.LeaseValid() || len(w.bindings) >= w.Concurrency:
 		e.releaseToIngressLocked(d, m.Consumer, false, "the consumer's node could not offer the job")
 	default:
@@ -238,19 +241,4 @@ func (e *Engine) ReplyLegOpened(host, id string, gen uint64) {
 	if j := e.jobs[id]; j != nil && j.gen == gen && !j.state.Terminal() && host != e.cfg.Node {
 		j.host = host
 	}
-}
-
-// ReplyLegSilent is the transport reporting that the reply stream of job
-// (id, gen) from host went silent: no frame and no heartbeat for several
-// heartbeat intervals, without the connection closing. Silence is not proof
-// of death (only the catalog gives that), so the job is not run again: it
-// fails worker_lost, and the host is told to stop it should it come back.
-func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	j := e.jobs[id]
-	if e.closed || j == nil || j.gen != gen || j.state.Terminal() {
-		return
-	}
-	e.finishLocked(j, CodeWorkerLost, "the consumer host "+host+" went silent (no heartbeat on the job's reply stream)", nil)
 }

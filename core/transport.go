@@ -233,7 +233,7 @@ func (e *Engine) reforwardLocked(j *Job) {
 		var ok bool
 		if node, ok = e.cluster.CachedDispatcher(j.Queue); !ok {
 			if !e.drain.started {
-				e.electAndForwardLocked(j, d)
+				e.awaitDispatcherLocked(j)
 				return
 			}
 			// A draining node claims no queue: it dispatches its own
@@ -255,28 +255,6 @@ func (e *Engine) forwardToLocked(j *Job, node string, d Delivery) {
 		return
 	}
 	e.dispatchLocked(e.queues[d.Queue])
-}
-
-// electAndForwardLocked is reforwardLocked for a queue whose record names
-// no routable dispatcher: the election writes to the catalog, so it runs
-// off the lock, and the job is forwarded when it is decided.
-func (e *Engine) electAndForwardLocked(j *Job, d Delivery) {
-	e.goLocked(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, d.TTL)
-		defer cancel()
-		node, err := e.cluster.Dispatcher(ctx, d.Queue)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if j.gen != d.Gen || j.state.Terminal() || e.closed {
-			return
-		}
-		if err != nil {
-			e.finishLocked(j, CodeDispatcherUnavailable, "the job could not go back to its queue: no dispatcher could be elected", nil)
-			return
-		}
-		d.TTL = time.Until(j.deadline)
-		e.forwardToLocked(j, node, d)
-	})
 }
 
 // withdrawLocked stops an ended job wherever it is: out of this node's

@@ -163,6 +163,7 @@ func (l *ledger) String() string {
 	p("  in flight at the fault: %d (depending on it: %d with output, %d without; not: %d); fault → last terminal event of them: %s",
 		l.inflight, l.depOut, l.depNoOut, l.indep, fmtMeasure(l.inflightEnd))
 	p("  runs: %d; run again after their worker had sent output that never reached the requester (allowed): %d", len(l.runs), l.rerunAfterOutput)
+	p("  %s", l.firstAnswers())
 	if fx.c.ingress {
 		p("  runs going when the ingress died: %d, of which %d ran to their end", l.orphanRuns, l.orphansCompleted)
 	}
@@ -391,4 +392,28 @@ func fmtOffset(d time.Duration) string {
 		s = "+" + s
 	}
 	return s
+}
+
+// firstAnswers is how long the POSTs made after the fault waited for
+// their first event (accepted): a job whose dispatcher is silent must be
+// accepted promptly and wait, never keep its requester waiting for the
+// first byte (issue 12).
+func (l *ledger) firstAnswers() string {
+	var n int
+	var slowest time.Duration
+	var which string
+	for i := range l.jobs {
+		j := &l.jobs[i]
+		if j.submitAt.Before(l.fx.faultAt) || j.status != 200 || len(j.events) == 0 {
+			continue
+		}
+		n++
+		if d := j.events[0].at.Sub(j.submitAt); d > slowest {
+			slowest, which = d, fmt.Sprintf(" (%s, posted at %s)", j.id, fmtOffset(j.submitAt.Sub(l.fx.faultAt)))
+		}
+	}
+	if n == 0 {
+		return "accepted POSTs made after the fault: none"
+	}
+	return fmt.Sprintf("accepted POSTs made after the fault: %d; POST → first event (accepted), slowest: %s%s", n, slowest.Round(time.Millisecond), which)
 }

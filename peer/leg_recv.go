@@ -43,8 +43,8 @@ type inLegKey struct {
 // the numbers it handled, the trunk that holds it now, and the job's
 // cancel once there is one. Once its last item is handled, or the host
 // ended it without one, it is done: kept for finishedLegMemory, then
-// forgotten. It is forgotten at once when its trunk went silent, and when
-// no trunk held it for its memory (attachLeg sweeps).
+// forgotten. It is also forgotten when no trunk held it for its memory
+// (attachLeg sweeps).
 type inLeg struct {
 	key inLegKey
 
@@ -168,10 +168,11 @@ func (s *server) pruneFinishedLocked(now time.Time) {
 	}
 }
 
-// detachAll ends rs's hold on its legs and returns them. Silent forgets
-// them (their jobs fail); otherwise they are kept until their memory runs
-// out for the host to open them again on its next trunk.
-func (s *server) detachAll(rs *respondStream, silent bool) []inLegKey {
+// detachAll ends rs's hold on its legs and returns them. They are kept
+// until their memory runs out for the host to open them again on its next
+// trunk, silent or not: a job with no output on a silent host goes on if
+// the host comes back, and its leg's numbers must still be known then.
+func (s *server) detachAll(rs *respondStream) []inLegKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []inLegKey
@@ -181,9 +182,6 @@ func (s *server) detachAll(rs *respondStream, silent bool) []inLegKey {
 		}
 		l.cur = nil
 		keys = append(keys, k)
-		if silent && s.inLegs[k] == l {
-			delete(s.inLegs, k)
-		}
 	}
 	rs.held = nil
 	return keys

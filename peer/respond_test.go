@@ -836,3 +836,46 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 		t.Errorf("replies counted = %v, want %d", got, n+1)
 	}
 }
+
+// A host whose connection closes and that never opens a new trunk (a
+// process killed: its legs are not taken up again) is reported to the
+// ingress's receiver like a silent one, within three heartbeat intervals
+// of its last frame — a crash and a pause end the same jobs in the same
+// bound. A leg that had ended is not reported.
+func TestRespondKilledHostIsReported(t *testing.T) {
+	const hb = 50 * time.Millisecond
+	w := &silenceWatcher{silent: make(chan string, 4)}
+	b := startServerOn(t, "127.0.0.1:0", "b", w)
+	px := startProxy(t, b.addr)
+	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
+	r.Send("b", out("j", 0))
+	r.Send("b", out("k", 0))
+	r.Send("b", out("m", 0))
+	r.Send("b", end("m"))
+	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
+	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
+	px.close() // every connection closed, and none accepted again
+	killed := time.Now()
+	reported := map[string]bool{}
+	for len(reported) < 2 {
+		select {
+		case who := <-w.silent:
+			reported[who] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the ingress reported %v, not both open legs", reported)
+		}
+	}
+	took := time.Since(killed)
+	t.Logf("killed host reported %s after its connection closed (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
+	if !reported["a/j/1"] || !reported["a/k/1"] {
+		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
+	}
+	if took > 3*hb+2*hb+200*time.Millisecond {
+		t.Errorf("reported after %s, want within about 3 heartbeat intervals (%s each) of the last frame", took, hb)
+	}
+	select {
+	case again := <-w.silent:
+		t.Errorf("reported twice: %s", again)
+	case <-time.After(10 * hb):
+	}
+}

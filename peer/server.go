@@ -40,8 +40,10 @@ type server struct {
 	finished  []finishedLeg // done legs in inLegs, oldest first (finishLeg)
 	legsSwept time.Time     // when inLegs was last swept
 	epochs    atomic.Uint64 // respondStream.epoch
-	stopped   bool          // stop began: no stream goroutine starts
-	wg        sync.WaitGroup
+	// orphanWatches are the timers of broken trunks' legs (watchOrphans).
+	orphanWatches map[*time.Timer]struct{}
+	stopped       bool // stop began: no stream goroutine starts
+	wg            sync.WaitGroup
 }
 
 // receiverBox lets an interface value live in an atomic.Pointer.
@@ -53,7 +55,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 // has its defaults.
 func newServer(cfg Config) *server {
 	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
-	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}}
+	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
 	s.grpc = grpc.NewServer(
 		serverCreds(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -102,6 +104,10 @@ const ServerKeepaliveMinTime = ClientKeepaliveTime / 2
 func (s *server) stop() {
 	s.mu.Lock()
 	s.stopped = true
+	for t := range s.orphanWatches {
+		t.Stop()
+	}
+	clear(s.orphanWatches)
 	s.mu.Unlock()
 	s.grpc.Stop()
 	s.wg.Wait()

@@ -32,6 +32,11 @@ type TrackerConfig struct {
 	Client    *Client
 	Metrics   *Metrics
 	Logger    *slog.Logger
+	// OnChange, if set, is called (on the tracker's goroutine, holding
+	// none of its locks) after a round in which a node turned spare or
+	// answered again: a node acts on a peer's silence at once, not at its
+	// next tick.
+	OnChange func()
 }
 
 // Tracker pings every other node in the catalog view each interval and
@@ -94,8 +99,11 @@ func (t *Tracker) round(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // shutting down: a cancelled ping says nothing about the peer
 	}
-	t.record(nodes, results)
+	changed := t.record(nodes, results)
 	t.cfg.Client.Retain(addrs)
+	if changed && t.cfg.OnChange != nil {
+		t.cfg.OnChange()
+	}
 }
 
 // pingResult is one ping of a round.
@@ -131,8 +139,8 @@ func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingRes
 
 // record counts each node's misses, logs the nodes that turned spare or
 // answer again, forgets the nodes gone from the view, and sets the state
-// gauges.
-func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) {
+// gauges. It reports whether a node turned spare or answers again.
+func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) (changed bool) {
 	present := map[string]bool{}
 	for _, n := range nodes {
 		present[n.ID] = true
@@ -153,8 +161,10 @@ func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) {
 		t.misses[r.id] = m
 		switch now := m.n >= t.cfg.Threshold; {
 		case now && !was:
+			changed = true
 			t.cfg.Logger.Warn("peer missed its pings: spare in this node's view", "peer", r.id, "addr", r.addr, "missed", m.n, "err", r.err)
 		case was && !now:
+			changed = true
 			t.cfg.Logger.Info("peer answers again", "peer", r.id, "addr", r.addr)
 		}
 	}
@@ -175,6 +185,7 @@ func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) {
 		t.shown[id] = true
 	}
 	t.cfg.Metrics.setStates(states, gone)
+	return changed
 }
 
 // Spare reports whether this node holds node spare: it missed Threshold
@@ -184,6 +195,17 @@ func (t *Tracker) Spare(node NodeAddr) bool {
 	defer t.mu.Unlock()
 	m, ok := t.misses[node.ID]
 	return ok && node.ID != t.cfg.Self && m.addr == node.PeerAddr && m.n >= t.cfg.Threshold
+}
+
+// SpareNodes returns the nodes this node holds spare now.
+func (t *Tracker) SpareNodes() []string {
+	var out []string
+	for id, st := range t.States() {
+		if st == core.StateSpare {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // NodeAddr names a node at an address, as its catalog record does.

@@ -151,20 +151,97 @@ func (rs *respondStream) start(open *pb.RespondOpen) {
 }
 
 // release ends the trunk's hold on its legs once it ended. After the host
-// went silent (and not the call itself), the jobs of the legs it held
-// fail: silence is not proof of death, so they do not run again.
+// went silent (and not the call itself), the receiver is told of each leg
+// (ReplyLegSilent). After the trunk broke (the host's connection closed
+// or reset: a host killed, or a network fault), its legs wait for the host
+// to take them up on a new trunk; those it has not taken up once the host
+// has been silent for as long — three intervals since its last frame —
+// are reported the same way (watchOrphans): a crash and a pause end the
+// same jobs in the same bound.
 func (rs *respondStream) release(rcv core.Receiver) {
 	silent := errors.Is(context.Cause(rs.ctx), errRespondSilent) && rs.st.Context().Err() == nil
-	legs := rs.s.detachAll(rs, silent)
-	if !silent || len(legs) == 0 {
+	legs := rs.s.detachAll(rs)
+	if len(legs) == 0 {
 		return
 	}
-	rs.s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
-	rs.s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; failing the jobs of its legs",
-		"from", rs.from, "legs", len(legs), "heartbeat", rs.hb)
-	for _, k := range legs {
-		rcv.ReplyLegSilent(rs.from, k.job, k.gen)
+	if !silent {
+		// Three intervals since the host's last frame. When that is past
+		// already, this node is the one that did not read (it stalled:
+		// its own silence watch would have fired otherwise): the host
+		// gets one interval from now, and answering a ping proves it
+		// alive (it may be in its backoff before a new trunk).
+		last := time.Unix(0, rs.last.Load())
+		due, stalled := last.Add(silentIntervals*rs.hb), false
+		if soon := time.Now().Add(rs.hb); due.Before(soon) {
+			due, stalled = soon, true
+		}
+		rs.s.watchOrphans(rcv, rs.from, legs, due, rs.hb, stalled)
+		return
 	}
+	rs.s.reportSilent(rcv, rs.from, legs, rs.hb)
+}
+
+// reportSilent tells the receiver that the legs from host went silent.
+func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, hb time.Duration) {
+	s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
+	s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; reporting the jobs of its legs",
+		"from", from, "legs", len(legs), "heartbeat", hb)
+	for _, k := range legs {
+		rcv.ReplyLegSilent(from, k.job, k.gen)
+	}
+}
+
+// watchOrphans looks, at due, at the legs of a broken trunk from host that
+// no trunk has taken up since and that are not done, and reports them:
+// their host has been silent for three intervals. After this node
+// stalled (ping), it pings the host first: one that answers is alive (in
+// its backoff before opening a new trunk) and is given three more
+// intervals. Not otherwise: a trunk that broke while this node was
+// reading is a host that crashed or lost its link, and a host restarted
+// under the same name would answer the ping for the old process. A
+// server that stops reports nothing.
+func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration, ping bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(due), func() {
+		s.mu.Lock()
+		delete(s.orphanWatches, t)
+		var orphans []inLegKey
+		for _, k := range legs {
+			if l := s.inLegs[k]; l != nil && l.cur == nil && !l.done {
+				orphans = append(orphans, k)
+			}
+		}
+		s.mu.Unlock()
+		if len(orphans) > 0 {
+			// On a goroutine stop waits for: the ping and the receiver
+			// may take a while.
+			s.goStream(func() {
+				if ping && s.answers(from, hb) {
+					s.watchOrphans(rcv, from, orphans, time.Now().Add(silentIntervals*hb), hb, true)
+					return
+				}
+				s.reportSilent(rcv, from, orphans, hb)
+			})
+		}
+	})
+	s.orphanWatches[t] = struct{}{}
+}
+
+// answers reports whether node answers a ping within timeout.
+func (s *server) answers(node string, timeout time.Duration) bool {
+	addr, ok := s.cfg.Addr(node)
+	if !ok || s.router == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.router.ctx, timeout)
+	defer cancel()
+	got, err := s.router.client.Ping(ctx, addr)
+	return err == nil && got == node
 }
 
 // read reads every frame: up to the first open, then legs' opens, items

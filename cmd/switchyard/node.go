@@ -124,6 +124,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&l.MaxGrace, "max-grace", l.MaxGrace, "ceiling on an envelope's disconnect grace window")
 	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
 	fs.DurationVar(&cfg.Engine.PinStable, "pin-stable", cfg.Engine.PinStable, "how long a queue's consumers must have lived on one other node before a dispatcher hosting none hands the queue to that node")
+	fs.DurationVar(&cfg.Engine.DispatcherWait, "dispatcher-wait", cfg.Engine.DispatcherWait, "how long, at most, an accepted job waits for its queue's dispatcher (one that does not answer, or none elected yet) before it fails dispatcher_unavailable; keep it above --lease-ttl, so a dead dispatcher is replaced within it")
 	fs.DurationVar(&cfg.Engine.QueueIdle, "queue-idle", cfg.Engine.QueueIdle, "remove a queue with no job and no worker after this long")
 	fs.DurationVar(&cfg.Engine.Retention, "retention", cfg.Engine.Retention, "how long an ended job stays readable and resumable, at most (see --retain-jobs, --retain-bytes)")
 	fs.IntVar(&cfg.Engine.RetainJobs, "retain-jobs", cfg.Engine.RetainJobs, "most ended jobs the node keeps for late readers; past it the oldest ended job is evicted")
