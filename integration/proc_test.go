@@ -119,7 +119,12 @@ func (n *procNode) awaitServing(t *testing.T, timeout time.Duration) {
 	for {
 		b := n.ownLog()
 		if m := servingLine.FindStringSubmatch(b); m != nil {
-			n.http, n.grpc = m[1], m[2]
+			// Written only when they change: a process restarted on the
+			// same addresses (the fault suite's restart) leaves them to the
+			// observers that read them meanwhile, unsynchronised.
+			if n.http != m[1] || n.grpc != m[2] {
+				n.http, n.grpc = m[1], m[2]
+			}
 			return
 		}
 		select {
