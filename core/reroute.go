@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -140,8 +141,26 @@ func (e *Engine) routeAwaitingLocked(queue string, a *awaiting, node string) {
 	if node == "" {
 		return
 	}
-	now := time.Now()
+	// They leave in the order a queue would take them: jobs going back to
+	// their queue (a dead node held them) before new ones, then by the TTL
+	// they have left. Forwards that find free slots bind on arrival, so
+	// map order here would let jobs posted during the outage take the
+	// slots the oldest jobs need.
+	jobs := make([]*Job, 0, len(a.jobs))
 	for j := range a.jobs {
+		jobs = append(jobs, j)
+	}
+	slices.SortFunc(jobs, func(x, y *Job) int {
+		if rx, ry := x.gen > 1, y.gen > 1; rx != ry {
+			if rx {
+				return -1
+			}
+			return 1
+		}
+		return x.deadline.Compare(y.deadline)
+	})
+	now := time.Now()
+	for _, j := range jobs {
 		d := e.deliveryLocked(j, now)
 		d.Front = true
 		e.forwardToLocked(j, node, d)

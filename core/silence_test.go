@@ -356,3 +356,55 @@ func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
 		return false
 	})
 }
+
+// Jobs waiting for their queue's next dispatcher leave for it in the order
+// a queue would take them: a job a dead node held (going back under a new
+// generation) before the jobs posted during the outage, and those by the
+// TTL they have left. The new dispatcher binds each forward on arrival
+// while it has free slots, so this order is the order they run in.
+func TestAwaitingJobsLeaveReturnedFirstThenByTTL(t *testing.T) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	a, fa := n2.worker("q", "a", 1)
+	held := n1.submit("q", env(clusterTTL))
+	oa := waitOffers(t, fa, held.ID, 1)[0]
+	a.Accept(held.ID, oa.Gen)
+	net.settle()
+
+	// n2 goes silent, and no election can replace it yet; n3's worker is
+	// the capable consumer that lives.
+	c, fc := n3.worker("q", "c", 1)
+	net.setRoutable("n2", false)
+	net.mu.Lock()
+	net.electErr = func(string) error { return errors.New("fake: the record names n2, which is not routable") }
+	net.mu.Unlock()
+	var posted []*core.Job
+	for range 4 {
+		posted = append(posted, n1.submit("q", env(clusterTTL)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	// n2's death is proven: the job it held goes back under generation 2
+	// and waits with the others.
+	net.kill("n2")
+	n1.e.ClusterChanged()
+	if v := n1.view(held.ID); v.State.Terminal() || v.Generation != 2 {
+		t.Fatalf("the dead node's job after proof: %+v, want it waiting under generation 2", v)
+	}
+
+	net.mu.Lock()
+	net.electErr = nil
+	net.mu.Unlock()
+	net.setDispatcher("q", "n3")
+	var got []string
+	for i := range 5 {
+		waitFor(t, 5*time.Second, "the next offer on n3", func() bool { return len(fc.Offers()) == i+1 })
+		o := fc.lastOffer(t)
+		got = append(got, o.JobID)
+		c.End(o.JobID, o.Gen, "", "", nil)
+	}
+	want := []string{held.ID, posted[0].ID, posted[1].ID, posted[2].ID, posted[3].ID}
+	if !slices.Equal(got, want) {
+		t.Fatalf("n3 ran %q, want the returned job first, then the posted ones oldest first: %q", got, want)
+	}
+}
