@@ -48,6 +48,18 @@ func faultBounds(fx *faultRun) faultBoundSet {
 		newDone:   faultBound{ttl + hb + jobRunTime, "lease TTL + 1 heartbeat + a job's run"},
 		back:      faultBound{2 * ttl, "2 lease TTLs"},
 	}
+	if fx.c.leaderLost {
+		// The survivors elect a leader at most two election timeouts and a
+		// raft heartbeat after the cut (2.1s with etcd's timing, set in
+		// catalog/embed.go), and the new leader then sets every lease to
+		// expire one election timeout plus its TTL later: the faulted
+		// node's record can outlive the cut by TTL + 3.1s, whatever its
+		// last renewal (docs/cluster.md, "The catalog's own leader
+		// election").
+		const election, electionTimeout = 2100 * time.Millisecond, time.Second
+		b.redeliver = faultBound{ttl + election + electionTimeout + hb, "lease TTL + etcd's election and lease promotion (3.1s) + 1 heartbeat"}
+		b.newDone = faultBound{b.redeliver.d + jobRunTime, "the same + a job's run"}
+	}
 	if fx.c.incarnation && !fx.servingAt.IsZero() {
 		b.redeliver = faultBound{fx.servingAt.Sub(fx.faultAt) + hb, fmt.Sprintf("new incarnation serving at %v + 1 heartbeat", fmtOffset(fx.servingAt.Sub(fx.faultAt)))}
 	}

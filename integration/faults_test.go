@@ -72,6 +72,11 @@ type faultCase struct {
 	// incarnation: the faulted node comes back under the same name before
 	// its lease ends; its new process serving proves the old one dead.
 	incarnation bool
+	// leaderLost: the faulted node is the etcd leader and its members lose
+	// it: the survivors elect a new leader, and etcd's new leader extends
+	// every lease on promotion (lessor.Promote), the faulted node's with
+	// them, so its death is proven that much later (faultBounds).
+	leaderLost bool
 	// prepare sets roles before the load starts: where the etcd leader is.
 	// A kill or pause of the leader's node also costs an etcd election,
 	// during which no lease is renewed and after which every lease is
@@ -123,7 +128,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "partition-leader-dispatcher", what: "network partition of the node that is both the etcd leader (moved there first) and the queue's dispatcher (its cluster and etcd links down) for 1.5 lease TTLs, then healed",
-		netns: true, silent: true, returns: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
+		netns: true, silent: true, returns: true, leaderLost: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
 		inject: func(fx *faultRun) { fx.partition(linkCluster, linkEtcd) },
 	},
 }
