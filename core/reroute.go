@@ -141,6 +141,13 @@ func (e *Engine) routeAwaitingLocked(queue string, a *awaiting, node string) {
 	if node == "" {
 		return
 	}
+	// A dispatcher is found once the old one's record is gone, which may
+	// be before this node's view has acted on that death: act on it now,
+	// so that the jobs the dead node held go back to their queue, and to
+	// the new dispatcher, before the jobs posted while it was silent.
+	// (Gone nodes only: replaced incarnations are ClusterChanged's to
+	// judge, once.)
+	e.nodesGoneLocked(nil)
 	// They leave in the order a queue would take them: jobs going back to
 	// their queue (a dead node held them) before new ones, then by the TTL
 	// they have left. Forwards that find free slots bind on arrival, so

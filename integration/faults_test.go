@@ -39,7 +39,13 @@ const (
 	jobOutputs   = 40
 	jobEvery     = 100 * time.Millisecond
 	jobRunTime   = jobThink + (jobOutputs-1)*jobEvery
-	jobTTL       = 15 * time.Second
+	// jobTTL leaves a job in flight at the fault time to be redelivered
+	// after the longest proof of death (the etcd leader's partition: lease
+	// TTL + 3.1s + a heartbeat, 9.6s) and then run (4.9s), and a job
+	// posted during that wait time to queue behind the returned ones on
+	// the half of the slots that is left: 15s did not, so the leader case
+	// failed jobs by their TTL that the rules would have completed.
+	jobTTL = 20 * time.Second
 )
 
 // faultSlack is added to every timing bound before it is asserted: three
