@@ -7,6 +7,8 @@ PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 FUZZTIME ?= 10s
 # jobs per setup and concurrency level in `make bench`'s BenchmarkCluster
 CLUSTER_JOBS ?= 2000
+# BenchmarkCluster's jobs per setup and level for the 16-output jobs (issue 15).
+CLUSTER_JOBS_16 ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -59,8 +61,10 @@ fuzz:
 	  done; \
 	done
 
-## bench: a node with a demo worker, driven by `switchyard bench`; the cluster
-## benchmark (co-located vs cross-node vs a bare relay, one process); one
+## bench: a node with a demo worker, driven by `switchyard bench` (4 outputs;
+## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the cluster
+## benchmark (co-located vs cross-node vs a bare relay, one process) with jobs
+## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
 ## stream's throughput (100,000 outputs through a node, across nodes, and from
 ## a plain SSE writer); the peer request leg streamed vs unary. Prints figures,
 ## never fails on a time.
@@ -69,9 +73,13 @@ bench: build
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
-	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
+	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64; \
+	echo "16 outputs of 32 B, HTTP/SSE:"; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32; \
+	echo "16 outputs of 32 B, gRPC JobService:"; $(BIN) bench --url http://127.0.0.1:18080 --grpc --grpc-addr 127.0.0.1:19090 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32
 	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS)
+	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 32
+	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 4096
 	$(GO) test -run '^$$' -bench '^BenchmarkStreamThroughput$$' -benchtime 1x ./integration/
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \
