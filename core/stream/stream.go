@@ -14,7 +14,6 @@ package stream
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,12 +115,13 @@ type Request struct {
 }
 
 // Run writes the stream until the job's terminal event, the client leaving,
-// or a policy ending it. It is the stream's one writer.
+// or a policy ending it. It is the stream's one writer, and its only
+// goroutine.
 //
 // The stream's queue is what was appended to the job after the stream
 // opened and is not yet written: a replay of history that already existed
 // is catch-up, not lag, so a client that resumes far back is never judged
-// slow for it. A watcher goroutine (Terminate streams only) is woken by
+// slow for it. A lag watcher (Terminate streams only; watch.go) is run by
 // the append that takes that queue past its bound, so a writer blocked on
 // a client that stopped reading is aborted the moment the bound is passed,
 // not when the write finally returns. A paced stream (Request.Sent) has a
@@ -131,31 +131,18 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	w := newWriter(req, sink)
 	defer w.stopClocks()
 	if w.sent != nil || req.Policy.Slow == Terminate {
-		stopc := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { w.watch(stopc) })
-		defer func() { close(stopc); wg.Wait() }()
+		defer startWatch(w)()
 	}
 	w.run(ctx)
 	return w.res
-}
-
-// watch runs the stream's watcher until stopc is closed: the stall
-// watcher of a paced stream, the lag watcher of any other.
-func (w *writer) watch(stopc <-chan struct{}) {
-	if w.sent != nil {
-		watchStall(w.h, &w.written, w.p, &w.overflow, w.sink, stopc)
-		return
-	}
-	watch(w.h, &w.written, w.base, w.p, &w.overflow, w.sink, stopc)
 }
 
 // readBatch is how many events are taken from the history per read.
 const readBatch = 64
 
 // writer is one stream while Run writes it. Run's goroutine owns it; the
-// lag watcher shares only written, overflow and fields that never change
-// (h, base, p, sink: its Abort is safe from another goroutine).
+// watcher shares only written, overflow and fields that never change (h,
+// base, p, sink: its Abort is safe from another goroutine).
 type writer struct {
 	jobID  string
 	h      *core.History
