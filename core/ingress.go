@@ -420,14 +420,12 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	}
 	// Credit counts the output as the worker sent it.
 	size := int64(len(data))
-	// Compacting validates, and keeps a worker's newlines out of SSE data.
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, data); err != nil || !json.Valid(data) {
+	ev, n, ok := outputEvent(data)
+	if !ok {
 		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one JSON value", nil)
 		return false
 	}
-	data = buf.Bytes()
-	j.outBytes += int64(len(data))
+	j.outBytes += int64(n)
 	if j.outBytes > j.Limits.MaxOutputBytes {
 		e.finishLocked(j, CodeOutputTooLarge, "the job's output passed its max_output_bytes", nil)
 		return false
@@ -438,8 +436,8 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		e.m.TimeToFirst.Observe(j.firstOutputAt.Sub(j.Created).Seconds())
 	}
 	j.outputs++
-	ev, _ := j.History.Append(EventOutput, gen, mustJSON(map[string]any{"data": json.RawMessage(data)}))
-	e.outputTakenLocked(j, ev.Seq, size)
+	appended, _ := j.History.Append(EventOutput, gen, ev)
+	e.outputTakenLocked(j, appended.Seq, size)
 	return false
 }
 
@@ -524,6 +522,43 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	e.retainLocked(j)
 	e.log.Debug("job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
 	return true
+}
+
+// outputEvent is an output event's data, {"data":<output>}: the bytes
+// json.Marshal would make of it (compacted, with <, >, &, U+2028 and
+// U+2029 escaped), built without reflection or a map, once per output. n
+// is the size of the output compacted; ok is false when the output is not
+// one JSON value (json.Compact validates as json.Valid does). Compacting
+// keeps a worker's newlines out of SSE data.
+func outputEvent(output []byte) (ev []byte, n int, ok bool) {
+	const head = `{"data":`
+	var buf bytes.Buffer
+	buf.Grow(len(head) + len(output) + 1)
+	buf.WriteString(head)
+	if json.Compact(&buf, output) != nil {
+		return nil, 0, false
+	}
+	n = buf.Len() - len(head)
+	if needsHTMLEscape(buf.Bytes()[len(head):]) {
+		var esc bytes.Buffer
+		esc.Grow(buf.Len() + 16)
+		esc.WriteString(head)
+		json.HTMLEscape(&esc, buf.Bytes()[len(head):])
+		buf = esc
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), n, true
+}
+
+// needsHTMLEscape reports whether b may hold what json.HTMLEscape
+// rewrites: <, >, & or the lead byte of U+2028 and U+2029.
+func needsHTMLEscape(b []byte) bool {
+	for _, c := range b {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return true
+		}
+	}
+	return false
 }
 
 func mustJSON(v any) []byte {
