@@ -12,7 +12,7 @@ CLUSTER_JOBS_16 ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fuzz bench soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short lint fuzz bench bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -89,6 +89,15 @@ bench: build
 	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
 	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
 	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
+
+## bench-idle: what an open, idle SSE job stream costs a node: RSS, heap,
+## stacks and goroutines per stream with IDLE_STREAMS (10,000) open on one node
+## (the real binary, its worker in another process), beside a plain net/http
+## SSE server in the same run. It needs about 2 x IDLE_STREAMS file
+## descriptors per process: see README, "Many open streams".
+IDLE_STREAMS ?= 10000
+bench-idle:
+	$(GO) test -run '^$$' -bench '^BenchmarkIdleStreams$$' -benchtime 1x -timeout 20m ./integration/ -args -idle.streams $(IDLE_STREAMS)
 
 ## soak: the benchmark load (64 streams, 16 outputs of 32 B) against one demo
 ## node for SOAK_DURATION (10m), printing its RSS, heap and retained ended

@@ -160,6 +160,8 @@ type writer struct {
 	// flushed turns true with the first flush that goes through: until
 	// then the setup clock bounds every write, after it WriteTimeout does.
 	flushed bool
+	// deadlineSet is when setDeadline last moved the WriteTimeout deadline.
+	deadlineSet time.Time
 	// cursor is the last position read: written, filtered out or skipped.
 	cursor uint64
 	// base is the history's head when the stream opened. The queue is what
@@ -200,9 +202,11 @@ func (w *writer) stopClocks() {
 
 // run writes the stream until it is over; w.res then says how it went.
 func (w *writer) run(ctx context.Context) {
-	// The headers (and a replay, if any) go out at once, so a client knows
-	// its stream is open before the job has anything to say.
-	if !w.flush() {
+	// The headers go out at once when there is nothing to send yet, so a
+	// client knows its stream is open before the job has anything to say;
+	// otherwise with the first batch (a POST's accepted event, a replay):
+	// one write instead of two. step flushes them before it first waits.
+	if w.h.Head() <= w.cursor && !w.flush() {
 		w.failed()
 		return
 	}
@@ -229,6 +233,9 @@ func (w *writer) step(ctx context.Context) (over bool) {
 	}
 	if len(rd.Events) == readBatch {
 		return false // there may be more to read at once
+	}
+	if !w.flushed && !w.flush() { // nothing written yet: the headers
+		return w.failed()
 	}
 	return w.wait(ctx, rd.Wake)
 }
@@ -357,12 +364,22 @@ func (w *writer) wait(ctx context.Context, grown <-chan struct{}) (over bool) {
 
 // setDeadline bounds the next write by the setup clock until the first
 // flush went through, by WriteTimeout after.
+//
+// Moving a connection's deadline updates a timer in the runtime's poller,
+// and this runs for every event: a deadline set less than WriteTimeout/16
+// ago is left as it is, so a write gets between 15/16 of WriteTimeout and
+// all of it.
 func (w *writer) setDeadline() {
-	if w.flushed {
-		_ = w.sink.SetWriteDeadline(time.Now().Add(w.p.WriteTimeout))
-	} else {
+	if !w.flushed {
 		_ = w.sink.SetWriteDeadline(w.start.Add(w.p.Setup))
+		return
 	}
+	now := time.Now()
+	if !w.deadlineSet.IsZero() && now.Sub(w.deadlineSet) < w.p.WriteTimeout/16 {
+		return
+	}
+	w.deadlineSet = now
+	_ = w.sink.SetWriteDeadline(now.Add(w.p.WriteTimeout))
 }
 
 // flush hands what was written to the transport and reports whether it
