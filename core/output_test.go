@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"testing"
 )
 
@@ -26,4 +27,41 @@ func TestOutputEventMatchesMarshal(t *testing.T) {
 			t.Errorf("%q: accepted", bad)
 		}
 	}
+}
+
+func BenchmarkOutputEvent(b *testing.B) {
+	for _, size := range []int{32, 4096} {
+		out, _ := json.Marshal(string(bytes.Repeat([]byte("x"), size-2)))
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(len(out)))
+			for b.Loop() {
+				if _, _, ok := outputEvent(out); !ok {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
+
+// outputEvent agrees with json.Marshal of {"data": output}, and refuses
+// exactly what json.Compact refuses, whatever the output.
+func FuzzOutputEvent(f *testing.F) {
+	for _, s := range []string{`"x"`, `"\"`, `"a\\"`, `"\u00e9\n"`, `"\u00g9"`, `"\u12"`, " \"x\"\n", `"x" "y"`, `"x`, `x"`, "\"\x01\"", `"\/\b\f\r\t"`, `"\q"`, `{"a":"b"}`, `["x", 1]`, `""`, `"`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		got, n, ok := outputEvent(out)
+		var c bytes.Buffer
+		wantOK := json.Compact(&c, out) == nil
+		if ok != wantOK {
+			t.Fatalf("%q: ok %v, json.Compact says %v", out, ok, wantOK)
+		}
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(map[string]any{"data": json.RawMessage(out)})
+		if err != nil || string(got) != string(want) || n != c.Len() {
+			t.Fatalf("%q: %s (n %d), want %s (n %d, %v)", out, got, n, want, c.Len(), err)
+		}
+	})
 }
