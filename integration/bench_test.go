@@ -278,11 +278,19 @@ func processCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// jobShape describes the job input makes: its outputs and their size.
+// jobShape describes the job input makes: its outputs and, when they are
+// all one size (benchkit.Input), that size.
 func jobShape(input string) string {
 	words := strings.Fields(input)
-	if len(words) == 0 {
-		return "no outputs"
+	for i, w := range words[:max(len(words)-1, 0)] {
+		// Every output but the last is its word and a space; benchkit.Input
+		// makes the last word one byte longer instead.
+		if len(w) != len(words[0]) || i == len(words)-2 && len(words[len(words)-1]) != len(w)+1 {
+			return fmt.Sprintf("%d outputs", len(words))
+		}
+	}
+	if len(words) < 2 {
+		return fmt.Sprintf("%d outputs", len(words))
 	}
 	return fmt.Sprintf("%d outputs of %d B", len(words), len(words[0])+1)
 }
