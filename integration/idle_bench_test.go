@@ -58,6 +58,14 @@ func BenchmarkIdleStreams(b *testing.B) {
 		"--debug-addr", debugAddr, "--data-dir", filepath.Join(dir, "data"), "--log-level", "warn",
 		"--max-ttl", "15m", "--max-queue-depth", strconv.Itoa(n+100))
 	startProcess(b, node)
+	waitFor(b, 30*time.Second, "the node to be ready", func() bool {
+		res, err := client.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
 	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "idle", "--demo", "tokens",
 		"--concurrency", "1", "--log-level", "warn")
 	startProcess(b, wk)
