@@ -7,10 +7,12 @@ PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 FUZZTIME ?= 10s
 # jobs per setup and concurrency level in `make bench`'s BenchmarkCluster
 CLUSTER_JOBS ?= 2000
+# BenchmarkCluster's jobs per setup and level for the 16-output jobs (issue 15).
+CLUSTER_JOBS_16 ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short test-election lint fuzz bench soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short test-election lint fuzz bench bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -66,8 +68,10 @@ fuzz:
 	  done; \
 	done
 
-## bench: a node with a demo worker, driven by `switchyard bench`; the cluster
-## benchmark (co-located vs cross-node vs a bare relay, one process); one
+## bench: a node with a demo worker, driven by `switchyard bench` (4 outputs;
+## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the cluster
+## benchmark (co-located vs cross-node vs a bare relay, one process) with jobs
+## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
 ## stream's throughput (100,000 outputs through a node, across nodes, and from
 ## a plain SSE writer); the peer request leg streamed vs unary. Prints figures,
 ## never fails on a time.
@@ -76,9 +80,13 @@ bench: build
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
 	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
-	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64
+	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64; \
+	echo "16 outputs of 32 B, HTTP/SSE:"; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32; \
+	echo "16 outputs of 32 B, gRPC JobService:"; $(BIN) bench --url http://127.0.0.1:18080 --grpc --grpc-addr 127.0.0.1:19090 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32
 	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS)
+	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 32
+	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 4096
 	$(GO) test -run '^$$' -bench '^BenchmarkStreamThroughput$$' -benchtime 1x ./integration/
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \
@@ -88,6 +96,15 @@ bench: build
 	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
 	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
 	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
+
+## bench-idle: what an open, idle SSE job stream costs a node: RSS, heap,
+## stacks and goroutines per stream with IDLE_STREAMS (10,000) open on one node
+## (the real binary, its worker in another process), beside a plain net/http
+## SSE server in the same run. It needs about 2 x IDLE_STREAMS file
+## descriptors per process: see README, "Many open streams".
+IDLE_STREAMS ?= 10000
+bench-idle:
+	$(GO) test -run '^$$' -bench '^BenchmarkIdleStreams$$' -benchtime 1x -timeout 20m ./integration/ -args -idle.streams $(IDLE_STREAMS)
 
 ## soak: the benchmark load (64 streams, 16 outputs of 32 B) against one demo
 ## node for SOAK_DURATION (10m), printing its RSS, heap and retained ended

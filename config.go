@@ -72,6 +72,13 @@ type Config struct {
 	MaxMessageBytes      int
 	MaxConcurrentStreams uint32
 
+	// DebugAddr, when set, serves net/http/pprof there (debug.go), so an
+	// operator can profile a node under their own load. It must be a
+	// loopback address unless DebugAllowRemote; on a node with API keys
+	// the profiles need an admin key whatever the address.
+	DebugAddr        string
+	DebugAllowRemote bool
+
 	Engine  core.Config
 	HTTP    httpapi.Config
 	Workers grpcapi.WorkerConfig
@@ -148,6 +155,9 @@ func (c *Config) Validate() error {
 	if err := c.validateAnonymous(); err != nil {
 		return err
 	}
+	if err := c.validateDebug(); err != nil {
+		return err
+	}
 	if err := c.validateTLS(); err != nil {
 		return err
 	}
@@ -217,6 +227,24 @@ func (c *Config) validateAnonymous() error {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New(
 				"is not a loopback address and the node has no API keys: give it keys (--auth-file, or SWITCHYARD_AUTH_KEYS), or pass --allow-anonymous to accept anonymous calls from the network")}
 		}
+	}
+	return nil
+}
+
+// validateDebug keeps the profiling port off the network unless asked:
+// a profile shows the node's code paths and, in heap and goroutine dumps,
+// fragments of the data it holds, and a CPU profile costs CPU while it
+// runs.
+func (c *Config) validateDebug() error {
+	if c.DebugAddr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
+		return &core.ConfigError{Field: "debug-addr", Value: c.DebugAddr, Err: errors.New("must be host:port (port 0 picks a free one)")}
+	}
+	if !c.DebugAllowRemote && !loopbackAddr(c.DebugAddr) {
+		return &core.ConfigError{Field: "debug-addr", Value: c.DebugAddr, Err: errors.New(
+			"is not a loopback address: pass --debug-allow-remote to serve profiles to the network (with API keys they need an admin key)")}
 	}
 	return nil
 }

@@ -157,3 +157,33 @@ func TestOutputWindowDefaultsToHalfTheStreamBound(t *testing.T) {
 		t.Fatalf("window %d outputs, %d bytes; want half the stream bound: 32, %d", e, b, 512<<10)
 	}
 }
+
+// The profiling port stays on loopback unless told otherwise.
+func TestDebugAddrOnlyOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		addr   string
+		remote bool
+		ok     bool
+	}{
+		{"", false, true},
+		{"127.0.0.1:6060", false, true},
+		{"localhost:0", false, true},
+		{"[::1]:6060", false, true},
+		{"0.0.0.0:6060", false, false},
+		{":6060", false, false},
+		{"10.0.0.5:6060", false, false},
+		{"0.0.0.0:6060", true, true},
+		{"6060", true, false},
+	} {
+		cfg := switchyard.DefaultConfig()
+		cfg.DebugAddr, cfg.DebugAllowRemote = tc.addr, tc.remote
+		err := cfg.Validate()
+		var ce *core.ConfigError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%q remote=%v: %v", tc.addr, tc.remote, err)
+		case !tc.ok && (!errors.As(err, &ce) || ce.Field != "debug-addr"):
+			t.Errorf("%q remote=%v: %v, want a refusal of --debug-addr", tc.addr, tc.remote, err)
+		}
+	}
+}

@@ -57,6 +57,9 @@ type Node struct {
 	peersChanged chan struct{}
 
 	httpLn, grpcLn, peerLn net.Listener
+	// debug serves net/http/pprof on debugLn when Config.DebugAddr is set.
+	debug   *http.Server
+	debugLn net.Listener
 	// streams ends at shutdown, before the servers stop: SSE handlers and
 	// the node's watchers end with it (stopHTTP).
 	streams  context.Context
@@ -285,6 +288,7 @@ func (n *Node) openAPIs() (err error) {
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Keys: n.keys, Creds: creds, Errors: errm, Logger: n.log.With("system", "grpc"),
 	}, n.workers, n.jobs, cluster)
+	n.debug = newDebugServer(api, n.log)
 	n.http = &http.Server{
 		// With --tls-cert: HTTPS, and HTTP/2 by ALPN (ServeTLS offers h2).
 		TLSConfig: public,
@@ -316,6 +320,11 @@ func (n *Node) listen() (err error) {
 	}
 	if n.peerLn, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
 		return &core.ConfigError{Field: "peer-addr", Value: cfg.PeerAddr, Err: err}
+	}
+	if cfg.DebugAddr != "" {
+		if n.debugLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
+			return &core.ConfigError{Field: "debug-addr", Value: cfg.DebugAddr, Err: err}
+		}
 	}
 	return nil
 }
@@ -352,6 +361,13 @@ func (n *Node) serve() {
 		defer n.wg.Done()
 		n.watchFence(n.streams)
 	}()
+	if n.debugLn != nil {
+		n.wg.Go(func() {
+			if err := n.debug.Serve(n.debugLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("debug server stopped", "err", err)
+			}
+		})
+	}
 	go func() {
 		defer n.wg.Done()
 		n.watchCluster(n.streams)
@@ -375,6 +391,15 @@ func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
 // GRPCAddr is the address the gRPC API is bound to.
 func (n *Node) GRPCAddr() string { return n.grpcLn.Addr().String() }
+
+// DebugAddr is the address the profiling server is bound to, "" when the
+// node has none (Config.DebugAddr).
+func (n *Node) DebugAddr() string {
+	if n.debugLn == nil {
+		return ""
+	}
+	return n.debugLn.Addr().String()
+}
 
 // PeerAddr is the address the peer server is bound to.
 func (n *Node) PeerAddr() string { return n.peerLn.Addr().String() }
@@ -474,6 +499,7 @@ func (n *Node) stop(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	n.stopHTTP()
+	n.closeDebug()
 	if err := n.http.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("shut down http: %w", err))
 		_ = n.http.Close()
@@ -516,6 +542,10 @@ func (n *Node) abort() {
 	if n.http != nil {
 		_ = n.http.Close()
 	}
+	if n.debugLn != nil {
+		_ = n.debugLn.Close()
+	}
+	n.closeDebug()
 	if n.grpc != nil {
 		n.grpc.Stop()
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // This file is the dispatcher role: a queue's pending jobs (the only copy),
@@ -42,7 +44,10 @@ type Delivery struct {
 
 // queue is one queue on its dispatcher.
 type queue struct {
-	name    string
+	name string
+	// depth is the queue's QueueDepth child, looked up once (setDepthLocked):
+	// a label lookup per job is a hash of the name and a map read.
+	depth   prometheus.Gauge
 	pending []*task
 	bytes   int64
 	bound   map[string]*task
@@ -142,6 +147,7 @@ func (e *Engine) reapQueue(q *queue) {
 	delete(e.queues, q.name)
 	stopTimer(q.pinTimer)
 	e.m.QueueDepth.DeleteLabelValues(q.name)
+	q.depth = nil
 	e.m.QueuesReaped.Inc()
 	e.log.Debug("queue reaped", "queue", q.name)
 	if e.cluster != nil {
@@ -221,9 +227,17 @@ func (e *Engine) pushLocked(q *queue, t *task, front bool) {
 		q.pending = append(q.pending, t)
 	}
 	q.bytes += int64(len(t.d.Input))
-	e.m.QueueDepth.WithLabelValues(q.name).Set(float64(len(q.pending)))
+	e.setDepthLocked(q)
 	left := t.budget.Remaining(time.Now())
 	t.timer = time.AfterFunc(max(left, 0), func() { e.expireQueued(q.name, t) })
+}
+
+// setDepthLocked publishes the queue's depth.
+func (e *Engine) setDepthLocked(q *queue) {
+	if q.depth == nil {
+		q.depth = e.m.QueueDepth.WithLabelValues(q.name)
+	}
+	q.depth.Set(float64(len(q.pending)))
 }
 
 func (e *Engine) removePendingLocked(q *queue, t *task) bool {
@@ -234,7 +248,7 @@ func (e *Engine) removePendingLocked(q *queue, t *task) bool {
 	q.pending = slices.Delete(q.pending, i, i+1)
 	q.bytes -= int64(len(t.d.Input))
 	stopTimer(t.timer)
-	e.m.QueueDepth.WithLabelValues(q.name).Set(float64(len(q.pending)))
+	e.setDepthLocked(q)
 	e.idleLocked(q)
 	return true
 }

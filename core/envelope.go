@@ -58,6 +58,19 @@ type wireEnvelope struct {
 // checked separately (Limits.Apply) because they depend on the node.
 func ParseEnvelope(data []byte) (*Envelope, error) {
 	var w wireEnvelope
+	// Unmarshal first: a body that parses does not need the Decoder's copy
+	// of it (a large input is copied and cleared once more in its buffer).
+	// The Decoder, on one that does not, names what is wrong with it.
+	if json.Unmarshal(data, &w) == nil {
+		return checkEnvelope(&w)
+	}
+	return parseEnvelopeDecoder(data)
+}
+
+// parseEnvelopeDecoder is ParseEnvelope through a json.Decoder, which
+// tells a body that is not one JSON object from one with more after it.
+func parseEnvelopeDecoder(data []byte) (*Envelope, error) {
+	var w wireEnvelope
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&w); err != nil {
@@ -74,6 +87,11 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errorf(CodeMalformedJSON, "", "the body has data after the JSON object")
 	}
+	return checkEnvelope(&w)
+}
+
+// checkEnvelope checks a decoded envelope's fields.
+func checkEnvelope(w *wireEnvelope) (*Envelope, error) {
 	env := &Envelope{Version: EnvelopeVersion, Capabilities: w.Capabilities, Zone: w.Zone}
 	if w.Version != nil {
 		if *w.Version < 1 || *w.Version > EnvelopeVersion {

@@ -57,17 +57,19 @@ type History struct {
 	maxBytes  int64
 	ended     bool
 	wake      chan struct{}
-	// lagWaits are LagWait's waiters, each woken by the Append that takes
-	// the head past its bounds.
-	lagWaits []lagWait
+	// lagFuncs are LagFunc's callbacks, each run by the Append that takes
+	// the head past its bounds; lagIDs names them for their stop funcs.
+	lagFuncs []lagFunc
+	lagIDs   uint64
 }
 
-// lagWait is one LagWait: wake c once the head's Seq passes seq or the
+// lagFunc is one LagFunc: run f once the head's Seq passes seq or the
 // data appended in all passes cum bytes.
-type lagWait struct {
+type lagFunc struct {
 	seq uint64
 	cum int64
-	c   chan struct{}
+	id  uint64
+	f   func()
 }
 
 // NewHistory returns an empty history retaining at most maxEvents events and
@@ -77,18 +79,28 @@ func NewHistory(maxEvents int, maxBytes int64) *History {
 }
 
 // Append adds an event and wakes every reader. Appending after a terminal
-// event is refused: a job has exactly one terminal outcome.
+// event is refused: a job has exactly one terminal outcome. The LagFunc
+// callbacks it fires run in its goroutine, after the history's lock is
+// released.
 func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) {
+	ev, fired, ok := h.append(kind, gen, data)
+	for _, f := range fired {
+		f()
+	}
+	return ev, ok
+}
+
+func (h *History) append(kind EventKind, gen uint64, data []byte) (ev Event, fired []func(), ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
-		return Event{}, false
+		return Event{}, nil, false
 	}
 	var cum int64
 	if n := len(h.events); n > 0 {
 		cum = h.events[n-1].cum
 	}
-	ev := Event{Seq: h.next, Kind: kind, Gen: gen, Data: data, cum: cum + int64(len(data))}
+	ev = Event{Seq: h.next, Kind: kind, Gen: gen, Data: data, cum: cum + int64(len(data))}
 	h.next++
 	h.events = append(h.events, ev)
 	h.ended = kind.Terminal()
@@ -101,14 +113,14 @@ func (h *History) Append(kind EventKind, gen uint64, data []byte) (Event, bool) 
 	}
 	close(h.wake)
 	h.wake = make(chan struct{})
-	h.lagWaits = slices.DeleteFunc(h.lagWaits, func(w lagWait) bool {
+	h.lagFuncs = slices.DeleteFunc(h.lagFuncs, func(w lagFunc) bool {
 		if ev.Seq > w.seq || ev.cum > w.cum {
-			close(w.c)
+			fired = append(fired, w.f)
 			return true
 		}
 		return false
 	})
-	return ev, true
+	return ev, fired, true
 }
 
 // compactLocked packs a history that will not grow again (its terminal
@@ -252,29 +264,33 @@ func (h *History) lagLocked(after uint64) (base uint64, baseCum int64, events in
 	return base, baseCum, int(last.Seq - base), last.cum - baseCum
 }
 
-// LagWait is Lag for a reader that only needs to hear when the lag after
+// LagFunc is Lag for a reader that only needs to hear when the lag after
 // its cursor passes maxEvents or maxBytes (a stream's slow-consumer
-// watcher): over reports that it has; otherwise wake is closed by the
-// Append that takes the head past those bounds as measured from after —
-// not by every Append, so a stream that keeps up costs its watcher no
-// wake-up per event. The wait measures from the cursor it was given: a
-// reader that moved on checks again when woken. StopLagWait drops a wait
-// that is no longer wanted.
-func (h *History) LagWait(after uint64, maxEvents int, maxBytes int64) (events int, bytes int64, over bool, wake <-chan struct{}) {
+// watcher), without a goroutine of its own waiting for it: over reports
+// that the lag already has, and then f is not kept; otherwise f runs once,
+// in the goroutine of the Append that takes the head past those bounds as
+// measured from after (with no lock of the history held), and not on
+// every Append, so a stream that keeps up costs nothing per event. f must
+// not block: it runs on the job's event path. The bounds are measured
+// from the cursor given: a reader that moved on calls again when f runs.
+// stop drops f if it has not run, and reports whether it dropped it.
+func (h *History) LagFunc(after uint64, maxEvents int, maxBytes int64, f func()) (events int, bytes int64, over bool, stop func() bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	base, baseCum, events, bytes := h.lagLocked(after)
 	if events > maxEvents || bytes > maxBytes {
 		return events, bytes, true, nil
 	}
-	c := make(chan struct{})
-	h.lagWaits = append(h.lagWaits, lagWait{seq: base + uint64(maxEvents), cum: baseCum + maxBytes, c: c})
-	return events, bytes, false, c
+	h.lagIDs++
+	id := h.lagIDs
+	h.lagFuncs = append(h.lagFuncs, lagFunc{seq: base + uint64(maxEvents), cum: baseCum + maxBytes, id: id, f: f})
+	return events, bytes, false, func() bool { return h.stopLagFunc(id) }
 }
 
-// StopLagWait drops the LagWait whose channel is wake, if it is waiting.
-func (h *History) StopLagWait(wake <-chan struct{}) {
+func (h *History) stopLagFunc(id uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lagWaits = slices.DeleteFunc(h.lagWaits, func(w lagWait) bool { return w.c == wake })
+	n := len(h.lagFuncs)
+	h.lagFuncs = slices.DeleteFunc(h.lagFuncs, func(w lagFunc) bool { return w.id == id })
+	return len(h.lagFuncs) < n
 }

@@ -339,21 +339,32 @@ func closed(c <-chan struct{}) bool {
 	}
 }
 
-// LagWait agrees with Lag on the lag, and its channel is closed by the
-// append that takes the lag past a bound, not before.
-func TestHistoryLagWait(t *testing.T) {
+// stops are lagWait's stop funcs by channel.
+var stops = map[<-chan struct{}]func() bool{}
+
+// lagWait is LagFunc with a callback that closes a channel.
+func lagWait(h *core.History, after uint64, maxEvents int, maxBytes int64) (int, int64, bool, <-chan struct{}) {
+	c := make(chan struct{})
+	e, b, over, stop := h.LagFunc(after, maxEvents, maxBytes, func() { close(c) })
+	stops[c] = stop
+	return e, b, over, c
+}
+
+// LagFunc agrees with Lag on the lag, and its func runs in the append
+// that takes the lag past a bound, not before.
+func TestHistoryLagFunc(t *testing.T) {
 	h := core.NewHistory(100, 1<<20)
 	appendN(t, h, 5, 10) // seqs 1..5, 10 bytes each
 	for _, after := range []uint64{0, 1, 3, 5, 9} {
 		e, b, _ := h.Lag(after)
-		we, wb, over, _ := h.LagWait(after, 100, 1<<20)
+		we, wb, over, _ := lagWait(h, after, 100, 1<<20)
 		if we != e || wb != b || over {
-			t.Errorf("LagWait(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
+			t.Errorf("LagFunc(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
 		}
 	}
 
 	// By events: from cursor 3 (lag 2), a bound of 4 passes at seq 8.
-	_, _, over, wake := h.LagWait(3, 4, 1<<20)
+	_, _, over, wake := lagWait(h, 3, 4, 1<<20)
 	if over {
 		t.Fatal("over before the bound")
 	}
@@ -365,12 +376,12 @@ func TestHistoryLagWait(t *testing.T) {
 	if !closed(wake) {
 		t.Fatal("not woken past the events bound")
 	}
-	if e, _, over, _ := h.LagWait(3, 4, 1<<20); !over || e != 5 {
-		t.Errorf("LagWait past the bound = %d, %v; want 5, over", e, over)
+	if e, _, over, _ := lagWait(h, 3, 4, 1<<20); !over || e != 5 {
+		t.Errorf("LagFunc past the bound = %d, %v; want 5, over", e, over)
 	}
 
 	// By bytes: from the head (seq 8), 25 bytes pass with the third event.
-	_, _, _, wake = h.LagWait(8, 100, 25)
+	_, _, _, wake = lagWait(h, 8, 100, 25)
 	appendN(t, h, 2, 10)
 	if closed(wake) {
 		t.Fatal("woken at 20 bytes for a bound of 25")
@@ -381,28 +392,36 @@ func TestHistoryLagWait(t *testing.T) {
 	}
 
 	// A stopped wait is never closed, and Append forgets it.
-	_, _, _, wake = h.LagWait(h.Head(), 1, 1<<20)
-	h.StopLagWait(wake)
+	_, _, _, wake = lagWait(h, h.Head(), 1, 1<<20)
+	if !stops[wake]() {
+		t.Error("stop of a waiting LagFunc reported it had run")
+	}
 	appendN(t, h, 3, 10)
 	if closed(wake) {
-		t.Error("a stopped wait was closed")
+		t.Error("a stopped LagFunc ran")
+	}
+	// The stop of one that ran reports it.
+	_, _, _, wake = lagWait(h, h.Head(), 0, 1<<20)
+	appendN(t, h, 1, 10)
+	if !closed(wake) || stops[wake]() {
+		t.Error("a LagFunc that ran: not run, or its stop reported it dropped")
 	}
 }
 
 // A cursor at or before the oldest retained event counts what is retained,
 // as Lag does.
-func TestHistoryLagWaitPastRetention(t *testing.T) {
+func TestHistoryLagFuncPastRetention(t *testing.T) {
 	h := core.NewHistory(3, 1<<20)
 	appendN(t, h, 6, 10) // retains 4..6
 	for _, after := range []uint64{0, 2, 3, 4} {
 		e, b, _ := h.Lag(after)
-		we, wb, over, wake := h.LagWait(after, 5, 1<<20)
+		we, wb, over, wake := lagWait(h, after, 5, 1<<20)
 		if we != e || wb != b || over {
-			t.Errorf("LagWait(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
+			t.Errorf("LagFunc(%d) = %d, %d, %v; Lag = %d, %d", after, we, wb, over, e, b)
 		}
-		h.StopLagWait(wake)
+		stops[wake]()
 	}
-	_, _, _, wake := h.LagWait(0, 4, 1<<20) // lag 3 (4..6)
+	_, _, _, wake := lagWait(h, 0, 4, 1<<20) // lag 3 (4..6)
 	appendN(t, h, 1, 10)
 	if closed(wake) {
 		t.Fatal("woken at the bound")

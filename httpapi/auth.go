@@ -112,3 +112,11 @@ func (s *Server) visibleJob(r *http.Request, id string) (*core.Job, error) {
 func jobScopeOf(r *http.Request) string { return auth.JobScope(chi.URLParam(r, "id")) }
 
 func clusterScopeOf(*http.Request) string { return auth.ClusterScope }
+
+// AdminOnly guards a handler served outside the API (the node's profiling
+// server): it needs the admin role, as /metrics does without --metrics-open.
+// On a node without API keys every call is anonymous and allowed, which
+// the node's config permits on loopback addresses only.
+func (s *Server) AdminOnly(next http.Handler) http.Handler {
+	return s.authenticate(s.allow(auth.Admin, "")(next))
+}

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,12 +34,57 @@ type sseSink struct {
 
 var _ stream.Sink = (*sseSink)(nil)
 
+// Event writes a job event as one SSE message, in one Write: the bytes
+// go-sse would write for it (id, event, retry on the first, data), built in
+// a pooled buffer rather than through an sse.Message, which costs a
+// validation pass over the token, a string copy of the data and several
+// writes per event. What the go-sse encoder would refuse or split — a CR
+// or LF in the id, the event name or the data, which cannot come from our
+// own tokens, kinds and compacted JSON — is left to it.
 func (s *sseSink) Event(ev core.Event, token string) error {
-	m := &sse.Message{Type: sse.Type(string(ev.Kind)), Retry: s.retry()}
+	bp := sseBufs.Get().(*[]byte)
+	defer sseBufs.Put(bp)
+	b := append((*bp)[:0], "id: "...)
+	b = append(b, token...)
+	b = append(b, "\nevent: "...)
+	b = append(b, ev.Kind...)
+	r := s.retry()
+	if r > 0 {
+		b = append(b, "\nretry: "...)
+		b = strconv.AppendInt(b, r.Milliseconds(), 10)
+	}
+	b = append(b, "\ndata: "...)
+	data := len(b)
+	b = stream.AppendEventData(b, s.job, ev, s.snap)
+	*bp = b
+	if !sseLine(token) || !sseLine(string(ev.Kind)) || bytes.IndexByte(b[data:], '\n') >= 0 || bytes.IndexByte(b[data:], '\r') >= 0 {
+		return s.eventSlow(ev, token, r, b[data:])
+	}
+	if token == "" {
+		b = b[len("id: \n"):]
+	}
+	b = append(b, "\n\n"...)
+	*bp = b
+	_, err := s.w.Write(b)
+	return err
+}
+
+// sseBufs are Event's buffers: an open stream holds none while it waits.
+var sseBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// sseLine reports whether s can be an SSE field value as it is.
+func sseLine(s string) bool {
+	return strings.IndexByte(s, '\n') < 0 && strings.IndexByte(s, '\r') < 0 && strings.IndexByte(s, 0) < 0
+}
+
+// eventSlow is Event through the go-sse encoder, which validates the id
+// and event name and splits data lines.
+func (s *sseSink) eventSlow(ev core.Event, token string, retry time.Duration, data []byte) error {
+	m := &sse.Message{Type: sse.Type(string(ev.Kind)), Retry: retry}
 	if token != "" {
 		m.ID = sse.ID(token)
 	}
-	m.AppendData(string(eventData(s.job, ev, s.snap)))
+	m.AppendData(string(data))
 	_, err := m.WriteTo(s.w)
 	return err
 }

@@ -244,3 +244,42 @@ func TestEventDataEmptyPayload(t *testing.T) {
 		}
 	}
 }
+
+// Event writes, byte for byte, what the go-sse encoder writes for the same
+// message: the retry hint on the first event only, no id line without a
+// token.
+func TestSSESinkEventMatchesEncoder(t *testing.T) {
+	j := &core.Job{ID: "j_01", History: core.NewHistory(1, 1<<20)}
+	for _, tc := range []struct {
+		name  string
+		token string
+		data  string
+	}{
+		{"with token", "k0.AQEB_abc-def.xyz", `{"data":"hello"}`},
+		{"no token", "", `{"data":"hello"}`},
+		{"empty payload", "k0.t", `{}`},
+		{"newline in data", "k0.t", "{\"data\":\n\"x\"}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink, rec := newRecorderSink(j, 7)
+			var want bytes.Buffer
+			for i, retry := range []time.Duration{time.Second, 0} {
+				ev := core.Event{Seq: uint64(i + 1), Kind: core.EventOutput, Gen: 1, Data: []byte(tc.data)}
+				if err := sink.Event(ev, tc.token); err != nil {
+					t.Fatal(err)
+				}
+				m := &sse.Message{Type: sse.Type("output"), Retry: retry}
+				if tc.token != "" {
+					m.ID = sse.ID(tc.token)
+				}
+				m.AppendData(string(eventData(j, ev, 7)))
+				if _, err := m.WriteTo(&want); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := rec.Body.String(); got != want.String() {
+				t.Fatalf("wrote\n%q\nwant (go-sse)\n%q", got, want.String())
+			}
+		})
+	}
+}

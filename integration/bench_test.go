@@ -83,6 +83,8 @@ var (
 	clusterJobs   = flag.Int("cluster.jobs", 2000, "BenchmarkCluster: jobs per setup at each concurrency level")
 	clusterRounds = flag.Int("cluster.rounds", 4, "BenchmarkCluster: interleaved rounds the jobs are split into")
 	clusterInput  = flag.String("cluster.input", "one two three four", "BenchmarkCluster: the job's input, one output per word")
+	clusterOuts   = flag.Int("cluster.outputs", 0, "BenchmarkCluster: instead of -cluster.input, a job of this many outputs of -cluster.output-bytes each")
+	clusterBytes  = flag.Int("cluster.output-bytes", 32, "BenchmarkCluster: with -cluster.outputs, bytes per output")
 	clusterOnly   = flag.String("cluster.setups", "", "BenchmarkCluster: comma-separated setups to run (default all), e.g. to profile one")
 	clusterLevels = flag.String("cluster.levels", "1,64", "BenchmarkCluster: comma-separated client concurrency levels")
 )
@@ -172,7 +174,11 @@ func BenchmarkCluster(b *testing.B) {
 
 	client := benchkit.NewClient()
 	b.Cleanup(client.CloseIdleConnections)
-	body, _ := json.Marshal(map[string]any{"input": *clusterInput, "options": map[string]any{"delay_ms": 0}})
+	input := *clusterInput
+	if *clusterOuts > 0 {
+		input = benchkit.Input(*clusterOuts, max(*clusterBytes, 2))
+	}
+	body, _ := json.Marshal(map[string]any{"input": input, "options": map[string]any{"delay_ms": 0}})
 	jobsURL := func(n *switchyard.Node) string { return baseURL(n) + "/v1/queues/" + queue + "/jobs" }
 	setups := []benchSetup{
 		{"co-located", "POST to the worker's node", jobsURL(host), true},
@@ -236,7 +242,7 @@ func BenchmarkCluster(b *testing.B) {
 		}
 	}
 	// Straight to stdout: a parent benchmark's b.Log shows only under -v.
-	fmt.Print(clusterTable(setups, levels, results, traffic, jobs, rounds))
+	fmt.Print(clusterTable(setups, levels, results, traffic, jobs, rounds, jobShape(input)))
 	fmt.Printf("measured in %s (cluster start and warm-up before that)\n", time.Since(started).Round(time.Millisecond))
 }
 
@@ -272,6 +278,23 @@ func processCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// jobShape describes the job input makes: its outputs and, when they are
+// all one size (benchkit.Input), that size.
+func jobShape(input string) string {
+	words := strings.Fields(input)
+	for i, w := range words[:max(len(words)-1, 0)] {
+		// Every output but the last is its word and a space; benchkit.Input
+		// makes the last word one byte longer instead.
+		if len(w) != len(words[0]) || i == len(words)-2 && len(words[len(words)-1]) != len(w)+1 {
+			return fmt.Sprintf("%d outputs", len(words))
+		}
+	}
+	if len(words) < 2 {
+		return fmt.Sprintf("%d outputs", len(words))
+	}
+	return fmt.Sprintf("%d outputs of %d B", len(words), len(words[0])+1)
+}
+
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // reportLoad reports r as the sub-benchmark's result; the sub-benchmark
@@ -295,10 +318,10 @@ func reportLoad(b *testing.B, r benchkit.Result) {
 // ratios the issue asks for. Latency ratios are a/b of the times; the
 // jobs/s ratio is inverted (b's jobs/s over a's), so every ratio reads
 // "a costs this many times b" and the 1.25 target applies alike.
-func clusterTable(setups []benchSetup, levels []int, results map[string]*benchkit.Result, traffic map[string]peerTraffic, jobs, rounds int) string {
+func clusterTable(setups []benchSetup, levels []int, results map[string]*benchkit.Result, traffic map[string]peerTraffic, jobs, rounds int, shape string) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nBenchmarkCluster: the demo tokens job (%d outputs, no delay), same client for every setup;\n"+
-		"%d jobs per setup and level, in %d interleaved rounds\n", len(strings.Fields(*clusterInput)), jobs, rounds)
+	fmt.Fprintf(&sb, "\nBenchmarkCluster: the demo tokens job (%s, no delay), same client for every setup;\n"+
+		"%d jobs per setup and level, in %d interleaved rounds\n", shape, jobs, rounds)
 	for _, s := range setups {
 		fmt.Fprintf(&sb, "  %-17s %s\n", s.name, s.what)
 	}
@@ -364,6 +387,7 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 			}
 		}
 	}
-	sb.WriteString("\ntargets (issue): cross-node / relay ≤ 1.25x; streamed request leg ≤ 0.6x unary (µs per delivery: peer BenchmarkDeliver)\n")
+	sb.WriteString("\ntargets (issue 15, against relay-stream; jobs/s inverted, so ≤ reads as 'no slower'): cross-node cpu/job and jobs/s ≤ 1.0x,\n" +
+		"co-located cpu/job ≤ 0.8x, cross-node first p50 at c=1 ≤ 1.3x, first p99 at c=64 ≤ 1.5x\n")
 	return sb.String()
 }

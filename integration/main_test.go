@@ -4,11 +4,25 @@
 package integration_test
 
 import (
+	"fmt"
+	"net"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/integration/benchkit"
 )
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(bareSSEEnv); addr != "" {
+		// Re-executed by BenchmarkIdleStreams as its plain SSE server.
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			err = benchkit.ServeBareSSE(ln)
+		}
+		fmt.Fprintln(os.Stderr, "plain SSE server:", err)
+		os.Exit(1)
+	}
 	goleak.VerifyTestMain(m)
 }

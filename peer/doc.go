@@ -39,6 +39,9 @@
 //
 //	inbox.mu, laneInbox.mu, inLeg.mu   peer server: one path's messages, one at a time
 //	  Engine.mu                        core: every role's state (core.Receiver takes it)
+//	    stream watcher.mu              core/stream: a LagFunc callback, run by an Append after History.mu is released
+//	      History.mu                   core: a job's events
+//	      sseConn.mu                   httpapi: Abort from the watcher
 //	    History.mu                     core: a job's events
 //	    catalog view, Tracker.mu       core.Cluster's decisions, answered from memory
 //	    router.mu                      core.Transport's Send, Expect

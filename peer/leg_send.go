@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
@@ -66,6 +67,10 @@ type replyLeg struct {
 	// by the message that opened the leg.
 	queueName string
 	wake      chan struct{} // capacity 1: "something was queued"
+	// queued is the node's switchyard_peer_queue child, looked up once: a
+	// leg's messages count in it one by one. The leg holds a reference on
+	// the node (refLocked), so the child stays registered while it lives.
+	queued prometheus.Gauge
 
 	stop     chan struct{} // closed when the job was cancelled
 	stopOnce sync.Once
@@ -157,7 +162,7 @@ func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	}
 	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
 	l.pending = append(l.pending, it)
-	r.m.queue.WithLabelValues(node).Inc()
+	l.queued.Inc()
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -190,6 +195,7 @@ func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
+	l.queued = r.m.queue.WithLabelValues(k.node)
 	r.m.legsOpen.Inc()
 	r.legs[k] = l
 	r.jobLegs[k.job] = append(r.jobLegs[k.job], l)

@@ -50,7 +50,7 @@ func (l *replyLeg) applyAcks() {
 	n := 0
 	for n < len(l.unacked) && int64(l.unacked[n].seq) <= a {
 		it := l.unacked[n]
-		r.m.messages.WithLabelValues(it.kind).Inc()
+		r.m.sent(it.kind).Inc()
 		l.unackedBytes -= it.size
 		if it.final {
 			l.finalAcked = true
@@ -60,7 +60,7 @@ func (l *replyLeg) applyAcks() {
 	if n == 0 {
 		return
 	}
-	r.m.queue.WithLabelValues(l.key.node).Sub(float64(n))
+	l.queued.Sub(float64(n))
 	clear(l.unacked[:n])
 	l.unacked = l.unacked[n:]
 	if len(l.unacked) == 0 {

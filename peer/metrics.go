@@ -35,6 +35,22 @@ type Metrics struct {
 	legsEnded   *prometheus.CounterVec
 	legsOpen    prometheus.Gauge
 	replyFrames prometheus.Counter
+
+	// sentReply and sentRelease are messages' children for the kinds a
+	// reply leg sends once per output (sent).
+	sentReply, sentRelease prometheus.Counter
+}
+
+// sent is the switchyard_peer_messages_total child of kind, without a
+// label lookup for the kinds sent per output.
+func (m *Metrics) sent(kind string) prometheus.Counter {
+	switch kind {
+	case string(core.MsgReply):
+		return m.sentReply
+	case string(core.MsgRelease):
+		return m.sentRelease
+	}
+	return m.messages.WithLabelValues(kind)
 }
 
 // kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
@@ -138,6 +154,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
 			m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}
+	m.sentReply = m.messages.WithLabelValues(string(core.MsgReply))
+	m.sentRelease = m.messages.WithLabelValues(string(core.MsgRelease))
 	return m
 }
 

@@ -93,7 +93,8 @@ func TestWorkerSetupTimeoutFlag(t *testing.T) {
 }
 
 // --outputs and --output-bytes make the demo tokens worker's job: that
-// many words, each with its space that many bytes.
+// many outputs of that many bytes each (a word and its space, the last word
+// one byte longer).
 func TestBenchInput(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.String("input", "x", "")
@@ -102,8 +103,8 @@ func TestBenchInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	words := strings.Fields(text)
-	if len(words) != 16 || len(words[0])+1 != 32 || len(text) != 16*32-1 {
-		t.Fatalf("input of %d words of %d bytes (%d in all), want 16 of 31 and a space", len(words), len(words[0]), len(text))
+	if len(words) != 16 || len(words[0])+1 != 32 || len(words[15]) != 32 || len(text) != 16*32 {
+		t.Fatalf("input of %d words of %d bytes (%d in all), want 16 of 31 and a space, the last of 32", len(words), len(words[0]), len(text))
 	}
 	if in, err := benchInput(fs, "as given", 0, 32); err != nil || in != "as given" {
 		t.Fatalf("without --outputs: %q, %v", in, err)

@@ -96,6 +96,8 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.EtcdUsername, "etcd-username", "", "external etcd with authentication: user name")
 	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "external etcd with authentication: password; set it as SWITCHYARD_ETCD_PASSWORD rather than on the command line")
 	fs.BoolVar(&cfg.EtcdAllowPlaintext, "etcd-allow-plaintext", false, "let the embedded etcd member listen on a non-loopback address without TLS (refused otherwise: anyone who reaches it could write the catalog)")
+	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve net/http/pprof (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default; loopback only unless --debug-allow-remote; with API keys, an admin key)")
+	fs.BoolVar(&cfg.DebugAllowRemote, "debug-allow-remote", false, "let --debug-addr listen on a non-loopback address")
 	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"slices"
 	"strings"
 	"sync"
@@ -101,18 +102,27 @@ type Keyring struct {
 	keys    map[string]*macKey
 }
 
+// macState is an HMAC state keyed with a macKey's secret, with room for
+// what it hashes and its sum: the bytes handed to the hash.Hash interface
+// would otherwise escape to the heap on every token.
+type macState struct {
+	h      hash.Hash
+	signed [MaxTokenLen]byte
+	sum    [sha256.Size]byte
+}
+
 // macKey is one key's secret and a pool of HMAC states keyed with it.
 // Reusing a state saves rehashing the padded key on every token (hmac
 // caches it on Reset) and about half a kilobyte of allocation.
 type macKey struct {
 	secret []byte
-	pool   sync.Pool // of hash.Hash
+	pool   sync.Pool // of *macState
 }
 
 // newMACKey returns a macKey for a copy of secret.
 func newMACKey(secret []byte) *macKey {
 	mk := &macKey{secret: slices.Clone(secret)}
-	mk.pool.New = func() any { return hmac.New(sha256.New, mk.secret) }
+	mk.pool.New = func() any { return &macState{h: hmac.New(sha256.New, mk.secret)} }
 	return mk
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"hash"
 	"strings"
 	"time"
 )
@@ -168,12 +167,14 @@ func (k *Keyring) VerifyGrant(token string, now time.Time, filter [16]byte) (Pos
 // mac returns HMAC-SHA256(secret, macDomain || signed), where signed is
 // "<kid>.<payload segment>": the key id is bound into the MAC.
 func (mk *macKey) mac(signed []byte) [sha256.Size]byte {
-	h := mk.pool.Get().(hash.Hash)
-	defer mk.pool.Put(h)
-	h.Reset()
-	h.Write(macDomainBytes)
-	h.Write(signed)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum
+	st := mk.pool.Get().(*macState)
+	defer mk.pool.Put(st)
+	st.h.Reset()
+	st.h.Write(macDomainBytes)
+	for len(signed) > 0 { // signed fits at once but for tokens Verify refuses anyway
+		n := copy(st.signed[:], signed)
+		st.h.Write(st.signed[:n])
+		signed = signed[n:]
+	}
+	return [sha256.Size]byte(st.h.Sum(st.sum[:0]))
 }

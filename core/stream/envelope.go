@@ -21,28 +21,47 @@ import (
 // stream generation, sequence, snapshot version, and the attempt — the
 // binding generation that produced it) followed by the event's own fields.
 func EventData(j *core.Job, ev core.Event, snap uint64) []byte {
-	var b bytes.Buffer
-	b.Grow(len(ev.Data) + 96)
-	b.WriteString(`{"job_id":`)
-	id, _ := json.Marshal(j.ID)
-	b.Write(id)
-	b.WriteString(`,"gen":`)
-	b.WriteString(strconv.FormatUint(j.StreamGeneration(), 10))
-	b.WriteString(`,"seq":`)
-	b.WriteString(strconv.FormatUint(ev.Seq, 10))
-	b.WriteString(`,"snap":`)
-	b.WriteString(strconv.FormatUint(snap, 10))
-	b.WriteString(`,"attempt":`)
-	b.WriteString(strconv.FormatUint(ev.Gen, 10))
+	return AppendEventData(make([]byte, 0, len(ev.Data)+96), j, ev, snap)
+}
+
+// AppendEventData appends EventData to dst: a transport that writes the
+// data out at once builds it in a buffer it reuses, without reflection or
+// an allocation per event.
+func AppendEventData(dst []byte, j *core.Job, ev core.Event, snap uint64) []byte {
+	dst = append(dst, `{"job_id":`...)
+	dst = appendJSONString(dst, j.ID)
+	dst = append(dst, `,"gen":`...)
+	dst = strconv.AppendUint(dst, j.StreamGeneration(), 10)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, ev.Seq, 10)
+	dst = append(dst, `,"snap":`...)
+	dst = strconv.AppendUint(dst, snap, 10)
+	dst = append(dst, `,"attempt":`...)
+	dst = strconv.AppendUint(dst, ev.Gen, 10)
 	// An object with no fields ("{}", "{ }") adds nothing: writing its
 	// closing brace after a comma would not be JSON.
 	if inner := bytes.TrimSpace(ev.Data); len(inner) > 2 && len(bytes.TrimSpace(inner[1:len(inner)-1])) > 0 {
-		b.WriteByte(',')
-		b.Write(inner[1:])
+		dst = append(dst, ',')
+		dst = append(dst, inner[1:]...)
 	} else {
-		b.WriteByte('}')
+		dst = append(dst, '}')
 	}
-	return b.Bytes()
+	return dst
+}
+
+// appendJSONString appends s as a JSON string. Job ids are of a plain
+// alphabet, for which this is a copy between quotes; anything else goes
+// through encoding/json, whose escaping it then matches.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // ControlData is the JSON data of a control event (gap, resync,

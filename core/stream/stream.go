@@ -14,7 +14,6 @@ package stream
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,12 +115,13 @@ type Request struct {
 }
 
 // Run writes the stream until the job's terminal event, the client leaving,
-// or a policy ending it. It is the stream's one writer.
+// or a policy ending it. It is the stream's one writer, and its only
+// goroutine.
 //
 // The stream's queue is what was appended to the job after the stream
 // opened and is not yet written: a replay of history that already existed
 // is catch-up, not lag, so a client that resumes far back is never judged
-// slow for it. A watcher goroutine (Terminate streams only) is woken by
+// slow for it. A lag watcher (Terminate streams only; watch.go) is run by
 // the append that takes that queue past its bound, so a writer blocked on
 // a client that stopped reading is aborted the moment the bound is passed,
 // not when the write finally returns. A paced stream (Request.Sent) has a
@@ -131,31 +131,18 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	w := newWriter(req, sink)
 	defer w.stopClocks()
 	if w.sent != nil || req.Policy.Slow == Terminate {
-		stopc := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { w.watch(stopc) })
-		defer func() { close(stopc); wg.Wait() }()
+		defer startWatch(w)()
 	}
 	w.run(ctx)
 	return w.res
-}
-
-// watch runs the stream's watcher until stopc is closed: the stall
-// watcher of a paced stream, the lag watcher of any other.
-func (w *writer) watch(stopc <-chan struct{}) {
-	if w.sent != nil {
-		watchStall(w.h, &w.written, w.p, &w.overflow, w.sink, stopc)
-		return
-	}
-	watch(w.h, &w.written, w.base, w.p, &w.overflow, w.sink, stopc)
 }
 
 // readBatch is how many events are taken from the history per read.
 const readBatch = 64
 
 // writer is one stream while Run writes it. Run's goroutine owns it; the
-// lag watcher shares only written, overflow and fields that never change
-// (h, base, p, sink: its Abort is safe from another goroutine).
+// watcher shares only written, overflow and fields that never change (h,
+// base, p, sink: its Abort is safe from another goroutine).
 type writer struct {
 	jobID  string
 	h      *core.History
@@ -173,6 +160,8 @@ type writer struct {
 	// flushed turns true with the first flush that goes through: until
 	// then the setup clock bounds every write, after it WriteTimeout does.
 	flushed bool
+	// deadlineSet is when setDeadline last moved the WriteTimeout deadline.
+	deadlineSet time.Time
 	// cursor is the last position read: written, filtered out or skipped.
 	cursor uint64
 	// base is the history's head when the stream opened. The queue is what
@@ -213,9 +202,11 @@ func (w *writer) stopClocks() {
 
 // run writes the stream until it is over; w.res then says how it went.
 func (w *writer) run(ctx context.Context) {
-	// The headers (and a replay, if any) go out at once, so a client knows
-	// its stream is open before the job has anything to say.
-	if !w.flush() {
+	// The headers go out at once when there is nothing to send yet, so a
+	// client knows its stream is open before the job has anything to say;
+	// otherwise with the first batch (a POST's accepted event, a replay):
+	// one write instead of two. step flushes them before it first waits.
+	if w.h.Head() <= w.cursor && !w.flush() {
 		w.failed()
 		return
 	}
@@ -242,6 +233,9 @@ func (w *writer) step(ctx context.Context) (over bool) {
 	}
 	if len(rd.Events) == readBatch {
 		return false // there may be more to read at once
+	}
+	if !w.flushed && !w.flush() { // nothing written yet: the headers
+		return w.failed()
 	}
 	return w.wait(ctx, rd.Wake)
 }
@@ -370,12 +364,22 @@ func (w *writer) wait(ctx context.Context, grown <-chan struct{}) (over bool) {
 
 // setDeadline bounds the next write by the setup clock until the first
 // flush went through, by WriteTimeout after.
+//
+// Moving a connection's deadline updates a timer in the runtime's poller,
+// and this runs for every event: a deadline set less than WriteTimeout/16
+// ago is left as it is, so a write gets between 15/16 of WriteTimeout and
+// all of it.
 func (w *writer) setDeadline() {
-	if w.flushed {
-		_ = w.sink.SetWriteDeadline(time.Now().Add(w.p.WriteTimeout))
-	} else {
+	if !w.flushed {
 		_ = w.sink.SetWriteDeadline(w.start.Add(w.p.Setup))
+		return
 	}
+	now := time.Now()
+	if !w.deadlineSet.IsZero() && now.Sub(w.deadlineSet) < w.p.WriteTimeout/16 {
+		return
+	}
+	w.deadlineSet = now
+	_ = w.sink.SetWriteDeadline(now.Add(w.p.WriteTimeout))
 }
 
 // flush hands what was written to the transport and reports whether it

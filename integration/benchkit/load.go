@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,21 +61,39 @@ func (r Result) JobsPerSec() float64 {
 // goroutines, each starting its next job as soon as its previous one ended,
 // and reads each job's event stream to its end.
 func Run(ctx context.Context, client *http.Client, target string, body []byte, n, conc int) Result {
+	return RunJobs(ctx, HTTPJob(client, target, body), n, conc)
+}
+
+// JobFunc runs one job and reports as Job does.
+type JobFunc func(ctx context.Context) (first, last time.Duration, ok bool)
+
+// HTTPJob is Job as a JobFunc.
+func HTTPJob(client *http.Client, target string, body []byte) JobFunc {
+	return func(ctx context.Context) (time.Duration, time.Duration, bool) { return Job(ctx, client, target, body) }
+}
+
+// RunJobs is Run for any kind of job: n of them from conc goroutines.
+func RunJobs(ctx context.Context, job JobFunc, n, conc int) Result {
 	var left atomic.Int64
 	left.Store(int64(n))
-	return run(ctx, client, target, body, conc, func() bool { return left.Add(-1) >= 0 })
+	return run(ctx, job, conc, func() bool { return left.Add(-1) >= 0 })
+}
+
+// RunJobsFor is RunFor for any kind of job.
+func RunJobsFor(ctx context.Context, job JobFunc, d time.Duration, conc int) Result {
+	end := time.Now().Add(d)
+	return run(ctx, job, conc, func() bool { return ctx.Err() == nil && time.Now().Before(end) })
 }
 
 // RunFor is Run for a duration instead of a number of jobs: the goroutines
 // start jobs until d has passed (or ctx is done), and the jobs running then
 // finish.
 func RunFor(ctx context.Context, client *http.Client, target string, body []byte, d time.Duration, conc int) Result {
-	end := time.Now().Add(d)
-	return run(ctx, client, target, body, conc, func() bool { return ctx.Err() == nil && time.Now().Before(end) })
+	return RunJobsFor(ctx, HTTPJob(client, target, body), d, conc)
 }
 
 // run is Run's closed loop: conc goroutines start jobs while next says so.
-func run(ctx context.Context, client *http.Client, target string, body []byte, conc int, next func() bool) Result {
+func run(ctx context.Context, job JobFunc, conc int, next func() bool) Result {
 	var (
 		mu  sync.Mutex
 		res Result
@@ -84,7 +103,7 @@ func run(ctx context.Context, client *http.Client, target string, body []byte, c
 	for range conc {
 		wg.Go(func() {
 			for next() {
-				first, last, ok := Job(ctx, client, target, body)
+				first, last, ok := job(ctx)
 				mu.Lock()
 				if ok {
 					res.First = append(res.First, first)
@@ -138,6 +157,15 @@ func Job(ctx context.Context, client *http.Client, target string, body []byte) (
 		}
 	}
 	return 0, 0, false
+}
+
+// Input is the demo tokens worker's input for a job of outputs outputs of
+// size bytes each: that many words, each followed by the space the worker
+// sends after every word but the last (the last word is one byte longer
+// instead, so every output is size bytes). size must be at least 2.
+func Input(outputs, size int) string {
+	word := strings.Repeat("x", size-1)
+	return strings.Repeat(word+" ", outputs-1) + word + "x"
 }
 
 // Percentile is the p-th percentile (nearest rank) of d; 0 for none.

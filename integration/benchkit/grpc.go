@@ -1,0 +1,53 @@
+package benchkit
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// GRPCJob is Job through the public JobService instead of HTTP/SSE: one
+// Submit stream per job, read to its terminal event. It measures the path
+// without the HTTP edge (the same engine, the same stream writer, a gRPC
+// sink instead of the SSE one).
+func GRPCJob(client pb.JobServiceClient, queue string, envelope []byte) JobFunc {
+	return func(ctx context.Context) (first, last time.Duration, ok bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		t0 := time.Now()
+		st, err := client.Submit(ctx, &pb.SubmitRequest{Queue: queue, EnvelopeJson: envelope})
+		if err != nil {
+			return 0, 0, false
+		}
+		for {
+			ev, err := st.Recv()
+			if err != nil {
+				return 0, 0, false // io.EOF too: the stream ended without a terminal event
+			}
+			switch ev.Kind {
+			case "output":
+				if first == 0 {
+					first = time.Since(t0)
+				}
+			case "done":
+				return first, time.Since(t0), true
+			case "error", "terminated", "resync":
+				return 0, 0, false
+			}
+		}
+	}
+}
+
+// DialGRPCJob is GRPCJob against the node at addr over a plaintext gRPC
+// connection of its own; close releases the connection.
+func DialGRPCJob(addr, queue string, envelope []byte) (job JobFunc, close func() error, err error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return GRPCJob(pb.NewJobServiceClient(conn), queue, envelope), conn.Close, nil
+}
