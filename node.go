@@ -36,9 +36,11 @@ import (
 
 // Node is one running Switchyard node.
 type Node struct {
-	cfg Config
-	log *slog.Logger
-	reg *prometheus.Registry
+	// unused are the public HTTP connections with no request yet (conns.go).
+	unused unusedConns
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
 
 	keys    *auth.Store
 	cat     *catalog.Catalog
@@ -304,6 +306,7 @@ func (n *Node) openAPIs() (err error) {
 		BaseContext:       func(net.Listener) context.Context { return n.streams },
 		// Lets a stream judged slow reach its connection's send buffer.
 		ConnContext: httpapi.ConnContext,
+		ConnState:   n.unused.track,
 		ErrorLog:    slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
 	return nil
@@ -500,6 +503,7 @@ func (n *Node) stop(ctx context.Context) error {
 	defer cancel()
 	n.stopHTTP()
 	n.closeDebug()
+	n.unused.close()
 	if err := n.http.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("shut down http: %w", err))
 		_ = n.http.Close()

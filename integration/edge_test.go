@@ -335,3 +335,25 @@ func wantNoJob(t *testing.T, httpAddr, key string, before float64) {
 		return getJSON(t, "http://"+httpAddr+"/v1/jobs/"+job.JobID, &v) == http.StatusOK && v.Outcome != ""
 	})
 }
+
+// A connection that never sent a request does not hold a node's shutdown:
+// http.Server.Shutdown alone counts it as active for 5 seconds, past the
+// node's 2s bound, and Close failed ("shut down http: context deadline
+// exceeded") whenever an HTTP client had dialed one connection more than
+// it used.
+func TestCloseWithAConnectionThatSentNothing(t *testing.T) {
+	n := MustStartNode(t, nil)
+	conn, err := net.Dial("tcp", n.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(50 * time.Millisecond) // the server has accepted it
+	if err := n.Close(t.Context()); err != nil {
+		t.Fatalf("close with an unused connection open: %v", err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the unused connection after Close: read %v, want it closed by the node", err)
+	}
+}
