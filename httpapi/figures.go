@@ -45,23 +45,30 @@ func ReadFigures(e *core.Engine, g prometheus.Gatherer) core.NodeFigures {
 	return f
 }
 
+// rateWindow is how many intervals the load's rates and quantiles span:
+// jobs end in bursts (a batch of jobs started together ends together), and
+// a rate over one second of them zigzags; over five it reads at a glance
+// and is still now.
+const rateWindow = 5
+
 // loadSampler reads every node's figures for the cluster event streams, at
 // most once per minAge however many streams ask, and keeps the load
-// derived from its last two readings: every stream shows the same figures,
-// and the peers are asked once, not once per watcher. Nothing is read
-// while nobody watches.
+// derived from its readings: every stream shows the same figures, and the
+// peers are asked once, not once per watcher. Nothing is read while nobody
+// watches.
 type loadSampler struct {
 	// self reads this node's figures; peers asks every other node for
 	// theirs (nil: a node alone), within the context's deadline.
 	self  func() core.NodeFigures
 	peers func(ctx context.Context) []core.NodeFigures
-	// minAge: a reading younger than this is reused. stale: a previous
-	// reading older than this gives no rate. timeout bounds the peers.
-	minAge, stale, timeout time.Duration
+	// minAge: a reading younger than this is reused. window: the rates
+	// are over the oldest reading this recent (rateWindow intervals).
+	// timeout bounds the peers.
+	minAge, window, timeout time.Duration
 
 	mu   sync.Mutex
-	at   time.Time                   // of the last reading
-	last map[string]core.NodeFigures // each node's last good reading
+	at   time.Time                     // of the last reading
+	hist map[string][]core.NodeFigures // each node's good readings within the window, oldest first
 	load *ClusterLoad
 }
 
@@ -72,9 +79,9 @@ func newLoadSampler(self func() core.NodeFigures, peers func(context.Context) []
 		// new reading at each tick, and a second stream out of phase with
 		// it reuses the first one's.
 		minAge:  interval * 9 / 10,
-		stale:   3 * interval,
+		window:  rateWindow * interval,
 		timeout: min(max(interval/2, 100*time.Millisecond), time.Second),
-		last:    map[string]core.NodeFigures{},
+		hist:    map[string][]core.NodeFigures{},
 	}
 }
 
@@ -99,17 +106,35 @@ func (l *loadSampler) Load(ctx context.Context) *ClusterLoad {
 		readings = append(readings, l.peers(pctx)...)
 		cancel()
 	}
-	load := deriveLoad(l.last, readings, l.stale)
-	for _, f := range readings {
-		if f.Err == "" {
-			l.last[f.Node] = f
+	// Each node's rates are over its oldest reading within the window (a
+	// node just seen has none yet: no rate).
+	prev := map[string]core.NodeFigures{}
+	for node, h := range l.hist {
+		for _, f := range h {
+			if now.Sub(f.At) <= l.window {
+				prev[node] = f
+				break
+			}
 		}
 	}
-	// Nodes gone from the cluster are forgotten.
-	for node := range l.last {
-		if !hasNode(readings, node) {
-			delete(l.last, node)
+	load := deriveLoad(prev, readings, l.window)
+	for _, f := range readings {
+		if f.Err == "" {
+			l.hist[f.Node] = append(l.hist[f.Node], f)
 		}
+	}
+	for node, h := range l.hist {
+		// Nodes gone from the cluster are forgotten, and readings past the
+		// window.
+		if !hasNode(readings, node) {
+			delete(l.hist, node)
+			continue
+		}
+		i := 0
+		for i < len(h) && now.Sub(h[i].At) > l.window {
+			i++
+		}
+		l.hist[node] = h[i:]
 	}
 	l.at, l.load = now, &load
 	return l.load

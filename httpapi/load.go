@@ -12,16 +12,17 @@ import (
 // ClusterLoad is the cluster's load as the live view charts it: every
 // node's figures (core.NodeFigures: this node's own, its peers' asked over
 // the peer transport), read at most once per ClusterEventsInterval however
-// many streams watch, and the rates and quantiles over the time between
-// the last two readings (about one interval).
+// many streams watch, and the rates and quantiles over the last few
+// readings (five intervals: five seconds by default; fewer while a node
+// has fewer).
 type ClusterLoad struct {
-	// JobsPerSecond is jobs ended per second, every node's (each counts the
-	// jobs it was the ingress of) together, by outcome. Absent until two
-	// readings were made.
+	// JobsPerSecond is jobs ended per second over the last few readings,
+	// every node's (each counts the jobs it was the ingress of) together,
+	// by outcome. Absent until two readings were made.
 	JobsPerSecond map[string]float64 `json:"jobs_per_second,omitempty"`
 	// FirstOutputMS is the time from submission to first output, in
-	// milliseconds, of the jobs whose first output came between the last
-	// two readings, every node's together: estimated from the histogram's
+	// milliseconds, of the jobs whose first output came within the last
+	// few readings, every node's together: estimated from the histogram's
 	// buckets (linearly within one, as Prometheus's histogram_quantile
 	// does). Absent when no job had its first output then.
 	FirstOutputMS *Quantiles `json:"first_output_ms,omitempty"`
@@ -57,7 +58,8 @@ type NodeLoad struct {
 	// transport's (SSE, gRPC, OpenAI-compatible).
 	StreamsOpen int `json:"streams_open"`
 	// JobsPerSecond is the jobs ended per second with the node as their
-	// ingress, every outcome; absent until two readings were made.
+	// ingress, every outcome, over the last few readings; absent until two
+	// readings were made.
 	JobsPerSecond *float64 `json:"jobs_per_second,omitempty"`
 	// Error says why the node's figures are missing: it is silent to this
 	// node's pings (not asked), or did not answer in time.
