@@ -117,7 +117,9 @@ func (l *loadSampler) Load(ctx context.Context) *ClusterLoad {
 			}
 		}
 	}
-	load := deriveLoad(prev, readings, l.window)
+	// The window chose prev by this reading's start; a peer's answer came
+	// a little later, so its span may pass the window by that much.
+	load := deriveLoad(prev, readings, l.window+l.timeout)
 	for _, f := range readings {
 		if f.Err == "" {
 			l.hist[f.Node] = append(l.hist[f.Node], f)

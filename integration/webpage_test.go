@@ -249,6 +249,23 @@ func mustScreenshot(t *testing.T, p *webPage, name string) {
 		t.Errorf("screenshot: %v", err)
 		return
 	}
+	keepScreenshot(t, name, png)
+}
+
+// mustScreenshotView saves what the viewport shows now as name, as
+// mustScreenshot does the whole page.
+func mustScreenshotView(t *testing.T, p *webPage, name string) {
+	t.Helper()
+	png, err := chromedp.Run(p.br.step(15*time.Second), chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	keepScreenshot(t, name, png)
+}
+
+func keepScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
 	path := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)

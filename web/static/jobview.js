@@ -8,7 +8,7 @@ import {el, $} from './ui.js';
 const MAX_LOG = 1000;
 // While output streams, the status line (a live region a screen reader
 // reads out) says how far it got at most this often.
-const PROGRESS_EVERY_MS = 3000;
+const PROGRESS_EVERY_MS = 2000;
 
 /** atBottom reports whether box is scrolled to (within a line of) its end. */
 function atBottom(box) {

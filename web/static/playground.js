@@ -12,8 +12,8 @@ const OTHER = '\u0000other'; // the "Another queue…" option's value: no queue 
 const INPUT_HELP = {
   text: '',
   json: '',
-  chat: 'Sent as a chat request, {"messages": [...]}: the conversation below, then this message as the user\'s. ' +
-    'The reply streams under Reply; a completed reply joins the conversation.',
+  chat: 'Sent as a chat request, {"messages": [...]}: the conversation so far, then this message. ' +
+    'A completed reply joins the conversation.',
 };
 
 export class Playground {
