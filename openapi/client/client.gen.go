@@ -409,15 +409,15 @@ type ClusterEventStream struct {
 // ClusterLoad defines model for ClusterLoad.
 type ClusterLoad struct {
 	// FirstOutputMs FirstOutputMS is the time from submission to first output, in
-	// milliseconds, of the jobs whose first output came between the last
-	// two readings, every node's together: estimated from the histogram's
+	// milliseconds, of the jobs whose first output came within the last
+	// few readings, every node's together: estimated from the histogram's
 	// buckets (linearly within one, as Prometheus's histogram_quantile
 	// does). Absent when no job had its first output then.
 	FirstOutputMs *Quantiles `json:"first_output_ms,omitempty"`
 
-	// JobsPerSecond JobsPerSecond is jobs ended per second, every node's (each counts the
-	// jobs it was the ingress of) together, by outcome. Absent until two
-	// readings were made.
+	// JobsPerSecond JobsPerSecond is jobs ended per second over the last few readings,
+	// every node's (each counts the jobs it was the ingress of) together,
+	// by outcome. Absent until two readings were made.
 	JobsPerSecond *map[string]float32 `json:"jobs_per_second,omitempty"`
 
 	// Nodes Nodes are the nodes of the catalog, sorted by id: this node, and
@@ -695,7 +695,8 @@ type NodeLoad struct {
 	Error *string `json:"error,omitempty"`
 
 	// JobsPerSecond JobsPerSecond is the jobs ended per second with the node as their
-	// ingress, every outcome; absent until two readings were made.
+	// ingress, every outcome, over the last few readings; absent until two
+	// readings were made.
 	JobsPerSecond *float32 `json:"jobs_per_second,omitempty"`
 	Node          string   `json:"node"`
 
