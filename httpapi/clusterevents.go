@@ -77,7 +77,7 @@ const DefaultClusterEventsInterval = time.Second
 //	@Produce		text/event-stream
 //	@Success		200	{object}	ClusterEventStream	"snapshot events"
 //	@Security		BearerKey
-//	@Security		ReadToken
+//	@Security		ReadTokenQuery
 //	@Router			/v1/cluster/events [get]
 func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()

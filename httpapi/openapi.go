@@ -10,7 +10,7 @@
 //	@in							header
 //	@name						Authorization
 //	@description				An API key, as `Bearer <key>`: its subject owns the jobs it submits; its roles (submit, work, admin) and queue patterns say what it may do.
-//	@securityDefinitions.apikey	ReadToken
+//	@securityDefinitions.apikey	ReadTokenQuery
 //	@in							query
 //	@name						read_token
 //	@description				A read token for one stream (an EventSource cannot send a header): from POST /v1/jobs/{id}/read-token (that job's events and document) or POST /v1/cluster/read-token (the live cluster view).
