@@ -50,7 +50,8 @@ func errorAnswers(doc *openapi3.T) error {
 				WithContent(openapi3.Content{ctype: openapi3.NewMediaType().WithSchemaRef(schema)})}
 		}
 		if op.Responses.Status(http.StatusInternalServerError) == nil {
-			op.Responses.Set("500", answer("internal: a server fault; the node logs its cause and the answer says no more"))
+			op.Responses.Set("500", answer("internal: a server fault; the node logs its cause and the answer says no more. "+
+				"Also any code this node's table does not know: a newer peer's, or where a job's end is the answer (a chat completion), the worker's own failure code"))
 		}
 		if op.Responses.Default() == nil {
 			op.Responses.Set("default", answer(fmt.Sprintf(
