@@ -247,6 +247,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		if v, _ := s.e.View(j.ID); v.State.Terminal() {
 			// The client has everything, terminal event included. 204 is
 			// the one answer that stops an EventSource from reconnecting.
+			// It names the stream's media type all the same: a client
+			// generated for a streaming operation (ogen's) reads the
+			// Content-Type of every answer, bodiless or not.
+			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}

@@ -37,7 +37,7 @@ type ChatCompletion struct {
 type ChatCompletionChoice struct {
 	Index        int                   `json:"index"`
 	Message      ChatCompletionMessage `json:"message"`
-	Logprobs     *struct{}             `json:"logprobs" extensions:"x-nullable"`
+	Logprobs     map[string]any        `json:"logprobs" extensions:"x-nullable"`
 	FinishReason string                `json:"finish_reason" example:"stop"`
 } // @name ChatCompletionChoice
 
@@ -77,7 +77,7 @@ type ChatCompletionChunk struct {
 type ChatCompletionChunkChoice struct {
 	Index        int                 `json:"index"`
 	Delta        ChatCompletionDelta `json:"delta"`
-	Logprobs     *struct{}           `json:"logprobs" extensions:"x-nullable"`
+	Logprobs     map[string]any      `json:"logprobs" extensions:"x-nullable"`
 	FinishReason *string             `json:"finish_reason" extensions:"x-nullable"`
 } // @name ChatCompletionChunkChoice
 

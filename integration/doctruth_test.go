@@ -249,6 +249,16 @@ func (tr *truthRun) views() {
 func (tr *truthRun) openAI(c *client.ClientWithResponses) {
 	t := tr.t
 	hw := openHTTPWorkerWith(t, c, "demo", client.WorkerRequest{Capabilities: &[]string{"model=demo"}, Concurrency: ptr(4)})
+	// The models are read from the catalog view, which learns of the
+	// session's consumer a moment after it registered.
+	waitFor(t, 5*time.Second, "the model listed", func() bool {
+		res, err := http.Get(tr.base + "/openai/v1/models/demo")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
 	tr.want(200, "GET", "/openai/v1/models", "", "")
 	tr.want(200, "GET", "/openai/v1/models/demo", "", "")
 	tr.want(404, "GET", "/openai/v1/models/nope", "", "")

@@ -20,21 +20,6 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
-// Defines values for ChatCompletionEventStreamMessageData1.
-const (
-	DONE ChatCompletionEventStreamMessageData1 = "[DONE]"
-)
-
-// Valid indicates whether the value is a known member of the ChatCompletionEventStreamMessageData1 enum.
-func (e ChatCompletionEventStreamMessageData1) Valid() bool {
-	switch e {
-	case DONE:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ChatCompletionEventStreamMessageEvent.
 const (
 	Message ChatCompletionEventStreamMessageEvent = "message"
@@ -44,6 +29,21 @@ const (
 func (e ChatCompletionEventStreamMessageEvent) Valid() bool {
 	switch e {
 	case Message:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ChatCompletionStreamEnd.
+const (
+	DONE ChatCompletionStreamEnd = "[DONE]"
+)
+
+// Valid indicates whether the value is a known member of the ChatCompletionStreamEnd enum.
+func (e ChatCompletionStreamEnd) Valid() bool {
+	switch e {
+	case DONE:
 		return true
 	default:
 		return false
@@ -565,9 +565,6 @@ type ChatCompletionEventStreamMessage struct {
 	Retry *int `json:"retry,omitempty"`
 }
 
-// ChatCompletionEventStreamMessageData1 The end of a stream that completed: the literal `[DONE]`, not JSON.
-type ChatCompletionEventStreamMessageData1 string
-
 // ChatCompletionEventStreamMessage_Data defines model for ChatCompletionEventStreamMessage.Data.
 type ChatCompletionEventStreamMessage_Data struct {
 	union json.RawMessage
@@ -622,6 +619,9 @@ type ChatCompletionRequest struct {
 	TopP        *float32 `json:"top_p,omitempty"`
 	User        *string  `json:"user,omitempty"`
 }
+
+// ChatCompletionStreamEnd The data of the last event of a stream that completed: the literal `[DONE]`, not JSON.
+type ChatCompletionStreamEnd string
 
 // ChatMessage defines model for ChatMessage.
 type ChatMessage struct {
@@ -1516,22 +1516,22 @@ func (t *ChatCompletionEventStreamMessage_Data) MergeChatCompletionChunkOrError(
 	return err
 }
 
-// AsChatCompletionEventStreamMessageData1 returns the union data inside the ChatCompletionEventStreamMessage_Data as a ChatCompletionEventStreamMessageData1
-func (t ChatCompletionEventStreamMessage_Data) AsChatCompletionEventStreamMessageData1() (ChatCompletionEventStreamMessageData1, error) {
-	var body ChatCompletionEventStreamMessageData1
+// AsChatCompletionStreamEnd returns the union data inside the ChatCompletionEventStreamMessage_Data as a ChatCompletionStreamEnd
+func (t ChatCompletionEventStreamMessage_Data) AsChatCompletionStreamEnd() (ChatCompletionStreamEnd, error) {
+	var body ChatCompletionStreamEnd
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromChatCompletionEventStreamMessageData1 overwrites any union data inside the ChatCompletionEventStreamMessage_Data as the provided ChatCompletionEventStreamMessageData1
-func (t *ChatCompletionEventStreamMessage_Data) FromChatCompletionEventStreamMessageData1(v ChatCompletionEventStreamMessageData1) error {
+// FromChatCompletionStreamEnd overwrites any union data inside the ChatCompletionEventStreamMessage_Data as the provided ChatCompletionStreamEnd
+func (t *ChatCompletionEventStreamMessage_Data) FromChatCompletionStreamEnd(v ChatCompletionStreamEnd) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeChatCompletionEventStreamMessageData1 performs a merge with any union data inside the ChatCompletionEventStreamMessage_Data, using the provided ChatCompletionEventStreamMessageData1
-func (t *ChatCompletionEventStreamMessage_Data) MergeChatCompletionEventStreamMessageData1(v ChatCompletionEventStreamMessageData1) error {
+// MergeChatCompletionStreamEnd performs a merge with any union data inside the ChatCompletionEventStreamMessage_Data, using the provided ChatCompletionStreamEnd
+func (t *ChatCompletionEventStreamMessage_Data) MergeChatCompletionStreamEnd(v ChatCompletionStreamEnd) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

@@ -154,12 +154,16 @@ func chatStreamData(doc *openapi3.T) error {
 	if err != nil {
 		return err
 	}
-	msg.Value.Properties["data"] = openapi3.NewSchemaRef("", &openapi3.Schema{
-		OneOf: openapi3.SchemaRefs{either, openapi3.NewSchemaRef("", &openapi3.Schema{
-			Type: &openapi3.Types{openapi3.TypeString}, Enum: []any{doneMarker},
-			Description: "The end of a stream that completed: the literal `" + doneMarker + "`, not JSON.",
-		})},
+	const end = "ChatCompletionStreamEnd"
+	doc.Components.Schemas[end] = openapi3.NewSchemaRef("", &openapi3.Schema{
+		Type: &openapi3.Types{openapi3.TypeString}, Enum: []any{doneMarker},
+		Description: "The data of the last event of a stream that completed: the literal `" + doneMarker + "`, not JSON.",
 	})
+	done, err := schemaRef(doc, end)
+	if err != nil {
+		return err
+	}
+	msg.Value.Properties["data"] = openapi3.NewSchemaRef("", &openapi3.Schema{OneOf: openapi3.SchemaRefs{either, done}})
 	return nil
 }
 

@@ -1003,11 +1003,7 @@ func (s *ChatCompletionChoice) encodeFields(e *jx.Encoder) {
 	}
 	{
 		e.FieldStart("logprobs")
-		if s.Logprobs == nil {
-			e.Null()
-		} else {
-			s.Logprobs.Encode(e)
-		}
+		s.Logprobs.Encode(e)
 	}
 	{
 		e.FieldStart("message")
@@ -1058,12 +1054,9 @@ func (s *ChatCompletionChoice) Decode(d *jx.Decoder) error {
 		case "logprobs":
 			requiredBitSet[0] |= 1 << 2
 			if err := func() error {
-				s.Logprobs = nil
-				var elem ChatCompletionChoiceLogprobs
-				if err := elem.Decode(d); err != nil {
+				if err := s.Logprobs.Decode(d); err != nil {
 					return err
 				}
-				s.Logprobs = &elem
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"logprobs\"")
@@ -1135,29 +1128,43 @@ func (s *ChatCompletionChoice) UnmarshalJSON(data []byte) error {
 }
 
 // Encode implements json.Marshaler.
-func (s *ChatCompletionChoiceLogprobs) Encode(e *jx.Encoder) {
+func (s ChatCompletionChoiceLogprobs) Encode(e *jx.Encoder) {
 	e.ObjStart()
 	s.encodeFields(e)
 	e.ObjEnd()
 }
 
-// encodeFields encodes fields.
-func (s *ChatCompletionChoiceLogprobs) encodeFields(e *jx.Encoder) {
-}
+// encodeFields implements json.Marshaler.
+func (s ChatCompletionChoiceLogprobs) encodeFields(e *jx.Encoder) {
+	for k, elem := range s {
+		e.FieldStart(k)
 
-var jsonFieldsNameOfChatCompletionChoiceLogprobs = [0]string{}
+		if len(elem) != 0 {
+			e.Raw(elem)
+		}
+	}
+}
 
 // Decode decodes ChatCompletionChoiceLogprobs from json.
 func (s *ChatCompletionChoiceLogprobs) Decode(d *jx.Decoder) error {
 	if s == nil {
 		return errors.New("invalid: unable to decode ChatCompletionChoiceLogprobs to nil")
 	}
-
+	m := s.init()
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
-		switch string(k) {
-		default:
-			return d.Skip()
+		var elem jx.Raw
+		if err := func() error {
+			v, err := d.RawAppend(nil)
+			elem = jx.Raw(v)
+			if err != nil {
+				return err
+			}
+			return nil
+		}(); err != nil {
+			return errors.Wrapf(err, "decode field %q", k)
 		}
+		m[string(k)] = elem
+		return nil
 	}); err != nil {
 		return errors.Wrap(err, "decode ChatCompletionChoiceLogprobs")
 	}
@@ -1166,7 +1173,7 @@ func (s *ChatCompletionChoiceLogprobs) Decode(d *jx.Decoder) error {
 }
 
 // MarshalJSON implements stdjson.Marshaler.
-func (s *ChatCompletionChoiceLogprobs) MarshalJSON() ([]byte, error) {
+func (s ChatCompletionChoiceLogprobs) MarshalJSON() ([]byte, error) {
 	e := jx.Encoder{}
 	s.Encode(&e)
 	return e.Bytes(), nil
@@ -1390,11 +1397,7 @@ func (s *ChatCompletionChunkChoice) encodeFields(e *jx.Encoder) {
 	}
 	{
 		e.FieldStart("logprobs")
-		if s.Logprobs == nil {
-			e.Null()
-		} else {
-			s.Logprobs.Encode(e)
-		}
+		s.Logprobs.Encode(e)
 	}
 }
 
@@ -1449,12 +1452,9 @@ func (s *ChatCompletionChunkChoice) Decode(d *jx.Decoder) error {
 		case "logprobs":
 			requiredBitSet[0] |= 1 << 3
 			if err := func() error {
-				s.Logprobs = nil
-				var elem ChatCompletionChunkChoiceLogprobs
-				if err := elem.Decode(d); err != nil {
+				if err := s.Logprobs.Decode(d); err != nil {
 					return err
 				}
-				s.Logprobs = &elem
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"logprobs\"")
@@ -1516,29 +1516,43 @@ func (s *ChatCompletionChunkChoice) UnmarshalJSON(data []byte) error {
 }
 
 // Encode implements json.Marshaler.
-func (s *ChatCompletionChunkChoiceLogprobs) Encode(e *jx.Encoder) {
+func (s ChatCompletionChunkChoiceLogprobs) Encode(e *jx.Encoder) {
 	e.ObjStart()
 	s.encodeFields(e)
 	e.ObjEnd()
 }
 
-// encodeFields encodes fields.
-func (s *ChatCompletionChunkChoiceLogprobs) encodeFields(e *jx.Encoder) {
-}
+// encodeFields implements json.Marshaler.
+func (s ChatCompletionChunkChoiceLogprobs) encodeFields(e *jx.Encoder) {
+	for k, elem := range s {
+		e.FieldStart(k)
 
-var jsonFieldsNameOfChatCompletionChunkChoiceLogprobs = [0]string{}
+		if len(elem) != 0 {
+			e.Raw(elem)
+		}
+	}
+}
 
 // Decode decodes ChatCompletionChunkChoiceLogprobs from json.
 func (s *ChatCompletionChunkChoiceLogprobs) Decode(d *jx.Decoder) error {
 	if s == nil {
 		return errors.New("invalid: unable to decode ChatCompletionChunkChoiceLogprobs to nil")
 	}
-
+	m := s.init()
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
-		switch string(k) {
-		default:
-			return d.Skip()
+		var elem jx.Raw
+		if err := func() error {
+			v, err := d.RawAppend(nil)
+			elem = jx.Raw(v)
+			if err != nil {
+				return err
+			}
+			return nil
+		}(); err != nil {
+			return errors.Wrapf(err, "decode field %q", k)
 		}
+		m[string(k)] = elem
+		return nil
 	}); err != nil {
 		return errors.Wrap(err, "decode ChatCompletionChunkChoiceLogprobs")
 	}
@@ -1547,7 +1561,7 @@ func (s *ChatCompletionChunkChoiceLogprobs) Decode(d *jx.Decoder) error {
 }
 
 // MarshalJSON implements stdjson.Marshaler.
-func (s *ChatCompletionChunkChoiceLogprobs) MarshalJSON() ([]byte, error) {
+func (s ChatCompletionChunkChoiceLogprobs) MarshalJSON() ([]byte, error) {
 	e := jx.Encoder{}
 	s.Encode(&e)
 	return e.Bytes(), nil
@@ -2044,8 +2058,8 @@ func (s ChatCompletionEventStreamMessageData) Encode(e *jx.Encoder) {
 	switch s.Type {
 	case ChatCompletionChunkOrErrorChatCompletionEventStreamMessageData:
 		s.ChatCompletionChunkOrError.Encode(e)
-	case ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData:
-		s.ChatCompletionEventStreamMessageData1.Encode(e)
+	case ChatCompletionStreamEndChatCompletionEventStreamMessageData:
+		s.ChatCompletionStreamEnd.Encode(e)
 	}
 }
 
@@ -2062,10 +2076,10 @@ func (s *ChatCompletionEventStreamMessageData) Decode(d *jx.Decoder) error {
 		}
 		s.Type = ChatCompletionChunkOrErrorChatCompletionEventStreamMessageData
 	case jx.String:
-		if err := s.ChatCompletionEventStreamMessageData1.Decode(d); err != nil {
+		if err := s.ChatCompletionStreamEnd.Decode(d); err != nil {
 			return err
 		}
-		s.Type = ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData
+		s.Type = ChatCompletionStreamEndChatCompletionEventStreamMessageData
 	default:
 		return errors.Errorf("unexpected json type %q", t)
 	}
@@ -2081,44 +2095,6 @@ func (s ChatCompletionEventStreamMessageData) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *ChatCompletionEventStreamMessageData) UnmarshalJSON(data []byte) error {
-	d := jx.DecodeBytes(data)
-	return s.Decode(d)
-}
-
-// Encode encodes ChatCompletionEventStreamMessageData1 as json.
-func (s ChatCompletionEventStreamMessageData1) Encode(e *jx.Encoder) {
-	e.Str(string(s))
-}
-
-// Decode decodes ChatCompletionEventStreamMessageData1 from json.
-func (s *ChatCompletionEventStreamMessageData1) Decode(d *jx.Decoder) error {
-	if s == nil {
-		return errors.New("invalid: unable to decode ChatCompletionEventStreamMessageData1 to nil")
-	}
-	v, err := d.StrBytes()
-	if err != nil {
-		return err
-	}
-	// Try to use constant string.
-	switch ChatCompletionEventStreamMessageData1(v) {
-	case ChatCompletionEventStreamMessageData1DONE:
-		*s = ChatCompletionEventStreamMessageData1DONE
-	default:
-		*s = ChatCompletionEventStreamMessageData1(v)
-	}
-
-	return nil
-}
-
-// MarshalJSON implements stdjson.Marshaler.
-func (s ChatCompletionEventStreamMessageData1) MarshalJSON() ([]byte, error) {
-	e := jx.Encoder{}
-	s.Encode(&e)
-	return e.Bytes(), nil
-}
-
-// UnmarshalJSON implements stdjson.Unmarshaler.
-func (s *ChatCompletionEventStreamMessageData1) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -2614,6 +2590,44 @@ func (s *ChatCompletionRequest) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *ChatCompletionRequest) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes ChatCompletionStreamEnd as json.
+func (s ChatCompletionStreamEnd) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes ChatCompletionStreamEnd from json.
+func (s *ChatCompletionStreamEnd) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode ChatCompletionStreamEnd to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch ChatCompletionStreamEnd(v) {
+	case ChatCompletionStreamEndDONE:
+		*s = ChatCompletionStreamEndDONE
+	default:
+		*s = ChatCompletionStreamEnd(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s ChatCompletionStreamEnd) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *ChatCompletionStreamEnd) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -10664,6 +10678,96 @@ func (s *MetricsUnauthorized) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *MetricsUnauthorized) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes ChatCompletionChoiceLogprobs as json.
+func (o NilChatCompletionChoiceLogprobs) Encode(e *jx.Encoder) {
+	if o.Null {
+		e.Null()
+		return
+	}
+	o.Value.Encode(e)
+}
+
+// Decode decodes ChatCompletionChoiceLogprobs from json.
+func (o *NilChatCompletionChoiceLogprobs) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode NilChatCompletionChoiceLogprobs to nil")
+	}
+	if d.Next() == jx.Null {
+		if err := d.Null(); err != nil {
+			return err
+		}
+
+		var v ChatCompletionChoiceLogprobs
+		o.Value = v
+		o.Null = true
+		return nil
+	}
+	o.Null = false
+	o.Value = make(ChatCompletionChoiceLogprobs)
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s NilChatCompletionChoiceLogprobs) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *NilChatCompletionChoiceLogprobs) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes ChatCompletionChunkChoiceLogprobs as json.
+func (o NilChatCompletionChunkChoiceLogprobs) Encode(e *jx.Encoder) {
+	if o.Null {
+		e.Null()
+		return
+	}
+	o.Value.Encode(e)
+}
+
+// Decode decodes ChatCompletionChunkChoiceLogprobs from json.
+func (o *NilChatCompletionChunkChoiceLogprobs) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode NilChatCompletionChunkChoiceLogprobs to nil")
+	}
+	if d.Next() == jx.Null {
+		if err := d.Null(); err != nil {
+			return err
+		}
+
+		var v ChatCompletionChunkChoiceLogprobs
+		o.Value = v
+		o.Null = true
+		return nil
+	}
+	o.Null = false
+	o.Value = make(ChatCompletionChunkChoiceLogprobs)
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s NilChatCompletionChunkChoiceLogprobs) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *NilChatCompletionChunkChoiceLogprobs) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }

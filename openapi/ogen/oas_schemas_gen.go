@@ -293,10 +293,10 @@ func (*ChatCompletion) initSSEStream(sseConnectFunc, sseClientConfig) {}
 
 // Ref: #/components/schemas/ChatCompletionChoice
 type ChatCompletionChoice struct {
-	FinishReason string                        `json:"finish_reason"`
-	Index        int                           `json:"index"`
-	Logprobs     *ChatCompletionChoiceLogprobs `json:"logprobs"`
-	Message      ChatCompletionMessage         `json:"message"`
+	FinishReason string                          `json:"finish_reason"`
+	Index        int                             `json:"index"`
+	Logprobs     NilChatCompletionChoiceLogprobs `json:"logprobs"`
+	Message      ChatCompletionMessage           `json:"message"`
 }
 
 // GetFinishReason returns the value of FinishReason.
@@ -310,7 +310,7 @@ func (s *ChatCompletionChoice) GetIndex() int {
 }
 
 // GetLogprobs returns the value of Logprobs.
-func (s *ChatCompletionChoice) GetLogprobs() *ChatCompletionChoiceLogprobs {
+func (s *ChatCompletionChoice) GetLogprobs() NilChatCompletionChoiceLogprobs {
 	return s.Logprobs
 }
 
@@ -330,7 +330,7 @@ func (s *ChatCompletionChoice) SetIndex(val int) {
 }
 
 // SetLogprobs sets the value of Logprobs.
-func (s *ChatCompletionChoice) SetLogprobs(val *ChatCompletionChoiceLogprobs) {
+func (s *ChatCompletionChoice) SetLogprobs(val NilChatCompletionChoiceLogprobs) {
 	s.Logprobs = val
 }
 
@@ -339,7 +339,16 @@ func (s *ChatCompletionChoice) SetMessage(val ChatCompletionMessage) {
 	s.Message = val
 }
 
-type ChatCompletionChoiceLogprobs struct{}
+type ChatCompletionChoiceLogprobs map[string]jx.Raw
+
+func (s *ChatCompletionChoiceLogprobs) init() ChatCompletionChoiceLogprobs {
+	m := *s
+	if m == nil {
+		m = map[string]jx.Raw{}
+		*s = m
+	}
+	return m
+}
 
 // Ref: #/components/schemas/ChatCompletionChunk
 type ChatCompletionChunk struct {
@@ -413,10 +422,10 @@ func (s *ChatCompletionChunk) SetUsage(val NilChatUsage) {
 
 // Ref: #/components/schemas/ChatCompletionChunkChoice
 type ChatCompletionChunkChoice struct {
-	Delta        ChatCompletionDelta                `json:"delta"`
-	FinishReason NilString                          `json:"finish_reason"`
-	Index        int                                `json:"index"`
-	Logprobs     *ChatCompletionChunkChoiceLogprobs `json:"logprobs"`
+	Delta        ChatCompletionDelta                  `json:"delta"`
+	FinishReason NilString                            `json:"finish_reason"`
+	Index        int                                  `json:"index"`
+	Logprobs     NilChatCompletionChunkChoiceLogprobs `json:"logprobs"`
 }
 
 // GetDelta returns the value of Delta.
@@ -435,7 +444,7 @@ func (s *ChatCompletionChunkChoice) GetIndex() int {
 }
 
 // GetLogprobs returns the value of Logprobs.
-func (s *ChatCompletionChunkChoice) GetLogprobs() *ChatCompletionChunkChoiceLogprobs {
+func (s *ChatCompletionChunkChoice) GetLogprobs() NilChatCompletionChunkChoiceLogprobs {
 	return s.Logprobs
 }
 
@@ -455,11 +464,20 @@ func (s *ChatCompletionChunkChoice) SetIndex(val int) {
 }
 
 // SetLogprobs sets the value of Logprobs.
-func (s *ChatCompletionChunkChoice) SetLogprobs(val *ChatCompletionChunkChoiceLogprobs) {
+func (s *ChatCompletionChunkChoice) SetLogprobs(val NilChatCompletionChunkChoiceLogprobs) {
 	s.Logprobs = val
 }
 
-type ChatCompletionChunkChoiceLogprobs struct{}
+type ChatCompletionChunkChoiceLogprobs map[string]jx.Raw
+
+func (s *ChatCompletionChunkChoiceLogprobs) init() ChatCompletionChunkChoiceLogprobs {
+	m := *s
+	if m == nil {
+		m = map[string]jx.Raw{}
+		*s = m
+	}
+	return m
+}
 
 // The JSON data of a streamed chat completion's event: a chunk, or the error that ends the stream.
 // Ref: #/components/schemas/ChatCompletionChunkOrError
@@ -661,9 +679,9 @@ func (s *ChatCompletionEventStreamMessage) SetRetry(val OptInt) {
 // ChatCompletionEventStreamMessageData represents sum type.
 type ChatCompletionEventStreamMessageData struct {
 	// Type selects the active sum variant, switch on this field.
-	Type                                  ChatCompletionEventStreamMessageDataType
-	ChatCompletionChunkOrError            ChatCompletionChunkOrError
-	ChatCompletionEventStreamMessageData1 ChatCompletionEventStreamMessageData1
+	Type                       ChatCompletionEventStreamMessageDataType
+	ChatCompletionChunkOrError ChatCompletionChunkOrError
+	ChatCompletionStreamEnd    ChatCompletionStreamEnd
 }
 
 // ChatCompletionEventStreamMessageDataType is oneOf type of ChatCompletionEventStreamMessageData.
@@ -671,8 +689,8 @@ type ChatCompletionEventStreamMessageDataType string
 
 // Possible values for ChatCompletionEventStreamMessageDataType.
 const (
-	ChatCompletionChunkOrErrorChatCompletionEventStreamMessageData            ChatCompletionEventStreamMessageDataType = "ChatCompletionChunkOrError"
-	ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData ChatCompletionEventStreamMessageDataType = "ChatCompletionEventStreamMessageData1"
+	ChatCompletionChunkOrErrorChatCompletionEventStreamMessageData ChatCompletionEventStreamMessageDataType = "ChatCompletionChunkOrError"
+	ChatCompletionStreamEndChatCompletionEventStreamMessageData    ChatCompletionEventStreamMessageDataType = "ChatCompletionStreamEnd"
 )
 
 // IsChatCompletionChunkOrError reports whether ChatCompletionEventStreamMessageData is ChatCompletionChunkOrError.
@@ -680,9 +698,9 @@ func (s ChatCompletionEventStreamMessageData) IsChatCompletionChunkOrError() boo
 	return s.Type == ChatCompletionChunkOrErrorChatCompletionEventStreamMessageData
 }
 
-// IsChatCompletionEventStreamMessageData1 reports whether ChatCompletionEventStreamMessageData is ChatCompletionEventStreamMessageData1.
-func (s ChatCompletionEventStreamMessageData) IsChatCompletionEventStreamMessageData1() bool {
-	return s.Type == ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData
+// IsChatCompletionStreamEnd reports whether ChatCompletionEventStreamMessageData is ChatCompletionStreamEnd.
+func (s ChatCompletionEventStreamMessageData) IsChatCompletionStreamEnd() bool {
+	return s.Type == ChatCompletionStreamEndChatCompletionEventStreamMessageData
 }
 
 // SetChatCompletionChunkOrError sets ChatCompletionEventStreamMessageData to ChatCompletionChunkOrError.
@@ -706,60 +724,25 @@ func NewChatCompletionChunkOrErrorChatCompletionEventStreamMessageData(v ChatCom
 	return s
 }
 
-// SetChatCompletionEventStreamMessageData1 sets ChatCompletionEventStreamMessageData to ChatCompletionEventStreamMessageData1.
-func (s *ChatCompletionEventStreamMessageData) SetChatCompletionEventStreamMessageData1(v ChatCompletionEventStreamMessageData1) {
-	s.Type = ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData
-	s.ChatCompletionEventStreamMessageData1 = v
+// SetChatCompletionStreamEnd sets ChatCompletionEventStreamMessageData to ChatCompletionStreamEnd.
+func (s *ChatCompletionEventStreamMessageData) SetChatCompletionStreamEnd(v ChatCompletionStreamEnd) {
+	s.Type = ChatCompletionStreamEndChatCompletionEventStreamMessageData
+	s.ChatCompletionStreamEnd = v
 }
 
-// GetChatCompletionEventStreamMessageData1 returns ChatCompletionEventStreamMessageData1 and true boolean if ChatCompletionEventStreamMessageData is ChatCompletionEventStreamMessageData1.
-func (s ChatCompletionEventStreamMessageData) GetChatCompletionEventStreamMessageData1() (v ChatCompletionEventStreamMessageData1, ok bool) {
-	if !s.IsChatCompletionEventStreamMessageData1() {
+// GetChatCompletionStreamEnd returns ChatCompletionStreamEnd and true boolean if ChatCompletionEventStreamMessageData is ChatCompletionStreamEnd.
+func (s ChatCompletionEventStreamMessageData) GetChatCompletionStreamEnd() (v ChatCompletionStreamEnd, ok bool) {
+	if !s.IsChatCompletionStreamEnd() {
 		return v, false
 	}
-	return s.ChatCompletionEventStreamMessageData1, true
+	return s.ChatCompletionStreamEnd, true
 }
 
-// NewChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData returns new ChatCompletionEventStreamMessageData from ChatCompletionEventStreamMessageData1.
-func NewChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData(v ChatCompletionEventStreamMessageData1) ChatCompletionEventStreamMessageData {
+// NewChatCompletionStreamEndChatCompletionEventStreamMessageData returns new ChatCompletionEventStreamMessageData from ChatCompletionStreamEnd.
+func NewChatCompletionStreamEndChatCompletionEventStreamMessageData(v ChatCompletionStreamEnd) ChatCompletionEventStreamMessageData {
 	var s ChatCompletionEventStreamMessageData
-	s.SetChatCompletionEventStreamMessageData1(v)
+	s.SetChatCompletionStreamEnd(v)
 	return s
-}
-
-// The end of a stream that completed: the literal `[DONE]`, not JSON.
-type ChatCompletionEventStreamMessageData1 string
-
-const (
-	ChatCompletionEventStreamMessageData1DONE ChatCompletionEventStreamMessageData1 = "[DONE]"
-)
-
-// AllValues returns all ChatCompletionEventStreamMessageData1 values.
-func (ChatCompletionEventStreamMessageData1) AllValues() []ChatCompletionEventStreamMessageData1 {
-	return []ChatCompletionEventStreamMessageData1{
-		ChatCompletionEventStreamMessageData1DONE,
-	}
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (s ChatCompletionEventStreamMessageData1) MarshalText() ([]byte, error) {
-	switch s {
-	case ChatCompletionEventStreamMessageData1DONE:
-		return []byte(s), nil
-	default:
-		return nil, errors.Errorf("invalid value: %q", s)
-	}
-}
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *ChatCompletionEventStreamMessageData1) UnmarshalText(data []byte) error {
-	switch ChatCompletionEventStreamMessageData1(data) {
-	case ChatCompletionEventStreamMessageData1DONE:
-		*s = ChatCompletionEventStreamMessageData1DONE
-		return nil
-	default:
-		return errors.Errorf("invalid value: %q", data)
-	}
 }
 
 // The event's name (its `event:` line; an event without one is a `message`).
@@ -999,6 +982,42 @@ func (s *ChatCompletionRequest) SetTopP(val OptFloat64) {
 // SetUser sets the value of User.
 func (s *ChatCompletionRequest) SetUser(val OptString) {
 	s.User = val
+}
+
+// The data of the last event of a stream that completed: the literal `[DONE]`, not JSON.
+// Ref: #/components/schemas/ChatCompletionStreamEnd
+type ChatCompletionStreamEnd string
+
+const (
+	ChatCompletionStreamEndDONE ChatCompletionStreamEnd = "[DONE]"
+)
+
+// AllValues returns all ChatCompletionStreamEnd values.
+func (ChatCompletionStreamEnd) AllValues() []ChatCompletionStreamEnd {
+	return []ChatCompletionStreamEnd{
+		ChatCompletionStreamEndDONE,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s ChatCompletionStreamEnd) MarshalText() ([]byte, error) {
+	switch s {
+	case ChatCompletionStreamEndDONE:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *ChatCompletionStreamEnd) UnmarshalText(data []byte) error {
+	switch ChatCompletionStreamEnd(data) {
+	case ChatCompletionStreamEndDONE:
+		*s = ChatCompletionStreamEndDONE
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
 }
 
 // Ref: #/components/schemas/ChatMessage
@@ -4472,6 +4491,96 @@ func (*MetricsOK) metricsRes() {}
 type MetricsUnauthorized Problem
 
 func (*MetricsUnauthorized) metricsRes() {}
+
+// NewNilChatCompletionChoiceLogprobs returns new NilChatCompletionChoiceLogprobs with value set to v.
+func NewNilChatCompletionChoiceLogprobs(v ChatCompletionChoiceLogprobs) NilChatCompletionChoiceLogprobs {
+	return NilChatCompletionChoiceLogprobs{
+		Value: v,
+	}
+}
+
+// NilChatCompletionChoiceLogprobs is nullable ChatCompletionChoiceLogprobs.
+type NilChatCompletionChoiceLogprobs struct {
+	Value ChatCompletionChoiceLogprobs
+	Null  bool
+}
+
+// SetTo sets value to v.
+func (o *NilChatCompletionChoiceLogprobs) SetTo(v ChatCompletionChoiceLogprobs) {
+	o.Null = false
+	o.Value = v
+}
+
+// IsNull returns true if value is Null.
+func (o NilChatCompletionChoiceLogprobs) IsNull() bool { return o.Null }
+
+// SetToNull sets value to null.
+func (o *NilChatCompletionChoiceLogprobs) SetToNull() {
+	o.Null = true
+	var v ChatCompletionChoiceLogprobs
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o NilChatCompletionChoiceLogprobs) Get() (v ChatCompletionChoiceLogprobs, ok bool) {
+	if o.Null {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o NilChatCompletionChoiceLogprobs) Or(d ChatCompletionChoiceLogprobs) ChatCompletionChoiceLogprobs {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewNilChatCompletionChunkChoiceLogprobs returns new NilChatCompletionChunkChoiceLogprobs with value set to v.
+func NewNilChatCompletionChunkChoiceLogprobs(v ChatCompletionChunkChoiceLogprobs) NilChatCompletionChunkChoiceLogprobs {
+	return NilChatCompletionChunkChoiceLogprobs{
+		Value: v,
+	}
+}
+
+// NilChatCompletionChunkChoiceLogprobs is nullable ChatCompletionChunkChoiceLogprobs.
+type NilChatCompletionChunkChoiceLogprobs struct {
+	Value ChatCompletionChunkChoiceLogprobs
+	Null  bool
+}
+
+// SetTo sets value to v.
+func (o *NilChatCompletionChunkChoiceLogprobs) SetTo(v ChatCompletionChunkChoiceLogprobs) {
+	o.Null = false
+	o.Value = v
+}
+
+// IsNull returns true if value is Null.
+func (o NilChatCompletionChunkChoiceLogprobs) IsNull() bool { return o.Null }
+
+// SetToNull sets value to null.
+func (o *NilChatCompletionChunkChoiceLogprobs) SetToNull() {
+	o.Null = true
+	var v ChatCompletionChunkChoiceLogprobs
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o NilChatCompletionChunkChoiceLogprobs) Get() (v ChatCompletionChunkChoiceLogprobs, ok bool) {
+	if o.Null {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o NilChatCompletionChunkChoiceLogprobs) Or(d ChatCompletionChunkChoiceLogprobs) ChatCompletionChunkChoiceLogprobs {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
 
 // NewNilChatUsage returns new NilChatUsage with value set to v.
 func NewNilChatUsage(v ChatUsage) NilChatUsage {

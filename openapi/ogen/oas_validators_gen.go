@@ -218,22 +218,13 @@ func (s ChatCompletionEventStreamMessageData) Validate() error {
 			return err
 		}
 		return nil
-	case ChatCompletionEventStreamMessageData1ChatCompletionEventStreamMessageData:
-		if err := s.ChatCompletionEventStreamMessageData1.Validate(); err != nil {
+	case ChatCompletionStreamEndChatCompletionEventStreamMessageData:
+		if err := s.ChatCompletionStreamEnd.Validate(); err != nil {
 			return err
 		}
 		return nil
 	default:
 		return errors.Errorf("invalid type %q", s.Type)
-	}
-}
-
-func (s ChatCompletionEventStreamMessageData1) Validate() error {
-	switch s {
-	case "[DONE]":
-		return nil
-	default:
-		return errors.Errorf("invalid value: %v", s)
 	}
 }
 
@@ -339,6 +330,15 @@ func (s *ChatCompletionRequest) Validate() error {
 		return &validate.Error{Fields: failures}
 	}
 	return nil
+}
+
+func (s ChatCompletionStreamEnd) Validate() error {
+	switch s {
+	case "[DONE]":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
 }
 
 func (s *ClusterCounters) Validate() error {
