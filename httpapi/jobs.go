@@ -202,7 +202,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 // without a token just watches.
 //
 //	@Summary		Stream a job's events
-//	@Description	The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+//	@Description	The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //	@Tags			jobs
 //	@ID				jobEvents
 //	@Produce		text/event-stream

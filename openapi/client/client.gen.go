@@ -2233,7 +2233,7 @@ type ClientInterface interface {
 
 	// ClusterEvents Watch the cluster
 	//
-	// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
 	//
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2247,7 +2247,7 @@ type ClientInterface interface {
 
 	// ClusterReadToken A read token for the live cluster view
 	//
-	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 	//
 	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 	ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2268,14 +2268,14 @@ type ClientInterface interface {
 
 	// JobEvents Stream a job's events
 	//
-	// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobReadToken A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 	//
 	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 	JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2314,7 +2314,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSessionWithBody Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2323,7 +2323,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSession Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2393,7 +2393,7 @@ type ClientInterface interface {
 
 	// JobOutputWithBody Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2402,7 +2402,7 @@ type ClientInterface interface {
 
 	// JobOutput Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2636,7 +2636,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // ClusterEvents Watch the cluster
 //
-// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
 //
 // Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2670,7 +2670,7 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // ClusterReadToken A read token for the live cluster view
 //
-// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 //
 // Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2721,7 +2721,7 @@ func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEdi
 
 // JobEvents Stream a job's events
 //
-// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //
 // Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2738,7 +2738,7 @@ func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsPara
 
 // JobReadToken A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 //
 // Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2827,7 +2827,7 @@ func (c *Client) SubmitJob(ctx context.Context, queue string, params *SubmitJobP
 
 // OpenWorkerSessionWithBody Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2846,7 +2846,7 @@ func (c *Client) OpenWorkerSessionWithBody(ctx context.Context, queue string, co
 
 // OpenWorkerSession Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2996,7 +2996,7 @@ func (c *Client) FailJob(ctx context.Context, session string, job string, body F
 
 // JobOutputWithBody Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3015,7 +3015,7 @@ func (c *Client) JobOutputWithBody(ctx context.Context, session string, job stri
 
 // JobOutput Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4322,7 +4322,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterEventsWithResponse Watch the cluster
 	//
-	// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4340,7 +4340,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterReadTokenWithResponse A read token for the live cluster view
 	//
-	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4367,7 +4367,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobEventsWithResponse Stream a job's events
 	//
-	// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4376,7 +4376,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobReadTokenWithResponse A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4421,7 +4421,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithBodyWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4430,7 +4430,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4502,7 +4502,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithBodyWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4511,7 +4511,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6859,7 +6859,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // ClusterEventsWithResponse Watch the cluster
 //
-// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6889,7 +6889,7 @@ func (c *ClientWithResponses) ListNodesWithResponse(ctx context.Context, reqEdit
 
 // ClusterReadTokenWithResponse A read token for the live cluster view
 //
-// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6934,7 +6934,7 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id string,
 
 // JobEventsWithResponse Stream a job's events
 //
-// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6949,7 +6949,7 @@ func (c *ClientWithResponses) JobEventsWithResponse(ctx context.Context, id stri
 
 // JobReadTokenWithResponse A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7024,7 +7024,7 @@ func (c *ClientWithResponses) SubmitJobWithResponse(ctx context.Context, queue s
 
 // OpenWorkerSessionWithBodyWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7039,7 +7039,7 @@ func (c *ClientWithResponses) OpenWorkerSessionWithBodyWithResponse(ctx context.
 
 // OpenWorkerSessionWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7159,7 +7159,7 @@ func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session s
 
 // JobOutputWithBodyWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7174,7 +7174,7 @@ func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context,
 
 // JobOutputWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -198,19 +198,15 @@ type Invoker interface {
 	CancelJob(ctx context.Context, params CancelJobParams) (CancelJobRes, error)
 	// ClusterEvents invokes clusterEvents operation.
 	//
-	// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of
-	// GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it
-	// changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence.
-	// Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads
-	// it.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a
+	// second. docs/api.md, The live cluster view.
 	//
 	// GET /v1/cluster/events
 	ClusterEvents(ctx context.Context) (ClusterEventsRes, error)
 	// ClusterReadToken invokes clusterReadToken operation.
 	//
-	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send
-	// an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream
-	// answers 401: ask again with the key).
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md,
+	// Read tokens.
 	//
 	// POST /v1/cluster/read-token
 	ClusterReadToken(ctx context.Context) (ClusterReadTokenRes, error)
@@ -264,34 +260,22 @@ type Invoker interface {
 	Healthz(ctx context.Context) (HealthzRes, error)
 	// JobEvents invokes jobEvents operation.
 	//
-	// The job's event stream from its first event, or after the position of a resume token: the `id:` of
-	// the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or
-	// `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token,
-	// one identical answer whatever the reason; a position older than the retained history gets a `resync`
-	// event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting.
-	// A stream that falls too far behind is ended with a `terminated` event (resume from the last id),
-	// unless it asked for `slow=drop-oldest`.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no
+	// duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 	//
 	// GET /v1/jobs/{id}/events
 	JobEvents(ctx context.Context, params JobEventsParams) (JobEventsRes, error)
 	// JobOutput invokes jobOutput operation.
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the
-	// next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader
-	// took by the node's output window, and past it the answer waits until the reader takes more — at
-	// most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with
-	// Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job
-	// output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the
+	// answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// POST /v1/workers/{session}/jobs/{job}/output
 	JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error)
 	// JobReadToken invokes jobReadToken operation.
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send
-	// an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's
-	// remaining TTL plus the node's --retention (every reconnect the job can need), at most
-	// --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's
-	// subject: resume tokens work across the key and the read token alike.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=.
+	// docs/api.md, Read tokens.
 	//
 	// POST /v1/jobs/{id}/read-token
 	JobReadToken(ctx context.Context, params JobReadTokenParams) (JobReadTokenRes, error)
@@ -326,13 +310,8 @@ type Invoker interface {
 	Metrics(ctx context.Context) (MetricsRes, error)
 	// OpenWorkerSession invokes openWorkerSession operation.
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the
-	// session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they
-	// happen, heartbeat comments in the silences, and `closed` when the node ends the session
-	// (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout:
-	// no post for idle_timeout_ms). The worker answers every offer with accept or reject within the
-	// dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the
-	// session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels,
+	// closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// POST /v1/queues/{queue}/workers
 	OpenWorkerSession(ctx context.Context, request *WorkerRequest, params OpenWorkerSessionParams) (OpenWorkerSessionRes, error)
@@ -657,11 +636,8 @@ func (c *Client) sendCancelJob(ctx context.Context, params CancelJobParams) (res
 
 // ClusterEvents invokes clusterEvents operation.
 //
-// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of
-// GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it
-// changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence.
-// Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads
-// it.
+// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a
+// second. docs/api.md, The live cluster view.
 //
 // GET /v1/cluster/events
 func (c *Client) ClusterEvents(ctx context.Context) (ClusterEventsRes, error) {
@@ -808,9 +784,8 @@ func (c *Client) sendClusterEvents(ctx context.Context) (res ClusterEventsRes, e
 
 // ClusterReadToken invokes clusterReadToken operation.
 //
-// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send
-// an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream
-// answers 401: ask again with the key).
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md,
+// Read tokens.
 //
 // POST /v1/cluster/read-token
 func (c *Client) ClusterReadToken(ctx context.Context) (ClusterReadTokenRes, error) {
@@ -1571,13 +1546,8 @@ func (c *Client) sendHealthz(ctx context.Context) (res HealthzRes, err error) {
 
 // JobEvents invokes jobEvents operation.
 //
-// The job's event stream from its first event, or after the position of a resume token: the `id:` of
-// the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or
-// `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token,
-// one identical answer whatever the reason; a position older than the retained history gets a `resync`
-// event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting.
-// A stream that falls too far behind is ended with a `terminated` event (resume from the last id),
-// unless it asked for `slow=drop-oldest`.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no
+// duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //
 // GET /v1/jobs/{id}/events
 func (c *Client) JobEvents(ctx context.Context, params JobEventsParams) (JobEventsRes, error) {
@@ -1813,12 +1783,8 @@ func (c *Client) sendJobEvents(ctx context.Context, params JobEventsParams) (res
 
 // JobOutput invokes jobOutput operation.
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the
-// next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader
-// took by the node's output window, and past it the answer waits until the reader takes more — at
-// most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with
-// Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job
-// output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the
+// answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // POST /v1/workers/{session}/jobs/{job}/output
 func (c *Client) JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error) {
@@ -1936,11 +1902,8 @@ func (c *Client) sendJobOutput(ctx context.Context, request *OutputMessage, para
 
 // JobReadToken invokes jobReadToken operation.
 //
-// A short-lived token that reads this job's events and document, for an EventSource, which cannot send
-// an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's
-// remaining TTL plus the node's --retention (every reconnect the job can need), at most
-// --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's
-// subject: resume tokens work across the key and the read token alike.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=.
+// docs/api.md, Read tokens.
 //
 // POST /v1/jobs/{id}/read-token
 func (c *Client) JobReadToken(ctx context.Context, params JobReadTokenParams) (JobReadTokenRes, error) {
@@ -2349,13 +2312,8 @@ func (c *Client) sendMetrics(ctx context.Context) (res MetricsRes, err error) {
 
 // OpenWorkerSession invokes openWorkerSession operation.
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the
-// session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they
-// happen, heartbeat comments in the silences, and `closed` when the node ends the session
-// (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout:
-// no post for idle_timeout_ms). The worker answers every offer with accept or reject within the
-// dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the
-// session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels,
+// closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // POST /v1/queues/{queue}/workers
 func (c *Client) OpenWorkerSession(ctx context.Context, request *WorkerRequest, params OpenWorkerSessionParams) (OpenWorkerSessionRes, error) {
