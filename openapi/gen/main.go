@@ -64,7 +64,7 @@ func run(in, outDir string) error {
 	// gives the anonymous alternative's operations their default answer.
 	for _, step := range []func(*openapi3.T) error{
 		mediaTypes, alternatives, opaqueBodies, submitLinks,
-		streams, problemCodes, security, errorAnswers,
+		streams, chatStreamData, problemCodes, security, errorAnswers,
 	} {
 		if err := step(doc); err != nil {
 			return err

@@ -43,9 +43,6 @@ func streams(doc *openapi3.T) error {
 			return fmt.Errorf("stream %s: %w", name, err)
 		}
 	}
-	if err := chatStreamData(doc); err != nil {
-		return err
-	}
 	used := map[string]bool{}
 	err := operations(doc, func(_, _ string, op *openapi3.Operation) error {
 		for status, resp := range op.Responses.Map() {
