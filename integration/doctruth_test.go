@@ -297,7 +297,9 @@ func (tr *truthRun) openAI(c *client.ClientWithResponses) {
 		{false, "fail", "30000", 502},
 		{false, "fail-own-code", "30000", 500},
 		{true, "fail", "30000", 200},
-		{false, "expire", "300", 504},
+		// Long enough for the offer to arrive on a loaded machine, short
+		// enough to run out while the worker holds the job.
+		{false, "expire", "1500", 504},
 	} {
 		res := run(tc.stream, tc.end, tc.ttl)
 		if b := readBody(t, res); res.StatusCode != tc.status {
@@ -352,7 +354,9 @@ func (tr *truthRun) access() {
 func (tr *truthRun) draining() {
 	t := tr.t
 	d := MustStartNode(t, func(c *switchyard.Config) {
-		c.DrainTimeout = 3 * time.Second
+		// The drain lasts this long (its job never ends): the window in
+		// which the refusals below are asked, wide for a loaded machine.
+		c.DrainTimeout = 5 * time.Second
 		c.HTTP.OpenAIQueue = "demo"
 	})
 	dr := &truthRun{t: t, dc: tr.dc, hc: tr.hc, base: baseURL(d)}
