@@ -71,13 +71,13 @@ const DefaultClusterEventsInterval = time.Second
 // goroutine.
 //
 //	@Summary		Watch the cluster
-//	@Description	The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters), then another whenever it changed, at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+//	@Description	The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
 //	@Tags			cluster
 //	@ID				clusterEvents
 //	@Produce		text/event-stream
 //	@Success		200	{object}	ClusterEventStream	"snapshot events"
 //	@Security		BearerKey
-//	@Security		ReadToken
+//	@Security		ReadTokenQuery
 //	@Router			/v1/cluster/events [get]
 func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
