@@ -185,19 +185,22 @@ proto: tools
 	  $(PROTOS)
 
 ## openapi: regenerate the OpenAPI document (openapi/openapi.json and .yaml)
-## from the HTTP handlers' swag annotations, and the Go client generated from
-## it (openapi/client); all generators are pinned as Go tool dependencies
+## from the HTTP handlers' swag annotations, and the two Go clients generated
+## from it, by oapi-codegen (openapi/client) and by ogen (openapi/ogen); all
+## generators are pinned as Go tool dependencies
 openapi: tools
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(TOOLBIN)/swag init --quiet --requiredByDefault --dir httpapi,apierr --generalInfo openapi.go --outputTypes json --output "$$tmp"; \
 	$(GO) run ./openapi/gen "$$tmp/swagger.json" openapi; \
-	$(TOOLBIN)/oapi-codegen -config openapi/client/oapi-codegen.yaml openapi/openapi.json
+	$(TOOLBIN)/oapi-codegen -config openapi/client/oapi-codegen.yaml openapi/openapi.json; \
+	$(TOOLBIN)/ogen -config openapi/ogen/ogen.yml -target openapi/ogen -package ogen -clean openapi/openapi.json 2>"$$tmp/ogen.log" || \
+	  { cat "$$tmp/ogen.log"; exit 1; }
 
-## generate: everything generated (protobuf, gateway, OpenAPI, client)
+## generate: everything generated (protobuf, gateway, OpenAPI, both clients)
 generate: proto openapi
 
 ## verify: fail when generated code is stale (protobuf, gateway, the OpenAPI
-## document, the client), the tree is not gofmt-clean, or staticcheck finds
+## document, both clients), the tree is not gofmt-clean, or staticcheck finds
 ## something
 verify: generate lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -76,6 +76,7 @@ var importRules = map[string]importRule{
 	"openapi":        {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
 	"openapi/gen":    {may: []string{"apierr"}},
 	"openapi/client": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
+	"openapi/ogen":   {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},
 	// The web page: static files embedded in the binary, served by
 	// httpapi; it knows nothing of the node.
 	"web": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib}},

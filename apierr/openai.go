@@ -21,7 +21,7 @@ type OpenAIError struct {
 	// Type is OpenAIType of the code.
 	Type string `json:"type"`
 	// Param names the request field at fault (null when none).
-	Param *string `json:"param"`
+	Param *string `json:"param" extensions:"x-nullable"`
 	// Code is the stable, machine-readable code, as in docs/errors.md.
 	Code string `json:"code"`
 } // @name OpenAIError

@@ -1,8 +1,12 @@
 #!/bin/sh
-# A Switchyard worker written with nothing but sh and curl (and sed): it
-# serves a queue over the node's HTTP worker API. Each job's input is a
-# string of words; the worker streams the words back one output at a time
-# and completes the job, and stops a job at once when the node cancels it.
+# A Switchyard worker written with nothing but sh, curl and jq (every JSON
+# value it reads or writes goes through jq, so any string — quotes,
+# backslashes, unicode, newlines — comes through whole): it serves a queue
+# over the node's HTTP worker API. Each job's input is a string of words;
+# the worker streams the words back one output at a time, each with a
+# space after it, and completes the job, and stops a job at once when the
+# node cancels it. A post the node refuses fails the job, loudly: nothing
+# is dropped silently.
 #
 #   SWITCHYARD_URL=http://127.0.0.1:8080 QUEUE=demo sh examples/worker.sh
 #
@@ -20,6 +24,10 @@
 # When this script's stream ends, so does its session: the node gives its
 # unfinished jobs back to the queue (or ends them worker_lost).
 set -u
+command -v jq >/dev/null 2>&1 || {
+	echo "worker.sh: jq is needed to read and write JSON (Debian: apt-get install jq)" >&2
+	exit 2
+}
 url=${SWITCHYARD_URL:-http://127.0.0.1:8080}
 queue=${QUEUE:-demo}
 capability=${CAPABILITY:-model=demo}
@@ -44,35 +52,60 @@ if [ -n "${SWITCHYARD_API_KEY:-}" ]; then
 	printf 'Authorization: Bearer %s\n' "$SWITCHYARD_API_KEY" >"$dir/headers"
 fi
 
-# field NAME JSON: a string or number field of a one-line JSON object.
+# field NAME JSON: a field of a JSON object, as raw text.
 field() {
-	printf '%s\n' "$2" | sed -n -e 's/.*"'"$1"'":"\([^"]*\)".*/\1/p' -e 't' -e 's/.*"'"$1"'":\([0-9][0-9]*\).*/\1/p'
+	printf '%s\n' "$2" | jq -r --arg k "$1" '.[$k]'
 }
 
-# post JOB ACTION BODY: one of the worker's posts; prints the HTTP status.
+# post JOB ACTION BODY: one of the worker's posts; prints the HTTP status,
+# and the node's problem on stderr when it is not 204.
 post() {
-	curl -s -o /dev/null -w '%{http_code}' -X POST -H @"$dir/headers" -H 'Content-Type: application/json' \
-		-d "$3" "$url/v1/workers/$session/jobs/$1/$2"
+	code=$(curl -s -o "$dir/answer.$1" -w '%{http_code}' -X POST -H @"$dir/headers" \
+		-H 'Content-Type: application/json' --data-binary "$3" "$url/v1/workers/$session/jobs/$1/$2")
+	if [ "$code" != 204 ] && [ "$code" != 429 ]; then
+		echo "worker.sh: $2 for job $1 answered $code: $(cat "$dir/answer.$1" 2>/dev/null)" >&2
+	fi
+	rm -f "$dir/answer.$1"
+	printf '%s' "$code"
 }
 
-# run JOB GEN INPUT: accept, one output per word, complete — or fail
-# "cancelled" as soon as the node cancelled the job.
+# give_up JOB GEN CODE MESSAGE: fails the job, so that its requester hears
+# why instead of a job that ends completed without its output.
+give_up() {
+	post "$1" fail "$(jq -nc --argjson g "$2" --arg c "$3" --arg m "$4" '{generation:$g,code:$c,message:$m}')" >/dev/null
+	rm -f "$dir/pid.$1"
+}
+
+# run JOB GEN DATA: accept, one output per word of the offer's input,
+# complete — or fail "cancelled" as soon as the node cancelled the job.
 run() {
 	id=$1 gen=$2
-	post "$id" accept "{\"generation\":$gen}" >/dev/null
+	if ! input=$(printf '%s\n' "$3" | jq -er '.input | strings'); then
+		give_up "$id" "$gen" invalid_input "the input is not a string of words"
+		return
+	fi
+	code=$(post "$id" accept "{\"generation\":$gen}")
+	if [ "$code" != 204 ]; then
+		rm -f "$dir/pid.$id"
+		return
+	fi
 	set -f
-	for word in $3; do
+	for word in $input; do
 		if [ -e "$dir/cancel.$id" ]; then
-			post "$id" fail "{\"generation\":$gen,\"code\":\"cancelled\",\"message\":\"cancelled by the node\"}" >/dev/null
-			rm -f "$dir/pid.$id"
+			give_up "$id" "$gen" cancelled "cancelled by the node"
 			return
 		fi
 		# Output is paced by the job's reader: past the window the answer
 		# waits, then may be 429 reader_behind (nothing taken): post it
-		# again after Retry-After (1s).
-		while [ "$(post "$id" output "{\"generation\":$gen,\"data\":\"$word \"}")" = 429 ]; do
+		# again after Retry-After (1s). Any other refusal ends the job.
+		body=$(jq -nc --argjson g "$gen" --arg d "$word " '{generation:$g,data:$d}')
+		while code=$(post "$id" output "$body") && [ "$code" = 429 ]; do
 			sleep 1
 		done
+		if [ "$code" != 204 ]; then
+			give_up "$id" "$gen" worker_error "the node refused an output ($code)"
+			return
+		fi
 		sleep "$delay"
 	done
 	post "$id" complete "{\"generation\":$gen}" >/dev/null
@@ -88,7 +121,7 @@ heartbeat() {
 
 event=
 curl -sN -H @"$dir/headers" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
-	-d "{\"name\":\"$name\",\"capabilities\":[\"$capability\"],\"concurrency\":$concurrency}" \
+	--data-binary "$(jq -nc --arg n "$name" --arg c "$capability" --argjson k "$concurrency" '{name:$n,capabilities:[$c],concurrency:$k}')" \
 	"$url/v1/queues/$queue/workers" |
 while IFS= read -r line; do
 	case $line in
@@ -105,8 +138,7 @@ while IFS= read -r line; do
 			;;
 		job)
 			id=$(field job_id "$data")
-			input=$(printf '%s\n' "$data" | sed -n 's/.*"input":"\([^"]*\)".*/\1/p')
-			run "$id" "$(field generation "$data")" "$input" &
+			run "$id" "$(field generation "$data")" "$data" &
 			echo $! >"$dir/pid.$id"
 			;;
 		cancel)

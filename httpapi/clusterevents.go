@@ -81,13 +81,13 @@ const DefaultClusterEventsInterval = time.Second
 // goroutine.
 //
 //	@Summary		Watch the cluster
-//	@Description	The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters and the load of every node: jobs ended per second by outcome, time to first output p50/p99, jobs in flight and waiting per queue, open streams per node), then another whenever it changed: at once for a change of the catalog (a node's state, a consumer, a dispatcher), else at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+//	@Description	The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //	@Tags			cluster
 //	@ID				clusterEvents
 //	@Produce		text/event-stream
 //	@Success		200	{object}	ClusterEventStream	"snapshot events"
 //	@Security		BearerKey
-//	@Security		ReadToken
+//	@Security		ReadTokenQuery
 //	@Router			/v1/cluster/events [get]
 func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()

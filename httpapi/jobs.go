@@ -72,7 +72,7 @@ func links(id string) JobLinks {
 // or a DELETE.
 //
 //	@Summary		Submit a job
-//	@Description	Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+//	@Description	Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 //	@Tags			jobs
 //	@ID				submitJob
 //	@Accept			json
@@ -82,10 +82,10 @@ func links(id string) JobLinks {
 //	@Param			envelope		body		Envelope	true	"the job"
 //	@Param			Idempotency-Key	header		string		false	"makes a retried POST return the job the first one created (200 instead of 202)"
 //	@Param			Accept			header		string		false	"text/event-stream for the job's stream"
-//	@Success		200				{object}	EventStream	"Accept: text/event-stream: the job's events; or, without it, the job an Idempotency-Key matched (a Job document)"
+//	@Success		200				{object}	JobResponse	"the job an Idempotency-Key matched (without Accept: text/event-stream)"
+//	@Success		200				{object}	EventStream	"Accept: text/event-stream: the job's events (X-Job-Id: its id)"
 //	@Success		202				{object}	JobResponse	"the job was taken; its links say where to read, stream and cancel it"
 //	@Header			202				{string}	Location	"the job's document, /v1/jobs/{id}"
-//	@Header			200				{string}	X-Job-Id	"the job's id (streams)"
 //	@Failure		400				{object}	apierr.Problem	"malformed_json, invalid_field, unsupported_version, missing_input, invalid_queue_name"
 //	@Failure		409				{object}	apierr.Problem	"idempotency_key_reused"
 //	@Failure		413				{object}	apierr.Problem	"body_too_large, input_too_large"
@@ -173,7 +173,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 //	@Success		200	{object}	JobResponse	"the job"
 //	@Failure		404	{object}	apierr.Problem	"job_not_found"
 //	@Security		BearerKey
-//	@Security		ReadToken
+//	@Security		ReadTokenQuery
 //	@Router			/v1/jobs/{id} [get]
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gateway.ServeHTTP(w, r) }
 
@@ -202,7 +202,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 // without a token just watches.
 //
 //	@Summary		Stream a job's events
-//	@Description	The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+//	@Description	The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //	@Tags			jobs
 //	@ID				jobEvents
 //	@Produce		text/event-stream
@@ -211,13 +211,12 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 //	@Param			last_event_id	query		string		false	"the same, for clients that cannot set headers (a new EventSource); the header wins when both are set, since an EventSource keeps its URL when it reconnects"
 //	@Param			types			query		string		false	"comma-separated event kinds to send: accepted, output, done, error (terminal events always come); a token is bound to the types it was issued with"
 //	@Param			slow			query		string		false	"terminate (default) or drop-oldest: skip the oldest events, announced by a gap event, instead of ending the stream"	Enums(terminate, drop-oldest)
-//	@Success		200				{object}	EventStream	"the job's events"
+//	@Success		200				{object}	EventStream	"the job's events (X-Job-Id: its id)"
 //	@Success		204				"the position is the end of a finished job: nothing left to send"
-//	@Header			200				{string}	X-Job-Id	"the job's id"
 //	@Failure		400				{object}	apierr.Problem	"invalid_resume_token, invalid_field (types, slow)"
 //	@Failure		404				{object}	apierr.Problem	"job_not_found"
 //	@Security		BearerKey
-//	@Security		ReadToken
+//	@Security		ReadTokenQuery
 //	@Router			/v1/jobs/{id}/events [get]
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.visibleJob(r, chi.URLParam(r, "id"))
@@ -248,6 +247,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		if v, _ := s.e.View(j.ID); v.State.Terminal() {
 			// The client has everything, terminal event included. 204 is
 			// the one answer that stops an EventSource from reconnecting.
+			// It names the stream's media type all the same: a client
+			// generated for a streaming operation (ogen's) reads the
+			// Content-Type of every answer, bodiless or not.
+			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}

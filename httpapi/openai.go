@@ -49,14 +49,15 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 // handleChatCompletions creates a chat completion.
 //
 //	@Summary		Create a chat completion (OpenAI-compatible)
-//	@Description	The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+//	@Description	The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 //	@Tags			openai
 //	@Accept			json
 //	@Produce		json
 //	@Produce		text/event-stream
 //	@Param			X-Switchyard-TTL-Ms	header		int							false	"the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)"
 //	@Param			request				body		ChatCompletionRequest		true	"an OpenAI chat completion request"
-//	@Success		200					{object}	ChatCompletion				"without stream; with stream, a text/event-stream of ChatCompletionChunk"
+//	@Success		200					{object}	ChatCompletion				"without stream: the completion"
+//	@Success		200					{object}	ChatCompletionEventStream	"with stream: true: its chunks as server-sent events"
 //	@Failure		400					{object}	apierr.OpenAIErrorResponse	"invalid_field, malformed_json, missing_input (param names the field)"
 //	@Failure		404					{object}	apierr.OpenAIErrorResponse	"model_not_found: no worker on the queue offers the model"
 //	@Failure		413					{object}	apierr.OpenAIErrorResponse	"body_too_large, input_too_large"

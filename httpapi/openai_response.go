@@ -37,7 +37,7 @@ type ChatCompletion struct {
 type ChatCompletionChoice struct {
 	Index        int                   `json:"index"`
 	Message      ChatCompletionMessage `json:"message"`
-	Logprobs     *struct{}             `json:"logprobs"`
+	Logprobs     map[string]any        `json:"logprobs" extensions:"x-nullable"`
 	FinishReason string                `json:"finish_reason" example:"stop"`
 } // @name ChatCompletionChoice
 
@@ -45,8 +45,20 @@ type ChatCompletionChoice struct {
 type ChatCompletionMessage struct {
 	Role    string  `json:"role" example:"assistant"`
 	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Refusal *string `json:"refusal" extensions:"x-nullable"`
 } // @name ChatCompletionMessage
+
+// ChatCompletionEventStream describes a streamed chat completion's
+// text/event-stream (stream: true) for the OpenAPI document, one field per
+// event type: OpenAI's stream names no events, so each is a message (the
+// SSE default), whose data is a chunk; the last is the literal [DONE], or
+// an error object that ends the stream instead (openapi/gen widens the
+// data to those three).
+type ChatCompletionEventStream struct {
+	// Message is every event: a chunk, then [DONE]; or an error object
+	// instead of the rest.
+	Message ChatCompletionChunk `json:"message"`
+} // @name ChatCompletionEventStream
 
 // ChatCompletionChunk is one server-sent event of a streamed completion.
 // The first carries the role, the last choice the finish reason; with
@@ -58,15 +70,15 @@ type ChatCompletionChunk struct {
 	Created int64                       `json:"created"`
 	Model   string                      `json:"model"`
 	Choices []ChatCompletionChunkChoice `json:"choices"`
-	Usage   *ChatUsage                  `json:"usage"`
+	Usage   *ChatUsage                  `json:"usage" extensions:"x-nullable"`
 } // @name ChatCompletionChunk
 
 // ChatCompletionChunkChoice is the one choice of a chunk.
 type ChatCompletionChunkChoice struct {
 	Index        int                 `json:"index"`
 	Delta        ChatCompletionDelta `json:"delta"`
-	Logprobs     *struct{}           `json:"logprobs"`
-	FinishReason *string             `json:"finish_reason"`
+	Logprobs     map[string]any      `json:"logprobs" extensions:"x-nullable"`
+	FinishReason *string             `json:"finish_reason" extensions:"x-nullable"`
 } // @name ChatCompletionChunkChoice
 
 // ChatCompletionDelta is what a chunk adds to the message.

@@ -3,14 +3,14 @@
 //
 //	@title			Switchyard API
 //	@version		1
-//	@description	A clustered transport for requested processes: post a job to a queue, stream its output as server-sent events, resume a dropped stream with Last-Event-ID, cancel it; and, for workers not written in Go, serve a queue over HTTP. Every refusal is application/problem+json with a stable `code` (docs/errors.md; the Problem schema lists every code). The unary routes are the gRPC JobService's and ClusterService's rpcs served by grpc-gateway; the streams are server-sent events. A node that checks API keys (README, Securing a node) wants `Authorization: Bearer <key>` on every route that declares BearerKey (401 unauthenticated without a valid key, 403 permission_denied for a key without the role or the queue); another subject's job answers as one that does not exist (404 job_not_found). An EventSource, which cannot send the header, reads with a read token (ReadToken) from POST /v1/jobs/{id}/read-token or /v1/cluster/read-token. The page, this document, /docs, /healthz and /readyz are open.
+//	@description	A clustered transport for requested processes: post a job to a queue, stream its output as server-sent events, resume it, cancel it; serve a queue over HTTP. Refusals are application/problem+json with a stable code. docs/api.md says what this document promises and how its event streams are described.
 //	@license.name	see the repository
 //	@BasePath		/
 //	@securityDefinitions.apikey	BearerKey
 //	@in							header
 //	@name						Authorization
 //	@description				An API key, as `Bearer <key>`: its subject owns the jobs it submits; its roles (submit, work, admin) and queue patterns say what it may do.
-//	@securityDefinitions.apikey	ReadToken
+//	@securityDefinitions.apikey	ReadTokenQuery
 //	@in							query
 //	@name						read_token
 //	@description				A read token for one stream (an EventSource cannot send a header): from POST /v1/jobs/{id}/read-token (that job's events and document) or POST /v1/cluster/read-token (the live cluster view).

@@ -146,8 +146,10 @@ func TestServesDocumentAndDocs(t *testing.T) {
 }
 
 // The document says which routes need a credential: every API route
-// declares the bearer key (the events streams a read token too), with its
-// 401 and 403, and the open routes declare nothing. The behaviour behind
+// declares the bearer key (the events streams a read token too), then no
+// credential at all as the last alternative (a node without keys takes
+// every call as anonymous), with its 401 and 403, and the open routes
+// declare nothing. No scheme is named like a schema. The behaviour behind
 // it is the auth matrix's (integration TestAuthMatrix).
 func TestDocumentSecurity(t *testing.T) {
 	var doc struct {
@@ -165,8 +167,14 @@ func TestDocumentSecurity(t *testing.T) {
 	if s := doc.Components.SecuritySchemes["BearerKey"]; s.Type != "http" || s.Scheme != "bearer" {
 		t.Errorf("BearerKey: %+v", s)
 	}
-	if s := doc.Components.SecuritySchemes["ReadToken"]; s.Type != "apiKey" || s.In != "query" || s.Name != "read_token" {
-		t.Errorf("ReadToken: %+v", s)
+	if s := doc.Components.SecuritySchemes["ReadTokenQuery"]; s.Type != "apiKey" || s.In != "query" || s.Name != "read_token" {
+		t.Errorf("ReadTokenQuery: %+v", s)
+	}
+	schemas := loadDocument(t).Components.Schemas
+	for name := range doc.Components.SecuritySchemes {
+		if _, ok := schemas[name]; ok {
+			t.Errorf("the security scheme %s is named like a schema", name)
+		}
 	}
 	open := []string{"get /", "head /", "get /healthz", "get /readyz", "get /openapi.json", "get /openapi.yaml", "get /docs"}
 	readable := []string{"get /v1/jobs/{id}", "get /v1/jobs/{id}/events", "get /v1/cluster/events"}
@@ -174,6 +182,11 @@ func TestDocumentSecurity(t *testing.T) {
 		for method, op := range ops {
 			name := method + " " + path
 			var schemes []string
+			if n := len(op.Security); n > 0 {
+				if len(op.Security[n-1]) != 0 {
+					t.Errorf("%s: security %v: the last alternative is not {} (anonymous)", name, op.Security)
+				}
+			}
 			for _, req := range op.Security {
 				for s := range req {
 					schemes = append(schemes, s)
@@ -185,7 +198,7 @@ func TestDocumentSecurity(t *testing.T) {
 			case slices.Contains(open, name):
 				want = nil
 			case slices.Contains(readable, name):
-				want = []string{"BearerKey", "ReadToken"}
+				want = []string{"BearerKey", "ReadTokenQuery"}
 			}
 			if !slices.Equal(schemes, want) {
 				t.Errorf("%s: security %v, want %v", name, schemes, want)

@@ -40,7 +40,7 @@ type ReadToken struct {
 // handleJobReadToken is POST /v1/jobs/{id}/read-token.
 //
 //	@Summary		A read token for a job's stream
-//	@Description	A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+//	@Description	A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 //	@Tags			jobs
 //	@ID				jobReadToken
 //	@Produce		json
@@ -68,7 +68,7 @@ func (s *Server) handleJobReadToken(w http.ResponseWriter, r *http.Request) {
 // handleClusterReadToken is POST /v1/cluster/read-token.
 //
 //	@Summary		A read token for the live cluster view
-//	@Description	A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+//	@Description	A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 //	@Tags			cluster
 //	@ID				clusterReadToken
 //	@Produce		json

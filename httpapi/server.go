@@ -8,10 +8,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -249,7 +251,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r := chi.NewRouter()
 	// No Timeout middleware and no server WriteTimeout: streams live as long
 	// as their job; their own clocks bound them (see sse.go).
-	r.Use(middleware.RequestID, middleware.Recoverer, s.bodyDeadline)
+	r.Use(middleware.RequestID, s.recoverer, s.bodyDeadline)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
@@ -336,6 +338,33 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) { s.ui.Serve
 //	@Success		200	{string}	string	"no body"
 //	@Router			/ [head]
 func (s *Server) handlePageHead(w http.ResponseWriter, r *http.Request) { s.ui.ServeHTTP(w, r) }
+
+// recoverer answers a handler's panic as the server fault it is: a
+// problem (code internal, as the document says every route may answer),
+// the panic and its stack in the node's log only. A panic after the
+// answer began (a stream) cannot change its status: the connection is
+// closed instead, by re-panicking with http.ErrAbortHandler, which
+// net/http takes as "abort quietly", as it does that panic from below.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		defer func() {
+			rec := recover()
+			if rec == nil {
+				return
+			}
+			if rec == http.ErrAbortHandler { //nolint:errorlint // net/http compares it so
+				panic(rec)
+			}
+			s.log.Error("handler panic", "path", r.URL.Path, "panic", rec, "stack", string(debug.Stack()))
+			if ww.Status() != 0 {
+				panic(http.ErrAbortHandler)
+			}
+			s.writeError(ww, r, fmt.Errorf("panic: %v", rec))
+		}()
+		next.ServeHTTP(ww, r)
+	})
+}
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, &core.Error{Code: core.CodeNotFound, Detail: "no such route"})

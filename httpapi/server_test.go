@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -73,4 +74,29 @@ func TestWriteError(t *testing.T) {
 	if counted["internal"] != 1 || counted["queue_full"] != 1 {
 		t.Errorf("counted %v, want one internal and one queue_full", counted)
 	}
+}
+
+// A handler's panic is answered as the server fault it is, in the shape
+// every route documents for 500: a problem with code internal that says
+// nothing of the panic. One that panics after its answer began has the
+// connection aborted instead (http.ErrAbortHandler).
+func TestRecovererAnswersAProblem(t *testing.T) {
+	s := newTestServer(t)
+	rec := httptest.NewRecorder()
+	s.recoverer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("secret detail") })).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/v1/queues", nil))
+	var p apierr.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != 500 || p.Code != "internal" ||
+		rec.Header().Get("Content-Type") != "application/problem+json" || strings.Contains(rec.Body.String(), "secret") {
+		t.Fatalf("%d %q %s (%v)", rec.Code, rec.Header().Get("Content-Type"), rec.Body, err)
+	}
+	defer func() {
+		if r := recover(); r != http.ErrAbortHandler { //nolint:errorlint // net/http compares it so
+			t.Fatalf("a panic mid-answer: recovered %v, want http.ErrAbortHandler", r)
+		}
+	}()
+	s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(200)
+		panic("mid-stream")
+	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/jobs/x/events", nil))
 }

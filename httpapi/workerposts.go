@@ -130,7 +130,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 // handleWorkerOutput is POST /v1/workers/{session}/jobs/{job}/output.
 //
 //	@Summary		Send output
-//	@Description	One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+//	@Description	One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //	@Tags			workers
 //	@ID				jobOutput
 //	@Accept			json

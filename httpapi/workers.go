@@ -225,7 +225,7 @@ func (ss *workerSession) Close(cause error) {
 // handleWorkerSession is POST /v1/queues/{queue}/workers.
 //
 //	@Summary		Open a worker session
-//	@Description	Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+//	@Description	Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //	@Tags			workers
 //	@ID				openWorkerSession
 //	@Accept			json

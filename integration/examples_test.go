@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,30 @@ func TestExampleWorkers(t *testing.T) {
 			}
 			if strings.Join(got, "") != "one two three " || evs[len(evs)-1].Type != "done" {
 				t.Fatalf("events %v, output %q", types(evs), got)
+			}
+
+			// Every word comes through whole, whatever it holds: quotes,
+			// backslashes, unicode (and words split at newlines and tabs).
+			tricky := "say \"hi\" to C:\\path now\nüñï 😀 \\\"q\\\" {\"a\":1}\tend"
+			res, err = c.SubmitJob(t.Context(), "demo", &client.SubmitJobParams{Accept: ptr("text/event-stream")},
+				client.Envelope{Input: tricky, TtlMs: ptr(20000)})
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("submit: %v, %v", res, err)
+			}
+			evs = readAll(t, res.Body)
+			res.Body.Close()
+			got = nil
+			for _, ev := range evs {
+				if ev.Type == "output" {
+					got = append(got, field[string](t, ev, "data"))
+				}
+			}
+			var want []string
+			for _, w := range strings.Fields(tricky) {
+				want = append(want, w+" ")
+			}
+			if !slices.Equal(got, want) || evs[len(evs)-1].Type != "done" {
+				t.Fatalf("input %q: events %v, output %q, want %q", tricky, types(evs), got, want)
 			}
 
 			// A cancel stops the next one mid-way.

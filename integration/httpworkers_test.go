@@ -30,7 +30,13 @@ type httpWorker struct {
 // openHTTPWorker opens a session on queue and reads its registered event.
 func openHTTPWorker(tb testing.TB, n *switchyard.Node, queue string, req client.WorkerRequest) *httpWorker {
 	tb.Helper()
-	c := apiClient(tb, n)
+	return openHTTPWorkerWith(tb, apiClient(tb, n), queue, req)
+}
+
+// openHTTPWorkerWith is openHTTPWorker through c, for the session and
+// every post.
+func openHTTPWorkerWith(tb testing.TB, c *client.ClientWithResponses, queue string, req client.WorkerRequest) *httpWorker {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	res, err := c.OpenWorkerSession(ctx, queue, req)
 	if err != nil {

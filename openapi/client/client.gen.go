@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,7 +17,53 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
+
+// Defines values for ChatCompletionEventStreamMessageEvent.
+const (
+	Message ChatCompletionEventStreamMessageEvent = "message"
+)
+
+// Valid indicates whether the value is a known member of the ChatCompletionEventStreamMessageEvent enum.
+func (e ChatCompletionEventStreamMessageEvent) Valid() bool {
+	switch e {
+	case Message:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ChatCompletionStreamEnd.
+const (
+	DONE ChatCompletionStreamEnd = "[DONE]"
+)
+
+// Valid indicates whether the value is a known member of the ChatCompletionStreamEnd enum.
+func (e ChatCompletionStreamEnd) Valid() bool {
+	switch e {
+	case DONE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ClusterEventStreamSnapshotEvent.
+const (
+	Snapshot ClusterEventStreamSnapshotEvent = "snapshot"
+)
+
+// Valid indicates whether the value is a known member of the ClusterEventStreamSnapshotEvent enum.
+func (e ClusterEventStreamSnapshotEvent) Valid() bool {
+	switch e {
+	case Snapshot:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for DoneEventOutcome.
 const (
@@ -48,6 +95,111 @@ func (e ErrorEventOutcome) Valid() bool {
 	case ErrorEventOutcomeExpired:
 		return true
 	case ErrorEventOutcomeFailed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamAcceptedEvent.
+const (
+	Accepted EventStreamAcceptedEvent = "accepted"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamAcceptedEvent enum.
+func (e EventStreamAcceptedEvent) Valid() bool {
+	switch e {
+	case Accepted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamDoneEvent.
+const (
+	Done EventStreamDoneEvent = "done"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamDoneEvent enum.
+func (e EventStreamDoneEvent) Valid() bool {
+	switch e {
+	case Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamErrorEvent.
+const (
+	Error EventStreamErrorEvent = "error"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamErrorEvent enum.
+func (e EventStreamErrorEvent) Valid() bool {
+	switch e {
+	case Error:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamGapEvent.
+const (
+	Gap EventStreamGapEvent = "gap"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamGapEvent enum.
+func (e EventStreamGapEvent) Valid() bool {
+	switch e {
+	case Gap:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamOutputEvent.
+const (
+	Output EventStreamOutputEvent = "output"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamOutputEvent enum.
+func (e EventStreamOutputEvent) Valid() bool {
+	switch e {
+	case Output:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamResyncEvent.
+const (
+	Resync EventStreamResyncEvent = "resync"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamResyncEvent enum.
+func (e EventStreamResyncEvent) Valid() bool {
+	switch e {
+	case Resync:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventStreamTerminatedEvent.
+const (
+	Terminated EventStreamTerminatedEvent = "terminated"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamTerminatedEvent enum.
+func (e EventStreamTerminatedEvent) Valid() bool {
+	switch e {
+	case Terminated:
 		return true
 	default:
 		return false
@@ -228,6 +380,66 @@ func (e TerminatedEventReason) Valid() bool {
 	}
 }
 
+// Defines values for WorkerStreamCancelEvent.
+const (
+	Cancel WorkerStreamCancelEvent = "cancel"
+)
+
+// Valid indicates whether the value is a known member of the WorkerStreamCancelEvent enum.
+func (e WorkerStreamCancelEvent) Valid() bool {
+	switch e {
+	case Cancel:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerStreamClosedEvent.
+const (
+	Closed WorkerStreamClosedEvent = "closed"
+)
+
+// Valid indicates whether the value is a known member of the WorkerStreamClosedEvent enum.
+func (e WorkerStreamClosedEvent) Valid() bool {
+	switch e {
+	case Closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerStreamJobEvent.
+const (
+	WorkerStreamJobEventJob WorkerStreamJobEvent = "job"
+)
+
+// Valid indicates whether the value is a known member of the WorkerStreamJobEvent enum.
+func (e WorkerStreamJobEvent) Valid() bool {
+	switch e {
+	case WorkerStreamJobEventJob:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerStreamRegisteredEvent.
+const (
+	Registered WorkerStreamRegisteredEvent = "registered"
+)
+
+// Valid indicates whether the value is a known member of the WorkerStreamRegisteredEvent enum.
+func (e WorkerStreamRegisteredEvent) Valid() bool {
+	switch e {
+	case Registered:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobEventsParamsSlow.
 const (
 	DropOldest JobEventsParamsSlow = "drop-oldest"
@@ -296,16 +508,75 @@ type ChatCompletion struct {
 // ChatCompletionChoice defines model for ChatCompletionChoice.
 type ChatCompletionChoice struct {
 	// FinishReason Example: stop
-	FinishReason string                 `json:"finish_reason"`
-	Index        int                    `json:"index"`
-	Logprobs     map[string]interface{} `json:"logprobs"`
-	Message      ChatCompletionMessage  `json:"message"`
+	FinishReason string                  `json:"finish_reason"`
+	Index        int                     `json:"index"`
+	Logprobs     *map[string]interface{} `json:"logprobs"`
+	Message      ChatCompletionMessage   `json:"message"`
 }
+
+// ChatCompletionChunk defines model for ChatCompletionChunk.
+type ChatCompletionChunk struct {
+	Choices []ChatCompletionChunkChoice `json:"choices"`
+	Created int                         `json:"created"`
+	Id      string                      `json:"id"`
+	Model   string                      `json:"model"`
+
+	// Object Example: chat.completion.chunk
+	Object string     `json:"object"`
+	Usage  *ChatUsage `json:"usage"`
+}
+
+// ChatCompletionChunkChoice defines model for ChatCompletionChunkChoice.
+type ChatCompletionChunkChoice struct {
+	Delta        ChatCompletionDelta     `json:"delta"`
+	FinishReason *string                 `json:"finish_reason"`
+	Index        int                     `json:"index"`
+	Logprobs     *map[string]interface{} `json:"logprobs"`
+}
+
+// ChatCompletionChunkOrError The JSON data of a streamed chat completion's event: a chunk, or the error that ends the stream.
+type ChatCompletionChunkOrError struct {
+	union json.RawMessage
+}
+
+// ChatCompletionDelta defines model for ChatCompletionDelta.
+type ChatCompletionDelta struct {
+	Content *string `json:"content,omitempty"`
+	Role    *string `json:"role,omitempty"`
+}
+
+// ChatCompletionEventStream One event of the stream: a oneOf of one schema per event type, discriminated by its name, `event` (docs/api.md, Event streams).
+type ChatCompletionEventStream struct {
+	union json.RawMessage
+}
+
+// ChatCompletionEventStreamMessage The `message` event of a ChatCompletionEventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines. Message is every event: a chunk, then [DONE]; or an error object
+// instead of the rest.
+type ChatCompletionEventStreamMessage struct {
+	Data ChatCompletionEventStreamMessage_Data `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event ChatCompletionEventStreamMessageEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// ChatCompletionEventStreamMessage_Data defines model for ChatCompletionEventStreamMessage.Data.
+type ChatCompletionEventStreamMessage_Data struct {
+	union json.RawMessage
+}
+
+// ChatCompletionEventStreamMessageEvent The event's name (its `event:` line; an event without one is a `message`).
+type ChatCompletionEventStreamMessageEvent string
 
 // ChatCompletionMessage defines model for ChatCompletionMessage.
 type ChatCompletionMessage struct {
-	Content string `json:"content"`
-	Refusal string `json:"refusal"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
 
 	// Role Example: assistant
 	Role string `json:"role"`
@@ -348,6 +619,9 @@ type ChatCompletionRequest struct {
 	TopP        *float32 `json:"top_p,omitempty"`
 	User        *string  `json:"user,omitempty"`
 }
+
+// ChatCompletionStreamEnd The data of the last event of a stream that completed: the literal `[DONE]`, not JSON.
+type ChatCompletionStreamEnd string
 
 // ChatMessage defines model for ChatMessage.
 type ChatMessage struct {
@@ -401,10 +675,27 @@ type ClusterCounters struct {
 	WorkersConnected float32 `json:"workers_connected"`
 }
 
-// ClusterEventStream defines model for ClusterEventStream.
+// ClusterEventStream One event of the stream: a oneOf of one schema per event type, discriminated by its name, `event` (docs/api.md, Event streams).
 type ClusterEventStream struct {
-	Snapshot ClusterSnapshot `json:"snapshot"`
+	union json.RawMessage
 }
+
+// ClusterEventStreamSnapshot The `snapshot` event of a ClusterEventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type ClusterEventStreamSnapshot struct {
+	Data ClusterSnapshot `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event ClusterEventStreamSnapshotEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// ClusterEventStreamSnapshotEvent The event's name (its `event:` line; an event without one is a `message`).
+type ClusterEventStreamSnapshotEvent string
 
 // ClusterLoad defines model for ClusterLoad.
 type ClusterLoad struct {
@@ -565,16 +856,129 @@ type ErrorEvent struct {
 // ErrorEventOutcome defines model for ErrorEvent.Outcome.
 type ErrorEventOutcome string
 
-// EventStream defines model for EventStream.
+// EventStream One event of the stream: a oneOf of one schema per event type, discriminated by its name, `event` (docs/api.md, Event streams).
 type EventStream struct {
-	Accepted   AcceptedEvent   `json:"accepted"`
-	Done       DoneEvent       `json:"done"`
-	Error      ErrorEvent      `json:"error"`
-	Gap        GapEvent        `json:"gap"`
-	Output     OutputEvent     `json:"output"`
-	Resync     ResyncEvent     `json:"resync"`
-	Terminated TerminatedEvent `json:"terminated"`
+	union json.RawMessage
 }
+
+// EventStreamAccepted The `accepted` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamAccepted struct {
+	Data AcceptedEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamAcceptedEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamAcceptedEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamAcceptedEvent string
+
+// EventStreamDone The `done` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamDone struct {
+	Data DoneEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamDoneEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamDoneEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamDoneEvent string
+
+// EventStreamError The `error` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamError struct {
+	Data ErrorEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamErrorEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamErrorEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamErrorEvent string
+
+// EventStreamGap The `gap` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamGap struct {
+	Data GapEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamGapEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamGapEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamGapEvent string
+
+// EventStreamOutput The `output` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamOutput struct {
+	Data OutputEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamOutputEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamOutputEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamOutputEvent string
+
+// EventStreamResync The `resync` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamResync struct {
+	Data ResyncEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamResyncEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamResyncEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamResyncEvent string
+
+// EventStreamTerminated The `terminated` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamTerminated struct {
+	Data TerminatedEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamTerminatedEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamTerminatedEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamTerminatedEvent string
 
 // FailMessage defines model for FailMessage.
 type FailMessage struct {
@@ -714,7 +1118,7 @@ type OpenAIError struct {
 	Message string `json:"message"`
 
 	// Param Param names the request field at fault (null when none).
-	Param string `json:"param"`
+	Param *string `json:"param"`
 
 	// Type Type is OpenAIType of the code.
 	Type string `json:"type"`
@@ -900,13 +1304,78 @@ type WorkerRequest struct {
 	Name *string `json:"name,omitempty"`
 }
 
-// WorkerStream defines model for WorkerStream.
+// WorkerStream One event of the stream: a oneOf of one schema per event type, discriminated by its name, `event` (docs/api.md, Event streams).
 type WorkerStream struct {
-	Cancel     CancelEvent     `json:"cancel"`
-	Closed     ClosedEvent     `json:"closed"`
-	Job        JobOffer        `json:"job"`
-	Registered RegisteredEvent `json:"registered"`
+	union json.RawMessage
 }
+
+// WorkerStreamCancel The `cancel` event of a WorkerStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type WorkerStreamCancel struct {
+	Data CancelEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event WorkerStreamCancelEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// WorkerStreamCancelEvent The event's name (its `event:` line; an event without one is a `message`).
+type WorkerStreamCancelEvent string
+
+// WorkerStreamClosed The `closed` event of a WorkerStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type WorkerStreamClosed struct {
+	Data ClosedEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event WorkerStreamClosedEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// WorkerStreamClosedEvent The event's name (its `event:` line; an event without one is a `message`).
+type WorkerStreamClosedEvent string
+
+// WorkerStreamJob The `job` event of a WorkerStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type WorkerStreamJob struct {
+	Data JobOffer `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event WorkerStreamJobEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// WorkerStreamJobEvent The event's name (its `event:` line; an event without one is a `message`).
+type WorkerStreamJobEvent string
+
+// WorkerStreamRegistered The `registered` event of a WorkerStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type WorkerStreamRegistered struct {
+	Data RegisteredEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event WorkerStreamRegisteredEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// WorkerStreamRegisteredEvent The event's name (its `event:` line; an event without one is a `message`).
+type WorkerStreamRegisteredEvent string
 
 // CreateChatCompletionParams defines parameters for CreateChatCompletion.
 type CreateChatCompletionParams struct {
@@ -964,6 +1433,714 @@ type JobOutputJSONRequestBody = OutputMessage
 
 // RejectJobJSONRequestBody defines body for RejectJob for application/json ContentType.
 type RejectJobJSONRequestBody = RejectMessage
+
+// AsChatCompletionChunk returns the union data inside the ChatCompletionChunkOrError as a ChatCompletionChunk
+func (t ChatCompletionChunkOrError) AsChatCompletionChunk() (ChatCompletionChunk, error) {
+	var body ChatCompletionChunk
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChatCompletionChunk overwrites any union data inside the ChatCompletionChunkOrError as the provided ChatCompletionChunk
+func (t *ChatCompletionChunkOrError) FromChatCompletionChunk(v ChatCompletionChunk) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChatCompletionChunk performs a merge with any union data inside the ChatCompletionChunkOrError, using the provided ChatCompletionChunk
+func (t *ChatCompletionChunkOrError) MergeChatCompletionChunk(v ChatCompletionChunk) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsOpenAIErrorResponse returns the union data inside the ChatCompletionChunkOrError as a OpenAIErrorResponse
+func (t ChatCompletionChunkOrError) AsOpenAIErrorResponse() (OpenAIErrorResponse, error) {
+	var body OpenAIErrorResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOpenAIErrorResponse overwrites any union data inside the ChatCompletionChunkOrError as the provided OpenAIErrorResponse
+func (t *ChatCompletionChunkOrError) FromOpenAIErrorResponse(v OpenAIErrorResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOpenAIErrorResponse performs a merge with any union data inside the ChatCompletionChunkOrError, using the provided OpenAIErrorResponse
+func (t *ChatCompletionChunkOrError) MergeOpenAIErrorResponse(v OpenAIErrorResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ChatCompletionChunkOrError) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ChatCompletionChunkOrError) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsChatCompletionEventStreamMessage returns the union data inside the ChatCompletionEventStream as a ChatCompletionEventStreamMessage
+func (t ChatCompletionEventStream) AsChatCompletionEventStreamMessage() (ChatCompletionEventStreamMessage, error) {
+	var body ChatCompletionEventStreamMessage
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChatCompletionEventStreamMessage overwrites any union data inside the ChatCompletionEventStream as the provided ChatCompletionEventStreamMessage
+func (t *ChatCompletionEventStream) FromChatCompletionEventStreamMessage(v ChatCompletionEventStreamMessage) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"message"}`))
+	t.union = b
+	return err
+}
+
+// MergeChatCompletionEventStreamMessage performs a merge with any union data inside the ChatCompletionEventStream, using the provided ChatCompletionEventStreamMessage
+func (t *ChatCompletionEventStream) MergeChatCompletionEventStreamMessage(v ChatCompletionEventStreamMessage) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"message"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ChatCompletionEventStream) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t ChatCompletionEventStream) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "message":
+		return t.AsChatCompletionEventStreamMessage()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t ChatCompletionEventStream) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ChatCompletionEventStream) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsChatCompletionChunkOrError returns the union data inside the ChatCompletionEventStreamMessage_Data as a ChatCompletionChunkOrError
+func (t ChatCompletionEventStreamMessage_Data) AsChatCompletionChunkOrError() (ChatCompletionChunkOrError, error) {
+	var body ChatCompletionChunkOrError
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChatCompletionChunkOrError overwrites any union data inside the ChatCompletionEventStreamMessage_Data as the provided ChatCompletionChunkOrError
+func (t *ChatCompletionEventStreamMessage_Data) FromChatCompletionChunkOrError(v ChatCompletionChunkOrError) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChatCompletionChunkOrError performs a merge with any union data inside the ChatCompletionEventStreamMessage_Data, using the provided ChatCompletionChunkOrError
+func (t *ChatCompletionEventStreamMessage_Data) MergeChatCompletionChunkOrError(v ChatCompletionChunkOrError) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsChatCompletionStreamEnd returns the union data inside the ChatCompletionEventStreamMessage_Data as a ChatCompletionStreamEnd
+func (t ChatCompletionEventStreamMessage_Data) AsChatCompletionStreamEnd() (ChatCompletionStreamEnd, error) {
+	var body ChatCompletionStreamEnd
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromChatCompletionStreamEnd overwrites any union data inside the ChatCompletionEventStreamMessage_Data as the provided ChatCompletionStreamEnd
+func (t *ChatCompletionEventStreamMessage_Data) FromChatCompletionStreamEnd(v ChatCompletionStreamEnd) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeChatCompletionStreamEnd performs a merge with any union data inside the ChatCompletionEventStreamMessage_Data, using the provided ChatCompletionStreamEnd
+func (t *ChatCompletionEventStreamMessage_Data) MergeChatCompletionStreamEnd(v ChatCompletionStreamEnd) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ChatCompletionEventStreamMessage_Data) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ChatCompletionEventStreamMessage_Data) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsClusterEventStreamSnapshot returns the union data inside the ClusterEventStream as a ClusterEventStreamSnapshot
+func (t ClusterEventStream) AsClusterEventStreamSnapshot() (ClusterEventStreamSnapshot, error) {
+	var body ClusterEventStreamSnapshot
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromClusterEventStreamSnapshot overwrites any union data inside the ClusterEventStream as the provided ClusterEventStreamSnapshot
+func (t *ClusterEventStream) FromClusterEventStreamSnapshot(v ClusterEventStreamSnapshot) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"snapshot"}`))
+	t.union = b
+	return err
+}
+
+// MergeClusterEventStreamSnapshot performs a merge with any union data inside the ClusterEventStream, using the provided ClusterEventStreamSnapshot
+func (t *ClusterEventStream) MergeClusterEventStreamSnapshot(v ClusterEventStreamSnapshot) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"snapshot"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ClusterEventStream) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t ClusterEventStream) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "snapshot":
+		return t.AsClusterEventStreamSnapshot()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t ClusterEventStream) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ClusterEventStream) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsEventStreamAccepted returns the union data inside the EventStream as a EventStreamAccepted
+func (t EventStream) AsEventStreamAccepted() (EventStreamAccepted, error) {
+	var body EventStreamAccepted
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamAccepted overwrites any union data inside the EventStream as the provided EventStreamAccepted
+func (t *EventStream) FromEventStreamAccepted(v EventStreamAccepted) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"accepted"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamAccepted performs a merge with any union data inside the EventStream, using the provided EventStreamAccepted
+func (t *EventStream) MergeEventStreamAccepted(v EventStreamAccepted) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"accepted"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamDone returns the union data inside the EventStream as a EventStreamDone
+func (t EventStream) AsEventStreamDone() (EventStreamDone, error) {
+	var body EventStreamDone
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamDone overwrites any union data inside the EventStream as the provided EventStreamDone
+func (t *EventStream) FromEventStreamDone(v EventStreamDone) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"done"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamDone performs a merge with any union data inside the EventStream, using the provided EventStreamDone
+func (t *EventStream) MergeEventStreamDone(v EventStreamDone) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"done"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamError returns the union data inside the EventStream as a EventStreamError
+func (t EventStream) AsEventStreamError() (EventStreamError, error) {
+	var body EventStreamError
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamError overwrites any union data inside the EventStream as the provided EventStreamError
+func (t *EventStream) FromEventStreamError(v EventStreamError) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"error"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamError performs a merge with any union data inside the EventStream, using the provided EventStreamError
+func (t *EventStream) MergeEventStreamError(v EventStreamError) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"error"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamGap returns the union data inside the EventStream as a EventStreamGap
+func (t EventStream) AsEventStreamGap() (EventStreamGap, error) {
+	var body EventStreamGap
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamGap overwrites any union data inside the EventStream as the provided EventStreamGap
+func (t *EventStream) FromEventStreamGap(v EventStreamGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamGap performs a merge with any union data inside the EventStream, using the provided EventStreamGap
+func (t *EventStream) MergeEventStreamGap(v EventStreamGap) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"gap"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamOutput returns the union data inside the EventStream as a EventStreamOutput
+func (t EventStream) AsEventStreamOutput() (EventStreamOutput, error) {
+	var body EventStreamOutput
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamOutput overwrites any union data inside the EventStream as the provided EventStreamOutput
+func (t *EventStream) FromEventStreamOutput(v EventStreamOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamOutput performs a merge with any union data inside the EventStream, using the provided EventStreamOutput
+func (t *EventStream) MergeEventStreamOutput(v EventStreamOutput) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"output"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamResync returns the union data inside the EventStream as a EventStreamResync
+func (t EventStream) AsEventStreamResync() (EventStreamResync, error) {
+	var body EventStreamResync
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamResync overwrites any union data inside the EventStream as the provided EventStreamResync
+func (t *EventStream) FromEventStreamResync(v EventStreamResync) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"resync"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamResync performs a merge with any union data inside the EventStream, using the provided EventStreamResync
+func (t *EventStream) MergeEventStreamResync(v EventStreamResync) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"resync"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsEventStreamTerminated returns the union data inside the EventStream as a EventStreamTerminated
+func (t EventStream) AsEventStreamTerminated() (EventStreamTerminated, error) {
+	var body EventStreamTerminated
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamTerminated overwrites any union data inside the EventStream as the provided EventStreamTerminated
+func (t *EventStream) FromEventStreamTerminated(v EventStreamTerminated) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"terminated"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamTerminated performs a merge with any union data inside the EventStream, using the provided EventStreamTerminated
+func (t *EventStream) MergeEventStreamTerminated(v EventStreamTerminated) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"terminated"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t EventStream) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t EventStream) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "accepted":
+		return t.AsEventStreamAccepted()
+	case "done":
+		return t.AsEventStreamDone()
+	case "error":
+		return t.AsEventStreamError()
+	case "gap":
+		return t.AsEventStreamGap()
+	case "output":
+		return t.AsEventStreamOutput()
+	case "resync":
+		return t.AsEventStreamResync()
+	case "terminated":
+		return t.AsEventStreamTerminated()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t EventStream) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *EventStream) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsWorkerStreamCancel returns the union data inside the WorkerStream as a WorkerStreamCancel
+func (t WorkerStream) AsWorkerStreamCancel() (WorkerStreamCancel, error) {
+	var body WorkerStreamCancel
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWorkerStreamCancel overwrites any union data inside the WorkerStream as the provided WorkerStreamCancel
+func (t *WorkerStream) FromWorkerStreamCancel(v WorkerStreamCancel) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"cancel"}`))
+	t.union = b
+	return err
+}
+
+// MergeWorkerStreamCancel performs a merge with any union data inside the WorkerStream, using the provided WorkerStreamCancel
+func (t *WorkerStream) MergeWorkerStreamCancel(v WorkerStreamCancel) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"cancel"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWorkerStreamClosed returns the union data inside the WorkerStream as a WorkerStreamClosed
+func (t WorkerStream) AsWorkerStreamClosed() (WorkerStreamClosed, error) {
+	var body WorkerStreamClosed
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWorkerStreamClosed overwrites any union data inside the WorkerStream as the provided WorkerStreamClosed
+func (t *WorkerStream) FromWorkerStreamClosed(v WorkerStreamClosed) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"closed"}`))
+	t.union = b
+	return err
+}
+
+// MergeWorkerStreamClosed performs a merge with any union data inside the WorkerStream, using the provided WorkerStreamClosed
+func (t *WorkerStream) MergeWorkerStreamClosed(v WorkerStreamClosed) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"closed"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWorkerStreamJob returns the union data inside the WorkerStream as a WorkerStreamJob
+func (t WorkerStream) AsWorkerStreamJob() (WorkerStreamJob, error) {
+	var body WorkerStreamJob
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWorkerStreamJob overwrites any union data inside the WorkerStream as the provided WorkerStreamJob
+func (t *WorkerStream) FromWorkerStreamJob(v WorkerStreamJob) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"job"}`))
+	t.union = b
+	return err
+}
+
+// MergeWorkerStreamJob performs a merge with any union data inside the WorkerStream, using the provided WorkerStreamJob
+func (t *WorkerStream) MergeWorkerStreamJob(v WorkerStreamJob) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"job"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWorkerStreamRegistered returns the union data inside the WorkerStream as a WorkerStreamRegistered
+func (t WorkerStream) AsWorkerStreamRegistered() (WorkerStreamRegistered, error) {
+	var body WorkerStreamRegistered
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWorkerStreamRegistered overwrites any union data inside the WorkerStream as the provided WorkerStreamRegistered
+func (t *WorkerStream) FromWorkerStreamRegistered(v WorkerStreamRegistered) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"registered"}`))
+	t.union = b
+	return err
+}
+
+// MergeWorkerStreamRegistered performs a merge with any union data inside the WorkerStream, using the provided WorkerStreamRegistered
+func (t *WorkerStream) MergeWorkerStreamRegistered(v WorkerStreamRegistered) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"registered"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t WorkerStream) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t WorkerStream) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "cancel":
+		return t.AsWorkerStreamCancel()
+	case "closed":
+		return t.AsWorkerStreamClosed()
+	case "job":
+		return t.AsWorkerStreamJob()
+	case "registered":
+		return t.AsWorkerStreamRegistered()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t WorkerStream) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *WorkerStream) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1074,7 +2251,7 @@ type ClientInterface interface {
 
 	// CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1083,7 +2260,7 @@ type ClientInterface interface {
 
 	// CreateChatCompletion Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1127,7 +2304,7 @@ type ClientInterface interface {
 
 	// ClusterEvents Watch the cluster
 	//
-	// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters and the load of every node: jobs ended per second by outcome, time to first output p50/p99, jobs in flight and waiting per queue, open streams per node), then another whenever it changed: at once for a change of the catalog (a node's state, a consumer, a dispatcher), else at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 	//
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1141,7 +2318,7 @@ type ClientInterface interface {
 
 	// ClusterReadToken A read token for the live cluster view
 	//
-	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 	//
 	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 	ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1162,14 +2339,14 @@ type ClientInterface interface {
 
 	// JobEvents Stream a job's events
 	//
-	// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobReadToken A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 	//
 	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 	JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1190,7 +2367,7 @@ type ClientInterface interface {
 
 	// SubmitJobWithBody Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1199,7 +2376,7 @@ type ClientInterface interface {
 
 	// SubmitJob Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1208,7 +2385,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSessionWithBody Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1217,7 +2394,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSession Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1287,7 +2464,7 @@ type ClientInterface interface {
 
 	// JobOutputWithBody Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1296,7 +2473,7 @@ type ClientInterface interface {
 
 	// JobOutput Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1407,7 +2584,7 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1426,7 +2603,7 @@ func (c *Client) CreateChatCompletionWithBody(ctx context.Context, params *Creat
 
 // CreateChatCompletion Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1530,7 +2707,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // ClusterEvents Watch the cluster
 //
-// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters and the load of every node: jobs ended per second by outcome, time to first output p50/p99, jobs in flight and waiting per queue, open streams per node), then another whenever it changed: at once for a change of the catalog (a node's state, a consumer, a dispatcher), else at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //
 // Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1564,7 +2741,7 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // ClusterReadToken A read token for the live cluster view
 //
-// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 //
 // Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1615,7 +2792,7 @@ func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEdi
 
 // JobEvents Stream a job's events
 //
-// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //
 // Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1632,7 +2809,7 @@ func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsPara
 
 // JobReadToken A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 //
 // Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1683,7 +2860,7 @@ func (c *Client) GetQueue(ctx context.Context, queue string, reqEditors ...Reque
 
 // SubmitJobWithBody Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1702,7 +2879,7 @@ func (c *Client) SubmitJobWithBody(ctx context.Context, queue string, params *Su
 
 // SubmitJob Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1721,7 +2898,7 @@ func (c *Client) SubmitJob(ctx context.Context, queue string, params *SubmitJobP
 
 // OpenWorkerSessionWithBody Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1740,7 +2917,7 @@ func (c *Client) OpenWorkerSessionWithBody(ctx context.Context, queue string, co
 
 // OpenWorkerSession Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1890,7 +3067,7 @@ func (c *Client) FailJob(ctx context.Context, session string, job string, body F
 
 // JobOutputWithBody Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1909,7 +3086,7 @@ func (c *Client) JobOutputWithBody(ctx context.Context, session string, job stri
 
 // JobOutput Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3153,7 +4330,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3162,7 +4339,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3216,7 +4393,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterEventsWithResponse Watch the cluster
 	//
-	// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters and the load of every node: jobs ended per second by outcome, time to first output p50/p99, jobs in flight and waiting per queue, open streams per node), then another whenever it changed: at once for a change of the catalog (a node's state, a consumer, a dispatcher), else at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3234,7 +4411,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterReadTokenWithResponse A read token for the live cluster view
 	//
-	// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3261,7 +4438,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobEventsWithResponse Stream a job's events
 	//
-	// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3270,7 +4447,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobReadTokenWithResponse A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3297,7 +4474,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithBodyWithResponse Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3306,7 +4483,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithResponse Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3315,7 +4492,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithBodyWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3324,7 +4501,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3396,7 +4573,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithBodyWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3405,7 +4582,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithResponse Send output
 	//
-	// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3434,6 +4611,20 @@ type ClientWithResponsesInterface interface {
 type WebPageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WebPageResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WebPageResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3468,6 +4659,20 @@ func (r WebPageResponse) ContentType() string {
 type WebPageHeadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WebPageHeadResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WebPageHeadResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3502,6 +4707,20 @@ func (r WebPageHeadResponse) ContentType() string {
 type DocsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DocsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DocsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3536,6 +4755,20 @@ func (r DocsResponse) ContentType() string {
 type HealthzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r HealthzResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r HealthzResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3574,6 +4807,10 @@ type MetricsResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -3584,6 +4821,16 @@ func (r MetricsResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r MetricsResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3636,12 +4883,16 @@ type CreateChatCompletionResponse struct {
 	JSON422 *OpenAIErrorResponse
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *OpenAIErrorResponse
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *OpenAIErrorResponse
 	// JSON502 the response for an HTTP 502 `application/json` response
 	JSON502 *OpenAIErrorResponse
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *OpenAIErrorResponse
 	// JSON504 the response for an HTTP 504 `application/json` response
 	JSON504 *OpenAIErrorResponse
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3689,6 +4940,11 @@ func (r CreateChatCompletionResponse) GetJSON429() *OpenAIErrorResponse {
 	return r.JSON429
 }
 
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r CreateChatCompletionResponse) GetJSON500() *OpenAIErrorResponse {
+	return r.JSON500
+}
+
 // GetJSON502 returns the response for an HTTP 502 `application/json` response
 func (r CreateChatCompletionResponse) GetJSON502() *OpenAIErrorResponse {
 	return r.JSON502
@@ -3702,6 +4958,11 @@ func (r CreateChatCompletionResponse) GetJSON503() *OpenAIErrorResponse {
 // GetJSON504 returns the response for an HTTP 504 `application/json` response
 func (r CreateChatCompletionResponse) GetJSON504() *OpenAIErrorResponse {
 	return r.JSON504
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateChatCompletionResponse) GetJSONDefault() *OpenAIErrorResponse {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3742,6 +5003,10 @@ type ListModelsResponse struct {
 	JSON401 *OpenAIErrorResponse
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *OpenAIErrorResponse
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *OpenAIErrorResponse
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3757,6 +5022,16 @@ func (r ListModelsResponse) GetJSON401() *OpenAIErrorResponse {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r ListModelsResponse) GetJSON403() *OpenAIErrorResponse {
 	return r.JSON403
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListModelsResponse) GetJSON500() *OpenAIErrorResponse {
+	return r.JSON500
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListModelsResponse) GetJSONDefault() *OpenAIErrorResponse {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3799,6 +5074,10 @@ type RetrieveModelResponse struct {
 	JSON403 *OpenAIErrorResponse
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *OpenAIErrorResponse
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *OpenAIErrorResponse
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *OpenAIErrorResponse
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3819,6 +5098,16 @@ func (r RetrieveModelResponse) GetJSON403() *OpenAIErrorResponse {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r RetrieveModelResponse) GetJSON404() *OpenAIErrorResponse {
 	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r RetrieveModelResponse) GetJSON500() *OpenAIErrorResponse {
+	return r.JSON500
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RetrieveModelResponse) GetJSONDefault() *OpenAIErrorResponse {
+	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3855,11 +5144,25 @@ type OpenapiJSONResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r OpenapiJSONResponse) GetJSON200() *map[string]interface{} {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r OpenapiJSONResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r OpenapiJSONResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3895,12 +5198,26 @@ type OpenapiYAMLResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// YAML200 the response for an HTTP 200 `application/yaml` response
-	YAML200 *string
+	YAML200 *openapi_types.File
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetYAML200 returns the response for an HTTP 200 `application/yaml` response
-func (r OpenapiYAMLResponse) GetYAML200() *string {
+func (r OpenapiYAMLResponse) GetYAML200() *openapi_types.File {
 	return r.YAML200
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r OpenapiYAMLResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r OpenapiYAMLResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3935,6 +5252,27 @@ func (r OpenapiYAMLResponse) ContentType() string {
 type ReadyzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReadyzResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -3973,6 +5311,10 @@ type ClusterEventsResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -3983,6 +5325,16 @@ func (r ClusterEventsResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ClusterEventsResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ClusterEventsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ClusterEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4023,6 +5375,10 @@ type ListNodesResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4038,6 +5394,16 @@ func (r ListNodesResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListNodesResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListNodesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListNodesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4074,10 +5440,14 @@ type ClusterReadTokenResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ReadToken
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Problem
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4085,14 +5455,24 @@ func (r ClusterReadTokenResponse) GetJSON200() *ReadToken {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r ClusterReadTokenResponse) GetJSON401() *Problem {
-	return r.JSON401
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ClusterReadTokenResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
 }
 
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r ClusterReadTokenResponse) GetJSON403() *Problem {
-	return r.JSON403
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ClusterReadTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ClusterReadTokenResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ClusterReadTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4133,8 +5513,12 @@ type CancelJobResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4152,9 +5536,19 @@ func (r CancelJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CancelJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4195,8 +5589,12 @@ type GetJobResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4214,9 +5612,19 @@ func (r GetJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4248,20 +5656,26 @@ func (r GetJobResponse) ContentType() string {
 	return ""
 }
 
-// JobEventsResponse200Headers the declared response headers of an HTTP 200 response for JobEvents
-type JobEventsResponse200Headers struct {
-	XJobId *string
-}
-
 type JobEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *JobEventsResponse200Headers
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4272,6 +5686,21 @@ func (r JobEventsResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r JobEventsResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r JobEventsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4308,12 +5737,16 @@ type JobReadTokenResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ReadToken
-	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Problem
-	// JSON403 the response for an HTTP 403 `application/json` response
-	JSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4321,19 +5754,29 @@ func (r JobReadTokenResponse) GetJSON200() *ReadToken {
 	return r.JSON200
 }
 
-// GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r JobReadTokenResponse) GetJSON401() *Problem {
-	return r.JSON401
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r JobReadTokenResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
 }
 
-// GetJSON403 returns the response for an HTTP 403 `application/json` response
-func (r JobReadTokenResponse) GetJSON403() *Problem {
-	return r.JSON403
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r JobReadTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r JobReadTokenResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r JobReadTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r JobReadTokenResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r JobReadTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4374,6 +5817,10 @@ type ListQueuesResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4389,6 +5836,16 @@ func (r ListQueuesResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListQueuesResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListQueuesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListQueuesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4425,14 +5882,18 @@ type GetQueueResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Queue
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4440,9 +5901,9 @@ func (r GetQueueResponse) GetJSON200() *Queue {
 	return r.JSON200
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r GetQueueResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4455,9 +5916,19 @@ func (r GetQueueResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r GetQueueResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4489,11 +5960,6 @@ func (r GetQueueResponse) ContentType() string {
 	return ""
 }
 
-// SubmitJobResponse200Headers the declared response headers of an HTTP 200 response for SubmitJob
-type SubmitJobResponse200Headers struct {
-	XJobId *string
-}
-
 // SubmitJobResponse202Headers the declared response headers of an HTTP 202 response for SubmitJob
 type SubmitJobResponse202Headers struct {
 	Location *string
@@ -4502,6 +5968,8 @@ type SubmitJobResponse202Headers struct {
 type SubmitJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Job
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
@@ -4520,14 +5988,21 @@ type SubmitJobResponse struct {
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
 	ApplicationproblemJSON504 *Problem
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *SubmitJobResponse200Headers
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *SubmitJobResponse202Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SubmitJobResponse) GetJSON200() *Job {
+	return r.JSON200
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -4575,6 +6050,11 @@ func (r SubmitJobResponse) GetApplicationproblemJSON429() *Problem {
 	return r.ApplicationproblemJSON429
 }
 
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SubmitJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r SubmitJobResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
@@ -4583,6 +6063,11 @@ func (r SubmitJobResponse) GetApplicationproblemJSON503() *Problem {
 // GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
 func (r SubmitJobResponse) GetApplicationproblemJSON504() *Problem {
 	return r.ApplicationproblemJSON504
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SubmitJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4617,10 +6102,27 @@ func (r SubmitJobResponse) ContentType() string {
 type OpenWorkerSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4631,6 +6133,31 @@ func (r OpenWorkerSessionResponse) GetApplicationproblemJSON401() *Problem {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r OpenWorkerSessionResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r OpenWorkerSessionResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4669,8 +6196,12 @@ type WorkerHeartbeatResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4683,9 +6214,19 @@ func (r WorkerHeartbeatResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r WorkerHeartbeatResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r WorkerHeartbeatResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WorkerHeartbeatResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WorkerHeartbeatResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4720,25 +6261,29 @@ func (r WorkerHeartbeatResponse) ContentType() string {
 type AcceptJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Problem
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Problem
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r AcceptJobResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4751,24 +6296,34 @@ func (r AcceptJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r AcceptJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r AcceptJobResponse) GetJSON409() *Problem {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r AcceptJobResponse) GetJSON413() *Problem {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r AcceptJobResponse) GetJSON415() *Problem {
-	return r.JSON415
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcceptJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4803,25 +6358,29 @@ func (r AcceptJobResponse) ContentType() string {
 type CompleteJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Problem
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Problem
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r CompleteJobResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4834,24 +6393,34 @@ func (r CompleteJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r CompleteJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CompleteJobResponse) GetJSON409() *Problem {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r CompleteJobResponse) GetJSON413() *Problem {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r CompleteJobResponse) GetJSON415() *Problem {
-	return r.JSON415
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CompleteJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4886,25 +6455,29 @@ func (r CompleteJobResponse) ContentType() string {
 type FailJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Problem
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Problem
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r FailJobResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4917,24 +6490,34 @@ func (r FailJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r FailJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r FailJobResponse) GetJSON409() *Problem {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r FailJobResponse) GetJSON413() *Problem {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r FailJobResponse) GetJSON415() *Problem {
-	return r.JSON415
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r FailJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4969,27 +6552,31 @@ func (r FailJobResponse) ContentType() string {
 type JobOutputResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Problem
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Problem
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Problem
-	// JSON429 the response for an HTTP 429 `application/json` response
-	JSON429 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r JobOutputResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -5002,29 +6589,39 @@ func (r JobOutputResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r JobOutputResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r JobOutputResponse) GetJSON409() *Problem {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r JobOutputResponse) GetJSON413() *Problem {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r JobOutputResponse) GetJSON415() *Problem {
-	return r.JSON415
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
-// GetJSON429 returns the response for an HTTP 429 `application/json` response
-func (r JobOutputResponse) GetJSON429() *Problem {
-	return r.JSON429
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r JobOutputResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5059,25 +6656,29 @@ func (r JobOutputResponse) ContentType() string {
 type RejectJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *Problem
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
-	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *Problem
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Problem
-	// JSON413 the response for an HTTP 413 `application/json` response
-	JSON413 *Problem
-	// JSON415 the response for an HTTP 415 `application/json` response
-	JSON415 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
 }
 
-// GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r RejectJobResponse) GetJSON400() *Problem {
-	return r.JSON400
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -5090,24 +6691,34 @@ func (r RejectJobResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
-// GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r RejectJobResponse) GetJSON404() *Problem {
-	return r.JSON404
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
 }
 
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r RejectJobResponse) GetJSON409() *Problem {
-	return r.JSON409
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
-// GetJSON413 returns the response for an HTTP 413 `application/json` response
-func (r RejectJobResponse) GetJSON413() *Problem {
-	return r.JSON413
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
 }
 
-// GetJSON415 returns the response for an HTTP 415 `application/json` response
-func (r RejectJobResponse) GetJSON415() *Problem {
-	return r.JSON415
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RejectJobResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5214,7 +6825,7 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 
 // CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5229,7 +6840,7 @@ func (c *ClientWithResponses) CreateChatCompletionWithBodyWithResponse(ctx conte
 
 // CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue (--openai-queue) for a worker declaring model=<model>; its input is the request less stream, stream_options, n and max_completion_tokens (normalized into max_tokens). Without stream, the answer is one chat.completion once the job has ended. With stream: true it is text/event-stream: chat.completion.chunk objects as data: lines (the role first, the finish reason last, then with stream_options.include_usage a chunk with the usage and no choices), then data: [DONE]; a job that fails ends the stream with data: {"error": {...}} instead. Disconnecting cancels the job on its worker. tools, functions, tool_choice, function_call, logprobs, top_logprobs, audio, non-text modalities and n other than 1 are refused (400, param names the field). Errors are {"error": {message, type, param, code}}; code is one of docs/errors.md.
+// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5319,7 +6930,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // ClusterEventsWithResponse Watch the cluster
 //
-// The live cluster view as one server-sent event stream: a `snapshot` event on connect (the shapes of GET /v1/cluster/nodes and GET /v1/queues, plus this node's counters and the load of every node: jobs ended per second by outcome, time to first output p50/p99, jobs in flight and waiting per queue, open streams per node), then another whenever it changed: at once for a change of the catalog (a node's state, a consumer, a dispatcher), else at most one a second; a comment line (`: heartbeat`) after a heartbeat interval of silence. Events carry no id: a reconnecting client gets a fresh snapshot. The web page's cluster view reads it.
+// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5349,7 +6960,7 @@ func (c *ClientWithResponses) ListNodesWithResponse(ctx context.Context, reqEdit
 
 // ClusterReadTokenWithResponse A read token for the live cluster view
 //
-// A short-lived token that reads `GET /v1/cluster/events?read_token=…` (an EventSource cannot send an Authorization header) and nothing else. It expires after --resume-token-ttl (then the stream answers 401: ask again with the key).
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5394,7 +7005,7 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id string,
 
 // JobEventsWithResponse Stream a job's events
 //
-// The job's event stream from its first event, or after the position of a resume token: the `id:` of the last event received, as `Last-Event-ID` (what EventSource sends when it reconnects) or `?last_event_id=`. No duplicate, no gap. A token that does not verify gets 400 invalid_resume_token, one identical answer whatever the reason; a position older than the retained history gets a `resync` event; a position at the end of a finished job gets 204, which stops EventSource from reconnecting. A stream that falls too far behind is ended with a `terminated` event (resume from the last id), unless it asked for `slow=drop-oldest`.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5409,7 +7020,7 @@ func (c *ClientWithResponses) JobEventsWithResponse(ctx context.Context, id stri
 
 // JobReadTokenWithResponse A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource, which cannot send an Authorization header: `GET /v1/jobs/{id}/events?read_token=…`. It expires after the job's remaining TTL plus the node's --retention (every reconnect the job can need), at most --resume-token-ttl (then the stream answers 401: ask again with the key). Bound to the caller's subject: resume tokens work across the key and the read token alike.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5454,7 +7065,7 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue st
 
 // SubmitJobWithBodyWithResponse Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5469,7 +7080,7 @@ func (c *ClientWithResponses) SubmitJobWithBodyWithResponse(ctx context.Context,
 
 // SubmitJobWithResponse Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the response is the job's event stream (see EventStream), and the client leaving it cancels the job after the envelope's `grace_ms`; otherwise the answer is 202 with the job's document and links (`Location` names it), and the job lives until its TTL or a DELETE. A refusal enqueues nothing.
+// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5484,7 +7095,7 @@ func (c *ClientWithResponses) SubmitJobWithResponse(ctx context.Context, queue s
 
 // OpenWorkerSessionWithBodyWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5499,7 +7110,7 @@ func (c *ClientWithResponses) OpenWorkerSessionWithBodyWithResponse(ctx context.
 
 // OpenWorkerSessionWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session as server-sent events: `registered` (the session id for the posts below, and the heartbeat interval), then `job` offers and `cancel`s as they happen, heartbeat comments in the silences, and `closed` when the node ends the session (session_closed: it did not answer an offer in time, or its queue of events was full; idle_timeout: no post for idle_timeout_ms). The worker answers every offer with accept or reject within the dispatch timeout, and posts a heartbeat when it has nothing else to post. When the stream drops, the session ends: its jobs that produced no output go back to the queue, the others end worker_lost.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5619,7 +7230,7 @@ func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session s
 
 // JobOutputWithBodyWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5634,7 +7245,7 @@ func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context,
 
 // JobOutputWithResponse Send output
 //
-// One chunk of a job's output, appended to its stream in the order the posts were answered: send the next after the answer. Output is paced by the job's reader: a job may run ahead of what its reader took by the node's output window, and past it the answer waits until the reader takes more — at most half the session's idle_timeout_ms; then the post is answered 429 reader_behind with Retry-After, nothing was taken, and the worker posts the same output again. The node ends the job output_too_large once its output passes max_output_bytes, and tells the worker with a cancel.
+// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5690,6 +7301,23 @@ func ParseWebPageResponse(rsp *http.Response) (*WebPageResponse, error) {
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -5704,6 +7332,23 @@ func ParseWebPageHeadResponse(rsp *http.Response) (*WebPageHeadResponse, error) 
 	response := &WebPageHeadResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -5722,6 +7367,23 @@ func ParseDocsResponse(rsp *http.Response) (*DocsResponse, error) {
 		HTTPResponse: rsp,
 	}
 
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
 	return response, nil
 }
 
@@ -5736,6 +7398,23 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	response := &HealthzResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -5768,6 +7447,20 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -5851,6 +7544,13 @@ func ParseCreateChatCompletionResponse(rsp *http.Response) (*CreateChatCompletio
 		}
 		response.JSON429 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
 		var dest OpenAIErrorResponse
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5871,6 +7571,16 @@ func ParseCreateChatCompletionResponse(rsp *http.Response) (*CreateChatCompletio
 			return nil, err
 		}
 		response.JSON504 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
 
 	}
 
@@ -5911,6 +7621,20 @@ func ParseListModelsResponse(rsp *http.Response) (*ListModelsResponse, error) {
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 
@@ -5959,6 +7683,20 @@ func ParseRetrieveModelResponse(rsp *http.Response) (*RetrieveModelResponse, err
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest OpenAIErrorResponse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -5985,6 +7723,20 @@ func ParseOpenapiJSONResponse(rsp *http.Response) (*OpenapiJSONResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6005,11 +7757,25 @@ func ParseOpenapiYAMLResponse(rsp *http.Response) (*OpenapiYAMLResponse, error) 
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
-		var dest string
+		var dest openapi_types.File
 		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.YAML200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6027,6 +7793,30 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	response := &ReadyzResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6059,6 +7849,20 @@ func ParseClusterEventsResponse(rsp *http.Response) (*ClusterEventsResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6100,6 +7904,20 @@ func ParseListNodesResponse(rsp *http.Response) (*ListNodesResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6131,14 +7949,28 @@ func ParseClusterReadTokenResponse(rsp *http.Response) (*ClusterReadTokenRespons
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.ApplicationproblemJSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON403 = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6185,7 +8017,21 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6232,7 +8078,21 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6256,6 +8116,13 @@ func ParseJobEventsResponse(rsp *http.Response) (*JobEventsResponse, error) {
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6270,19 +8137,27 @@ func ParseJobEventsResponse(rsp *http.Response) (*JobEventsResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
-		var headers JobEventsResponse200Headers
-		if values := rsp.Header.Values("X-Job-Id"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Job-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XJobId = &value
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
 		}
-		response.Headers200 = &headers
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6314,21 +8189,35 @@ func ParseJobReadTokenResponse(rsp *http.Response) (*JobReadTokenResponse, error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON401 = &dest
+		response.ApplicationproblemJSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON403 = &dest
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6370,6 +8259,20 @@ func ParseListQueuesResponse(rsp *http.Response) (*ListQueuesResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
@@ -6401,7 +8304,7 @@ func ParseGetQueueResponse(rsp *http.Response) (*GetQueueResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6422,7 +8325,21 @@ func ParseGetQueueResponse(rsp *http.Response) (*GetQueueResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6443,6 +8360,13 @@ func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
 		var dest Job
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6506,6 +8430,13 @@ func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
 		}
 		response.ApplicationproblemJSON429 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6520,19 +8451,19 @@ func ParseSubmitJobResponse(rsp *http.Response) (*SubmitJobResponse, error) {
 		}
 		response.ApplicationproblemJSON504 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		var headers SubmitJobResponse200Headers
-		if values := rsp.Header.Values("X-Job-Id"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Job-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XJobId = &value
-		}
-		response.Headers200 = &headers
 	case rsp.StatusCode == 202:
 		var headers SubmitJobResponse202Headers
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
@@ -6562,6 +8493,13 @@ func ParseOpenWorkerSessionResponse(rsp *http.Response) (*OpenWorkerSessionRespo
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6575,6 +8513,41 @@ func ParseOpenWorkerSessionResponse(rsp *http.Response) (*OpenWorkerSessionRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6617,7 +8590,21 @@ func ParseWorkerHeartbeatResponse(rsp *http.Response) (*WorkerHeartbeatResponse,
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6646,7 +8633,7 @@ func ParseAcceptJobResponse(rsp *http.Response) (*AcceptJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6667,28 +8654,42 @@ func ParseAcceptJobResponse(rsp *http.Response) (*AcceptJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON415 = &dest
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6717,7 +8718,7 @@ func ParseCompleteJobResponse(rsp *http.Response) (*CompleteJobResponse, error) 
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6738,28 +8739,42 @@ func ParseCompleteJobResponse(rsp *http.Response) (*CompleteJobResponse, error) 
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON415 = &dest
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6788,7 +8803,7 @@ func ParseFailJobResponse(rsp *http.Response) (*FailJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6809,28 +8824,42 @@ func ParseFailJobResponse(rsp *http.Response) (*FailJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON415 = &dest
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6859,7 +8888,7 @@ func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6880,35 +8909,49 @@ func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON415 = &dest
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON429 = &dest
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
@@ -6937,7 +8980,7 @@ func ParseRejectJobResponse(rsp *http.Response) (*RejectJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON400 = &dest
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
@@ -6958,28 +9001,42 @@ func ParseRejectJobResponse(rsp *http.Response) (*RejectJobResponse, error) {
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON404 = &dest
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON413 = &dest
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON415 = &dest
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
