@@ -26,7 +26,10 @@ import (
 // message and streams its reply, and refuses plain text by saying what it
 // wants; a node that drains shows as draining, then as gone.
 func TestWebPageCluster(t *testing.T) {
-	nodes := startCluster(t, 2, nil)
+	nodes := startCluster(t, 2, func(i int, c *switchyard.Config) {
+		// n2 drains with a job to finish: time enough on a loaded machine.
+		c.DrainTimeout = 20 * time.Second
+	})
 	n1, n2 := nodes[0], nodes[1]
 	MustStartWorker(t, n1, worker.Config{Name: "w1", Concurrency: 8}, worker.Tokens(30*time.Millisecond))
 	MustStartWorker(t, n1, worker.Config{Name: "chat-worker", Queue: "chat", Concurrency: 4}, worker.Chat(60*time.Millisecond))
@@ -258,7 +261,7 @@ func drainingNodeShown(t *testing.T, p *webPage, n1, n2 *switchyard.Node) {
 	// A job only n2's worker may run keeps n2 draining while it finishes.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res := post(ctx, t, n1, "demo", `{"input":"`+words(40)+`","capabilities":{"site":"n2"},"options":{"delay_ms":50}}`, true)
+	res := post(ctx, t, n1, "demo", `{"input":"`+words(30)+`","capabilities":{"site":"n2"},"options":{"delay_ms":50}}`, true)
 	defer res.Body.Close()
 	job := readStream(res.Body)
 	waitFor(t, 10*time.Second, "the job's first output", func() bool { return job.count("output") > 0 })
