@@ -10,7 +10,6 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/switchyard/switchyard"
@@ -40,14 +39,7 @@ func TestWebPage(t *testing.T) {
 	br := mustStartBrowser(t, chromedp.WithListener(log.listen)) // after the node: closes first
 	p := &webPage{t: t, br: br}
 
-	// Violations of the page's CSP, as the page itself sees them.
-	p.do("watch for CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-			Source: `window.__csp = []; document.addEventListener('securitypolicyviolation',
-				(e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));`,
-		})
-		return err
-	}))
+	p.watchCSP()
 	p.do("load the page", chromedp.Navigate(baseURL(n)+"/"))
 	version, err := chromedp.Run(br.step(10*time.Second), func(ctx context.Context, tg *chromedp.Target) (cdpbrowser.GetVersionResult, error) {
 		return cdp.Call(ctx, tg, cdpbrowser.GetVersion, cdp.Empty{})
@@ -73,20 +65,7 @@ func TestWebPage(t *testing.T) {
 	t.Run("Accessible", w.accessible)
 
 	mustScreenshot(t, p, "web-page.png")
-	if v := eval[[]string](p, `window.__csp`); len(v) > 0 {
-		t.Errorf("CSP violations: %q", v)
-	}
-	// Copied out: the listener runs on the tab's reader, which must never
-	// wait on this lock while a step waits on the tab.
-	log.mu.Lock()
-	exceptions, errs := slices.Clone(log.exceptions), slices.Clone(log.errors)
-	log.mu.Unlock()
-	for _, e := range exceptions {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
-	for _, e := range errs {
-		t.Errorf("error logged in the page: %s", e)
-	}
+	p.mustBeClean(log)
 }
 
 // webTest is the node, the worker's record, the browser and its log that

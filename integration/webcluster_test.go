@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -37,13 +35,7 @@ func TestWebPageCluster(t *testing.T) {
 	log := &pageLog{}
 	br := mustStartBrowser(t, chromedp.WithListener(log.listen))
 	p := &webPage{t: t, br: br}
-	p.do("watch for CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-			Source: `window.__csp = []; document.addEventListener('securitypolicyviolation',
-				(e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));`,
-		})
-		return err
-	}))
+	p.watchCSP()
 	p.do("desktop viewport", chromedp.EmulateViewport(1280, 900))
 	p.do("load the page", chromedp.Navigate(baseURL(n1)+"/"))
 	p.wait("both nodes, live", `document.getElementById('live').dataset.live === 'live'
@@ -53,18 +45,7 @@ func TestWebPageCluster(t *testing.T) {
 	t.Run("ChatMode", func(t *testing.T) { chatMode(t, &webPage{t: t, br: br}) })
 	t.Run("DrainingNodeShown", func(t *testing.T) { drainingNodeShown(t, &webPage{t: t, br: br}, n1, n2) })
 
-	if v := eval[[]string](p, `window.__csp`); len(v) > 0 {
-		t.Errorf("CSP violations: %q", v)
-	}
-	log.mu.Lock()
-	exceptions, errs := slices.Clone(log.exceptions), slices.Clone(log.errors)
-	log.mu.Unlock()
-	for _, e := range exceptions {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
-	for _, e := range errs {
-		t.Errorf("error logged in the page: %s", e)
-	}
+	p.mustBeClean(log)
 }
 
 // chartState is what the page shows of one chart.
