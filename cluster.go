@@ -1,9 +1,11 @@
 package switchyard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/switchyard/switchyard/catalog"
@@ -177,19 +179,39 @@ func (c peerBook) zone(node string) (string, bool) {
 
 // clusterView is the catalog as the cluster views (HTTP and gRPC) show it, with this
 // node's verdict on each peer overlaid: a node the tracker found silent is
-// spare here whatever its record says.
+// spare here whatever its record says, and suspected (its record stands);
+// and this node is fenced while it is, whatever its stale view holds.
 type clusterView struct {
 	*catalog.Catalog
 	tracker *peer.Tracker
+	// self is this node (nil in a view of others only).
+	self *Node
 }
 
 func (v clusterView) Nodes() []core.NodeInfo {
 	nodes := v.Catalog.Nodes()
 	states := v.tracker.States()
 	for i, nd := range nodes {
-		if st, ok := states[nd.ID]; ok {
+		// The tracker's only verdict of its own is silence: a state other
+		// than the record's is spare over a record that still stands.
+		if st, ok := states[nd.ID]; ok && st != nd.State {
 			nodes[i].State = st
+			nodes[i].Suspected = st == core.StateSpare
 		}
 	}
+	if v.self == nil || !v.self.fenced.Load() {
+		return nodes
+	}
+	for i, nd := range nodes {
+		if nd.ID == v.self.cfg.Name {
+			nodes[i].State = core.StateFenced
+			return nodes
+		}
+	}
+	// Its view no longer holds its record (the lease went): still listed.
+	self := v.self.record
+	self.State = core.StateFenced
+	nodes = append(nodes, self)
+	slices.SortFunc(nodes, func(a, b core.NodeInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return nodes
 }

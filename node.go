@@ -206,8 +206,11 @@ func (n *Node) openCluster() (err error) {
 		StreamIdle:        cfg.PeerStreamIdle,
 		Heartbeat:         cfg.PeerHeartbeatInterval,
 		ForceUnary:        cfg.PeerForceUnary,
-		Metrics:           pm,
-		Logger:            n.log.With("system", "peer"),
+		// Read when a peer asks, once the node serves: the engine is
+		// built by then.
+		Figures: func() core.NodeFigures { return httpapi.ReadFigures(n.engine, n.reg) },
+		Metrics: pm,
+		Logger:  n.log.With("system", "peer"),
 	}); err != nil {
 		return err
 	}
@@ -261,7 +264,8 @@ func (n *Node) openAPIs() (err error) {
 		}
 	}
 	hcfg.StreamMetrics, hcfg.Errors, hcfg.Keys = stream.NewMetrics(n.reg), errm, n.keys
-	hcfg.Cluster = clusterView{n.cat, n.tracker}
+	hcfg.Cluster = n.views()
+	hcfg.ClusterChanges, hcfg.PeerFigures = n.cat.Watch, n.peerFigures
 	if hcfg.RelayTLS, err = n.relayTLS(); err != nil {
 		return err
 	}
@@ -406,6 +410,9 @@ func (n *Node) DebugAddr() string {
 
 // PeerAddr is the address the peer server is bound to.
 func (n *Node) PeerAddr() string { return n.peerLn.Addr().String() }
+
+// views is the catalog as this node's cluster views show it (clusterView).
+func (n *Node) views() clusterView { return clusterView{Catalog: n.cat, tracker: n.tracker, self: n} }
 
 // PeerStates returns every node in the catalog view with its state as this
 // node sees it (see peer.Tracker.States).

@@ -19,6 +19,11 @@ const (
 	StateOnline     PeerState = "online"
 	StateDraining   PeerState = "draining"
 	StateSpare      PeerState = "spare"
+	// StateFenced is never in a catalog record: it is how a node's own
+	// cluster views show it while it is fenced (its catalog lease lost, not
+	// yet recovered), when its record, if its stale view still holds one,
+	// may say anything.
+	StateFenced PeerState = "fenced"
 )
 
 // NodeInfo is a node's record in the catalog (/nodes/{id}).
@@ -35,6 +40,10 @@ type NodeInfo struct {
 	// incarnation is dead (docs/cluster.md, "Incarnations"). Empty in
 	// records of nodes that predate it.
 	Incarnation string
+	// Suspected is never in a catalog record: a node's cluster views set it
+	// on a peer its own tracker holds silent while the peer's record still
+	// stands (State then says spare). It is one node's opinion, not proof.
+	Suspected bool
 }
 
 // ConsumerInfo is a consumer's record in the catalog (/q/{queue}/c/{id}):

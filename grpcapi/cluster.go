@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -58,11 +60,15 @@ func NewClusterServer(e *core.Engine, cfg ClusterConfig) *ClusterServer {
 func (s *ClusterServer) ListNodes(context.Context, *pb.ListNodesRequest) (*pb.ListNodesResponse, error) {
 	out := &pb.ListNodesResponse{Nodes: []*pb.Node{}}
 	for _, n := range s.view.Nodes() {
-		out.Nodes = append(out.Nodes, &pb.Node{
+		nd := &pb.Node{
 			Id: n.ID, State: string(n.State), Zone: optional(n.Zone),
 			HttpAddr: optional(n.HTTPAddr), GrpcAddr: optional(n.GRPCAddr), PeerAddr: optional(n.PeerAddr),
 			Incarnation: optional(n.Incarnation),
-		})
+		}
+		if n.Suspected {
+			nd.Suspected = proto.Bool(true) // absent, not false, otherwise
+		}
+		out.Nodes = append(out.Nodes, nd)
 	}
 	return out, nil
 }

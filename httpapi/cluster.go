@@ -14,6 +14,10 @@ type NodeResponse struct {
 	PeerAddr string `json:"peer_addr,omitempty"`
 	// Incarnation is new at every start and every recovery from a fence.
 	Incarnation string `json:"incarnation,omitempty"`
+	// Suspected is true when this node's peer tracker holds the node
+	// silent while its record still stands (its state then says spare):
+	// one node's suspicion, not proof of death. Absent otherwise.
+	Suspected bool `json:"suspected,omitempty"`
 } // @name Node
 
 // NodeList is GET /v1/cluster/nodes.

@@ -16,7 +16,8 @@ import (
 
 // ClusterSnapshot is one message of GET /v1/cluster/events: the cluster as
 // this node sees it, in the shapes of GET /v1/cluster/nodes and GET
-// /v1/queues, with a few of this node's own counters.
+// /v1/queues, with a few of this node's own counters and the load of every
+// node.
 type ClusterSnapshot struct {
 	// Node is the node answering: queues' local figures and the counters
 	// are its own.
@@ -24,6 +25,12 @@ type ClusterSnapshot struct {
 	Nodes    []NodeResponse  `json:"nodes"`
 	Queues   []QueueResponse `json:"queues"`
 	Counters ClusterCounters `json:"counters"`
+	// Load is the cluster's throughput, latency and load over the last
+	// interval, every node's figures together, for the live view's charts.
+	Load *ClusterLoad `json:"load,omitempty"`
+	// OpenAIQueue is the queue this node's OpenAI-compatible front door
+	// posts chat completions to: its jobs' input is a chat request.
+	OpenAIQueue string `json:"openai_queue"`
 } // @name ClusterSnapshot
 
 // ClusterEventStream documents GET /v1/cluster/events: each field is one
@@ -59,11 +66,14 @@ const DefaultClusterEventsInterval = time.Second
 // connection (browsers allow only a few per origin over HTTP/1.1).
 //
 // The stream opens with a snapshot event and sends another whenever the
-// snapshot changed, looking every ClusterEventsInterval: at most one a
-// tick, however busy the node. Polling rather than subscribing keeps the
-// stream off every hot path: the views are in memory, and the counters
-// change on every job anyway. Nothing changed for the heartbeat interval:
-// a comment line. The stream ends when the client leaves, when the node
+// snapshot changed: at once when the catalog view changed (ClusterChanges:
+// a node draining for less than an interval is still seen), and otherwise
+// looking every ClusterEventsInterval, at most one a tick, however busy the
+// node. The load (the charts' figures) is read at the ticks only, from the
+// server's one loadSampler. Polling rather than subscribing to the jobs
+// keeps the stream off every hot path: the views are in memory, and the
+// counters change on every job anyway. Nothing changed for the heartbeat
+// interval: a comment line. The stream ends when the client leaves, when the node
 // shuts down (the request's context ends), after the stream max duration
 // (an EventSource reconnects and gets a fresh snapshot: there is nothing
 // to resume, so the events carry no id), or on a write that does not
@@ -71,7 +81,7 @@ const DefaultClusterEventsInterval = time.Second
 // goroutine.
 //
 //	@Summary		Watch the cluster
-//	@Description	The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
+//	@Description	The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //	@Tags			cluster
 //	@ID				clusterEvents
 //	@Produce		text/event-stream
@@ -94,7 +104,16 @@ func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(s.cfg.ClusterEventsInterval)
 	defer tick.Stop()
 
+	var changed <-chan struct{}
+	if s.cfg.ClusterChanges != nil {
+		ch, unsubscribe := s.cfg.ClusterChanges()
+		defer unsubscribe()
+		changed = ch
+	}
+
 	var last []byte
+	var load *ClusterLoad
+	readLoad := true
 	lastWrite := start
 	write := func(m *sse.Message) bool {
 		// The first write (headers and the first snapshot) gets the setup
@@ -111,7 +130,12 @@ func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	for {
-		snap, err := json.Marshal(s.clusterSnapshot(r.Context()))
+		if readLoad {
+			// Rates over a catalog change's instant would be noise: the
+			// load moves with the ticks only.
+			load = s.load.Load(r.Context())
+		}
+		snap, err := json.Marshal(s.clusterSnapshot(r.Context(), load))
 		if err != nil {
 			// Strings and numbers only: never. Said once and the stream
 			// ends, rather than a loop of failures.
@@ -142,13 +166,19 @@ func (s *Server) handleClusterEvents(w http.ResponseWriter, r *http.Request) {
 		case <-end.C:
 			return
 		case <-tick.C:
+			readLoad = true
+		case <-changed:
+			readLoad = false
 		}
 	}
 }
 
-// clusterSnapshot reads the views and the counters now.
-func (s *Server) clusterSnapshot(ctx context.Context) ClusterSnapshot {
-	snap := ClusterSnapshot{Node: s.e.Config().Node, Nodes: []NodeResponse{}, Queues: []QueueResponse{}, Counters: s.counters()}
+// clusterSnapshot reads the views and the counters now, with load.
+func (s *Server) clusterSnapshot(ctx context.Context, load *ClusterLoad) ClusterSnapshot {
+	snap := ClusterSnapshot{
+		Node: s.e.Config().Node, Nodes: []NodeResponse{}, Queues: []QueueResponse{}, Counters: s.counters(),
+		Load: load, OpenAIQueue: s.cfg.OpenAIQueue,
+	}
 	var nodes NodeList
 	if s.viewJSON(func() (proto.Message, error) { return s.cluster.ListNodes(ctx, &pb.ListNodesRequest{}) }, &nodes) {
 		snap.Nodes = nodes.Nodes

@@ -236,6 +236,13 @@ func TestClusterEventsOnChange(t *testing.T) {
 	fx := newClusterFixture(t, func(c *Config) { c.Stream.Heartbeat = 80 * time.Millisecond })
 	blocks, _, _ := fx.open(t)
 	first := snapshotOf(t, mustNext(t, blocks))
+	if first.Load == nil || first.Load.JobsPerSecond != nil {
+		t.Fatalf("first load %+v: want the figures, and no rate before a second reading", first.Load)
+	}
+	// One interval later, the second reading gives the first rates.
+	if s := snapshotOf(t, mustNext(t, blocks)); s.Load == nil || s.Load.JobsPerSecond == nil {
+		t.Fatalf("second load %+v: want the first rates", s.Load)
+	}
 	// A few heartbeat periods with no change: heartbeats only (the
 	// interval is 10ms, so a snapshot per tick would show).
 	deadline := time.Now().Add(300 * time.Millisecond)
@@ -365,5 +372,106 @@ func TestWebRoutes(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /: %d, want 405", res.StatusCode)
+	}
+}
+
+// The load: this node's figures and its peers', read once per interval
+// however many streams watch, with rates from two readings.
+func TestClusterEventsLoad(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	peers := func(ctx context.Context) []core.NodeFigures {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("peers asked without a deadline")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return []core.NodeFigures{
+			{
+				// n2 ends 5 jobs a reading and holds the queue.
+				Node: "n2", At: time.Now(), JobsEnded: map[string]uint64{"completed": uint64(5 * calls)}, StreamsOpen: 7,
+				Queues: []core.QueueStat{{Name: "demo", Depth: 2, Bound: 4}},
+			},
+			{Node: "n3", Err: "no answer: deadline exceeded"},
+		}
+	}
+	const interval = 100 * time.Millisecond
+	fx := newClusterFixture(t, func(c *Config) {
+		c.ClusterEventsInterval, c.PeerFigures = interval, peers
+	})
+	start := time.Now()
+	a, _, _ := fx.open(t)
+	b, _, _ := fx.open(t)
+	var last ClusterSnapshot
+	for _, blocks := range []<-chan block{a, b} {
+		for {
+			s := snapshotOf(t, mustNext(t, blocks))
+			if s.Load != nil && s.Load.JobsPerSecond != nil {
+				last = s
+				break
+			}
+		}
+	}
+	l := last.Load
+	if len(l.Nodes) != 3 || l.Nodes[0].Node != "n1" || l.Nodes[1].Node != "n2" || l.Nodes[2].Node != "n3" {
+		t.Fatalf("nodes %+v: want n1, n2 and n3", l.Nodes)
+	}
+	if n := l.Nodes[1]; n.StreamsOpen != 7 || n.JobsPerSecond == nil || *n.JobsPerSecond <= 0 || n.Error != "" {
+		t.Errorf("n2 %+v: want 7 streams and a rate", n)
+	}
+	if n := l.Nodes[2]; n.Error == "" || n.JobsPerSecond != nil {
+		t.Errorf("n3 %+v: want its error and no rate", n)
+	}
+	if r := l.JobsPerSecond["completed"]; r <= 0 || r > 5/(interval*9/10).Seconds()+0.01 {
+		t.Errorf("%v completed/s: want 5 a reading, readings at least %s apart", r, interval*9/10)
+	}
+	if len(l.Queues) != 1 || l.Queues[0] != (QueueLoad{Name: "demo", InFlight: 4, Depth: 2}) {
+		t.Errorf("queues %+v", l.Queues)
+	}
+	// Two streams, one sampler: one reading per 90% of an interval at most.
+	mu.Lock()
+	got := calls
+	mu.Unlock()
+	if most := int(time.Since(start)/(interval*9/10)) + 1; got > most {
+		t.Errorf("%d readings of the peers in %s by two streams: the sampler is not shared (want <= %d)", got, time.Since(start), most)
+	}
+}
+
+// A change of the catalog goes out at once, not at the next look.
+func TestClusterEventsCatalogChange(t *testing.T) {
+	changes := make(chan struct{}, 1)
+	var unsubscribed sync.WaitGroup
+	unsubscribed.Add(1)
+	fx := newClusterFixture(t, func(c *Config) {
+		c.ClusterEventsInterval = time.Hour // the ticks alone would never show it
+		c.ClusterChanges = func() (<-chan struct{}, func()) { return changes, unsubscribed.Done }
+	})
+	blocks, _, cancel := fx.open(t)
+	mustNext(t, blocks)
+	fx.cluster.addNode(core.NodeInfo{ID: "n2", State: core.StateDraining})
+	start := time.Now()
+	changes <- struct{}{}
+	for {
+		b := mustNext(t, blocks)
+		if b.comment() {
+			continue
+		}
+		s := snapshotOf(t, b)
+		if len(s.Nodes) != 2 || s.Nodes[1].State != "draining" {
+			t.Fatalf("after the change: %+v", s.Nodes)
+		}
+		break
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the change took %s to go out", d)
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { unsubscribed.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not unsubscribe from the catalog's changes when its client left")
 	}
 }

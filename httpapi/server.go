@@ -72,9 +72,23 @@ type Config struct {
 	// shows an empty cluster.
 	Cluster core.ClusterView
 	// ClusterEventsInterval is how often GET /v1/cluster/events looks for a
-	// change (the most snapshots it sends a second); zero means
+	// change and reads the cluster's figures (the most snapshots it sends a
+	// second, catalog changes aside); zero means
 	// DefaultClusterEventsInterval.
 	ClusterEventsInterval time.Duration
+	// ClusterChanges subscribes to the catalog view's changes (a node,
+	// consumer or dispatch record written or deleted): the cluster event
+	// streams send the change at once rather than at their next look, so a
+	// state that lasts less than an interval (a node draining) is seen.
+	// It returns the channel, poked without blocking, and the unsubscribe.
+	// Nil: the streams look every interval only.
+	ClusterChanges func() (<-chan struct{}, func())
+	// PeerFigures asks every other node of the cluster for its live
+	// figures, within ctx's deadline, for the cluster view's load: one
+	// entry per node of the catalog but this one, with Err set for a node
+	// that was not asked or did not answer, At the time its answer came.
+	// Nil: this node's figures alone.
+	PeerFigures func(ctx context.Context) []core.NodeFigures
 	// Workers are the clocks of HTTP worker sessions: the gRPC sessions'
 	// (the setup timeout does not apply: a session registers with its
 	// opening request).
@@ -156,6 +170,8 @@ type Server struct {
 	// cluster is the gateway's ClusterService, which the live cluster view
 	// reads too (see clusterevents.go).
 	cluster pb.ClusterServiceServer
+	// load reads the cluster's figures for the live cluster view.
+	load *loadSampler
 	// ui serves the web page and its assets.
 	ui *web.Handler
 	// workers are the HTTP worker sessions (see workers.go).
@@ -213,6 +229,7 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 		return nil, err
 	}
 	s.cluster = cluster
+	s.load = newLoadSampler(func() core.NodeFigures { return ReadFigures(e, cfg.Gatherer) }, cfg.PeerFigures, cfg.ClusterEventsInterval)
 	if s.gateway, err = s.newGateway(jobs, cluster); err != nil {
 		return nil, err
 	}

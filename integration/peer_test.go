@@ -18,9 +18,10 @@ import (
 const testSecret = "integration-cluster-secret"
 
 type clusterNode struct {
-	ID       string `json:"id"`
-	State    string `json:"state"`
-	PeerAddr string `json:"peer_addr"`
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	PeerAddr  string `json:"peer_addr"`
+	Suspected bool   `json:"suspected"`
 }
 
 func clusterNodes(tb testing.TB, n *switchyard.Node) map[string]clusterNode {
@@ -136,16 +137,17 @@ func TestPeersSeeEachOther(t *testing.T) {
 			v := clusterNodes(t, n)
 			return v["n3"].State == "spare" && v["n3"].PeerAddr == dead
 		})
-		if v := clusterNodes(t, n); v["n1"].State != "online" || v["n2"].State != "online" {
-			t.Errorf("answering nodes not online: %+v", v)
+		// Its record stands: spare here is this node's suspicion.
+		if v := clusterNodes(t, n); v["n1"].State != "online" || v["n2"].State != "online" || !v["n3"].Suspected || v["n1"].Suspected || v["n2"].Suspected {
+			t.Errorf("answering nodes not online, or the suspicion not on n3 alone: %+v", v)
 		}
 		if got := metric(t, n, "switchyard_peer_state", map[string]string{"node": "n3", "state": "spare"}); got != 1 {
 			t.Errorf("switchyard_peer_state{node=n3,state=spare} = %v", got)
 		}
 	}
 	t.Logf("n3 spare in both views after %s (threshold x interval = 300ms)", time.Since(start))
-	if got := clusterNodes(t, n3)["n3"].State; got != "online" {
-		t.Errorf("n3 in its own view: %s, want online (its record)", got)
+	if got := clusterNodes(t, n3)["n3"]; got.State != "online" || got.Suspected {
+		t.Errorf("n3 in its own view: %+v, want online (its record), unsuspected", got)
 	}
 
 	// A node with another secret: nobody accepts its pings, it accepts

@@ -73,6 +73,9 @@ func TestFencedNodeRecovers(t *testing.T) {
 	}
 	fenced := time.Since(cut)
 	waitFor(t, time.Second, "rb's /readyz 503 while fenced", func() bool { code, _ := readyz(t, b); return code == http.StatusServiceUnavailable })
+	if got := clusterNodes(t, b)["rb"].State; got != "fenced" {
+		t.Errorf("rb in its own view while fenced: %q, want fenced", got)
+	}
 	waitFor(t, 3*zombieTTL, "rb's record gone from ra's view", func() bool { _, ok := a.Catalog().Node("rb"); return !ok })
 	gone := time.Since(cut)
 

@@ -10,7 +10,6 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/switchyard/switchyard"
@@ -40,14 +39,7 @@ func TestWebPage(t *testing.T) {
 	br := mustStartBrowser(t, chromedp.WithListener(log.listen)) // after the node: closes first
 	p := &webPage{t: t, br: br}
 
-	// Violations of the page's CSP, as the page itself sees them.
-	p.do("watch for CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-			Source: `window.__csp = []; document.addEventListener('securitypolicyviolation',
-				(e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));`,
-		})
-		return err
-	}))
+	p.watchCSP()
 	p.do("load the page", chromedp.Navigate(baseURL(n)+"/"))
 	version, err := chromedp.Run(br.step(10*time.Second), func(ctx context.Context, tg *chromedp.Target) (cdpbrowser.GetVersionResult, error) {
 		return cdp.Call(ctx, tg, cdpbrowser.GetVersion, cdp.Empty{})
@@ -61,6 +53,8 @@ func TestWebPage(t *testing.T) {
 	w := &webTest{n: n, br: br, rec: rec, log: log}
 	t.Run("ClusterView", w.clusterView)
 	t.Run("TokensStreamOneByOne", w.tokensStreamOneByOne)
+	t.Run("JobPanelInViewAfterSubmit", w.jobPanelInView)
+	t.Run("EventListFollows", w.eventListFollows)
 	t.Run("CancelReachesWorker", w.cancelReachesWorker)
 	t.Run("DetachedDropResumes", w.detachedDropResumes)
 	t.Run("ResyncWhenHistoryIsGone", w.resyncWhenHistoryIsGone)
@@ -71,20 +65,7 @@ func TestWebPage(t *testing.T) {
 	t.Run("Accessible", w.accessible)
 
 	mustScreenshot(t, p, "web-page.png")
-	if v := eval[[]string](p, `window.__csp`); len(v) > 0 {
-		t.Errorf("CSP violations: %q", v)
-	}
-	// Copied out: the listener runs on the tab's reader, which must never
-	// wait on this lock while a step waits on the tab.
-	log.mu.Lock()
-	exceptions, errs := slices.Clone(log.exceptions), slices.Clone(log.errors)
-	log.mu.Unlock()
-	for _, e := range exceptions {
-		t.Errorf("uncaught exception in the page: %s", e)
-	}
-	for _, e := range errs {
-		t.Errorf("error logged in the page: %s", e)
-	}
+	p.mustBeClean(log)
 }
 
 // webTest is the node, the worker's record, the browser and its log that
@@ -141,7 +122,8 @@ func (w *webTest) tokensStreamOneByOne(t *testing.T) {
 		window.__outputs = [];
 		const out = document.getElementById('output');
 		new MutationObserver(() => window.__outputs.push({text: out.textContent,
-			state: document.getElementById('job-state').dataset.state}))
+			state: document.getElementById('job-state').dataset.state,
+			status: document.getElementById('job-status').textContent}))
 			.observe(out, {childList: true, subtree: true, characterData: true});
 	})()`)
 	// Submitted from the keyboard.
@@ -157,7 +139,7 @@ func (w *webTest) tokensStreamOneByOne(t *testing.T) {
 	if !strings.HasPrefix(st.JobID, "j_") || st.Gen != "1" || st.Seq != "10" {
 		t.Errorf("job id %q, generation %q, seq %q", st.JobID, st.Gen, st.Seq)
 	}
-	type snap struct{ Text, State string }
+	type snap struct{ Text, State, Status string }
 	seen := eval[[]snap](p, `window.__outputs`)
 	var partial []string
 	for _, s := range seen {
@@ -169,6 +151,17 @@ func (w *webTest) tokensStreamOneByOne(t *testing.T) {
 		t.Fatalf("intermediate outputs %q before done: want at least two (DOM states %d)", partial, len(seen))
 	}
 	t.Logf("%d distinct intermediate outputs before done, e.g. %q then %q", len(partial), partial[0], partial[1])
+	// The status line (the live region a screen reader reads) follows the
+	// output: with words on screen it no longer says it waits for them.
+	for _, s := range seen {
+		if s.Text != "" && s.State == "running" && !strings.HasPrefix(s.Status, "Streaming: ") {
+			t.Errorf("with %q on screen the status line says %q", s.Text, s.Status)
+			break
+		}
+	}
+	if st := eval[string](p, `document.getElementById('job-status').textContent`); !strings.Contains(st, "completed") {
+		t.Errorf("after done the status line says %q", st)
+	}
 }
 
 // cancelReachesWorker: Cancel on a streamed job ends it cancelled, and the
@@ -187,6 +180,14 @@ func (w *webTest) cancelReachesWorker(t *testing.T) {
 	}
 	if st.Tokens >= 40 {
 		t.Fatalf("%d tokens: the job ran to the end", st.Tokens)
+	}
+	// The facts and the final state agree on the last seq: the cancel's
+	// error event, which the closed stream never brought, is said.
+	if final := eval[string](p, `[...document.querySelectorAll('#final dt')].find((dt) => dt.textContent === 'Last seq').nextElementSibling.textContent`); final != st.Seq {
+		t.Errorf("Last seq %s in the facts, %s in the final state", st.Seq, final)
+	}
+	if !slices.ContainsFunc(st.Notes, func(n string) bool { return strings.Contains(n, "came after the page stopped reading") }) {
+		t.Errorf("no note of the events the page did not read: %q", st.Notes)
 	}
 	waitFor(t, 5*time.Second, "the worker to see the cancel", func() bool { return w.rec.cause(st.JobID) != nil })
 	if c := w.rec.cause(st.JobID); !strings.Contains(c.Error(), "cancelled by the node") {
@@ -244,6 +245,9 @@ func (w *webTest) resyncWhenHistoryIsGone(t *testing.T) {
 	p.wait("a token", `document.querySelectorAll('#output .tok').length >= 1`, 10*time.Second)
 	p.do("disconnect", chromedp.Click(chromedp.ID("pause")))
 	st := p.state()
+	if status := eval[string](p, `document.getElementById('job-status').textContent`); !strings.HasPrefix(status, "Disconnected by you after seq ") {
+		t.Errorf("after Disconnect the status line says %q", status)
+	}
 	if len(st.Seqs) == 0 || st.Seqs[len(st.Seqs)-1] >= 102-64 {
 		t.Fatalf("the page had seqs %v when it disconnected: too late for resync to be reached", st.Seqs)
 	}
@@ -378,6 +382,20 @@ func (w *webTest) accessible(t *testing.T) {
 	if len(unlabelled) > 0 {
 		t.Errorf("controls without a label: %q", unlabelled)
 	}
+	// "API key" looks like the control it is: a bordered button with a
+	// pointer.
+	type look struct {
+		Cursor, Border string
+		Height         float64
+	}
+	if k := eval[look](p, `(() => { const s = getComputedStyle(document.querySelector('#key-panel summary'));
+		return {Cursor: s.cursor, Border: s.borderTopWidth, Height: document.querySelector('#key-panel summary').getBoundingClientRect().height}; })()`); k.Cursor != "pointer" || k.Border == "0px" || k.Height < 44 {
+		t.Errorf("the API key control: %+v, want a pointer, a border and 44px", k)
+	}
+	p.do("desktop viewport", chromedp.EmulateViewport(1280, 900))
+	if w := eval[[]int](p, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+		t.Errorf("the page is %dpx wide in a %dpx viewport", w[0], w[1])
+	}
 	// A narrow phone screen: nothing wider than the viewport.
 	p.do("narrow viewport", chromedp.EmulateViewport(390, 844))
 	if w := eval[[]int](p, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
@@ -385,4 +403,71 @@ func (w *webTest) accessible(t *testing.T) {
 	}
 	mustScreenshot(t, p, "web-page-narrow.png")
 	p.do("wide viewport", chromedp.EmulateViewport(1280, 1000))
+}
+
+// jobPanelInView: at 1280×900, the job's panel, its status line and its
+// output are in view after Submit, with no scrolling.
+func (w *webTest) jobPanelInView(t *testing.T) {
+	p := w.page(t)
+	p.idle()
+	p.do("desktop viewport", chromedp.EmulateViewport(1280, 900))
+	defer p.do("back to the test's viewport", chromedp.EmulateViewport(1280, 1000))
+	p.fill(form{Queue: "demo", Input: "in view", Mode: "stream"})
+	eval[chromedp.Void](p, `window.scrollTo(0, 0)`)
+	if b := eval[float64](p, `document.getElementById('submit').getBoundingClientRect().bottom`); b > 900 {
+		t.Errorf("Submit ends at %vpx: out of a 900px viewport", b)
+	}
+	p.do("submit", chromedp.Click(chromedp.ID("submit"), chromedp.NodeVisible))
+	p.wait("the final state", `!document.getElementById('final').hidden`, 15*time.Second)
+	type box struct {
+		ScrollY, Height       float64
+		Panel, Status, Output [2]float64 // top, bottom
+	}
+	b := eval[box](p, `(() => { const r = (id) => { const b = document.getElementById(id).getBoundingClientRect(); return [b.top, b.bottom]; };
+		return {ScrollY: window.scrollY, Height: window.innerHeight, Panel: r('job'), Status: r('job-status'), Output: r('output')}; })()`)
+	if b.ScrollY != 0 {
+		t.Errorf("the page scrolled to %v on Submit", b.ScrollY)
+	}
+	for name, r := range map[string][2]float64{"the job panel's top": b.Panel, "the status line": b.Status, "the output": b.Output} {
+		if r[0] < 0 || r[1] > b.Height {
+			t.Errorf("%s is at %v..%v, out of the %vpx viewport", name, r[0], r[1], b.Height)
+		}
+	}
+}
+
+// eventListFollows: the event list (the box that scrolls) shows the newest
+// event as events come, and the terminal one at the end; scrolled back by
+// the reader, it stays where they read.
+func (w *webTest) eventListFollows(t *testing.T) {
+	p := w.page(t)
+	p.idle()
+	p.fill(form{Queue: "demo", Input: words(60), Options: `{"delay_ms": 40}`, Mode: "stream"})
+	p.do("submit", chromedp.Click(chromedp.ID("submit")))
+	type list struct {
+		Top, Height, Client, Count float64
+		LastVisible                bool
+	}
+	const listJS = `(() => { const l = document.querySelector('ol.event-list'); const last = l.lastElementChild;
+		const lb = l.getBoundingClientRect(), ib = last ? last.getBoundingClientRect() : lb;
+		return {Top: l.scrollTop, Height: l.scrollHeight, Client: l.clientHeight, Count: l.childElementCount,
+			LastVisible: ib.top >= lb.top - 1 && ib.bottom <= lb.bottom + 1}; })()`
+	p.wait("the list to overflow", `(() => { const l = document.querySelector('ol.event-list'); return l.scrollHeight > l.clientHeight + 40; })()`, 10*time.Second)
+	if l := eval[list](p, listJS); !l.LastVisible || l.Top == 0 {
+		t.Errorf("mid-job, %v events: the newest is not in view (scrolled to %v of %v)", l.Count, l.Top, l.Height)
+	}
+	// The reader scrolls back: new events do not pull the list away.
+	eval[chromedp.Void](p, `document.querySelector('ol.event-list').scrollTop = 0`)
+	before := eval[list](p, listJS).Count
+	p.wait("more events", fmt.Sprintf(`document.querySelector('ol.event-list').childElementCount > %v + 3`, before), 10*time.Second)
+	if l := eval[list](p, listJS); l.Top != 0 {
+		t.Errorf("scrolled to the top by the reader, the list moved to %v", l.Top)
+	}
+	// Back at the end, it follows again to the terminal event.
+	eval[chromedp.Void](p, `(() => { const l = document.querySelector('ol.event-list'); l.scrollTop = l.scrollHeight; })()`)
+	p.wait("the final state", `!document.getElementById('final').hidden`, 15*time.Second)
+	l := eval[list](p, listJS)
+	last := eval[string](p, `document.querySelector('ol.event-list li.event:last-of-type') ? [...document.querySelectorAll('ol.event-list li.event')].pop().dataset.type : ''`)
+	if !l.LastVisible || last != "done" {
+		t.Errorf("at the end: the last entry in view %v, the last event %q (want done in view)", l.LastVisible, last)
+	}
 }

@@ -33,6 +33,44 @@ func TestWebPageWithKeys(t *testing.T) {
 	p := &webPage{t: t, br: br}
 	p.do("load the page", chromedp.Navigate(baseURL(n)+"/"))
 	p.wait("the live view refused without a key", `document.getElementById('cluster-problem').innerText.includes('unauthenticated')`, 10*time.Second)
+	p.wait("the queue list's hint to ask for a key", `document.getElementById('queue-help').textContent.includes('wants an API key')`, 10*time.Second)
+
+	// A key that may submit but not read the catalog: the page says what
+	// it lacks, claims nothing about workers it cannot see, and runs a job.
+	p.do("set a submit-only key",
+		chromedp.Click(chromedp.CSS(`#key-panel summary`)),
+		chromedp.SendKeys(chromedp.ID("api-key"), keyAlice),
+		chromedp.Click(chromedp.CSS(`#key-form button[type=submit]`)))
+	p.wait("the hints for a key without the admin role", `document.getElementById('queue-help').textContent.includes('may not read the catalog')
+		&& document.getElementById('cluster-problem').innerText.includes('permission_denied')`, 10*time.Second)
+	type hints struct{ Queue, Caps, Cluster, Problem string }
+	const hintsJS = `({Queue: document.getElementById('queue-help').textContent, Caps: document.getElementById('caps-list').innerText,
+		Cluster: document.getElementById('cluster-problem').innerText, Problem: document.getElementById('problem').hidden ? '' : document.getElementById('problem').innerText})`
+	h := eval[hints](p, hintsJS)
+	if strings.Contains(h.Caps, "no_capable_worker") || !strings.Contains(h.Caps, "may not read the catalog") {
+		t.Errorf("with a submit-only key the capabilities say %q", h.Caps)
+	}
+	if strings.Contains(h.Cluster, "set one under") || !strings.Contains(h.Cluster, "valid, but may not do this") {
+		t.Errorf("with a submit-only key the live view says %q", h.Cluster)
+	}
+	if h.Problem != "" {
+		t.Errorf("the queue list refused, the playground shows a problem: %q", h.Problem)
+	}
+	p.fill(form{Queue: "demo", Input: "one two three", Mode: "stream"})
+	p.do("submit", chromedp.Click(chromedp.ID("submit")))
+	p.wait("the final state", `!document.getElementById('final').hidden`, 15*time.Second)
+	if st := p.state(); st.Final != "completed" || st.Output != "one two three" {
+		t.Fatalf("a job with the submit-only key: final %q, output %q, problem %q", st.Final, st.Output, st.ProblemText)
+	}
+	p.idle()
+	p.fill(form{Queue: "not-alices", Input: "x", Mode: "stream"})
+	p.do("submit", chromedp.Click(chromedp.ID("submit")))
+	p.wait("the refusal", `document.getElementById('problem').dataset.code === 'permission_denied'`, 10*time.Second)
+	if h := eval[hints](p, hintsJS); strings.Contains(h.Problem, "set one under") || !strings.Contains(h.Problem, "valid, but may not do this") || !strings.Contains(h.Problem, "403") {
+		t.Errorf("a 403 with a key set says %q", h.Problem)
+	}
+	p.do("forget the submit-only key", chromedp.Click(chromedp.ID("key-forget")), chromedp.Click(chromedp.CSS(`#key-panel summary`)))
+	p.idle()
 
 	p.do("set the key",
 		chromedp.Click(chromedp.CSS(`#key-panel summary`)),

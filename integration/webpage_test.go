@@ -7,13 +7,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -105,6 +108,39 @@ func (l *pageLog) requestsTo(method, path string) []pageRequest {
 		}
 	}
 	return out
+}
+
+// watchCSP has every page the tab loads from now on record the violations
+// of its CSP, as the page itself sees them (window.__csp).
+func (p *webPage) watchCSP() {
+	p.t.Helper()
+	p.do("watch for CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `window.__csp = []; document.addEventListener('securitypolicyviolation',
+				(e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));`,
+		})
+		return err
+	}))
+}
+
+// mustBeClean fails the test for every CSP violation the page saw
+// (watchCSP), and every exception or error the browser reported (log).
+func (p *webPage) mustBeClean(log *pageLog) {
+	p.t.Helper()
+	if v := eval[[]string](p, `window.__csp`); len(v) > 0 {
+		p.t.Errorf("CSP violations: %q", v)
+	}
+	// Copied out: the listener runs on the tab's reader, which must never
+	// wait on this lock while a step waits on the tab.
+	log.mu.Lock()
+	exceptions, errs := slices.Clone(log.exceptions), slices.Clone(log.errors)
+	log.mu.Unlock()
+	for _, e := range exceptions {
+		p.t.Errorf("uncaught exception in the page: %s", e)
+	}
+	for _, e := range errs {
+		p.t.Errorf("error logged in the page: %s", e)
+	}
 }
 
 // webPage drives the page of one node in one tab.
@@ -249,6 +285,23 @@ func mustScreenshot(t *testing.T, p *webPage, name string) {
 		t.Errorf("screenshot: %v", err)
 		return
 	}
+	keepScreenshot(t, name, png)
+}
+
+// mustScreenshotView saves what the viewport shows now as name, as
+// mustScreenshot does the whole page.
+func mustScreenshotView(t *testing.T, p *webPage, name string) {
+	t.Helper()
+	png, err := chromedp.Run(p.br.step(15*time.Second), chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	keepScreenshot(t, name, png)
+}
+
+func keepScreenshot(t *testing.T, name string, png []byte) {
+	t.Helper()
 	path := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)

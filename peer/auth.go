@@ -86,10 +86,14 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
-	// Pings are counted where they are answered; routing messages where
-	// they are sent (by the router, once handed over), by the kinds they carry.
-	if info.FullMethod == pb.PeerService_Ping_FullMethodName {
+	// Pings and Figures calls are counted where they are answered; routing
+	// messages where they are sent (by the router, once handed over), by
+	// the kinds they carry.
+	switch info.FullMethod {
+	case pb.PeerService_Ping_FullMethodName:
 		a.metrics.messages.WithLabelValues(kindPing).Inc()
+	case pb.PeerService_Figures_FullMethodName:
+		a.metrics.messages.WithLabelValues(kindFigures).Inc()
 	}
 	return h(ctx, req)
 }

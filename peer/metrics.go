@@ -57,8 +57,13 @@ func (m *Metrics) sent(kind string) prometheus.Counter {
 // stream.
 const kindDeliver = "deliver"
 
-// kindPing is the switchyard_peer_messages_total kind of a ping.
-const kindPing = "ping"
+// kindPing is the switchyard_peer_messages_total kind of a ping, and
+// kindFigures of a Figures call: liveness and the cluster view, not
+// routing.
+const (
+	kindPing    = "ping"
+	kindFigures = "figures"
+)
 
 // NewMetrics registers the peer metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -93,6 +93,10 @@ type Config struct {
 	// should streams misbehave. A job's grants of output credit then go
 	// by its queue's lane.
 	ForceUnary bool
+	// Figures reads this node's live figures, for a peer's cluster view
+	// (the Figures call); nil answers Figures Unavailable. It is called on
+	// a gRPC handler's goroutine and must not block.
+	Figures func() core.NodeFigures
 
 	Metrics *Metrics
 	Logger  *slog.Logger

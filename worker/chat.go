@@ -83,12 +83,12 @@ type ChatUsage struct {
 // `switchyard worker --demo chat`, registered by `switchyard demo`.
 //
 // An input that is not a chat request with a user message fails with code
-// "bad_input".
+// "bad_input", and a message that says what a chat request looks like.
 func Chat(delay time.Duration) Handler {
 	return func(ctx context.Context, job *Job, out *Output) (any, error) {
-		var in ChatInput
-		if err := json.Unmarshal(job.Input, &in); err != nil {
-			return nil, Fail("bad_input", fmt.Sprintf("input is not a chat request: %v", err))
+		in, err := parseChatInput(job.Input)
+		if err != nil {
+			return nil, err
 		}
 		prompt, last := 0, -1
 		for i, m := range in.Messages {
@@ -124,4 +124,99 @@ func Chat(delay time.Duration) Handler {
 		res.Usage = &ChatUsage{PromptTokens: prompt, CompletionTokens: len(words), TotalTokens: prompt + len(words)}
 		return res, nil
 	}
+}
+
+// chatShape is what a chat request looks like, for the errors that refuse
+// one.
+const chatShape = `a chat request, {"messages": [{"role": "user", "content": "..."}]}`
+
+// parseChatInput reads a chat job's input. Its errors name the field and
+// what it should be, in JSON's words: never a Go type.
+func parseChatInput(raw json.RawMessage) (ChatInput, error) {
+	var fields struct {
+		Model     json.RawMessage `json:"model"`
+		Messages  json.RawMessage `json:"messages"`
+		MaxTokens json.RawMessage `json:"max_tokens"`
+	}
+	if kind := jsonKind(raw); kind != "an object" {
+		if kind == "" {
+			return ChatInput{}, Fail("bad_input", "input is not JSON: want "+chatShape)
+		}
+		return ChatInput{}, Fail("bad_input", fmt.Sprintf("input is %s: want %s", kind, chatShape))
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return ChatInput{}, Fail("bad_input", "input is not JSON: want "+chatShape)
+	}
+	var in ChatInput
+	if len(fields.Model) > 0 && jsonKind(fields.Model) != "null" {
+		if json.Unmarshal(fields.Model, &in.Model) != nil {
+			return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "model" is %s: want a string`, jsonKind(fields.Model)))
+		}
+	}
+	if len(fields.MaxTokens) > 0 && jsonKind(fields.MaxTokens) != "null" {
+		var n int
+		if json.Unmarshal(fields.MaxTokens, &n) != nil || n < 0 {
+			return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "max_tokens" is %s: want a whole number, 0 or more`, string(fields.MaxTokens)))
+		}
+		in.MaxTokens = &n
+	}
+	var msgs []json.RawMessage
+	if kind := jsonKind(fields.Messages); kind != "an array" {
+		if len(fields.Messages) == 0 {
+			kind = "missing"
+		}
+		return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "messages" is %s: want an array of messages, {"role": "user", "content": "..."}`, kind))
+	}
+	_ = json.Unmarshal(fields.Messages, &msgs) // an array, checked above
+	for i, m := range msgs {
+		var msg struct {
+			Role    json.RawMessage `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if kind := jsonKind(m); kind != "an object" {
+			return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "messages"[%d] is %s: want {"role": "user", "content": "..."}`, i, kind))
+		}
+		_ = json.Unmarshal(m, &msg) // an object, checked above
+		var role string
+		if json.Unmarshal(msg.Role, &role) != nil {
+			return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "messages"[%d] "role" is %s: want a string (system, user, assistant...)`, i, orMissing(msg.Role)))
+		}
+		switch jsonKind(msg.Content) {
+		case "a string", "an array", "null", "":
+		default:
+			return ChatInput{}, Fail("bad_input", fmt.Sprintf(`input "messages"[%d] "content" is %s: want a string, or an array of content parts`, i, jsonKind(msg.Content)))
+		}
+		in.Messages = append(in.Messages, ChatMessage{Role: role, Content: msg.Content})
+	}
+	return in, nil
+}
+
+// jsonKind names the kind of a JSON value as a person reads it ("a
+// string", "an object", ...); "" when raw is not JSON.
+func jsonKind(raw json.RawMessage) string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "true or false"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "null"
+}
+
+// orMissing is raw's kind, or "missing" when there is none.
+func orMissing(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "missing"
+	}
+	return jsonKind(raw)
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,11 +65,21 @@ func TestChat(t *testing.T) {
 	}
 }
 
+// A chat job refused for its input says what is wrong and what a chat
+// request looks like, in JSON's words: never a Go type.
 func TestChatBadInput(t *testing.T) {
-	for _, tc := range []struct{ name, input string }{
-		{"not an object", `"hello"`},
-		{"messages not an array", `{"messages":"hello"}`},
-		{"no user message", `{"messages":[{"role":"system","content":"hi"}]}`},
+	for _, tc := range []struct{ name, input, says string }{
+		{"a string", `"hello"`, `input is a string: want a chat request, {"messages": [{"role": "user", "content": "..."}]}`},
+		{"not JSON", `{"messages":`, `input is not JSON: want a chat request`},
+		{"no messages", `{"model":"demo"}`, `input "messages" is missing: want an array of messages`},
+		{"messages not an array", `{"messages":"hello"}`, `input "messages" is a string: want an array of messages`},
+		{"a message not an object", `{"messages":["hello"]}`, `input "messages"[0] is a string: want {"role": "user", "content": "..."}`},
+		{"role not a string", `{"messages":[{"role":1,"content":"hi"}]}`, `input "messages"[0] "role" is a number: want a string`},
+		{"no role", `{"messages":[{"content":"hi"}]}`, `input "messages"[0] "role" is missing`},
+		{"content a number", `{"messages":[{"role":"user","content":7}]}`, `"content" is a number: want a string, or an array of content parts`},
+		{"model a number", `{"model":7,"messages":[{"role":"user","content":"hi"}]}`, `input "model" is a number: want a string`},
+		{"max_tokens negative", `{"max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, `input "max_tokens" is -1: want a whole number`},
+		{"no user message", `{"messages":[{"role":"system","content":"hi"}]}`, `the conversation has no user message`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeNode()
@@ -77,8 +88,14 @@ func TestChatBadInput(t *testing.T) {
 			s := f.nextSession(t)
 			s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(tc.input)})
 			s.expectAccept(t, "b", 1)
-			if fl := s.expectFail(t, "b", 1); fl.Code != "bad_input" {
-				t.Fatalf("code = %q (%s), want bad_input", fl.Code, fl.Message)
+			fl := s.expectFail(t, "b", 1)
+			if fl.Code != "bad_input" || !strings.Contains(fl.Message, tc.says) {
+				t.Fatalf("failed %q: %s\nwant bad_input saying %s", fl.Code, fl.Message, tc.says)
+			}
+			for _, goWords := range []string{"Go value", "Go struct", "worker.", "ChatInput", "unmarshal"} {
+				if strings.Contains(fl.Message, goWords) {
+					t.Errorf("the message names Go's types (%q): %s", goWords, fl.Message)
+				}
 			}
 		})
 	}

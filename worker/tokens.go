@@ -60,8 +60,8 @@ type tokensResult struct {
 
 func tokensText(input json.RawMessage) (string, error) {
 	var v any
-	if err := json.Unmarshal(input, &v); err != nil {
-		return "", Fail("bad_input", fmt.Sprintf("input is not JSON: %v", err))
+	if json.Unmarshal(input, &v) != nil {
+		return "", Fail("bad_input", `input is not JSON: want a JSON string ("hello world") or an object {"text": "..."}`)
 	}
 	switch v := v.(type) {
 	case string:
@@ -72,7 +72,7 @@ func tokensText(input json.RawMessage) (string, error) {
 		}
 		return "", Fail("bad_input", `input object needs a string field "text"`)
 	}
-	return "", Fail("bad_input", `input must be a JSON string or an object {"text": "..."}`)
+	return "", Fail("bad_input", fmt.Sprintf(`input is %s: want a JSON string ("hello world") or an object {"text": "..."}`, jsonKind(input)))
 }
 
 func tokensDelay(options json.RawMessage, def time.Duration) (time.Duration, error) {
@@ -80,18 +80,31 @@ func tokensDelay(options json.RawMessage, def time.Duration) (time.Duration, err
 		return max(def, 0), nil
 	}
 	var o struct {
-		DelayMS *int64 `json:"delay_ms"`
+		DelayMS json.RawMessage `json:"delay_ms"`
 	}
-	if err := json.Unmarshal(options, &o); err != nil {
-		return 0, Fail("bad_options", fmt.Sprintf("options: %v", err))
+	if kind := jsonKind(options); kind != "an object" {
+		return 0, Fail("bad_options", fmt.Sprintf(`options are %s: want an object, {"delay_ms": 150}`, orNotJSON(kind)))
 	}
-	if o.DelayMS == nil {
+	_ = json.Unmarshal(options, &o) // an object, checked above
+	if len(o.DelayMS) == 0 || jsonKind(o.DelayMS) == "null" {
 		return max(def, 0), nil
+	}
+	var ms int64
+	if json.Unmarshal(o.DelayMS, &ms) != nil {
+		return 0, Fail("bad_options", fmt.Sprintf("delay_ms is %s: want a whole number of milliseconds, 0..%d", string(o.DelayMS), maxTokensDelay.Milliseconds()))
 	}
 	// Compared in milliseconds before converting, so a huge value cannot
 	// overflow into an acceptable Duration.
-	if ms := *o.DelayMS; ms < 0 || ms > maxTokensDelay.Milliseconds() {
+	if ms < 0 || ms > maxTokensDelay.Milliseconds() {
 		return 0, Fail("bad_options", fmt.Sprintf("delay_ms must be 0..%d, not %d", maxTokensDelay.Milliseconds(), ms))
 	}
-	return time.Duration(*o.DelayMS) * time.Millisecond, nil
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// orNotJSON is a kind from jsonKind, or "not JSON" for none.
+func orNotJSON(kind string) string {
+	if kind == "" {
+		return "not JSON"
+	}
+	return kind
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,14 +50,15 @@ func TestTokens(t *testing.T) {
 
 func TestTokensBadInput(t *testing.T) {
 	for _, tc := range []struct {
-		name, input, options, code string
+		name, input, options, code, says string
 	}{
-		{"number", `42`, ``, "bad_input"},
-		{"object without text", `{"txt":"a"}`, ``, "bad_input"},
-		{"delay too long", `"a"`, `{"delay_ms":20000}`, "bad_options"},
-		{"negative delay", `"a"`, `{"delay_ms":-1}`, "bad_options"},
-		{"huge delay", `"a"`, `{"delay_ms":9223372036854775807}`, "bad_options"},
-		{"delay not a number", `"a"`, `{"delay_ms":"5"}`, "bad_options"},
+		{"number", `42`, ``, "bad_input", `input is a number: want a JSON string ("hello world") or an object {"text": "..."}`},
+		{"object without text", `{"txt":"a"}`, ``, "bad_input", `input object needs a string field "text"`},
+		{"delay too long", `"a"`, `{"delay_ms":20000}`, "bad_options", "delay_ms must be 0..10000, not 20000"},
+		{"negative delay", `"a"`, `{"delay_ms":-1}`, "bad_options", "delay_ms must be 0..10000, not -1"},
+		{"huge delay", `"a"`, `{"delay_ms":9223372036854775807}`, "bad_options", "delay_ms must be 0..10000"},
+		{"delay not a number", `"a"`, `{"delay_ms":"5"}`, "bad_options", `delay_ms is "5": want a whole number of milliseconds, 0..10000`},
+		{"options an array", `"a"`, `[1]`, "bad_options", `options are an array: want an object, {"delay_ms": 150}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeNode()
@@ -65,8 +67,8 @@ func TestTokensBadInput(t *testing.T) {
 			s := f.nextSession(t)
 			s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(tc.input), Options: []byte(tc.options)})
 			s.expectAccept(t, "b", 1)
-			if fl := s.expectFail(t, "b", 1); fl.Code != tc.code {
-				t.Fatalf("code = %q (%s), want %q", fl.Code, fl.Message, tc.code)
+			if fl := s.expectFail(t, "b", 1); fl.Code != tc.code || !strings.Contains(fl.Message, tc.says) || strings.Contains(fl.Message, "Go ") {
+				t.Fatalf("failed %q: %s\nwant %q saying %s", fl.Code, fl.Message, tc.code, tc.says)
 			}
 		})
 	}

@@ -697,15 +697,47 @@ type ClusterEventStreamSnapshot struct {
 // ClusterEventStreamSnapshotEvent The event's name (its `event:` line; an event without one is a `message`).
 type ClusterEventStreamSnapshotEvent string
 
+// ClusterLoad defines model for ClusterLoad.
+type ClusterLoad struct {
+	// FirstOutputMs FirstOutputMS is the time from submission to first output, in
+	// milliseconds, of the jobs whose first output came within the last
+	// few readings, every node's together: estimated from the histogram's
+	// buckets (linearly within one, as Prometheus's histogram_quantile
+	// does). Absent when no job had its first output then.
+	FirstOutputMs *Quantiles `json:"first_output_ms,omitempty"`
+
+	// JobsPerSecond JobsPerSecond is jobs ended per second over the last few readings,
+	// every node's (each counts the jobs it was the ingress of) together,
+	// by outcome. Absent until two readings were made.
+	JobsPerSecond *map[string]float32 `json:"jobs_per_second,omitempty"`
+
+	// Nodes Nodes are the nodes of the catalog, sorted by id: this node, and
+	// each peer that answered or why it did not.
+	Nodes []NodeLoad `json:"nodes"`
+
+	// Queues Queues are the queues some node holds, sorted by name: jobs in
+	// flight (bound to a worker) and waiting, the dispatcher's figures
+	// (summed over nodes while a queue moves between two).
+	Queues []QueueLoad `json:"queues"`
+}
+
 // ClusterSnapshot defines model for ClusterSnapshot.
 type ClusterSnapshot struct {
 	Counters ClusterCounters `json:"counters"`
 
+	// Load Load is the cluster's throughput, latency and load over the last
+	// interval, every node's figures together, for the live view's charts.
+	Load *ClusterLoad `json:"load,omitempty"`
+
 	// Node Node is the node answering: queues' local figures and the counters
 	// are its own.
-	Node   string  `json:"node"`
-	Nodes  []Node  `json:"nodes"`
-	Queues []Queue `json:"queues"`
+	Node  string `json:"node"`
+	Nodes []Node `json:"nodes"`
+
+	// OpenaiQueue OpenAIQueue is the queue this node's OpenAI-compatible front door
+	// posts chat completions to: its jobs' input is a chat request.
+	OpenaiQueue string  `json:"openai_queue"`
+	Queues      []Queue `json:"queues"`
 }
 
 // CompleteMessage defines model for CompleteMessage.
@@ -1047,12 +1079,34 @@ type Node struct {
 	Incarnation *string `json:"incarnation,omitempty"`
 	PeerAddr    *string `json:"peer_addr,omitempty"`
 	State       string  `json:"state"`
-	Zone        *string `json:"zone,omitempty"`
+
+	// Suspected Suspected is true when this node's peer tracker holds the node
+	// silent while its record still stands (its state then says spare):
+	// one node's suspicion, not proof of death. Absent otherwise.
+	Suspected *bool   `json:"suspected,omitempty"`
+	Zone      *string `json:"zone,omitempty"`
 }
 
 // NodeList defines model for NodeList.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+}
+
+// NodeLoad defines model for NodeLoad.
+type NodeLoad struct {
+	// Error Error says why the node's figures are missing: it is silent to this
+	// node's pings (not asked), or did not answer in time.
+	Error *string `json:"error,omitempty"`
+
+	// JobsPerSecond JobsPerSecond is the jobs ended per second with the node as their
+	// ingress, every outcome, over the last few readings; absent until two
+	// readings were made.
+	JobsPerSecond *float32 `json:"jobs_per_second,omitempty"`
+	Node          string   `json:"node"`
+
+	// StreamsOpen StreamsOpen is the client job streams open on the node, every
+	// transport's (SSE, gRPC, OpenAI-compatible).
+	StreamsOpen int `json:"streams_open"`
 }
 
 // OpenAIError defines model for OpenAIError.
@@ -1144,6 +1198,14 @@ type Problem struct {
 // ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
+// Quantiles defines model for Quantiles.
+type Quantiles struct {
+	// Jobs Jobs is how many jobs they are of.
+	Jobs int     `json:"jobs"`
+	P50  float32 `json:"p50"`
+	P99  float32 `json:"p99"`
+}
+
 // Queue defines model for Queue.
 type Queue struct {
 	Consumers  []Consumer  `json:"consumers"`
@@ -1157,6 +1219,15 @@ type Queue struct {
 // QueueList defines model for QueueList.
 type QueueList struct {
 	Queues []Queue `json:"queues"`
+}
+
+// QueueLoad defines model for QueueLoad.
+type QueueLoad struct {
+	Depth int `json:"depth"`
+
+	// InFlight InFlight is the jobs bound to a worker; Depth the jobs waiting.
+	InFlight int    `json:"in_flight"`
+	Name     string `json:"name"`
 }
 
 // ReadToken defines model for ReadToken.
@@ -2233,7 +2304,7 @@ type ClientInterface interface {
 
 	// ClusterEvents Watch the cluster
 	//
-	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
+	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 	//
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2636,7 +2707,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // ClusterEvents Watch the cluster
 //
-// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
+// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //
 // Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4322,7 +4393,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterEventsWithResponse Watch the cluster
 	//
-	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
+	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6859,7 +6930,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // ClusterEventsWithResponse Watch the cluster
 //
-// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a second. docs/api.md, The live cluster view.
+// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -198,8 +198,9 @@ type Invoker interface {
 	CancelJob(ctx context.Context, params CancelJobParams) (CancelJobRes, error)
 	// ClusterEvents invokes clusterEvents operation.
 	//
-	// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a
-	// second. docs/api.md, The live cluster view.
+	// The live cluster view: a snapshot event on connect (with the load of every node), then another
+	// whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live
+	// cluster view.
 	//
 	// GET /v1/cluster/events
 	ClusterEvents(ctx context.Context) (ClusterEventsRes, error)
@@ -636,8 +637,9 @@ func (c *Client) sendCancelJob(ctx context.Context, params CancelJobParams) (res
 
 // ClusterEvents invokes clusterEvents operation.
 //
-// The live cluster view: a snapshot event on connect, then another whenever it changed, at most one a
-// second. docs/api.md, The live cluster view.
+// The live cluster view: a snapshot event on connect (with the load of every node), then another
+// whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live
+// cluster view.
 //
 // GET /v1/cluster/events
 func (c *Client) ClusterEvents(ctx context.Context) (ClusterEventsRes, error) {

@@ -1632,6 +1632,77 @@ type ClusterEventsUnauthorized Problem
 func (*ClusterEventsUnauthorized) clusterEventsRes()                             {}
 func (*ClusterEventsUnauthorized) initSSEStream(sseConnectFunc, sseClientConfig) {}
 
+// Ref: #/components/schemas/ClusterLoad
+type ClusterLoad struct {
+	// FirstOutputMS is the time from submission to first output, in milliseconds, of the jobs whose first
+	// output came within the last few readings, every node's together: estimated from the histogram's
+	// buckets (linearly within one, as Prometheus's histogram_quantile does). Absent when no job had its
+	// first output then.
+	FirstOutputMs OptQuantiles `json:"first_output_ms"`
+	// JobsPerSecond is jobs ended per second over the last few readings, every node's (each counts the
+	// jobs it was the ingress of) together, by outcome. Absent until two readings were made.
+	JobsPerSecond OptClusterLoadJobsPerSecond `json:"jobs_per_second"`
+	// Nodes are the nodes of the catalog, sorted by id: this node, and each peer that answered or why it
+	// did not.
+	Nodes []NodeLoad `json:"nodes"`
+	// Queues are the queues some node holds, sorted by name: jobs in flight (bound to a worker) and
+	// waiting, the dispatcher's figures (summed over nodes while a queue moves between two).
+	Queues []QueueLoad `json:"queues"`
+}
+
+// GetFirstOutputMs returns the value of FirstOutputMs.
+func (s *ClusterLoad) GetFirstOutputMs() OptQuantiles {
+	return s.FirstOutputMs
+}
+
+// GetJobsPerSecond returns the value of JobsPerSecond.
+func (s *ClusterLoad) GetJobsPerSecond() OptClusterLoadJobsPerSecond {
+	return s.JobsPerSecond
+}
+
+// GetNodes returns the value of Nodes.
+func (s *ClusterLoad) GetNodes() []NodeLoad {
+	return s.Nodes
+}
+
+// GetQueues returns the value of Queues.
+func (s *ClusterLoad) GetQueues() []QueueLoad {
+	return s.Queues
+}
+
+// SetFirstOutputMs sets the value of FirstOutputMs.
+func (s *ClusterLoad) SetFirstOutputMs(val OptQuantiles) {
+	s.FirstOutputMs = val
+}
+
+// SetJobsPerSecond sets the value of JobsPerSecond.
+func (s *ClusterLoad) SetJobsPerSecond(val OptClusterLoadJobsPerSecond) {
+	s.JobsPerSecond = val
+}
+
+// SetNodes sets the value of Nodes.
+func (s *ClusterLoad) SetNodes(val []NodeLoad) {
+	s.Nodes = val
+}
+
+// SetQueues sets the value of Queues.
+func (s *ClusterLoad) SetQueues(val []QueueLoad) {
+	s.Queues = val
+}
+
+// JobsPerSecond is jobs ended per second over the last few readings, every node's (each counts the
+// jobs it was the ingress of) together, by outcome. Absent until two readings were made.
+type ClusterLoadJobsPerSecond map[string]float64
+
+func (s *ClusterLoadJobsPerSecond) init() ClusterLoadJobsPerSecond {
+	m := *s
+	if m == nil {
+		m = map[string]float64{}
+		*s = m
+	}
+	return m
+}
+
 type ClusterReadTokenForbidden Problem
 
 func (*ClusterReadTokenForbidden) clusterReadTokenRes() {}
@@ -1647,15 +1718,26 @@ func (*ClusterReadTokenUnauthorized) clusterReadTokenRes() {}
 // Ref: #/components/schemas/ClusterSnapshot
 type ClusterSnapshot struct {
 	Counters ClusterCounters `json:"counters"`
+	// Load is the cluster's throughput, latency and load over the last interval, every node's figures
+	// together, for the live view's charts.
+	Load OptClusterLoad `json:"load"`
 	// Node is the node answering: queues' local figures and the counters are its own.
-	Node   string  `json:"node"`
-	Nodes  []Node  `json:"nodes"`
-	Queues []Queue `json:"queues"`
+	Node  string `json:"node"`
+	Nodes []Node `json:"nodes"`
+	// OpenAIQueue is the queue this node's OpenAI-compatible front door posts chat completions to: its
+	// jobs' input is a chat request.
+	OpenaiQueue string  `json:"openai_queue"`
+	Queues      []Queue `json:"queues"`
 }
 
 // GetCounters returns the value of Counters.
 func (s *ClusterSnapshot) GetCounters() ClusterCounters {
 	return s.Counters
+}
+
+// GetLoad returns the value of Load.
+func (s *ClusterSnapshot) GetLoad() OptClusterLoad {
+	return s.Load
 }
 
 // GetNode returns the value of Node.
@@ -1668,6 +1750,11 @@ func (s *ClusterSnapshot) GetNodes() []Node {
 	return s.Nodes
 }
 
+// GetOpenaiQueue returns the value of OpenaiQueue.
+func (s *ClusterSnapshot) GetOpenaiQueue() string {
+	return s.OpenaiQueue
+}
+
 // GetQueues returns the value of Queues.
 func (s *ClusterSnapshot) GetQueues() []Queue {
 	return s.Queues
@@ -1678,6 +1765,11 @@ func (s *ClusterSnapshot) SetCounters(val ClusterCounters) {
 	s.Counters = val
 }
 
+// SetLoad sets the value of Load.
+func (s *ClusterSnapshot) SetLoad(val OptClusterLoad) {
+	s.Load = val
+}
+
 // SetNode sets the value of Node.
 func (s *ClusterSnapshot) SetNode(val string) {
 	s.Node = val
@@ -1686,6 +1778,11 @@ func (s *ClusterSnapshot) SetNode(val string) {
 // SetNodes sets the value of Nodes.
 func (s *ClusterSnapshot) SetNodes(val []Node) {
 	s.Nodes = val
+}
+
+// SetOpenaiQueue sets the value of OpenaiQueue.
+func (s *ClusterSnapshot) SetOpenaiQueue(val string) {
+	s.OpenaiQueue = val
 }
 
 // SetQueues sets the value of Queues.
@@ -4681,7 +4778,10 @@ type Node struct {
 	Incarnation OptString `json:"incarnation"`
 	PeerAddr    OptString `json:"peer_addr"`
 	State       string    `json:"state"`
-	Zone        OptString `json:"zone"`
+	// Suspected is true when this node's peer tracker holds the node silent while its record still stands
+	// (its state then says spare): one node's suspicion, not proof of death. Absent otherwise.
+	Suspected OptBool   `json:"suspected"`
+	Zone      OptString `json:"zone"`
 }
 
 // GetGrpcAddr returns the value of GrpcAddr.
@@ -4712,6 +4812,11 @@ func (s *Node) GetPeerAddr() OptString {
 // GetState returns the value of State.
 func (s *Node) GetState() string {
 	return s.State
+}
+
+// GetSuspected returns the value of Suspected.
+func (s *Node) GetSuspected() OptBool {
+	return s.Suspected
 }
 
 // GetZone returns the value of Zone.
@@ -4749,6 +4854,11 @@ func (s *Node) SetState(val string) {
 	s.State = val
 }
 
+// SetSuspected sets the value of Suspected.
+func (s *Node) SetSuspected(val OptBool) {
+	s.Suspected = val
+}
+
 // SetZone sets the value of Zone.
 func (s *Node) SetZone(val OptString) {
 	s.Zone = val
@@ -4770,6 +4880,60 @@ func (s *NodeList) SetNodes(val []Node) {
 }
 
 func (*NodeList) listNodesRes() {}
+
+// Ref: #/components/schemas/NodeLoad
+type NodeLoad struct {
+	// Error says why the node's figures are missing: it is silent to this node's pings (not asked), or did
+	// not answer in time.
+	Error OptString `json:"error"`
+	// JobsPerSecond is the jobs ended per second with the node as their ingress, every outcome, over the
+	// last few readings; absent until two readings were made.
+	JobsPerSecond OptFloat64 `json:"jobs_per_second"`
+	Node          string     `json:"node"`
+	// StreamsOpen is the client job streams open on the node, every transport's (SSE, gRPC,
+	// OpenAI-compatible).
+	StreamsOpen int `json:"streams_open"`
+}
+
+// GetError returns the value of Error.
+func (s *NodeLoad) GetError() OptString {
+	return s.Error
+}
+
+// GetJobsPerSecond returns the value of JobsPerSecond.
+func (s *NodeLoad) GetJobsPerSecond() OptFloat64 {
+	return s.JobsPerSecond
+}
+
+// GetNode returns the value of Node.
+func (s *NodeLoad) GetNode() string {
+	return s.Node
+}
+
+// GetStreamsOpen returns the value of StreamsOpen.
+func (s *NodeLoad) GetStreamsOpen() int {
+	return s.StreamsOpen
+}
+
+// SetError sets the value of Error.
+func (s *NodeLoad) SetError(val OptString) {
+	s.Error = val
+}
+
+// SetJobsPerSecond sets the value of JobsPerSecond.
+func (s *NodeLoad) SetJobsPerSecond(val OptFloat64) {
+	s.JobsPerSecond = val
+}
+
+// SetNode sets the value of Node.
+func (s *NodeLoad) SetNode(val string) {
+	s.Node = val
+}
+
+// SetStreamsOpen sets the value of StreamsOpen.
+func (s *NodeLoad) SetStreamsOpen(val int) {
+	s.StreamsOpen = val
+}
 
 // Ref: #/components/schemas/OpenAIError
 type OpenAIError struct {
@@ -5345,6 +5509,98 @@ func (o OptChatStreamOptions) Or(d ChatStreamOptions) ChatStreamOptions {
 	return d
 }
 
+// NewOptClusterLoad returns new OptClusterLoad with value set to v.
+func NewOptClusterLoad(v ClusterLoad) OptClusterLoad {
+	return OptClusterLoad{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptClusterLoad is optional ClusterLoad.
+type OptClusterLoad struct {
+	Value ClusterLoad
+	Set   bool
+}
+
+// IsSet returns true if OptClusterLoad was set.
+func (o OptClusterLoad) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptClusterLoad) Reset() {
+	var v ClusterLoad
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptClusterLoad) SetTo(v ClusterLoad) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptClusterLoad) Get() (v ClusterLoad, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptClusterLoad) Or(d ClusterLoad) ClusterLoad {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptClusterLoadJobsPerSecond returns new OptClusterLoadJobsPerSecond with value set to v.
+func NewOptClusterLoadJobsPerSecond(v ClusterLoadJobsPerSecond) OptClusterLoadJobsPerSecond {
+	return OptClusterLoadJobsPerSecond{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptClusterLoadJobsPerSecond is optional ClusterLoadJobsPerSecond.
+type OptClusterLoadJobsPerSecond struct {
+	Value ClusterLoadJobsPerSecond
+	Set   bool
+}
+
+// IsSet returns true if OptClusterLoadJobsPerSecond was set.
+func (o OptClusterLoadJobsPerSecond) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptClusterLoadJobsPerSecond) Reset() {
+	var v ClusterLoadJobsPerSecond
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptClusterLoadJobsPerSecond) SetTo(v ClusterLoadJobsPerSecond) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptClusterLoadJobsPerSecond) Get() (v ClusterLoadJobsPerSecond, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptClusterLoadJobsPerSecond) Or(d ClusterLoadJobsPerSecond) ClusterLoadJobsPerSecond {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptEnvelopeCapabilities returns new OptEnvelopeCapabilities with value set to v.
 func NewOptEnvelopeCapabilities(v EnvelopeCapabilities) OptEnvelopeCapabilities {
 	return OptEnvelopeCapabilities{
@@ -5707,6 +5963,52 @@ func (o OptLocalQueue) Get() (v LocalQueue, ok bool) {
 
 // Or returns value if set, or given parameter if does not.
 func (o OptLocalQueue) Or(d LocalQueue) LocalQueue {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptQuantiles returns new OptQuantiles with value set to v.
+func NewOptQuantiles(v Quantiles) OptQuantiles {
+	return OptQuantiles{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptQuantiles is optional Quantiles.
+type OptQuantiles struct {
+	Value Quantiles
+	Set   bool
+}
+
+// IsSet returns true if OptQuantiles was set.
+func (o OptQuantiles) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptQuantiles) Reset() {
+	var v Quantiles
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptQuantiles) SetTo(v Quantiles) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptQuantiles) Get() (v Quantiles, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptQuantiles) Or(d Quantiles) Quantiles {
 	if v, ok := o.Get(); ok {
 		return v
 	}
@@ -6388,6 +6690,44 @@ func (*ProblemStatusCode) webPageHeadRes()                               {}
 func (*ProblemStatusCode) webPageRes()                                   {}
 func (*ProblemStatusCode) workerHeartbeatRes()                           {}
 
+// Ref: #/components/schemas/Quantiles
+type Quantiles struct {
+	// Jobs is how many jobs they are of.
+	Jobs int     `json:"jobs"`
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+}
+
+// GetJobs returns the value of Jobs.
+func (s *Quantiles) GetJobs() int {
+	return s.Jobs
+}
+
+// GetP50 returns the value of P50.
+func (s *Quantiles) GetP50() float64 {
+	return s.P50
+}
+
+// GetP99 returns the value of P99.
+func (s *Quantiles) GetP99() float64 {
+	return s.P99
+}
+
+// SetJobs sets the value of Jobs.
+func (s *Quantiles) SetJobs(val int) {
+	s.Jobs = val
+}
+
+// SetP50 sets the value of P50.
+func (s *Quantiles) SetP50(val float64) {
+	s.P50 = val
+}
+
+// SetP99 sets the value of P99.
+func (s *Quantiles) SetP99(val float64) {
+	s.P99 = val
+}
+
 // Ref: #/components/schemas/Queue
 type Queue struct {
 	Consumers  []Consumer    `json:"consumers"`
@@ -6476,6 +6816,44 @@ func (s *QueueList) SetQueues(val []Queue) {
 }
 
 func (*QueueList) listQueuesRes() {}
+
+// Ref: #/components/schemas/QueueLoad
+type QueueLoad struct {
+	Depth int `json:"depth"`
+	// InFlight is the jobs bound to a worker; Depth the jobs waiting.
+	InFlight int    `json:"in_flight"`
+	Name     string `json:"name"`
+}
+
+// GetDepth returns the value of Depth.
+func (s *QueueLoad) GetDepth() int {
+	return s.Depth
+}
+
+// GetInFlight returns the value of InFlight.
+func (s *QueueLoad) GetInFlight() int {
+	return s.InFlight
+}
+
+// GetName returns the value of Name.
+func (s *QueueLoad) GetName() string {
+	return s.Name
+}
+
+// SetDepth sets the value of Depth.
+func (s *QueueLoad) SetDepth(val int) {
+	s.Depth = val
+}
+
+// SetInFlight sets the value of InFlight.
+func (s *QueueLoad) SetInFlight(val int) {
+	s.InFlight = val
+}
+
+// SetName sets the value of Name.
+func (s *QueueLoad) SetName(val string) {
+	s.Name = val
+}
 
 // Ref: #/components/schemas/ReadToken
 type ReadToken struct {

@@ -34,14 +34,20 @@ async function main() {
   const pg = new Playground();
   // The snapshot stream keeps the queue list current; a plain GET fills it
   // first, and still works where the stream does not.
-  const cluster = new ClusterView((snap) => pg.setQueues(snap.queues));
+  const cluster = new ClusterView((snap) => pg.setQueues(snap.queues, snap.openai_queue));
   const load = async () => {
     cluster.start();
     try {
       const {queues} = await json('/v1/queues');
       if (cluster.snapshots === 0) pg.setQueues(queues);
     } catch (err) {
-      showProblem($('problem'), err, 'The queue list could not be read.');
+      if (err && err.auth) {
+        // A key that may submit but not read the catalog: the form says
+        // so where the queues would be; it is no failure of the page.
+        pg.catalogUnreadable(err);
+      } else {
+        showProblem($('problem'), err, 'The queue list could not be read.');
+      }
     }
   };
   // A new key may see what the last could not (or no longer may).

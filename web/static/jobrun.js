@@ -161,6 +161,7 @@ export class StreamedRun extends Run {
       if (from) headers['Last-Event-ID'] = from;
       this.view.setConn('resuming…');
       this.view.note(from ? `resuming: GET events with Last-Event-ID of seq ${this.lastSeq}` : 'starting over: GET events without a position');
+      this.view.say(from ? `Resuming after seq ${this.lastSeq}…` : 'Starting over from the oldest event kept…');
       let res;
       try {
         res = await call(`/v1/jobs/${encodeURIComponent(this.id)}/events`, {headers, signal});
@@ -189,10 +190,14 @@ export class StreamedRun extends Run {
     try {
       await readEvents(res, (ev) => this.handle(ev.type, ev.data, ev.lastEventId),
         {onRetry: (ms) => { this.retryMs = ms; }}, this.lastId);
-      if (!this.finished && !this.stopped) this.view.note('the stream ended before the job did');
+      if (!this.finished && !this.stopped) {
+        this.view.note('the stream ended before the job did');
+        this.view.say(`The stream ended after seq ${this.lastSeq}, before the job did: resuming…`);
+      }
     } catch (err) {
       if (this.stopped) return;
-      this.view.note(`connection lost: ${err.message || err}`);
+      this.view.note(`connection lost: ${err.message || err}`, 'dropped');
+      this.view.say(`Connection lost after seq ${this.lastSeq}: resuming…`);
     }
     if (!this.stopped) this.view.setConn(this.finished ? 'closed (job ended)' : 'lost');
   }
@@ -306,6 +311,7 @@ export class DetachedRun extends Run {
     if (es.readyState === EventSource.CONNECTING) {
       this.view.setConn('reconnecting (the browser, with Last-Event-ID)…');
       this.view.note('connection lost: the browser reconnects by itself', 'dropped');
+      this.view.say(`Connection lost after seq ${this.lastSeq}: the browser reconnects by itself…`);
       return;
     }
     // CLOSED: the node answered something other than a stream. An
@@ -366,6 +372,7 @@ export class DetachedRun extends Run {
     if (!this.es || this.finished) return;
     this.es.close();
     this.view.note(`you dropped the connection after seq ${this.lastSeq}`, 'dropped');
+    this.view.say(`You dropped the connection after seq ${this.lastSeq}: resuming from there…`);
     this.open(this.lastId);
   }
 
@@ -376,6 +383,7 @@ export class DetachedRun extends Run {
     this.es = null;
     this.view.setConn('disconnected by you (the job runs on)');
     this.view.note(`you disconnected after seq ${this.lastSeq}`, 'dropped');
+    this.view.say(`Disconnected by you after seq ${this.lastSeq}: the job runs on. Reconnect to read the rest.`);
   }
 
   reconnect() {

@@ -1,26 +1,43 @@
 // The playground form: a queue and capabilities from the live catalog, the
-// input, TTL and options, the mode; and the buttons that drive a run.
+// input (text, JSON, or a chat message with its conversation), TTL and
+// options, the mode; and the buttons that drive a run.
 
+import {apiKey} from './api.js';
 import {el, $, showProblem, clearProblem} from './ui.js';
 import {JobView} from './jobview.js';
 import {StreamedRun, DetachedRun} from './jobrun.js';
 
 const OTHER = '\u0000other'; // the "Another queue…" option's value: no queue name has a NUL
 
+const INPUT_HELP = {
+  text: '',
+  json: '',
+  chat: 'Sent as a chat request, {"messages": [...]}: the conversation so far, then this message. ' +
+    'A completed reply joins the conversation.',
+};
+
 export class Playground {
   constructor() {
     this.form = $('job-form');
     this.queue = $('queue');
+    this.queueHelp = $('queue-help');
     this.otherField = $('queue-other-field');
     this.other = $('queue-other');
     this.caps = $('caps-list');
+    this.input = $('input');
     this.submitBtn = $('submit');
     this.cancelBtn = $('cancel');
     this.dropBtn = $('drop');
     this.pauseBtn = $('pause');
     this.problem = $('problem');
+    this.chatBox = $('chat');
+    this.chatLog = $('chat-log');
     this.view = new JobView();
     this.queues = [];
+    this.known = true; // the queue list is the catalog's (false: this key may not read it)
+    this.openaiQueue = ''; // the node's chat completions queue, from its snapshots
+    this.autoChat = false; // chat input was picked by the page, for the chat queue
+    this.chat = []; // the conversation so far: {role, content}
     this.run = null;
     this.capChoice = {}; // key -> chosen value ('' any), kept across refreshes
 
@@ -40,27 +57,65 @@ export class Playground {
     this.dropBtn.addEventListener('click', () => this.run && this.run.drop && this.run.drop());
     this.pauseBtn.addEventListener('click', () => this.togglePause());
     for (const r of this.form.elements['mode']) r.addEventListener('change', () => this.buttons());
+    for (const r of this.form.elements['input-kind']) {
+      r.addEventListener('change', () => {
+        this.autoChat = false;
+        this.kindChanged();
+      });
+    }
+    $('chat-clear').addEventListener('click', () => {
+      this.chat = [];
+      this.renderChat();
+      this.input.focus();
+    });
     this.setQueues([]);
+    this.kindChanged();
     this.buttons();
   }
 
-  /** The queues of the catalog (GET /v1/queues or a cluster snapshot). */
-  setQueues(queues) {
+  /**
+   * The queues of the catalog (GET /v1/queues or a cluster snapshot), and
+   * the node's chat completions queue when a snapshot names it.
+   */
+  setQueues(queues, openaiQueue) {
+    if (openaiQueue !== undefined) this.openaiQueue = openaiQueue;
+    this.known = true;
+    this.queueHelp.textContent = 'Queues with workers now, from the catalog.';
     const chosen = this.queue.value;
     this.queues = queues;
     const opts = queues.map((q) => {
       const n = q.consumers.length;
-      return el('option', {value: q.name, text: `${q.name} (${n} worker${n === 1 ? '' : 's'})`});
+      const chat = q.name === this.openaiQueue ? ', chat' : '';
+      return el('option', {value: q.name, text: `${q.name} (${n} worker${n === 1 ? '' : 's'}${chat})`});
     });
     opts.push(el('option', {value: OTHER, text: 'Another queue…'}));
     this.queue.replaceChildren(...opts);
     // Keep what the user picked; until they pick, the catalog decides:
     // "demo" when there is one (the queue `make run`'s demo worker serves,
-    // whose input is plain text; its neighbour "chat" wants OpenAI-style
-    // messages), else the first queue, else "Another queue…".
+    // whose input is plain text; its neighbour "chat" wants a chat
+    // request, which the chat input builds), else the first queue, else
+    // "Another queue…".
     if (this.queuePicked && [...this.queue.options].some((o) => o.value === chosen)) this.queue.value = chosen;
     else if (queues.some((q) => q.name === 'demo')) this.queue.value = 'demo';
     else this.queue.value = queues.length ? queues[0].name : OTHER;
+    this.queueChanged(false);
+  }
+
+  /**
+   * The catalog could not be read (err: a refusal): with a key that may
+   * submit but not read the catalog (the admin role), a queue is typed by
+   * name, and nothing is claimed about its workers.
+   */
+  catalogUnreadable(err) {
+    this.known = false;
+    this.queues = [];
+    this.queue.replaceChildren(el('option', {value: OTHER, text: 'Another queue…'}));
+    this.queue.value = OTHER;
+    this.queueHelp.textContent = !apiKey()
+      ? 'This node wants an API key to list its queues: set one under "API key" at the top, or type a queue\'s name.'
+      : err && err.status === 403
+        ? 'This key may not read the catalog (listing queues needs the admin role): type the queue\'s name.'
+        : 'The node does not take the key set under "API key", so it lists no queue: check the key.';
     this.queueChanged(false);
   }
 
@@ -68,6 +123,16 @@ export class Playground {
     const other = this.queue.value === OTHER;
     this.otherField.hidden = !other;
     if (other && focus) this.other.focus();
+    // The chat queue takes chat requests: its input is a message. Leaving
+    // it undoes what the page picked, not what the user did.
+    const chatQueue = !!this.openaiQueue && this.queueName() === this.openaiQueue;
+    if (chatQueue && this.kind() !== 'chat') {
+      this.setKind('chat');
+      this.autoChat = true;
+    } else if (!chatQueue && this.autoChat) {
+      this.setKind('text');
+      this.autoChat = false;
+    }
     this.renderCaps();
   }
 
@@ -75,8 +140,45 @@ export class Playground {
     return this.queue.value === OTHER ? this.other.value.trim() : this.queue.value;
   }
 
+  kind() {
+    return this.form.elements['input-kind'].value;
+  }
+
+  setKind(kind) {
+    this.form.querySelector(`input[name=input-kind][value=${kind}]`).checked = true;
+    this.kindChanged();
+  }
+
+  /** The input's label and help follow its kind; chat shows the conversation. */
+  kindChanged() {
+    const kind = this.kind();
+    const chat = kind === 'chat';
+    $('input-label').textContent = chat ? 'Message' : 'Input';
+    const help = $('input-help');
+    help.textContent = INPUT_HELP[kind] || '';
+    help.hidden = !help.textContent;
+    this.chatBox.hidden = !chat;
+    this.view.setChat(chat);
+    this.renderChat();
+  }
+
+  renderChat() {
+    const n = this.chat.length;
+    $('chat-count').textContent = n ? `${n} message${n === 1 ? '' : 's'}` : 'empty';
+    $('chat-clear').disabled = n === 0;
+    this.chatLog.replaceChildren(...this.chat.map((m) => el('li', {class: 'turn', 'data-role': m.role},
+      el('span', {class: 'who', text: m.role === 'user' ? 'you' : m.role}),
+      el('span', {class: 'said', text: m.content}))));
+    this.chatLog.hidden = n === 0;
+  }
+
   /** One radio group per capability key the queue's workers offer. */
   renderCaps() {
+    if (!this.known) {
+      this.caps.replaceChildren(el('p', {class: 'help', text: 'This key may not read the catalog, so the page cannot offer the ' +
+        'capabilities of the queue\'s workers: the node matches the job against them when you submit.'}));
+      return;
+    }
     const q = this.queues.find((q) => q.name === this.queue.value);
     const byKey = new Map();
     for (const c of q ? q.consumers : []) {
@@ -118,6 +220,15 @@ export class Playground {
     return out;
   }
 
+  /** The chat request: the conversation, then message as the user's; the model when one is picked. */
+  chatRequest(message) {
+    const req = {};
+    const model = this.capabilities().model;
+    if (model) req.model = model;
+    req.messages = [...this.chat, {role: 'user', content: message}];
+    return JSON.stringify(req);
+  }
+
   /**
    * The envelope as text: the user's JSON goes in as typed, so a mistake
    * in it is the node's to refuse, with its code (malformed_json,
@@ -129,11 +240,16 @@ export class Playground {
     if (ttl !== '') parts.push(`"ttl_ms":${ttl}`);
     const caps = this.capabilities();
     if (Object.keys(caps).length) parts.push(`"capabilities":${JSON.stringify(caps)}`);
-    const input = $('input').value;
-    if (this.form.elements['input-kind'].value === 'json') {
-      if (input.trim() !== '') parts.push(`"input":${input}`);
-    } else {
-      parts.push(`"input":${JSON.stringify(input)}`);
+    const input = this.input.value;
+    switch (this.kind()) {
+      case 'json':
+        if (input.trim() !== '') parts.push(`"input":${input}`);
+        break;
+      case 'chat':
+        parts.push(`"input":${this.chatRequest(input)}`);
+        break;
+      default:
+        parts.push(`"input":${JSON.stringify(input)}`);
     }
     const options = $('options').value.trim();
     if (options !== '') parts.push(`"options":${options}`);
@@ -154,15 +270,36 @@ export class Playground {
       this.other.focus();
       return;
     }
+    const chat = this.kind() === 'chat';
+    const message = this.input.value;
+    if (chat && message.trim() === '') {
+      this.onProblem({code: 'empty_message', title: 'No message', detail: 'Type a message to send.'});
+      this.input.focus();
+      return;
+    }
     const hooks = {
       onProblem: (err, hint) => this.onProblem(err, hint),
-      onEnd: () => this.buttons(),
+      onEnd: () => {
+        if (chat) this.chatEnded(message);
+        this.buttons();
+      },
     };
     this.run = this.mode() === 'detached' ? new DetachedRun(this.view, hooks) : new StreamedRun(this.view, hooks);
+    const body = this.envelope();
+    this.view.setSent(queue, body);
     this.view.say(`Submitting to queue ${queue}…`);
     this.buttons();
-    this.run.start(queue, this.envelope());
+    this.run.start(queue, body);
     this.buttons();
+  }
+
+  /** A chat job ended: a completed reply joins the conversation with the message it answers. */
+  chatEnded(message) {
+    if (this.view.finalBox.dataset.state !== 'completed') return;
+    const reply = [...this.view.output.querySelectorAll('.tok')].map((t) => t.textContent).join('');
+    this.chat.push({role: 'user', content: message}, {role: 'assistant', content: reply});
+    this.renderChat();
+    if (this.input.value === message) this.input.value = '';
   }
 
   onProblem(err, hint) {

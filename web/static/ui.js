@@ -1,6 +1,8 @@
 // DOM helpers shared by the playground and the cluster view. Text goes in
 // as text (textContent), never as HTML.
 
+import {apiKey} from './api.js';
+
 /** Creates an element with attributes and children (strings become text). */
 export function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -39,11 +41,22 @@ export function showProblem(box, err, hint = '') {
     detail && detail !== title ? el('p', {class: 'problem-detail', text: detail}) : null,
     err && err.field ? el('p', {class: 'problem-field'}, 'Field: ', el('code', {text: err.field})) : null,
     err && err.retryAfter ? el('p', {text: `Retry after ${err.retryAfter}s.`}) : null,
-    err && err.auth ? el('p', {text: 'This node wants an API key for this: set one under "API key" at the top.'}) : null,
+    err && err.auth ? el('p', {class: 'problem-hint', text: authHint(err)}) : null,
     hint ? el('p', {text: hint}) : null,
   ].filter(Boolean));
   box.dataset.code = code || (status ? 'http_' + status : 'error');
   box.hidden = false;
+}
+
+/**
+ * What to do about a 401 or 403, knowing whether a key is set: a node
+ * that wants one, a key it does not take, or a key without the role or
+ * queue the call needs (the detail names which).
+ */
+export function authHint(err) {
+  if (!apiKey()) return 'This node wants an API key for this: set one under "API key" at the top.';
+  if (err.status === 401) return 'The node does not take the key set under "API key": check it, or set another.';
+  return 'The key set under "API key" is valid, but may not do this (the detail says which role or queue it lacks): use a key that may.';
 }
 
 export function clearProblem(box) {

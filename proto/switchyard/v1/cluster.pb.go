@@ -112,7 +112,8 @@ type Node struct {
 	// State is in_progress (joined, still loading its view: not routed to),
 	// online, draining (shutting down: finishing the jobs it holds, routed
 	// nothing new), or spare (silent to this node's pings, or its lease is
-	// gone).
+	// gone); and, for the answering node itself only, fenced (its catalog
+	// lease lost: it runs nothing until it comes back).
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// Zone is the node's zone label; absent when it has none.
 	Zone *string `protobuf:"bytes,3,opt,name=zone,proto3,oneof" json:"zone,omitempty"`
@@ -125,7 +126,11 @@ type Node struct {
 	// recovery from a fence (the hex id of the catalog lease it took then): a
 	// node listed under another incarnation than before was restarted, or
 	// came back from a fence. Absent for a node that predates it.
-	Incarnation   *string `protobuf:"bytes,7,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
+	Incarnation *string `protobuf:"bytes,7,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
+	// Suspected is true when the answering node's peer tracker holds the
+	// node silent while its record still stands (state says spare): one
+	// node's suspicion, not proof of death. Absent otherwise.
+	Suspected     *bool `protobuf:"varint,8,opt,name=suspected,proto3,oneof" json:"suspected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +212,13 @@ func (x *Node) GetIncarnation() string {
 		return *x.Incarnation
 	}
 	return ""
+}
+
+func (x *Node) GetSuspected() bool {
+	if x != nil && x.Suspected != nil {
+		return *x.Suspected
+	}
+	return false
 }
 
 // ListQueuesRequest has no parameters.
@@ -602,7 +614,7 @@ const file_switchyard_v1_cluster_proto_rawDesc = "" +
 	"\x1bswitchyard/v1/cluster.proto\x12\rswitchyard.v1\x1a\x1cgoogle/api/annotations.proto\"\x12\n" +
 	"\x10ListNodesRequest\">\n" +
 	"\x11ListNodesResponse\x12)\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x13.switchyard.v1.NodeR\x05nodes\"\x95\x02\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x13.switchyard.v1.NodeR\x05nodes\"\xc6\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x17\n" +
@@ -610,7 +622,8 @@ const file_switchyard_v1_cluster_proto_rawDesc = "" +
 	"\thttp_addr\x18\x04 \x01(\tH\x01R\bhttpAddr\x88\x01\x01\x12 \n" +
 	"\tgrpc_addr\x18\x05 \x01(\tH\x02R\bgrpcAddr\x88\x01\x01\x12 \n" +
 	"\tpeer_addr\x18\x06 \x01(\tH\x03R\bpeerAddr\x88\x01\x01\x12%\n" +
-	"\vincarnation\x18\a \x01(\tH\x04R\vincarnation\x88\x01\x01B\a\n" +
+	"\vincarnation\x18\a \x01(\tH\x04R\vincarnation\x88\x01\x01\x12!\n" +
+	"\tsuspected\x18\b \x01(\bH\x05R\tsuspected\x88\x01\x01B\a\n" +
 	"\x05_zoneB\f\n" +
 	"\n" +
 	"_http_addrB\f\n" +
@@ -618,7 +631,9 @@ const file_switchyard_v1_cluster_proto_rawDesc = "" +
 	"_grpc_addrB\f\n" +
 	"\n" +
 	"_peer_addrB\x0e\n" +
-	"\f_incarnation\"\x13\n" +
+	"\f_incarnationB\f\n" +
+	"\n" +
+	"_suspected\"\x13\n" +
 	"\x11ListQueuesRequest\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.switchyard.v1.QueueR\x06queues\"'\n" +

@@ -94,7 +94,7 @@ func (x PeerMessage_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PeerMessage_Kind.Descriptor instead.
 func (PeerMessage_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8, 0}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // PeerLane names one ordered lane of routing messages from a sender to this
@@ -227,6 +227,207 @@ func (x *PingResponse) GetNode() string {
 	return ""
 }
 
+type FiguresRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FiguresRequest) Reset() {
+	*x = FiguresRequest{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FiguresRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FiguresRequest) ProtoMessage() {}
+
+func (x *FiguresRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FiguresRequest.ProtoReflect.Descriptor instead.
+func (*FiguresRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+// FiguresResponse is one node's figures read now: counts since it started
+// (a reader takes rates from two readings) and gauges.
+type FiguresResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the id of the node that answered.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// jobs_ended counts the jobs that ended with this node as their ingress,
+	// by outcome.
+	JobsEnded map[string]uint64 `protobuf:"bytes,2,rep,name=jobs_ended,json=jobsEnded,proto3" json:"jobs_ended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The time from submission to first output of the jobs this node was the
+	// ingress of, as a histogram: first_output_counts[i] jobs took at most
+	// first_output_bounds[i] seconds (cumulative), first_output_total in all.
+	FirstOutputBounds []float64 `protobuf:"fixed64,3,rep,packed,name=first_output_bounds,json=firstOutputBounds,proto3" json:"first_output_bounds,omitempty"`
+	FirstOutputCounts []uint64  `protobuf:"varint,4,rep,packed,name=first_output_counts,json=firstOutputCounts,proto3" json:"first_output_counts,omitempty"`
+	FirstOutputTotal  uint64    `protobuf:"varint,5,opt,name=first_output_total,json=firstOutputTotal,proto3" json:"first_output_total,omitempty"`
+	// streams_open is the client job streams open on this node now, every
+	// transport's.
+	StreamsOpen uint32 `protobuf:"varint,6,opt,name=streams_open,json=streamsOpen,proto3" json:"streams_open,omitempty"`
+	// queues are the queues this node holds as their dispatcher.
+	Queues        []*QueueFigures `protobuf:"bytes,7,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FiguresResponse) Reset() {
+	*x = FiguresResponse{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FiguresResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FiguresResponse) ProtoMessage() {}
+
+func (x *FiguresResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FiguresResponse.ProtoReflect.Descriptor instead.
+func (*FiguresResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FiguresResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *FiguresResponse) GetJobsEnded() map[string]uint64 {
+	if x != nil {
+		return x.JobsEnded
+	}
+	return nil
+}
+
+func (x *FiguresResponse) GetFirstOutputBounds() []float64 {
+	if x != nil {
+		return x.FirstOutputBounds
+	}
+	return nil
+}
+
+func (x *FiguresResponse) GetFirstOutputCounts() []uint64 {
+	if x != nil {
+		return x.FirstOutputCounts
+	}
+	return nil
+}
+
+func (x *FiguresResponse) GetFirstOutputTotal() uint64 {
+	if x != nil {
+		return x.FirstOutputTotal
+	}
+	return 0
+}
+
+func (x *FiguresResponse) GetStreamsOpen() uint32 {
+	if x != nil {
+		return x.StreamsOpen
+	}
+	return 0
+}
+
+func (x *FiguresResponse) GetQueues() []*QueueFigures {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+// QueueFigures is one queue as its dispatcher holds it now.
+type QueueFigures struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// depth is the jobs waiting; bound the jobs bound to a worker.
+	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	Bound         uint32 `protobuf:"varint,3,opt,name=bound,proto3" json:"bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueFigures) Reset() {
+	*x = QueueFigures{}
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueFigures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueFigures) ProtoMessage() {}
+
+func (x *QueueFigures) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueFigures.ProtoReflect.Descriptor instead.
+func (*QueueFigures) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QueueFigures) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QueueFigures) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *QueueFigures) GetBound() uint32 {
+	if x != nil {
+		return x.Bound
+	}
+	return 0
+}
+
 type ForwardRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Delivery *PeerDelivery          `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
@@ -245,7 +446,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +458,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[3]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +471,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardRequest) GetDelivery() *PeerDelivery {
@@ -313,7 +514,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +526,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[4]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +539,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForwardResponse) GetRefusal() *PeerRefusal {
@@ -367,7 +568,7 @@ type PeerRefusal struct {
 
 func (x *PeerRefusal) Reset() {
 	*x = PeerRefusal{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +580,7 @@ func (x *PeerRefusal) String() string {
 func (*PeerRefusal) ProtoMessage() {}
 
 func (x *PeerRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[5]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +593,7 @@ func (x *PeerRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRefusal.ProtoReflect.Descriptor instead.
 func (*PeerRefusal) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeerRefusal) GetCode() string {
@@ -452,7 +653,7 @@ type PostRequest struct {
 
 func (x *PostRequest) Reset() {
 	*x = PostRequest{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +665,7 @@ func (x *PostRequest) String() string {
 func (*PostRequest) ProtoMessage() {}
 
 func (x *PostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[6]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +678,7 @@ func (x *PostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostRequest.ProtoReflect.Descriptor instead.
 func (*PostRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PostRequest) GetSession() string {
@@ -523,7 +724,7 @@ type PostResponse struct {
 
 func (x *PostResponse) Reset() {
 	*x = PostResponse{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +736,7 @@ func (x *PostResponse) String() string {
 func (*PostResponse) ProtoMessage() {}
 
 func (x *PostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[7]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +749,7 @@ func (x *PostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostResponse.ProtoReflect.Descriptor instead.
 func (*PostResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 // PeerMessage is a core.Message on the wire: one routing step of one job.
@@ -599,7 +800,7 @@ type PeerMessage struct {
 
 func (x *PeerMessage) Reset() {
 	*x = PeerMessage{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +812,7 @@ func (x *PeerMessage) String() string {
 func (*PeerMessage) ProtoMessage() {}
 
 func (x *PeerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[8]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +825,7 @@ func (x *PeerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerMessage.ProtoReflect.Descriptor instead.
 func (*PeerMessage) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PeerMessage) GetKind() PeerMessage_Kind {
@@ -754,7 +955,7 @@ type PeerEnd struct {
 
 func (x *PeerEnd) Reset() {
 	*x = PeerEnd{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +967,7 @@ func (x *PeerEnd) String() string {
 func (*PeerEnd) ProtoMessage() {}
 
 func (x *PeerEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[9]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +980,7 @@ func (x *PeerEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerEnd.ProtoReflect.Descriptor instead.
 func (*PeerEnd) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PeerEnd) GetCode() string {
@@ -852,7 +1053,7 @@ type PeerDelivery struct {
 
 func (x *PeerDelivery) Reset() {
 	*x = PeerDelivery{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1065,7 @@ func (x *PeerDelivery) String() string {
 func (*PeerDelivery) ProtoMessage() {}
 
 func (x *PeerDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[10]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1078,7 @@ func (x *PeerDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerDelivery.ProtoReflect.Descriptor instead.
 func (*PeerDelivery) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PeerDelivery) GetJobId() string {
@@ -1007,7 +1208,7 @@ type DeliverFrame struct {
 
 func (x *DeliverFrame) Reset() {
 	*x = DeliverFrame{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1220,7 @@ func (x *DeliverFrame) String() string {
 func (*DeliverFrame) ProtoMessage() {}
 
 func (x *DeliverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[11]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1233,7 @@ func (x *DeliverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverFrame.ProtoReflect.Descriptor instead.
 func (*DeliverFrame) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeliverFrame) GetBody() isDeliverFrame_Body {
@@ -1112,7 +1313,7 @@ type DeliverOpen struct {
 
 func (x *DeliverOpen) Reset() {
 	*x = DeliverOpen{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1325,7 @@ func (x *DeliverOpen) String() string {
 func (*DeliverOpen) ProtoMessage() {}
 
 func (x *DeliverOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[12]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1338,7 @@ func (x *DeliverOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverOpen.ProtoReflect.Descriptor instead.
 func (*DeliverOpen) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeliverOpen) GetSession() string {
@@ -1179,7 +1380,7 @@ type DeliverItem struct {
 
 func (x *DeliverItem) Reset() {
 	*x = DeliverItem{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1392,7 @@ func (x *DeliverItem) String() string {
 func (*DeliverItem) ProtoMessage() {}
 
 func (x *DeliverItem) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[13]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1405,7 @@ func (x *DeliverItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverItem.ProtoReflect.Descriptor instead.
 func (*DeliverItem) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeliverItem) GetSeq() uint64 {
@@ -1265,7 +1466,7 @@ type DeliverHeartbeat struct {
 
 func (x *DeliverHeartbeat) Reset() {
 	*x = DeliverHeartbeat{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1478,7 @@ func (x *DeliverHeartbeat) String() string {
 func (*DeliverHeartbeat) ProtoMessage() {}
 
 func (x *DeliverHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[14]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1491,7 @@ func (x *DeliverHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverHeartbeat.ProtoReflect.Descriptor instead.
 func (*DeliverHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 // DeliverAck is one frame of a Deliver stream, from the receiving node.
@@ -1307,7 +1508,7 @@ type DeliverAck struct {
 
 func (x *DeliverAck) Reset() {
 	*x = DeliverAck{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1520,7 @@ func (x *DeliverAck) String() string {
 func (*DeliverAck) ProtoMessage() {}
 
 func (x *DeliverAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[15]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1533,7 @@ func (x *DeliverAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverAck.ProtoReflect.Descriptor instead.
 func (*DeliverAck) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeliverAck) GetBody() isDeliverAck_Body {
@@ -1401,7 +1602,7 @@ type DeliverHandled struct {
 
 func (x *DeliverHandled) Reset() {
 	*x = DeliverHandled{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1614,7 @@ func (x *DeliverHandled) String() string {
 func (*DeliverHandled) ProtoMessage() {}
 
 func (x *DeliverHandled) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[16]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1627,7 @@ func (x *DeliverHandled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverHandled.ProtoReflect.Descriptor instead.
 func (*DeliverHandled) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeliverHandled) GetSeq() uint64 {
@@ -1476,7 +1677,7 @@ type RespondFrame struct {
 
 func (x *RespondFrame) Reset() {
 	*x = RespondFrame{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1689,7 @@ func (x *RespondFrame) String() string {
 func (*RespondFrame) ProtoMessage() {}
 
 func (x *RespondFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1702,7 @@ func (x *RespondFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondFrame.ProtoReflect.Descriptor instead.
 func (*RespondFrame) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RespondFrame) GetBody() isRespondFrame_Body {
@@ -1596,7 +1797,7 @@ type RespondItems struct {
 
 func (x *RespondItems) Reset() {
 	*x = RespondItems{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1809,7 @@ func (x *RespondItems) String() string {
 func (*RespondItems) ProtoMessage() {}
 
 func (x *RespondItems) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1822,7 @@ func (x *RespondItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondItems.ProtoReflect.Descriptor instead.
 func (*RespondItems) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RespondItems) GetItems() []*RespondItem {
@@ -1660,7 +1861,7 @@ type RespondOpen struct {
 
 func (x *RespondOpen) Reset() {
 	*x = RespondOpen{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1873,7 @@ func (x *RespondOpen) String() string {
 func (*RespondOpen) ProtoMessage() {}
 
 func (x *RespondOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1886,7 @@ func (x *RespondOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondOpen.ProtoReflect.Descriptor instead.
 func (*RespondOpen) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RespondOpen) GetSession() string {
@@ -1749,7 +1950,7 @@ type RespondItem struct {
 
 func (x *RespondItem) Reset() {
 	*x = RespondItem{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1962,7 @@ func (x *RespondItem) String() string {
 func (*RespondItem) ProtoMessage() {}
 
 func (x *RespondItem) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1975,7 @@ func (x *RespondItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondItem.ProtoReflect.Descriptor instead.
 func (*RespondItem) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RespondItem) GetSeq() uint64 {
@@ -1814,7 +2015,7 @@ type RespondControl struct {
 
 func (x *RespondControl) Reset() {
 	*x = RespondControl{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2027,7 @@ func (x *RespondControl) String() string {
 func (*RespondControl) ProtoMessage() {}
 
 func (x *RespondControl) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2040,7 @@ func (x *RespondControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondControl.ProtoReflect.Descriptor instead.
 func (*RespondControl) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RespondControl) GetBody() isRespondControl_Body {
@@ -1936,7 +2137,7 @@ type RespondAck struct {
 
 func (x *RespondAck) Reset() {
 	*x = RespondAck{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2149,7 @@ func (x *RespondAck) String() string {
 func (*RespondAck) ProtoMessage() {}
 
 func (x *RespondAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2162,7 @@ func (x *RespondAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondAck.ProtoReflect.Descriptor instead.
 func (*RespondAck) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RespondAck) GetSeq() uint64 {
@@ -1996,7 +2197,7 @@ type RespondLegEnd struct {
 
 func (x *RespondLegEnd) Reset() {
 	*x = RespondLegEnd{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2209,7 @@ func (x *RespondLegEnd) String() string {
 func (*RespondLegEnd) ProtoMessage() {}
 
 func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2222,7 @@ func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondLegEnd.ProtoReflect.Descriptor instead.
 func (*RespondLegEnd) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RespondLegEnd) GetJobId() string {
@@ -2047,7 +2248,24 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"\r\n" +
 	"\vPingRequest\"\"\n" +
 	"\fPingResponse\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"\xa2\x01\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\x10\n" +
+	"\x0eFiguresRequest\"\x97\x03\n" +
+	"\x0fFiguresResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12L\n" +
+	"\n" +
+	"jobs_ended\x18\x02 \x03(\v2-.switchyard.v1.FiguresResponse.JobsEndedEntryR\tjobsEnded\x12.\n" +
+	"\x13first_output_bounds\x18\x03 \x03(\x01R\x11firstOutputBounds\x12.\n" +
+	"\x13first_output_counts\x18\x04 \x03(\x04R\x11firstOutputCounts\x12,\n" +
+	"\x12first_output_total\x18\x05 \x01(\x04R\x10firstOutputTotal\x12!\n" +
+	"\fstreams_open\x18\x06 \x01(\rR\vstreamsOpen\x123\n" +
+	"\x06queues\x18\a \x03(\v2\x1b.switchyard.v1.QueueFiguresR\x06queues\x1a<\n" +
+	"\x0eJobsEndedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"N\n" +
+	"\fQueueFigures\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x14\n" +
+	"\x05bound\x18\x03 \x01(\rR\x05bound\"\xa2\x01\n" +
 	"\x0eForwardRequest\x127\n" +
 	"\bdelivery\x18\x01 \x01(\v2\x1b.switchyard.v1.PeerDeliveryR\bdelivery\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12+\n" +
@@ -2190,13 +2408,14 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
-	"generation2\xeb\x02\n" +
+	"generation2\xb5\x03\n" +
 	"\vPeerService\x12?\n" +
 	"\x04Ping\x12\x1a.switchyard.v1.PingRequest\x1a\x1b.switchyard.v1.PingResponse\x12H\n" +
 	"\aForward\x12\x1d.switchyard.v1.ForwardRequest\x1a\x1e.switchyard.v1.ForwardResponse\x12?\n" +
 	"\x04Post\x12\x1a.switchyard.v1.PostRequest\x1a\x1b.switchyard.v1.PostResponse\x12E\n" +
 	"\aDeliver\x12\x1b.switchyard.v1.DeliverFrame\x1a\x19.switchyard.v1.DeliverAck(\x010\x01\x12I\n" +
-	"\aRespond\x12\x1b.switchyard.v1.RespondFrame\x1a\x1d.switchyard.v1.RespondControl(\x010\x01BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
+	"\aRespond\x12\x1b.switchyard.v1.RespondFrame\x1a\x1d.switchyard.v1.RespondControl(\x010\x01\x12H\n" +
+	"\aFigures\x12\x1d.switchyard.v1.FiguresRequest\x1a\x1e.switchyard.v1.FiguresResponseBCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
 var (
 	file_switchyard_v1_peer_proto_rawDescOnce sync.Once
@@ -2211,80 +2430,88 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_switchyard_v1_peer_proto_goTypes = []any{
 	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
 	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
 	(*PingRequest)(nil),      // 2: switchyard.v1.PingRequest
 	(*PingResponse)(nil),     // 3: switchyard.v1.PingResponse
-	(*ForwardRequest)(nil),   // 4: switchyard.v1.ForwardRequest
-	(*ForwardResponse)(nil),  // 5: switchyard.v1.ForwardResponse
-	(*PeerRefusal)(nil),      // 6: switchyard.v1.PeerRefusal
-	(*PostRequest)(nil),      // 7: switchyard.v1.PostRequest
-	(*PostResponse)(nil),     // 8: switchyard.v1.PostResponse
-	(*PeerMessage)(nil),      // 9: switchyard.v1.PeerMessage
-	(*PeerEnd)(nil),          // 10: switchyard.v1.PeerEnd
-	(*PeerDelivery)(nil),     // 11: switchyard.v1.PeerDelivery
-	(*DeliverFrame)(nil),     // 12: switchyard.v1.DeliverFrame
-	(*DeliverOpen)(nil),      // 13: switchyard.v1.DeliverOpen
-	(*DeliverItem)(nil),      // 14: switchyard.v1.DeliverItem
-	(*DeliverHeartbeat)(nil), // 15: switchyard.v1.DeliverHeartbeat
-	(*DeliverAck)(nil),       // 16: switchyard.v1.DeliverAck
-	(*DeliverHandled)(nil),   // 17: switchyard.v1.DeliverHandled
-	(*RespondFrame)(nil),     // 18: switchyard.v1.RespondFrame
-	(*RespondItems)(nil),     // 19: switchyard.v1.RespondItems
-	(*RespondOpen)(nil),      // 20: switchyard.v1.RespondOpen
-	(*RespondItem)(nil),      // 21: switchyard.v1.RespondItem
-	(*RespondControl)(nil),   // 22: switchyard.v1.RespondControl
-	(*RespondAck)(nil),       // 23: switchyard.v1.RespondAck
-	(*RespondLegEnd)(nil),    // 24: switchyard.v1.RespondLegEnd
-	nil,                      // 25: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(*FiguresRequest)(nil),   // 4: switchyard.v1.FiguresRequest
+	(*FiguresResponse)(nil),  // 5: switchyard.v1.FiguresResponse
+	(*QueueFigures)(nil),     // 6: switchyard.v1.QueueFigures
+	(*ForwardRequest)(nil),   // 7: switchyard.v1.ForwardRequest
+	(*ForwardResponse)(nil),  // 8: switchyard.v1.ForwardResponse
+	(*PeerRefusal)(nil),      // 9: switchyard.v1.PeerRefusal
+	(*PostRequest)(nil),      // 10: switchyard.v1.PostRequest
+	(*PostResponse)(nil),     // 11: switchyard.v1.PostResponse
+	(*PeerMessage)(nil),      // 12: switchyard.v1.PeerMessage
+	(*PeerEnd)(nil),          // 13: switchyard.v1.PeerEnd
+	(*PeerDelivery)(nil),     // 14: switchyard.v1.PeerDelivery
+	(*DeliverFrame)(nil),     // 15: switchyard.v1.DeliverFrame
+	(*DeliverOpen)(nil),      // 16: switchyard.v1.DeliverOpen
+	(*DeliverItem)(nil),      // 17: switchyard.v1.DeliverItem
+	(*DeliverHeartbeat)(nil), // 18: switchyard.v1.DeliverHeartbeat
+	(*DeliverAck)(nil),       // 19: switchyard.v1.DeliverAck
+	(*DeliverHandled)(nil),   // 20: switchyard.v1.DeliverHandled
+	(*RespondFrame)(nil),     // 21: switchyard.v1.RespondFrame
+	(*RespondItems)(nil),     // 22: switchyard.v1.RespondItems
+	(*RespondOpen)(nil),      // 23: switchyard.v1.RespondOpen
+	(*RespondItem)(nil),      // 24: switchyard.v1.RespondItem
+	(*RespondControl)(nil),   // 25: switchyard.v1.RespondControl
+	(*RespondAck)(nil),       // 26: switchyard.v1.RespondAck
+	(*RespondLegEnd)(nil),    // 27: switchyard.v1.RespondLegEnd
+	nil,                      // 28: switchyard.v1.FiguresResponse.JobsEndedEntry
+	nil,                      // 29: switchyard.v1.PeerDelivery.CapabilitiesEntry
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
-	11, // 0: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
-	1,  // 1: switchyard.v1.ForwardRequest.lane:type_name -> switchyard.v1.PeerLane
-	6,  // 2: switchyard.v1.ForwardResponse.refusal:type_name -> switchyard.v1.PeerRefusal
-	9,  // 3: switchyard.v1.PostRequest.messages:type_name -> switchyard.v1.PeerMessage
-	1,  // 4: switchyard.v1.PostRequest.lane:type_name -> switchyard.v1.PeerLane
-	0,  // 5: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
-	11, // 6: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
-	10, // 7: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	25, // 8: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
-	13, // 9: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
-	14, // 10: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
-	15, // 11: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	1,  // 12: switchyard.v1.DeliverOpen.lane:type_name -> switchyard.v1.PeerLane
-	9,  // 13: switchyard.v1.DeliverItem.message:type_name -> switchyard.v1.PeerMessage
-	11, // 14: switchyard.v1.DeliverItem.forward:type_name -> switchyard.v1.PeerDelivery
-	17, // 15: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
-	15, // 16: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	5,  // 17: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
-	20, // 18: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
-	15, // 19: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	24, // 20: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
-	19, // 21: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
-	21, // 22: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
-	9,  // 23: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	20, // 24: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
-	23, // 25: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	15, // 26: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	9,  // 27: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
-	9,  // 28: switchyard.v1.RespondControl.grant:type_name -> switchyard.v1.PeerMessage
-	2,  // 29: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
-	4,  // 30: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
-	7,  // 31: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
-	12, // 32: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	18, // 33: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
-	3,  // 34: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
-	5,  // 35: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
-	8,  // 36: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	16, // 37: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	22, // 38: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	28, // 0: switchyard.v1.FiguresResponse.jobs_ended:type_name -> switchyard.v1.FiguresResponse.JobsEndedEntry
+	6,  // 1: switchyard.v1.FiguresResponse.queues:type_name -> switchyard.v1.QueueFigures
+	14, // 2: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
+	1,  // 3: switchyard.v1.ForwardRequest.lane:type_name -> switchyard.v1.PeerLane
+	9,  // 4: switchyard.v1.ForwardResponse.refusal:type_name -> switchyard.v1.PeerRefusal
+	12, // 5: switchyard.v1.PostRequest.messages:type_name -> switchyard.v1.PeerMessage
+	1,  // 6: switchyard.v1.PostRequest.lane:type_name -> switchyard.v1.PeerLane
+	0,  // 7: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
+	14, // 8: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
+	13, // 9: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
+	29, // 10: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	16, // 11: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
+	17, // 12: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
+	18, // 13: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	1,  // 14: switchyard.v1.DeliverOpen.lane:type_name -> switchyard.v1.PeerLane
+	12, // 15: switchyard.v1.DeliverItem.message:type_name -> switchyard.v1.PeerMessage
+	14, // 16: switchyard.v1.DeliverItem.forward:type_name -> switchyard.v1.PeerDelivery
+	20, // 17: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
+	18, // 18: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	8,  // 19: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
+	23, // 20: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
+	18, // 21: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	27, // 22: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
+	22, // 23: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
+	24, // 24: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
+	12, // 25: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
+	23, // 26: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
+	26, // 27: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	18, // 28: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	12, // 29: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
+	12, // 30: switchyard.v1.RespondControl.grant:type_name -> switchyard.v1.PeerMessage
+	2,  // 31: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
+	7,  // 32: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
+	10, // 33: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
+	15, // 34: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
+	21, // 35: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	4,  // 36: switchyard.v1.PeerService.Figures:input_type -> switchyard.v1.FiguresRequest
+	3,  // 37: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
+	8,  // 38: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
+	11, // 39: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
+	19, // 40: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	25, // 41: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	5,  // 42: switchyard.v1.PeerService.Figures:output_type -> switchyard.v1.FiguresResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_peer_proto_init() }
@@ -2292,26 +2519,26 @@ func file_switchyard_v1_peer_proto_init() {
 	if File_switchyard_v1_peer_proto != nil {
 		return
 	}
-	file_switchyard_v1_peer_proto_msgTypes[11].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[14].OneofWrappers = []any{
 		(*DeliverFrame_Open)(nil),
 		(*DeliverFrame_Item)(nil),
 		(*DeliverFrame_Heartbeat)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[13].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[16].OneofWrappers = []any{
 		(*DeliverItem_Message)(nil),
 		(*DeliverItem_Forward)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[15].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[18].OneofWrappers = []any{
 		(*DeliverAck_Handled)(nil),
 		(*DeliverAck_Heartbeat)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[17].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[20].OneofWrappers = []any{
 		(*RespondFrame_Open)(nil),
 		(*RespondFrame_Heartbeat)(nil),
 		(*RespondFrame_End)(nil),
 		(*RespondFrame_Items)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[21].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[24].OneofWrappers = []any{
 		(*RespondControl_Ack)(nil),
 		(*RespondControl_Heartbeat)(nil),
 		(*RespondControl_Cancel)(nil),
@@ -2323,7 +2550,7 @@ func file_switchyard_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	PeerService_Post_FullMethodName    = "/switchyard.v1.PeerService/Post"
 	PeerService_Deliver_FullMethodName = "/switchyard.v1.PeerService/Deliver"
 	PeerService_Respond_FullMethodName = "/switchyard.v1.PeerService/Respond"
+	PeerService_Figures_FullMethodName = "/switchyard.v1.PeerService/Figures"
 )
 
 // PeerServiceClient is the client API for PeerService service.
@@ -123,6 +124,11 @@ type PeerServiceClient interface {
 	// bounded queue behind them; when the queue is full it stops reading its
 	// worker, so a slow ingress slows the worker down and nothing is dropped.
 	Respond(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RespondFrame, RespondControl], error)
+	// Figures is the answering node's live figures, for the cluster view's
+	// charts (GET /v1/cluster/events, "load"): a node asks every other node
+	// it does not hold spare, at most once per the view's interval and only
+	// while a client watches. Not routing: counted as kind "figures".
+	Figures(ctx context.Context, in *FiguresRequest, opts ...grpc.CallOption) (*FiguresResponse, error)
 }
 
 type peerServiceClient struct {
@@ -188,6 +194,16 @@ func (c *peerServiceClient) Respond(ctx context.Context, opts ...grpc.CallOption
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerService_RespondClient = grpc.BidiStreamingClient[RespondFrame, RespondControl]
+
+func (c *peerServiceClient) Figures(ctx context.Context, in *FiguresRequest, opts ...grpc.CallOption) (*FiguresResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FiguresResponse)
+	err := c.cc.Invoke(ctx, PeerService_Figures_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // PeerServiceServer is the server API for PeerService service.
 // All implementations must embed UnimplementedPeerServiceServer
@@ -286,6 +302,11 @@ type PeerServiceServer interface {
 	// bounded queue behind them; when the queue is full it stops reading its
 	// worker, so a slow ingress slows the worker down and nothing is dropped.
 	Respond(grpc.BidiStreamingServer[RespondFrame, RespondControl]) error
+	// Figures is the answering node's live figures, for the cluster view's
+	// charts (GET /v1/cluster/events, "load"): a node asks every other node
+	// it does not hold spare, at most once per the view's interval and only
+	// while a client watches. Not routing: counted as kind "figures".
+	Figures(context.Context, *FiguresRequest) (*FiguresResponse, error)
 	mustEmbedUnimplementedPeerServiceServer()
 }
 
@@ -310,6 +331,9 @@ func (UnimplementedPeerServiceServer) Deliver(grpc.BidiStreamingServer[DeliverFr
 }
 func (UnimplementedPeerServiceServer) Respond(grpc.BidiStreamingServer[RespondFrame, RespondControl]) error {
 	return status.Error(codes.Unimplemented, "method Respond not implemented")
+}
+func (UnimplementedPeerServiceServer) Figures(context.Context, *FiguresRequest) (*FiguresResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Figures not implemented")
 }
 func (UnimplementedPeerServiceServer) mustEmbedUnimplementedPeerServiceServer() {}
 func (UnimplementedPeerServiceServer) testEmbeddedByValue()                     {}
@@ -400,6 +424,24 @@ func _PeerService_Respond_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PeerService_RespondServer = grpc.BidiStreamingServer[RespondFrame, RespondControl]
 
+func _PeerService_Figures_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FiguresRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServiceServer).Figures(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PeerService_Figures_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServiceServer).Figures(ctx, req.(*FiguresRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PeerService_ServiceDesc is the grpc.ServiceDesc for PeerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -418,6 +460,10 @@ var PeerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Post",
 			Handler:    _PeerService_Post_Handler,
+		},
+		{
+			MethodName: "Figures",
+			Handler:    _PeerService_Figures_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
