@@ -25,6 +25,11 @@ type Offer struct {
 	// worker may send before it is granted more (see WorkerConn.SendCredit).
 	// Zero: the job is not paced.
 	Credit OutputCredit
+	// AffinityKey and Priority are the envelope's: a worker may key a
+	// cache or a session by the one, and the dispatcher ordered the job by
+	// the other.
+	AffinityKey string
+	Priority    int
 }
 
 // WorkerConn is the transport's side of a worker session. Its methods are
@@ -216,7 +221,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	err := w.conn.SendOffer(Offer{
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
 		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
-		Credit: t.d.Window,
+		Credit: t.d.Window, AffinityKey: t.d.AffinityKey, Priority: t.d.Priority,
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
