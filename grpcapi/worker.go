@@ -407,6 +407,7 @@ func (ss *session) SendOffer(o core.Offer) error {
 		JobId: o.JobID, Generation: o.Gen, Queue: o.Queue, Input: o.Input, Options: o.Options,
 		Capabilities: o.Capabilities, TtlMs: max(o.TTL.Milliseconds(), 1), MaxOutputBytes: o.MaxOutputBytes,
 		OutputCredit: outputCredit(o.JobID, o.Gen, o.Credit),
+		AffinityKey:  o.AffinityKey, Priority: int32(o.Priority),
 	}}})
 }
 

@@ -88,6 +88,13 @@ type JobOffer struct {
 	// MaxOutputBytes is the most output the job may produce; the node ends
 	// the job output_too_large past it.
 	MaxOutputBytes int64 `json:"max_output_bytes"`
+	// AffinityKey is the envelope's affinity key, when it has one: the
+	// jobs with one key come to the same worker while it lives and has
+	// room, so a worker may keep a cache or a session under it.
+	AffinityKey string `json:"affinity_key,omitempty"`
+	// Priority is the envelope's, -5 to 5 (0 when absent); the node
+	// already ordered the job by it.
+	Priority int `json:"priority,omitempty"`
 } // @name JobOffer
 
 // CancelEvent tells the worker to stop a job at once; the worker answers
@@ -201,6 +208,12 @@ func (ss *workerSession) SendOffer(o core.Offer) error {
 	}
 	if len(o.Options) > 0 {
 		offer["options"] = o.Options
+	}
+	if o.AffinityKey != "" {
+		offer["affinity_key"] = o.AffinityKey
+	}
+	if o.Priority != 0 {
+		offer["priority"] = o.Priority
 	}
 	return ss.enqueue("job", offer)
 }

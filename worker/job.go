@@ -34,6 +34,16 @@ type Job struct {
 	// output_too_large and cancels it here (Output's methods then return
 	// ErrJobEnded). A handler may use it to stop early.
 	MaxOutputBytes int64
+	// AffinityKey is the envelope's affinity key ("" for none). The node
+	// sends the jobs of one key to the same worker while it lives and has
+	// room, so a handler may keep what the key's jobs share (a session's
+	// state, a model server's prefix cache) under it; a job may still
+	// come here without its predecessors, when its worker was full or
+	// left.
+	AffinityKey string
+	// Priority is the envelope's, -5 to 5 (0 by default): the node already
+	// ran higher priorities first.
+	Priority int
 }
 
 // Handler runs one job. It streams output through out and returns the

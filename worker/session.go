@@ -335,6 +335,8 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		Capabilities:   pj.GetCapabilities(),
 		Deadline:       received.Add(time.Duration(pj.GetTtlMs()) * time.Millisecond),
 		MaxOutputBytes: pj.GetMaxOutputBytes(),
+		AffinityKey:    pj.GetAffinityKey(),
+		Priority:       int(pj.GetPriority()),
 	}
 	key := jobKey{job.ID, job.Generation}
 	log := s.log.With("job", job.ID, "generation", job.Generation)

@@ -1045,8 +1045,20 @@ type PeerDelivery struct {
 	// window_events and window_bytes are the output window the ingress
 	// paces the job with: its worker's first output credit, and how far it
 	// may run ahead of what the job's reader took. 0: not paced.
-	WindowEvents  uint64 `protobuf:"varint,15,opt,name=window_events,json=windowEvents,proto3" json:"window_events,omitempty"`
-	WindowBytes   uint64 `protobuf:"varint,16,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	WindowEvents uint64 `protobuf:"varint,15,opt,name=window_events,json=windowEvents,proto3" json:"window_events,omitempty"`
+	WindowBytes  uint64 `protobuf:"varint,16,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	// subject and weight are the submitter's API key subject (empty: the
+	// anonymous caller) and its fair-share weight (0: 1), from its key on
+	// the ingress node; priority and affinity_key are the envelope's. The
+	// dispatcher orders the queue by subject, weight and priority, and
+	// sends a job with an affinity key to its key's consumer
+	// (docs/scheduling.md). A sender that carries none: one anonymous
+	// subject, default priority, no affinity. (Numbers from 40 on: the job's
+	// scheduling.)
+	Subject       string `protobuf:"bytes,40,opt,name=subject,proto3" json:"subject,omitempty"`
+	Weight        uint32 `protobuf:"varint,41,opt,name=weight,proto3" json:"weight,omitempty"`
+	Priority      int32  `protobuf:"zigzag32,42,opt,name=priority,proto3" json:"priority,omitempty"`
+	AffinityKey   string `protobuf:"bytes,43,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1191,6 +1203,34 @@ func (x *PeerDelivery) GetWindowBytes() uint64 {
 		return x.WindowBytes
 	}
 	return 0
+}
+
+func (x *PeerDelivery) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetAffinityKey() string {
+	if x != nil {
+		return x.AffinityKey
+	}
+	return ""
 }
 
 // DeliverFrame is one frame of a Deliver stream, from the sending node.
@@ -2320,7 +2360,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\xd6\x04\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xc7\x05\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2340,7 +2380,11 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aexclude\x18\r \x03(\tR\aexclude\x12\x14\n" +
 	"\x05front\x18\x0e \x01(\bR\x05front\x12#\n" +
 	"\rwindow_events\x18\x0f \x01(\x04R\fwindowEvents\x12!\n" +
-	"\fwindow_bytes\x18\x10 \x01(\x04R\vwindowBytes\x1a?\n" +
+	"\fwindow_bytes\x18\x10 \x01(\x04R\vwindowBytes\x12\x18\n" +
+	"\asubject\x18( \x01(\tR\asubject\x12\x16\n" +
+	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
+	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
+	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +

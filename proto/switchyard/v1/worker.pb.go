@@ -647,7 +647,14 @@ type Job struct {
 	// The job's first output credit (its window); later ones come as
 	// OutputCredit messages. Absent: the job is not paced, and the worker
 	// sends its output freely.
-	OutputCredit  *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	OutputCredit *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	// affinity_key is the envelope's affinity key (empty: none): the jobs
+	// with one key come to the same worker while it lives and has room, so
+	// a worker may keep a cache or a session's state under it. priority is
+	// the envelope's, -5 to 5 (0: the default); the node already ordered
+	// the job by it. (Numbers from 40 on: the job's scheduling.)
+	AffinityKey   string `protobuf:"bytes,40,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
+	Priority      int32  `protobuf:"zigzag32,41,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -743,6 +750,20 @@ func (x *Job) GetOutputCredit() *OutputCredit {
 		return x.OutputCredit
 	}
 	return nil
+}
+
+func (x *Job) GetAffinityKey() string {
+	if x != nil {
+		return x.AffinityKey
+	}
+	return ""
+}
+
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // OutputCredit is how much output a job may have sent in all, counted
@@ -1279,7 +1300,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xa9\x02\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xe8\x02\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1291,7 +1312,9 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12(\n" +
 	"\x10max_output_bytes\x18\b \x01(\x03R\x0emaxOutputBytes\x12@\n" +
-	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\"s\n" +
+	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\x12!\n" +
+	"\faffinity_key\x18( \x01(\tR\vaffinityKey\x12\x1a\n" +
+	"\bpriority\x18) \x01(\x11R\bpriority\"s\n" +
 	"\fOutputCredit\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
