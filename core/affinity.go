@@ -97,9 +97,6 @@ const (
 	// job's zone, refused the job, or its node takes no new work (not
 	// routable, draining).
 	AffinityNoneCapable = "none_capable"
-	// AffinityMoved: a consumer that joined now comes first for the key,
-	// ahead of the one its jobs went to before.
-	AffinityMoved = "moved"
 )
 
 // keyHash is a key's 64-bit FNV-1a hash: the same on every node and
@@ -229,9 +226,12 @@ func (e *Engine) affinityBoundLocked(q *queue, p *consumerPool, t *task, c *cons
 	q.aff.last.put(t.aff.hash, c.id)
 }
 
-// affinityResult is why a job with a key went to c: a hit when c is the
-// key's consumer (the one its jobs went to before, and still first in its
-// order; for a key not remembered, the first), else the reason it is not.
+// affinityResult is why a job with a key went to c. When the key's latest
+// job went to another consumer that has since left, or that cannot run
+// this job, the miss is that one's: gone, none_capable. Otherwise it is a
+// hit when c is the first in the key's order, full when it is not (the
+// first had no room). A consumer that joins and comes first for a key
+// takes it with a hit: the key is that consumer's now.
 func affinityResult(q *queue, p *consumerPool, t *task, c *consumerSlot) string {
 	last, known := q.aff.last.get(t.aff.hash)
 	switch {
@@ -239,8 +239,6 @@ func affinityResult(q *queue, p *consumerPool, t *task, c *consumerSlot) string 
 		return AffinityGone
 	case known && last != c.id && (p.byID[last] == nil || !p.canRun(t, p.byID[last])):
 		return AffinityNoneCapable
-	case c.id == t.aff.first && known && last != c.id:
-		return AffinityMoved
 	case c.id == t.aff.first:
 		return AffinityHit
 	}

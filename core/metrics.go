@@ -140,9 +140,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.CreditWaiting, m.CreditWait, m.UnreadEvents, m.UnreadBytes)
 	m.Affinity = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "switchyard", Subsystem: "dispatch", Name: "affinity_total",
-		Help: "Jobs with an affinity key bound by this node's dispatchers, by result: hit (its key's consumer), or a miss: full (no room there), gone (it left), none_capable (it cannot run this job), moved (a consumer that joined comes first for the key).",
+		Help: "Jobs with an affinity key bound by this node's dispatchers, by result: hit (the first consumer in its key's order), or a miss: full (no room there), gone (the key's consumer left), none_capable (the key's consumer cannot run this job).",
 	}, []string{"result"})
-	for _, r := range []string{AffinityHit, AffinityFull, AffinityGone, AffinityNoneCapable, AffinityMoved} {
+	for _, r := range []string{AffinityHit, AffinityFull, AffinityGone, AffinityNoneCapable} {
 		m.Affinity.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Affinity)
