@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"time"
 )
 
 // This file is affinity routing: jobs with the same affinity key go to the
@@ -17,24 +18,25 @@ import (
 //     slots: each consumer scores slots / −ln(u), u a uniform number in
 //     (0, 1) hashed from (key, consumer id), highest first. It is a pure
 //     function of the key and the consumers' ids and slots, so every node
-//     computes the same order, whichever dispatches the queue (docs/
-//     cluster.md: a queue has one dispatcher at a time, but it can move).
-//     A consumer that joins takes only the keys it now scores highest for,
+//     computes the same order, whichever dispatches the queue (a queue has
+//     one dispatcher at a time, but it can move: docs/cluster.md). A
+//     consumer that joins takes only the keys it now scores highest for,
 //     and one that leaves gives up only its own: the rest stay.
-//   - A job goes to the first consumer in its key's order that has room
-//     under the bound: its load (jobs it holds, and jobs of the queue
-//     waiting for it) plus this one at most ⌈c × (L+1) × slots / S⌉, where
-//     L is the load of all the job's capable consumers, S their slots and c
-//     the node's --affinity-load-factor (SchedulingConfig). So no consumer
-//     holds more than c times the average per slot: a hot key spills to
-//     its next consumers instead of piling up on one. At least one
-//     consumer always has room (were none, their loads would add up to
-//     more than L).
+//   - A job goes to the first consumer in its key's order that has room:
+//     whose jobs — running, and waiting for it — would be at most its slots
+//     plus ⌈c × (H+1) × slots / S⌉, where H is what all the job's capable
+//     consumers hold, S their slots and c the node's
+//     --affinity-load-factor. Past its slots a consumer's queue stays
+//     within c times the average per slot (Mirrokni's bound), plus one
+//     round of its slots so that a key's worker is worth waiting for when
+//     the queue is short: a hot key spills to its next consumers instead of
+//     piling up on one. Some consumer always has room (were none, their
+//     loads would add up to more than H).
 //   - That consumer is the job's target while it waits: it waits for a
-//     free slot there. A subject none of whose jobs can go to its target
-//     now gives its first job to the next consumer in that job's order
-//     with a free slot (fairqueue.go nextLocked): a slot never idles while
-//     a job it can run waits.
+//     free slot there. A job that has waited --affinity-wait while another
+//     capable consumer has a free slot goes to the first such in its key's
+//     order (fairqueue.go nextLocked): a free slot idles at most that long
+//     while a job it can run waits.
 //
 // Every binding of a job with a key is counted in
 // switchyard_dispatch_affinity_total by result (affinityResult).
@@ -56,6 +58,10 @@ type affinityQueue struct {
 	// last remembers which consumer each key's latest job went to, for
 	// the miss reasons (affinityResult); bounded (keyMemory).
 	last keyMemory
+	// spill dispatches the queue again at spillAt, when a job that waits
+	// for its consumer may go to another (AffinityWait).
+	spill   *time.Timer
+	spillAt time.Time
 }
 
 // keyMemory maps key hashes to consumer ids, at most 2 × keyMemorySize
@@ -184,15 +190,15 @@ func (e *Engine) targetLocked(q *queue, t *task, order []*consumerSlot) *consume
 	if q.aff.targeted == nil {
 		q.aff.targeted = map[string]int{}
 	}
-	total, slots := 0, 0
+	held, slots := 0, 0
 	for _, c := range order {
-		total += c.load() + q.aff.targeted[c.id]
+		held += c.load() + q.aff.targeted[c.id]
 		slots += c.slots
 	}
 	factor := e.cfg.Scheduling.AffinityLoadFactor
 	target := order[0]
 	for _, c := range order {
-		bound := int(math.Ceil(factor * float64(total+1) * float64(c.slots) / float64(slots)))
+		bound := c.slots + int(math.Ceil(factor*float64(held+1)*float64(c.slots)/float64(slots)))
 		if c.load()+q.aff.targeted[c.id]+1 <= bound {
 			target = c
 			break
@@ -201,6 +207,26 @@ func (e *Engine) targetLocked(q *queue, t *task, order []*consumerSlot) *consume
 	t.aff.first, t.aff.target = order[0].id, target.id
 	q.aff.targeted[target.id]++
 	return target
+}
+
+// spillLaterLocked dispatches q again at at, when a job waiting for its
+// consumer may go to a free one (nextLocked).
+func (e *Engine) spillLaterLocked(q *queue, at time.Time) {
+	if q.aff.spill != nil && !at.Before(q.aff.spillAt) {
+		return
+	}
+	stopTimer(q.aff.spill)
+	q.aff.spillAt = at
+	q.aff.spill = time.AfterFunc(time.Until(at), func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if q.aff.spillAt.Equal(at) {
+			q.aff.spill = nil
+		}
+		if !e.closed && e.queues[q.name] == q {
+			e.dispatchLocked(q)
+		}
+	})
 }
 
 // untargetLocked takes t's wait off its target's load.

@@ -3,7 +3,9 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/switchyard/switchyard/core"
@@ -166,35 +168,61 @@ func TestAffinitySameKeySameWorker(t *testing.T) {
 	}
 }
 
-// Bounded loads: a hot key's jobs stay on its worker until that would hold
-// more than AffinityLoadFactor × the average per slot, then spill to the
-// key's next worker; with its worker full and the next free, a job does
-// not wait.
+// Bounded loads: a hot key's jobs wait for its worker while that holds
+// (runs and has waiting) no more than its slots plus AffinityLoadFactor ×
+// the average per slot; past that they go to the key's next worker, and
+// wait there on the same terms.
 func TestAffinityBoundedLoad(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.Scheduling.AffinityLoadFactor = 1.5 })
-	ws, fcs, ids := h.attachN("q", 2, 4)
-	key := "hot"
-	order := core.AffinityOrder(key, ids)
-	var got []string
-	for range 6 {
-		j := h.submitKey("q", key, nil)
-		i, _ := owner(t, ws, fcs, j.ID)
-		if ws[i].ID == order[0] {
-			got = append(got, "first")
-		} else {
-			got = append(got, "next")
+	h := newHarness(t, func(c *core.Config) {
+		c.Scheduling.AffinityLoadFactor, c.Scheduling.AffinityWait = 1.5, time.Hour
+	})
+	ws, fcs, ids := h.attachN("q", 4, 1)
+	order := core.AffinityOrder("hot", ids)
+	at := func(id string) int { return slices.IndexFunc(ws, func(w *core.Worker) bool { return w.ID == id }) }
+	first, second := at(order[0]), at(order[1])
+	var jobs []*core.Job
+	for range 5 {
+		jobs = append(jobs, h.submitKey("q", "hot", nil))
+	}
+	// H held before each job, S = 4 slots of 1, bound 1 + ⌈1.5 × (H+1)/4⌉:
+	// job 1 takes the first's slot (H 0); jobs 2 and 3 wait for it
+	// (bounds 2 and 3); job 4 would make it hold 4 over a bound of 3: it
+	// goes to the second, free; job 5 would make the first hold 4 over 3
+	// again, and waits for the second (2 under 3).
+	offered := func(i int) []string {
+		var out []string
+		for _, o := range fcs[i].Offers() {
+			out = append(out, o.JobID)
+		}
+		return out
+	}
+	if got := offered(first); !slices.Equal(got, []string{jobs[0].ID}) {
+		t.Fatalf("the first worker was offered %v, want job 1", got)
+	}
+	if got := offered(second); !slices.Equal(got, []string{jobs[3].ID}) {
+		t.Fatalf("the second worker was offered %v, want job 4", got)
+	}
+	end := func(w, job int) {
+		t.Helper()
+		o := fcs[w].offersFor(jobs[job].ID)
+		ws[w].End(jobs[job].ID, o[len(o)-1].Gen, "", "", nil)
+	}
+	end(first, 0)
+	end(second, 3)
+	end(first, 1)
+	if got := offered(first); !slices.Equal(got, []string{jobs[0].ID, jobs[1].ID, jobs[2].ID}) {
+		t.Fatalf("the first worker was offered %v, want jobs 1 to 3", got)
+	}
+	if got := offered(second); !slices.Equal(got, []string{jobs[3].ID, jobs[4].ID}) {
+		t.Fatalf("the second worker was offered %v, want jobs 4 and 5", got)
+	}
+	for _, i := range []int{0, 1, 2, 3} {
+		if i != first && i != second && len(fcs[i].Offers()) > 0 {
+			t.Errorf("worker %d, neither of the key's first two, was offered a job", i)
 		}
 	}
-	// Load L before each job, S = 8 slots, bound ⌈1.5 × (L+1) × 4/8⌉:
-	// jobs 1-3 fit on the first (bounds 1, 2, 3), job 4 would be its 4th
-	// over a bound of 3, job 5 is its 4th under a bound of 4, job 6 finds
-	// it full (4 slots) and the next free.
-	want := []string{"first", "first", "first", "next", "first", "next"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("placements %v, want %v", got, want)
-	}
-	if hits, full := h.affinity(core.AffinityHit), h.affinity(core.AffinityFull); hits != 4 || full != 2 {
-		t.Errorf("hits %v full %v, want 4 and 2", hits, full)
+	if hits, full := h.affinity(core.AffinityHit), h.affinity(core.AffinityFull); hits != 3 || full != 2 {
+		t.Errorf("hits %v full %v, want 3 and 2", hits, full)
 	}
 }
 
@@ -299,4 +327,45 @@ func TestAffinityMissReasons(t *testing.T) {
 	want(core.AffinityFull, 0)
 	want(core.AffinityGone, 1)
 	want(core.AffinityNoneCapable, 1)
+}
+
+// AffinityWait: a job whose worker is full but has room under the bound
+// (its queue is no longer than the factor allows) waits that long for it
+// while another worker is free, then goes there.
+func TestAffinityWait(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		free  bool // one of the first worker's jobs ends within the wait
+		first bool
+	}{{"slot frees in time", true, true}, {"wait runs out", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(c *core.Config) {
+					c.Scheduling.AffinityLoadFactor, c.Scheduling.AffinityWait = 1.5, 100*time.Millisecond
+				})
+				ws, fcs, ids := h.attachN("q", 2, 4)
+				order := core.AffinityOrder("hot", ids)
+				first := slices.IndexFunc(ws, func(w *core.Worker) bool { return w.ID == order[0] })
+				var jobs []*core.Job
+				for range 4 { // the first worker's slots
+					jobs = append(jobs, h.submitKey("q", "hot", nil))
+				}
+				last := h.submitKey("q", "hot", nil)
+				synctest.Wait()
+				if n := len(fcs[1-first].offersFor(last.ID)); n != 0 {
+					t.Fatal("the job went to the free worker before its wait was over")
+				}
+				if tc.free {
+					time.Sleep(50 * time.Millisecond)
+					_, o := owner(t, ws, fcs, jobs[0].ID)
+					ws[first].End(jobs[0].ID, o.Gen, "", "", nil)
+				}
+				time.Sleep(100 * time.Millisecond)
+				synctest.Wait()
+				if i, _ := owner(t, ws, fcs, last.ID); (i == first) != tc.first {
+					t.Fatalf("the job went to worker %d, want the first (%d): %v", i, first, tc.first)
+				}
+			})
+		})
+	}
 }

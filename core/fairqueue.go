@@ -201,9 +201,9 @@ func (f *fairQueue) order() []*subjectQueue {
 // came back first, then the subjects in order (order), and in each subject
 // its jobs by rank. A job with an affinity key goes to its target when
 // that has a free slot; in a subject none of whose jobs can go where it
-// belongs, its first job some free consumer can run goes there, so a free
-// slot never idles while a job it can run waits. A nil task: no job can be
-// bound now.
+// belongs, its first job that has waited AffinityWait and that some free
+// consumer can run goes there, so a free slot idles at most that long
+// while a job it can run waits. A nil task: no job can be bound now.
 func (e *Engine) nextLocked(q *queue) (*task, *consumerPool, *consumerSlot) {
 	p := e.poolLocked(q)
 	if !p.anyFree() {
@@ -214,6 +214,8 @@ func (e *Engine) nextLocked(q *queue) (*task, *consumerPool, *consumerSlot) {
 			return t, p, c
 		}
 	}
+	now, wait := time.Now(), e.cfg.Scheduling.AffinityWait
+	var spillAt time.Time
 	for _, s := range q.fair.order() {
 		for _, t := range s.waiting {
 			if c := e.placeLocked(q, p, t, false); c != nil {
@@ -224,10 +226,19 @@ func (e *Engine) nextLocked(q *queue) (*task, *consumerPool, *consumerSlot) {
 			if t.d.AffinityKey == "" {
 				continue // placeLocked found no free consumer for it above
 			}
+			if at := t.budget.At.Add(wait); now.Before(at) {
+				if spillAt.IsZero() || at.Before(spillAt) {
+					spillAt = at
+				}
+				continue
+			}
 			if c := e.placeLocked(q, p, t, true); c != nil {
 				return t, p, c
 			}
 		}
+	}
+	if !spillAt.IsZero() {
+		e.spillLaterLocked(q, spillAt)
 	}
 	return nil, p, nil
 }

@@ -38,11 +38,16 @@ const MaxWeight = 1000
 // they agree.
 type SchedulingConfig struct {
 	// AffinityLoadFactor is the bound of consistent hashing with bounded
-	// loads: a consumer whose jobs (running and waiting for it) would pass
-	// this factor times the queue's average per slot is skipped for a
-	// key's next choice (affinity.go). At least 1; larger keeps more keys
-	// on their consumer, smaller balances tighter.
+	// loads: a consumer is skipped for the next in a key's order when its
+	// jobs (running, and waiting for it) would pass its slots plus this
+	// factor times the queue's average per slot (affinity.go). At least 1;
+	// larger keeps more keys on their consumer, smaller balances tighter.
 	AffinityLoadFactor float64
+	// AffinityWait is how long a job with an affinity key waits for a
+	// free slot on its key's consumer (which has room under the bound)
+	// while another capable consumer has one; then it goes there. 0 sends
+	// it at once: a slot never idles while a job it can run waits.
+	AffinityWait time.Duration
 	// PriorityAging is how long a waiting job takes to gain one level of
 	// priority over jobs posted after it: a job is passed by a later job of
 	// its subject only if that one asked for more priority than the
@@ -53,7 +58,7 @@ type SchedulingConfig struct {
 // DefaultSchedulingConfig is the scheduling a node uses unless told
 // otherwise.
 func DefaultSchedulingConfig() SchedulingConfig {
-	return SchedulingConfig{AffinityLoadFactor: 1.5, PriorityAging: 5 * time.Second}
+	return SchedulingConfig{AffinityLoadFactor: 1.5, AffinityWait: time.Second, PriorityAging: 5 * time.Second}
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -61,6 +66,8 @@ func (c SchedulingConfig) Validate() error {
 	switch {
 	case !(c.AffinityLoadFactor >= 1) || c.AffinityLoadFactor > 100:
 		return &ConfigError{"affinity-load-factor", c.AffinityLoadFactor, errors.New("must be between 1 and 100")}
+	case c.AffinityWait < 0:
+		return &ConfigError{"affinity-wait", c.AffinityWait, errors.New("must not be negative")}
 	case c.PriorityAging <= 0:
 		return &ConfigError{"priority-aging", c.PriorityAging, errors.New("must be positive")}
 	}
