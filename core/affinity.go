@@ -155,6 +155,21 @@ func affinityOrder(key uint64, cands []*consumerSlot) []*consumerSlot {
 	return out
 }
 
+// AffinityOrder is the order of consumers (ids, with their slots) for
+// jobs with key, the one they go to while it has room first: the pure
+// function every dispatcher computes, whichever node it is on.
+func AffinityOrder(key string, slots map[string]int) []string {
+	cands := make([]*consumerSlot, 0, len(slots))
+	for id, n := range slots {
+		cands = append(cands, &consumerSlot{id: id, slots: n})
+	}
+	out := make([]string, 0, len(cands))
+	for _, c := range affinityOrder(keyHash(key), cands) {
+		out = append(out, c.id)
+	}
+	return out
+}
+
 // affinityPlaceLocked is where a job with an affinity key goes now: its
 // target if that has a free slot; with spill, else the first consumer in
 // its key's order that has one. nil: nowhere now. It (re)targets the job
