@@ -131,7 +131,9 @@ type gate struct {
 	all     bool
 }
 
-func newGate() *gate { return &gate{started: make(chan string, 256), release: map[string]chan struct{}{}} }
+func newGate() *gate {
+	return &gate{started: make(chan string, 256), release: map[string]chan struct{}{}}
+}
 
 func (g *gate) ch(name string) chan struct{} {
 	g.mu.Lock()
