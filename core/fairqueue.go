@@ -10,7 +10,7 @@ import (
 // This file is the order in which a queue's dispatcher hands out its
 // slots: fair share between subjects, priorities with aging inside each
 // subject's share, and the jobs that came back ahead of both. Which
-// consumer a job goes to is affinity.go's and pickLocked's; the rules and
+// consumer a job goes to is affinity.go's and consumers.go's; the rules and
 // their bounds are written up in docs/scheduling.md.
 //
 // The rule, weighted fair queuing of a queue's slots between subjects (the
