@@ -82,7 +82,10 @@ func copySlice(s []string) []string {
 
 // DeliveryToPB returns d in its wire form.
 func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
+	traceparent, tracestate := core.FormatTrace(d.Trace)
 	return &pb.PeerDelivery{
+		Traceparent:    traceparent,
+		Tracestate:     tracestate,
 		JobId:          d.JobID,
 		Generation:     d.Gen,
 		Queue:          d.Queue,
@@ -127,6 +130,9 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Exclude:        copySlice(p.GetExclude()),
 		Front:          p.GetFront(),
 		Window:         credit(p.GetWindowEvents(), p.GetWindowBytes()),
+		// A malformed trace context is dropped, never the job: the
+		// receiver's spans then start a trace of their own.
+		Trace: core.ParseTrace(p.GetTraceparent(), p.GetTracestate()),
 	}, nil
 }
 
