@@ -28,6 +28,8 @@ type otlpReceiver struct {
 	mu    sync.Mutex
 	spans []span
 	count int
+	// byNode counts the spans of each switchyard.node resource.
+	byNode map[string]int
 }
 
 // span is one received span, flattened with the attributes of its
@@ -52,7 +54,7 @@ func startOTLPReceiver(tb testing.TB, discard bool) *otlpReceiver {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &otlpReceiver{addr: ln.Addr().String(), discard: discard}
+	r := &otlpReceiver{addr: ln.Addr().String(), discard: discard, byNode: map[string]int{}}
 	srv := grpc.NewServer()
 	coltrace.RegisterTraceServiceServer(srv, r)
 	done := make(chan struct{})
@@ -78,6 +80,7 @@ func (r *otlpReceiver) Export(_ context.Context, req *coltrace.ExportTraceServic
 		res := attrMap(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
 			r.count += len(ss.GetSpans())
+			r.byNode[res["switchyard.node"]] += len(ss.GetSpans())
 			if r.discard {
 				continue
 			}
@@ -105,6 +108,13 @@ func (r *otlpReceiver) received() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.count
+}
+
+// receivedFrom is how many spans the receiver was sent by node.
+func (r *otlpReceiver) receivedFrom(node string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byNode[node]
 }
 
 // trace returns the spans of one trace, in the order they started.
