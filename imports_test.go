@@ -107,7 +107,7 @@ var importRules = map[string]importRule{
 	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "proto/switchyard/v1", "tracing"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
-	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit"}},
+	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit", "tracing"}},
 	// Tests and the benchmarks' harness see everything.
 	"integration":          {any: true},
 	"integration/benchkit": {any: true},

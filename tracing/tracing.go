@@ -65,8 +65,9 @@ type Config struct {
 	// exported; 0: OTEL_BSP_SCHEDULE_DELAY or the SDK's 5s.
 	BatchTimeout time.Duration
 	// Node is the node's id, the resource's service.instance.id and
-	// switchyard.node. ServiceName defaults to "switchyard"
-	// (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override both).
+	// switchyard.node ("": neither, as for a worker). ServiceName defaults
+	// to "switchyard" (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// override both).
 	Node        string
 	ServiceName string
 }
@@ -97,16 +98,12 @@ func Open(ctx context.Context, cfg Config) (*Provider, error) {
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = "switchyard"
 	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
+	if cfg.Node != "" {
+		attrs = append(attrs, attribute.String("service.instance.id", cfg.Node), attribute.String("switchyard.node", cfg.Node))
+	}
 	// Ours first, then the environment's, which win.
-	res, err := resource.New(ctx,
-		resource.WithAttributes(
-			attribute.String("service.name", cfg.ServiceName),
-			attribute.String("service.instance.id", cfg.Node),
-			attribute.String("switchyard.node", cfg.Node),
-		),
-		resource.WithTelemetrySDK(),
-		resource.WithFromEnv(),
-	)
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithTelemetrySDK(), resource.WithFromEnv())
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
