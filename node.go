@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -279,7 +280,11 @@ func (n *Node) openAPIs() (err error) {
 		return err
 	}
 	hcfg.Workers = wcfg
-	hcfg.TracerProvider = n.trace.TracerProvider()
+	var tp trace.TracerProvider // nil with export off: the edges then only read the caller's trace context
+	if n.trace.Exporting() {
+		tp = n.trace.TracerProvider()
+	}
+	hcfg.TracerProvider = tp
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return err
@@ -303,7 +308,7 @@ func (n *Node) openAPIs() (err error) {
 	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Keys: n.keys, Creds: creds, Errors: errm, Logger: n.log.With("system", "grpc"),
-		TracerProvider: n.trace.TracerProvider(),
+		TracerProvider: tp,
 	}, n.workers, n.jobs, cluster)
 	n.debug = newDebugServer(api, n.log)
 	n.http = &http.Server{

@@ -85,9 +85,10 @@ func FormatTrace(sc trace.SpanContext) (traceparent, tracestate string) {
 	if !sc.IsValid() {
 		return "", ""
 	}
-	c := propagation.MapCarrier{}
-	traceContext.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
-	return c["traceparent"], c["tracestate"]
+	// Version 00, the only one: what propagation.TraceContext.Inject
+	// writes, without its carrier map (this runs on every hop).
+	flags := sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom)
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + flags.String(), sc.TraceState().String()
 }
 
 // ParseTrace reads a W3C traceparent and tracestate as a remote span

@@ -7,6 +7,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/core"
@@ -154,6 +155,18 @@ func TestTraceText(t *testing.T) {
 	for _, bad := range []string{"", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "junk"} {
 		if sc := core.ParseTrace(bad, ""); sc.IsValid() {
 			t.Errorf("ParseTrace(%q) = %v, want invalid", bad, sc)
+		}
+	}
+	// FormatTrace writes what the W3C propagator writes.
+	for _, flags := range []trace.TraceFlags{0, trace.FlagsSampled, 0xff} {
+		for _, ts := range []string{"", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"} {
+			state, _ := trace.ParseTraceState(ts)
+			sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2}, SpanID: trace.SpanID{3}, TraceFlags: flags, TraceState: state})
+			c := propagation.MapCarrier{}
+			propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+			if tp, ts := core.FormatTrace(sc); tp != c["traceparent"] || ts != c["tracestate"] {
+				t.Errorf("FormatTrace(%v) = %q, %q; the propagator writes %q, %q", sc, tp, ts, c["traceparent"], c["tracestate"])
+			}
 		}
 	}
 	if tp, ts := core.FormatTrace(trace.SpanContext{}); tp != "" || ts != "" {

@@ -3,18 +3,12 @@ package grpcapi
 import (
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/stats"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/auth"
@@ -38,11 +32,9 @@ type ServerConfig struct {
 	// Errors count the calls the guard refuses; nil keeps a set registered
 	// nowhere.
 	Errors *apierr.Metrics
-	// TracerProvider records the span of every JobService call (otelgrpc's
-	// stats handler, which reads the caller's W3C trace context from its
-	// metadata); nil records none, and the caller's trace context still
-	// reaches the job. Worker sessions are not traced as calls: a session
-	// lives for hours and carries many jobs, each traced by the engine.
+	// TracerProvider records the span of every JobService call (trace.go);
+	// nil records none, and the caller's trace context still reaches the
+	// job.
 	TracerProvider trace.TracerProvider
 	Logger *slog.Logger
 }
@@ -60,19 +52,8 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = tracenoop.NewTracerProvider()
-	}
-	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger)}
+	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger), extractTrace: cfg.TracerProvider == nil}
 	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(
-			otelgrpc.WithTracerProvider(cfg.TracerProvider),
-			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-			otelgrpc.WithPropagators(propagation.TraceContext{}),
-			otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
-				return strings.HasPrefix(info.FullMethodName, "/"+pb.JobService_ServiceDesc.ServiceName+"/")
-			}),
-		)),
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -89,6 +70,9 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	}
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
+	}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, traceCalls(cfg.TracerProvider))
 	}
 	s := grpc.NewServer(opts...)
 	pb.RegisterWorkerServiceServer(s, workers)

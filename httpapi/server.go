@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/auth"
@@ -98,8 +97,8 @@ type Config struct {
 	// role (on a node without keys, everyone is admin).
 	MetricsOpen bool
 	// TracerProvider records the span of every API request (trace.go);
-	// nil records none, and a caller's trace context still reaches the
-	// job.
+	// nil (export off) records none, and a caller's trace context still
+	// reaches the job.
 	TracerProvider trace.TracerProvider
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
@@ -200,9 +199,6 @@ func New(e *core.Engine, cfg Config, reg prometheus.Registerer) (*Server, error)
 	}
 	if cfg.Keys == nil {
 		cfg.Keys, _ = auth.Open(auth.Source{}, nil) // no source: cannot fail
-	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	if cfg.ClusterEventsInterval <= 0 {
 		cfg.ClusterEventsInterval = DefaultClusterEventsInterval

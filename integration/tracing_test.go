@@ -260,6 +260,27 @@ func TestTracePropagatesWithExportOff(t *testing.T) {
 			t.Errorf("%s: the caller's sampled flag is lost: the worker got %q", tc.name, job.Traceparent)
 		}
 	}
+
+	// The gRPC JobService reads it from the call's metadata.
+	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tidG := "abf92f3577b34da6a3ce929d0e0e473c"
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tidG+"-00f067aa0ba902b7-01")
+	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
+	if job := <-offers; job.TraceID != tidG {
+		t.Errorf("a gRPC Submit's worker got trace %s, want the caller's %s", job.TraceID, tidG)
+	}
 }
 
 // tracedHandler is the test worker: "tokens" sends three outputs, with a
