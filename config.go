@@ -10,10 +10,10 @@ import (
 
 	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/tracing"
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
+	"github.com/switchyard/switchyard/tracing"
 )
 
 // Config is everything a node needs. Start from DefaultConfig; cmd fills it

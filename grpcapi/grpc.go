@@ -36,7 +36,7 @@ type ServerConfig struct {
 	// nil records none, and the caller's trace context still reaches the
 	// job.
 	TracerProvider trace.TracerProvider
-	Logger *slog.Logger
+	Logger         *slog.Logger
 }
 
 // NewServer returns the gRPC server of a node's --grpc-addr, with the

@@ -27,7 +27,6 @@ type otlpReceiver struct {
 
 	mu    sync.Mutex
 	spans []span
-	count int
 	// byNode counts the spans of each switchyard.node resource.
 	byNode map[string]int
 }
@@ -79,7 +78,6 @@ func (r *otlpReceiver) Export(_ context.Context, req *coltrace.ExportTraceServic
 	for _, rs := range req.GetResourceSpans() {
 		res := attrMap(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
-			r.count += len(ss.GetSpans())
 			r.byNode[res["switchyard.node"]] += len(ss.GetSpans())
 			if r.discard {
 				continue
@@ -101,13 +99,6 @@ func (r *otlpReceiver) Export(_ context.Context, req *coltrace.ExportTraceServic
 		}
 	}
 	return &coltrace.ExportTraceServiceResponse{}, nil
-}
-
-// received is how many spans the receiver was sent.
-func (r *otlpReceiver) received() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.count
 }
 
 // receivedFrom is how many spans the receiver was sent by node.

@@ -143,7 +143,7 @@ func TestTraceAcrossCluster(t *testing.T) {
 	// A cancelled job: its trace says so, on every node.
 	tidC := "5bf92f3577b34da6a3ce929d0e0e4737"
 	idC := postAccepted(t, n1, "demo", `{"input":"block"}`, "00-"+tidC+"-"+caller+"-01")
-	waitFor(t, 10*time.Second, "the blocked job's output", func() bool { return jobOutputs(t, n1, idC) >= 1 })
+	waitFor(t, 10*time.Second, "the blocked job's output", func() bool { return outputsOf(t, n1, idC) >= 1 })
 	cancelJob(t, n1, idC)
 	waitFor(t, 10*time.Second, "the cancelled job's spans", func() bool {
 		flush()
@@ -160,7 +160,7 @@ func TestTraceAcrossCluster(t *testing.T) {
 	// A worker_lost job: the worker goes away after the job's first output.
 	tidL := "6bf92f3577b34da6a3ce929d0e0e4738"
 	idL := postAccepted(t, n1, "lost", `{"input":"block"}`, "00-"+tidL+"-"+caller+"-01")
-	waitFor(t, 10*time.Second, "the job's output on the worker that will be lost", func() bool { return jobOutputs(t, n1, idL) >= 1 })
+	waitFor(t, 10*time.Second, "the job's output on the worker that will be lost", func() bool { return outputsOf(t, n1, idL) >= 1 })
 	stopLost()
 	waitFor(t, 10*time.Second, "the lost job's spans", func() bool {
 		flush()
@@ -374,7 +374,7 @@ func jobTraceID(tb testing.TB, n *switchyard.Node, id string) string {
 	return s
 }
 
-func jobOutputs(tb testing.TB, n *switchyard.Node, id string) float64 {
+func outputsOf(tb testing.TB, n *switchyard.Node, id string) float64 {
 	f, _ := jobView(tb, n, id)["outputs"].(float64)
 	return f
 }
