@@ -230,7 +230,7 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	}
 	fctx, stop := context.WithDeadline(e.bgCtx, until)
 	j.stopForward = stop
-	fspan := e.startSpan(j.trace, SpanForward, trace.SpanKindClient, AttrJob.String(j.ID), AttrQueue.String(j.Queue),
+	fspan := e.startSpan(j.trace, SpanForward, trace.SpanKindProducer, AttrJob.String(j.ID), AttrQueue.String(j.Queue),
 		AttrNode.String(e.cfg.Node), AttrPeer.String(dispatcher), AttrGeneration.Int64(int64(d.Gen)))
 	d.Trace = fspan.SpanContext()
 	fctx = trace.ContextWithSpan(fctx, fspan)

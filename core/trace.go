@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"math/rand/v2"
 
@@ -112,19 +113,13 @@ func newRootSpanContext() trace.SpanContext {
 	var tid trace.TraceID
 	var sid trace.SpanID
 	for !tid.IsValid() {
-		putUint64(tid[:8], rand.Uint64())
-		putUint64(tid[8:], rand.Uint64())
+		binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(tid[8:], rand.Uint64())
 	}
 	for !sid.IsValid() {
-		putUint64(sid[:], rand.Uint64())
+		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
-}
-
-func putUint64(b []byte, v uint64) {
-	for i := range 8 {
-		b[i] = byte(v >> (56 - 8*i))
-	}
 }
 
 // startSpan starts a span of one of a job's parts, as a child of parent
@@ -138,7 +133,7 @@ func (e *Engine) startSpan(parent trace.SpanContext, name string, kind trace.Spa
 // startJobSpan starts a job's span, as a child of the span ctx carries
 // (the edge request's: the caller's trace) or, with none, as a new trace.
 func (e *Engine) startJobSpan(ctx context.Context, queue string) trace.Span {
-	_, span := e.tracer.Start(ctx, SpanJob, trace.WithSpanKind(trace.SpanKindServer),
+	_, span := e.tracer.Start(ctx, SpanJob, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(AttrQueue.String(queue), AttrNode.String(e.cfg.Node)))
 	if !span.SpanContext().IsValid() {
 		// No recording tracer and no caller's trace: the job's own.
@@ -202,12 +197,18 @@ func (e *Engine) logJob(sc trace.SpanContext, level slog.Level, msg string, args
 // resumes.
 func (j *Job) Trace() trace.SpanContext { return j.trace }
 
+// WithTrace is ctx carrying j's trace context: what a transport logs a
+// line about j with, so the line carries the job's trace id.
+func (j *Job) WithTrace(ctx context.Context) context.Context {
+	return trace.ContextWithSpanContext(ctx, j.trace)
+}
+
 // StartResume starts the span of one reader of j's stream (a GET of its
 // events, a gRPC Resume), as a child of the job's span, linked to the
 // reader's own request span in ctx. The caller ends it.
 func (e *Engine) StartResume(ctx context.Context, j *Job, after uint64) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(AttrJob.String(j.ID), AttrQueue.String(j.Queue), AttrNode.String(e.cfg.Node), AttrFromSeq.Int64(int64(after))),
 	}
 	if req := trace.SpanContextFromContext(ctx); req.IsValid() && req.TraceID() != j.trace.TraceID() {

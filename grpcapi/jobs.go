@@ -272,7 +272,7 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.log.InfoContext(ctx, "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+		s.log.InfoContext(j.WithTrace(ctx), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
 	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
 		return res, s.fail("stream", err)

@@ -199,7 +199,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.log.InfoContext(r.Context(), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+		s.log.InfoContext(j.WithTrace(r.Context()), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
 	return res
 }
