@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -89,8 +88,10 @@ type binding struct {
 	// credit is the binding's output credit (credit.go).
 	credit hostCredit
 	// offer is the offer's span until the worker answers it, run the
-	// run's from the accept; each nil once ended (trace.go).
+	// run's from the accept; each nil once ended (trace.go). cancelCode
+	// is why the binding is cancelling, for the span of its end.
 	offer, run trace.Span
+	cancelCode Code
 }
 
 // endSpans ends whichever of the binding's spans is open, with result and
@@ -101,7 +102,7 @@ func (b *binding) endSpans(result string, code Code) {
 		b.offer = nil
 	}
 	if b.run != nil {
-		endSpan(b.run, result, code, AttrOutputs.Int64(int64(b.credit.used.Events)), AttrOutputBytes.Int64(int64(b.credit.used.Bytes)))
+		endSpan(b.run, result, code, AttrOutputs.Int64(b.credit.used.Events), AttrOutputBytes.Int64(b.credit.used.Bytes))
 		b.run = nil
 	}
 }
@@ -401,7 +402,7 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 		return
 	}
 	if b.offer != nil && b.offer.IsRecording() {
-		b.offer.SetAttributes(attribute.String("switchyard.reason", reason))
+		b.offer.SetAttributes(AttrReason.String(reason))
 	}
 	b.endSpans("rejected", "")
 	w.releaseLocked(id, b)
@@ -483,7 +484,7 @@ func (w *Worker) End(id string, gen uint64, code Code, detail string, result jso
 		return
 	}
 	if b.cancelling {
-		b.endSpans("cancelled", CodeCancelled)
+		b.endSpans("cancelled", b.cancelCode)
 	} else {
 		b.endSpans("ended", code)
 	}
@@ -537,7 +538,7 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 	if b == nil || b.cancelling || w.gone {
 		return
 	}
-	b.cancelling = true
+	b.cancelling, b.cancelCode = true, reason
 	for _, span := range []trace.Span{b.offer, b.run} {
 		if span != nil && span.IsRecording() {
 			span.AddEvent("cancel", trace.WithAttributes(AttrCode.String(string(reason))))

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -581,7 +580,7 @@ func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, 
 	}
 	if j.span.IsRecording() {
 		j.span.AddEvent("released", trace.WithAttributes(AttrConsumer.String(consumer), AttrGeneration.Int64(int64(gen)),
-			attribute.Bool("switchyard.rejected", rejected), attribute.String("switchyard.reason", reason)))
+			AttrRejected.Bool(rejected), AttrReason.String(reason)))
 	}
 	if rejected {
 		if consumer != "" {

@@ -72,6 +72,8 @@ const (
 	AttrEvents      = attribute.Key("switchyard.events")
 	AttrBytes       = attribute.Key("switchyard.bytes")
 	AttrFromSeq     = attribute.Key("switchyard.from_seq")
+	AttrReason      = attribute.Key("switchyard.reason")
+	AttrRejected    = attribute.Key("switchyard.rejected")
 )
 
 // noopTracer is the Tracer of an engine configured without one.
