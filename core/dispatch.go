@@ -320,9 +320,7 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		}
 		// The next hop (the offer, here or on the consumer's node) is a
 		// child of the queue span, which ends bound.
-		if t.span != nil {
-			t.d.Trace = t.span.SpanContext()
-		}
+		t.d.Trace = spanContext(t.span, t.d.Trace)
 		t.endSpan("bound", "", AttrConsumer.String(consumerOf(w, rc)))
 		e.removePendingLocked(q, t)
 		// Decrement at dequeue: what the consumer gets is what is left now,

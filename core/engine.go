@@ -223,9 +223,6 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
-	if cfg.Tracer == nil {
-		cfg.Tracer = noopTracer
-	}
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger,

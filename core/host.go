@@ -243,7 +243,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	err := w.conn.SendOffer(Offer{
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
 		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
-		Credit: t.d.Window, Trace: b.offer.SpanContext(),
+		Credit: t.d.Window, Trace: spanContext(b.offer, t.d.Trace),
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
@@ -401,7 +401,7 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 	if b == nil || b.accepted {
 		return
 	}
-	if b.offer != nil && b.offer.IsRecording() {
+	if recording(b.offer) {
 		b.offer.SetAttributes(AttrReason.String(reason))
 	}
 	b.endSpans("rejected", "")
@@ -540,7 +540,7 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 	}
 	b.cancelling, b.cancelCode = true, reason
 	for _, span := range []trace.Span{b.offer, b.run} {
-		if span != nil && span.IsRecording() {
+		if recording(span) {
 			span.AddEvent("cancel", trace.WithAttributes(AttrCode.String(string(reason))))
 		}
 	}

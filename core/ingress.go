@@ -69,7 +69,7 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	}
 	// The job's span starts before the lock (an SDK's Start is not the
 	// engine's to hold it for); a refusal below ends it with its code.
-	span := e.startJobSpan(ctx, queue)
+	span, sc := e.startJobSpan(ctx, queue)
 	e.mu.Lock()
 	if old, err := e.admitLocked(queue, env, opts, hash); old != nil || err != nil {
 		e.mu.Unlock()
@@ -85,8 +85,8 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	if id != "" {
 		j.ID = id
 	}
-	j.span, j.trace = span, span.SpanContext()
-	if span.IsRecording() {
+	j.span, j.trace = span, sc
+	if recording(span) {
 		span.SetAttributes(AttrJob.String(j.ID))
 	}
 	j.idemHash = hash
@@ -231,8 +231,10 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	j.stopForward = stop
 	fspan := e.startSpan(j.trace, SpanForward, trace.SpanKindProducer, AttrJob.String(j.ID), AttrQueue.String(j.Queue),
 		AttrNode.String(e.cfg.Node), AttrPeer.String(dispatcher), AttrGeneration.Int64(int64(d.Gen)))
-	d.Trace = fspan.SpanContext()
-	fctx = trace.ContextWithSpan(fctx, fspan)
+	d.Trace = spanContext(fspan, j.trace)
+	if fspan != nil {
+		fctx = trace.ContextWithSpan(fctx, fspan)
+	}
 	e.goLocked(func(context.Context) {
 		defer stop()
 		err := e.transport.Forward(fctx, dispatcher, d)
@@ -506,7 +508,7 @@ func (e *Engine) onAcceptedLocked(id string, gen uint64, consumer, name string) 
 		return false
 	}
 	j.consumer, j.worker, j.state = consumer, name, StateRunning
-	if j.span.IsRecording() {
+	if recording(j.span) {
 		j.span.AddEvent("accepted", trace.WithAttributes(AttrConsumer.String(consumer), AttrWorker.String(name), AttrGeneration.Int64(int64(gen))))
 	}
 	return true
@@ -543,7 +545,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		j.produced = true
 		j.firstOutputAt = time.Now()
 		observe(e.m.TimeToFirst, j.firstOutputAt.Sub(j.Created).Seconds(), j.trace)
-		if j.span.IsRecording() {
+		if recording(j.span) {
 			j.span.AddEvent("first_output")
 		}
 	}
@@ -578,7 +580,7 @@ func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, 
 		e.m.StaleMessages.WithLabelValues("release").Inc()
 		return
 	}
-	if j.span.IsRecording() {
+	if recording(j.span) {
 		j.span.AddEvent("released", trace.WithAttributes(AttrConsumer.String(consumer), AttrGeneration.Int64(int64(gen)),
 			AttrRejected.Bool(rejected), AttrReason.String(reason)))
 	}

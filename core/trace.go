@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"log/slog"
 	"math/rand/v2"
 
@@ -10,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // This file is a job's trace: the W3C trace context a job carries through
@@ -19,9 +19,9 @@ import (
 // core uses the OpenTelemetry API only (trace, attribute, codes,
 // propagation): a Tracer comes in through Config.Tracer, and which SDK, if
 // any, records and exports its spans is the node's business. With no
-// Tracer (export off) every span is the API's no-op: a job's trace context
-// is then the caller's, passed on unchanged, or a new one made here, and
-// the spans cost a nil check.
+// Tracer (export off) no span is started at all: a job's trace context is
+// then the caller's, passed on unchanged, or a new one made here, and the
+// spans cost a nil check.
 //
 // Every span ends when its part of the job ends: the job span in
 // finishLocked, the queue span when its task leaves the queue (bound or
@@ -76,10 +76,7 @@ const (
 	AttrRejected    = attribute.Key("switchyard.rejected")
 )
 
-// noopTracer is the Tracer of an engine configured without one.
-var noopTracer trace.Tracer = noop.NewTracerProvider().Tracer("")
-
-// traceContext is the W3C propagator of FormatTrace and ParseTrace.
+// traceContext is the W3C propagator of ParseTrace.
 var traceContext propagation.TraceContext
 
 // FormatTrace returns sc in its W3C text form: the traceparent and
@@ -90,8 +87,15 @@ func FormatTrace(sc trace.SpanContext) (traceparent, tracestate string) {
 	}
 	// Version 00, the only one: what propagation.TraceContext.Inject
 	// writes, without its carrier map (this runs on every hop).
-	flags := sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom)
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + flags.String(), sc.TraceState().String()
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), byte(sc.TraceFlags()&(trace.FlagsSampled|trace.FlagsRandom))
+	var b [55]byte
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:], []byte{flags})
+	return string(b[:]), sc.TraceState().String()
 }
 
 // ParseTrace reads a W3C traceparent and tracestate as a remote span
@@ -101,12 +105,26 @@ func ParseTrace(traceparent, tracestate string) trace.SpanContext {
 	if traceparent == "" {
 		return trace.SpanContext{}
 	}
-	c := propagation.MapCarrier{"traceparent": traceparent}
-	if tracestate != "" {
-		c["tracestate"] = tracestate
-	}
-	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), c))
+	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), &traceCarrier{traceparent, tracestate}))
 }
+
+// traceCarrier is a W3C trace context as a propagator reads it: a
+// TextMapCarrier without a map (ParseTrace runs on every hop).
+type traceCarrier struct{ traceparent, tracestate string }
+
+func (c *traceCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.traceparent
+	case "tracestate":
+		return c.tracestate
+	}
+	return ""
+}
+
+func (c *traceCarrier) Set(string, string) {}
+
+func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
 // newRootSpanContext starts a trace for a job that came with none, on a
 // node that records no spans: the job still has a trace id, for its logs
@@ -125,23 +143,46 @@ func newRootSpanContext() trace.SpanContext {
 }
 
 // startSpan starts a span of one of a job's parts, as a child of parent
-// (a span context from this node or, marked remote, from another).
+// (a span context from this node or, marked remote, from another). With
+// no tracer it starts none and returns nil: the parts' spans are then
+// nil, every helper here takes a nil span, and the next hop's parent is
+// parent itself (spanContext), so a node without a tracer allocates
+// nothing for them.
 func (e *Engine) startSpan(parent trace.SpanContext, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) trace.Span {
+	if e.tracer == nil {
+		return nil
+	}
 	ctx := trace.ContextWithSpanContext(context.Background(), parent)
 	_, span := e.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	return span
 }
 
 // startJobSpan starts a job's span, as a child of the span ctx carries
-// (the edge request's: the caller's trace) or, with none, as a new trace.
-func (e *Engine) startJobSpan(ctx context.Context, queue string) trace.Span {
+// (the edge request's: the caller's trace) or, with none, as a new trace;
+// it returns the job's trace context too. With no tracer the span is nil
+// and the trace context is the caller's, or a new one.
+func (e *Engine) startJobSpan(ctx context.Context, queue string) (trace.Span, trace.SpanContext) {
+	if e.tracer == nil {
+		sc := trace.SpanContextFromContext(ctx)
+		if !sc.IsValid() {
+			sc = newRootSpanContext()
+		}
+		return nil, sc
+	}
 	_, span := e.tracer.Start(ctx, SpanJob, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(AttrQueue.String(queue), AttrNode.String(e.cfg.Node)))
-	if !span.SpanContext().IsValid() {
-		// No recording tracer and no caller's trace: the job's own.
-		span = trace.SpanFromContext(trace.ContextWithSpanContext(ctx, newRootSpanContext()))
+	return span, span.SpanContext()
+}
+
+// recording reports whether span is recorded (nil: no).
+func recording(span trace.Span) bool { return span != nil && span.IsRecording() }
+
+// spanContext is span's context, or parent's when there is no span.
+func spanContext(span trace.Span, parent trace.SpanContext) trace.SpanContext {
+	if span == nil {
+		return parent
 	}
-	return span
+	return span.SpanContext()
 }
 
 // endSpan ends span with an outcome: its result attribute, and an error
@@ -167,8 +208,8 @@ func endSpan(span trace.Span, result string, code Code, attrs ...attribute.KeyVa
 
 // endJobSpanLocked ends j's span with its terminal outcome.
 func endJobSpanLocked(j *Job, outcome Outcome) {
-	if !j.span.IsRecording() {
-		j.span.End()
+	if !recording(j.span) {
+		endSpan(j.span, "", "")
 		return
 	}
 	j.span.SetAttributes(
@@ -216,7 +257,11 @@ func (e *Engine) StartResume(ctx context.Context, j *Job, after uint64) (context
 	if req := trace.SpanContextFromContext(ctx); req.IsValid() && req.TraceID() != j.trace.TraceID() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: req}))
 	}
-	return e.tracer.Start(trace.ContextWithSpanContext(ctx, j.trace), SpanResume, opts...)
+	ctx = trace.ContextWithSpanContext(ctx, j.trace)
+	if e.tracer == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return e.tracer.Start(ctx, SpanResume, opts...)
 }
 
 // forwardResult names a forward's verdict for its span.

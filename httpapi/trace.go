@@ -63,8 +63,14 @@ func apiRequest(r *http.Request) bool {
 // passes on as it is.
 func callerTrace(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tp := r.Header.Get("traceparent"); tp != "" && apiRequest(r) {
-			if sc := core.ParseTrace(tp, r.Header.Get("tracestate")); sc.IsValid() {
+		// The canonical keys, looked up as they are: Get would make
+		// them canonical on every request.
+		if tp := r.Header["Traceparent"]; len(tp) > 0 && apiRequest(r) {
+			var ts string
+			if v := r.Header["Tracestate"]; len(v) > 0 {
+				ts = v[0]
+			}
+			if sc := core.ParseTrace(tp[0], ts); sc.IsValid() {
 				r = r.WithContext(trace.ContextWithRemoteSpanContext(r.Context(), sc))
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -443,10 +442,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Log
 	started := time.Now()
 	// The worker's span of the job, the node's offer's child; the handler
 	// runs in it. Its context is jctx's: it ends with the job.
-	jctx, span := s.r.tracer.Start(jctx, spanRun, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		attribute.String("switchyard.job.id", job.ID), attribute.String("switchyard.queue", job.Queue),
-		attribute.Int64("switchyard.generation", int64(job.Generation)), attribute.String("switchyard.worker", s.r.cfg.Name),
-	))
+	jctx, span := startRunSpan(jctx, s.r.tracer, job, s.r.cfg.Name)
 	result, herr := s.callHandler(jctx, job, out, log)
 
 	// Decide the outcome from why the context ended before looking at what

@@ -25,11 +25,38 @@ func parseTrace(traceparent, tracestate string) trace.SpanContext {
 	if traceparent == "" {
 		return trace.SpanContext{}
 	}
-	c := propagation.MapCarrier{"traceparent": traceparent}
-	if tracestate != "" {
-		c["tracestate"] = tracestate
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &offerCarrier{traceparent, tracestate}))
+}
+
+// offerCarrier is an offer's trace context as the propagator reads it.
+type offerCarrier struct{ traceparent, tracestate string }
+
+func (c *offerCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.traceparent
+	case "tracestate":
+		return c.tracestate
 	}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), c))
+	return ""
+}
+
+func (c *offerCarrier) Set(string, string) {}
+
+func (c *offerCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// startRunSpan starts the worker's span of job, a child of the span
+// context jctx carries (the offer's); its attributes are set only when it
+// records, so a worker without an SDK pays next to nothing for it.
+func startRunSpan(jctx context.Context, tracer trace.Tracer, job *Job, worker string) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(jctx, spanRun, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("switchyard.job.id", job.ID), attribute.String("switchyard.queue", job.Queue),
+			attribute.Int64("switchyard.generation", int64(job.Generation)), attribute.String("switchyard.worker", worker),
+		)
+	}
+	return ctx, span
 }
 
 // endRunSpan ends a job's span with its outcome, its error code, and the
