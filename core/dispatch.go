@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the dispatcher role: a queue's pending jobs (the only copy),
@@ -40,6 +42,9 @@ type Delivery struct {
 	// Window is the output window the ingress paces the job with: its
 	// worker's first output credit (credit.go). Zero: not paced.
 	Window OutputCredit
+	// Trace is the span context the next hop's span is a child of: the
+	// sender's (the job's, its forward's, or its queue span's once bound).
+	Trace trace.SpanContext
 }
 
 // queue is one queue on its dispatcher.
@@ -96,6 +101,9 @@ type task struct {
 	// from is, on a consumer host, the dispatcher node that delivered the
 	// job ("" when the dispatcher is this node).
 	from string
+	// span is the job's queue span while it is pending on the dispatcher
+	// (trace.go); nil once it left the queue.
+	span trace.Span
 }
 
 func newTask(d Delivery, now time.Time) *task {
@@ -191,7 +199,10 @@ func (e *Engine) enqueueLocked(d Delivery, now time.Time) error {
 		}
 	}
 	e.rememberLocked(q, d, now)
-	e.pushLocked(q, newTask(d, now), d.Front)
+	t := newTask(d, now)
+	t.span = e.startSpan(d.Trace, SpanQueue, trace.SpanKindConsumer, AttrJob.String(d.JobID), AttrQueue.String(d.Queue),
+		AttrNode.String(e.cfg.Node), AttrGeneration.Int64(int64(d.Gen)), AttrPeer.String(d.Ingress))
+	e.pushLocked(q, t, d.Front)
 	return nil
 }
 
@@ -248,6 +259,7 @@ func (e *Engine) removePendingLocked(q *queue, t *task) bool {
 	q.pending = slices.Delete(q.pending, i, i+1)
 	q.bytes -= int64(len(t.d.Input))
 	stopTimer(t.timer)
+	t.endSpan("left the queue", "")
 	e.setDepthLocked(q)
 	e.idleLocked(q)
 	return true
@@ -259,9 +271,11 @@ func (e *Engine) expireQueued(name string, t *task) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	q := e.queues[name]
-	if e.closed || q == nil || !e.removePendingLocked(q, t) {
+	if e.closed || q == nil || !slices.Contains(q.pending, t) {
 		return
 	}
+	t.endSpan("expired", CodeExpired)
+	e.removePendingLocked(q, t)
 	e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 }
 
@@ -294,6 +308,7 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		t := q.pending[i]
 		left := t.budget.Remaining(now)
 		if left <= 0 {
+			t.endSpan("expired", CodeExpired)
 			e.removePendingLocked(q, t)
 			e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 			continue
@@ -303,6 +318,10 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 			i++
 			continue
 		}
+		// The next hop (the offer, here or on the consumer's node) is a
+		// child of the queue span, which ends bound.
+		t.d.Trace = spanContext(t.span, t.d.Trace)
+		t.endSpan("bound", "", AttrConsumer.String(consumerOf(w, rc)))
 		e.removePendingLocked(q, t)
 		// Decrement at dequeue: what the consumer gets is what is left now,
 		// queue residence included.
@@ -466,4 +485,20 @@ func (e *Engine) QueueStats() []QueueStat {
 	}
 	slices.SortFunc(out, func(a, b QueueStat) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// endSpan ends the task's queue span, once.
+func (t *task) endSpan(result string, code Code, attrs ...attribute.KeyValue) {
+	if t.span != nil {
+		endSpan(t.span, result, code, attrs...)
+		t.span = nil
+	}
+}
+
+// consumerOf names the consumer a pass bound a job to.
+func consumerOf(w *Worker, rc *remoteConsumer) string {
+	if w != nil {
+		return w.ID
+	}
+	return rc.info.ID
 }

@@ -88,6 +88,11 @@ type JobOffer struct {
 	// MaxOutputBytes is the most output the job may produce; the node ends
 	// the job output_too_large past it.
 	MaxOutputBytes int64 `json:"max_output_bytes"`
+	// Traceparent is the job's W3C trace context (its parent: the node's
+	// offer), for the worker's own spans of the job; Tracestate goes with
+	// it when the trace has one (docs/tracing.md).
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate,omitempty"`
 } // @name JobOffer
 
 // CancelEvent tells the worker to stop a job at once; the worker answers
@@ -195,12 +200,17 @@ func (ss *workerSession) enqueue(kind string, v any) error {
 
 // SendOffer implements core.WorkerConn.
 func (ss *workerSession) SendOffer(o core.Offer) error {
+	traceparent, tracestate := core.FormatTrace(o.Trace)
 	offer := map[string]any{
 		"job_id": o.JobID, "generation": o.Gen, "queue": o.Queue, "input": o.Input,
 		"capabilities": nonNil(o.Capabilities), "ttl_ms": max(o.TTL.Milliseconds(), 1), "max_output_bytes": o.MaxOutputBytes,
+		"traceparent": traceparent,
 	}
 	if len(o.Options) > 0 {
 		offer["options"] = o.Options
+	}
+	if tracestate != "" {
+		offer["tracestate"] = tracestate
 	}
 	return ss.enqueue("job", offer)
 }

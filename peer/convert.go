@@ -82,7 +82,10 @@ func copySlice(s []string) []string {
 
 // DeliveryToPB returns d in its wire form.
 func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
+	traceparent, tracestate := core.FormatTrace(d.Trace)
 	return &pb.PeerDelivery{
+		Traceparent:    traceparent,
+		Tracestate:     tracestate,
 		JobId:          d.JobID,
 		Generation:     d.Gen,
 		Queue:          d.Queue,
@@ -127,6 +130,9 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Exclude:        copySlice(p.GetExclude()),
 		Front:          p.GetFront(),
 		Window:         credit(p.GetWindowEvents(), p.GetWindowBytes()),
+		// A malformed trace context is dropped, never the job: the
+		// receiver's spans then start a trace of their own.
+		Trace: core.ParseTrace(p.GetTraceparent(), p.GetTracestate()),
 	}, nil
 }
 
@@ -295,6 +301,7 @@ func peerMessageUTF8(m *pb.PeerMessage) error {
 func deliveryUTF8(d *pb.PeerDelivery) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"job_id", d.GetJobId()}, {"queue", d.GetQueue()}, {"ingress", d.GetIngress()}, {"zone", d.GetZone()},
+		{"traceparent", d.GetTraceparent()}, {"tracestate", d.GetTracestate()},
 	} {
 		if !utf8.ValidString(f.v) {
 			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, f.name)

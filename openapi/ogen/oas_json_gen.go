@@ -349,19 +349,24 @@ func (s *AcceptedEvent) encodeFields(e *jx.Encoder) {
 		e.Int(s.Snap)
 	}
 	{
+		e.FieldStart("trace_id")
+		e.Str(s.TraceID)
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
 }
 
-var jsonFieldsNameOfAcceptedEvent = [7]string{
+var jsonFieldsNameOfAcceptedEvent = [8]string{
 	0: "attempt",
 	1: "gen",
 	2: "job_id",
 	3: "queue",
 	4: "seq",
 	5: "snap",
-	6: "ttl_ms",
+	6: "trace_id",
+	7: "ttl_ms",
 }
 
 // Decode decodes AcceptedEvent from json.
@@ -445,8 +450,20 @@ func (s *AcceptedEvent) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"snap\"")
 			}
-		case "ttl_ms":
+		case "trace_id":
 			requiredBitSet[0] |= 1 << 6
+			if err := func() error {
+				v, err := d.Str()
+				s.TraceID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"trace_id\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -467,7 +484,7 @@ func (s *AcceptedEvent) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [1]uint8{
-		0b01111111,
+		0b11111111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -8864,6 +8881,10 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 		e.Str(s.State)
 	}
 	{
+		e.FieldStart("trace_id")
+		e.Str(s.TraceID)
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
@@ -8879,7 +8900,7 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfJob = [17]string{
+var jsonFieldsNameOfJob = [18]string{
 	0:  "code",
 	1:  "created_at",
 	2:  "detail",
@@ -8894,9 +8915,10 @@ var jsonFieldsNameOfJob = [17]string{
 	11: "queue",
 	12: "remaining_ms",
 	13: "state",
-	14: "ttl_ms",
-	15: "waiting_for_reader",
-	16: "worker",
+	14: "trace_id",
+	15: "ttl_ms",
+	16: "waiting_for_reader",
+	17: "worker",
 }
 
 // Decode decodes Job from json.
@@ -9064,8 +9086,20 @@ func (s *Job) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"state\"")
 			}
-		case "ttl_ms":
+		case "trace_id":
 			requiredBitSet[1] |= 1 << 6
+			if err := func() error {
+				v, err := d.Str()
+				s.TraceID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"trace_id\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[1] |= 1 << 7
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9077,7 +9111,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"ttl_ms\"")
 			}
 		case "waiting_for_reader":
-			requiredBitSet[1] |= 1 << 7
+			requiredBitSet[2] |= 1 << 0
 			if err := func() error {
 				v, err := d.Bool()
 				s.WaitingForReader = bool(v)
@@ -9110,7 +9144,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 	for i, mask := range [3]uint8{
 		0b11010010,
 		0b11111101,
-		0b00000000,
+		0b00000001,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -9601,12 +9635,22 @@ func (s *JobOffer) encodeFields(e *jx.Encoder) {
 		e.Str(s.Queue)
 	}
 	{
+		e.FieldStart("traceparent")
+		e.Str(s.Traceparent)
+	}
+	{
+		if s.Tracestate.Set {
+			e.FieldStart("tracestate")
+			s.Tracestate.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
 }
 
-var jsonFieldsNameOfJobOffer = [8]string{
+var jsonFieldsNameOfJobOffer = [10]string{
 	0: "capabilities",
 	1: "generation",
 	2: "input",
@@ -9614,7 +9658,9 @@ var jsonFieldsNameOfJobOffer = [8]string{
 	4: "max_output_bytes",
 	5: "options",
 	6: "queue",
-	7: "ttl_ms",
+	7: "traceparent",
+	8: "tracestate",
+	9: "ttl_ms",
 }
 
 // Decode decodes JobOffer from json.
@@ -9622,7 +9668,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 	if s == nil {
 		return errors.New("invalid: unable to decode JobOffer to nil")
 	}
-	var requiredBitSet [1]uint8
+	var requiredBitSet [2]uint8
 
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
@@ -9716,8 +9762,30 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"queue\"")
 			}
-		case "ttl_ms":
+		case "traceparent":
 			requiredBitSet[0] |= 1 << 7
+			if err := func() error {
+				v, err := d.Str()
+				s.Traceparent = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"traceparent\"")
+			}
+		case "tracestate":
+			if err := func() error {
+				s.Tracestate.Reset()
+				if err := s.Tracestate.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"tracestate\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9737,8 +9805,9 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 	}
 	// Validate required fields.
 	var failures []validate.FieldError
-	for i, mask := range [1]uint8{
+	for i, mask := range [2]uint8{
 		0b11011111,
+		0b00000010,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.

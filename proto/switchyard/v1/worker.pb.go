@@ -647,7 +647,14 @@ type Job struct {
 	// The job's first output credit (its window); later ones come as
 	// OutputCredit messages. Absent: the job is not paced, and the worker
 	// sends its output freely.
-	OutputCredit  *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	OutputCredit *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	// traceparent and tracestate are the job's W3C trace context
+	// (https://www.w3.org/TR/trace-context/), its parent the node's offer:
+	// a worker's own spans of the job join the job's trace as its children.
+	// Always set: a job that came without a trace starts one at its ingress.
+	// (Numbers from 20 on: the job's trace context.)
+	Traceparent   string `protobuf:"bytes,20,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,21,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -743,6 +750,20 @@ func (x *Job) GetOutputCredit() *OutputCredit {
 		return x.OutputCredit
 	}
 	return nil
+}
+
+func (x *Job) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Job) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // OutputCredit is how much output a job may have sent in all, counted
@@ -1279,7 +1300,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xa9\x02\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xeb\x02\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1291,7 +1312,11 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12(\n" +
 	"\x10max_output_bytes\x18\b \x01(\x03R\x0emaxOutputBytes\x12@\n" +
-	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\"s\n" +
+	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\x12 \n" +
+	"\vtraceparent\x18\x14 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x15 \x01(\tR\n" +
+	"tracestate\"s\n" +
 	"\fOutputCredit\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
