@@ -9,10 +9,12 @@ FUZZTIME ?= 10s
 CLUSTER_JOBS ?= 2000
 # BenchmarkCluster's jobs per setup and level for the 16-output jobs (issue 15).
 CLUSTER_JOBS_16 ?= 1000
+# BenchmarkTracing's jobs per setup and concurrency level
+TRACING_JOBS ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short test-election lint fuzz bench bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short test-election lint fuzz bench bench-tracing bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -73,10 +75,11 @@ fuzz:
 ## benchmark (co-located vs cross-node vs a bare relay, one process) with jobs
 ## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
 ## stream's throughput (100,000 outputs through a node, across nodes, and from
-## a plain SSE writer); the peer request leg streamed vs unary; the scheduling
-## tables (affinity hit ratio, keys moved and balance; fair share between two
-## subjects and a priority's wait: docs/scheduling.md). Prints figures, never
-## fails on a time.
+## a plain SSE writer); the peer request leg streamed vs unary; tracing off,
+## on at 1 % and on at 100 % (bench-tracing); the scheduling tables (affinity
+## hit ratio, keys moved and balance; fair share between two subjects and a
+## priority's wait: docs/scheduling.md). Prints figures, never fails on a
+## time.
 bench: build
 	@set -e; dir=$$(mktemp -d); \
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
@@ -91,6 +94,7 @@ bench: build
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 4096
 	$(GO) test -run '^$$' -bench '^BenchmarkStreamThroughput$$' -benchtime 1x ./integration/
 	$(GO) test -run '^$$' -bench '^Benchmark(Affinity|FairShare)$$' -benchtime 1x ./core/
+	$(MAKE) --no-print-directory bench-tracing
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \
 	awk '{ print } \
@@ -99,6 +103,13 @@ bench: build
 	  END { n = split("send forward", k, " "); for (i = 1; i <= n; i++) if (v[k[i] "/unary"] > 0) \
 	    printf "request leg, %s: streamed %.1f µs, unary %.1f µs per delivery: streamed/unary %.2fx (target <= 0.6x)\n", \
 	      k[i], v[k[i] "/streamed"], v[k[i] "/unary"], v[k[i] "/streamed"] / v[k[i] "/unary"] }' "$$out"
+
+## bench-tracing: what tracing costs a job (docs/tracing.md, "Cost"): three
+## 2-node clusters, export off, on at 1 % and on at 100 % (OTLP to a receiver
+## in the process), co-located and cross-node jobs interleaved in one run;
+## prints latencies, CPU per job, jobs/s, spans per job and the ratios to off
+bench-tracing:
+	$(GO) test -run '^$$' -bench '^BenchmarkTracing$$' -benchtime 1x ./integration/ -args -tracing.jobs $(TRACING_JOBS)
 
 ## bench-idle: what an open, idle SSE job stream costs a node: RSS, heap,
 ## stacks and goroutines per stream with IDLE_STREAMS (10,000) open on one node

@@ -11,11 +11,14 @@ import (
 // archLibs are the short names docs/ARCHITECTURE.md gives the outside
 // libraries importRules names.
 var archLibs = map[string]string{
-	"grpc":       grpcLib,
-	"etcd":       etcdLib,
-	"chi":        chiLib,
-	"go-sse":     sseLib,
-	"prometheus": promLib,
+	"grpc":         grpcLib,
+	"etcd":         etcdLib,
+	"chi":          chiLib,
+	"go-sse":       sseLib,
+	"prometheus":   promLib,
+	"otel-sdk":     otelSDK,
+	"otel-exp":     otelExporters,
+	"otel-contrib": otelContrib,
 }
 
 // TestArchitectureMap holds the package map that opens

@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
+	"github.com/switchyard/switchyard/tracing"
 )
 
 // Config is everything a node needs. Start from DefaultConfig; cmd fills it
@@ -112,6 +113,11 @@ type Config struct {
 	// unless AllowAnonymous says otherwise.
 	Auth           auth.Source
 	AllowAnonymous bool
+
+	// Tracing is how the node exports its spans (--otlp-endpoint and the
+	// standard OTEL_* variables; off by default): docs/tracing.md. Its
+	// Node is the node's Name.
+	Tracing tracing.Config
 
 	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
 	FastCatalog bool

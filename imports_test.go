@@ -35,6 +35,14 @@ const (
 	chiLib  = "github.com/go-chi/"
 	sseLib  = "github.com/tmaxmax/go-sse"
 	promLib = "github.com/prometheus/"
+	// The OpenTelemetry SDK, its exporters and the contrib
+	// instrumentations: a package that records or exports spans. The API
+	// (go.opentelemetry.io/otel, /trace, /attribute, /codes,
+	// /propagation) is a small module of interfaces with no transport in
+	// it; the domain and the worker SDK may use it (docs/tracing.md).
+	otelSDK       = "go.opentelemetry.io/otel/sdk"
+	otelExporters = "go.opentelemetry.io/otel/exporters/"
+	otelContrib   = "go.opentelemetry.io/contrib/"
 )
 
 var (
@@ -42,7 +50,7 @@ var (
 	coreRooms = []string{"core", "core/resume", "core/stream"}
 	// noTransport is what the domain must not depend on: the transports'
 	// libraries and etcd.
-	noTransport = []string{grpcLib, etcdLib, chiLib, sseLib}
+	noTransport = []string{grpcLib, etcdLib, chiLib, sseLib, otelSDK, otelExporters, otelContrib}
 )
 
 // importRules has one rule per package of the module: a package without
@@ -58,7 +66,7 @@ var importRules = map[string]importRule{
 	"catalog": {may: []string{"core"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
-	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
+	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
 		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth"},
@@ -87,14 +95,19 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
+	"worker": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
+	// set up from the node's config and the standard OTEL_* variables,
+	// and the log handler that puts a trace id on every log line. It knows
+	// nothing of the node.
+	"tracing": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
-	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "proto/switchyard/v1"}},
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "proto/switchyard/v1", "tracing"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
-	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit"}},
+	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit", "tracing"}},
 	// Tests and the benchmarks' harness see everything.
 	"integration":          {any: true},
 	"integration/benchkit": {any: true},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/peer"
+	"github.com/switchyard/switchyard/tracing"
 )
 
 // Node is one running Switchyard node.
@@ -41,6 +43,8 @@ type Node struct {
 	cfg    Config
 	log    *slog.Logger
 	reg    *prometheus.Registry
+	// trace records and exports the node's spans (no-op with export off).
+	trace *tracing.Provider
 
 	keys    *auth.Store
 	cat     *catalog.Catalog
@@ -100,6 +104,11 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.openAuth(); err != nil {
 		return nil, err
 	}
+	tcfg := cfg.Tracing
+	tcfg.Node = cfg.Name
+	if n.trace, err = tracing.Open(ctx, tcfg); err != nil {
+		return nil, err
+	}
 	if err := n.openCatalog(ctx); err != nil {
 		return nil, err
 	}
@@ -143,6 +152,8 @@ func newNode(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// Every log line logged with a job's context carries its trace id.
+	cfg.Logger = slog.New(tracing.LogHandler(cfg.Logger.Handler()))
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), reg: prometheus.NewRegistry(), peersChanged: make(chan struct{}, 1)}
 	n.fm = newFenceMetrics(n.reg)
 	n.life, n.endLife = context.WithCancel(context.Background())
@@ -236,6 +247,9 @@ func (n *Node) openCluster() (err error) {
 	ecfg.ForwardWait = min(cfg.PeerHeartbeatInterval, ecfg.DispatcherWait)
 	ecfg.Catalog, ecfg.Cluster, ecfg.Transport, ecfg.Idempotency = n.cat, cluster, n.peer, n.cat
 	ecfg.Registerer, ecfg.Logger = n.reg, n.log.With("system", "engine")
+	if n.trace.Exporting() {
+		ecfg.Tracer = n.trace.Tracer()
+	}
 	if n.engine, err = core.New(ecfg); err != nil {
 		return err
 	}
@@ -270,6 +284,11 @@ func (n *Node) openAPIs() (err error) {
 		return err
 	}
 	hcfg.Workers = wcfg
+	var tp trace.TracerProvider // nil with export off: the edges then only read the caller's trace context
+	if n.trace.Exporting() {
+		tp = n.trace.TracerProvider()
+	}
+	hcfg.TracerProvider = tp
 	api, err := httpapi.New(n.engine, hcfg, n.reg)
 	if err != nil {
 		return err
@@ -293,6 +312,7 @@ func (n *Node) openAPIs() (err error) {
 	n.grpc = grpcapi.NewServer(grpcapi.ServerConfig{
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Keys: n.keys, Creds: creds, Errors: errm, Logger: n.log.With("system", "grpc"),
+		TracerProvider: tp,
 	}, n.workers, n.jobs, cluster)
 	n.debug = newDebugServer(api, n.log)
 	n.http = &http.Server{
@@ -527,12 +547,25 @@ func (n *Node) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	n.wg.Wait()
+	// Last: every job's spans have ended by now (Engine.Close ended the
+	// rest); what is not exported within ctx is dropped, with a warning.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.trace.Shutdown(tctx); err != nil {
+		n.log.Warn("spans not exported at shutdown", "err", err)
+	}
 	return errors.Join(errs...)
 }
+
+// FlushTraces exports every span of the node that has ended.
+func (n *Node) FlushTraces(ctx context.Context) error { return n.trace.Flush(ctx) }
 
 // abort undoes a partial Open.
 func (n *Node) abort() {
 	n.endLife()
+	if n.trace != nil {
+		_ = n.trace.Shutdown(context.Background())
+	}
 	if n.stopTracker != nil {
 		n.stopTracker()
 		n.trackerWG.Wait()

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -272,7 +273,7 @@ func (e *Engine) hostGrantLocked(m Message) {
 // job fails credit_exceeded. The worker's other jobs go on.
 func (e *Engine) creditExceededLocked(w *Worker, b *binding) {
 	d := b.t.d
-	e.log.Warn("worker sent output past its credit; failing the job", "consumer", w.ID, "name", w.Name, "job", d.JobID,
+	e.logJob(d.Trace, slog.LevelWarn, "worker sent output past its credit; failing the job", "consumer", w.ID, "name", w.Name, "job", d.JobID,
 		"sent", b.credit.used.Events, "credit_events", b.credit.granted.Events, "credit_bytes", b.credit.granted.Bytes)
 	e.cancelOnWorkerLocked(w, d.JobID, d.Gen, CodeCreditExceeded)
 	e.failAtIngressLocked(d, CodeCreditExceeded, fmt.Sprintf(

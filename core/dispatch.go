@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the dispatcher role: a queue's pending jobs (the only copy),
@@ -48,6 +50,9 @@ type Delivery struct {
 	Weight      int
 	Priority    int
 	AffinityKey string
+	// Trace is the span context the next hop's span is a child of: the
+	// sender's (the job's, its forward's, or its queue span's once bound).
+	Trace trace.SpanContext
 }
 
 // queue is one queue on its dispatcher.
@@ -112,6 +117,9 @@ type task struct {
 	// target, on the dispatcher.
 	fair fairTask
 	aff  affinityTask
+	// span is the job's queue span while it is pending on the dispatcher
+	// (trace.go); nil once it left the queue.
+	span trace.Span
 }
 
 func newTask(d Delivery, now time.Time) *task {
@@ -207,7 +215,10 @@ func (e *Engine) enqueueLocked(d Delivery, now time.Time) error {
 		}
 	}
 	e.rememberLocked(q, d, now)
-	e.pushLocked(q, newTask(d, now), d.Front)
+	t := newTask(d, now)
+	t.span = e.startSpan(d.Trace, SpanQueue, trace.SpanKindConsumer, AttrJob.String(d.JobID), AttrQueue.String(d.Queue),
+		AttrNode.String(e.cfg.Node), AttrGeneration.Int64(int64(d.Gen)), AttrPeer.String(d.Ingress))
+	e.pushLocked(q, t, d.Front)
 	return nil
 }
 
@@ -270,6 +281,7 @@ func (e *Engine) removePendingLocked(q *queue, t *task) bool {
 	e.untargetLocked(q, t)
 	q.bytes -= int64(len(t.d.Input))
 	stopTimer(t.timer)
+	t.endSpan("left the queue", "")
 	e.setDepthLocked(q)
 	e.idleLocked(q)
 	return true
@@ -281,9 +293,11 @@ func (e *Engine) expireQueued(name string, t *task) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	q := e.queues[name]
-	if e.closed || q == nil || !e.removePendingLocked(q, t) {
+	if e.closed || q == nil || !slices.Contains(q.pending, t) {
 		return
 	}
+	t.endSpan("expired", CodeExpired)
+	e.removePendingLocked(q, t)
 	e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 }
 
@@ -320,6 +334,7 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		}
 		left := t.budget.Remaining(now)
 		if left <= 0 {
+			t.endSpan("expired", CodeExpired)
 			e.removePendingLocked(q, t)
 			e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 			continue
@@ -327,6 +342,10 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		w, rc := c.w, c.rc
 		q.fair.bind(t)
 		e.affinityBoundLocked(q, p, t, c)
+		// The next hop (the offer, here or on the consumer's node) is a
+		// child of the queue span, which ends bound.
+		t.d.Trace = spanContext(t.span, t.d.Trace)
+		t.endSpan("bound", "", AttrConsumer.String(consumerOf(w, rc)))
 		e.removePendingLocked(q, t)
 		// Decrement at dequeue: what the consumer gets is what is left now,
 		// queue residence included.
@@ -452,4 +471,20 @@ func (e *Engine) QueueStats() []QueueStat {
 	}
 	slices.SortFunc(out, func(a, b QueueStat) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// endSpan ends the task's queue span, once.
+func (t *task) endSpan(result string, code Code, attrs ...attribute.KeyValue) {
+	if t.span != nil {
+		endSpan(t.span, result, code, attrs...)
+		t.span = nil
+	}
+}
+
+// consumerOf names the consumer a pass bound a job to.
+func consumerOf(w *Worker, rc *remoteConsumer) string {
+	if w != nil {
+		return w.ID
+	}
+	return rc.info.ID
 }

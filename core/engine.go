@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures an Engine. Start from DefaultConfig.
@@ -81,7 +82,10 @@ type Config struct {
 	Scheduling SchedulingConfig
 	// Registerer receives the engine's metrics; nil means a private registry.
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// Tracer records the spans of every job (trace.go); nil records none,
+	// and jobs still carry their trace context through every hop.
+	Tracer trace.Tracer
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns a Config with every tunable set.
@@ -160,10 +164,11 @@ func (c *Config) Validate() error {
 
 // Engine is one node's job machinery: ingress, dispatcher and consumer host.
 type Engine struct {
-	cfg Config
-	log *slog.Logger
-	m   *Metrics
-	cat Catalog
+	cfg    Config
+	log    *slog.Logger
+	m      *Metrics
+	tracer trace.Tracer
+	cat    Catalog
 	// cluster and transport are nil on a single node: see the *Locked
 	// routing helpers in transport.go.
 	cluster   Cluster
@@ -225,6 +230,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		tracer:    cfg.Tracer,
 		m:         NewMetrics(cfg.Registerer),
 		cat:       cfg.Catalog,
 		cluster:   cfg.Cluster,
@@ -285,11 +291,13 @@ func (e *Engine) Close() {
 		stopTimer(q.pinTimer)
 		for _, t := range q.pending {
 			stopTimer(t.timer)
+			t.endSpan("node closed", CodeNodeShutdown)
 		}
 	}
 	for _, w := range e.workers {
 		for _, b := range w.bindings {
 			stopTimer(b.timer)
+			b.endSpans("node closed", CodeNodeShutdown)
 		}
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the consumer-host role: worker sessions, their credits and
@@ -30,6 +33,10 @@ type Offer struct {
 	// the other.
 	AffinityKey string
 	Priority    int
+	// Trace is the span context of the offer: the worker's own spans of
+	// the job are its children (the transport hands it on as a W3C
+	// traceparent).
+	Trace trace.SpanContext
 }
 
 // WorkerConn is the transport's side of a worker session. Its methods are
@@ -85,6 +92,24 @@ type binding struct {
 	short bool
 	// credit is the binding's output credit (credit.go).
 	credit hostCredit
+	// offer is the offer's span until the worker answers it, run the
+	// run's from the accept; each nil once ended (trace.go). cancelCode
+	// is why the binding is cancelling, for the span of its end.
+	offer, run trace.Span
+	cancelCode Code
+}
+
+// endSpans ends whichever of the binding's spans is open, with result and
+// code, and the output it relayed.
+func (b *binding) endSpans(result string, code Code) {
+	if b.offer != nil {
+		endSpan(b.offer, result, code)
+		b.offer = nil
+	}
+	if b.run != nil {
+		endSpan(b.run, result, code, AttrOutputs.Int64(b.credit.used.Events), AttrOutputBytes.Int64(b.credit.used.Bytes))
+		b.run = nil
+	}
 }
 
 // ErrStalled is the cause given to a session dropped for not answering.
@@ -218,10 +243,13 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 	wait := DispatchTimeout(left, e.cfg.DispatchTimeoutFloor, e.cfg.DispatchTimeoutCeiling, e.cfg.DispatchTimeoutFraction)
 	b.short = wait < e.cfg.DispatchTimeoutFloor
 	b.timer = time.AfterFunc(wait, func() { e.stalled(w, t.d.JobID, t.d.Gen) })
+	b.offer = e.startSpan(t.d.Trace, SpanOffer, trace.SpanKindProducer, AttrJob.String(t.d.JobID), AttrQueue.String(t.d.Queue),
+		AttrNode.String(e.cfg.Node), AttrGeneration.Int64(int64(t.d.Gen)), AttrConsumer.String(w.ID), AttrWorker.String(w.Name))
 	err := w.conn.SendOffer(Offer{
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
 		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
-		Credit: t.d.Window, AffinityKey: t.d.AffinityKey, Priority: t.d.Priority,
+		Credit: t.d.Window, Trace: spanContext(b.offer, t.d.Trace),
+		AffinityKey: t.d.AffinityKey, Priority: t.d.Priority,
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))
@@ -253,7 +281,8 @@ func (e *Engine) stalled(w *Worker, id string, gen uint64) {
 		return
 	}
 	e.m.Stalls.Inc()
-	e.log.Warn("worker stalled; dropping it", "consumer", w.ID, "name", w.Name, "job", id, "cancelling", b.cancelling)
+	e.logJob(b.t.d.Trace, slog.LevelWarn, "worker stalled; dropping it", "consumer", w.ID, "name", w.Name, "job", id, "cancelling", b.cancelling)
+	b.endSpans("stalled", CodeWorkerLost)
 	e.dropLocked(w, ErrStalled)
 }
 
@@ -302,6 +331,7 @@ func (e *Engine) detachLocked(w *Worker) {
 		}
 	}
 	for id, b := range w.bindings {
+		b.endSpans("worker lost", CodeWorkerLost)
 		w.releaseLocked(id, b)
 		if !b.cancelling {
 			e.releaseToIngressLocked(b.t.d, w.ID, false, "the worker disconnected")
@@ -352,6 +382,13 @@ func (w *Worker) acceptLocked(b *binding) {
 	}
 	stopTimer(b.timer)
 	d := b.t.d
+	if b.offer != nil {
+		// The run is the offer's child, beside the worker's own spans.
+		b.run = e.startSpan(b.offer.SpanContext(), SpanRun, trace.SpanKindInternal, AttrJob.String(d.JobID), AttrQueue.String(d.Queue),
+			AttrNode.String(e.cfg.Node), AttrGeneration.Int64(int64(d.Gen)), AttrConsumer.String(w.ID), AttrWorker.String(w.Name))
+		endSpan(b.offer, "accepted", "")
+		b.offer = nil
+	}
 	switch {
 	case d.Ingress == e.cfg.Node:
 		e.onAcceptedLocked(d.JobID, d.Gen, w.ID, w.Name)
@@ -370,6 +407,10 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 	if b == nil || b.accepted {
 		return
 	}
+	if recording(b.offer) {
+		b.offer.SetAttributes(AttrReason.String(reason))
+	}
+	b.endSpans("rejected", "")
 	w.releaseLocked(id, b)
 	if !b.cancelling {
 		e.m.Rejects.Inc()
@@ -448,6 +489,11 @@ func (w *Worker) End(id string, gen uint64, code Code, detail string, result jso
 	if b == nil {
 		return
 	}
+	if b.cancelling {
+		b.endSpans("cancelled", b.cancelCode)
+	} else {
+		b.endSpans("ended", code)
+	}
 	w.releaseLocked(id, b)
 	if !b.cancelling {
 		if code != "" && !validWorkerCode(code) {
@@ -466,6 +512,7 @@ func (w *Worker) End(id string, gen uint64, code Code, detail string, result jso
 // job's dispatcher.
 func (w *Worker) releaseLocked(id string, b *binding) {
 	e := w.e
+	b.endSpans("released", "")
 	stopTimer(b.timer)
 	e.stopWaitingLocked(&b.credit)
 	delete(w.bindings, id)
@@ -497,7 +544,12 @@ func (e *Engine) cancelOnWorkerLocked(w *Worker, id string, gen uint64, reason C
 	if b == nil || b.cancelling || w.gone {
 		return
 	}
-	b.cancelling = true
+	b.cancelling, b.cancelCode = true, reason
+	for _, span := range []trace.Span{b.offer, b.run} {
+		if recording(span) {
+			span.AddEvent("cancel", trace.WithAttributes(AttrCode.String(string(reason))))
+		}
+	}
 	// The worker is told to stop, not to wait for its reader any more.
 	e.stopWaitingLocked(&b.credit)
 	e.quietLocked()

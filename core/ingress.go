@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the ingress role: the job record, its history and its one
@@ -72,14 +75,27 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	if opts.IdempotencyKey != "" {
 		hash = submissionHash(queue, env)
 	}
+	// The job's span starts before the lock (an SDK's Start is not the
+	// engine's to hold it for); a refusal below ends it with its code.
+	span, sc := e.startJobSpan(ctx, queue)
 	e.mu.Lock()
 	if old, err := e.admitLocked(queue, env, opts, hash); old != nil || err != nil {
 		e.mu.Unlock()
+		if old != nil {
+			// A retry: the job is the one its first submission made.
+			endSpan(span, "existing", "", AttrJob.String(old.ID))
+		} else {
+			endSpan(span, "refused", codeOr(err, ""))
+		}
 		return old, old != nil, err
 	}
 	j := e.newJob(queue, env, eff, opts, dispatcher, now)
 	if id != "" {
 		j.ID = id
+	}
+	j.span, j.trace = span, sc
+	if recording(span) {
+		span.SetAttributes(AttrJob.String(j.ID))
 	}
 	j.idemHash = hash
 	d := e.deliveryLocked(j, now)
@@ -103,6 +119,7 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	// The dispatcher checks depth and bytes; refusing there, before the
 	// job record exists, is what makes "over a cap changes nothing" true.
 	if err := e.enqueueLocked(d, now); err != nil {
+		endSpan(span, "refused", codeOr(err, ""))
 		return nil, false, err
 	}
 	e.startLocked(j)
@@ -221,9 +238,16 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	}
 	fctx, stop := context.WithDeadline(e.bgCtx, until)
 	j.stopForward = stop
+	fspan := e.startSpan(j.trace, SpanForward, trace.SpanKindProducer, AttrJob.String(j.ID), AttrQueue.String(j.Queue),
+		AttrNode.String(e.cfg.Node), AttrPeer.String(dispatcher), AttrGeneration.Int64(int64(d.Gen)))
+	d.Trace = spanContext(fspan, j.trace)
+	if fspan != nil {
+		fctx = trace.ContextWithSpan(fctx, fspan)
+	}
 	e.goLocked(func(context.Context) {
 		defer stop()
 		err := e.transport.Forward(fctx, dispatcher, d)
+		endSpan(fspan, forwardResult(err), codeOr(err, ""))
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if f.waited {
@@ -274,7 +298,7 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 		// carried, or the node is not in the catalog and never was): the
 		// job never left, and the refusal changes nothing.
 		e.unstartLocked(j)
-		e.log.Warn("forward to dispatcher failed", "queue", j.Queue, "dispatcher", dispatcher, "err", ferr)
+		e.logJob(j.trace, slog.LevelWarn, "forward to dispatcher failed", "queue", j.Queue, "dispatcher", dispatcher, "job", j.ID, "err", ferr)
 		return nil, false, &Error{Code: CodeDispatcherUnavailable, Detail: "the queue's dispatcher on another node could not be reached", RetryAfter: time.Second}
 	}
 	e.forwardVerdictLocked(j, dispatcher, d.Gen, ferr)
@@ -299,7 +323,7 @@ func (e *Engine) startLocked(j *Job) {
 	}
 	e.active++
 	j.History.Append(EventAccepted, 0, mustJSON(map[string]any{
-		"queue": j.Queue, "ttl_ms": j.Limits.TTL.Milliseconds(),
+		"queue": j.Queue, "ttl_ms": j.Limits.TTL.Milliseconds(), "trace_id": j.trace.TraceID().String(),
 	}))
 	j.timer = time.AfterFunc(j.Limits.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
 }
@@ -307,6 +331,7 @@ func (e *Engine) startLocked(j *Job) {
 // unstartLocked undoes startLocked for a job its dispatcher refused: the
 // caller gets the refusal and the job never existed.
 func (e *Engine) unstartLocked(j *Job) {
+	endSpan(j.span, "refused", j.code)
 	stopTimer(j.timer)
 	delete(e.jobs, j.ID)
 	if j.idemKey != "" && e.idem[j.idemKey] == j.ID {
@@ -323,7 +348,7 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 		Input: j.Env.Input, Options: j.Env.Options, Capabilities: j.Env.Capabilities, Zone: j.Env.Zone,
 		TTL: j.deadline.Sub(now), MaxOutputBytes: j.Limits.MaxOutputBytes,
 		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
-		Window:  j.pace.window,
+		Window: j.pace.window, Trace: j.trace,
 		Subject: j.Owner, Weight: j.weight, Priority: j.Env.Priority, AffinityKey: j.Env.AffinityKey,
 	}
 	for c := range j.exclude {
@@ -493,6 +518,9 @@ func (e *Engine) onAcceptedLocked(id string, gen uint64, consumer, name string) 
 		return false
 	}
 	j.consumer, j.worker, j.state = consumer, name, StateRunning
+	if recording(j.span) {
+		j.span.AddEvent("accepted", trace.WithAttributes(AttrConsumer.String(consumer), AttrWorker.String(name), AttrGeneration.Int64(int64(gen))))
+	}
 	return true
 }
 
@@ -526,7 +554,10 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	if !j.produced {
 		j.produced = true
 		j.firstOutputAt = time.Now()
-		e.m.TimeToFirst.Observe(j.firstOutputAt.Sub(j.Created).Seconds())
+		observe(e.m.TimeToFirst, j.firstOutputAt.Sub(j.Created).Seconds(), j.trace)
+		if recording(j.span) {
+			j.span.AddEvent("first_output")
+		}
 	}
 	j.outputs++
 	appended, _ := j.History.Append(EventOutput, gen, ev)
@@ -558,6 +589,10 @@ func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, 
 	if j == nil || j.state.Terminal() || gen != j.gen {
 		e.m.StaleMessages.WithLabelValues("release").Inc()
 		return
+	}
+	if recording(j.span) {
+		j.span.AddEvent("released", trace.WithAttributes(AttrConsumer.String(consumer), AttrGeneration.Int64(int64(gen)),
+			AttrRejected.Bool(rejected), AttrReason.String(reason)))
 	}
 	if rejected {
 		if consumer != "" {
@@ -606,7 +641,10 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 		j.onEnd = nil
 	}
 	e.m.Jobs.WithLabelValues(string(outcome)).Inc()
-	e.m.Duration.WithLabelValues(string(outcome)).Observe(now.Sub(j.Created).Seconds())
+	observe(e.m.Duration.WithLabelValues(string(outcome)), now.Sub(j.Created).Seconds(), j.trace)
+	endSpan(j.await, "job ended", "")
+	j.await = nil
+	endJobSpanLocked(j, outcome)
 	e.activeDoneLocked()
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
@@ -617,6 +655,6 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	e.withdrawLocked(j, code)
 	e.paceEndedLocked(j)
 	e.retainLocked(j)
-	e.log.Debug("job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
+	e.logJob(j.trace, slog.LevelDebug, "job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
 	return true
 }

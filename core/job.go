@@ -5,6 +5,8 @@ import (
 	"encoding/base32"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // State is where a job is in its life.
@@ -96,8 +98,15 @@ type Job struct {
 	History *History
 
 	deadline time.Time
+	// trace is the job's trace context: its span's (trace.go).
+	trace trace.SpanContext
 
 	// guarded by Engine.mu
+	//
+	// span is the job's span, ended with its outcome; await is the span
+	// of its wait for a dispatcher while it waits for one (reroute.go).
+	span  trace.Span
+	await trace.Span
 	//
 	// Env is the envelope as submitted. It is dropped (nil) when the job
 	// ends: an ended job is kept only for late readers, who get its
@@ -181,6 +190,8 @@ type JobView struct {
 	// WaitingForReader is true while the job's worker has used all its
 	// output credit: it goes on as the job's reader takes its output.
 	WaitingForReader bool
+	// TraceID is the job's W3C trace id (32 hex digits).
+	TraceID string
 }
 
 func (j *Job) view(now time.Time) JobView {
@@ -189,6 +200,7 @@ func (j *Job) view(now time.Time) JobView {
 		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
 		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
 		LastSeq: j.History.Head(), WaitingForReader: j.pace.waiting(),
+		TraceID: j.trace.TraceID().String(),
 	}
 	if j.state.Terminal() {
 		v.Outcome, _ = outcomeFor(j.code)

@@ -1,6 +1,9 @@
 package core
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+)
 
 // Metrics are the engine's collectors. Each node has its own registry (never
 // the global one), so several nodes can run in one process.
@@ -147,4 +150,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Affinity)
 	return m
+}
+
+// observe records a job's latency v on h, with the job's trace id as the
+// bucket's exemplar when its trace is sampled: a slow bucket then links to
+// a trace that was recorded (exemplars are exposed in the OpenMetrics
+// format only: docs/tracing.md, "Exemplars").
+func observe(h prometheus.Observer, v float64, sc trace.SpanContext) {
+	if sc.IsSampled() {
+		if eo, ok := h.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	h.Observe(v)
 }

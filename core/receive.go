@@ -1,6 +1,11 @@
 package core
 
-import "time"
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
 
 // This file is the engine's Receiver (transport.go): what other nodes send,
 // handed over by the transport, applied in whichever role this node holds
@@ -199,7 +204,7 @@ func (e *Engine) Undeliverable(node string, m Message, reason string) {
 	if e.closed {
 		return
 	}
-	e.log.Warn("peer message undeliverable", "kind", m.Kind, "node", node, "job", m.JobID, "reason", reason)
+	e.logJob(e.traceOfLocked(m), slog.LevelWarn, "peer message undeliverable", "kind", m.Kind, "node", node, "job", m.JobID, "reason", reason)
 	detail := "a message of the job could not be sent between nodes: " + reason
 	switch m.Kind {
 	case MsgForward:
@@ -241,4 +246,18 @@ func (e *Engine) ReplyLegOpened(host, id string, gen uint64) {
 	if j := e.jobs[id]; j != nil && j.gen == gen && !j.state.Terminal() && host != e.cfg.Node {
 		j.host = host
 	}
+}
+
+// traceOfLocked is the trace of the job m is about, as far as this node
+// knows it: its delivery's, the ingress's record, or the binding's here.
+func (e *Engine) traceOfLocked(m Message) trace.SpanContext {
+	switch {
+	case m.Delivery != nil:
+		return m.Delivery.Trace
+	case e.jobs[m.JobID] != nil:
+		return e.jobs[m.JobID].trace
+	case e.hosted[m.JobID] != nil && e.hosted[m.JobID].bindings[m.JobID] != nil:
+		return e.hosted[m.JobID].bindings[m.JobID].t.d.Trace
+	}
+	return trace.SpanContext{}
 }

@@ -3,8 +3,11 @@ package core
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the ingress waiting for a queue's dispatcher: a job is never
@@ -52,6 +55,10 @@ func (e *Engine) awaitDispatcherLocked(j *Job) {
 	}
 	if _, ok := a.jobs[j]; !ok {
 		a.jobs[j] = awaitingJob{gen: j.gen, since: time.Now()}
+	}
+	if j.await == nil {
+		j.await = e.startSpan(j.trace, SpanAwaitDispatcher, trace.SpanKindInternal, AttrJob.String(j.ID),
+			AttrQueue.String(j.Queue), AttrNode.String(e.cfg.Node), AttrGeneration.Int64(int64(j.gen)))
 	}
 }
 
@@ -201,7 +208,7 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 	case !time.Now().Before(j.deadline):
 		e.finishLocked(j, CodeExpired, "the job's TTL ran out before its dispatcher answered", nil)
 	default:
-		e.log.Warn("forward to dispatcher got no verdict", "queue", j.Queue, "dispatcher", node, "job", j.ID, "err", err)
+		e.logJob(j.trace, slog.LevelWarn, "forward to dispatcher got no verdict", "queue", j.Queue, "dispatcher", node, "job", j.ID, "err", err)
 		e.finishLocked(j, CodeDispatcherUnavailable, "the queue's dispatcher on node "+node+" did not answer within the node's dispatcher wait", nil)
 	}
 }

@@ -164,7 +164,7 @@ func TestRetainNewestKept(t *testing.T) {
 	})
 	w, fc := h.attach("q", 1)
 	small := h.run(w, fc, core.SubmitOptions{}, `"s"`)
-	big := h.run(w, fc, core.SubmitOptions{}, `"`+strings.Repeat("x", limit-100)+`"`)
+	big := h.run(w, fc, core.SubmitOptions{}, `"`+strings.Repeat("x", limit-200)+`"`)
 	if _, bytes := h.e.Retained(); bytes <= limit {
 		t.Fatalf("retained %d bytes: the test needs a job over RetainBytes %d", bytes, limit)
 	}

@@ -1,5 +1,7 @@
 package core
 
+import "log/slog"
+
 // This file is silence: a node that stops answering, crashed or paused
 // alike, ends the jobs that depended on it within the heartbeat silence
 // bound, never the lease TTL (docs/cluster.md, "Silence and proven
@@ -34,7 +36,7 @@ func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
 			// The host is who holds it now: its proven death releases it.
 			j.host = host
 		}
-		e.log.Info("a silent host holds a job with no output; it waits for proof of the host's death", "job", id, "gen", gen, "host", host)
+		e.logJob(j.trace, slog.LevelInfo, "a silent host holds a job with no output; it waits for proof of the host's death", "job", id, "gen", gen, "host", host)
 		return
 	}
 	e.finishLocked(j, CodeWorkerLost, "the consumer host "+host+" went silent (no heartbeat on the job's reply stream)", nil)

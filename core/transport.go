@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 )
 
@@ -166,7 +167,7 @@ type End struct {
 // and nothing may be sent: that would be a routing bug, so it is logged.
 func (e *Engine) sendLocked(node string, m Message) {
 	if e.transport == nil || node == e.cfg.Node {
-		e.log.Error("bug: peer message with no peer", "kind", m.Kind, "node", node, "job", m.JobID)
+		e.logJob(e.traceOfLocked(m), slog.LevelError, "bug: peer message with no peer", "kind", m.Kind, "node", node, "job", m.JobID)
 		return
 	}
 	e.transport.Send(node, m)
@@ -246,6 +247,10 @@ func (e *Engine) reforwardLocked(j *Job) {
 
 func (e *Engine) forwardToLocked(j *Job, node string, d Delivery) {
 	j.dispatcher = node
+	if j.await != nil {
+		endSpan(j.await, "found", "", AttrPeer.String(node))
+		j.await = nil
+	}
 	if node != e.cfg.Node {
 		e.sendLocked(node, Message{Kind: MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
 		return

@@ -37,6 +37,10 @@ var methodRoles = map[string]auth.Role{
 type guard struct {
 	keys *auth.Store
 	errs *apierr.Reporter
+	// extractTrace: no stats handler traces the calls, so the guard reads
+	// the caller's trace context into a JobService call's context itself
+	// (trace.go).
+	extractTrace bool
 }
 
 func (g guard) check(ctx context.Context, method string) (context.Context, error) {
@@ -55,6 +59,9 @@ func (g guard) check(ctx context.Context, method string) (context.Context, error
 	if err != nil {
 		g.errs.Report(err, "method", method)
 		return ctx, apierr.Status(err)
+	}
+	if g.extractTrace && jobCall(method) {
+		ctx = callerTrace(ctx)
 	}
 	return auth.NewContext(ctx, id), nil
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -31,7 +32,11 @@ type ServerConfig struct {
 	// Errors count the calls the guard refuses; nil keeps a set registered
 	// nowhere.
 	Errors *apierr.Metrics
-	Logger *slog.Logger
+	// TracerProvider records the span of every JobService call (trace.go);
+	// nil records none, and the caller's trace context still reaches the
+	// job.
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 }
 
 // NewServer returns the gRPC server of a node's --grpc-addr, with the
@@ -47,7 +52,7 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger)}
+	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger), extractTrace: cfg.TracerProvider == nil}
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
@@ -65,6 +70,9 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	}
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
+	}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, traceCalls(cfg.TracerProvider))
 	}
 	s := grpc.NewServer(opts...)
 	pb.RegisterWorkerServiceServer(s, workers)

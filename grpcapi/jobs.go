@@ -155,7 +155,8 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	}
 	// A retried Submit that matched an idempotency key must not take
 	// ownership of a job some other call is streaming.
-	return s.streamJob(gs, j, 0, nil, stream.Terminate, !existing)
+	_, err = s.streamJob(gs, j, 0, nil, stream.Terminate, !existing)
+	return err
 }
 
 // Resume continues a job's stream after the position in a resume token
@@ -187,8 +188,21 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 			return nil
 		}
 	}
-	return s.streamJob(gs, j, after, filter, slow, resumed)
+	// A reader of the job's stream is a span of the job's trace, linked
+	// to the call's own.
+	ctx, span := s.e.StartResume(gs.Context(), j, after)
+	res, err := s.streamJob(ctxStream{gs, ctx}, j, after, filter, slow, resumed)
+	stream.EndSpan(span, res, after)
+	return err
 }
+
+// ctxStream is a job event stream whose context is ctx.
+type ctxStream struct {
+	grpc.ServerStreamingServer[pb.JobEvent]
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
 
 // Get returns a job's status. Another subject's job is answered as one
 // that does not exist.
@@ -228,7 +242,7 @@ func (s *JobServer) fail(method string, err error) error {
 // so that it owns a streamed job: when the last owner stream ends before
 // the terminal event, the job gets a grace window to be resumed in (see
 // core.Engine.StreamClosed).
-func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) error {
+func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) (stream.Result, error) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	ctx := gs.Context()
@@ -258,12 +272,12 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+		s.log.InfoContext(j.WithTrace(ctx), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
 	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
-		return s.fail("stream", err)
+		return res, s.fail("stream", err)
 	}
-	return nil
+	return res, nil
 }
 
 // endError is why a stream's call ends. A stream that said why it ended
@@ -292,7 +306,7 @@ func jobStatus(v core.JobView) *pb.JobStatus {
 		Generation: v.Generation, HandledBy: optional(v.HandledBy), Worker: optional(v.WorkerName),
 		CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
 		TtlMs:     v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: int64(v.Outputs),
-		LastSeq: v.LastSeq, WaitingForReader: v.WaitingForReader,
+		LastSeq: v.LastSeq, WaitingForReader: v.WaitingForReader, TraceId: v.TraceID,
 		Links: &pb.JobLinks{Self: "/v1/jobs/" + v.ID, Events: "/v1/jobs/" + v.ID + "/events"},
 	}
 	if !v.Ended.IsZero() {

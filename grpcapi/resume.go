@@ -26,7 +26,7 @@ func (s *JobServer) positions() stream.Positions {
 func (s *JobServer) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
 	tok, err := s.positions().Token(j, seq, caller, filter)
 	if err != nil {
-		s.log.Warn("sign resume token", "job", j.ID, "err", err)
+		s.log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
 		return ""
 	}
 	return tok
@@ -46,7 +46,7 @@ func (s *JobServer) resumePosition(ctx context.Context, j *core.Job, raw string,
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
-		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
+		s.log.DebugContext(j.WithTrace(ctx), "resume refused", "job", j.ID, "reason", reason)
 		return 0, false, core.ErrInvalidResumeToken
 	}
 	s.m.Resumed()

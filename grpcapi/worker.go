@@ -403,11 +403,13 @@ func (ss *session) enqueue(m *pb.NodeMessage) error {
 
 // SendOffer implements core.WorkerConn.
 func (ss *session) SendOffer(o core.Offer) error {
+	traceparent, tracestate := core.FormatTrace(o.Trace)
 	return ss.enqueue(&pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: &pb.Job{
 		JobId: o.JobID, Generation: o.Gen, Queue: o.Queue, Input: o.Input, Options: o.Options,
 		Capabilities: o.Capabilities, TtlMs: max(o.TTL.Milliseconds(), 1), MaxOutputBytes: o.MaxOutputBytes,
 		OutputCredit: outputCredit(o.JobID, o.Gen, o.Credit),
-		AffinityKey:  o.AffinityKey, Priority: int32(o.Priority),
+		Traceparent:  traceparent, Tracestate: tracestate,
+		AffinityKey: o.AffinityKey, Priority: int32(o.Priority),
 	}}})
 }
 

@@ -46,6 +46,9 @@ type JobResponse struct {
 	// WaitingForReader is true while the job's worker has used all its
 	// output credit: the job goes on as its reader takes its output.
 	WaitingForReader bool `json:"waiting_for_reader"`
+	// TraceID is the job's W3C trace id (32 hex digits): the caller's
+	// traceparent's, or a new trace's (docs/tracing.md).
+	TraceID string `json:"trace_id"`
 } // @name Job
 
 func jobResponse(v core.JobView) JobResponse {
@@ -54,7 +57,7 @@ func jobResponse(v core.JobView) JobResponse {
 		Code: string(v.Code), Detail: v.Detail, Generation: v.Generation, HandledBy: v.HandledBy,
 		Worker: v.WorkerName, CreatedAt: v.Created.UTC().Format(time.RFC3339Nano),
 		TTLMs: v.TTL.Milliseconds(), RemainingMs: v.Remaining.Milliseconds(), Outputs: v.Outputs,
-		LastSeq: v.LastSeq, Links: links(v.ID), WaitingForReader: v.WaitingForReader,
+		LastSeq: v.LastSeq, Links: links(v.ID), WaitingForReader: v.WaitingForReader, TraceID: v.TraceID,
 	}
 	if !v.Ended.IsZero() {
 		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)
@@ -257,7 +260,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.streamJob(w, r, j, after, filter, slow, resumed)
+	// A reader of the job's stream is a span of the job's trace, linked
+	// to the request's own.
+	ctx, span := s.e.StartResume(r.Context(), j, after)
+	res := s.streamJob(w, r.WithContext(ctx), j, after, filter, slow, resumed)
+	stream.EndSpan(span, res, after)
 }
 
 func requireJSON(r *http.Request) error {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -21,7 +22,7 @@ func (s *Server) positions() stream.Positions {
 func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
 	tok, err := s.positions().Token(j, seq, caller, filter)
 	if err != nil {
-		s.log.Warn("sign resume token", "job", j.ID, "err", err)
+		s.log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
 		return ""
 	}
 	return tok
@@ -50,7 +51,7 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 	if err != nil {
 		reason := string(resume.ReasonOf(err))
 		s.m.Refused(reason)
-		s.log.Debug("resume refused", "job", j.ID, "reason", reason)
+		s.log.DebugContext(j.WithTrace(r.Context()), "resume refused", "job", j.ID, "reason", reason)
 		return 0, false, core.ErrInvalidResumeToken
 	}
 	s.m.Resumed()

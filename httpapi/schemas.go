@@ -84,6 +84,9 @@ type AcceptedEvent struct {
 	EventEnvelope
 	Queue string `json:"queue"`
 	TTLMs int64  `json:"ttl_ms"`
+	// TraceID is the job's W3C trace id (32 hex digits): the trace of the
+	// request's traceparent, or a new one (docs/tracing.md).
+	TraceID string `json:"trace_id" example:"4bf92f3577b34da6a3ce929d0e0e4736"`
 } // @name AcceptedEvent
 
 // OutputEvent is one chunk of output, in the order the worker sent it.

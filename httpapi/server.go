@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/auth"
@@ -109,6 +110,10 @@ type Config struct {
 	// MetricsOpen serves /metrics to anyone; otherwise it needs the admin
 	// role (on a node without keys, everyone is admin).
 	MetricsOpen bool
+	// TracerProvider records the span of every API request (trace.go);
+	// nil (export off) records none, and a caller's trace context still
+	// reaches the job.
+	TracerProvider trace.TracerProvider
 	// Ready reports whether the node should receive traffic (/readyz).
 	Ready    func() error
 	Gatherer prometheus.Gatherer
@@ -251,7 +256,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r := chi.NewRouter()
 	// No Timeout middleware and no server WriteTimeout: streams live as long
 	// as their job; their own clocks bound them (see sse.go).
-	r.Use(middleware.RequestID, s.recoverer, s.bodyDeadline)
+	r.Use(traceRequests(s.cfg.TracerProvider), middleware.RequestID, s.recoverer, s.bodyDeadline)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
@@ -410,7 +415,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // handleMetrics is GET /metrics.
 //
 //	@Summary		Metrics
-//	@Description	The node's Prometheus metrics, in the text exposition format.
+//	@Description	The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 //	@Tags			node
 //	@ID				metrics
 //	@Produce		plain
@@ -422,7 +427,10 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		return
 	}
-	promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	// OpenMetrics to a scraper that asks for it (Accept:
+	// application/openmetrics-text): the format that carries exemplars,
+	// the trace ids of sampled jobs on the latency histograms.
+	promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}).ServeHTTP(w, r)
 }
 
 // DefaultWriteBuffer is the SO_SNDBUF a node asks for on every HTTP

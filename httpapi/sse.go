@@ -176,7 +176,7 @@ func (s *sseConn) Abort(deadline time.Time) {
 // that it owns a job streamed from its POST: when the last owner stream
 // ends before the terminal event, the job gets a grace window to be resumed
 // in (see core.Engine.StreamClosed).
-func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) {
+func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) stream.Result {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -199,8 +199,9 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
 	s.m.Closed(res)
 	if res.End == stream.EndSlow {
-		s.log.Info("stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
+		s.log.InfoContext(j.WithTrace(r.Context()), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
 	}
+	return res
 }
 
 // eventData is the JSON data of an event, shared with every transport.

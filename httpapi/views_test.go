@@ -42,6 +42,12 @@ func TestUnaryRoutesJSON(t *testing.T) {
 		v, _ := e.View(id)
 		return v.Ended.UTC().Format(time.RFC3339Nano)
 	}
+	traceID := func(j *core.Job) string {
+		if !j.Trace().IsValid() {
+			t.Fatalf("job %s has no trace", j.ID)
+		}
+		return j.Trace().TraceID().String()
+	}
 
 	for _, tc := range []struct {
 		name, method, path string
@@ -55,14 +61,16 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			name: "running job", method: "GET", path: "/v1/jobs/" + running.ID, status: 200,
 			want: `{"job_id":"` + running.ID + `","queue":"demo","state":"running","generation":1,"handled_by":"` + w.w.ID + `",
 				"worker":"w-demo","created_at":"` + created(running.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":1,"last_seq":2,
-				"links":{"self":"/v1/jobs/` + running.ID + `","events":"/v1/jobs/` + running.ID + `/events"},"waiting_for_reader":false}`,
+				"links":{"self":"/v1/jobs/` + running.ID + `","events":"/v1/jobs/` + running.ID + `/events"},"waiting_for_reader":false,
+				"trace_id":"` + traceID(running) + `"}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
 			name: "queued job", method: "GET", path: "/v1/jobs/" + waiting.ID, status: 200,
 			want: `{"job_id":"` + waiting.ID + `","queue":"demo","state":"queued","generation":1,
 				"created_at":"` + created(waiting.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":1,
-				"links":{"self":"/v1/jobs/` + waiting.ID + `","events":"/v1/jobs/` + waiting.ID + `/events"},"waiting_for_reader":false}`,
+				"links":{"self":"/v1/jobs/` + waiting.ID + `","events":"/v1/jobs/` + waiting.ID + `/events"},"waiting_for_reader":false,
+				"trace_id":"` + traceID(waiting) + `"}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
@@ -70,7 +78,8 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			want: `{"job_id":"` + cancelled.ID + `","queue":"demo","state":"cancelled","outcome":"cancelled","code":"cancelled",
 				"detail":"cancelled by request","generation":1,"created_at":"` + created(cancelled.ID) + `","ended_at":"` + ended(cancelled.ID) + `",
 				"ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":2,
-				"links":{"self":"/v1/jobs/` + cancelled.ID + `","events":"/v1/jobs/` + cancelled.ID + `/events"},"waiting_for_reader":false}`,
+				"links":{"self":"/v1/jobs/` + cancelled.ID + `","events":"/v1/jobs/` + cancelled.ID + `/events"},"waiting_for_reader":false,
+				"trace_id":"` + traceID(cancelled) + `"}`,
 		},
 		{
 			name: "nodes", method: "GET", path: "/v1/cluster/nodes", status: 200,

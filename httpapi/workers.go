@@ -88,6 +88,11 @@ type JobOffer struct {
 	// MaxOutputBytes is the most output the job may produce; the node ends
 	// the job output_too_large past it.
 	MaxOutputBytes int64 `json:"max_output_bytes"`
+	// Traceparent is the job's W3C trace context (its parent: the node's
+	// offer), for the worker's own spans of the job; Tracestate goes with
+	// it when the trace has one (docs/tracing.md).
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// AffinityKey is the envelope's affinity key, when it has one: the
 	// jobs with one key come to the same worker while it lives and has
 	// room, so a worker may keep a cache or a session under it.
@@ -202,12 +207,17 @@ func (ss *workerSession) enqueue(kind string, v any) error {
 
 // SendOffer implements core.WorkerConn.
 func (ss *workerSession) SendOffer(o core.Offer) error {
+	traceparent, tracestate := core.FormatTrace(o.Trace)
 	offer := map[string]any{
 		"job_id": o.JobID, "generation": o.Gen, "queue": o.Queue, "input": o.Input,
 		"capabilities": nonNil(o.Capabilities), "ttl_ms": max(o.TTL.Milliseconds(), 1), "max_output_bytes": o.MaxOutputBytes,
+		"traceparent": traceparent,
 	}
 	if len(o.Options) > 0 {
 		offer["options"] = o.Options
+	}
+	if tracestate != "" {
+		offer["tracestate"] = tracestate
 	}
 	if o.AffinityKey != "" {
 		offer["affinity_key"] = o.AffinityKey

@@ -82,7 +82,10 @@ func copySlice(s []string) []string {
 
 // DeliveryToPB returns d in its wire form.
 func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
+	traceparent, tracestate := core.FormatTrace(d.Trace)
 	return &pb.PeerDelivery{
+		Traceparent:    traceparent,
+		Tracestate:     tracestate,
 		JobId:          d.JobID,
 		Generation:     d.Gen,
 		Queue:          d.Queue,
@@ -131,10 +134,13 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Exclude:        copySlice(p.GetExclude()),
 		Front:          p.GetFront(),
 		Window:         credit(p.GetWindowEvents(), p.GetWindowBytes()),
-		Subject:        p.GetSubject(),
-		Weight:         int(min(p.GetWeight(), core.MaxWeight)),
-		Priority:       min(max(int(p.GetPriority()), core.MinPriority), core.MaxPriority),
-		AffinityKey:    p.GetAffinityKey(),
+		// A malformed trace context is dropped, never the job: the
+		// receiver's spans then start a trace of their own.
+		Trace:       core.ParseTrace(p.GetTraceparent(), p.GetTracestate()),
+		Subject:     p.GetSubject(),
+		Weight:      int(min(p.GetWeight(), core.MaxWeight)),
+		Priority:    min(max(int(p.GetPriority()), core.MinPriority), core.MaxPriority),
+		AffinityKey: p.GetAffinityKey(),
 	}, nil
 }
 
@@ -303,6 +309,7 @@ func peerMessageUTF8(m *pb.PeerMessage) error {
 func deliveryUTF8(d *pb.PeerDelivery) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"job_id", d.GetJobId()}, {"queue", d.GetQueue()}, {"ingress", d.GetIngress()}, {"zone", d.GetZone()},
+		{"traceparent", d.GetTraceparent()}, {"tracestate", d.GetTracestate()},
 		{"subject", d.GetSubject()}, {"affinity_key", d.GetAffinityKey()},
 	} {
 		if !utf8.ValidString(f.v) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
@@ -25,8 +26,18 @@ func fullDelivery() core.Delivery {
 		MaxQueueDepth: 42, MaxQueueBytes: 1 << 30,
 		Exclude: []string{"c-1", "c-2"}, Front: true,
 		Window:  core.OutputCredit{Events: 512, Bytes: 2 << 20},
+		Trace:   sampleTrace(),
 		Subject: "team-a", Weight: 3, Priority: -2, AffinityKey: "session-42",
 	}
+}
+
+// sampleTrace is a sampled span context with a tracestate, as a receiver
+// reads it: remote.
+func sampleTrace() trace.SpanContext {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ts, _ := trace.ParseTraceState("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
 }
 
 // fullMessage sets every field of core.Message (no real message does).
@@ -81,6 +92,11 @@ func TestDeliveryRoundTrip(t *testing.T) {
 		{name: "absent JSON, maps and slices stay nil", in: core.Delivery{JobID: "j"}},
 		{name: "negative TTL (already expired)", in: core.Delivery{JobID: "j", TTL: -time.Millisecond}},
 		{name: "nanosecond TTL is exact", in: core.Delivery{JobID: "j", TTL: time.Nanosecond}},
+		{
+			name: "a malformed trace context is dropped, not the job",
+			in:   core.Delivery{JobID: "j", Trace: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}})},
+			want: core.Delivery{JobID: "j"},
+		},
 		{
 			name: "empty JSON, map and slice come back absent",
 			in:   core.Delivery{JobID: "j", Input: json.RawMessage{}, Options: json.RawMessage{}, Capabilities: map[string]string{}, Exclude: []string{}},
@@ -257,5 +273,16 @@ func TestForwardResponse(t *testing.T) {
 	}
 	if _, ok := peer.ForwardResponse(errors.New("disk on fire")); ok {
 		t.Error("an unclassified error became an answer")
+	}
+}
+
+// A delivery whose trace context does not parse is still the job: its
+// trace context is dropped, and the receiver's spans start a trace.
+func TestDeliveryMalformedTrace(t *testing.T) {
+	for _, tp := range []string{"garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"} {
+		d, err := peer.DeliveryFromPB(&pb.PeerDelivery{JobId: "j", Traceparent: tp, Tracestate: "a=b"})
+		if err != nil || d.JobID != "j" || d.Trace.IsValid() {
+			t.Errorf("traceparent %q: %+v, %v; want the job without a trace", tp, d, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -58,15 +59,21 @@ func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) e
 		return c.fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
 	}
 	timeout := r.ackTimeout(core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d})
+	// The caller's span of the forward (core's switchyard.forward) counts
+	// the attempts.
+	span := trace.SpanFromContext(ctx)
 	for attempt := 0; ; attempt++ {
 		res, err := c.attempt(p, timeout)
+		if span.IsRecording() {
+			span.SetAttributes(core.AttrAttempt.Int(attempt + 1))
+		}
 		switch {
 		case err != nil:
 			return err
 		case res != nil:
 			return ForwardError(res)
 		}
-		r.log.Debug("forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", c.last)
+		r.log.DebugContext(ctx, "forward failed; retrying", "node", node, "job", d.JobID, "attempt", attempt+1, "err", c.last)
 		if !r.sleep(ctx, attempt) {
 			return c.ended(c.last)
 		}

@@ -34,6 +34,12 @@ type Job struct {
 	// output_too_large and cancels it here (Output's methods then return
 	// ErrJobEnded). A handler may use it to stop early.
 	MaxOutputBytes int64
+	// Traceparent and Tracestate are the job's W3C trace context as the
+	// node sent it (its parent: the node's offer), and TraceID its trace
+	// id, for logs. The handler's context already carries the worker's
+	// span of the job: spans started from it join the job's trace.
+	Traceparent, Tracestate string
+	TraceID                 string
 	// AffinityKey is the envelope's affinity key ("" for none). The node
 	// sends the jobs of one key to the same worker while it lives and has
 	// room, so a handler may keep what the key's jobs share (a session's

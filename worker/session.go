@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -337,9 +338,15 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		MaxOutputBytes: pj.GetMaxOutputBytes(),
 		AffinityKey:    pj.GetAffinityKey(),
 		Priority:       int(pj.GetPriority()),
+		Traceparent:    pj.GetTraceparent(),
+		Tracestate:     pj.GetTracestate(),
+	}
+	sc := parseTrace(job.Traceparent, job.Tracestate)
+	if sc.IsValid() {
+		job.TraceID = sc.TraceID().String()
 	}
 	key := jobKey{job.ID, job.Generation}
-	log := s.log.With("job", job.ID, "generation", job.Generation)
+	log := s.log.With("job", job.ID, "generation", job.Generation, "trace_id", job.TraceID)
 
 	s.mu.Lock()
 	_, dup := s.jobs[key]
@@ -369,7 +376,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		return
 	}
 
-	jctx, cancel := context.WithCancelCause(s.ctx)
+	jctx, cancel := context.WithCancelCause(trace.ContextWithRemoteSpanContext(s.ctx, sc))
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
 	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{})}
 	if c := pj.GetOutputCredit(); c != nil {
@@ -435,6 +442,9 @@ func (s *session) forget(key jobKey) {
 // run runs the handler and sends the job's one terminal message.
 func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Logger) {
 	started := time.Now()
+	// The worker's span of the job, the node's offer's child; the handler
+	// runs in it. Its context is jctx's: it ends with the job.
+	jctx, span := startRunSpan(jctx, s.r.tracer, job, s.r.cfg.Name)
 	result, herr := s.callHandler(jctx, job, out, log)
 
 	// Decide the outcome from why the context ended before looking at what
@@ -486,6 +496,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Log
 			outcome = outcomeAbandoned
 		}
 	}
+	endRunSpan(span, outcome, code, out)
 	attrs := []any{"outcome", outcome, "elapsed", time.Since(started).Round(time.Millisecond)}
 	if code != "" {
 		attrs = append(attrs, "code", code)

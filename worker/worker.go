@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -75,6 +77,12 @@ type Config struct {
 	// after this long without sending anything, and ends the session after
 	// three intervals without hearing anything.
 	HeartbeatInterval time.Duration
+	// TracerProvider records the worker's span of each job it runs
+	// (switchyard.worker.run), a child of the node's offer in the job's
+	// trace; the handler's context carries that span, so the handler's own
+	// spans join the job's trace too. nil: OpenTelemetry's global provider
+	// (otel.GetTracerProvider, a no-op until the program installs an SDK).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -101,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	if len(c.DialOptions) == 0 {
 		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
@@ -109,9 +120,10 @@ func (c Config) withDefaults() (Config, error) {
 
 // runner is one Run: the config, the handler and what outlives a session.
 type runner struct {
-	cfg Config
-	h   Handler
-	log *slog.Logger
+	cfg    Config
+	h      Handler
+	log    *slog.Logger
+	tracer trace.Tracer
 	// healthy is set by a session that stayed registered for at least
 	// MaxBackoff; the backoff reads and clears it, so a worker that was
 	// connected for an hour reconnects quickly instead of inheriting an
@@ -197,7 +209,7 @@ func New(cfg Config, h Handler) (*Worker, error) {
 		return nil, err
 	}
 	r := &runner{
-		cfg: cfg, h: h, log: cfg.Logger.With("queue", cfg.Queue),
+		cfg: cfg, h: h, log: cfg.Logger.With("queue", cfg.Queue), tracer: cfg.TracerProvider.Tracer(scopeName),
 		caps: slices.Clone(cfg.Capabilities), changed: make(chan struct{}),
 	}
 	return &Worker{r: r}, nil

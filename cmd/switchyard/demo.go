@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/tracing"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -40,6 +41,14 @@ func runDemo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The demo workers export their spans where the node does.
+	wcfg := cfg.Tracing
+	wcfg.ServiceName = "switchyard-demo-worker"
+	wtp, err := tracing.Open(ctx, wcfg)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(wtp, cfg.Logger)
 	n, err := switchyard.Open(ctx, *cfg)
 	if err != nil {
 		return err
@@ -59,6 +68,7 @@ func runDemo(ctx context.Context, args []string) error {
 			err := worker.Run(wctx, worker.Config{
 				Server: n.GRPCAddr(), Queue: w.queue, Name: w.name, Concurrency: 16,
 				Capabilities: []string{"model=demo"}, Logger: cfg.Logger.With("system", w.name), DialOptions: dial,
+				TracerProvider: wtp.TracerProvider(),
 			}, w.h)
 			if err != nil {
 				cfg.Logger.Error("demo worker stopped", "worker", w.name, "err", err)

@@ -155,6 +155,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.Workers.HeartbeatInterval, "heartbeat-interval", cfg.Workers.HeartbeatInterval, "worker session heartbeat interval")
 	fs.DurationVar(&cfg.Workers.IdleTimeout, "worker-idle-timeout", cfg.Workers.IdleTimeout, "end a worker session silent this long")
 	fs.DurationVar(&cfg.Workers.SetupTimeout, "worker-setup-timeout", cfg.Workers.SetupTimeout, "a connecting worker must say hello within this")
+	fs.StringVar(&cfg.Tracing.Endpoint, "otlp-endpoint", "", "export spans by OTLP to this collector URL (http://host:4318 for http/protobuf, http://host:4317 with OTEL_EXPORTER_OTLP_PROTOCOL=grpc); off by default, or set by the standard OTEL_EXPORTER_OTLP_* variables; sampling by OTEL_TRACES_SAMPLER (docs/tracing.md)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	finish := func() error {

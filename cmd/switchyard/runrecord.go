@@ -27,7 +27,7 @@ const (
 // recordRuns wraps h so that every run is logged as above.
 func recordRuns(h worker.Handler, name string, log *slog.Logger) worker.Handler {
 	return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-		l := log.With("worker", name, "job", job.ID, "generation", job.Generation)
+		l := log.With("worker", name, "job", job.ID, "generation", job.Generation, "trace_id", job.TraceID)
 		l.Info(runStartedMsg)
 		res, err := h(ctx, job, out)
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // Each run is one "run started" line and one "run ended" line, with the
-// worker, job and generation, and the handler's error if it failed: the
+// worker, job, generation and trace id, and the handler's error if it failed: the
 // lines the compose fault tests parse.
 func TestRecordRuns(t *testing.T) {
 	var buf bytes.Buffer
@@ -23,12 +23,12 @@ func TestRecordRuns(t *testing.T) {
 		want []string
 	}{
 		{nil, []string{
-			`msg="run started" worker=w-3 job=j_1 generation=2`,
-			`msg="run ended" worker=w-3 job=j_1 generation=2` + "\n",
+			`msg="run started" worker=w-3 job=j_1 generation=2 trace_id=4bf92f3577b34da6a3ce929d0e0e4736`,
+			`msg="run ended" worker=w-3 job=j_1 generation=2 trace_id=4bf92f3577b34da6a3ce929d0e0e4736` + "\n",
 		}},
 		{fail, []string{
-			`msg="run started" worker=w-3 job=j_1 generation=2`,
-			`msg="run ended" worker=w-3 job=j_1 generation=2 err="stopped after 2 of 5 words"`,
+			`msg="run started" worker=w-3 job=j_1 generation=2 trace_id=4bf92f3577b34da6a3ce929d0e0e4736`,
+			`msg="run ended" worker=w-3 job=j_1 generation=2 trace_id=4bf92f3577b34da6a3ce929d0e0e4736 err="stopped after 2 of 5 words"`,
 		}},
 	} {
 		buf.Reset()
@@ -38,7 +38,7 @@ func TestRecordRuns(t *testing.T) {
 			}
 			return nil, tc.err
 		}, "w-3", log)
-		if _, err := h(context.Background(), &worker.Job{ID: "j_1", Generation: 2}, nil); !errors.Is(err, tc.err) {
+		if _, err := h(context.Background(), &worker.Job{ID: "j_1", Generation: 2, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"}, nil); !errors.Is(err, tc.err) {
 			t.Fatalf("handler error %v, want %v", err, tc.err)
 		}
 		lines := strings.SplitAfter(strings.TrimSpace(buf.String()), "\n")

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
+	"github.com/switchyard/switchyard/tracing"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -26,6 +28,8 @@ func runWorker(ctx context.Context, args []string) error {
 	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed the node's certificate: connect over TLS (see the node's --tls-cert)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
+	var tcfg tracing.Config
+	fs.StringVar(&tcfg.Endpoint, "otlp-endpoint", "", "export the worker's span of each job by OTLP to this collector URL, as the node's --otlp-endpoint; off by default, or set by the standard OTEL_EXPORTER_OTLP_* variables")
 	record := fs.Bool("record-runs", false, "log a line when the handler starts each job and one when it returns (job id, generation, worker name): the worker's own record of what it ran")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -62,6 +66,22 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		h = recordRuns(h, name, log)
 	}
+	tcfg.ServiceName = "switchyard-worker"
+	tp, err := tracing.Open(ctx, tcfg)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tp, log)
+	cfg.TracerProvider = tp.TracerProvider()
 	log.Info("worker starting", "server", cfg.Server, "queue", cfg.Queue, "capabilities", []string(caps), "concurrency", cfg.Concurrency)
 	return worker.Run(ctx, cfg, h)
+}
+
+// shutdownTracing exports the worker's last spans, within a bound.
+func shutdownTracing(tp *tracing.Provider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("spans not exported at shutdown", "err", err)
+	}
 }

@@ -484,8 +484,14 @@ type AcceptedEvent struct {
 	Seq int `json:"seq"`
 
 	// Snap Snap is the snapshot version of the history (the node incarnation).
-	Snap  int `json:"snap"`
-	TtlMs int `json:"ttl_ms"`
+	Snap int `json:"snap"`
+
+	// TraceId TraceID is the job's W3C trace id (32 hex digits): the trace of the
+	// request's traceparent, or a new one (docs/tracing.md).
+	//
+	// Example: 4bf92f3577b34da6a3ce929d0e0e4736
+	TraceId string `json:"trace_id"`
+	TtlMs   int    `json:"ttl_ms"`
 }
 
 // CancelEvent defines model for CancelEvent.
@@ -1036,7 +1042,11 @@ type Job struct {
 	Queue       string   `json:"queue"`
 	RemainingMs int      `json:"remaining_ms"`
 	State       string   `json:"state"`
-	TtlMs       int      `json:"ttl_ms"`
+
+	// TraceId TraceID is the job's W3C trace id (32 hex digits): the caller's
+	// traceparent's, or a new trace's (docs/tracing.md).
+	TraceId string `json:"trace_id"`
+	TtlMs   int    `json:"ttl_ms"`
 
 	// WaitingForReader WaitingForReader is true while the job's worker has used all its
 	// output credit: the job goes on as its reader takes its output.
@@ -1085,6 +1095,12 @@ type JobOffer struct {
 	// already ordered the job by it.
 	Priority *int   `json:"priority,omitempty"`
 	Queue    string `json:"queue"`
+
+	// Traceparent Traceparent is the job's W3C trace context (its parent: the node's
+	// offer), for the worker's own spans of the job; Tracestate goes with
+	// it when the trace has one (docs/tracing.md).
+	Traceparent string  `json:"traceparent"`
+	Tracestate  *string `json:"tracestate,omitempty"`
 
 	// TtlMs TTLMs is the TTL left when the node sent the offer: the worker's
 	// deadline is its own receive time plus this.
@@ -2304,7 +2320,7 @@ type ClientInterface interface {
 
 	// Metrics Metrics
 	//
-	// The node's Prometheus metrics, in the text exposition format.
+	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2627,7 +2643,7 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // Metrics Metrics
 //
-// The node's Prometheus metrics, in the text exposition format.
+// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4403,7 +4419,7 @@ type ClientWithResponsesInterface interface {
 
 	// MetricsWithResponse Metrics
 	//
-	// The node's Prometheus metrics, in the text exposition format.
+	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6892,7 +6908,7 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 
 // MetricsWithResponse Metrics
 //
-// The node's Prometheus metrics, in the text exposition format.
+// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 //
 // Returns a wrapper object for the known response body format(s).
 //

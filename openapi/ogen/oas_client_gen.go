@@ -305,7 +305,8 @@ type Invoker interface {
 	ListQueues(ctx context.Context) (ListQueuesRes, error)
 	// Metrics invokes metrics operation.
 	//
-	// The node's Prometheus metrics, in the text exposition format.
+	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of
+	// sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 	//
 	// GET /metrics
 	Metrics(ctx context.Context) (MetricsRes, error)
@@ -2265,7 +2266,8 @@ func (c *Client) sendListQueues(ctx context.Context) (res ListQueuesRes, err err
 
 // Metrics invokes metrics operation.
 //
-// The node's Prometheus metrics, in the text exposition format.
+// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of
+// sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
 //
 // GET /metrics
 func (c *Client) Metrics(ctx context.Context) (MetricsRes, error) {

@@ -349,19 +349,24 @@ func (s *AcceptedEvent) encodeFields(e *jx.Encoder) {
 		e.Int(s.Snap)
 	}
 	{
+		e.FieldStart("trace_id")
+		e.Str(s.TraceID)
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
 }
 
-var jsonFieldsNameOfAcceptedEvent = [7]string{
+var jsonFieldsNameOfAcceptedEvent = [8]string{
 	0: "attempt",
 	1: "gen",
 	2: "job_id",
 	3: "queue",
 	4: "seq",
 	5: "snap",
-	6: "ttl_ms",
+	6: "trace_id",
+	7: "ttl_ms",
 }
 
 // Decode decodes AcceptedEvent from json.
@@ -445,8 +450,20 @@ func (s *AcceptedEvent) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"snap\"")
 			}
-		case "ttl_ms":
+		case "trace_id":
 			requiredBitSet[0] |= 1 << 6
+			if err := func() error {
+				v, err := d.Str()
+				s.TraceID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"trace_id\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -467,7 +484,7 @@ func (s *AcceptedEvent) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [1]uint8{
-		0b01111111,
+		0b11111111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -8899,6 +8916,10 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 		e.Str(s.State)
 	}
 	{
+		e.FieldStart("trace_id")
+		e.Str(s.TraceID)
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
@@ -8914,7 +8935,7 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfJob = [17]string{
+var jsonFieldsNameOfJob = [18]string{
 	0:  "code",
 	1:  "created_at",
 	2:  "detail",
@@ -8929,9 +8950,10 @@ var jsonFieldsNameOfJob = [17]string{
 	11: "queue",
 	12: "remaining_ms",
 	13: "state",
-	14: "ttl_ms",
-	15: "waiting_for_reader",
-	16: "worker",
+	14: "trace_id",
+	15: "ttl_ms",
+	16: "waiting_for_reader",
+	17: "worker",
 }
 
 // Decode decodes Job from json.
@@ -9099,8 +9121,20 @@ func (s *Job) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"state\"")
 			}
-		case "ttl_ms":
+		case "trace_id":
 			requiredBitSet[1] |= 1 << 6
+			if err := func() error {
+				v, err := d.Str()
+				s.TraceID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"trace_id\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[1] |= 1 << 7
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9112,7 +9146,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"ttl_ms\"")
 			}
 		case "waiting_for_reader":
-			requiredBitSet[1] |= 1 << 7
+			requiredBitSet[2] |= 1 << 0
 			if err := func() error {
 				v, err := d.Bool()
 				s.WaitingForReader = bool(v)
@@ -9145,7 +9179,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 	for i, mask := range [3]uint8{
 		0b11010010,
 		0b11111101,
-		0b00000000,
+		0b00000001,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -9648,22 +9682,34 @@ func (s *JobOffer) encodeFields(e *jx.Encoder) {
 		e.Str(s.Queue)
 	}
 	{
+		e.FieldStart("traceparent")
+		e.Str(s.Traceparent)
+	}
+	{
+		if s.Tracestate.Set {
+			e.FieldStart("tracestate")
+			s.Tracestate.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("ttl_ms")
 		e.Int(s.TTLMs)
 	}
 }
 
-var jsonFieldsNameOfJobOffer = [10]string{
-	0: "affinity_key",
-	1: "capabilities",
-	2: "generation",
-	3: "input",
-	4: "job_id",
-	5: "max_output_bytes",
-	6: "options",
-	7: "priority",
-	8: "queue",
-	9: "ttl_ms",
+var jsonFieldsNameOfJobOffer = [12]string{
+	0:  "affinity_key",
+	1:  "capabilities",
+	2:  "generation",
+	3:  "input",
+	4:  "job_id",
+	5:  "max_output_bytes",
+	6:  "options",
+	7:  "priority",
+	8:  "queue",
+	9:  "traceparent",
+	10: "tracestate",
+	11: "ttl_ms",
 }
 
 // Decode decodes JobOffer from json.
@@ -9785,8 +9831,30 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"queue\"")
 			}
-		case "ttl_ms":
+		case "traceparent":
 			requiredBitSet[1] |= 1 << 1
+			if err := func() error {
+				v, err := d.Str()
+				s.Traceparent = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"traceparent\"")
+			}
+		case "tracestate":
+			if err := func() error {
+				s.Tracestate.Reset()
+				if err := s.Tracestate.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"tracestate\"")
+			}
+		case "ttl_ms":
+			requiredBitSet[1] |= 1 << 3
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9808,7 +9876,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 	var failures []validate.FieldError
 	for i, mask := range [2]uint8{
 		0b00111110,
-		0b00000011,
+		0b00001011,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.

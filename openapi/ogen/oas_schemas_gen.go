@@ -65,8 +65,11 @@ type AcceptedEvent struct {
 	// Seq is the event's position in the job's stream, from 1.
 	Seq int `json:"seq"`
 	// Snap is the snapshot version of the history (the node incarnation).
-	Snap  int `json:"snap"`
-	TTLMs int `json:"ttl_ms"`
+	Snap int `json:"snap"`
+	// TraceID is the job's W3C trace id (32 hex digits): the trace of the request's traceparent, or a new
+	// one (docs/tracing.md).
+	TraceID string `json:"trace_id"`
+	TTLMs   int    `json:"ttl_ms"`
 }
 
 // GetAttempt returns the value of Attempt.
@@ -97,6 +100,11 @@ func (s *AcceptedEvent) GetSeq() int {
 // GetSnap returns the value of Snap.
 func (s *AcceptedEvent) GetSnap() int {
 	return s.Snap
+}
+
+// GetTraceID returns the value of TraceID.
+func (s *AcceptedEvent) GetTraceID() string {
+	return s.TraceID
 }
 
 // GetTTLMs returns the value of TTLMs.
@@ -132,6 +140,11 @@ func (s *AcceptedEvent) SetSeq(val int) {
 // SetSnap sets the value of Snap.
 func (s *AcceptedEvent) SetSnap(val int) {
 	s.Snap = val
+}
+
+// SetTraceID sets the value of TraceID.
+func (s *AcceptedEvent) SetTraceID(val string) {
+	s.TraceID = val
 }
 
 // SetTTLMs sets the value of TTLMs.
@@ -3751,7 +3764,10 @@ type Job struct {
 	Queue       string    `json:"queue"`
 	RemainingMs int       `json:"remaining_ms"`
 	State       string    `json:"state"`
-	TTLMs       int       `json:"ttl_ms"`
+	// TraceID is the job's W3C trace id (32 hex digits): the caller's traceparent's, or a new trace's
+	// (docs/tracing.md).
+	TraceID string `json:"trace_id"`
+	TTLMs   int    `json:"ttl_ms"`
 	// WaitingForReader is true while the job's worker has used all its output credit: the job goes on as
 	// its reader takes its output.
 	WaitingForReader bool      `json:"waiting_for_reader"`
@@ -3826,6 +3842,11 @@ func (s *Job) GetRemainingMs() int {
 // GetState returns the value of State.
 func (s *Job) GetState() string {
 	return s.State
+}
+
+// GetTraceID returns the value of TraceID.
+func (s *Job) GetTraceID() string {
+	return s.TraceID
 }
 
 // GetTTLMs returns the value of TTLMs.
@@ -3911,6 +3932,11 @@ func (s *Job) SetRemainingMs(val int) {
 // SetState sets the value of State.
 func (s *Job) SetState(val string) {
 	s.State = val
+}
+
+// SetTraceID sets the value of TraceID.
+func (s *Job) SetTraceID(val string) {
+	s.TraceID = val
 }
 
 // SetTTLMs sets the value of TTLMs.
@@ -4354,6 +4380,10 @@ type JobOffer struct {
 	// Priority is the envelope's, -5 to 5 (0 when absent); the node already ordered the job by it.
 	Priority OptInt `json:"priority"`
 	Queue    string `json:"queue"`
+	// Traceparent is the job's W3C trace context (its parent: the node's offer), for the worker's own
+	// spans of the job; Tracestate goes with it when the trace has one (docs/tracing.md).
+	Traceparent string    `json:"traceparent"`
+	Tracestate  OptString `json:"tracestate"`
 	// TTLMs is the TTL left when the node sent the offer: the worker's deadline is its own receive time
 	// plus this.
 	TTLMs int `json:"ttl_ms"`
@@ -4404,6 +4434,16 @@ func (s *JobOffer) GetQueue() string {
 	return s.Queue
 }
 
+// GetTraceparent returns the value of Traceparent.
+func (s *JobOffer) GetTraceparent() string {
+	return s.Traceparent
+}
+
+// GetTracestate returns the value of Tracestate.
+func (s *JobOffer) GetTracestate() OptString {
+	return s.Tracestate
+}
+
 // GetTTLMs returns the value of TTLMs.
 func (s *JobOffer) GetTTLMs() int {
 	return s.TTLMs
@@ -4452,6 +4492,16 @@ func (s *JobOffer) SetPriority(val OptInt) {
 // SetQueue sets the value of Queue.
 func (s *JobOffer) SetQueue(val string) {
 	s.Queue = val
+}
+
+// SetTraceparent sets the value of Traceparent.
+func (s *JobOffer) SetTraceparent(val string) {
+	s.Traceparent = val
+}
+
+// SetTracestate sets the value of Tracestate.
+func (s *JobOffer) SetTracestate(val OptString) {
+	s.Tracestate = val
 }
 
 // SetTTLMs sets the value of TTLMs.

@@ -453,8 +453,12 @@ type JobStatus struct {
 	// submission, or a resume of it) and goes on as the reader takes its
 	// output.
 	WaitingForReader bool `protobuf:"varint,17,opt,name=waiting_for_reader,json=waitingForReader,proto3" json:"waiting_for_reader,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// TraceId is the job's W3C trace id (32 hex digits): the trace of the
+	// caller's traceparent (HTTP header or gRPC metadata), or a new one the
+	// ingress started (docs/tracing.md).
+	TraceId       string `protobuf:"bytes,30,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobStatus) Reset() {
@@ -606,6 +610,13 @@ func (x *JobStatus) GetWaitingForReader() bool {
 	return false
 }
 
+func (x *JobStatus) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // JobLinks are where a job can be read, streamed and cancelled over HTTP.
 type JobLinks struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -690,7 +701,7 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\bsnapshot\x18\x05 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\x04R\aattempt\x12!\n" +
 	"\fresume_token\x18\a \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xd6\x04\n" +
+	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xf1\x04\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x14\n" +
@@ -713,7 +724,8 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\aoutputs\x18\x0e \x01(\x03R\aoutputs\x12\x19\n" +
 	"\blast_seq\x18\x0f \x01(\x04R\alastSeq\x12-\n" +
 	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05links\x12,\n" +
-	"\x12waiting_for_reader\x18\x11 \x01(\bR\x10waitingForReaderB\n" +
+	"\x12waiting_for_reader\x18\x11 \x01(\bR\x10waitingForReader\x12\x19\n" +
+	"\btrace_id\x18\x1e \x01(\tR\atraceIdB\n" +
 	"\n" +
 	"\b_outcomeB\a\n" +
 	"\x05_codeB\t\n" +

@@ -1047,6 +1047,13 @@ type PeerDelivery struct {
 	// may run ahead of what the job's reader took. 0: not paced.
 	WindowEvents uint64 `protobuf:"varint,15,opt,name=window_events,json=windowEvents,proto3" json:"window_events,omitempty"`
 	WindowBytes  uint64 `protobuf:"varint,16,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	// traceparent and tracestate are the W3C trace context of the sender's
+	// span of the job (its job span or forward on the ingress, its queue
+	// span on the dispatcher): the receiver's spans of the job are its
+	// children. Empty: no trace (a sender that carries none). (Numbers from
+	// 30 on: the job's trace context.)
+	Traceparent string `protobuf:"bytes,30,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,31,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	// subject and weight are the submitter's API key subject (empty: the
 	// anonymous caller) and its fair-share weight (0: 1), from its key on
 	// the ingress node; priority and affinity_key are the envelope's. The
@@ -1203,6 +1210,20 @@ func (x *PeerDelivery) GetWindowBytes() uint64 {
 		return x.WindowBytes
 	}
 	return 0
+}
+
+func (x *PeerDelivery) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 func (x *PeerDelivery) GetSubject() string {
@@ -2360,7 +2381,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\xc7\x05\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\x89\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2380,7 +2401,11 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aexclude\x18\r \x03(\tR\aexclude\x12\x14\n" +
 	"\x05front\x18\x0e \x01(\bR\x05front\x12#\n" +
 	"\rwindow_events\x18\x0f \x01(\x04R\fwindowEvents\x12!\n" +
-	"\fwindow_bytes\x18\x10 \x01(\x04R\vwindowBytes\x12\x18\n" +
+	"\fwindow_bytes\x18\x10 \x01(\x04R\vwindowBytes\x12 \n" +
+	"\vtraceparent\x18\x1e \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x1f \x01(\tR\n" +
+	"tracestate\x12\x18\n" +
 	"\asubject\x18( \x01(\tR\asubject\x12\x16\n" +
 	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
 	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +

@@ -648,6 +648,13 @@ type Job struct {
 	// OutputCredit messages. Absent: the job is not paced, and the worker
 	// sends its output freely.
 	OutputCredit *OutputCredit `protobuf:"bytes,9,opt,name=output_credit,json=outputCredit,proto3" json:"output_credit,omitempty"`
+	// traceparent and tracestate are the job's W3C trace context
+	// (https://www.w3.org/TR/trace-context/), its parent the node's offer:
+	// a worker's own spans of the job join the job's trace as its children.
+	// Always set: a job that came without a trace starts one at its ingress.
+	// (Numbers from 20 on: the job's trace context.)
+	Traceparent string `protobuf:"bytes,20,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,21,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	// affinity_key is the envelope's affinity key (empty: none): the jobs
 	// with one key come to the same worker while it lives and has room, so
 	// a worker may keep a cache or a session's state under it. priority is
@@ -750,6 +757,20 @@ func (x *Job) GetOutputCredit() *OutputCredit {
 		return x.OutputCredit
 	}
 	return nil
+}
+
+func (x *Job) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Job) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 func (x *Job) GetAffinityKey() string {
@@ -1300,7 +1321,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xe8\x02\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xaa\x03\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1312,7 +1333,11 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12(\n" +
 	"\x10max_output_bytes\x18\b \x01(\x03R\x0emaxOutputBytes\x12@\n" +
-	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\x12!\n" +
+	"\routput_credit\x18\t \x01(\v2\x1b.switchyard.v1.OutputCreditR\foutputCredit\x12 \n" +
+	"\vtraceparent\x18\x14 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x15 \x01(\tR\n" +
+	"tracestate\x12!\n" +
 	"\faffinity_key\x18( \x01(\tR\vaffinityKey\x12\x1a\n" +
 	"\bpriority\x18) \x01(\x11R\bpriority\"s\n" +
 	"\fOutputCredit\x12\x15\n" +
