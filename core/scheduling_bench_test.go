@@ -550,7 +550,6 @@ func BenchmarkFairShare(b *testing.B) {
 			p99 := percentile(r.waits["light"], 99)
 			share := "–"
 			if len(r.share) > 1 {
-				share = fmt.Sprintf("%s (%s : %s)", pct(r.share["light"]), pct(r.share["light"]), pct(r.share["heavy"]))
 				share = pct(r.share["light"])
 				if r.share["heavy"] > 0 {
 					share += fmt.Sprintf(", %.2f:1", r.share["light"]/r.share["heavy"])
