@@ -39,7 +39,7 @@ import (
 //     while a job it can run waits.
 //
 // Every binding of a job with a key is counted in
-// switchyard_dispatch_affinity_total by result (affinityResult).
+// switchyard_dispatch_affinity_total by result (affinityResultLocked).
 
 // affinityTask is a task's affinity state on the dispatcher.
 type affinityTask struct {
@@ -56,7 +56,7 @@ type affinityQueue struct {
 	// part of its load under the bound.
 	targeted map[string]int
 	// last remembers which consumer each key's latest job went to, for
-	// the miss reasons (affinityResult); bounded (keyMemory).
+	// the miss reasons (affinityResultLocked); bounded (keyMemory).
 	last keyMemory
 	// spill dispatches the queue again at spillAt, when a job that waits
 	// for its consumer may go to another (AffinityWait).
@@ -175,7 +175,7 @@ func AffinityOrder(key string, slots map[string]int) []string {
 // its key's order that has one. nil: nowhere now. It (re)targets the job
 // when it has no target that can run it.
 func (e *Engine) affinityPlaceLocked(q *queue, p *consumerPool, t *task, spill bool) *consumerSlot {
-	c := p.byID[t.aff.target]
+	c := p.byID(t.aff.target)
 	if c == nil || !p.canRun(t, c) {
 		cands := p.capable(t)
 		if len(cands) == 0 {
@@ -263,7 +263,7 @@ func (e *Engine) affinityBoundLocked(q *queue, p *consumerPool, t *task, c *cons
 	if t.d.AffinityKey == "" {
 		return
 	}
-	e.m.Affinity.WithLabelValues(affinityResult(q, p, t, c)).Inc()
+	e.m.Affinity.WithLabelValues(e.affinityResultLocked(q, p, t, c)).Inc()
 	q.aff.last.put(t.aff.hash, c.id)
 }
 
@@ -273,12 +273,12 @@ func (e *Engine) affinityBoundLocked(q *queue, p *consumerPool, t *task, c *cons
 // hit when c is the first in the key's order, full when it is not (the
 // first had no room). A consumer that joins and comes first for a key
 // takes it with a hit: the key is that consumer's now.
-func affinityResult(q *queue, p *consumerPool, t *task, c *consumerSlot) string {
+func (e *Engine) affinityResultLocked(q *queue, p *consumerPool, t *task, c *consumerSlot) string {
 	last, known := q.aff.last.get(t.aff.hash)
 	switch {
-	case known && last != c.id && !p.known[last]:
+	case known && last != c.id && !e.registeredLocked(q, last):
 		return AffinityGone
-	case known && last != c.id && (p.byID[last] == nil || !p.canRun(t, p.byID[last])):
+	case known && last != c.id && (p.byID(last) == nil || !p.canRun(t, p.byID(last))):
 		return AffinityNoneCapable
 	case c.id == t.aff.first:
 		return AffinityHit

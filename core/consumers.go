@@ -33,39 +33,45 @@ func (c *consumerSlot) free() bool { return c.load() < c.slots }
 
 // consumerPool is every consumer a queue's jobs may be bound to now, whose
 // node takes new work: this node's workers unless it drains, and those of
-// routable nodes.
+// routable nodes. A queue keeps one and refills it for each choice
+// (poolLocked), so the dispatch path allocates none.
 type consumerPool struct {
-	all  []*consumerSlot
-	byID map[string]*consumerSlot
-	// known holds every consumer of the queue still registered, whether
-	// or not its node takes new work.
-	known map[string]bool
+	all   []consumerSlot
+	index map[string]int
 }
 
-// poolLocked gathers q's consumers. Remote consumers get their credit
-// counter (q.remote) made and their record refreshed.
+// byID returns the consumer with id, nil if the pool has none.
+func (p *consumerPool) byID(id string) *consumerSlot {
+	if i, ok := p.index[id]; ok {
+		return &p.all[i]
+	}
+	return nil
+}
+
+// poolLocked refills q's pool with its consumers and returns it; the
+// consumers it holds are valid until the next call. Remote consumers get
+// their credit counter (q.remote) made and their record refreshed.
 func (e *Engine) poolLocked(q *queue) *consumerPool {
-	p := &consumerPool{byID: map[string]*consumerSlot{}, known: map[string]bool{}}
-	zone := e.selfZone()
-	for _, w := range q.workers {
-		if w.gone {
-			continue
-		}
-		p.known[w.ID] = true
-		// A draining node offers its own workers nothing new (drain.go).
-		if !e.draining {
-			p.add(&consumerSlot{id: w.ID, w: w, caps: w.Capabilities, zone: zone, slots: w.Concurrency})
+	p := &q.pool
+	p.all = p.all[:0]
+	if p.index == nil {
+		p.index = map[string]int{}
+	}
+	clear(p.index)
+	// A draining node offers its own workers nothing new (drain.go).
+	if !e.draining {
+		zone := e.selfZone()
+		for _, w := range q.workers {
+			if !w.gone {
+				p.add(consumerSlot{id: w.ID, w: w, caps: w.Capabilities, zone: zone, slots: w.Concurrency})
+			}
 		}
 	}
 	if e.cluster == nil {
 		return p
 	}
 	for _, c := range e.cat.Consumers(q.name) {
-		if c.Node == e.cfg.Node {
-			continue
-		}
-		p.known[c.ID] = true
-		if !e.cluster.Routable(c.Node) {
+		if c.Node == e.cfg.Node || !e.cluster.Routable(c.Node) {
 			continue
 		}
 		rc := q.remote[c.ID]
@@ -74,20 +80,40 @@ func (e *Engine) poolLocked(q *queue) *consumerPool {
 			q.remote[c.ID] = rc
 		}
 		rc.info = c
-		p.add(&consumerSlot{id: c.ID, rc: rc, caps: c.Capabilities, zone: e.cluster.NodeZone(c.Node), slots: max(c.Concurrency, 1)})
+		p.add(consumerSlot{id: c.ID, rc: rc, caps: c.Capabilities, zone: e.cluster.NodeZone(c.Node), slots: max(c.Concurrency, 1)})
 	}
 	return p
 }
 
-func (p *consumerPool) add(c *consumerSlot) {
+func (p *consumerPool) add(c consumerSlot) {
+	p.index[c.id] = len(p.all)
 	p.all = append(p.all, c)
-	p.byID[c.id] = c
+}
+
+// registeredLocked reports whether a consumer of q is still registered,
+// whether or not its node takes new work: a worker on this node, or a
+// record in the catalog view.
+func (e *Engine) registeredLocked(q *queue, id string) bool {
+	for _, w := range q.workers {
+		if w.ID == id && !w.gone {
+			return true
+		}
+	}
+	if e.cluster == nil {
+		return false
+	}
+	for _, c := range e.cat.Consumers(q.name) {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // anyFree reports whether some consumer has a free slot.
 func (p *consumerPool) anyFree() bool {
-	for _, c := range p.all {
-		if c.free() {
+	for i := range p.all {
+		if p.all[i].free() {
 			return true
 		}
 	}
@@ -103,8 +129,8 @@ func (p *consumerPool) canRun(t *task, c *consumerSlot) bool {
 // capable returns the consumers that may run t.
 func (p *consumerPool) capable(t *task) []*consumerSlot {
 	var out []*consumerSlot
-	for _, c := range p.all {
-		if p.canRun(t, c) {
+	for i := range p.all {
+		if c := &p.all[i]; p.canRun(t, c) {
 			out = append(out, c)
 		}
 	}
@@ -117,7 +143,8 @@ func (p *consumerPool) capable(t *task) []*consumerSlot {
 // consumers on other nodes, the least outstanding first.
 func (p *consumerPool) pick(t *task) *consumerSlot {
 	var local, remote *consumerSlot
-	for _, c := range p.all {
+	for i := range p.all {
+		c := &p.all[i]
 		if !c.free() || !p.canRun(t, c) {
 			continue
 		}

@@ -63,9 +63,11 @@ type queue struct {
 	depth   prometheus.Gauge
 	pending []*task
 	// fair orders pending for dispatch, aff places the jobs with an
-	// affinity key (fairqueue.go, affinity.go).
+	// affinity key, pool is the consumers one choice sees (fairqueue.go,
+	// affinity.go, consumers.go).
 	fair    fairQueue
 	aff     affinityQueue
+	pool    consumerPool
 	bytes   int64
 	bound   map[string]*task
 	workers []*Worker

@@ -55,6 +55,8 @@ type fairQueue struct {
 	// seq numbers arrivals and turns: the tie-breaks of equal ranks and
 	// of equal shares.
 	seq uint64
+	// scratch is order's slice, reused: the dispatch path allocates none.
+	scratch []*subjectQueue
 }
 
 // subjectQueue is one subject's part of a queue.
@@ -177,7 +179,7 @@ func (f *fairQueue) forget(s *subjectQueue) {
 // goes to first: the fewest slots per weight counting the next, then the
 // one served least recently, then by name.
 func (f *fairQueue) order() []*subjectQueue {
-	out := make([]*subjectQueue, 0, len(f.subjects))
+	out := f.scratch[:0]
 	for _, s := range f.subjects {
 		if len(s.waiting) > 0 {
 			out = append(out, s)
@@ -193,6 +195,7 @@ func (f *fairQueue) order() []*subjectQueue {
 		}
 		return strings.Compare(a.subject, b.subject)
 	})
+	f.scratch = out
 	return out
 }
 
@@ -205,6 +208,9 @@ func (f *fairQueue) order() []*subjectQueue {
 // consumer can run goes there, so a free slot idles at most that long
 // while a job it can run waits. A nil task: no job can be bound now.
 func (e *Engine) nextLocked(q *queue) (*task, *consumerPool, *consumerSlot) {
+	if len(q.pending) == 0 {
+		return nil, nil, nil
+	}
 	p := e.poolLocked(q)
 	if !p.anyFree() {
 		return nil, p, nil
