@@ -62,7 +62,8 @@ type fairQueue struct {
 // subjectQueue is one subject's part of a queue.
 type subjectQueue struct {
 	subject string
-	// weight is the one its newest job carried (its key's, at its ingress).
+	// weight is the one its newest job carried (its key's, at its
+	// ingress), waiting or bound.
 	weight int
 	// waiting are its jobs that wait, by rank then arrival.
 	waiting []*task
@@ -149,6 +150,7 @@ func (f *fairQueue) remove(t *task) {
 // bind counts a slot for t's subject: it was bound by this dispatcher.
 func (f *fairQueue) bind(t *task) {
 	s := f.subject(t.d.Subject)
+	s.weight = max(t.d.Weight, 1)
 	s.bound++
 	f.seq++
 	s.turn = f.seq
