@@ -2,7 +2,6 @@ package core
 
 import (
 	"cmp"
-	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -89,12 +88,12 @@ func (m *keyMemory) put(h uint64, id string) {
 
 // Affinity results, the label of switchyard_dispatch_affinity_total.
 const (
-	// AffinityHit: the job went to the first consumer of its key's order,
-	// the one its key's jobs went to before (or, for a key not seen
-	// before, its first).
+	// AffinityHit: the job went to the first consumer of its key's order
+	// (one that joined and comes first takes the key with a hit).
 	AffinityHit = "hit"
-	// AffinityFull: the key's consumer had no room (over the load bound,
-	// or no free slot while another consumer had one).
+	// AffinityFull: the first consumer of the key's order had no room
+	// (over the load bound), or no free slot within AffinityWait while
+	// another had one.
 	AffinityFull = "full"
 	// AffinityGone: the consumer the key's jobs went to before has left.
 	AffinityGone = "gone"
@@ -105,12 +104,17 @@ const (
 	AffinityNoneCapable = "none_capable"
 )
 
-// keyHash is a key's 64-bit FNV-1a hash: the same on every node and
-// version (the order of consumers depends on it).
+// keyHash is a key's (or a consumer id's) 64-bit FNV-1a hash: the same
+// on every node and version (the order of consumers depends on it). It is
+// hash/fnv's New64a written out, which allocates nothing.
 func keyHash(key string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	return h.Sum64()
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := range len(key) {
+		h ^= uint64(key[i])
+		h *= prime
+	}
+	return h
 }
 
 // affinityScore is consumer id's rendezvous score for a key: slots /

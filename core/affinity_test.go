@@ -3,6 +3,8 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strings"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -367,5 +369,16 @@ func TestAffinityWait(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The key hash is FNV-1a 64, the function every node must agree on.
+func TestKeyHashIsFNV1a(t *testing.T) {
+	for _, key := range []string{"", "session-42", "ü", strings.Repeat("k", 256)} {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		if got := core.KeyHash(key); got != h.Sum64() {
+			t.Errorf("%q: %x, want %x", key, got, h.Sum64())
+		}
 	}
 }

@@ -37,11 +37,11 @@ import (
 //
 // A job that came back to its queue (its worker refused it or was lost,
 // or a dead node's jobs forwarded again: Delivery.Front) goes ahead of
-// every subject, least TTL left first, as it did before subjects had
-// shares. It had its turn already; it is not charged a second one, but its
-// slot counts for its subject once bound again. Such jobs number at most
-// the slots that were lost, so they hold the others back by at most one
-// round of those slots.
+// every subject, least TTL left first, whatever the shares: it had its
+// turn already, and jobs posted after it must not push it back. It is not
+// charged a second turn, but its slot counts for its subject once bound
+// again. Such jobs number at most the slots that were lost, so they hold
+// the others back by at most one round of those slots.
 
 // fairQueue is a queue's waiting jobs in the order its dispatcher hands out
 // slots. The queue's pending slice holds the same jobs in arrival order
