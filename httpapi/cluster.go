@@ -95,7 +95,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway
 // gateway.
 //
 //	@Summary		List queues
-//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //	@Tags			cluster
 //	@ID				listQueues
 //	@Produce		json

@@ -2429,7 +2429,7 @@ type ClientInterface interface {
 
 	// ListQueues List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 	//
 	// Corresponds with GET /v1/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2902,7 +2902,7 @@ func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...Requ
 
 // ListQueues List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //
 // Corresponds with GET /v1/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4554,7 +4554,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7133,7 +7133,7 @@ func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id s
 
 // ListQueuesWithResponse List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //
 // Returns a wrapper object for the known response body format(s).
 //
