@@ -190,13 +190,30 @@ func (g *gate) next(t *testing.T) string {
 type runner struct {
 	g       *gate
 	running []string
+	seen    map[string]bool
 }
 
 func (r *runner) start(t *testing.T, n int) {
 	t.Helper()
 	for range n {
-		r.running = append(r.running, r.g.next(t))
+		r.running = append(r.running, r.next(t))
 	}
+}
+
+// next waits for the next job to start; a job that starts twice (its
+// worker's session was lost, and it ran again) fails the test: the order
+// it checks is lost with it.
+func (r *runner) next(t *testing.T) string {
+	t.Helper()
+	name := r.g.next(t)
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	if r.seen[name] {
+		t.Fatalf("%s started twice: its worker's session was lost", name)
+	}
+	r.seen[name] = true
+	return name
 }
 
 // releaseOldest ends the job that started first and returns the job that
@@ -205,7 +222,7 @@ func (r *runner) releaseOldest(t *testing.T) string {
 	t.Helper()
 	close(r.g.ch(r.running[0]))
 	r.running = r.running[1:]
-	next := r.g.next(t)
+	next := r.next(t)
 	r.running = append(r.running, next)
 	return next
 }
@@ -305,6 +322,14 @@ func startGated(t *testing.T, nodes []*switchyard.Node, queue string, slots int,
 	return nil
 }
 
+// patientWorkers keeps the gated workers' sessions through a loaded
+// machine's pauses: the harness's 1s idle timeout can end a session, and
+// its jobs (no output yet) would run again, out of the order the tests
+// check.
+func patientWorkers(c *switchyard.Config) {
+	c.Workers.HeartbeatInterval, c.Workers.IdleTimeout = time.Second, 10*time.Second
+}
+
 // post202 posts a job for later streaming with key to n.
 func post202(t *testing.T, n *switchyard.Node, queue, key, body string) {
 	t.Helper()
@@ -327,7 +352,10 @@ func TestFairShareAcrossNodes(t *testing.T) {
 		{"weights 1:3", 3, "LLLHLLLHLLLH", map[string]int{"heavy": 1, "light": 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) { c.Auth.Inline = schedKeys(tc.lightWeight) })
+			nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) {
+				c.Auth.Inline = schedKeys(tc.lightWeight)
+				patientWorkers(c)
+			})
 			n1, n3 := nodes[0], nodes[2]
 			g := newGate()
 			d := startGated(t, nodes, "fair", 2, g)
@@ -387,7 +415,10 @@ func TestFairShareAcrossNodes(t *testing.T) {
 // may not ask for more; out-of-range values are refused; neither refusal
 // enqueues anything.
 func TestPriorityAcrossNodes(t *testing.T) {
-	nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) { c.Auth.Inline = schedKeys(1) })
+	nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) {
+		c.Auth.Inline = schedKeys(1)
+		patientWorkers(c)
+	})
 	n1, n3 := nodes[0], nodes[2]
 	g := newGate()
 	d := startGated(t, nodes[:2], "demo", 1, g)
