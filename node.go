@@ -383,7 +383,7 @@ func (n *Node) serve() {
 func (n *Node) awaitPeerServer(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := n.peer.Client().Ping(pctx, n.PeerAddr()); err != nil {
+	if _, err := n.peer.Client().Ping(pctx, n.cfg.Name, n.PeerAddr()); err != nil {
 		return fmt.Errorf("peer server not answering on %s: %w", n.PeerAddr(), err)
 	}
 	return nil
