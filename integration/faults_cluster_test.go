@@ -71,7 +71,7 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 	dir := t.TempDir()
 	var ic []string
 	for _, name := range cl.names {
-		ic = append(ic, name+"=http://"+fnet.addrs[name].etcdPeer)
+		ic = append(ic, name+"=https://"+fnet.addrs[name].etcdPeer)
 	}
 	for _, name := range cl.names {
 		ad := fnet.addrs[name]
@@ -82,7 +82,7 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 			// In network namespaces the nodes listen on their own 10.x
 			// addresses: the suite's network is the test's, so it takes
 			// anonymous calls and a plaintext catalog on purpose.
-			"--allow-anonymous", "--etcd-allow-plaintext"},
+			"--allow-anonymous"},
 			timing.flags()...)
 		cl.nodes[name] = launchProc(t, procSpec{name: name, bin: bin, args: args, wrap: ad.wrap, log: filepath.Join(dir, name+".log"), tailLines: 40})
 	}
