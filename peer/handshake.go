@@ -158,7 +158,11 @@ func (c *handshakeCreds) ClientHandshake(ctx context.Context, authority string, 
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	peerNode, err := c.client(conn, state)
-	stop()
+	if !stop() && err == nil {
+		// ctx ended as the handshake did: the deadline in the past may
+		// land after the one lifted below, so the connection is not used.
+		err = ctx.Err()
+	}
 	_ = conn.SetDeadline(time.Time{})
 	if err != nil {
 		_ = conn.Close()

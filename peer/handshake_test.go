@@ -276,3 +276,20 @@ func (tp *tap) conn(i int) (sent, answered []byte) {
 	defer c.mu.Unlock()
 	return bytes.Clone(c.sent.Bytes()), bytes.Clone(c.answered.Bytes())
 }
+
+// BenchmarkConnect is what a new peer connection costs, handshake
+// included: a fresh client pool's first Ping, to completion. It reports
+// µs per connection.
+func BenchmarkConnect(b *testing.B) {
+	srv := startNode(b, "b", "127.0.0.1:0", nil, nil)
+	ctx := context.Background()
+	start := time.Now()
+	for range b.N {
+		c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxMessageBytes: 1 << 20})
+		if _, err := c.Ping(ctx, "b", srv.addr); err != nil {
+			b.Fatal(err)
+		}
+		_ = c.Close()
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/connection")
+}
