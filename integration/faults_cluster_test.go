@@ -81,7 +81,8 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 			"--initial-cluster", strings.Join(ic, ","), "--cluster-secret", testSecret, "--log-level", "info",
 			// In network namespaces the nodes listen on their own 10.x
 			// addresses: the suite's network is the test's, so it takes
-			// anonymous calls and a plaintext catalog on purpose.
+			// anonymous calls on purpose. The catalog is over TLS derived
+			// from the secret, as everywhere.
 			"--allow-anonymous"},
 			timing.flags()...)
 		cl.nodes[name] = launchProc(t, procSpec{name: name, bin: bin, args: args, wrap: ad.wrap, log: filepath.Join(dir, name+".log"), tailLines: 40})
