@@ -82,6 +82,8 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 	} {
 		if err := tc.call(); err == nil {
 			t.Errorf("%s: served", tc.name)
+		} else {
+			t.Logf("%s: refused: %v", tc.name, err)
 		}
 		waitFor(t, 5*time.Second, tc.name+" counted", func() bool {
 			return counter(t, b.reg, "switchyard_peer_auth_failures_total", nil) >= float64(i+1)
