@@ -13452,6 +13452,8 @@ func (s *ProblemCode) Decode(d *jx.Decoder) error {
 		*s = ProblemCodeInternal
 	case ProblemCodeInvalidField:
 		*s = ProblemCodeInvalidField
+	case ProblemCodeInvalidIdempotencyKey:
+		*s = ProblemCodeInvalidIdempotencyKey
 	case ProblemCodeInvalidQueueName:
 		*s = ProblemCodeInvalidQueueName
 	case ProblemCodeInvalidResumeToken:
