@@ -48,13 +48,16 @@ type Config struct {
 	// PeerAddr is the listen address of the node-to-node PeerService
 	// (port 0 picks one); the node's catalog record carries the bound one.
 	PeerAddr string
-	// ClusterSecret authenticates nodes to each other: every peer call
-	// carries hex(HMAC-SHA256(secret, node id)). Nodes of one cluster must
-	// share it. Empty means a random secret per start, which is fine for a
-	// single node, but then no other node can call this one (each would see
-	// the other as spare). At least 16 bytes when set. It proves membership,
-	// not the channel: PeerTLSCert and the rest make the channel mutual
-	// TLS.
+	// ClusterSecret authenticates nodes to each other: every peer
+	// connection's handshake proves it, both ways, bound to that
+	// connection (peer/handshake.go); without a cluster CA (PeerTLSCert),
+	// the catalog's TLS is derived from it (catalog/derive.go), so it also
+	// opens the catalog. Nodes of one cluster must share it. At least 16
+	// bytes. Empty: the node keeps one of its own in DataDir/cluster-secret,
+	// made at its first start (secret.go), which the members of an
+	// embedded cluster cannot do (EtcdInitialCluster needs it given). It
+	// proves membership, not the channel: PeerTLSCert and the rest make
+	// the channel mutual TLS.
 	ClusterSecret string
 	// PeerHeartbeatInterval is how often the node pings every other node;
 	// one that misses PeerFailureThreshold pings in a row is spare in this
@@ -99,13 +102,12 @@ type Config struct {
 	// requiring the same of its clients. All three or none.
 	PeerTLSCert, PeerTLSKey, PeerTLSCA string
 	// EtcdTLSCert, EtcdTLSKey and EtcdTLSCA are how the node reaches an
-	// external etcd over https (default: the peer TLS files);
-	// EtcdUsername and EtcdPassword authenticate it there.
+	// external etcd over https (default: the peer TLS files, else, for
+	// the members of an embedded cluster, a certificate derived from the
+	// cluster secret); EtcdUsername and EtcdPassword authenticate it there
+	// (etcd's users and roles: docs/cluster.md, "An external etcd").
 	EtcdTLSCert, EtcdTLSKey, EtcdTLSCA string
 	EtcdUsername, EtcdPassword         string
-	// EtcdAllowPlaintext lets an embedded member listen on a non-loopback
-	// address without TLS (refused otherwise).
-	EtcdAllowPlaintext bool
 
 	// Auth is where the node's API keys come from (--auth-file, and
 	// SWITCHYARD_AUTH_KEYS); with neither, the node has no keys and every
@@ -183,7 +185,11 @@ func (c *Config) Validate() error {
 		return &core.ConfigError{Field: "max-message-bytes", Value: c.MaxMessageBytes, Err: errors.New("must exceed max-input-bytes by at least 64KiB, or a job that passed ingress could not be delivered")}
 	}
 	if c.ClusterSecret != "" && len(c.ClusterSecret) < peer.MinSecretBytes {
-		return &core.ConfigError{Field: "cluster-secret", Value: "(hidden)", Err: fmt.Errorf("must be at least %d bytes (or empty for a random one per start)", peer.MinSecretBytes)}
+		return &core.ConfigError{Field: "cluster-secret", Value: "(hidden)", Err: fmt.Errorf("must be at least %d bytes (or empty for one the node keeps in its data directory)", peer.MinSecretBytes)}
+	}
+	if c.ClusterSecret == "" && c.EtcdInitialCluster != "" {
+		return &core.ConfigError{Field: "cluster-secret", Value: "", Err: errors.New(
+			"is required with --initial-cluster: the members prove it to each other, and their catalog's TLS is derived from it, so every member must be given the same one")}
 	}
 	if c.PeerHeartbeatInterval <= 0 {
 		return &core.ConfigError{Field: "peer-heartbeat-interval", Value: c.PeerHeartbeatInterval, Err: errors.New("must be positive")}

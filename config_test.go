@@ -111,8 +111,9 @@ func TestAnonymousOnlyOnLoopback(t *testing.T) {
 	}
 }
 
-// An embedded etcd member listens beyond loopback only with TLS, or when
-// told --etcd-allow-plaintext; TLS flags come in their sets.
+// An embedded etcd member always serves TLS (given, or derived from the
+// cluster secret), so it may listen anywhere; the members of an embedded
+// cluster must be given their secret; TLS flags come in their sets.
 func TestEtcdPerimeter(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -120,14 +121,22 @@ func TestEtcdPerimeter(t *testing.T) {
 		flag string
 	}{
 		{"loopback", func(*switchyard.Config) {}, ""},
-		{"client port exposed", func(c *switchyard.Config) { c.EtcdClientAddr = "0.0.0.0:2379" }, "etcd-client-addr"},
-		{"peer port exposed", func(c *switchyard.Config) { c.EtcdPeerAddr = "10.1.2.3:2380" }, "etcd-peer-addr"},
+		{"client port exposed", func(c *switchyard.Config) { c.EtcdClientAddr = "0.0.0.0:2379" }, ""},
+		{"peer port exposed", func(c *switchyard.Config) { c.EtcdPeerAddr = "10.1.2.3:2380" }, ""},
 		{"exposed with TLS", func(c *switchyard.Config) {
 			c.EtcdClientAddr, c.PeerTLSCert, c.PeerTLSKey, c.PeerTLSCA = "0.0.0.0:2379", "c.pem", "k.pem", "ca.pem"
 		}, ""},
-		{"exposed, told to", func(c *switchyard.Config) { c.EtcdClientAddr, c.EtcdAllowPlaintext = "0.0.0.0:2379", true }, ""},
 		{"external etcd", func(c *switchyard.Config) {
 			c.EtcdClientAddr, c.EtcdEndpoints = "0.0.0.0:2379", []string{"https://etcd:2379"}
+		}, ""},
+		{"a member of a cluster without a secret", func(c *switchyard.Config) {
+			c.EtcdClientAddr, c.EtcdPeerAddr = "127.0.0.1:23791", "127.0.0.1:23801"
+			c.EtcdInitialCluster = "node-1=https://127.0.0.1:23801,node-2=https://127.0.0.1:23802,node-3=https://127.0.0.1:23803"
+		}, "cluster-secret"},
+		{"a member of a cluster with one", func(c *switchyard.Config) {
+			c.EtcdClientAddr, c.EtcdPeerAddr = "127.0.0.1:23791", "127.0.0.1:23801"
+			c.EtcdInitialCluster = "node-1=https://127.0.0.1:23801,node-2=https://127.0.0.1:23802,node-3=https://127.0.0.1:23803"
+			c.ClusterSecret = "a-cluster-secret-of-16+"
 		}, ""},
 		{"cert without key", func(c *switchyard.Config) { c.TLSCert = "c.pem" }, "tls-cert"},
 		{"peer cert without CA", func(c *switchyard.Config) { c.PeerTLSCert, c.PeerTLSKey = "c.pem", "k.pem" }, "peer-tls-cert"},

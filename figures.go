@@ -34,7 +34,7 @@ func (n *Node) peerFigures(ctx context.Context) []core.NodeFigures {
 			continue
 		}
 		wg.Go(func() {
-			f, err := n.peer.Client().Figures(ctx, nd.PeerAddr)
+			f, err := n.peer.Client().Figures(ctx, nd.ID, nd.PeerAddr)
 			switch {
 			case err != nil:
 				out[i] = core.NodeFigures{Node: nd.ID, Err: "no answer: " + status.Convert(err).Message()}

@@ -6,8 +6,6 @@ package switchyard
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +44,11 @@ type Node struct {
 	// trace records and exports the node's spans (no-op with export off).
 	trace *tracing.Provider
 
-	keys    *auth.Store
+	keys *auth.Store
+	// secret is the cluster secret (secret.go): the peer handshake's, and
+	// the catalog's TLS is derived from it when the node has no cluster
+	// CA.
+	secret  []byte
 	cat     *catalog.Catalog
 	engine  *core.Engine
 	workers *grpcapi.WorkerServer
@@ -102,6 +104,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if err := n.openAuth(); err != nil {
+		return nil, err
+	}
+	if n.secret, err = n.cfg.clusterSecret(n.log); err != nil {
 		return nil, err
 	}
 	tcfg := cfg.Tracing
@@ -173,7 +178,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		ClientAddr: cfg.EtcdClientAddr, PeerAddr: cfg.EtcdPeerAddr, Endpoints: cfg.EtcdEndpoints,
 		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState,
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
-		TLS: cfg.catalogTLS(), Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+		TLS: cfg.catalogTLS(), Secret: n.secret, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
 	})
 	return err
@@ -186,13 +191,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 // transport refuses routing calls (Unavailable), and nothing is sent,
 // since the engine is the only sender.
 func (n *Node) openCluster() (err error) {
-	cfg := n.cfg
-	secret := []byte(cfg.ClusterSecret)
-	if len(secret) == 0 {
-		// Fine alone; a second node could never authenticate to this one.
-		secret = []byte(hex.EncodeToString(randomBytes(32)))
-		n.log.Info("no --cluster-secret: using a random one, so no other node can join this one's peer traffic")
-	}
+	cfg, secret := n.cfg, n.secret
 	serverTLS, clientTLS, err := n.peerTLS()
 	if err != nil {
 		return err
@@ -407,7 +406,7 @@ func (n *Node) serve() {
 func (n *Node) awaitPeerServer(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := n.peer.Client().Ping(pctx, n.PeerAddr()); err != nil {
+	if _, err := n.peer.Client().Ping(pctx, n.cfg.Name, n.PeerAddr()); err != nil {
 		return fmt.Errorf("peer server not answering on %s: %w", n.PeerAddr(), err)
 	}
 	return nil
@@ -600,10 +599,4 @@ func (n *Node) abort() {
 		_ = n.cat.Close(context.Background())
 	}
 	n.wg.Wait()
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return b
 }

@@ -26,8 +26,10 @@ import (
 //     sign is refused at the handshake, and the refusal logged;
 //   - the catalog: the embedded etcd member serves its client and peer
 //     ports with the same cluster certificate, client certificates required
-//     (catalog.TLS); a node reaching an external etcd over https uses
-//     --etcd-tls-* (or the cluster certificate) and --etcd-username.
+//     (catalog.TLS), or, with no cluster CA, with certificates derived
+//     from the cluster secret (catalog/derive.go): never without TLS; a
+//     node reaching an external etcd over https uses --etcd-tls-* (or the
+//     cluster certificate) and --etcd-username.
 
 // certReloadEvery bounds how often a certificate's files are looked at: a
 // handshake stats them at most this often, and reloads them when their
@@ -231,9 +233,7 @@ func verifyPeerClient(pool *x509.CertPool, raw [][]byte) error {
 	return nil
 }
 
-// validateTLS checks the TLS flags come in their sets, and that an
-// embedded etcd member listens beyond loopback only with TLS or when told
-// --etcd-allow-plaintext.
+// validateTLS checks the TLS flags come in their sets.
 func (c *Config) validateTLS() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return &core.ConfigError{Field: "tls-cert", Value: c.TLSCert, Err: errors.New("--tls-cert and --tls-key go together")}
@@ -244,22 +244,15 @@ func (c *Config) validateTLS() error {
 	if (c.EtcdTLSCert == "") != (c.EtcdTLSKey == "") {
 		return &core.ConfigError{Field: "etcd-tls-cert", Value: c.EtcdTLSCert, Err: errors.New("--etcd-tls-cert and --etcd-tls-key go together")}
 	}
-	if len(c.EtcdEndpoints) > 0 || c.PeerTLSCert != "" || c.EtcdAllowPlaintext {
-		return nil
-	}
-	for _, a := range []struct{ flag, addr string }{{"etcd-client-addr", c.EtcdClientAddr}, {"etcd-peer-addr", c.EtcdPeerAddr}} {
-		if !loopbackAddr(a.addr) {
-			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New(
-				"is not a loopback address and the embedded etcd member has no TLS: anyone who reaches it could write the catalog; give the node --peer-tls-cert, --peer-tls-key and --peer-tls-ca (the member then requires client certificates of that CA), or pass --etcd-allow-plaintext on a network you trust")}
-		}
-	}
 	return nil
 }
 
-// catalogTLS is the catalog's TLS: for an embedded member, the cluster's
-// (peer) certificate; for external endpoints, --etcd-tls-* when given, else
-// the cluster's for https endpoints (a node joining the members of an
-// embedded cluster as a client), else none.
+// catalogTLS is the catalog's TLS files: for an embedded member, the
+// cluster's (peer) certificate; for external endpoints, --etcd-tls-* when
+// given, else the cluster's for https endpoints (a node joining the
+// members of an embedded cluster as a client). Nil: the catalog derives
+// its certificates from the cluster secret (an embedded member; a client
+// of https endpoints), or uses none (http endpoints).
 func (c *Config) catalogTLS() *catalog.TLSFiles {
 	peerFiles := &catalog.TLSFiles{Cert: c.PeerTLSCert, Key: c.PeerTLSKey, CA: c.PeerTLSCA}
 	if len(c.EtcdEndpoints) == 0 {

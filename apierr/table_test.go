@@ -39,6 +39,7 @@ func TestTable(t *testing.T) {
 		core.CodeJobNotFound:           {404, codes.NotFound},
 		core.CodeModelNotFound:         {404, codes.NotFound},
 		core.CodeIdempotencyReuse:      {409, codes.AlreadyExists},
+		core.CodeInvalidIdempotencyKey: {400, codes.InvalidArgument},
 		core.CodeSessionNotFound:       {404, codes.NotFound},
 		core.CodeJobNotHeld:            {409, codes.FailedPrecondition},
 		core.CodeInvalidAffinityKey:    {400, codes.InvalidArgument},

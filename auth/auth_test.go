@@ -301,6 +301,57 @@ func TestAdmitInFlight(t *testing.T) {
 	}
 }
 
+// Revoked: a reload that removes a subject's key or changes what one
+// grants revokes the tokens the subject got until then, to the second
+// they carry; its limits changing, or another subject's keys, do not.
+func TestRevokedAtReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice := "- subject: alice\n  key: " + aliceKey + "\n  roles: [submit]\n  queues: [demo]\n"
+	bob := "- subject: bob\n  key: " + bobKey + "\n  roles: [submit]\n  queues: [demo]\n"
+	write("keys:\n" + alice + bob)
+	s, err := auth.Open(auth.Source{File: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := auth.CallerFingerprint("alice"), auth.CallerFingerprint("bob")
+	issued := time.Now().Add(-time.Minute).Truncate(time.Second)
+	reload := func(doc string) {
+		t.Helper()
+		write(doc)
+		if err := s.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Revoked(a, issued) || s.Revoked(b, issued) {
+		t.Fatal("revoked before any reload")
+	}
+	reload("keys:\n" + alice + strings.Replace(bob, "queues: [demo]\n", "queues: [demo]\n  rate: 5\n", 1))
+	if s.Revoked(a, issued) || s.Revoked(b, issued) {
+		t.Fatal("a reload that changed only a limit revoked tokens")
+	}
+	reload("keys:\n" + strings.Replace(alice, "queues: [demo]", "queues: [demo, other]", 1) + bob)
+	if !s.Revoked(a, issued) || s.Revoked(b, issued) {
+		t.Errorf("alice's grants changed: revoked alice %v (want true), bob %v (want false)", s.Revoked(a, issued), s.Revoked(b, issued))
+	}
+	if later := time.Now().Add(2 * time.Second).Truncate(time.Second); s.Revoked(a, later) {
+		t.Error("a token issued after the reload is revoked")
+	}
+	reload("keys:\n" + bob)
+	if !s.Revoked(a, issued) {
+		t.Error("alice's key left, her token is not revoked")
+	}
+	reload("keys:\n" + bob)
+	if !s.Revoked(a, issued) || s.Revoked(b, issued) {
+		t.Error("a reload that changed nothing forgot a revocation, or made one")
+	}
+}
+
 // A key's share: its subject's weight (default 1, the same on each of its
 // keys) and its priority cap (none by default); the anonymous caller's is
 // weight 1, no cap.

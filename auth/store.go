@@ -8,11 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
 )
 
 // Source is where a node's keys come from: a file (--auth-file), re-read on
@@ -44,6 +47,14 @@ type Store struct {
 type keyset struct {
 	hashes [][sha256.Size]byte
 	ids    []*Identity
+	// grants is, per subject, a digest of its keys and what they grant:
+	// a reload that changes it revokes the subject's read tokens.
+	grants map[string][sha256.Size]byte
+	// revoked is, per caller fingerprint, when a reload last changed that
+	// subject's keys (removed one, or what one grants): its read tokens
+	// issued until then no longer verify (Revoked). Entries older than the
+	// longest token life are dropped.
+	revoked map[[16]byte]time.Time
 }
 
 // Open loads src. A source that is set must parse and hold at least one
@@ -107,7 +118,7 @@ func (s *Store) Reload() error {
 	if err := sameWeights(entries); err != nil {
 		return err
 	}
-	ks := &keyset{}
+	ks := &keyset{grants: map[string][sha256.Size]byte{}}
 	seen := map[[sha256.Size]byte]string{}
 	keep := map[[sha256.Size]byte]*admission{}
 	for _, e := range entries {
@@ -128,6 +139,8 @@ func (s *Store) Reload() error {
 			share: e.share,
 		})
 	}
+	ks.grants = grantDigests(entries)
+	ks.revoked = revocations(s.cur.Load(), ks.grants, time.Now())
 	// A key that left the file takes its counts with it; jobs in flight
 	// under it release into an admission nobody checks any more.
 	s.admissions = keep
@@ -147,6 +160,59 @@ func sameWeights(entries []entry) error {
 		weights[e.subject] = e.share.Weight
 	}
 	return nil
+}
+
+// Revoked reports whether a read token issued to caller at issuedAt (to
+// the second, as tokens carry it) was issued before a reload that removed
+// one of its subject's keys, or changed what one grants: such a token no
+// longer verifies, so a key taken out of the file takes the streams it
+// opened to EventSources with it (a stream already open keeps going, as a
+// call in progress keeps its identity). Tokens the subject's remaining
+// keys got in the second of the reload are refused too: the page asks
+// again with its key.
+func (s *Store) Revoked(caller [16]byte, issuedAt time.Time) bool {
+	ks := s.cur.Load()
+	if ks == nil {
+		return false
+	}
+	at, ok := ks.revoked[caller]
+	return ok && !issuedAt.After(at)
+}
+
+// grantDigests is, per subject, a digest of every key of it and what the
+// key grants, in a canonical order.
+func grantDigests(entries []entry) map[string][sha256.Size]byte {
+	lines := map[string][]string{}
+	for _, e := range entries {
+		lines[e.subject] = append(lines[e.subject], fmt.Sprintf("%x %d %q", e.hash, e.roles, e.queues))
+	}
+	out := make(map[string][sha256.Size]byte, len(lines))
+	for subject, ls := range lines {
+		slices.Sort(ls)
+		out[subject] = sha256.Sum256([]byte(strings.Join(ls, "\n")))
+	}
+	return out
+}
+
+// revocations is the revocation table after a reload from old to grants at
+// now: old's entries younger than the longest life of a token, and now
+// for every subject of old whose keys or grants changed or are gone.
+func revocations(old *keyset, grants map[string][sha256.Size]byte, now time.Time) map[[16]byte]time.Time {
+	out := map[[16]byte]time.Time{}
+	if old == nil {
+		return out
+	}
+	for caller, at := range old.revoked {
+		if now.Sub(at) <= resume.MaxTTL {
+			out[caller] = at
+		}
+	}
+	for subject, digest := range old.grants {
+		if g, ok := grants[subject]; !ok || g != digest {
+			out[CallerFingerprint(subject)] = now
+		}
+	}
+	return out
 }
 
 func subjects(ks *keyset) map[string]bool {

@@ -154,7 +154,7 @@ func TestPublishRejectsBadInput(t *testing.T) {
 
 func TestExternalEndpointsSeeEachOtherAndRevokeOnClose(t *testing.T) {
 	a := open(t, embeddedConfig(t, "node-a"))
-	bcfg := catalog.Config{Name: "node-b", Endpoints: []string{"http://" + a.ClientAddr()}, LeaseTTL: 2 * time.Second}
+	bcfg := catalog.Config{Name: "node-b", Endpoints: []string{"https://" + a.ClientAddr()}, LeaseTTL: 2 * time.Second}
 	b := open(t, bcfg)
 	ctx := context.Background()
 
@@ -206,7 +206,7 @@ func TestExternalEndpointsSeeEachOtherAndRevokeOnClose(t *testing.T) {
 // worker left must not delete the record the node it moved to wrote.
 func TestWithdrawLeavesAnotherNodesRecord(t *testing.T) {
 	a := open(t, embeddedConfig(t, "node-a"))
-	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + a.ClientAddr()}})
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + a.ClientAddr()}})
 	ctx := context.Background()
 	if err := b.PublishConsumer(ctx, core.ConsumerInfo{ID: "w1", Queue: "jobs"}); err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestRecordFormats(t *testing.T) {
 	check(c, "watched")
 
 	// The same records read by the initial load of a second catalog.
-	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + c.ClientAddr()}})
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + c.ClientAddr()}})
 	check(b, "loaded")
 
 	// A record that turns into garbage leaves the view.
@@ -427,7 +427,7 @@ func TestOpenFailsFast(t *testing.T) {
 func TestViewRecoversFromCompactedWatch(t *testing.T) {
 	a := open(t, embeddedConfig(t, "node-a"))
 	p := startProxy(t, a.ClientAddr())
-	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + p.Addr()}, LeaseTTL: 10 * time.Second})
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + p.Addr()}, LeaseTTL: 10 * time.Second})
 	ctx := context.Background()
 	if err := a.PublishConsumer(ctx, core.ConsumerInfo{ID: "w1", Queue: "jobs"}); err != nil {
 		t.Fatal(err)
@@ -479,7 +479,7 @@ func TestNotSeenYetIsNotLeft(t *testing.T) {
 		got <- n
 	}()
 	time.Sleep(50 * time.Millisecond) // AwaitNode is waiting: the record does not exist yet
-	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"http://" + a.ClientAddr()}, LeaseTTL: 2 * time.Second})
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + a.ClientAddr()}, LeaseTTL: 2 * time.Second})
 	if err := b.PublishNode(ctx, core.NodeInfo{State: core.StateOnline, PeerAddr: "127.0.0.1:7002"}); err != nil {
 		t.Fatalf("b.PublishNode: %v", err)
 	}

@@ -55,7 +55,7 @@ func clusterConfigs(t *testing.T, names ...string) []catalog.Config {
 	addrs := freeAddrs(t, 2*len(names))
 	var ic []string
 	for i, name := range names {
-		ic = append(ic, name+"=http://"+addrs[2*i+1])
+		ic = append(ic, name+"=https://"+addrs[2*i+1])
 	}
 	cfgs := make([]catalog.Config, len(names))
 	for i, name := range names {
@@ -169,7 +169,7 @@ func status(t *testing.T, c *catalog.Catalog) *clientv3.StatusResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	// The in-process client asks its own member, whatever the endpoint.
-	st, err := c.Client().Status(ctx, "http://"+c.ClientAddr())
+	st, err := c.Client().Status(ctx, "https://"+c.ClientAddr())
 	if err != nil {
 		t.Fatalf("%s: status: %v", c.Name(), err)
 	}
@@ -215,7 +215,7 @@ func catalogs(ms []*member) []*catalog.Catalog {
 func clientURLs(ms []*member) []string {
 	var urls []string
 	for _, m := range ms {
-		urls = append(urls, "http://"+m.cat.ClientAddr())
+		urls = append(urls, "https://"+m.cat.ClientAddr())
 	}
 	return urls
 }
@@ -770,8 +770,8 @@ func TestEmbeddedClusterOfTwoWarns(t *testing.T) {
 }
 
 func TestClusterConfigValidate(t *testing.T) {
-	const ic = "n1=http://127.0.0.1:23801,n2=http://127.0.0.1:23802,n3=http://127.0.0.1:23803"
-	ok := catalog.Config{Name: "n1", Dir: "/tmp/x", ClientAddr: "127.0.0.1:23791", PeerAddr: "127.0.0.1:23801", InitialCluster: ic}
+	const ic = "n1=https://127.0.0.1:23801,n2=https://127.0.0.1:23802,n3=https://127.0.0.1:23803"
+	ok := catalog.Config{Name: "n1", Dir: "/tmp/x", ClientAddr: "127.0.0.1:23791", PeerAddr: "127.0.0.1:23801", InitialCluster: ic, Secret: testSecret}
 	for _, tc := range []struct {
 		name      string
 		mod       func(c *catalog.Config)
@@ -779,19 +779,19 @@ func TestClusterConfigValidate(t *testing.T) {
 	}{
 		{name: "three members"},
 		{name: "blanks around entries", mod: func(c *catalog.Config) {
-			c.InitialCluster = " n1=http://127.0.0.1:23801 , n2=http://127.0.0.1:23802,n3=http://127.0.0.1:23803 "
+			c.InitialCluster = " n1=https://127.0.0.1:23801 , n2=https://127.0.0.1:23802,n3=https://127.0.0.1:23803 "
 		}},
 		{name: "trailing slash", mod: func(c *catalog.Config) {
-			c.InitialCluster = "n1=http://127.0.0.1:23801/,n2=http://127.0.0.1:23802"
+			c.InitialCluster = "n1=https://127.0.0.1:23801/,n2=https://127.0.0.1:23802"
 		}},
-		{name: "one member", mod: func(c *catalog.Config) { c.InitialCluster = "n1=http://127.0.0.1:23801" }},
+		{name: "one member", mod: func(c *catalog.Config) { c.InitialCluster = "n1=https://127.0.0.1:23801" }},
 		{name: "two members are allowed", mod: func(c *catalog.Config) {
-			c.InitialCluster = "n1=http://127.0.0.1:23801,n2=http://127.0.0.1:23802"
+			c.InitialCluster = "n1=https://127.0.0.1:23801,n2=https://127.0.0.1:23802"
 		}},
 		{name: "host names", mod: func(c *catalog.Config) {
 			c.PeerAddr = "node1.example:2380"
 			c.ClientAddr = "0.0.0.0:2379"
-			c.InitialCluster = "n1=http://Node1.example:2380,n2=http://node2.example:2380,n3=http://node3.example:2380"
+			c.InitialCluster = "n1=https://Node1.example:2380,n2=https://node2.example:2380,n3=https://node3.example:2380"
 		}},
 		{name: "existing", mod: func(c *catalog.Config) { c.ClusterState = catalog.ClusterStateExisting }},
 		{name: "new", mod: func(c *catalog.Config) { c.ClusterState = catalog.ClusterStateNew }},
@@ -801,7 +801,7 @@ func TestClusterConfigValidate(t *testing.T) {
 			c.ClusterState, c.ClusterToken = catalog.ClusterStateNew, "t"
 		}},
 		{name: "external: cluster state and token ignored", mod: func(c *catalog.Config) {
-			c.InitialCluster, c.Endpoints = "", []string{"http://127.0.0.1:23791"}
+			c.InitialCluster, c.Endpoints = "", []string{"https://127.0.0.1:23791"}
 			c.ClusterState, c.ClusterToken = "bogus", " x "
 		}},
 
@@ -816,25 +816,24 @@ func TestClusterConfigValidate(t *testing.T) {
 		{name: "peer port 0", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:0" }, wantField: "PeerAddr"},
 		{name: "peer port a name", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:etcd" }, wantField: "PeerAddr"},
 		{name: "peer on every interface", mod: func(c *catalog.Config) {
-			c.PeerAddr, c.InitialCluster = "0.0.0.0:23801", "n1=http://0.0.0.0:23801,n2=http://127.0.0.1:23802,n3=http://127.0.0.1:23803"
+			c.PeerAddr, c.InitialCluster = "0.0.0.0:23801", "n1=https://0.0.0.0:23801,n2=https://127.0.0.1:23802,n3=https://127.0.0.1:23803"
 		}, wantField: "PeerAddr"},
 		{name: "node not listed", mod: func(c *catalog.Config) { c.Name = "n4" }, wantField: "InitialCluster"},
 		{name: "node listed on another port", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:23809" }, wantField: "InitialCluster"},
 		{name: "node listed on another host", mod: func(c *catalog.Config) { c.PeerAddr = "localhost:23801" }, wantField: "InitialCluster"},
-		{name: "with endpoints", mod: func(c *catalog.Config) { c.Endpoints = []string{"http://127.0.0.1:23791"} }, wantField: "InitialCluster"},
+		{name: "with endpoints", mod: func(c *catalog.Config) { c.Endpoints = []string{"https://127.0.0.1:23791"} }, wantField: "InitialCluster"},
 		{name: "no equals sign", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4" }, wantField: "InitialCluster"},
 		{name: "empty entry", mod: func(c *catalog.Config) { c.InitialCluster = ic + "," }, wantField: "InitialCluster"},
-		{name: "bad member name", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",a/b=http://127.0.0.1:23804" }, wantField: "InitialCluster"},
-		{name: "https without TLS", mod: func(c *catalog.Config) {
-			c.InitialCluster = "n1=http://127.0.0.1:23801,n2=https://127.0.0.1:23802"
+		{name: "bad member name", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",a/b=https://127.0.0.1:23804" }, wantField: "InitialCluster"},
+		{name: "http is refused: the members serve TLS", mod: func(c *catalog.Config) {
+			c.InitialCluster = "n1=https://127.0.0.1:23801,n2=http://127.0.0.1:23802"
 		}, wantField: "InitialCluster"},
-		{name: "https with TLS", mod: func(c *catalog.Config) {
+		{name: "TLS files", mod: func(c *catalog.Config) {
 			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem", CA: "ca.pem"}
-			c.InitialCluster = "n1=https://127.0.0.1:23801,n2=https://127.0.0.1:23802"
+			c.Secret = nil
 		}},
-		{name: "http with TLS", mod: func(c *catalog.Config) {
-			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem", CA: "ca.pem"}
-		}, wantField: "InitialCluster"},
+		{name: "neither TLS files nor a secret", mod: func(c *catalog.Config) { c.Secret = nil }, wantField: "Secret"},
+		{name: "a secret too short", mod: func(c *catalog.Config) { c.Secret = []byte("short") }, wantField: "Secret"},
 		{name: "TLS without a CA", mod: func(c *catalog.Config) {
 			c.TLS = &catalog.TLSFiles{Cert: "c.pem", Key: "k.pem"}
 			c.InitialCluster = "n1=https://127.0.0.1:23801"
@@ -848,12 +847,12 @@ func TestClusterConfigValidate(t *testing.T) {
 			c.TLS, c.Username, c.Password = &catalog.TLSFiles{CA: "ca.pem"}, "switchyard", "secret"
 		}},
 		{name: "embedded with a user", mod: func(c *catalog.Config) { c.Username = "switchyard" }, wantField: "Username"},
-		{name: "no port", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1" }, wantField: "InitialCluster"},
-		{name: "member port 0", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1:0" }, wantField: "InitialCluster"},
-		{name: "path", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1:23804/x" }, wantField: "InitialCluster"},
+		{name: "no port", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=https://127.0.0.1" }, wantField: "InitialCluster"},
+		{name: "member port 0", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=https://127.0.0.1:0" }, wantField: "InitialCluster"},
+		{name: "path", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=https://127.0.0.1:23804/x" }, wantField: "InitialCluster"},
 		{name: "no scheme", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=127.0.0.1:23804" }, wantField: "InitialCluster"},
-		{name: "name twice", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n2=http://127.0.0.1:23804" }, wantField: "InitialCluster"},
-		{name: "address twice", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=http://127.0.0.1:23803" }, wantField: "InitialCluster"},
+		{name: "name twice", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n2=https://127.0.0.1:23804" }, wantField: "InitialCluster"},
+		{name: "address twice", mod: func(c *catalog.Config) { c.InitialCluster = ic + ",n4=https://127.0.0.1:23803" }, wantField: "InitialCluster"},
 	} {
 		cfg := ok
 		if tc.mod != nil {

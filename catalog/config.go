@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -100,11 +102,19 @@ type Config struct {
 	UnsafeNoFsync bool
 	// TLS, when set, is the cluster's mutual TLS: an embedded member
 	// serves its client and peer ports over TLS with this certificate and
-	// requires client certificates its CA signed (InitialCluster's URLs are
-	// then https://); with Endpoints, it is how this node connects to the
-	// external etcd (Cert and Key may then be empty: the CA alone checks
-	// the servers). The in-process client of an embedded member needs none.
+	// requires client certificates its CA signed; with Endpoints, it is how
+	// this node connects to the external etcd (Cert and Key may then be
+	// empty: the CA alone checks the servers). The in-process client of an
+	// embedded member needs none.
 	TLS *TLSFiles
+	// Secret is the cluster secret (at least 16 bytes). An embedded member
+	// without TLS serves its ports over mutual TLS with certificates of a
+	// CA derived from it (derive.go), so that only holders of the secret
+	// reach the catalog: an embedded member always has TLS, and
+	// InitialCluster's URLs are always https://. With Endpoints over
+	// https:// and no TLS, the node presents a certificate of that CA: a
+	// node using the members of an embedded cluster as a client.
+	Secret []byte
 	// Username and Password authenticate to an external etcd that has
 	// authentication enabled (etcd's own users and roles).
 	Username, Password string
@@ -120,17 +130,22 @@ type TLSFiles struct {
 	Cert, Key, CA string
 }
 
-// scheme is the scheme of the member URLs: https with TLS.
-func (c *Config) scheme() string {
-	if c.TLS != nil {
-		return "https"
-	}
-	return "http"
-}
+// scheme is the scheme of the member URLs: an embedded member always
+// serves TLS (its own files, or derived from the secret).
+func (c *Config) scheme() string { return "https" }
 
-// clientTLS is the TLS of a client of external Endpoints; nil without TLS.
+// minSecretBytes is the shortest secret the certificates are derived from
+// (the peer transport's minimum too).
+const minSecretBytes = 16
+
+// clientTLS is the TLS of a client of external Endpoints: the TLS files
+// when given, else, for https:// endpoints, a certificate derived from the
+// secret (a client of an embedded cluster's members); nil: none.
 func (c *Config) clientTLS() (*tls.Config, error) {
 	if c.TLS == nil {
+		if len(c.Secret) >= minSecretBytes && slices.ContainsFunc(c.Endpoints, func(ep string) bool { return strings.HasPrefix(ep, "https://") }) {
+			return derivedClientTLS(c.Secret, c.Name)
+		}
 		return nil, nil
 	}
 	info := transport.TLSInfo{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, TrustedCAFile: c.TLS.CA}
@@ -222,6 +237,9 @@ func (c *Config) Validate() error {
 		if (t.Cert == "") != (t.Key == "") || (d.embedded() && t.Cert == "") {
 			bad("TLS", "Cert and Key go together, and an embedded member needs both")
 		}
+	}
+	if d.embedded() && d.TLS == nil && len(d.Secret) < minSecretBytes {
+		bad("Secret", "an embedded member serves TLS only: give it TLS files, or the cluster secret (at least %d bytes) to derive its certificates from", minSecretBytes)
 	}
 	if d.embedded() && (d.Username != "" || d.Password != "") {
 		bad("Username", "is for an external etcd (Endpoints); an embedded member has no users")

@@ -25,7 +25,7 @@ func cluster(t *testing.T, n int) []*catalog.Catalog {
 	for i := 1; i < n; i++ {
 		cs = append(cs, open(t, catalog.Config{
 			Name:      fmt.Sprintf("node-%c", 'a'+i),
-			Endpoints: []string{"http://" + a.ClientAddr()},
+			Endpoints: []string{"https://" + a.ClientAddr()},
 			LeaseTTL:  2 * time.Second,
 		}))
 	}

@@ -32,23 +32,38 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	}
 	curl := url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
 	purl := url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
-	if t := cfg.TLS; t != nil {
-		// Mutual TLS on both ports: whoever reaches them without a
-		// certificate of the cluster CA cannot read or write the catalog.
-		// The peer certificate serves both ways between members.
-		info := transport.TLSInfo{CertFile: t.Cert, KeyFile: t.Key, TrustedCAFile: t.CA, ClientCertAuth: true}
-		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
+	var ms []clusterMember
+	if cfg.InitialCluster != "" {
+		var err error
+		if ms, err = parseInitialCluster(cfg.InitialCluster); err != nil { // Validate passed it
+			return nil, fmt.Errorf("start embedded etcd: InitialCluster: %w", err)
+		}
 	}
+	// Mutual TLS on both ports, always: whoever reaches them without a
+	// certificate of the cluster's CA (its own, or the one derived from
+	// the secret: derive.go) can neither read nor write the catalog, nor
+	// talk raft to the member. The member's certificate serves both ways
+	// between members.
+	files, derived := cfg.TLS, false
+	if files == nil {
+		var err error
+		if files, err = writeDerivedTLS(cfg.Dir, cfg.Secret, cfg.Name, memberHosts(cfg, ms)); err != nil {
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
+		}
+		derived = true
+	}
+	info := transport.TLSInfo{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: files.CA, ClientCertAuth: true, SkipClientSANVerify: derived}
+	ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
+	// etcd's JSON gateway is a second way in to the same API over HTTP,
+	// which the catalog never uses; under TLS it dials the configured
+	// listen address (port 0 by default) rather than the bound one.
+	ec.EnableGRPCGateway = false
 	ec.ListenClientUrls = []url.URL{curl}
 	ec.AdvertiseClientUrls = []url.URL{curl}
 	ec.ListenPeerUrls = []url.URL{purl}
 	ec.AdvertisePeerUrls = []url.URL{purl}
 	members := 1
 	if cfg.InitialCluster != "" {
-		ms, err := parseInitialCluster(cfg.InitialCluster) // Validate passed it
-		if err != nil {
-			return nil, fmt.Errorf("start embedded etcd: InitialCluster: %w", err)
-		}
 		members = len(ms)
 		ec.InitialCluster = joinInitialCluster(ms)
 		ec.ClusterState = cfg.ClusterState

@@ -9,3 +9,7 @@ func CrashMember(c *Catalog) { c.etcd.Server.HardStop() }
 
 // FenceIn is how long c's current lease has before its fence deadline.
 func FenceIn(c *Catalog) time.Duration { return time.Until(c.held().deadline()) }
+
+// DerivedClientTLS is the TLS a client of members presents, derived from
+// secret.
+var DerivedClientTLS = derivedClientTLS

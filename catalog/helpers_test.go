@@ -18,9 +18,17 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// open opens a catalog and closes it when the test ends.
+// testSecret is the cluster secret of the tests' catalogs: an embedded
+// member derives its TLS from it, a client of one its certificate.
+var testSecret = []byte("catalog-test-cluster-secret")
+
+// open opens a catalog (with testSecret unless cfg has a secret) and
+// closes it when the test ends.
 func open(t *testing.T, cfg catalog.Config) *catalog.Catalog {
 	t.Helper()
+	if cfg.Secret == nil {
+		cfg.Secret = testSecret
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t).With("node", cfg.Name)
 	}
@@ -48,6 +56,7 @@ func embeddedConfig(t *testing.T, name string) catalog.Config {
 		FastElection:  true,
 		UnsafeNoFsync: true,
 		LeaseTTL:      2 * time.Second,
+		Secret:        testSecret,
 	}
 }
 

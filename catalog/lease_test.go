@@ -70,7 +70,7 @@ func TestFenceBeforeExpiry(t *testing.T) {
 	p := startProxy(t, a.ClientAddr())
 	b := open(t, catalog.Config{
 		Name:           "node-b",
-		Endpoints:      []string{"http://" + p.Addr()},
+		Endpoints:      []string{"https://" + p.Addr()},
 		LeaseTTL:       2 * time.Second,
 		RequestTimeout: 500 * time.Millisecond,
 	})
@@ -106,7 +106,7 @@ func TestFenceBeforeExpiry(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ok := catalog.Config{Name: "n1", Dir: "/tmp/x"}
+	ok := catalog.Config{Name: "n1", Dir: "/tmp/x", Secret: testSecret}
 	ext := catalog.Config{Name: "n1", Endpoints: []string{"http://127.0.0.1:2379"}}
 	for _, tc := range []struct {
 		name      string
@@ -124,6 +124,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "no name", base: ok, mod: func(c *catalog.Config) { c.Name = "" }, wantField: "Name"},
 		{name: "name with slash", base: ok, mod: func(c *catalog.Config) { c.Name = "a/b" }, wantField: "Name"},
 		{name: "no dir", base: ok, mod: func(c *catalog.Config) { c.Dir = "" }, wantField: "Dir"},
+		{name: "embedded, neither TLS nor a secret", base: ok, mod: func(c *catalog.Config) { c.Secret = nil }, wantField: "Secret"},
 		{name: "bad client addr", base: ok, mod: func(c *catalog.Config) { c.ClientAddr = "localhost" }, wantField: "ClientAddr"},
 		{name: "bad peer addr", base: ok, mod: func(c *catalog.Config) { c.PeerAddr = "::1" }, wantField: "PeerAddr"},
 		{name: "empty endpoint", base: ext, mod: func(c *catalog.Config) { c.Endpoints = append(c.Endpoints, "") }, wantField: "Endpoints"},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"time"
 )
 
@@ -66,38 +65,14 @@ type wireEnvelope struct {
 	Priority    json.RawMessage `json:"priority"`
 }
 
-// ParseEnvelope decodes and checks the shape of an envelope. Limits are
-// checked separately (Limits.Apply) because they depend on the node.
+// ParseEnvelope decodes and checks the shape of an envelope, under the
+// strict JSON rules (DecodeJSON): one JSON object, valid UTF-8, no member
+// named twice, names matched exactly. Limits are checked separately
+// (Limits.Apply) because they depend on the node.
 func ParseEnvelope(data []byte) (*Envelope, error) {
 	var w wireEnvelope
-	// Unmarshal first: a body that parses does not need the Decoder's copy
-	// of it (a large input is copied and cleared once more in its buffer).
-	// The Decoder, on one that does not, names what is wrong with it.
-	if json.Unmarshal(data, &w) == nil {
-		return checkEnvelope(&w)
-	}
-	return parseEnvelopeDecoder(data)
-}
-
-// parseEnvelopeDecoder is ParseEnvelope through a json.Decoder, which
-// tells a body that is not one JSON object from one with more after it.
-func parseEnvelopeDecoder(data []byte) (*Envelope, error) {
-	var w wireEnvelope
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&w); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return nil, errorf(CodeInvalidField, typeErr.Field, "%s must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value)
-		}
-		return nil, errorf(CodeMalformedJSON, "", "the body is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, errorf(CodeMalformedJSON, "", "the body holds more than one JSON value")
-	}
-	// More stops at a stray ']' or '}'; only whitespace may follow the object.
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errorf(CodeMalformedJSON, "", "the body has data after the JSON object")
+	if err := DecodeJSON(data, &w); err != nil {
+		return nil, err
 	}
 	return checkEnvelope(&w)
 }

@@ -68,6 +68,19 @@ func TestParseEnvelopeRefusals(t *testing.T) {
 		{"zone slash", `{"input":"x","zone":"eu/west"}`, core.CodeInvalidField, "zone"},
 		{"zone leading dot", `{"input":"x","zone":".eu"}`, core.CodeInvalidField, "zone"},
 		{"zone too long", `{"input":"x","zone":"` + long + `"}`, core.CodeInvalidField, "zone"},
+		// Strict JSON (strictjson.go): what encoding/json would have
+		// mended or read two ways is refused, wherever it is.
+		{"invalid UTF-8 in input", "{\"input\":\"bad \xff\xfe\"}", core.CodeMalformedJSON, ""},
+		{"invalid UTF-8 in a name", "{\"input\":\"x\",\"\xc3\":1}", core.CodeMalformedJSON, ""},
+		{"lone high surrogate", `{"input":"\ud800"}`, core.CodeMalformedJSON, ""},
+		{"lone low surrogate", `{"input":{"text":"\udc00 x"}}`, core.CodeMalformedJSON, ""},
+		{"reversed surrogates", `{"input":"\udc00\ud800"}`, core.CodeMalformedJSON, ""},
+		{"duplicate ttl_ms", `{"ttl_ms":1000,"ttl_ms":600000,"input":"x"}`, core.CodeMalformedJSON, "ttl_ms"},
+		{"duplicate input", `{"input":"a","input":"b"}`, core.CodeMalformedJSON, "input"},
+		{"duplicate capability", `{"input":"x","capabilities":{"model":"a","model":"b"}}`, core.CodeMalformedJSON, "capabilities.model"},
+		{"duplicate limit", `{"input":"x","limits":{"max_output_bytes":1,"max_output_bytes":9}}`, core.CodeMalformedJSON, "limits.max_output_bytes"},
+		{"duplicate deep in input", `{"input":{"a":[{"b":1,"b":2}]}}`, core.CodeMalformedJSON, "input.a[0].b"},
+		{"duplicate in options", `{"input":"x","options":{"k":1,"k":1}}`, core.CodeMalformedJSON, "options.k"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -222,5 +235,22 @@ func TestValidName(t *testing.T) {
 		if !tt.ok {
 			wantCode(t, err, core.CodeInvalidQueueName)
 		}
+	}
+}
+
+// Member names are matched exactly: a name that differs from a field's in
+// case only is an unknown member (ignored), never a second way to set the
+// field that a proxy reading the exact name would miss. Valid UTF-8, a
+// surrogate pair among it, passes untouched.
+func TestParseEnvelopeExactNames(t *testing.T) {
+	env, err := core.ParseEnvelope([]byte(`{"ttl_ms":1000,"TTL_MS":600000,"Input":"no","input":"h\u00e9 \ud83d\ude00 ✓","Zone":"z9"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.TTL != time.Second || env.Zone != "" {
+		t.Errorf("TTL %v, zone %q: want 1s and none (TTL_MS and Zone are unknown members)", env.TTL, env.Zone)
+	}
+	if want := `"h\u00e9 \ud83d\ude00 ✓"`; string(env.Input) != want {
+		t.Errorf("input %s, want %s as sent", env.Input, want)
 	}
 }

@@ -29,7 +29,10 @@ const (
 	CodeDraining           Code = "draining"
 	CodeJobNotFound        Code = "job_not_found"
 	CodeIdempotencyReuse   Code = "idempotency_key_reused"
-	CodeInvalidWorker      Code = "invalid_worker"
+	// CodeInvalidIdempotencyKey refuses an Idempotency-Key longer than
+	// MaxIdempotencyKeyBytes.
+	CodeInvalidIdempotencyKey Code = "invalid_idempotency_key"
+	CodeInvalidWorker         Code = "invalid_worker"
 	// CodeModelNotFound: the OpenAI-compatible front door was asked for a
 	// model no worker on its queue offers (no consumer declares
 	// model=<name>). A model some worker offers but none can take now (its

@@ -3,6 +3,10 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // This file encodes the data of the events the ingress appends to a job's
@@ -13,32 +17,41 @@ import (
 // json.Marshal would make of it (compacted, with <, >, &, U+2028 and
 // U+2029 escaped), built without reflection or a map, once per output. n
 // is the size of the output compacted; ok is false when the output is not
-// one JSON value (json.Compact validates as json.Valid does). Compacting
-// keeps a worker's newlines out of SSE data.
+// one strict JSON value (strictjson.go: valid UTF-8, no lone surrogate
+// escape, no member named twice). Compacting keeps a worker's newlines
+// out of SSE data.
 func outputEvent(output []byte) (ev []byte, n int, ok bool) {
 	const head = `{"data":`
-	var buf bytes.Buffer
-	buf.Grow(len(head) + len(output) + 1)
-	buf.WriteString(head)
+	buf := make([]byte, 0, len(head)+len(output)+1)
+	buf = append(buf, head...)
 	if s := trimJSONSpace(output); len(s) >= 2 && s[0] == '"' && validJSONString(s) {
 		// One string, the usual output (a token, a chunk of text): it is
-		// its own compact form, checked in one pass instead of
-		// json.Compact's state machine (several times slower per byte).
-		buf.Write(s)
-	} else if json.Compact(&buf, output) != nil {
-		return nil, 0, false
+		// its own compact form, checked in one pass instead of the
+		// tokenizer's (several times slower per byte).
+		buf = append(buf, s...)
+	} else {
+		// Compacted in place, in the copy: never longer than the output.
+		v := jsontext.Value(append(buf, output...)[len(head):])
+		if v.Compact(strictJSON...) != nil {
+			return nil, 0, false
+		}
+		buf = buf[:len(head)+len(v)]
 	}
-	n = buf.Len() - len(head)
-	if needsHTMLEscape(buf.Bytes()[len(head):]) {
+	n = len(buf) - len(head)
+	if needsHTMLEscape(buf[len(head):]) {
 		var esc bytes.Buffer
-		esc.Grow(buf.Len() + 16)
+		esc.Grow(len(buf) + 16)
 		esc.WriteString(head)
-		json.HTMLEscape(&esc, buf.Bytes()[len(head):])
-		buf = esc
+		json.HTMLEscape(&esc, buf[len(head):])
+		buf = esc.Bytes()
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), n, true
+	return append(buf, '}'), n, true
 }
+
+// strictJSON are the options that make jsontext's Compact, which by
+// default lets duplicate names and invalid UTF-8 through, hold a value to
+// the strict rules (its validating default elsewhere).
+var strictJSON = []jsontext.Options{jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false)}
 
 // trimJSONSpace trims JSON's insignificant whitespace (space, tab, CR, LF)
 // from both ends of b.
@@ -54,18 +67,33 @@ func trimJSONSpace(b []byte) []byte {
 }
 
 // validJSONString reports whether s, which starts with a quote, is one
-// JSON string and nothing else, as json.Compact judges it: no control
-// character, only JSON's escapes, no unescaped quote before the last byte.
-// Like json.Compact it does not check UTF-8.
+// strict JSON string and nothing else: no control character, only JSON's
+// escapes, no unescaped quote before the last byte, valid UTF-8, and every
+// \u escape of a surrogate one half of a pair (high, then low).
 func validJSONString(s []byte) bool {
 	end := len(s) - 1
 	if end < 1 || s[end] != '"' {
 		return false
 	}
 	for i := 1; i < end; i++ {
-		switch c := s[i]; {
+		c := s[i]
+		if plainASCII[c] {
+			continue
+		}
+		switch {
 		case c < 0x20, c == '"':
 			return false
+		case c >= utf8.RuneSelf:
+			// A run of non-ASCII bytes holds whole UTF-8 sequences, if it
+			// is valid: one utf8.Valid over the run.
+			j := i + 1
+			for j < end && s[j] >= utf8.RuneSelf {
+				j++
+			}
+			if !utf8.Valid(s[i:j]) {
+				return false
+			}
+			i = j - 1
 		case c == '\\':
 			i++
 			if i >= end {
@@ -74,21 +102,60 @@ func validJSONString(s []byte) bool {
 			switch s[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if i+4 >= end {
+				u, ok := hex4(s[i+1 : end])
+				if !ok {
 					return false
 				}
-				for _, h := range s[i+1 : i+5] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return false
-					}
-				}
 				i += 4
+				if !utf16.IsSurrogate(rune(u)) {
+					continue
+				}
+				// A high surrogate must be followed by \u and a low one.
+				if u >= 0xDC00 || i+2 >= end || s[i+1] != '\\' || s[i+2] != 'u' {
+					return false
+				}
+				lo, ok := hex4(s[i+3 : end])
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return false
+				}
+				i += 6
 			default:
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// plainASCII marks the bytes a JSON string holds as they are: ASCII but
+// the control characters, the quote and the backslash.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// hex4 reads the four hex digits b starts with.
+func hex4(b []byte) (uint16, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var u uint16
+	for _, h := range b[:4] {
+		switch {
+		case '0' <= h && h <= '9':
+			h -= '0'
+		case 'a' <= h && h <= 'f':
+			h -= 'a' - 10
+		case 'A' <= h && h <= 'F':
+			h -= 'A' - 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | uint16(h)
+	}
+	return u, true
 }
 
 // needsHTMLEscape reports whether b may hold what json.HTMLEscape

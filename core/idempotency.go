@@ -27,6 +27,20 @@ import (
 // the claim is made once per key: concurrent submissions with one key wait
 // for the first to settle (idempotency.pending).
 
+// MaxIdempotencyKeyBytes is the longest Idempotency-Key a node takes (a
+// UUID is 36 bytes; Stripe's limit is 255): a key is held in memory for
+// its job's life, and a longer one buys nothing. Longer is refused
+// invalid_idempotency_key before anything is made.
+const MaxIdempotencyKeyBytes = 255
+
+// checkIdempotencyKey refuses a key longer than MaxIdempotencyKeyBytes.
+func checkIdempotencyKey(key string) error {
+	if len(key) > MaxIdempotencyKeyBytes {
+		return errorf(CodeInvalidIdempotencyKey, "Idempotency-Key", "the Idempotency-Key is %d bytes long: at most %d", len(key), MaxIdempotencyKeyBytes)
+	}
+	return nil
+}
+
 // IdempotencyRecord is what the cluster remembers of a key.
 type IdempotencyRecord struct {
 	// Job is the id of the job the key made, and Ingress the node that

@@ -47,6 +47,9 @@ type SubmitOptions struct {
 // dispatcher. A refusal changes nothing. existing is true when an
 // idempotency key matched a job created earlier.
 func (e *Engine) Submit(ctx context.Context, queue string, env *Envelope, opts SubmitOptions) (*Job, bool, error) {
+	if err := checkIdempotencyKey(opts.IdempotencyKey); err != nil {
+		return nil, false, err
+	}
 	if opts.IdempotencyKey != "" && e.cfg.Idempotency != nil {
 		return e.submitKeyed(ctx, queue, env, opts)
 	}
@@ -543,7 +546,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	size := int64(len(data))
 	ev, n, ok := outputEvent(data)
 	if !ok {
-		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one JSON value", nil)
+		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one strict JSON value: "+jsonFault(data), nil)
 		return false
 	}
 	j.outBytes += int64(n)
@@ -571,8 +574,8 @@ func (e *Engine) onEndLocked(id string, gen uint64, code Code, detail string, re
 	if j == nil || j.gen != gen || j.state.Terminal() {
 		return false
 	}
-	if code == "" && result != nil && !json.Valid(result) {
-		code, detail, result = CodeBadOutput, "the worker's result is not one JSON value", nil
+	if code == "" && result != nil && CheckJSON(result) != nil {
+		code, detail, result = CodeBadOutput, "the worker's result is not one strict JSON value: "+jsonFault(result), nil
 	}
 	return e.finishLocked(j, code, detail, result)
 }

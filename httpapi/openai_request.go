@@ -1,11 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -98,12 +95,8 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 		return nil, err
 	}
 	var req ChatCompletionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return nil, invalidField(typeErr.Field, "%s must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value)
-		}
-		return nil, &core.Error{Code: core.CodeMalformedJSON, Detail: "the body is not a chat completion request: " + err.Error()}
+	if err := core.DecodeJSON(body, &req); err != nil {
+		return nil, err
 	}
 	if err := checkChatRequest(&req, raw); err != nil {
 		return nil, err
@@ -133,15 +126,14 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 }
 
 // decodeChatBody decodes a body that must be one JSON object and nothing
-// else.
+// else, under the strict rules (core.DecodeJSON).
 func decodeChatBody(body []byte) (map[string]json.RawMessage, error) {
 	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil || raw == nil {
-		return nil, &core.Error{Code: core.CodeMalformedJSON, Detail: "the body is not a JSON object"}
+	if err := core.DecodeJSON(body, &raw); err != nil {
+		return nil, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, &core.Error{Code: core.CodeMalformedJSON, Detail: "the body has data after the JSON object"}
+	if raw == nil {
+		return nil, &core.Error{Code: core.CodeMalformedJSON, Detail: "the body is not a JSON object"}
 	}
 	return raw, nil
 }

@@ -100,14 +100,22 @@ func (s *Server) writeReadToken(w http.ResponseWriter, r *http.Request, scope st
 	writeJSON(w, http.StatusOK, ReadToken{Token: tok, ExpiresAt: expires.Format(time.RFC3339)})
 }
 
+// errReadToken is the one answer to a read token that does not verify.
+var errReadToken = &core.Error{Code: core.CodeUnauthenticated, Detail: "the read token is not valid, or has expired: ask for a new one with the key"}
+
 // readTokenIdentity is the identity of a read token's bearer: the stream it
 // names, read as the subject it was issued to. A token that does not
-// verify, whatever the reason, gets one answer.
+// verify, whatever the reason, gets one answer; so does one of a subject
+// whose keys a reload changed since it was issued (auth.Store.Revoked).
 func (s *Server) readTokenIdentity(_ *http.Request, tok string) (*auth.Identity, error) {
 	p, err := s.cfg.Keyring.VerifyGrant(tok, time.Now(), readTokenFilter)
+	if err == nil && s.cfg.Keys.Revoked(p.Caller, p.IssuedAt) {
+		s.log.Debug("read token refused", "reason", "revoked: its subject's keys changed at a reload")
+		return nil, errReadToken
+	}
 	if err != nil {
 		s.log.Debug("read token refused", "reason", string(resume.ReasonOf(err)))
-		return nil, &core.Error{Code: core.CodeUnauthenticated, Detail: "the read token is not valid, or has expired: ask for a new one with the key"}
+		return nil, errReadToken
 	}
 	return auth.ReadToken(p.Stream, p.Caller), nil
 }

@@ -1,12 +1,9 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -312,31 +309,17 @@ func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen f
 }
 
 // readJSON reads a JSON object body into v: Content-Type must be JSON, the
-// body is read through the node's byte limit before it is parsed, and the
-// body must be one JSON object (unknown fields are ignored, as in an
-// envelope).
+// body is read through the node's byte limit and deadline (readBody)
+// before it is parsed, and the body must be one JSON object under the
+// strict rules (core.DecodeJSON: valid UTF-8, no member named twice, names
+// matched exactly); unknown members are ignored, as in an envelope.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := requireJSON(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return &core.Error{Code: core.CodeBodyTooLarge, Detail: "the body is larger than the node accepts"}
-		}
-		return &core.Error{Code: core.CodeMalformedJSON, Detail: "could not read the body: " + err.Error()}
+		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return &core.Error{Code: core.CodeInvalidField, Field: typeErr.Field, Detail: typeErr.Field + " must be " + typeErr.Type.String() + ", not " + typeErr.Value}
-		}
-		return &core.Error{Code: core.CodeMalformedJSON, Detail: "the body is not a JSON object: " + err.Error()}
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &core.Error{Code: core.CodeMalformedJSON, Detail: "the body has data after the JSON object"}
-	}
-	return nil
+	return core.DecodeJSON(body, v)
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/apierr"
+	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/openapi/client"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
@@ -293,6 +294,9 @@ func (p *codeProbe) refusals() {
 	MustStartWorker(p.t, p.n, worker.Config{Queue: "other"}, worker.Tokens(0))
 	p.problem("idempotency_key_reused", p.submit("other", `{"input":"x"}`, "Idempotency-Key", "k1"))
 	p.grpcErr("idempotency_key_reused", p.submitErr("other", `{"input":"x"}`, "k1"))
+	long := strings.Repeat("k", core.MaxIdempotencyKeyBytes+1)
+	p.problem("invalid_idempotency_key", p.submit("held", `{"input":"x"}`, "Idempotency-Key", long))
+	p.grpcErr("invalid_idempotency_key", p.submitErr("held", `{"input":"x"}`, long))
 	p.problem("unsupported_media_type", p.raw("POST", "/v1/queues/held/jobs", "text/plain", `{"input":"x"}`))
 	p.problem("body_too_large", p.submit("held", `{"input":"`+strings.Repeat("z", 200<<10)+`"}`))
 	p.problem("not_found", p.raw("GET", "/v1/nothing", "", ""))

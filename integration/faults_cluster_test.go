@@ -4,6 +4,7 @@ package integration_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/switchyard/switchyard/catalog"
 )
 
 // faultTiming is what every node of the suite runs with, passed as flags:
@@ -62,6 +66,10 @@ type faultCluster struct {
 	net   *faultNet
 	names []string
 	nodes map[string]*procNode
+	// etcdTLS is how the suite reaches the members' etcd (who leads, and
+	// moving the leadership): a client certificate derived from the
+	// cluster secret, as an operator's etcdctl would use.
+	etcdTLS *tls.Config
 }
 
 func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTiming) *faultCluster {
@@ -69,9 +77,16 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 	cl := &faultCluster{net: fnet, names: fnet.nodes, nodes: map[string]*procNode{}}
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	dir := t.TempDir()
+	files, err := catalog.WriteClientTLS(t.TempDir(), []byte(testSecret), "fault-suite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.etcdTLS, err = (transport.TLSInfo{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: files.CA}).ClientConfig(); err != nil {
+		t.Fatal(err)
+	}
 	var ic []string
 	for _, name := range cl.names {
-		ic = append(ic, name+"=http://"+fnet.addrs[name].etcdPeer)
+		ic = append(ic, name+"=https://"+fnet.addrs[name].etcdPeer)
 	}
 	for _, name := range cl.names {
 		ad := fnet.addrs[name]
@@ -81,8 +96,9 @@ func startFaultCluster(t *testing.T, bin string, fnet *faultNet, timing faultTim
 			"--initial-cluster", strings.Join(ic, ","), "--cluster-secret", testSecret, "--log-level", "info",
 			// In network namespaces the nodes listen on their own 10.x
 			// addresses: the suite's network is the test's, so it takes
-			// anonymous calls and a plaintext catalog on purpose.
-			"--allow-anonymous", "--etcd-allow-plaintext"},
+			// anonymous calls on purpose. The catalog is over TLS derived
+			// from the secret, as everywhere.
+			"--allow-anonymous"},
 			timing.flags()...)
 		cl.nodes[name] = launchProc(t, procSpec{name: name, bin: bin, args: args, wrap: ad.wrap, log: filepath.Join(dir, name+".log"), tailLines: 40})
 	}
@@ -158,7 +174,7 @@ func (cl *faultCluster) etcdLeader(ctx context.Context) (string, error) {
 	}
 	for _, name := range cl.names {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := cli.Status(ctx, "http://"+cl.net.addrs[name].etcdClient)
+		st, err := cli.Status(ctx, "https://"+cl.net.addrs[name].etcdClient)
 		cancel()
 		if err == nil && st.Leader != 0 {
 			return names[st.Leader], nil
@@ -207,9 +223,9 @@ func (cl *faultCluster) moveEtcdLeader(t *testing.T, to string) {
 func (cl *faultCluster) etcdClient(members ...string) (*clientv3.Client, error) {
 	var eps []string
 	for _, m := range members {
-		eps = append(eps, "http://"+cl.net.addrs[m].etcdClient)
+		eps = append(eps, "https://"+cl.net.addrs[m].etcdClient)
 	}
-	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	return clientv3.New(clientv3.Config{Endpoints: eps, TLS: cl.etcdTLS, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 }
 
 func memberNames(ctx context.Context, cli *clientv3.Client) (map[uint64]string, error) {

@@ -270,8 +270,8 @@ func startKillCluster(t *testing.T, bin string) (a, b, c *procNode) {
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
 	a = startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	b = startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr)
-	c = startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr)
+	b = startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr)
+	c = startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr)
 	for _, n := range []*procNode{a, b, c} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
 			var body struct{ Nodes []struct{ ID, State string } }

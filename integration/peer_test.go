@@ -41,11 +41,30 @@ func clusterNodes(tb testing.TB, n *switchyard.Node) map[string]clusterNode {
 
 // joinNode starts a node that uses first's embedded etcd as its catalog.
 func joinNode(tb testing.TB, first *switchyard.Node, name, secret string) *switchyard.Node {
+	files := catalogClientTLS(tb, name, secret)
 	return MustStartNode(tb, func(c *switchyard.Config) {
 		c.Name, c.ClusterSecret = name, secret
-		c.EtcdEndpoints = []string{"http://" + first.Catalog().ClientAddr()}
+		c.EtcdEndpoints = []string{"https://" + first.Catalog().ClientAddr()}
 		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 3
+		if files != nil {
+			c.EtcdTLSCert, c.EtcdTLSKey, c.EtcdTLSCA = files.Cert, files.Key, files.CA
+		}
 	})
+}
+
+// catalogClientTLS is, for a node whose peer secret is not testSecret (the
+// catalog's, from which its TLS derives), a client certificate of the
+// catalog, so that it still reaches the catalog; nil for testSecret.
+func catalogClientTLS(tb testing.TB, name, secret string) *catalog.TLSFiles {
+	tb.Helper()
+	if secret == testSecret {
+		return nil
+	}
+	files, err := catalog.WriteClientTLS(tb.TempDir(), []byte(testSecret), name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return files
 }
 
 // Three nodes sharing one catalog and one cluster secret see each other

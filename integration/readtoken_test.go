@@ -3,11 +3,14 @@ package integration_test
 import (
 	"encoding/json"
 	"net/url"
+	"os"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -86,4 +89,62 @@ func TestReadTokens(t *testing.T) {
 	if st, code := status("GET", "/v1/jobs/"+job, ct); st != 403 || code != "permission_denied" {
 		t.Errorf("a job on the cluster token: %d %s", st, code)
 	}
+}
+
+// A reload that removes a key, or changes what a subject's keys grant,
+// revokes the read tokens that subject got before it: the job stream and
+// the live view they opened answer 401 from then on. A subject whose keys
+// the reload left alone keeps its tokens, and so does everyone at a
+// reload that changes nothing.
+func TestReadTokensRevokedAtReload(t *testing.T) {
+	path := writeKeys(t, accessKeys())
+	n := MustStartNode(t, func(c *switchyard.Config) { c.Auth.File = path })
+	MustStartWorker(t, n, worker.Config{Queue: "demo", DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()), worker.APIKey(keyAliceWork)}}, worker.Tokens(0))
+	ctx, base := t.Context(), baseURL(n)
+	token := func(path, key string) string {
+		res := keyed(t, ctx, "POST", base+path, key, "", "")
+		var rt struct{ Token string }
+		if err := json.Unmarshal(readBody(t, res), &rt); err != nil || res.StatusCode != 200 {
+			t.Fatalf("POST %s: %d", path, res.StatusCode)
+		}
+		return rt.Token
+	}
+	aliceJob := submitAs(t, n, keyAlice, "demo", `{"input":"a","ttl_ms":30000}`)
+	bobJob := submitAs(t, n, keyBob, "demo", `{"input":"b","ttl_ms":30000}`)
+	read := map[string]string{
+		"alice's job": "/v1/jobs/" + aliceJob + "?read_token=" + url.QueryEscape(token("/v1/jobs/"+aliceJob+"/read-token", keyAlice)),
+		"bob's job":   "/v1/jobs/" + bobJob + "?read_token=" + url.QueryEscape(token("/v1/jobs/"+bobJob+"/read-token", keyBob)),
+		"root's view": "/v1/cluster/events?read_token=" + url.QueryEscape(token("/v1/cluster/read-token", keyRoot)),
+	}
+	check := func(when string, want map[string]int) {
+		t.Helper()
+		for name, path := range read {
+			res := keyed(t, ctx, "GET", base+path, "", "", "")
+			drainClose(res)
+			if res.StatusCode != want[name] {
+				t.Errorf("%s, %s: %d, want %d", when, name, res.StatusCode, want[name])
+			}
+		}
+	}
+	check("before any reload", map[string]int{"alice's job": 200, "bob's job": 200, "root's view": 200})
+	if err := n.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a reload that changed nothing", map[string]int{"alice's job": 200, "bob's job": 200, "root's view": 200})
+
+	// alice's submit key leaves the file (her work key stays); root's key
+	// loses admin.
+	doc := strings.Replace(accessKeys(), "  - subject: alice\n    key: "+keyAlice+"\n    roles: [submit]\n    queues: [demo, \"team-a.*\", chat]\n", "", 1)
+	doc = strings.Replace(doc, "    key: "+keyRoot+"\n    roles: [admin]", "    key: "+keyRoot+"\n    roles: [submit]\n    queues: [demo]", 1)
+	if doc == accessKeys() || strings.Contains(doc, keyAlice) {
+		t.Fatal("the key file was not edited")
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	check("after alice's key left and root's lost admin", map[string]int{"alice's job": 401, "bob's job": 200, "root's view": 401})
 }

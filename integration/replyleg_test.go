@@ -173,7 +173,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 	// test's subject; this one is the reply leg). The output window, half
 	// the stream bound unless set, is the default's: it is what stops the
 	// worker.
-	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s",
+	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr, "--lease-ttl", "10s",
 		"--stream-max-events", "200000", "--history-events", "400000",
 		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456",
 		"--output-window-events", "512", "--output-window-bytes", "2097152")
@@ -181,7 +181,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 	// ingress: nobody may be reading them). kb's pause is a slow ingress,
 	// not a silent one, only while it is shorter than kc's silence bound
 	// for it: 30 pings (3s) here, twice the pause.
-	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr, "--peer-failure-threshold", "30")
+	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr, "--peer-failure-threshold", "30")
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
 			var body struct{ Nodes []struct{ ID, State string } }
@@ -310,8 +310,8 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
 	ka := startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "http://"+etcdAddr)
-	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "http://"+etcdAddr, "--lease-ttl", "10s")
+	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr)
+	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr, "--lease-ttl", "10s")
 	for _, n := range []*procNode{ka, kb, kc} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
 			var body struct{ Nodes []struct{ ID, State string } }

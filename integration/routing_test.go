@@ -33,7 +33,7 @@ func startCluster(tb testing.TB, n int, mutate func(i int, c *switchyard.Config)
 	for i := 1; i < n; i++ {
 		nodes = append(nodes, MustStartNode(tb, func(c *switchyard.Config) {
 			cfg(i)(c)
-			c.EtcdEndpoints = []string{"http://" + nodes[0].Catalog().ClientAddr()}
+			c.EtcdEndpoints = []string{"https://" + nodes[0].Catalog().ClientAddr()}
 		}))
 	}
 	for _, nd := range nodes {
@@ -377,7 +377,7 @@ func TestJobCrossesEmbeddedMembers(t *testing.T) {
 	for _, ln := range lns {
 		ln.Close()
 	}
-	ic := fmt.Sprintf("n1=http://%s,n2=http://%s,n3=http://%s", addrs[1], addrs[3], addrs[5])
+	ic := fmt.Sprintf("n1=https://%s,n2=https://%s,n3=https://%s", addrs[1], addrs[3], addrs[5])
 	nodes := make([]*switchyard.Node, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
@@ -438,9 +438,11 @@ func TestJobCrossesEmbeddedMembers(t *testing.T) {
 func TestSpareNodeSkipped(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	n1 := nodes[0]
+	files := catalogClientTLS(t, "n3", "a-different-cluster-secret")
 	bad := MustStartNode(t, func(c *switchyard.Config) {
 		c.Name, c.ClusterSecret = "n3", "a-different-cluster-secret"
-		c.EtcdEndpoints = []string{"http://" + n1.Catalog().ClientAddr()}
+		c.EtcdEndpoints = []string{"https://" + n1.Catalog().ClientAddr()}
+		c.EtcdTLSCert, c.EtcdTLSKey, c.EtcdTLSCA = files.Cert, files.Key, files.CA
 		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 3
 	})
 	MustStartWorker(t, bad, worker.Config{Name: "w3", Queue: "sp"}, named("w3"))

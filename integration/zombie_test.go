@@ -347,7 +347,7 @@ func startZombieNode(t *testing.T, name, etcdAddr string, logs io.Writer) *switc
 	cfg.Name, cfg.ClusterSecret = name, testSecret
 	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	cfg.EtcdEndpoints = []string{"http://" + etcdAddr}
+	cfg.EtcdEndpoints = []string{"https://" + etcdAddr}
 	cfg.LeaseTTL = zombieTTL
 	cfg.PeerHeartbeatInterval, cfg.PeerFailureThreshold = 100*time.Millisecond, 5
 	cfg.DrainTimeout = 2 * time.Second

@@ -10,8 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -45,14 +43,22 @@ type ClientConfig struct {
 }
 
 // Client is a pool of connections, one per peer address, each created on
-// first use. It is safe for concurrent use.
+// first use. Each connection is for one node: its handshake refuses a
+// server that proves another id (handshake.go). It is safe for concurrent
+// use.
 type Client struct {
-	cfg   ClientConfig
-	creds grpc.DialOption
+	cfg     ClientConfig
+	version grpc.DialOption
 
 	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
+	conns  map[string]nodeConn // by address
 	closed bool
+}
+
+// nodeConn is a pooled connection and the node it is for.
+type nodeConn struct {
+	node string
+	cc   *grpc.ClientConn
 }
 
 // ErrClosed is returned by a Client after Close.
@@ -66,30 +72,33 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = defaultMaxMessageBytes
 	}
-	return &Client{cfg: cfg, creds: grpc.WithPerRPCCredentials(newTokenCreds(cfg.Secret, cfg.Node)), conns: map[string]*grpc.ClientConn{}}
+	return &Client{cfg: cfg, version: grpc.WithPerRPCCredentials(newVersionCreds()), conns: map[string]nodeConn{}}
 }
 
-// Conn returns the pool's connection to addr, creating it if needed. It does
-// not dial: the connection is made by the first call.
-func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
+// Conn returns the pool's connection to node at addr, creating it if
+// needed; one to addr made for another node (a node that took over the
+// address) is closed and replaced. It does not dial: the connection is
+// made by the first call.
+func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
+	if nc, ok := c.conns[addr]; ok {
+		if nc.node == node {
+			return nc.cc, nil
+		}
+		_ = nc.cc.Close() // does not block: it only starts the teardown
+		delete(c.conns, addr)
 	}
 	bo := backoff.DefaultConfig
 	bo.BaseDelay = min(bo.BaseDelay, c.cfg.MaxReconnectDelay)
 	bo.MaxDelay = c.cfg.MaxReconnectDelay
-	transport := insecure.NewCredentials()
-	if c.cfg.TLS != nil {
-		transport = credentials.NewTLS(c.cfg.TLS)
-	}
+	transport := Credentials(CredentialsConfig{Secret: c.cfg.Secret, Node: c.cfg.Node, Peer: node, TLS: c.cfg.TLS})
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(transport),
-		c.creds,
+		c.version,
 		// The router resends what a failed call carried itself, in order
 		// (a lane's fallback, lane_stall.go; a reply leg's connect,
 		// leg_send.go); gRPC's transparent retry would only buffer every
@@ -102,13 +111,13 @@ func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}
-	c.conns[addr] = cc
+	c.conns[addr] = nodeConn{node: node, cc: cc}
 	return cc, nil
 }
 
-// Ping calls Ping on the peer at addr and returns the id it answered with.
-func (c *Client) Ping(ctx context.Context, addr string) (string, error) {
-	cc, err := c.Conn(addr)
+// Ping calls Ping on node at addr and returns the id it answered with.
+func (c *Client) Ping(ctx context.Context, node, addr string) (string, error) {
+	cc, err := c.Conn(node, addr)
 	if err != nil {
 		return "", err
 	}
@@ -124,9 +133,9 @@ func (c *Client) Ping(ctx context.Context, addr string) (string, error) {
 func (c *Client) Retain(keep map[string]bool) {
 	c.mu.Lock()
 	var drop []*grpc.ClientConn
-	for addr, cc := range c.conns {
+	for addr, nc := range c.conns {
 		if !keep[addr] {
-			drop = append(drop, cc)
+			drop = append(drop, nc.cc)
 			delete(c.conns, addr)
 		}
 	}
@@ -143,8 +152,8 @@ func (c *Client) Close() error {
 	c.conns, c.closed = nil, true
 	c.mu.Unlock()
 	var errs []error
-	for _, cc := range conns {
-		errs = append(errs, cc.Close())
+	for _, nc := range conns {
+		errs = append(errs, nc.cc.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -405,7 +405,7 @@ func (l *lane) open() error {
 	if !ok {
 		return ErrUnknownNode
 	}
-	cc, err := r.client.Conn(addr)
+	cc, err := r.client.Conn(l.key.node, addr)
 	if err != nil {
 		return err
 	}

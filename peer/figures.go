@@ -30,10 +30,10 @@ func (s *server) Figures(context.Context, *pb.FiguresRequest) (*pb.FiguresRespon
 	return res, nil
 }
 
-// Figures asks the node at addr for its live figures. At is left for the
+// Figures asks node, at addr, for its live figures. At is left for the
 // caller to set: it is the asking node's clock that rates are taken on.
-func (c *Client) Figures(ctx context.Context, addr string) (core.NodeFigures, error) {
-	cc, err := c.Conn(addr)
+func (c *Client) Figures(ctx context.Context, node, addr string) (core.NodeFigures, error) {
+	cc, err := c.Conn(node, addr)
 	if err != nil {
 		return core.NodeFigures{}, err
 	}

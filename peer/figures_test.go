@@ -29,10 +29,10 @@ func TestFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	if _, err := newClient(t, "a", []byte("another-secret-of-16+")).Figures(ctx, srv.addr); status.Code(err) != codes.Unauthenticated {
+	if _, err := newClient(t, "a", []byte("another-secret-of-16+")).Figures(ctx, "b", srv.addr); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("Figures with the wrong secret: %v, want Unauthenticated", err)
 	}
-	got, err := newClient(t, "a", secret).Figures(ctx, srv.addr)
+	got, err := newClient(t, "a", secret).Figures(ctx, "b", srv.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestFigures(t *testing.T) {
 
 	// A node that reads none says so.
 	bare := startServer(t, "c")
-	if _, err := newClient(t, "a", secret).Figures(ctx, bare.addr); status.Code(err) != codes.Unavailable {
+	if _, err := newClient(t, "a", secret).Figures(ctx, "c", bare.addr); status.Code(err) != codes.Unavailable {
 		t.Errorf("Figures of a node without figures: %v, want Unavailable", err)
 	}
 }

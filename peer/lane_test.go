@@ -489,7 +489,7 @@ func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 func TestReceiverEndsASilentStream(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn(b.addr)
+	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		return &core.Error{Code: core.CodeQueueFull, Detail: "full " + d.JobID}
 	}}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn(b.addr)
+	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +642,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	if _, err := cl.Post(ctx, &pb.PostRequest{Session: "s1", Lane: lane, Messages: []*pb.PeerMessage{p}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("lane Post without numbers: got %v, want InvalidArgument", err)
 	}
-	// And a stream is authenticated like every other call.
+	// And a stream's connection needs the handshake like every other.
 	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -652,11 +652,11 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	if err == nil {
 		_, err = bare.Recv()
 	}
-	if status.Code(err) != codes.Unauthenticated {
-		t.Errorf("bare Deliver: got %v, want Unauthenticated", err)
+	if err == nil {
+		t.Error("bare Deliver served")
 	}
-	if got := counter(t, b.reg, "switchyard_peer_auth_failures_total", nil); got != 1 {
-		t.Errorf("auth failures = %v, want 1", got)
+	if got := counter(t, b.reg, "switchyard_peer_auth_failures_total", nil); got < 1 {
+		t.Errorf("auth failures = %v, want at least 1", got)
 	}
 }
 

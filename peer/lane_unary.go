@@ -67,7 +67,7 @@ func (l *lane) post(items []*item) postOutcome {
 		if !ok {
 			return postGone
 		}
-		err := r.postOnce(addr, req)
+		err := r.postOnce(l.key.node, addr, req)
 		if err == nil {
 			for _, it := range items {
 				r.m.messages.WithLabelValues(it.kind).Inc()
@@ -109,7 +109,7 @@ func (l *lane) forwardOnce(it *item) {
 		it.finish(nil, ErrUnknownNode)
 		return
 	}
-	cc, err := r.client.Conn(addr)
+	cc, err := r.client.Conn(l.key.node, addr)
 	if err != nil {
 		it.finish(nil, err)
 		return

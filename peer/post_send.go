@@ -155,7 +155,7 @@ func (r *router) post(ob *outbox, req *pb.PostRequest) {
 			r.log.Warn("dropped routing messages to a node that left the catalog", "node", ob.node, "messages", n)
 			return
 		}
-		err := r.postOnce(addr, req)
+		err := r.postOnce(ob.node, addr, req)
 		if err == nil {
 			r.mu.Lock()
 			for _, p := range req.Messages {
@@ -191,8 +191,8 @@ func (r *router) post(ob *outbox, req *pb.PostRequest) {
 	}
 }
 
-func (r *router) postOnce(addr string, req *pb.PostRequest) error {
-	cc, err := r.client.Conn(addr)
+func (r *router) postOnce(node, addr string, req *pb.PostRequest) error {
+	cc, err := r.client.Conn(node, addr)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -54,7 +53,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 // newServer returns a peer server whose every call is authenticated; cfg
 // has its defaults.
 func newServer(cfg Config) *server {
-	a := &authenticator{secret: cfg.Secret, metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
+	a := &authenticator{metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
 	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
 	s.grpc = grpc.NewServer(
 		serverCreds(cfg),
@@ -78,13 +77,18 @@ func newServer(cfg Config) *server {
 }
 
 // serverCreds are the server's transport credentials: the cluster's
-// mutual TLS when the node has it, else plaintext (the cluster secret
-// alone proves membership, over a channel anyone on the path can read).
+// mutual TLS when the node has it (else plaintext), then the cluster
+// handshake (handshake.go), which every connection must pass before a
+// call is read. A refused one is counted and logged.
 func serverCreds(cfg Config) grpc.ServerOption {
-	if cfg.ServerTLS != nil {
-		return grpc.Creds(credentials.NewTLS(cfg.ServerTLS))
-	}
-	return grpc.EmptyServerOption{}
+	refusals := &refusalLog{log: cfg.Logger}
+	return grpc.Creds(Credentials(CredentialsConfig{
+		Secret: cfg.Secret, Node: cfg.Node, TLS: cfg.ServerTLS,
+		Refused: func(remote net.Addr, err error) {
+			cfg.Metrics.authFailures.Inc()
+			refusals.refused(remote, err)
+		},
+	}))
 }
 
 // serve serves on ln until stop; it returns nil after stop.

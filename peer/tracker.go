@@ -126,7 +126,7 @@ func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingRes
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, t.cfg.Interval)
 			defer cancel()
-			got, err := t.cfg.Client.Ping(pctx, n.PeerAddr)
+			got, err := t.cfg.Client.Ping(pctx, n.ID, n.PeerAddr)
 			if err == nil && got != n.ID {
 				err = fmt.Errorf("%s answered as node %q", n.PeerAddr, got)
 			}

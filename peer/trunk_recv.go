@@ -240,7 +240,7 @@ func (s *server) answers(node string, timeout time.Duration) bool {
 	}
 	ctx, cancel := context.WithTimeout(s.router.ctx, timeout)
 	defer cancel()
-	got, err := s.router.client.Ping(ctx, addr)
+	got, err := s.router.client.Ping(ctx, node, addr)
 	return err == nil && got == node
 }
 

@@ -104,7 +104,7 @@ func (r *router) trunkFor(node, addr string) (*replyTrunk, error) {
 // its goroutine. It does not wait for the ingress: the first open frame
 // and items go out with the call's headers.
 func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
-	cc, err := r.client.Conn(addr)
+	cc, err := r.client.Conn(node, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -58,18 +56,15 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare := pb.NewPeerServiceClient(raw)
-	as := func(node string, version ...string) context.Context {
-		kv := []string{peer.MetadataNode, node, peer.MetadataAuth, peer.Token(secret, node)}
+	// Clients that pass the handshake as a and as c, and add no version
+	// of their own: each call names the version it claims.
+	bare := map[string]pb.PeerServiceClient{"a": dialPeer(t, b.addr, "a", "b", secret), "c": dialPeer(t, b.addr, "c", "b", secret)}
+	as := func(node string, version ...string) (context.Context, pb.PeerServiceClient) {
+		var kv []string
 		for _, v := range version {
 			kv = append(kv, peer.MetadataVersion, v)
 		}
-		return metadata.NewOutgoingContext(ctx, metadata.Pairs(kv...))
+		return metadata.NewOutgoingContext(ctx, metadata.Pairs(kv...)), bare[node]
 	}
 	p, _ := peer.MessageToPB(final("j", 0))
 	post := &pb.PostRequest{Session: "s", Messages: []*pb.PeerMessage{p}}
@@ -78,24 +73,26 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"ping of version 2", func() error { _, err := bare.Ping(as("a", "2"), &pb.PingRequest{}); return err }},
-		{"post of version 2", func() error { _, err := bare.Post(as("a", "2"), post); return err }},
+		{"ping of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Ping(ctx, &pb.PingRequest{}); return err }},
+		{"post of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Post(ctx, post); return err }},
 		{"deliver of version 2", func() error {
-			st, err := bare.Deliver(as("a", "2"))
+			ctx, c := as("a", "2")
+			st, err := c.Deliver(ctx)
 			if err == nil {
 				_, err = st.Recv()
 			}
 			return err
 		}},
 		{"respond of version 0", func() error {
-			st, err := bare.Respond(as("a", "0"))
+			ctx, c := as("a", "0")
+			st, err := c.Respond(ctx)
 			if err == nil {
 				_, err = st.Recv()
 			}
 			return err
 		}},
-		{"post naming no version", func() error { _, err := bare.Post(as("c"), post); return err }},
-		{"post naming two", func() error { _, err := bare.Post(as("c", "1", "1"), post); return err }},
+		{"post naming no version", func() error { ctx, c := as("c"); _, err := c.Post(ctx, post); return err }},
+		{"post naming two", func() error { ctx, c := as("c", "1", "1"); _, err := c.Post(ctx, post); return err }},
 	}
 	for _, tc := range refused {
 		err := tc.call()
@@ -121,15 +118,15 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 		!strings.Contains(got[1], "peer=c peer_version=none") {
 		t.Errorf("refusal log lines:\n%s\nwant one for a (version 2) and one for c (none), each naming versions 1 to 1", strings.Join(got, "\n"))
 	}
-	// Authentication comes first: a wrong secret is Unauthenticated,
-	// whatever the version.
-	bad := metadata.NewOutgoingContext(ctx, metadata.Pairs(peer.MetadataNode, "a", peer.MetadataAuth, peer.Token([]byte("another-secret-of-16+"), "a"), peer.MetadataVersion, "2"))
-	if _, err := bare.Ping(bad, &pb.PingRequest{}); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("wrong secret and version: got %v, want Unauthenticated", err)
+	// Authentication comes first: a wrong secret fails the connection's
+	// handshake, whatever the version a call would name.
+	if _, err := dialPeer(t, b.addr, "a", "b", []byte("another-secret-of-16+")).Ping(metadata.NewOutgoingContext(ctx, metadata.Pairs(peer.MetadataVersion, "2")), &pb.PingRequest{}); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "does not prove the cluster secret") {
+		t.Errorf("wrong secret and version: got %v, want the handshake refused", err)
 	}
 
 	// The node's own version is served, by hand and through a router.
-	if _, err := bare.Post(as("a", "1"), post); err != nil {
+	v1, c := as("a", "1")
+	if _, err := c.Post(v1, post); err != nil {
 		t.Errorf("post of version 1: %v", err)
 	}
 	r := newRouter(t, "d", secret, newBook("b", b.addr).Addr, nil)

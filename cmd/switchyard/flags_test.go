@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,50 @@ func TestBenchInput(t *testing.T) {
 	}
 	if _, err := benchInput(flag.NewFlagSet("t", flag.ContinueOnError), "", 16, 1); err == nil {
 		t.Fatal("--output-bytes 1: no error")
+	}
+}
+
+// Secrets come from files: --cluster-secret-file and --etcd-password-file
+// (or their SWITCHYARD_ variables, which name the file), trimmed; a secret
+// given both ways, or an empty file, is refused.
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret, password := dir+"/secret", dir+"/password"
+	if err := os.WriteFile(secret, []byte("a-cluster-secret-of-16+\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(password, []byte("etcd-pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SWITCHYARD_ETCD_PASSWORD_FILE", password)
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg, finish := nodeFlags(fs)
+	if err := parseFlags(fs, []string{"--cluster-secret-file", secret, "--etcd-username", "switchyard"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClusterSecret != "a-cluster-secret-of-16+" || cfg.EtcdPassword != "etcd-pass" {
+		t.Fatalf("secret %q, password %q", cfg.ClusterSecret, cfg.EtcdPassword)
+	}
+
+	empty := dir + "/empty"
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--cluster-secret-file", secret, "--cluster-secret", "another-secret-of-16+"},
+		{"--cluster-secret-file", empty},
+		{"--cluster-secret-file", dir + "/missing"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		_, finish := nodeFlags(fs)
+		if err := parseFlags(fs, args); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err == nil || !strings.Contains(err.Error(), "cluster-secret") {
+			t.Errorf("%v: %v, want a refusal naming --cluster-secret", args, err)
+		}
 	}
 }

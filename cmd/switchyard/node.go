@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -93,13 +94,14 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.StringVar(&cfg.EtcdTLSCA, "etcd-tls-ca", "", "external etcd (--etcd-endpoints https://...): PEM CA of its servers (default: --peer-tls-ca)")
 	fs.StringVar(&cfg.EtcdTLSCert, "etcd-tls-cert", "", "external etcd: PEM client certificate (default: --peer-tls-cert)")
 	fs.StringVar(&cfg.EtcdTLSKey, "etcd-tls-key", "", "external etcd: PEM private key of --etcd-tls-cert")
-	fs.StringVar(&cfg.EtcdUsername, "etcd-username", "", "external etcd with authentication: user name")
-	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "external etcd with authentication: password; set it as SWITCHYARD_ETCD_PASSWORD rather than on the command line")
-	fs.BoolVar(&cfg.EtcdAllowPlaintext, "etcd-allow-plaintext", false, "let the embedded etcd member listen on a non-loopback address without TLS (refused otherwise: anyone who reaches it could write the catalog)")
+	fs.StringVar(&cfg.EtcdUsername, "etcd-username", "", "external etcd with authentication: user name (a role with readwrite on /nodes/, /q/ and /idem/: docs/cluster.md, An external etcd)")
+	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "external etcd with authentication: password; set it as SWITCHYARD_ETCD_PASSWORD, or use --etcd-password-file, rather than on the command line")
+	etcdPasswordFile := fs.String("etcd-password-file", "", "file holding --etcd-password (a mounted secret); one of the two")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve net/http/pprof (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default; loopback only unless --debug-allow-remote; with API keys, an admin key)")
 	fs.BoolVar(&cfg.DebugAllowRemote, "debug-allow-remote", false, "let --debug-addr listen on a non-loopback address")
 	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
-	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer call; every node of a cluster must have the same one; default: a random secret per start, fine for a single node only")
+	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer connection, and from which the catalog's TLS is derived without --peer-tls-*; every node of a cluster must have the same one; required with --initial-cluster; default: the one the node keeps in <data-dir>/cluster-secret, made at its first start")
+	clusterSecretFile := fs.String("cluster-secret-file", "", "file holding --cluster-secret (a mounted secret, or another node's <data-dir>/cluster-secret); one of the two")
 	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
 	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")
 	fs.BoolVar(&cfg.PeerForceUnary, "peer-force-unary", cfg.PeerForceUnary, "send peer messages by unary calls only, never on delivery streams")
@@ -185,6 +187,12 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 		if cfg.DataDir == "" {
 			cfg.DataDir = "data/" + cfg.Name
 		}
+		if err := fromFile(&cfg.ClusterSecret, "cluster-secret", *clusterSecretFile); err != nil {
+			return err
+		}
+		if err := fromFile(&cfg.EtcdPassword, "etcd-password", *etcdPasswordFile); err != nil {
+			return err
+		}
 		log, err := newLogger(*logLevel, *logFormat)
 		if err != nil {
 			return err
@@ -193,4 +201,25 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 		return nil
 	}
 	return &cfg, finish
+}
+
+// fromFile sets *value, the value of flag, to the contents of path (less
+// surrounding white space) when path is set: a secret that stays out of
+// the command line and the environment. Giving both is refused.
+func fromFile(value *string, flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if *value != "" {
+		return fmt.Errorf("--%s and --%s-file: give one of the two", flag, flag)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--%s-file: %w", flag, err)
+	}
+	*value = strings.TrimSpace(string(b))
+	if *value == "" {
+		return fmt.Errorf("--%s-file %s is empty", flag, path)
+	}
+	return nil
 }

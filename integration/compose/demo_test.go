@@ -20,9 +20,14 @@ import (
 // three nodes online in zones z1 and z2 and the three workers with their
 // capabilities; a job streamed from node-1 that requires model=large runs
 // on node-3's worker-3, and one kept in zone z2 that requires model=small
-// runs on worker-2, by the workers' own record.
+// runs on worker-2, by the workers' own record. All of it with the catalog
+// closed: on the cluster's network its ports answer no one without the
+// cluster secret (checkCatalogClosed), with nothing copied by hand.
 func TestComposeDemo(t *testing.T) {
 	c := startCluster(t, "demo")
+	for _, line := range checkCatalogClosed(t, c) {
+		t.Log(line)
+	}
 	for _, svc := range nodeServices {
 		u, err := c.url(svc)
 		if err != nil {

@@ -222,6 +222,7 @@ const (
 	ProblemCodeInternal              ProblemCode = "internal"
 	ProblemCodeInvalidAffinityKey    ProblemCode = "invalid_affinity_key"
 	ProblemCodeInvalidField          ProblemCode = "invalid_field"
+	ProblemCodeInvalidIdempotencyKey ProblemCode = "invalid_idempotency_key"
 	ProblemCodeInvalidQueueName      ProblemCode = "invalid_queue_name"
 	ProblemCodeInvalidResumeToken    ProblemCode = "invalid_resume_token"
 	ProblemCodeInvalidWorker         ProblemCode = "invalid_worker"
@@ -290,6 +291,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidAffinityKey:
 		return true
 	case ProblemCodeInvalidField:
+		return true
+	case ProblemCodeInvalidIdempotencyKey:
 		return true
 	case ProblemCodeInvalidQueueName:
 		return true
@@ -1233,7 +1236,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -1245,7 +1248,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Quantiles defines model for Quantiles.
@@ -1479,7 +1482,7 @@ type JobEventsParamsSlow string
 
 // SubmitJobParams defines parameters for SubmitJob.
 type SubmitJobParams struct {
-	// IdempotencyKey makes a retried POST return the job the first one created (200 instead of 202)
+	// IdempotencyKey makes a retried POST return the job the first one created (200 instead of 202); at most 255 bytes
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 
 	// Accept text/event-stream for the job's stream

@@ -13550,6 +13550,8 @@ func (s *ProblemCode) Decode(d *jx.Decoder) error {
 		*s = ProblemCodeInvalidAffinityKey
 	case ProblemCodeInvalidField:
 		*s = ProblemCodeInvalidField
+	case ProblemCodeInvalidIdempotencyKey:
+		*s = ProblemCodeInvalidIdempotencyKey
 	case ProblemCodeInvalidQueueName:
 		*s = ProblemCodeInvalidQueueName
 	case ProblemCodeInvalidResumeToken:

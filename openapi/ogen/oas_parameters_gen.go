@@ -110,7 +110,7 @@ type RetrieveModelParams struct {
 type SubmitJobParams struct {
 	// Queue name: 1-128 of [A-Za-z0-9._-], not starting with '.'.
 	Queue string
-	// Makes a retried POST return the job the first one created (200 instead of 202).
+	// Makes a retried POST return the job the first one created (200 instead of 202); at most 255 bytes.
 	IdempotencyKey OptString `json:",omitempty,omitzero"`
 	// Text/event-stream for the job's stream.
 	Accept OptString `json:",omitempty,omitzero"`

@@ -1901,6 +1901,8 @@ func (s ProblemCode) Validate() error {
 		return nil
 	case "invalid_field":
 		return nil
+	case "invalid_idempotency_key":
+		return nil
 	case "invalid_queue_name":
 		return nil
 	case "invalid_resume_token":

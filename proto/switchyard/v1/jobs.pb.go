@@ -29,11 +29,12 @@ type SubmitRequest struct {
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// EnvelopeJson is the job envelope as JSON, exactly the body of
 	// POST /v1/queues/{queue}/jobs: {"input": ..., "ttl_ms": ...,
-	// "capabilities": {...}, "options": {...}, "grace_ms": ...}. Unknown
-	// fields are ignored.
+	// "capabilities": {...}, "options": {...}, "grace_ms": ...}, held to the
+	// same strict JSON (valid UTF-8, no member named twice, names matched
+	// exactly: docs/errors.md). Unknown fields are ignored.
 	EnvelopeJson []byte `protobuf:"bytes,2,opt,name=envelope_json,json=envelopeJson,proto3" json:"envelope_json,omitempty"`
 	// IdempotencyKey, when set, makes a retried submission return the job the
-	// first one created (the HTTP Idempotency-Key header).
+	// first one created (the HTTP Idempotency-Key header); at most 255 bytes.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

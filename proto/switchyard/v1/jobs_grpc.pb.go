@@ -71,7 +71,8 @@ type JobServiceClient interface {
 	// leaving that stream does not cancel the job.
 	//
 	// Refusals (nothing enqueued): invalid_queue_name, malformed_json,
-	// invalid_field, unsupported_version, missing_input (INVALID_ARGUMENT);
+	// invalid_field, unsupported_version, missing_input,
+	// invalid_idempotency_key (INVALID_ARGUMENT);
 	// input_too_large, ttl_out_of_range, limit_above_ceiling (OUT_OF_RANGE);
 	// queue_full, queue_bytes_full (RESOURCE_EXHAUSTED); no_capable_worker,
 	// draining, dispatcher_unavailable (UNAVAILABLE); idempotency_key_reused
@@ -218,7 +219,8 @@ type JobServiceServer interface {
 	// leaving that stream does not cancel the job.
 	//
 	// Refusals (nothing enqueued): invalid_queue_name, malformed_json,
-	// invalid_field, unsupported_version, missing_input (INVALID_ARGUMENT);
+	// invalid_field, unsupported_version, missing_input,
+	// invalid_idempotency_key (INVALID_ARGUMENT);
 	// input_too_large, ttl_out_of_range, limit_above_ceiling (OUT_OF_RANGE);
 	// queue_full, queue_bytes_full (RESOURCE_EXHAUSTED); no_capable_worker,
 	// draining, dispatcher_unavailable (UNAVAILABLE); idempotency_key_reused

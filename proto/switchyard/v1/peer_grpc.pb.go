@@ -32,12 +32,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // PeerService is how nodes of one cluster talk to each other, on each node's
-// --peer-addr. It is not a public API: every call must carry the metadata
-// "x-switchyard-node" (the caller's node id) and "x-switchyard-auth"
-// (hex HMAC-SHA256 of that id under the cluster secret), or it is refused
-// with UNAUTHENTICATED. That proves membership of the cluster, not the
-// privacy of the channel: for that, nodes serve and call this service over
-// mutual TLS from a cluster CA (--peer-tls-*).
+// --peer-addr. It is not a public API: every connection first passes the
+// cluster handshake (peer/handshake.go), in which both ends prove the
+// cluster secret, bound to that connection, and name themselves; a call's
+// caller is the node its connection proved. That proves membership of the
+// cluster, not the privacy of the channel: for that, nodes serve and call
+// this service over mutual TLS from a cluster CA (--peer-tls-*).
 //
 // Every call also carries "x-switchyard-peer-version", the decimal version
 // of this protocol the caller speaks (this file describes version 1). A
@@ -210,12 +210,12 @@ func (c *peerServiceClient) Figures(ctx context.Context, in *FiguresRequest, opt
 // for forward compatibility.
 //
 // PeerService is how nodes of one cluster talk to each other, on each node's
-// --peer-addr. It is not a public API: every call must carry the metadata
-// "x-switchyard-node" (the caller's node id) and "x-switchyard-auth"
-// (hex HMAC-SHA256 of that id under the cluster secret), or it is refused
-// with UNAUTHENTICATED. That proves membership of the cluster, not the
-// privacy of the channel: for that, nodes serve and call this service over
-// mutual TLS from a cluster CA (--peer-tls-*).
+// --peer-addr. It is not a public API: every connection first passes the
+// cluster handshake (peer/handshake.go), in which both ends prove the
+// cluster secret, bound to that connection, and name themselves; a call's
+// caller is the node its connection proved. That proves membership of the
+// cluster, not the privacy of the channel: for that, nodes serve and call
+// this service over mutual TLS from a cluster CA (--peer-tls-*).
 //
 // Every call also carries "x-switchyard-peer-version", the decimal version
 // of this protocol the caller speaks (this file describes version 1). A
