@@ -76,8 +76,10 @@ fuzz:
 ## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
 ## stream's throughput (100,000 outputs through a node, across nodes, and from
 ## a plain SSE writer); the peer request leg streamed vs unary; tracing off,
-## on at 1 % and on at 100 % (bench-tracing). Prints figures, never fails on
-## a time.
+## on at 1 % and on at 100 % (bench-tracing); the scheduling tables (affinity
+## hit ratio, keys moved and balance; fair share between two subjects and a
+## priority's wait: docs/scheduling.md). Prints figures, never fails on a
+## time.
 bench: build
 	@set -e; dir=$$(mktemp -d); \
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
@@ -91,6 +93,7 @@ bench: build
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 32
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 4096
 	$(GO) test -run '^$$' -bench '^BenchmarkStreamThroughput$$' -benchtime 1x ./integration/
+	$(GO) test -run '^$$' -bench '^Benchmark(Affinity|FairShare)$$' -benchtime 1x ./core/
 	$(MAKE) --no-print-directory bench-tracing
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(GO) test -run '^$$' -bench '^BenchmarkDeliver$$' ./peer/ >"$$out" || { cat "$$out"; exit 1; }; \

@@ -56,21 +56,25 @@ var table = map[core.Code]wire{
 	core.CodeInvalidIdempotencyKey: {http.StatusBadRequest, codes.InvalidArgument},
 	core.CodeSessionNotFound:       {http.StatusNotFound, codes.NotFound},
 	core.CodeJobNotHeld:            {http.StatusConflict, codes.FailedPrecondition},
+	core.CodeInvalidAffinityKey:    {http.StatusBadRequest, codes.InvalidArgument},
 	// Who calls, and what the key allows.
 	core.CodeUnauthenticated:  {http.StatusUnauthorized, codes.Unauthenticated},
 	core.CodePermissionDenied: {http.StatusForbidden, codes.PermissionDenied},
+	// The key may not ask for this.
+	core.CodePriorityNotAllowed: {http.StatusForbidden, codes.PermissionDenied},
 
 	// The request passes a limit.
-	core.CodeBodyTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},
-	core.CodeRequestTimeout:    {http.StatusRequestTimeout, codes.DeadlineExceeded},
-	core.CodeInputTooLarge:     {http.StatusRequestEntityTooLarge, codes.OutOfRange},
-	core.CodeTTLOutOfRange:     {http.StatusUnprocessableEntity, codes.OutOfRange},
-	core.CodeLimitAboveCeiling: {http.StatusUnprocessableEntity, codes.OutOfRange},
-	core.CodeQueueFull:         {http.StatusTooManyRequests, codes.ResourceExhausted},
-	core.CodeQueueBytesFull:    {http.StatusTooManyRequests, codes.ResourceExhausted},
-	core.CodeTooManyUpdates:    {http.StatusTooManyRequests, codes.ResourceExhausted},
-	core.CodeRateLimited:       {http.StatusTooManyRequests, codes.ResourceExhausted},
-	core.CodeReaderBehind:      {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeBodyTooLarge:       {http.StatusRequestEntityTooLarge, codes.OutOfRange},
+	core.CodeRequestTimeout:     {http.StatusRequestTimeout, codes.DeadlineExceeded},
+	core.CodeInputTooLarge:      {http.StatusRequestEntityTooLarge, codes.OutOfRange},
+	core.CodeTTLOutOfRange:      {http.StatusUnprocessableEntity, codes.OutOfRange},
+	core.CodeLimitAboveCeiling:  {http.StatusUnprocessableEntity, codes.OutOfRange},
+	core.CodePriorityOutOfRange: {http.StatusUnprocessableEntity, codes.OutOfRange},
+	core.CodeQueueFull:          {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeQueueBytesFull:     {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeTooManyUpdates:     {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeRateLimited:        {http.StatusTooManyRequests, codes.ResourceExhausted},
+	core.CodeReaderBehind:       {http.StatusTooManyRequests, codes.ResourceExhausted},
 
 	// The node cannot serve it now; the same request may succeed later.
 	core.CodeNoCapableWorker:       {http.StatusServiceUnavailable, codes.Unavailable},

@@ -154,6 +154,10 @@ func TestBadFiles(t *testing.T) {
 		{"negative rate", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  rate: -1\n", "rate"},
 		{"burst without rate", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  burst: 3\n", "burst needs a rate"},
 		{"one key, two subjects", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n- subject: b\n  sha256: " + auth.HashKey(aliceKey) + "\n  roles: [admin]\n", "same key"},
+		{"negative weight", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  weight: -1\n", "weight"},
+		{"weight too large", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  weight: 1001\n", "weight"},
+		{"max_priority out of range", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  max_priority: 6\n", "max_priority"},
+		{"one subject, two weights", "keys:\n- subject: a\n  key: " + aliceKey + "\n  roles: [admin]\n  weight: 2\n- subject: a\n  key: " + bobKey + "\n  roles: [admin]\n", "weights 2 and 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "keys.yaml")
@@ -347,3 +351,46 @@ func TestRevokedAtReload(t *testing.T) {
 		t.Error("a reload that changed nothing forgot a revocation, or made one")
 	}
 }
+
+// A key's share: its subject's weight (default 1, the same on each of its
+// keys) and its priority cap (none by default); the anonymous caller's is
+// weight 1, no cap.
+func TestShare(t *testing.T) {
+	s, _ := MustStore(t, `
+keys:
+  - subject: batch
+    key: `+aliceKey+`
+    roles: [submit]
+    queues: ["*"]
+    weight: 3
+    max_priority: -1
+  - subject: batch
+    key: `+bobKey+`
+    roles: [submit]
+    queues: ["*"]
+    weight: 3
+  - subject: plain
+    key: plain-key-0123456789
+    roles: [submit]
+    queues: ["*"]
+`)
+	for _, tc := range []struct {
+		key    string
+		weight int
+		cap    *int
+	}{{aliceKey, 3, ptr(-1)}, {bobKey, 3, nil}, {"plain-key-0123456789", 1, nil}} {
+		id, err := s.Authenticate("Bearer " + tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh := id.Share()
+		if sh.Weight != tc.weight || (sh.MaxPriority == nil) != (tc.cap == nil) || tc.cap != nil && *sh.MaxPriority != *tc.cap {
+			t.Errorf("%s: share %+v, want weight %d cap %v", id.Subject(), sh, tc.weight, tc.cap)
+		}
+	}
+	if sh := auth.Anonymous("").Share(); sh.Weight != 1 || sh.MaxPriority != nil {
+		t.Errorf("anonymous share %+v, want weight 1 and no cap", sh)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

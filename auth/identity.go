@@ -24,6 +24,8 @@ type Identity struct {
 	scope string
 	// admission is the key's limits and counts; nil: none.
 	admission *admission
+	// share is the key's fair-share weight and priority cap.
+	share core.Share
 }
 
 // Anonymous is the identity of every call to a node without keys: every
@@ -120,6 +122,16 @@ func JobScope(job string) string { return "job:" + job }
 
 // ClusterScope is the read scope of the live cluster view.
 const ClusterScope = "cluster:read"
+
+// Share is the weight the identity's subject has in every queue's fair
+// share and the highest priority its jobs may ask for: the key's (weight
+// and max_priority), or weight 1 and no cap for the anonymous caller.
+func (id *Identity) Share() core.Share {
+	if id.share.Weight == 0 {
+		return core.Share{Weight: 1, MaxPriority: id.share.MaxPriority}
+	}
+	return id.share
+}
 
 // Owner is what a job this identity submits records as its owner.
 func (id *Identity) Owner() string { return id.subject }

@@ -28,6 +28,8 @@ import (
 //	    rate: 5                      # jobs per second (0: no limit)
 //	    burst: 10                    # default: the rate, at least 1
 //	    max_in_flight: 20            # jobs not yet ended (0: no limit)
+//	    weight: 2                    # fair share in every queue (default 1)
+//	    max_priority: 0              # highest priority it may ask (-5 to 5)
 type File struct {
 	Keys []KeySpec `json:"keys"`
 }
@@ -57,6 +59,16 @@ type KeySpec struct {
 	Rate        float64 `json:"rate,omitempty"`
 	Burst       int     `json:"burst,omitempty"`
 	MaxInFlight int     `json:"max_in_flight,omitempty"`
+	// Weight is the subject's fair share of every queue's slots under
+	// contention, against the other subjects' (1 to core.MaxWeight;
+	// default 1, so equal). Every key of a subject must give it the same
+	// weight (or leave it out): the weight is the subject's, not the
+	// key's.
+	Weight int `json:"weight,omitempty"`
+	// MaxPriority is the highest priority the key's jobs may ask for
+	// (core.MinPriority to core.MaxPriority; absent: any). A key for
+	// background work may be held to 0 or below, so it can only yield.
+	MaxPriority *int `json:"max_priority,omitempty"`
 }
 
 // MinKeyLen is the shortest key a file may hold: a key is a bearer secret,
@@ -96,6 +108,7 @@ type entry struct {
 	roles   Role
 	queues  []string
 	limits  Limits
+	share   core.Share
 }
 
 // Limits are a key's admission limits (see KeySpec).
@@ -176,6 +189,13 @@ func (k KeySpec) entry() (entry, error) {
 	if k.Burst > 0 && k.Rate == 0 {
 		return e, errors.New("burst needs a rate")
 	}
+	if k.Weight < 0 || k.Weight > core.MaxWeight {
+		return e, fmt.Errorf("weight must be from 1 to %d (0 or absent: 1)", core.MaxWeight)
+	}
+	if p := k.MaxPriority; p != nil && (*p < core.MinPriority || *p > core.MaxPriority) {
+		return e, fmt.Errorf("max_priority must be from %d to %d", core.MinPriority, core.MaxPriority)
+	}
+	e.share = core.Share{Weight: max(k.Weight, 1), MaxPriority: k.MaxPriority}
 	e.limits = Limits{Rate: k.Rate, Burst: k.Burst, MaxInFlight: k.MaxInFlight}
 	if e.limits.Rate > 0 && e.limits.Burst == 0 {
 		e.limits.Burst = max(1, int(math.Ceil(e.limits.Rate)))

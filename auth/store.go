@@ -115,6 +115,9 @@ func (s *Store) Reload() error {
 	if len(entries) == 0 {
 		return errors.New("auth: no keys: a node that checks keys and has none refuses every call")
 	}
+	if err := sameWeights(entries); err != nil {
+		return err
+	}
 	ks := &keyset{grants: map[string][sha256.Size]byte{}}
 	seen := map[[sha256.Size]byte]string{}
 	keep := map[[sha256.Size]byte]*admission{}
@@ -133,6 +136,7 @@ func (s *Store) Reload() error {
 		ks.hashes = append(ks.hashes, e.hash)
 		ks.ids = append(ks.ids, &Identity{
 			subject: e.subject, roles: e.roles, queues: e.queues, caller: CallerFingerprint(e.subject), admission: a,
+			share: e.share,
 		})
 	}
 	ks.grants = grantDigests(entries)
@@ -142,6 +146,19 @@ func (s *Store) Reload() error {
 	s.admissions = keep
 	s.cur.Store(ks)
 	s.log.Info("api keys loaded", "keys", len(ks.hashes), "subjects", len(subjects(ks)))
+	return nil
+}
+
+// sameWeights refuses keys of one subject that give it different weights:
+// a weight is the subject's share, which one key cannot have alone.
+func sameWeights(entries []entry) error {
+	weights := map[string]int{}
+	for _, e := range entries {
+		if w, ok := weights[e.subject]; ok && w != e.share.Weight {
+			return fmt.Errorf("auth: subject %q has keys with weights %d and %d: a weight is the subject's, give its keys the same", e.subject, w, e.share.Weight)
+		}
+		weights[e.subject] = e.share.Weight
+	}
 	return nil
 }
 

@@ -42,6 +42,14 @@ type Delivery struct {
 	// Window is the output window the ingress paces the job with: its
 	// worker's first output credit (credit.go). Zero: not paced.
 	Window OutputCredit
+	// Subject is the submitter's subject ("": anonymous) and Weight its
+	// fair-share weight, from its key on the ingress node; Priority and
+	// AffinityKey are the envelope's. The dispatcher orders and places
+	// the job by them (fairqueue.go, affinity.go).
+	Subject     string
+	Weight      int
+	Priority    int
+	AffinityKey string
 	// Trace is the span context the next hop's span is a child of: the
 	// sender's (the job's, its forward's, or its queue span's once bound).
 	Trace trace.SpanContext
@@ -54,6 +62,12 @@ type queue struct {
 	// a label lookup per job is a hash of the name and a map read.
 	depth   prometheus.Gauge
 	pending []*task
+	// fair orders pending for dispatch, aff places the jobs with an
+	// affinity key, pool is the consumers one choice sees (fairqueue.go,
+	// affinity.go, consumers.go).
+	fair    fairQueue
+	aff     affinityQueue
+	pool    consumerPool
 	bytes   int64
 	bound   map[string]*task
 	workers []*Worker
@@ -101,6 +115,10 @@ type task struct {
 	// from is, on a consumer host, the dispatcher node that delivered the
 	// job ("" when the dispatcher is this node).
 	from string
+	// fair and aff are its place in its queue's order and its affinity
+	// target, on the dispatcher.
+	fair fairTask
+	aff  affinityTask
 	// span is the job's queue span while it is pending on the dispatcher
 	// (trace.go); nil once it left the queue.
 	span trace.Span
@@ -238,6 +256,10 @@ func (e *Engine) pushLocked(q *queue, t *task, front bool) {
 		q.pending = append(q.pending, t)
 	}
 	q.bytes += int64(len(t.d.Input))
+	q.fair.push(t, time.Now(), e.cfg.Scheduling.PriorityAging)
+	if t.d.AffinityKey != "" {
+		t.aff.hash = keyHash(t.d.AffinityKey)
+	}
 	e.setDepthLocked(q)
 	left := t.budget.Remaining(time.Now())
 	t.timer = time.AfterFunc(max(left, 0), func() { e.expireQueued(q.name, t) })
@@ -257,6 +279,8 @@ func (e *Engine) removePendingLocked(q *queue, t *task) bool {
 		return false
 	}
 	q.pending = slices.Delete(q.pending, i, i+1)
+	q.fair.remove(t)
+	e.untargetLocked(q, t)
 	q.bytes -= int64(len(t.d.Input))
 	stopTimer(t.timer)
 	t.endSpan("left the queue", "")
@@ -280,8 +304,9 @@ func (e *Engine) expireQueued(name string, t *task) {
 }
 
 // dispatchLocked binds as many pending jobs as there are capable consumers
-// with free credits. Jobs are considered in order, but a job nobody can take
-// now does not block the ones behind it.
+// with free credits. Jobs are considered in the fair queue's order
+// (fairqueue.go), but a job nobody can take now does not block the ones
+// behind it.
 func (e *Engine) dispatchLocked(q *queue) {
 	if q == nil || e.closed {
 		return
@@ -304,8 +329,11 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		return
 	}
 	now := time.Now()
-	for i := 0; i < len(q.pending); {
-		t := q.pending[i]
+	for {
+		t, p, c := e.nextLocked(q)
+		if t == nil {
+			return
+		}
 		left := t.budget.Remaining(now)
 		if left <= 0 {
 			t.endSpan("expired", CodeExpired)
@@ -313,11 +341,9 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 			e.failAtIngressLocked(t.d, CodeExpired, "the job's TTL ran out while it waited in the queue")
 			continue
 		}
-		w, rc := e.pickLocked(q, t)
-		if w == nil && rc == nil {
-			i++
-			continue
-		}
+		w, rc := c.w, c.rc
+		q.fair.bind(t)
+		e.affinityBoundLocked(q, p, t, c)
 		// The next hop (the offer, here or on the consumer's node) is a
 		// child of the queue span, which ends bound.
 		t.d.Trace = spanContext(t.span, t.d.Trace)
@@ -344,48 +370,6 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 	}
 }
 
-// pickLocked chooses a consumer for t: a capable consumer with a free
-// credit that has not refused this job. Workers on this node come first
-// (nothing touches the network); then consumers on other routable nodes
-// from the catalog view, the least outstanding first.
-func (e *Engine) pickLocked(q *queue, t *task) (*Worker, *remoteConsumer) {
-	var best *Worker
-	// A draining node offers its own workers nothing new (drain.go).
-	inZone := !e.draining && e.zoneOKLocked(t.d.Zone, e.selfZone())
-	for _, w := range q.workers {
-		if !inZone || w.gone || len(w.bindings) >= w.Concurrency || t.rejected[w.ID] ||
-			!w.Capabilities.Satisfies(t.d.Capabilities) {
-			continue
-		}
-		if best == nil || len(w.bindings) < len(best.bindings) {
-			best = w
-		}
-	}
-	if best != nil || e.cluster == nil {
-		return best, nil
-	}
-	var rbest *remoteConsumer
-	for _, c := range e.cat.Consumers(q.name) {
-		if c.Node == e.cfg.Node || t.rejected[c.ID] || !c.Capabilities.Satisfies(t.d.Capabilities) ||
-			!e.zoneOKLocked(t.d.Zone, e.cluster.NodeZone(c.Node)) || !e.cluster.Routable(c.Node) {
-			continue
-		}
-		rc := q.remote[c.ID]
-		if rc == nil {
-			rc = &remoteConsumer{}
-			q.remote[c.ID] = rc
-		}
-		rc.info = c
-		if rc.bound >= max(c.Concurrency, 1) {
-			continue
-		}
-		if rbest == nil || rc.bound < rbest.bound {
-			rbest = rc
-		}
-	}
-	return nil, rbest
-}
-
 // selfZone is this node's zone as the cluster sees it: its catalog record
 // once it has one, its configuration before.
 func (e *Engine) selfZone() string {
@@ -397,9 +381,9 @@ func (e *Engine) selfZone() string {
 
 // zoneOKLocked is the zone test: a zone-scoped job goes only to a node
 // labelled with that zone. "No label" is not "same zone".
-func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool {
-	return jobZone == "" || jobZone == nodeZone
-}
+func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool { return zoneOK(jobZone, nodeZone) }
+
+func zoneOK(jobZone, nodeZone string) bool { return jobZone == "" || jobZone == nodeZone }
 
 // capableLocked reports whether any consumer anywhere (local sessions, then
 // the catalog's view of other routable nodes) could run a job, ignoring
@@ -437,6 +421,7 @@ func (e *Engine) unbindLocked(id string, queueName string, gen uint64) *task {
 		return nil
 	}
 	delete(q.bound, id)
+	q.fair.unbind(t)
 	t.worker = nil
 	if t.remote != nil {
 		t.remote.bound--
@@ -467,6 +452,9 @@ type QueueStat struct {
 	Bytes   int64
 	Bound   int
 	Workers int
+	// Subjects are the subjects with a job waiting or bound here, by
+	// subject (fairqueue.go).
+	Subjects []SubjectStat
 }
 
 // QueueStats returns the queues this node holds, sorted by name.
@@ -481,7 +469,7 @@ func (e *Engine) QueueStats() []QueueStat {
 				n++
 			}
 		}
-		out = append(out, QueueStat{Name: q.name, Depth: len(q.pending), Bytes: q.bytes, Bound: len(q.bound), Workers: n})
+		out = append(out, QueueStat{Name: q.name, Depth: len(q.pending), Bytes: q.bytes, Bound: len(q.bound), Workers: n, Subjects: q.fair.stats()})
 	}
 	slices.SortFunc(out, func(a, b QueueStat) int { return strings.Compare(a.Name, b.Name) })
 	return out

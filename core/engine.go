@@ -77,6 +77,9 @@ type Config struct {
 	// other node before a dispatcher that hosts none of them hands the
 	// queue over to that node (relocation hysteresis).
 	PinStable time.Duration
+	// Scheduling is how dispatchers order and place jobs: affinity's load
+	// bound and priority aging (scheduling.go).
+	Scheduling SchedulingConfig
 	// Registerer receives the engine's metrics; nil means a private registry.
 	Registerer prometheus.Registerer
 	// Tracer records the spans of every job (trace.go); nil records none,
@@ -105,6 +108,7 @@ func DefaultConfig() Config {
 		DispatcherWait:          30 * time.Second,
 		QueueIdle:               5 * time.Minute,
 		PinStable:               5 * time.Second,
+		Scheduling:              DefaultSchedulingConfig(),
 	}
 }
 
@@ -155,7 +159,7 @@ func (c *Config) Validate() error {
 	case c.ExpirySlack < 0:
 		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
 	}
-	return nil
+	return c.Scheduling.Validate()
 }
 
 // Engine is one node's job machinery: ingress, dispatcher and consumer host.

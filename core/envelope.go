@@ -34,6 +34,14 @@ type Envelope struct {
 	// Grace keeps a streamed job alive this long after its client
 	// disconnects, so a resume can pick it up.
 	Grace time.Duration
+	// AffinityKey, when set, sends the job to the same capable consumer
+	// as every other job with this key while that consumer lives and has
+	// room (affinity.go); "" routes by load alone.
+	AffinityKey string
+	// Priority orders the job among its subject's waiting jobs, higher
+	// first, with aging (fairqueue.go): MinPriority to MaxPriority, 0 by
+	// default.
+	Priority int
 }
 
 // wireEnvelope is the JSON form. Pointers tell "absent" from "zero".
@@ -51,6 +59,10 @@ type wireEnvelope struct {
 	} `json:"limits"`
 	Zone    string `json:"zone"`
 	GraceMs *int64 `json:"grace_ms"`
+	// AffinityKey and Priority are raw so that their refusals carry their
+	// own codes (checkScheduling), a wrong type included.
+	AffinityKey json.RawMessage `json:"affinity_key"`
+	Priority    json.RawMessage `json:"priority"`
 }
 
 // ParseEnvelope decodes and checks the shape of an envelope, under the
@@ -106,6 +118,9 @@ func checkEnvelope(w *wireEnvelope) (*Envelope, error) {
 	}
 	if w.Zone != "" && !ValidName(w.Zone) {
 		return nil, errorf(CodeInvalidField, "zone", "zone must be 1-128 of [A-Za-z0-9._-]")
+	}
+	if err := checkScheduling(w, env); err != nil {
+		return nil, err
 	}
 	if l := w.Limits; l != nil {
 		var err error

@@ -124,7 +124,7 @@ func TestParseEnvelopeAccepts(t *testing.T) {
 				t.Errorf("Input = %s", e.Input)
 			}
 		}},
-		{"unknown fields ignored", `{"input":1,"future":{"deep":[1,2]},"priority":"high","version":1}`, func(t *testing.T, e *core.Envelope) {
+		{"unknown fields ignored", `{"input":1,"future":{"deep":[1,2]},"urgency":"high","version":1}`, func(t *testing.T, e *core.Envelope) {
 			if string(e.Input) != `1` || e.Version != 1 {
 				t.Errorf("got %+v", e)
 			}

@@ -52,6 +52,16 @@ const (
 	// CodeInvalidResumeToken is the one answer to every resume token that
 	// does not verify, whatever the reason (see ErrInvalidResumeToken).
 	CodeInvalidResumeToken Code = "invalid_resume_token"
+	// CodeInvalidAffinityKey: an envelope's affinity_key (or the OpenAI
+	// front door's affinity header or user field) is not a string of 1 to
+	// MaxAffinityKeyBytes bytes.
+	CodeInvalidAffinityKey Code = "invalid_affinity_key"
+	// CodePriorityOutOfRange: an envelope's priority is an integer outside
+	// MinPriority to MaxPriority.
+	CodePriorityOutOfRange Code = "priority_out_of_range"
+	// CodePriorityNotAllowed: an envelope asked for a priority above the
+	// one its API key may ask for (the keys file's max_priority).
+	CodePriorityNotAllowed Code = "priority_not_allowed"
 )
 
 // Codes a job can end with. CodeCancelled and CodeExpired are also outcomes

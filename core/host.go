@@ -28,6 +28,11 @@ type Offer struct {
 	// worker may send before it is granted more (see WorkerConn.SendCredit).
 	// Zero: the job is not paced.
 	Credit OutputCredit
+	// AffinityKey and Priority are the envelope's: a worker may key a
+	// cache or a session by the one, and the dispatcher ordered the job by
+	// the other.
+	AffinityKey string
+	Priority    int
 	// Trace is the span context of the offer: the worker's own spans of
 	// the job are its children (the transport hands it on as a W3C
 	// traceparent).
@@ -244,6 +249,7 @@ func (e *Engine) offerLocked(w *Worker, t *task) {
 		JobID: t.d.JobID, Gen: t.d.Gen, Queue: t.d.Queue, Input: t.d.Input, Options: t.d.Options,
 		Capabilities: capabilityStrings(t.d.Capabilities), TTL: left, MaxOutputBytes: t.d.MaxOutputBytes,
 		Credit: t.d.Window, Trace: spanContext(b.offer, t.d.Trace),
+		AffinityKey: t.d.AffinityKey, Priority: t.d.Priority,
 	})
 	if err != nil {
 		e.dropLocked(w, fmt.Errorf("send offer: %w", err))

@@ -102,7 +102,12 @@ func submissionHash(queue string, env *Envelope) string {
 		Limits       RequestLimits
 		Zone         string
 		Grace        time.Duration
-	}{queue, env.Version, env.TTL, env.Capabilities, env.Input, env.Options, env.Limits, env.Zone, env.Grace})
+		// Left out when unset: a submission that does not use them
+		// hashes the same on a node that does not know them (a retry
+		// across a rolling upgrade).
+		AffinityKey string `json:",omitempty"`
+		Priority    int    `json:",omitempty"`
+	}{queue, env.Version, env.TTL, env.Capabilities, env.Input, env.Options, env.Limits, env.Zone, env.Grace, env.AffinityKey, env.Priority})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -30,6 +30,11 @@ type SubmitOptions struct {
 	// admins. An idempotency key is its owner's: the same key from another
 	// subject is another key.
 	Owner string
+	// Share is the owner's fair-share weight and priority cap, from its
+	// key: the envelope's priority above the cap is refused
+	// (priority_not_allowed), and the weight travels with the job to its
+	// dispatcher (scheduling.go).
+	Share Share
 	// OnEnd, if set, is called once when a job this call created ends,
 	// with the engine's lock held: it must be quick and must not call the
 	// engine. It is not called when Submit returns an error or an existing
@@ -58,6 +63,9 @@ func (e *Engine) submit(ctx context.Context, queue string, env *Envelope, opts S
 	}
 	eff, err := e.cfg.Limits.Apply(env)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := opts.Share.allow(env.Priority); err != nil {
 		return nil, false, err
 	}
 	dispatcher, err := e.dispatcherFor(ctx, queue, env)
@@ -197,6 +205,7 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 		state:    StateQueued,
 		idemKey:  idemScope(opts.Owner, opts.IdempotencyKey),
 		Owner:    opts.Owner,
+		weight:   opts.Share.weight(),
 		onEnd:    opts.OnEnd,
 		streamed: opts.Streamed,
 		pace:     newPace(e.outputWindow(), 0),
@@ -343,6 +352,7 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 		TTL: j.deadline.Sub(now), MaxOutputBytes: j.Limits.MaxOutputBytes,
 		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
 		Window: j.pace.window, Trace: j.trace,
+		Subject: j.Owner, Weight: j.weight, Priority: j.Env.Priority, AffinityKey: j.Env.AffinityKey,
 	}
 	for c := range j.exclude {
 		d.Exclude = append(d.Exclude, c)

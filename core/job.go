@@ -135,6 +135,8 @@ type Job struct {
 	// the job ended.
 	pace    *pace
 	idemKey string
+	// weight is the owner's fair-share weight (SubmitOptions.Share).
+	weight int
 	// idemHash is the keyed submission's hash (submissionHash).
 	idemHash string
 	// onEnd is SubmitOptions.OnEnd, called by finishLocked.

@@ -32,6 +32,9 @@ type Metrics struct {
 	CreditWait           prometheus.Counter
 	UnreadEvents         prometheus.Gauge
 	UnreadBytes          prometheus.Gauge
+	// Affinity counts the bindings of jobs with an affinity key, by
+	// result (affinity.go).
+	Affinity *prometheus.CounterVec
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -138,6 +141,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Rejects, m.Stalls, m.Reclaims, m.StaleMessages, m.LocalDeliveries, m.GraceSaves,
 		m.QueuesReaped, m.FencedMessages, m.IncarnationsReplaced, m.Relocations, m.RetainedJobs, m.RetainedBytes, m.Evictions,
 		m.CreditWaiting, m.CreditWait, m.UnreadEvents, m.UnreadBytes)
+	m.Affinity = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "dispatch", Name: "affinity_total",
+		Help: "Jobs with an affinity key bound by this node's dispatchers, by result: hit (the first consumer in its key's order), or a miss: full (no room there), gone (the key's consumer left), none_capable (the key's consumer cannot run this job).",
+	}, []string{"result"})
+	for _, r := range []string{AffinityHit, AffinityFull, AffinityGone, AffinityNoneCapable} {
+		m.Affinity.WithLabelValues(r)
+	}
+	reg.MustRegister(m.Affinity)
 	return m
 }
 

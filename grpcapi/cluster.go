@@ -106,7 +106,13 @@ func queuePB(v core.QueueView) *pb.Queue {
 	d := v.Dispatch
 	q := &pb.Queue{Name: v.Name, Dispatcher: optional(d.Dispatcher), ReplyTo: optional(d.ReplyTo), Zone: optional(d.Zone), Consumers: []*pb.Consumer{}}
 	if st := v.Local; st != nil {
-		q.Local = &pb.LocalQueue{Depth: int32(st.Depth), Bytes: st.Bytes, Bound: int32(st.Bound), Workers: int32(st.Workers)}
+		q.Local = &pb.LocalQueue{Depth: int32(st.Depth), Bytes: st.Bytes, Bound: int32(st.Bound), Workers: int32(st.Workers), Subjects: []*pb.SubjectShare{}}
+		for _, sub := range st.Subjects {
+			q.Local.Subjects = append(q.Local.Subjects, &pb.SubjectShare{
+				Subject: sub.Subject, Weight: int32(sub.Weight), Depth: int32(sub.Depth), Bound: int32(sub.Bound),
+				Share: sub.Share, FairShare: sub.FairShare,
+			})
+		}
 	}
 	for _, c := range v.Consumers {
 		q.Consumers = append(q.Consumers, &pb.Consumer{

@@ -141,7 +141,7 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 		return s.fail("Submit", err)
 	}
 	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{
-		IdempotencyKey: req.GetIdempotencyKey(), Streamed: true, Owner: id.Owner(), OnEnd: release,
+		IdempotencyKey: req.GetIdempotencyKey(), Streamed: true, Owner: id.Owner(), Share: id.Share(), OnEnd: release,
 	})
 	if err != nil || existing {
 		release()

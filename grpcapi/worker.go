@@ -409,6 +409,7 @@ func (ss *session) SendOffer(o core.Offer) error {
 		Capabilities: o.Capabilities, TtlMs: max(o.TTL.Milliseconds(), 1), MaxOutputBytes: o.MaxOutputBytes,
 		OutputCredit: outputCredit(o.JobID, o.Gen, o.Credit),
 		Traceparent:  traceparent, Tracestate: tracestate,
+		AffinityKey: o.AffinityKey, Priority: int32(o.Priority),
 	}}})
 }
 

@@ -57,7 +57,26 @@ type LocalQueue struct {
 	Bytes   int64 `json:"bytes"`
 	Bound   int   `json:"bound"`
 	Workers int   `json:"workers"`
+	// Subjects are the subjects with a job waiting or bound here, by
+	// subject: the queue's fair share (docs/scheduling.md).
+	Subjects []SubjectShare `json:"subjects"`
 } // @name LocalQueue
+
+// SubjectShare is one subject's part of a queue on its dispatcher.
+type SubjectShare struct {
+	// Subject is the API key's subject; empty for the anonymous caller.
+	Subject string `json:"subject"`
+	// Weight is its fair-share weight (its key's weight, default 1).
+	Weight int `json:"weight"`
+	// Depth is how many of its jobs wait, Bound how many of the queue's
+	// slots its jobs hold.
+	Depth int `json:"depth"`
+	Bound int `json:"bound"`
+	// Share is its part of the queue's bound jobs, FairShare what its
+	// weight entitles it to among the subjects with a job here (0 to 1).
+	Share     float64 `json:"share"`
+	FairShare float64 `json:"fair_share"`
+} // @name SubjectShare
 
 // handleNodes is GET /v1/cluster/nodes: ClusterService.ListNodes through
 // the gateway.
@@ -76,7 +95,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway
 // gateway.
 //
 //	@Summary		List queues
-//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //	@Tags			cluster
 //	@ID				listQueues
 //	@Produce		json

@@ -25,8 +25,8 @@ import (
 
 // corsHeaders are the request headers a page may send: the key, the JSON
 // body's type, an EventSource's position, a submission's idempotency key,
-// and the front door's TTL.
-var corsHeaders = []string{"Authorization", "Content-Type", "Last-Event-ID", "Idempotency-Key", "X-Switchyard-TTL-Ms"}
+// and the front door's TTL, affinity key and priority.
+var corsHeaders = []string{"Authorization", "Content-Type", "Last-Event-ID", "Idempotency-Key", TTLHeader, AffinityKeyHeader, PriorityHeader}
 
 // corsExposed are the response headers a page may read: the stream's job,
 // a 202's document, when to retry, and how to authenticate.

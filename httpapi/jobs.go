@@ -89,11 +89,12 @@ func links(id string) JobLinks {
 //	@Success		200				{object}	EventStream	"Accept: text/event-stream: the job's events (X-Job-Id: its id)"
 //	@Success		202				{object}	JobResponse	"the job was taken; its links say where to read, stream and cancel it"
 //	@Header			202				{string}	Location	"the job's document, /v1/jobs/{id}"
-//	@Failure		400				{object}	apierr.Problem	"malformed_json (not one strict JSON object: invalid UTF-8, a member named twice), invalid_field, unsupported_version, missing_input, invalid_queue_name, invalid_idempotency_key (longer than 255 bytes)"
+//	@Failure		400				{object}	apierr.Problem	"malformed_json (not one strict JSON object: invalid UTF-8, a member named twice), invalid_field, unsupported_version, missing_input, invalid_queue_name, invalid_idempotency_key (longer than 255 bytes), invalid_affinity_key"
+//	@Failure		403				{object}	apierr.Problem	"permission_denied: the key lacks the role or the queue; priority_not_allowed: the priority is above the key's max_priority"
 //	@Failure		409				{object}	apierr.Problem	"idempotency_key_reused"
 //	@Failure		413				{object}	apierr.Problem	"body_too_large, input_too_large"
 //	@Failure		415				{object}	apierr.Problem	"unsupported_media_type"
-//	@Failure		422				{object}	apierr.Problem	"ttl_out_of_range, limit_above_ceiling"
+//	@Failure		422				{object}	apierr.Problem	"ttl_out_of_range, limit_above_ceiling, priority_out_of_range"
 //	@Failure		429				{object}	apierr.Problem	"queue_full, queue_bytes_full, rate_limited: the key is over its rate or its jobs in flight (Retry-After)"
 //	@Failure		503				{object}	apierr.Problem	"no_capable_worker, draining, dispatcher_unavailable (Retry-After)"
 //	@Failure		504				{object}	apierr.Problem	"expired: the TTL ran out before the job reached its dispatcher"
@@ -132,6 +133,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		Streamed:       streamed,
 		Owner:          who.Owner(),
+		Share:          who.Share(),
 		OnEnd:          release,
 	})
 	if err != nil || existing {

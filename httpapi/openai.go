@@ -55,14 +55,17 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Produce		json
 //	@Produce		text/event-stream
 //	@Param			X-Switchyard-TTL-Ms	header		int							false	"the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)"
+//	@Param			X-Switchyard-Affinity-Key	header	string	false	"the job's affinity key, 1-256 bytes: completions with one key go to one worker while it lives and has room (default: the request's user)"
+//	@Param			X-Switchyard-Priority	header	int	false	"the job's priority, -5 to 5 (default 0), at most the key's max_priority"
 //	@Param			request				body		ChatCompletionRequest		true	"an OpenAI chat completion request"
 //	@Success		200					{object}	ChatCompletion				"without stream: the completion"
 //	@Success		200					{object}	ChatCompletionEventStream	"with stream: true: its chunks as server-sent events"
-//	@Failure		400					{object}	apierr.OpenAIErrorResponse	"invalid_field, malformed_json, missing_input (param names the field)"
+//	@Failure		400					{object}	apierr.OpenAIErrorResponse	"invalid_field, malformed_json, missing_input, invalid_affinity_key (param names the field)"
+//	@Failure		403					{object}	apierr.OpenAIErrorResponse	"priority_not_allowed: above the key's max_priority; permission_denied"
 //	@Failure		404					{object}	apierr.OpenAIErrorResponse	"model_not_found: no worker on the queue offers the model"
 //	@Failure		413					{object}	apierr.OpenAIErrorResponse	"body_too_large, input_too_large"
 //	@Failure		415					{object}	apierr.OpenAIErrorResponse	"unsupported_media_type"
-//	@Failure		422					{object}	apierr.OpenAIErrorResponse	"ttl_out_of_range; rejected (every capable worker refused the job)"
+//	@Failure		422					{object}	apierr.OpenAIErrorResponse	"ttl_out_of_range, priority_out_of_range; rejected (every capable worker refused the job)"
 //	@Failure		429					{object}	apierr.OpenAIErrorResponse	"queue_full, queue_bytes_full, rate_limited (with Retry-After)"
 //	@Failure		502					{object}	apierr.OpenAIErrorResponse	"the worker failed the job (worker_error, worker_lost, bad_output, ...)"
 //	@Failure		503					{object}	apierr.OpenAIErrorResponse	"no_capable_worker, draining, dispatcher_unavailable (with Retry-After)"
@@ -90,7 +93,13 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input}
+	key, priority, err := chatScheduling(r, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input,
+		AffinityKey: key, Priority: priority}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
 	who := auth.FromContext(r.Context())
@@ -99,7 +108,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true, Owner: who.Owner(), OnEnd: release})
+	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true, Owner: who.Owner(), Share: who.Share(), OnEnd: release})
 	if err != nil {
 		release()
 		s.writeError(w, r, s.chatSubmitError(req.model, err))

@@ -72,6 +72,9 @@ type chatRequest struct {
 	model        string
 	stream       bool
 	includeUsage bool
+	// user is the request's user: the job's affinity key unless a header
+	// names one (chatScheduling).
+	user string
 	// input is the worker's input: the request without the fields the node
 	// consumed (stream, stream_options, n, max_completion_tokens), with
 	// max_tokens normalized.
@@ -119,7 +122,7 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openai: marshal the worker's input: %w", err)
 	}
-	return &chatRequest{model: req.Model, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, input: in}, nil
+	return &chatRequest{model: req.Model, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, input: in, user: req.User}, nil
 }
 
 // decodeChatBody decodes a body that must be one JSON object and nothing

@@ -180,6 +180,41 @@ func TestChatStreamed(t *testing.T) {
 // Without stream the answer is one chat.completion with the whole text;
 // without a usage report from the worker, completion_tokens counts the
 // deltas.
+// The front door's affinity key is its header's, or else the request's
+// user; its priority the header's. The worker sees both, and the user
+// field stays in the input.
+func TestChatAffinityAndPriority(t *testing.T) {
+	f := newChatFixture(t, nil)
+	for _, tc := range []struct {
+		name, body string
+		header     map[string]string
+		key        string
+		priority   int
+	}{
+		{"header", chatBody + `}`, map[string]string{AffinityKeyHeader: "sess-1", PriorityHeader: "2"}, "sess-1", 2},
+		{"user", chatBody + `,"user":"user-7"}`, nil, "user-7", 0},
+		{"header over user", chatBody + `,"user":"user-7"}`, map[string]string{AffinityKeyHeader: "sess-1", PriorityHeader: "-5"}, "sess-1", -5},
+		{"neither", chatBody + `}`, nil, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan *http.Response, 1)
+			go func() { done <- f.post(t.Context(), t, tc.body, tc.header) }()
+			o := f.offer(t)
+			if o.AffinityKey != tc.key || o.Priority != tc.priority {
+				t.Errorf("offer key %q priority %d, want %q %d", o.AffinityKey, o.Priority, tc.key, tc.priority)
+			}
+			var in map[string]any
+			if err := json.Unmarshal(o.Input, &in); err != nil || (strings.Contains(tc.body, "user-7") && in["user"] != "user-7") {
+				t.Errorf("input %s: the user field is the worker's too", o.Input)
+			}
+			f.w.End(o.JobID, o.Gen, "", "", nil)
+			if res := <-done; res.StatusCode != 200 {
+				t.Errorf("status %d", res.StatusCode)
+			}
+		})
+	}
+}
+
 func TestChatNotStreamed(t *testing.T) {
 	f := newChatFixture(t, nil)
 	done := make(chan *http.Response, 1)
@@ -369,6 +404,11 @@ func TestChatRefusals(t *testing.T) {
 		{"n", "POST", path, "application/json", chatBody + `,"n":3}`, nil, 400, "invalid_field", "invalid_request_error", "n", ""},
 		{"not JSON", "POST", path, "text/plain", chatBody + `}`, nil, 415, "unsupported_media_type", "invalid_request_error", nil, ""},
 		{"TTL header", "POST", path, "application/json", chatBody + `}`, map[string]string{TTLHeader: "0"}, 422, "ttl_out_of_range", "invalid_request_error", TTLHeader, ""},
+		{"affinity header too long", "POST", path, "application/json", chatBody + `}`, map[string]string{AffinityKeyHeader: strings.Repeat("k", 257)}, 400, "invalid_affinity_key", "invalid_request_error", AffinityKeyHeader, ""},
+		{"user too long", "POST", path, "application/json", chatBody + `,"user":"` + strings.Repeat("u", 257) + `"}`, nil, 400, "invalid_affinity_key", "invalid_request_error", "user", ""},
+		{"user not a string", "POST", path, "application/json", chatBody + `,"user":7}`, nil, 400, "invalid_field", "invalid_request_error", "user", ""},
+		{"priority header out of range", "POST", path, "application/json", chatBody + `}`, map[string]string{PriorityHeader: "9"}, 422, "priority_out_of_range", "invalid_request_error", PriorityHeader, ""},
+		{"priority header not a number", "POST", path, "application/json", chatBody + `}`, map[string]string{PriorityHeader: "high"}, 400, "invalid_field", "invalid_request_error", PriorityHeader, ""},
 		{"no such route", "POST", OpenAIPrefix + "/embeddings", "application/json", `{}`, nil, 404, "not_found", "invalid_request_error", nil, ""},
 		{"no such method", "GET", path, "", "", nil, 405, "method_not_allowed", "invalid_request_error", nil, ""},
 		{"unknown model by name", "GET", OpenAIPrefix + "/models/nope", "", "", nil, 404, "model_not_found", "invalid_request_error", "model", ""},

@@ -28,6 +28,14 @@ type Envelope struct {
 	// client disconnects, so that a resume can pick it up; values above the
 	// node's --max-grace are capped to it.
 	GraceMs int64 `json:"grace_ms,omitempty"`
+	// AffinityKey sends the job to the same capable worker as every other
+	// job with this key, while that worker lives and has room: a session,
+	// a user, a cache's prefix. 1 to 256 bytes (docs/scheduling.md).
+	AffinityKey string `json:"affinity_key,omitempty" minLength:"1" maxLength:"256" example:"session-42"`
+	// Priority orders the job among its subject's waiting jobs, higher
+	// first, with aging so that nothing starves: -5 to 5 (default 0), at
+	// most the key's max_priority (docs/scheduling.md).
+	Priority int `json:"priority,omitempty" minimum:"-5" maximum:"5"`
 } // @name Envelope
 
 // EnvelopeLimits are the limits an envelope lowers. Each is at least 1

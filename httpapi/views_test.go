@@ -89,11 +89,12 @@ func TestUnaryRoutesJSON(t *testing.T) {
 		{
 			name: "queues", method: "GET", path: "/v1/queues", status: 200,
 			want: `{"queues":[
-				{"name":"demo","dispatcher":"n1","reply_to":"n2","zone":"z1","local":{"depth":1,"bytes":4,"bound":1,"workers":1},
+				{"name":"demo","dispatcher":"n1","reply_to":"n2","zone":"z1","local":{"depth":1,"bytes":4,"bound":1,"workers":1,
+				 "subjects":[{"subject":"","weight":1,"depth":1,"bound":1,"share":1,"fair_share":1}]},
 				 "consumers":[{"id":"c_1","node":"n1","name":"gpu-1","capabilities":["model=demo"],"concurrency":4,"zone":"z1"},
 				              {"id":"c_2","node":"n2","capabilities":["a=b","model=demo"],"concurrency":1}]},
 				{"name":"elsewhere","consumers":[]},
-				{"name":"local","dispatcher":"test-node","local":{"depth":0,"bytes":0,"bound":0,"workers":1},"consumers":[]}]}`,
+				{"name":"local","dispatcher":"test-node","local":{"depth":0,"bytes":0,"bound":0,"workers":1,"subjects":[]},"consumers":[]}]}`,
 		},
 		{
 			name: "queue", method: "GET", path: "/v1/queues/elsewhere", status: 200,

@@ -93,6 +93,13 @@ type JobOffer struct {
 	// it when the trace has one (docs/tracing.md).
 	Traceparent string `json:"traceparent"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// AffinityKey is the envelope's affinity key, when it has one: the
+	// jobs with one key come to the same worker while it lives and has
+	// room, so a worker may keep a cache or a session under it.
+	AffinityKey string `json:"affinity_key,omitempty"`
+	// Priority is the envelope's, -5 to 5 (0 when absent); the node
+	// already ordered the job by it.
+	Priority int `json:"priority,omitempty"`
 } // @name JobOffer
 
 // CancelEvent tells the worker to stop a job at once; the worker answers
@@ -211,6 +218,12 @@ func (ss *workerSession) SendOffer(o core.Offer) error {
 	}
 	if tracestate != "" {
 		offer["tracestate"] = tracestate
+	}
+	if o.AffinityKey != "" {
+		offer["affinity_key"] = o.AffinityKey
+	}
+	if o.Priority != 0 {
+		offer["priority"] = o.Priority
 	}
 	return ss.enqueue("job", offer)
 }

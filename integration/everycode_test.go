@@ -280,6 +280,8 @@ func (p *codeProbe) refusals() {
 		{"input_too_large", "held", `{"input":"` + strings.Repeat("y", 2000) + `"}`},
 		{"ttl_out_of_range", "held", `{"input":"x","ttl_ms":99999999}`},
 		{"limit_above_ceiling", "held", `{"input":"x","limits":{"max_input_bytes":999999}}`},
+		{"invalid_affinity_key", "held", `{"input":"x","affinity_key":42}`},
+		{"priority_out_of_range", "held", `{"input":"x","priority":6}`},
 		{"queue_full", "held", `{"input":"x","limits":{"max_queue_depth":1}}`},
 		{"queue_bytes_full", "held", `{"input":"xx","limits":{"max_queue_bytes":4}}`},
 		{"no_capable_worker", "nobody", `{"input":"x"}`},
@@ -508,9 +510,10 @@ func (p *codeProbe) grpcWorkers() {
 // cases, trickled and stalled, are TestHTTPEdge's).
 // access: the refusals of a node that checks keys, over HTTP and gRPC.
 func (p *codeProbe) access() {
-	const limited = "limited-key-000000000001"
+	const limited, capped = "limited-key-000000000001", "capped-key-0000000000001"
 	n := MustStartNode(p.t, func(c *switchyard.Config) {
-		c.Auth.Inline = accessKeys() + "  - subject: limited\n    key: " + limited + "\n    roles: [submit, work]\n    queues: [demo]\n    rate: 0.01\n    burst: 1\n"
+		c.Auth.Inline = accessKeys() + "  - subject: limited\n    key: " + limited + "\n    roles: [submit, work]\n    queues: [demo]\n    rate: 0.01\n    burst: 1\n" +
+			"  - subject: capped\n    key: " + capped + "\n    roles: [submit]\n    queues: [demo]\n    max_priority: 0\n"
 	})
 	MustStartWorker(p.t, n, worker.Config{Queue: "demo", DialOptions: []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()), worker.APIKey(limited)}}, worker.Tokens(0))
@@ -538,6 +541,14 @@ func (p *codeProbe) access() {
 	res, err = submit(keyAlice, "forbidden")
 	p.problem("permission_denied", res)
 	p.grpcErr("permission_denied", err)
+	// A priority above the key's max_priority.
+	res = keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/demo/jobs", capped, "application/json", `{"input":"x","priority":1}`)
+	p.problem("priority_not_allowed", res)
+	st, err := jobs.Submit(withKey(p.ctx, capped), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","priority":1}`)})
+	if err == nil {
+		_, err = recvAll(st)
+	}
+	p.grpcErr("priority_not_allowed", err)
 	// The limited key's one job of its burst, then its rate.
 	res = keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/demo/jobs", limited, "application/json", `{"input":"x"}`)
 	mustStatus(p.t, "the burst", res, readBody(p.t, res), nil, 202)

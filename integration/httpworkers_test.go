@@ -111,13 +111,15 @@ func TestHTTPWorkerRunsAJob(t *testing.T) {
 	hw := openHTTPWorker(t, n, "demo", client.WorkerRequest{Name: ptr("by-hand"), Capabilities: &[]string{"model=demo"}, Concurrency: ptr(2)})
 	c := apiClient(t, n)
 	res, err := c.SubmitJob(t.Context(), "demo", &client.SubmitJobParams{Accept: ptr("text/event-stream")},
-		client.Envelope{Input: map[string]any{"words": []string{"a", "b"}}, TtlMs: ptr(20000), Options: &map[string]any{"k": "v"}})
+		client.Envelope{Input: map[string]any{"words": []string{"a", "b"}}, TtlMs: ptr(20000), Options: &map[string]any{"k": "v"},
+			AffinityKey: ptr("session-9"), Priority: ptr(3)})
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("submit: %v %v", res, err)
 	}
 	defer res.Body.Close()
 	o := hw.offer()
-	if o.Queue != "demo" || o.TtlMs <= 0 || o.TtlMs > 20000 || o.Generation != 1 || (*o.Options)["k"] != "v" || o.MaxOutputBytes <= 0 {
+	if o.Queue != "demo" || o.TtlMs <= 0 || o.TtlMs > 20000 || o.Generation != 1 || (*o.Options)["k"] != "v" || o.MaxOutputBytes <= 0 ||
+		o.AffinityKey == nil || *o.AffinityKey != "session-9" || o.Priority == nil || *o.Priority != 3 {
 		t.Fatalf("offer %+v", o)
 	}
 	if in, _ := json.Marshal(o.Input); string(in) != `{"words":["a","b"]}` {

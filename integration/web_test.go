@@ -2,7 +2,9 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +64,7 @@ func TestWebPage(t *testing.T) {
 	t.Run("APIKeyOnEveryCall", w.apiKeyOnEveryCall)
 	t.Run("SSEParser", func(t *testing.T) { testSSEParser(t, w.page(t)) })
 	t.Run("LiveWithoutReload", w.liveWithoutReload)
+	t.Run("QueueShowsSubjects", w.queueShowsSubjects)
 	t.Run("Accessible", w.accessible)
 
 	mustScreenshot(t, p, "web-page.png")
@@ -370,6 +373,37 @@ func (w *webTest) liveWithoutReload(t *testing.T) {
 	if v.Loads != 1 || v.Snapshots < 2 {
 		t.Errorf("%d page loads, %d snapshots: want one load and a live view", v.Loads, v.Snapshots)
 	}
+}
+
+// queueShowsSubjects: while a job runs, the queue's row shows the subject
+// holding its slot (the anonymous caller, on a node without keys), and the
+// job's end empties it again.
+func (w *webTest) queueShowsSubjects(t *testing.T) {
+	p := w.page(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := post(ctx, t, w.n, "demo", `{"ttl_ms":60000,"input":"`+words(100)+`"}`, false)
+	var job struct {
+		ID string `json:"job_id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&job); err != nil || res.StatusCode != 202 {
+		t.Fatalf("POST: %d %v", res.StatusCode, err)
+	}
+	res.Body.Close()
+	p.wait("the running job's subject in the queue row", `(() => {
+		const s = document.querySelector('#queues tr[data-queue="demo"] [data-subject="anonymous"]');
+		return !!s && s.textContent.includes('0 waiting, 1 running (100%, fair 100%)');
+	})()`, 10*time.Second)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, baseURL(w.n)+"/v1/jobs/"+job.ID, nil)
+	if res, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		res.Body.Close()
+	}
+	p.wait("the queue row without subjects once the job ended", `(() => {
+		const row = document.querySelector('#queues tr[data-queue="demo"]');
+		return !!row && !row.querySelector('[data-subject]') && row.lastElementChild.textContent === '–';
+	})()`, 10*time.Second)
 }
 
 // accessible: every control has a label, and nothing is wider than a

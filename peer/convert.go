@@ -102,6 +102,10 @@ func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
 		Front:          d.Front,
 		WindowEvents:   uint64(max(d.Window.Events, 0)),
 		WindowBytes:    uint64(max(d.Window.Bytes, 0)),
+		Subject:        d.Subject,
+		Weight:         uint32(max(d.Weight, 0)),
+		Priority:       int32(d.Priority),
+		AffinityKey:    d.AffinityKey,
 	}
 }
 
@@ -132,7 +136,11 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Window:         credit(p.GetWindowEvents(), p.GetWindowBytes()),
 		// A malformed trace context is dropped, never the job: the
 		// receiver's spans then start a trace of their own.
-		Trace: core.ParseTrace(p.GetTraceparent(), p.GetTracestate()),
+		Trace:       core.ParseTrace(p.GetTraceparent(), p.GetTracestate()),
+		Subject:     p.GetSubject(),
+		Weight:      int(min(p.GetWeight(), core.MaxWeight)),
+		Priority:    min(max(int(p.GetPriority()), core.MinPriority), core.MaxPriority),
+		AffinityKey: p.GetAffinityKey(),
 	}, nil
 }
 
@@ -302,6 +310,7 @@ func deliveryUTF8(d *pb.PeerDelivery) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"job_id", d.GetJobId()}, {"queue", d.GetQueue()}, {"ingress", d.GetIngress()}, {"zone", d.GetZone()},
 		{"traceparent", d.GetTraceparent()}, {"tracestate", d.GetTracestate()},
+		{"subject", d.GetSubject()}, {"affinity_key", d.GetAffinityKey()},
 	} {
 		if !utf8.ValidString(f.v) {
 			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, f.name)

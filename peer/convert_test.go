@@ -25,8 +25,9 @@ func fullDelivery() core.Delivery {
 		TTL: 1234567891 * time.Nanosecond, MaxOutputBytes: 1 << 20,
 		MaxQueueDepth: 42, MaxQueueBytes: 1 << 30,
 		Exclude: []string{"c-1", "c-2"}, Front: true,
-		Window: core.OutputCredit{Events: 512, Bytes: 2 << 20},
-		Trace:  sampleTrace(),
+		Window:  core.OutputCredit{Events: 512, Bytes: 2 << 20},
+		Trace:   sampleTrace(),
+		Subject: "team-a", Weight: 3, Priority: -2, AffinityKey: "session-42",
 	}
 }
 

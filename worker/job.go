@@ -40,6 +40,16 @@ type Job struct {
 	// span of the job: spans started from it join the job's trace.
 	Traceparent, Tracestate string
 	TraceID                 string
+	// AffinityKey is the envelope's affinity key ("" for none). The node
+	// sends the jobs of one key to the same worker while it lives and has
+	// room, so a handler may keep what the key's jobs share (a session's
+	// state, a model server's prefix cache) under it; a job may still
+	// come here without its predecessors, when its worker was full or
+	// left.
+	AffinityKey string
+	// Priority is the envelope's, -5 to 5 (0 by default): the node already
+	// ran higher priorities first.
+	Priority int
 }
 
 // Handler runs one job. It streams output through out and returns the

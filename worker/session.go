@@ -336,6 +336,8 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		Capabilities:   pj.GetCapabilities(),
 		Deadline:       received.Add(time.Duration(pj.GetTtlMs()) * time.Millisecond),
 		MaxOutputBytes: pj.GetMaxOutputBytes(),
+		AffinityKey:    pj.GetAffinityKey(),
+		Priority:       int(pj.GetPriority()),
 		Traceparent:    pj.GetTraceparent(),
 		Tracestate:     pj.GetTracestate(),
 	}

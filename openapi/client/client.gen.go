@@ -220,6 +220,7 @@ const (
 	ProblemCodeIdleTimeout           ProblemCode = "idle_timeout"
 	ProblemCodeInputTooLarge         ProblemCode = "input_too_large"
 	ProblemCodeInternal              ProblemCode = "internal"
+	ProblemCodeInvalidAffinityKey    ProblemCode = "invalid_affinity_key"
 	ProblemCodeInvalidField          ProblemCode = "invalid_field"
 	ProblemCodeInvalidIdempotencyKey ProblemCode = "invalid_idempotency_key"
 	ProblemCodeInvalidQueueName      ProblemCode = "invalid_queue_name"
@@ -237,6 +238,8 @@ const (
 	ProblemCodeNotFound              ProblemCode = "not_found"
 	ProblemCodeOutputTooLarge        ProblemCode = "output_too_large"
 	ProblemCodePermissionDenied      ProblemCode = "permission_denied"
+	ProblemCodePriorityNotAllowed    ProblemCode = "priority_not_allowed"
+	ProblemCodePriorityOutOfRange    ProblemCode = "priority_out_of_range"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
 	ProblemCodeRateLimited           ProblemCode = "rate_limited"
@@ -285,6 +288,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInternal:
 		return true
+	case ProblemCodeInvalidAffinityKey:
+		return true
 	case ProblemCodeInvalidField:
 		return true
 	case ProblemCodeInvalidIdempotencyKey:
@@ -318,6 +323,10 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeOutputTooLarge:
 		return true
 	case ProblemCodePermissionDenied:
+		return true
+	case ProblemCodePriorityNotAllowed:
+		return true
+	case ProblemCodePriorityOutOfRange:
 		return true
 	case ProblemCodeQueueBytesFull:
 		return true
@@ -797,6 +806,13 @@ type DoneEventOutcome string
 
 // Envelope defines model for Envelope.
 type Envelope struct {
+	// AffinityKey AffinityKey sends the job to the same capable worker as every other
+	// job with this key, while that worker lives and has room: a session,
+	// a user, a cache's prefix. 1 to 256 bytes (docs/scheduling.md).
+	//
+	// Example: session-42
+	AffinityKey *string `json:"affinity_key,omitempty"`
+
 	// Capabilities Capabilities a worker must have, one value per key.
 	Capabilities *map[string]string `json:"capabilities,omitempty"`
 
@@ -813,6 +829,11 @@ type Envelope struct {
 
 	// Options Options is handed to the worker as is: a JSON object.
 	Options *map[string]interface{} `json:"options,omitempty"`
+
+	// Priority Priority orders the job among its subject's waiting jobs, higher
+	// first, with aging so that nothing starves: -5 to 5 (default 0), at
+	// most the key's max_priority (docs/scheduling.md).
+	Priority *int `json:"priority,omitempty"`
 
 	// TtlMs TTLMs is how long the job may take from now, in milliseconds: at most
 	// the node's --max-ttl; absent means its --default-ttl.
@@ -1053,6 +1074,11 @@ type JobMessage struct {
 
 // JobOffer defines model for JobOffer.
 type JobOffer struct {
+	// AffinityKey AffinityKey is the envelope's affinity key, when it has one: the
+	// jobs with one key come to the same worker while it lives and has
+	// room, so a worker may keep a cache or a session under it.
+	AffinityKey *string `json:"affinity_key,omitempty"`
+
 	// Capabilities Capabilities the job requires, "key=value".
 	Capabilities []string `json:"capabilities"`
 	Generation   int      `json:"generation"`
@@ -1067,7 +1093,11 @@ type JobOffer struct {
 
 	// Options Options is the envelope's options object, when it has one.
 	Options *map[string]interface{} `json:"options,omitempty"`
-	Queue   string                  `json:"queue"`
+
+	// Priority Priority is the envelope's, -5 to 5 (0 when absent); the node
+	// already ordered the job by it.
+	Priority *int   `json:"priority,omitempty"`
+	Queue    string `json:"queue"`
 
 	// Traceparent Traceparent is the job's W3C trace context (its parent: the node's
 	// offer), for the worker's own spans of the job; Tracestate goes with
@@ -1082,10 +1112,14 @@ type JobOffer struct {
 
 // LocalQueue defines model for LocalQueue.
 type LocalQueue struct {
-	Bound   int `json:"bound"`
-	Bytes   int `json:"bytes"`
-	Depth   int `json:"depth"`
-	Workers int `json:"workers"`
+	Bound int `json:"bound"`
+	Bytes int `json:"bytes"`
+	Depth int `json:"depth"`
+
+	// Subjects Subjects are the subjects with a job waiting or bound here, by
+	// subject: the queue's fair share (docs/scheduling.md).
+	Subjects []SubjectShare `json:"subjects"`
+	Workers  int            `json:"workers"`
 }
 
 // Node defines model for Node.
@@ -1202,7 +1236,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -1214,7 +1248,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Quantiles defines model for Quantiles.
@@ -1293,6 +1327,26 @@ type ResyncEvent struct {
 	Detail    string `json:"detail"`
 	JobId     string `json:"job_id"`
 	OldestSeq int    `json:"oldest_seq"`
+}
+
+// SubjectShare defines model for SubjectShare.
+type SubjectShare struct {
+	Bound int `json:"bound"`
+
+	// Depth Depth is how many of its jobs wait, Bound how many of the queue's
+	// slots its jobs hold.
+	Depth     int     `json:"depth"`
+	FairShare float32 `json:"fair_share"`
+
+	// Share Share is its part of the queue's bound jobs, FairShare what its
+	// weight entitles it to among the subjects with a job here (0 to 1).
+	Share float32 `json:"share"`
+
+	// Subject Subject is the API key's subject; empty for the anonymous caller.
+	Subject string `json:"subject"`
+
+	// Weight Weight is its fair-share weight (its key's weight, default 1).
+	Weight int `json:"weight"`
 }
 
 // TerminatedEvent defines model for TerminatedEvent.
@@ -1400,6 +1454,12 @@ type WorkerStreamRegisteredEvent string
 type CreateChatCompletionParams struct {
 	// XSwitchyardTTLMs the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)
 	XSwitchyardTTLMs *int `json:"X-Switchyard-TTL-Ms,omitempty"`
+
+	// XSwitchyardAffinityKey the job's affinity key, 1-256 bytes: completions with one key go to one worker while it lives and has room (default: the request's user)
+	XSwitchyardAffinityKey *string `json:"X-Switchyard-Affinity-Key,omitempty"`
+
+	// XSwitchyardPriority the job's priority, -5 to 5 (default 0), at most the key's max_priority
+	XSwitchyardPriority *int `json:"X-Switchyard-Priority,omitempty"`
 }
 
 // JobEventsParams defines parameters for JobEvents.
@@ -2372,7 +2432,7 @@ type ClientInterface interface {
 
 	// ListQueues List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 	//
 	// Corresponds with GET /v1/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2845,7 +2905,7 @@ func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...Requ
 
 // ListQueues List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //
 // Corresponds with GET /v1/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3343,6 +3403,28 @@ func NewCreateChatCompletionRequestWithBody(server string, params *CreateChatCom
 			}
 
 			req.Header.Set("X-Switchyard-TTL-Ms", headerParam0)
+		}
+
+		if params.XSwitchyardAffinityKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Switchyard-Affinity-Key", *params.XSwitchyardAffinityKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Switchyard-Affinity-Key", headerParam1)
+		}
+
+		if params.XSwitchyardPriority != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Switchyard-Priority", *params.XSwitchyardPriority, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Switchyard-Priority", headerParam2)
 		}
 
 	}
@@ -4475,7 +4557,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7054,7 +7136,7 @@ func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id s
 
 // ListQueuesWithResponse List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth. Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -298,8 +298,8 @@ type Invoker interface {
 	// ListQueues invokes listQueues operation.
 	//
 	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on
-	// every node and, where this node holds it, its depth. Served by grpc-gateway
-	// (ClusterService.ListQueues).
+	// every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share
+	// (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 	//
 	// GET /v1/queues
 	ListQueues(ctx context.Context) (ListQueuesRes, error)
@@ -1017,6 +1017,34 @@ func (c *Client) sendCreateChatCompletion(ctx context.Context, request *ChatComp
 		}
 		if err := h.EncodeParam(cfg, func(e uri.Encoder) error {
 			if val, ok := params.XSwitchyardTTLMs.Get(); ok {
+				return e.EncodeValue(conv.IntToString(val))
+			}
+			return nil
+		}); err != nil {
+			return res, errors.Wrap(err, "encode header")
+		}
+	}
+	{
+		cfg := uri.HeaderParameterEncodingConfig{
+			Name:    "X-Switchyard-Affinity-Key",
+			Explode: false,
+		}
+		if err := h.EncodeParam(cfg, func(e uri.Encoder) error {
+			if val, ok := params.XSwitchyardAffinityKey.Get(); ok {
+				return e.EncodeValue(conv.StringToString(val))
+			}
+			return nil
+		}); err != nil {
+			return res, errors.Wrap(err, "encode header")
+		}
+	}
+	{
+		cfg := uri.HeaderParameterEncodingConfig{
+			Name:    "X-Switchyard-Priority",
+			Explode: false,
+		}
+		if err := h.EncodeParam(cfg, func(e uri.Encoder) error {
+			if val, ok := params.XSwitchyardPriority.Get(); ok {
 				return e.EncodeValue(conv.IntToString(val))
 			}
 			return nil
@@ -2160,8 +2188,8 @@ func (c *Client) sendListNodes(ctx context.Context) (res ListNodesRes, err error
 // ListQueues invokes listQueues operation.
 //
 // Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on
-// every node and, where this node holds it, its depth. Served by grpc-gateway
-// (ClusterService.ListQueues).
+// every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share
+// (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
 //
 // GET /v1/queues
 func (c *Client) ListQueues(ctx context.Context) (ListQueuesRes, error) {

@@ -5651,6 +5651,12 @@ func (s *Envelope) Encode(e *jx.Encoder) {
 // encodeFields encodes fields.
 func (s *Envelope) encodeFields(e *jx.Encoder) {
 	{
+		if s.AffinityKey.Set {
+			e.FieldStart("affinity_key")
+			s.AffinityKey.Encode(e)
+		}
+	}
+	{
 		if s.Capabilities.Set {
 			e.FieldStart("capabilities")
 			s.Capabilities.Encode(e)
@@ -5681,6 +5687,12 @@ func (s *Envelope) encodeFields(e *jx.Encoder) {
 		}
 	}
 	{
+		if s.Priority.Set {
+			e.FieldStart("priority")
+			s.Priority.Encode(e)
+		}
+	}
+	{
 		if s.TTLMs.Set {
 			e.FieldStart("ttl_ms")
 			s.TTLMs.Encode(e)
@@ -5700,15 +5712,17 @@ func (s *Envelope) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfEnvelope = [8]string{
-	0: "capabilities",
-	1: "grace_ms",
-	2: "input",
-	3: "limits",
-	4: "options",
-	5: "ttl_ms",
-	6: "version",
-	7: "zone",
+var jsonFieldsNameOfEnvelope = [10]string{
+	0: "affinity_key",
+	1: "capabilities",
+	2: "grace_ms",
+	3: "input",
+	4: "limits",
+	5: "options",
+	6: "priority",
+	7: "ttl_ms",
+	8: "version",
+	9: "zone",
 }
 
 // Decode decodes Envelope from json.
@@ -5716,10 +5730,20 @@ func (s *Envelope) Decode(d *jx.Decoder) error {
 	if s == nil {
 		return errors.New("invalid: unable to decode Envelope to nil")
 	}
-	var requiredBitSet [1]uint8
+	var requiredBitSet [2]uint8
 
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
+		case "affinity_key":
+			if err := func() error {
+				s.AffinityKey.Reset()
+				if err := s.AffinityKey.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"affinity_key\"")
+			}
 		case "capabilities":
 			if err := func() error {
 				s.Capabilities.Reset()
@@ -5741,7 +5765,7 @@ func (s *Envelope) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"grace_ms\"")
 			}
 		case "input":
-			requiredBitSet[0] |= 1 << 2
+			requiredBitSet[0] |= 1 << 3
 			if err := func() error {
 				v, err := d.RawAppend(nil)
 				s.Input = jx.Raw(v)
@@ -5771,6 +5795,16 @@ func (s *Envelope) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"options\"")
+			}
+		case "priority":
+			if err := func() error {
+				s.Priority.Reset()
+				if err := s.Priority.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"priority\"")
 			}
 		case "ttl_ms":
 			if err := func() error {
@@ -5811,8 +5845,9 @@ func (s *Envelope) Decode(d *jx.Decoder) error {
 	}
 	// Validate required fields.
 	var failures []validate.FieldError
-	for i, mask := range [1]uint8{
-		0b00000100,
+	for i, mask := range [2]uint8{
+		0b00001000,
+		0b00000000,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -9599,6 +9634,12 @@ func (s *JobOffer) Encode(e *jx.Encoder) {
 // encodeFields encodes fields.
 func (s *JobOffer) encodeFields(e *jx.Encoder) {
 	{
+		if s.AffinityKey.Set {
+			e.FieldStart("affinity_key")
+			s.AffinityKey.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("capabilities")
 		e.ArrStart()
 		for _, elem := range s.Capabilities {
@@ -9631,6 +9672,12 @@ func (s *JobOffer) encodeFields(e *jx.Encoder) {
 		}
 	}
 	{
+		if s.Priority.Set {
+			e.FieldStart("priority")
+			s.Priority.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("queue")
 		e.Str(s.Queue)
 	}
@@ -9650,17 +9697,19 @@ func (s *JobOffer) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfJobOffer = [10]string{
-	0: "capabilities",
-	1: "generation",
-	2: "input",
-	3: "job_id",
-	4: "max_output_bytes",
-	5: "options",
-	6: "queue",
-	7: "traceparent",
-	8: "tracestate",
-	9: "ttl_ms",
+var jsonFieldsNameOfJobOffer = [12]string{
+	0:  "affinity_key",
+	1:  "capabilities",
+	2:  "generation",
+	3:  "input",
+	4:  "job_id",
+	5:  "max_output_bytes",
+	6:  "options",
+	7:  "priority",
+	8:  "queue",
+	9:  "traceparent",
+	10: "tracestate",
+	11: "ttl_ms",
 }
 
 // Decode decodes JobOffer from json.
@@ -9672,8 +9721,18 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
+		case "affinity_key":
+			if err := func() error {
+				s.AffinityKey.Reset()
+				if err := s.AffinityKey.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"affinity_key\"")
+			}
 		case "capabilities":
-			requiredBitSet[0] |= 1 << 0
+			requiredBitSet[0] |= 1 << 1
 			if err := func() error {
 				s.Capabilities = make([]string, 0)
 				if err := d.Arr(func(d *jx.Decoder) error {
@@ -9693,7 +9752,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"capabilities\"")
 			}
 		case "generation":
-			requiredBitSet[0] |= 1 << 1
+			requiredBitSet[0] |= 1 << 2
 			if err := func() error {
 				v, err := d.Int()
 				s.Generation = int(v)
@@ -9705,7 +9764,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"generation\"")
 			}
 		case "input":
-			requiredBitSet[0] |= 1 << 2
+			requiredBitSet[0] |= 1 << 3
 			if err := func() error {
 				v, err := d.RawAppend(nil)
 				s.Input = jx.Raw(v)
@@ -9717,7 +9776,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"input\"")
 			}
 		case "job_id":
-			requiredBitSet[0] |= 1 << 3
+			requiredBitSet[0] |= 1 << 4
 			if err := func() error {
 				v, err := d.Str()
 				s.JobID = string(v)
@@ -9729,7 +9788,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"job_id\"")
 			}
 		case "max_output_bytes":
-			requiredBitSet[0] |= 1 << 4
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				v, err := d.Int()
 				s.MaxOutputBytes = int(v)
@@ -9750,8 +9809,18 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"options\"")
 			}
+		case "priority":
+			if err := func() error {
+				s.Priority.Reset()
+				if err := s.Priority.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"priority\"")
+			}
 		case "queue":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[1] |= 1 << 0
 			if err := func() error {
 				v, err := d.Str()
 				s.Queue = string(v)
@@ -9763,7 +9832,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"queue\"")
 			}
 		case "traceparent":
-			requiredBitSet[0] |= 1 << 7
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				v, err := d.Str()
 				s.Traceparent = string(v)
@@ -9785,7 +9854,7 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"tracestate\"")
 			}
 		case "ttl_ms":
-			requiredBitSet[1] |= 1 << 1
+			requiredBitSet[1] |= 1 << 3
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9806,8 +9875,8 @@ func (s *JobOffer) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [2]uint8{
-		0b11011111,
-		0b00000010,
+		0b00111110,
+		0b00001011,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -10769,16 +10838,25 @@ func (s *LocalQueue) encodeFields(e *jx.Encoder) {
 		e.Int(s.Depth)
 	}
 	{
+		e.FieldStart("subjects")
+		e.ArrStart()
+		for _, elem := range s.Subjects {
+			elem.Encode(e)
+		}
+		e.ArrEnd()
+	}
+	{
 		e.FieldStart("workers")
 		e.Int(s.Workers)
 	}
 }
 
-var jsonFieldsNameOfLocalQueue = [4]string{
+var jsonFieldsNameOfLocalQueue = [5]string{
 	0: "bound",
 	1: "bytes",
 	2: "depth",
-	3: "workers",
+	3: "subjects",
+	4: "workers",
 }
 
 // Decode decodes LocalQueue from json.
@@ -10826,8 +10904,26 @@ func (s *LocalQueue) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"depth\"")
 			}
-		case "workers":
+		case "subjects":
 			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				s.Subjects = make([]SubjectShare, 0)
+				if err := d.Arr(func(d *jx.Decoder) error {
+					var elem SubjectShare
+					if err := elem.Decode(d); err != nil {
+						return err
+					}
+					s.Subjects = append(s.Subjects, elem)
+					return nil
+				}); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"subjects\"")
+			}
+		case "workers":
+			requiredBitSet[0] |= 1 << 4
 			if err := func() error {
 				v, err := d.Int()
 				s.Workers = int(v)
@@ -10848,7 +10944,7 @@ func (s *LocalQueue) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [1]uint8{
-		0b00001111,
+		0b00011111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -13450,6 +13546,8 @@ func (s *ProblemCode) Decode(d *jx.Decoder) error {
 		*s = ProblemCodeInputTooLarge
 	case ProblemCodeInternal:
 		*s = ProblemCodeInternal
+	case ProblemCodeInvalidAffinityKey:
+		*s = ProblemCodeInvalidAffinityKey
 	case ProblemCodeInvalidField:
 		*s = ProblemCodeInvalidField
 	case ProblemCodeInvalidIdempotencyKey:
@@ -13484,6 +13582,10 @@ func (s *ProblemCode) Decode(d *jx.Decoder) error {
 		*s = ProblemCodeOutputTooLarge
 	case ProblemCodePermissionDenied:
 		*s = ProblemCodePermissionDenied
+	case ProblemCodePriorityNotAllowed:
+		*s = ProblemCodePriorityNotAllowed
+	case ProblemCodePriorityOutOfRange:
+		*s = ProblemCodePriorityOutOfRange
 	case ProblemCodeQueueBytesFull:
 		*s = ProblemCodeQueueBytesFull
 	case ProblemCodeQueueFull:
@@ -15164,6 +15266,187 @@ func (s *RetrieveModelUnauthorized) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *RetrieveModelUnauthorized) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *SubjectShare) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *SubjectShare) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("bound")
+		e.Int(s.Bound)
+	}
+	{
+		e.FieldStart("depth")
+		e.Int(s.Depth)
+	}
+	{
+		e.FieldStart("fair_share")
+		e.Float64(s.FairShare)
+	}
+	{
+		e.FieldStart("share")
+		e.Float64(s.Share)
+	}
+	{
+		e.FieldStart("subject")
+		e.Str(s.Subject)
+	}
+	{
+		e.FieldStart("weight")
+		e.Int(s.Weight)
+	}
+}
+
+var jsonFieldsNameOfSubjectShare = [6]string{
+	0: "bound",
+	1: "depth",
+	2: "fair_share",
+	3: "share",
+	4: "subject",
+	5: "weight",
+}
+
+// Decode decodes SubjectShare from json.
+func (s *SubjectShare) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode SubjectShare to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "bound":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Bound = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"bound\"")
+			}
+		case "depth":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				v, err := d.Int()
+				s.Depth = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"depth\"")
+			}
+		case "fair_share":
+			requiredBitSet[0] |= 1 << 2
+			if err := func() error {
+				v, err := d.Float64()
+				s.FairShare = float64(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"fair_share\"")
+			}
+		case "share":
+			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				v, err := d.Float64()
+				s.Share = float64(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"share\"")
+			}
+		case "subject":
+			requiredBitSet[0] |= 1 << 4
+			if err := func() error {
+				v, err := d.Str()
+				s.Subject = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"subject\"")
+			}
+		case "weight":
+			requiredBitSet[0] |= 1 << 5
+			if err := func() error {
+				v, err := d.Int()
+				s.Weight = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"weight\"")
+			}
+		default:
+			return d.Skip()
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode SubjectShare")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b00111111,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfSubjectShare) {
+					name = jsonFieldsNameOfSubjectShare[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *SubjectShare) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *SubjectShare) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }

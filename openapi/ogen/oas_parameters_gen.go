@@ -28,6 +28,11 @@ type CompleteJobParams struct {
 type CreateChatCompletionParams struct {
 	// The job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl).
 	XSwitchyardTTLMs OptInt `json:",omitempty,omitzero"`
+	// The job's affinity key, 1-256 bytes: completions with one key go to one worker while it lives and
+	// has room (default: the request's user).
+	XSwitchyardAffinityKey OptString `json:",omitempty,omitzero"`
+	// The job's priority, -5 to 5 (default 0), at most the key's max_priority.
+	XSwitchyardPriority OptInt `json:",omitempty,omitzero"`
 }
 
 // FailJobParams is parameters of failJob operation.

@@ -2387,6 +2387,9 @@ func (s *DoneEventOutcome) UnmarshalText(data []byte) error {
 
 // Ref: #/components/schemas/Envelope
 type Envelope struct {
+	// AffinityKey sends the job to the same capable worker as every other job with this key, while that
+	// worker lives and has room: a session, a user, a cache's prefix. 1 to 256 bytes (docs/scheduling.md).
+	AffinityKey OptString `json:"affinity_key"`
 	// Capabilities a worker must have, one value per key.
 	Capabilities OptEnvelopeCapabilities `json:"capabilities"`
 	// GraceMs keeps a job streamed from its POST alive this long after its client disconnects, so that a
@@ -2398,6 +2401,9 @@ type Envelope struct {
 	Limits OptEnvelopeLimits `json:"limits"`
 	// Options is handed to the worker as is: a JSON object.
 	Options OptEnvelopeOptions `json:"options"`
+	// Priority orders the job among its subject's waiting jobs, higher first, with aging so that nothing
+	// starves: -5 to 5 (default 0), at most the key's max_priority (docs/scheduling.md).
+	Priority OptInt `json:"priority"`
 	// TTLMs is how long the job may take from now, in milliseconds: at most the node's --max-ttl; absent
 	// means its --default-ttl.
 	TTLMs OptInt `json:"ttl_ms"`
@@ -2405,6 +2411,11 @@ type Envelope struct {
 	Version OptInt `json:"version"`
 	// Zone, when set, keeps the job on workers of nodes in that zone.
 	Zone OptString `json:"zone"`
+}
+
+// GetAffinityKey returns the value of AffinityKey.
+func (s *Envelope) GetAffinityKey() OptString {
+	return s.AffinityKey
 }
 
 // GetCapabilities returns the value of Capabilities.
@@ -2432,6 +2443,11 @@ func (s *Envelope) GetOptions() OptEnvelopeOptions {
 	return s.Options
 }
 
+// GetPriority returns the value of Priority.
+func (s *Envelope) GetPriority() OptInt {
+	return s.Priority
+}
+
 // GetTTLMs returns the value of TTLMs.
 func (s *Envelope) GetTTLMs() OptInt {
 	return s.TTLMs
@@ -2445,6 +2461,11 @@ func (s *Envelope) GetVersion() OptInt {
 // GetZone returns the value of Zone.
 func (s *Envelope) GetZone() OptString {
 	return s.Zone
+}
+
+// SetAffinityKey sets the value of AffinityKey.
+func (s *Envelope) SetAffinityKey(val OptString) {
+	s.AffinityKey = val
 }
 
 // SetCapabilities sets the value of Capabilities.
@@ -2470,6 +2491,11 @@ func (s *Envelope) SetLimits(val OptEnvelopeLimits) {
 // SetOptions sets the value of Options.
 func (s *Envelope) SetOptions(val OptEnvelopeOptions) {
 	s.Options = val
+}
+
+// SetPriority sets the value of Priority.
+func (s *Envelope) SetPriority(val OptInt) {
+	s.Priority = val
 }
 
 // SetTTLMs sets the value of TTLMs.
@@ -4337,6 +4363,9 @@ func (s *JobMessage) SetGeneration(val int) {
 
 // Ref: #/components/schemas/JobOffer
 type JobOffer struct {
+	// AffinityKey is the envelope's affinity key, when it has one: the jobs with one key come to the same
+	// worker while it lives and has room, so a worker may keep a cache or a session under it.
+	AffinityKey OptString `json:"affinity_key"`
 	// Capabilities the job requires, "key=value".
 	Capabilities []string `json:"capabilities"`
 	Generation   int      `json:"generation"`
@@ -4348,7 +4377,9 @@ type JobOffer struct {
 	MaxOutputBytes int `json:"max_output_bytes"`
 	// Options is the envelope's options object, when it has one.
 	Options OptJobOfferOptions `json:"options"`
-	Queue   string             `json:"queue"`
+	// Priority is the envelope's, -5 to 5 (0 when absent); the node already ordered the job by it.
+	Priority OptInt `json:"priority"`
+	Queue    string `json:"queue"`
 	// Traceparent is the job's W3C trace context (its parent: the node's offer), for the worker's own
 	// spans of the job; Tracestate goes with it when the trace has one (docs/tracing.md).
 	Traceparent string    `json:"traceparent"`
@@ -4356,6 +4387,11 @@ type JobOffer struct {
 	// TTLMs is the TTL left when the node sent the offer: the worker's deadline is its own receive time
 	// plus this.
 	TTLMs int `json:"ttl_ms"`
+}
+
+// GetAffinityKey returns the value of AffinityKey.
+func (s *JobOffer) GetAffinityKey() OptString {
+	return s.AffinityKey
 }
 
 // GetCapabilities returns the value of Capabilities.
@@ -4388,6 +4424,11 @@ func (s *JobOffer) GetOptions() OptJobOfferOptions {
 	return s.Options
 }
 
+// GetPriority returns the value of Priority.
+func (s *JobOffer) GetPriority() OptInt {
+	return s.Priority
+}
+
 // GetQueue returns the value of Queue.
 func (s *JobOffer) GetQueue() string {
 	return s.Queue
@@ -4406,6 +4447,11 @@ func (s *JobOffer) GetTracestate() OptString {
 // GetTTLMs returns the value of TTLMs.
 func (s *JobOffer) GetTTLMs() int {
 	return s.TTLMs
+}
+
+// SetAffinityKey sets the value of AffinityKey.
+func (s *JobOffer) SetAffinityKey(val OptString) {
+	s.AffinityKey = val
 }
 
 // SetCapabilities sets the value of Capabilities.
@@ -4436,6 +4482,11 @@ func (s *JobOffer) SetMaxOutputBytes(val int) {
 // SetOptions sets the value of Options.
 func (s *JobOffer) SetOptions(val OptJobOfferOptions) {
 	s.Options = val
+}
+
+// SetPriority sets the value of Priority.
+func (s *JobOffer) SetPriority(val OptInt) {
+	s.Priority = val
 }
 
 // SetQueue sets the value of Queue.
@@ -4565,10 +4616,13 @@ func (*ListQueuesUnauthorized) listQueuesRes() {}
 
 // Ref: #/components/schemas/LocalQueue
 type LocalQueue struct {
-	Bound   int `json:"bound"`
-	Bytes   int `json:"bytes"`
-	Depth   int `json:"depth"`
-	Workers int `json:"workers"`
+	Bound int `json:"bound"`
+	Bytes int `json:"bytes"`
+	Depth int `json:"depth"`
+	// Subjects are the subjects with a job waiting or bound here, by subject: the queue's fair share
+	// (docs/scheduling.md).
+	Subjects []SubjectShare `json:"subjects"`
+	Workers  int            `json:"workers"`
 }
 
 // GetBound returns the value of Bound.
@@ -4584,6 +4638,11 @@ func (s *LocalQueue) GetBytes() int {
 // GetDepth returns the value of Depth.
 func (s *LocalQueue) GetDepth() int {
 	return s.Depth
+}
+
+// GetSubjects returns the value of Subjects.
+func (s *LocalQueue) GetSubjects() []SubjectShare {
+	return s.Subjects
 }
 
 // GetWorkers returns the value of Workers.
@@ -4604,6 +4663,11 @@ func (s *LocalQueue) SetBytes(val int) {
 // SetDepth sets the value of Depth.
 func (s *LocalQueue) SetDepth(val int) {
 	s.Depth = val
+}
+
+// SetSubjects sets the value of Subjects.
+func (s *LocalQueue) SetSubjects(val []SubjectShare) {
+	s.Subjects = val
 }
 
 // SetWorkers sets the value of Workers.
@@ -6220,13 +6284,14 @@ type Problem struct {
 	// answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409,
 	// `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503,
 	// `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal`
-	// 500, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400,
-	// `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409,
-	// `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400,
-	// `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404,
-	// `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429,
-	// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
-	// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
+	// 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
+	// `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404,
+	// `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405,
+	// `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
+	// `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
+	// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429,
+	// `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503,
+	// `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
 	// `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
 	// 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
 	// stream carries outcome codes in its error event too (docs/errors.md).
@@ -6321,13 +6386,14 @@ func (*Problem) webPageRes()     {}
 // answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409,
 // `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503,
 // `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal`
-// 500, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400,
-// `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409,
-// `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400,
-// `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404,
-// `output_too_large` 502, `permission_denied` 403, `queue_bytes_full` 429, `queue_full` 429,
-// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
-// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
+// 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
+// `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404,
+// `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405,
+// `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
+// `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
+// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429,
+// `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503,
+// `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
 // `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
 // 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
 // stream carries outcome codes in its error event too (docs/errors.md).
@@ -6346,6 +6412,7 @@ const (
 	ProblemCodeIdleTimeout           ProblemCode = "idle_timeout"
 	ProblemCodeInputTooLarge         ProblemCode = "input_too_large"
 	ProblemCodeInternal              ProblemCode = "internal"
+	ProblemCodeInvalidAffinityKey    ProblemCode = "invalid_affinity_key"
 	ProblemCodeInvalidField          ProblemCode = "invalid_field"
 	ProblemCodeInvalidIdempotencyKey ProblemCode = "invalid_idempotency_key"
 	ProblemCodeInvalidQueueName      ProblemCode = "invalid_queue_name"
@@ -6363,6 +6430,8 @@ const (
 	ProblemCodeNotFound              ProblemCode = "not_found"
 	ProblemCodeOutputTooLarge        ProblemCode = "output_too_large"
 	ProblemCodePermissionDenied      ProblemCode = "permission_denied"
+	ProblemCodePriorityNotAllowed    ProblemCode = "priority_not_allowed"
+	ProblemCodePriorityOutOfRange    ProblemCode = "priority_out_of_range"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
 	ProblemCodeRateLimited           ProblemCode = "rate_limited"
@@ -6399,6 +6468,7 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodeIdleTimeout,
 		ProblemCodeInputTooLarge,
 		ProblemCodeInternal,
+		ProblemCodeInvalidAffinityKey,
 		ProblemCodeInvalidField,
 		ProblemCodeInvalidIdempotencyKey,
 		ProblemCodeInvalidQueueName,
@@ -6416,6 +6486,8 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodeNotFound,
 		ProblemCodeOutputTooLarge,
 		ProblemCodePermissionDenied,
+		ProblemCodePriorityNotAllowed,
+		ProblemCodePriorityOutOfRange,
 		ProblemCodeQueueBytesFull,
 		ProblemCodeQueueFull,
 		ProblemCodeRateLimited,
@@ -6465,6 +6537,8 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 		return []byte(s), nil
 	case ProblemCodeInternal:
 		return []byte(s), nil
+	case ProblemCodeInvalidAffinityKey:
+		return []byte(s), nil
 	case ProblemCodeInvalidField:
 		return []byte(s), nil
 	case ProblemCodeInvalidIdempotencyKey:
@@ -6498,6 +6572,10 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 	case ProblemCodeOutputTooLarge:
 		return []byte(s), nil
 	case ProblemCodePermissionDenied:
+		return []byte(s), nil
+	case ProblemCodePriorityNotAllowed:
+		return []byte(s), nil
+	case ProblemCodePriorityOutOfRange:
 		return []byte(s), nil
 	case ProblemCodeQueueBytesFull:
 		return []byte(s), nil
@@ -6581,6 +6659,9 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 	case ProblemCodeInternal:
 		*s = ProblemCodeInternal
 		return nil
+	case ProblemCodeInvalidAffinityKey:
+		*s = ProblemCodeInvalidAffinityKey
+		return nil
 	case ProblemCodeInvalidField:
 		*s = ProblemCodeInvalidField
 		return nil
@@ -6631,6 +6712,12 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 		return nil
 	case ProblemCodePermissionDenied:
 		*s = ProblemCodePermissionDenied
+		return nil
+	case ProblemCodePriorityNotAllowed:
+		*s = ProblemCodePriorityNotAllowed
+		return nil
+	case ProblemCodePriorityOutOfRange:
+		*s = ProblemCodePriorityOutOfRange
 		return nil
 	case ProblemCodeQueueBytesFull:
 		*s = ProblemCodeQueueBytesFull
@@ -7185,6 +7272,81 @@ func (*RetrieveModelNotFound) retrieveModelRes() {}
 type RetrieveModelUnauthorized OpenAIErrorResponse
 
 func (*RetrieveModelUnauthorized) retrieveModelRes() {}
+
+// Ref: #/components/schemas/SubjectShare
+type SubjectShare struct {
+	Bound int `json:"bound"`
+	// Depth is how many of its jobs wait, Bound how many of the queue's slots its jobs hold.
+	Depth     int     `json:"depth"`
+	FairShare float64 `json:"fair_share"`
+	// Share is its part of the queue's bound jobs, FairShare what its weight entitles it to among the
+	// subjects with a job here (0 to 1).
+	Share float64 `json:"share"`
+	// Subject is the API key's subject; empty for the anonymous caller.
+	Subject string `json:"subject"`
+	// Weight is its fair-share weight (its key's weight, default 1).
+	Weight int `json:"weight"`
+}
+
+// GetBound returns the value of Bound.
+func (s *SubjectShare) GetBound() int {
+	return s.Bound
+}
+
+// GetDepth returns the value of Depth.
+func (s *SubjectShare) GetDepth() int {
+	return s.Depth
+}
+
+// GetFairShare returns the value of FairShare.
+func (s *SubjectShare) GetFairShare() float64 {
+	return s.FairShare
+}
+
+// GetShare returns the value of Share.
+func (s *SubjectShare) GetShare() float64 {
+	return s.Share
+}
+
+// GetSubject returns the value of Subject.
+func (s *SubjectShare) GetSubject() string {
+	return s.Subject
+}
+
+// GetWeight returns the value of Weight.
+func (s *SubjectShare) GetWeight() int {
+	return s.Weight
+}
+
+// SetBound sets the value of Bound.
+func (s *SubjectShare) SetBound(val int) {
+	s.Bound = val
+}
+
+// SetDepth sets the value of Depth.
+func (s *SubjectShare) SetDepth(val int) {
+	s.Depth = val
+}
+
+// SetFairShare sets the value of FairShare.
+func (s *SubjectShare) SetFairShare(val float64) {
+	s.FairShare = val
+}
+
+// SetShare sets the value of Share.
+func (s *SubjectShare) SetShare(val float64) {
+	s.Share = val
+}
+
+// SetSubject sets the value of Subject.
+func (s *SubjectShare) SetSubject(val string) {
+	s.Subject = val
+}
+
+// SetWeight sets the value of Weight.
+func (s *SubjectShare) SetWeight(val int) {
+	s.Weight = val
+}
 
 type SubmitJobBadRequest Problem
 

@@ -275,9 +275,26 @@ export class ClusterView {
         el('td', {text: q.dispatcher || '–'}),
         el('td', {text: String(q.consumers.length)}),
         el('td', {text: q.local ? String(q.local.depth) : '–'}),
-        el('td', {text: load}));
+        el('td', {text: load}),
+        this.subjectsCell(q.local));
     });
-    this.fill('queues', rows, 5, 'No queue: queues exist while they have workers or jobs.');
+    this.fill('queues', rows, 6, 'No queue: queues exist while they have workers or jobs.');
+  }
+
+  /**
+   * The queue's fair share on its dispatcher: each subject's waiting jobs,
+   * the slots it holds, its share of them and what its weight entitles it
+   * to (docs/scheduling.md).
+   */
+  subjectsCell(local) {
+    const subjects = local && local.subjects ? local.subjects : [];
+    if (subjects.length === 0) return el('td', {text: '–'});
+    const pc = (f) => `${Math.round(100 * f)}%`;
+    return el('td', {class: 'subjects'}, ...subjects.map((s) =>
+      el('div', {'data-subject': s.subject || 'anonymous',
+        title: `weight ${s.weight}: entitled to ${pc(s.fair_share)} of the slots while every subject here waits`},
+      el('span', {class: 'subject', text: s.subject || 'anonymous'}),
+      ` ${num(s.depth)} waiting, ${num(s.bound)} running (${pc(s.share)}, fair ${pc(s.fair_share)})`)));
   }
 
   renderWorkers(queues) {

@@ -453,7 +453,11 @@ type LocalQueue struct {
 	// Bound is how many jobs are bound to a consumer.
 	Bound int32 `protobuf:"varint,3,opt,name=bound,proto3" json:"bound,omitempty"`
 	// Workers is how many of the queue's consumers are on this node.
-	Workers       int32 `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
+	Workers int32 `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`
+	// Subjects are the subjects with a job waiting or bound here, by
+	// subject: the queue's fair share between API keys' subjects
+	// (docs/scheduling.md).
+	Subjects      []*SubjectShare `protobuf:"bytes,5,rep,name=subjects,proto3" json:"subjects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +520,106 @@ func (x *LocalQueue) GetWorkers() int32 {
 	return 0
 }
 
+func (x *LocalQueue) GetSubjects() []*SubjectShare {
+	if x != nil {
+		return x.Subjects
+	}
+	return nil
+}
+
+// SubjectShare is one subject's part of a queue on its dispatcher.
+type SubjectShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subject is the API key's subject; empty for the anonymous caller (a
+	// node without keys).
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Weight is the subject's fair-share weight (its key's, default 1).
+	Weight int32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Depth is how many of its jobs wait.
+	Depth int32 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Bound is how many of the queue's slots its jobs hold.
+	Bound int32 `protobuf:"varint,4,opt,name=bound,proto3" json:"bound,omitempty"`
+	// Share is its part of the queue's bound jobs, 0 to 1.
+	Share float64 `protobuf:"fixed64,5,opt,name=share,proto3" json:"share,omitempty"`
+	// FairShare is what its weight entitles it to, 0 to 1: its weight over
+	// the weights of the subjects with a job waiting or bound here.
+	FairShare     float64 `protobuf:"fixed64,6,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubjectShare) Reset() {
+	*x = SubjectShare{}
+	mi := &file_switchyard_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubjectShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubjectShare) ProtoMessage() {}
+
+func (x *SubjectShare) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubjectShare.ProtoReflect.Descriptor instead.
+func (*SubjectShare) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SubjectShare) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *SubjectShare) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *SubjectShare) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *SubjectShare) GetBound() int32 {
+	if x != nil {
+		return x.Bound
+	}
+	return 0
+}
+
+func (x *SubjectShare) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *SubjectShare) GetFairShare() float64 {
+	if x != nil {
+		return x.FairShare
+	}
+	return 0
+}
+
 // Consumer is one worker registered on a queue.
 type Consumer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -537,7 +641,7 @@ type Consumer struct {
 
 func (x *Consumer) Reset() {
 	*x = Consumer{}
-	mi := &file_switchyard_v1_cluster_proto_msgTypes[8]
+	mi := &file_switchyard_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +653,7 @@ func (x *Consumer) String() string {
 func (*Consumer) ProtoMessage() {}
 
 func (x *Consumer) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_cluster_proto_msgTypes[8]
+	mi := &file_switchyard_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +666,7 @@ func (x *Consumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Consumer.ProtoReflect.Descriptor instead.
 func (*Consumer) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Consumer) GetId() string {
@@ -650,13 +754,22 @@ const file_switchyard_v1_cluster_proto_rawDesc = "" +
 	"\tconsumers\x18\x06 \x03(\v2\x17.switchyard.v1.ConsumerR\tconsumersB\r\n" +
 	"\v_dispatcherB\v\n" +
 	"\t_reply_toB\a\n" +
-	"\x05_zone\"h\n" +
+	"\x05_zone\"\xa1\x01\n" +
 	"\n" +
 	"LocalQueue\x12\x14\n" +
 	"\x05depth\x18\x01 \x01(\x05R\x05depth\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x14\n" +
 	"\x05bound\x18\x03 \x01(\x05R\x05bound\x12\x18\n" +
-	"\aworkers\x18\x04 \x01(\x05R\aworkers\"\xb8\x01\n" +
+	"\aworkers\x18\x04 \x01(\x05R\aworkers\x127\n" +
+	"\bsubjects\x18\x05 \x03(\v2\x1b.switchyard.v1.SubjectShareR\bsubjects\"\xa1\x01\n" +
+	"\fSubjectShare\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x05R\x05depth\x12\x14\n" +
+	"\x05bound\x18\x04 \x01(\x05R\x05bound\x12\x14\n" +
+	"\x05share\x18\x05 \x01(\x01R\x05share\x12\x1d\n" +
+	"\n" +
+	"fair_share\x18\x06 \x01(\x01R\tfairShare\"\xb8\x01\n" +
 	"\bConsumer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x17\n" +
@@ -685,7 +798,7 @@ func file_switchyard_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_cluster_proto_rawDescData
 }
 
-var file_switchyard_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchyard_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_switchyard_v1_cluster_proto_goTypes = []any{
 	(*ListNodesRequest)(nil),   // 0: switchyard.v1.ListNodesRequest
 	(*ListNodesResponse)(nil),  // 1: switchyard.v1.ListNodesResponse
@@ -695,24 +808,26 @@ var file_switchyard_v1_cluster_proto_goTypes = []any{
 	(*GetQueueRequest)(nil),    // 5: switchyard.v1.GetQueueRequest
 	(*Queue)(nil),              // 6: switchyard.v1.Queue
 	(*LocalQueue)(nil),         // 7: switchyard.v1.LocalQueue
-	(*Consumer)(nil),           // 8: switchyard.v1.Consumer
+	(*SubjectShare)(nil),       // 8: switchyard.v1.SubjectShare
+	(*Consumer)(nil),           // 9: switchyard.v1.Consumer
 }
 var file_switchyard_v1_cluster_proto_depIdxs = []int32{
 	2, // 0: switchyard.v1.ListNodesResponse.nodes:type_name -> switchyard.v1.Node
 	6, // 1: switchyard.v1.ListQueuesResponse.queues:type_name -> switchyard.v1.Queue
 	7, // 2: switchyard.v1.Queue.local:type_name -> switchyard.v1.LocalQueue
-	8, // 3: switchyard.v1.Queue.consumers:type_name -> switchyard.v1.Consumer
-	0, // 4: switchyard.v1.ClusterService.ListNodes:input_type -> switchyard.v1.ListNodesRequest
-	3, // 5: switchyard.v1.ClusterService.ListQueues:input_type -> switchyard.v1.ListQueuesRequest
-	5, // 6: switchyard.v1.ClusterService.GetQueue:input_type -> switchyard.v1.GetQueueRequest
-	1, // 7: switchyard.v1.ClusterService.ListNodes:output_type -> switchyard.v1.ListNodesResponse
-	4, // 8: switchyard.v1.ClusterService.ListQueues:output_type -> switchyard.v1.ListQueuesResponse
-	6, // 9: switchyard.v1.ClusterService.GetQueue:output_type -> switchyard.v1.Queue
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 3: switchyard.v1.Queue.consumers:type_name -> switchyard.v1.Consumer
+	8, // 4: switchyard.v1.LocalQueue.subjects:type_name -> switchyard.v1.SubjectShare
+	0, // 5: switchyard.v1.ClusterService.ListNodes:input_type -> switchyard.v1.ListNodesRequest
+	3, // 6: switchyard.v1.ClusterService.ListQueues:input_type -> switchyard.v1.ListQueuesRequest
+	5, // 7: switchyard.v1.ClusterService.GetQueue:input_type -> switchyard.v1.GetQueueRequest
+	1, // 8: switchyard.v1.ClusterService.ListNodes:output_type -> switchyard.v1.ListNodesResponse
+	4, // 9: switchyard.v1.ClusterService.ListQueues:output_type -> switchyard.v1.ListQueuesResponse
+	6, // 10: switchyard.v1.ClusterService.GetQueue:output_type -> switchyard.v1.Queue
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_cluster_proto_init() }
@@ -722,14 +837,14 @@ func file_switchyard_v1_cluster_proto_init() {
 	}
 	file_switchyard_v1_cluster_proto_msgTypes[2].OneofWrappers = []any{}
 	file_switchyard_v1_cluster_proto_msgTypes[6].OneofWrappers = []any{}
-	file_switchyard_v1_cluster_proto_msgTypes[8].OneofWrappers = []any{}
+	file_switchyard_v1_cluster_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_cluster_proto_rawDesc), len(file_switchyard_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

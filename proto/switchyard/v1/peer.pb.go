@@ -1052,8 +1052,20 @@ type PeerDelivery struct {
 	// span on the dispatcher): the receiver's spans of the job are its
 	// children. Empty: no trace (a sender that carries none). (Numbers from
 	// 30 on: the job's trace context.)
-	Traceparent   string `protobuf:"bytes,30,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string `protobuf:"bytes,31,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Traceparent string `protobuf:"bytes,30,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,31,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// subject and weight are the submitter's API key subject (empty: the
+	// anonymous caller) and its fair-share weight (0: 1), from its key on
+	// the ingress node; priority and affinity_key are the envelope's. The
+	// dispatcher orders the queue by subject, weight and priority, and
+	// sends a job with an affinity key to its key's consumer
+	// (docs/scheduling.md). A sender that carries none: one anonymous
+	// subject, default priority, no affinity. (Numbers from 40 on: the job's
+	// scheduling.)
+	Subject       string `protobuf:"bytes,40,opt,name=subject,proto3" json:"subject,omitempty"`
+	Weight        uint32 `protobuf:"varint,41,opt,name=weight,proto3" json:"weight,omitempty"`
+	Priority      int32  `protobuf:"zigzag32,42,opt,name=priority,proto3" json:"priority,omitempty"`
+	AffinityKey   string `protobuf:"bytes,43,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1222,34 @@ func (x *PeerDelivery) GetTraceparent() string {
 func (x *PeerDelivery) GetTracestate() string {
 	if x != nil {
 		return x.Tracestate
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PeerDelivery) GetAffinityKey() string {
+	if x != nil {
+		return x.AffinityKey
 	}
 	return ""
 }
@@ -2341,7 +2381,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\x98\x05\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\x89\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2365,7 +2405,11 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\vtraceparent\x18\x1e \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\x1f \x01(\tR\n" +
-	"tracestate\x1a?\n" +
+	"tracestate\x12\x18\n" +
+	"\asubject\x18( \x01(\tR\asubject\x12\x16\n" +
+	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
+	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
+	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +

@@ -653,8 +653,15 @@ type Job struct {
 	// a worker's own spans of the job join the job's trace as its children.
 	// Always set: a job that came without a trace starts one at its ingress.
 	// (Numbers from 20 on: the job's trace context.)
-	Traceparent   string `protobuf:"bytes,20,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string `protobuf:"bytes,21,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Traceparent string `protobuf:"bytes,20,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,21,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// affinity_key is the envelope's affinity key (empty: none): the jobs
+	// with one key come to the same worker while it lives and has room, so
+	// a worker may keep a cache or a session's state under it. priority is
+	// the envelope's, -5 to 5 (0: the default); the node already ordered
+	// the job by it. (Numbers from 40 on: the job's scheduling.)
+	AffinityKey   string `protobuf:"bytes,40,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
+	Priority      int32  `protobuf:"zigzag32,41,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +771,20 @@ func (x *Job) GetTracestate() string {
 		return x.Tracestate
 	}
 	return ""
+}
+
+func (x *Job) GetAffinityKey() string {
+	if x != nil {
+		return x.AffinityKey
+	}
+	return ""
+}
+
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // OutputCredit is how much output a job may have sent in all, counted
@@ -1300,7 +1321,7 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xeb\x02\n" +
+	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\"\xaa\x03\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -1316,7 +1337,9 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\vtraceparent\x18\x14 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\x15 \x01(\tR\n" +
-	"tracestate\"s\n" +
+	"tracestate\x12!\n" +
+	"\faffinity_key\x18( \x01(\tR\vaffinityKey\x12\x1a\n" +
+	"\bpriority\x18) \x01(\x11R\bpriority\"s\n" +
 	"\fOutputCredit\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
