@@ -14,15 +14,16 @@ import (
 	"github.com/switchyard/switchyard/worker"
 )
 
-// A node restarted inside its lease, under load (docs/cluster.md,
-// "Incarnations"). kb dispatches queue inc and hosts worker wb; kc hosts
-// wc; clients post to ka in a closed loop, so kb's lanes and its peers'
-// lanes to it always hold jobs in flight. kb is killed with SIGKILL and
-// started again at once under the same name, data directory and addresses,
-// several times: the new process revokes the old lease and comes back
+// Nodes restarted inside their lease, under load (docs/cluster.md,
+// "Incarnations"). kb and kc each host a worker (wb, wc) and one of them
+// dispatches queue inc; clients post to ka (which holds the embedded etcd)
+// in a closed loop, so the lanes to kb and kc always hold forwards and
+// deliveries in flight. kc, then kb, then kc, then kb is killed with
+// SIGKILL and started again at once under the same name, data directory
+// and addresses: the new process revokes the old lease and comes back
 // under a new incarnation while peers may still hold forwards and
-// deliveries for the old one (a lane resending what its dropped stream held
-// unacked). Those are dropped (switchyard_peer_stale_incarnation_total),
+// deliveries for the old one (a lane resending what its dropped stream
+// held unacked). Those are dropped (switchyard_peer_stale_incarnation_total),
 // never taken as new. Expected, by the workers' own run records: no
 // (job, generation) starts twice, no run starts while another of its job
 // runs, no job runs again after its requester saw output; every stream
@@ -34,33 +35,38 @@ func TestRestartInsideLeaseRunsNothingTwice(t *testing.T) {
 	bin := buildSwitchyard(t)
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
-	const lease = 6 * time.Second // the restart comes well inside it
+	const lease = 6 * time.Second // every restart comes well inside it
 	leaseArg := []string{"--lease-ttl", lease.String()}
 	a := startProcNode(t, bin, "ka", append([]string{"--etcd-client-addr", etcdAddr}, leaseArg...)...)
-	// kb keeps its addresses across restarts: its worker dials it again,
-	// and peers' connections to its peer address reach the new process.
-	b := startProcNode(t, bin, "kb", append([]string{"--etcd-endpoints", "https://" + etcdAddr,
-		"--http-addr", freeAddr(t), "--grpc-addr", freeAddr(t), "--peer-addr", freeAddr(t)}, leaseArg...)...)
-	c := startProcNode(t, bin, "kc", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, leaseArg...)...)
+	// kb and kc keep their addresses across restarts: their workers dial
+	// them again, and peers' connections to their peer addresses reach
+	// the new process.
+	fixed := func() []string {
+		return append([]string{"--etcd-endpoints", "https://" + etcdAddr,
+			"--http-addr", freeAddr(t), "--grpc-addr", freeAddr(t), "--peer-addr", freeAddr(t)}, leaseArg...)
+	}
+	b := startProcNode(t, bin, "kb", fixed()...)
+	c := startProcNode(t, bin, "kc", fixed()...)
 	const queue = "inc"
 	runs := &runLog{}
 	plan := runPlan{think: 150 * time.Millisecond, outputs: 3, every: 50 * time.Millisecond}
-	startProcWorker(t, b, worker.Config{Name: "wb", Queue: queue, Concurrency: 6, MaxBackoff: 200 * time.Millisecond}, runs.handler("wb", plan))
-	waitQueueView(t, a, queue, "kb dispatches with wb", func(q killQueueView) bool {
-		return q.Dispatcher == "kb" && q.hasConsumers("wb")
-	})
 	startProcWorker(t, c, worker.Config{Name: "wc", Queue: queue, Concurrency: 6, MaxBackoff: 200 * time.Millisecond}, runs.handler("wc", plan))
+	waitQueueView(t, a, queue, "kc dispatches with wc", func(q killQueueView) bool {
+		return q.Dispatcher == "kc" && q.hasConsumers("wc")
+	})
+	startProcWorker(t, b, worker.Config{Name: "wb", Queue: queue, Concurrency: 6, MaxBackoff: 200 * time.Millisecond}, runs.handler("wb", plan))
 	waitQueueView(t, a, queue, "wb and wc registered", func(q killQueueView) bool { return q.hasConsumers("wb", "wc") })
 
 	load := startIncLoad(a, queue, 24)
 	t.Cleanup(load.close)
 	time.Sleep(2 * time.Second)
-	const restarts = 3
-	for i := range restarts {
-		at := b.restart(t)
-		b.awaitServing(t, 30*time.Second)
-		t.Logf("restart %d: kb serving again %v after its SIGKILL", i+1, time.Since(at).Round(time.Millisecond))
-		waitQueueView(t, a, queue, "wb registered again", func(q killQueueView) bool { return q.hasConsumers("wb", "wc") })
+	for i, n := range []*procNode{c, b, c, b} {
+		var before killQueueView
+		_ = procGetJSON(a, "/v1/queues/"+queue, &before)
+		at := n.restart(t)
+		n.awaitServing(t, 30*time.Second)
+		t.Logf("restart %d: %s (dispatcher before: %s) serving again %v after its SIGKILL", i+1, n.name, before.Dispatcher, time.Since(at).Round(time.Millisecond))
+		waitQueueView(t, a, queue, "wb and wc registered again", func(q killQueueView) bool { return q.hasConsumers("wb", "wc") })
 		time.Sleep(3 * time.Second)
 	}
 	streams, refused := load.stop()
