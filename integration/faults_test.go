@@ -78,6 +78,13 @@ type faultCase struct {
 	// incarnation: the faulted node comes back under the same name before
 	// its lease ends; its new process serving proves the old one dead.
 	incarnation bool
+	// clients is the size of the closed loop (0: faultClients). More than
+	// the slots of the two worker hosts makes a saturating load: jobs wait
+	// in the queue all the time, and more so once a host is gone.
+	clients int
+	// migrate: a job that opted into "on_worker_lost": "restart" streams
+	// from the target's worker when the fault hits (faults_migrate_test.go).
+	migrate bool
 	// leaderLost: the faulted node is the etcd leader and its members lose
 	// it: the survivors elect a new leader, and etcd's new leader extends
 	// every lease on promotion (lessor.Promote), the faulted node's with
@@ -114,8 +121,17 @@ var faultCases = []faultCase{
 		silent: true, returns: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
 	},
 	{
+		name: "pause-worker-host", what: "SIGSTOP of the worker host that does not dispatch, for 1.5 lease TTLs, under a saturating load (20 clients for 16 slots: jobs wait in the queue all along), then SIGCONT (the etcd leader is a)",
+		silent: true, returns: true, clients: 20, target: (*faultRun).otherHost, prepare: leaderOn("a"), inject: (*faultRun).pause,
+	},
+	{
 		name: "restart-worker-host", what: "SIGKILL of the worker host that does not dispatch, and at once a new process under the same name, data directory and addresses, inside its lease (the etcd leader is a)",
 		silent: true, returns: true, incarnation: true, target: (*faultRun).otherHost, prepare: leaderOn("a"), inject: (*faultRun).restart,
+	},
+	{
+		name: "migrate-kill-worker-host", what: "SIGKILL of the worker host that does not dispatch while a job posted with \"on_worker_lost\": \"restart\" streams from it (the etcd leader is a)",
+		silent: true, migrate: true, target: (*faultRun).otherHost, prepare: func(fx *faultRun) { leaderOn("a")(fx); fx.requireRestartField() },
+		inject: (*faultRun).killUnderMigratingJob,
 	},
 	{
 		name: "etcd-one", what: "loss of one etcd member, the leader (moved there first): the etcd link of the worker host that does not dispatch cut for 1.5 lease TTLs (its peer link stays up), then healed",
@@ -238,7 +254,7 @@ func runCase(t *testing.T, name, bin string, c faultCase) caseResult {
 }
 
 func suiteSettings() string {
-	return fmt.Sprintf("%s; %d clients, each job %v of thought then %d outputs %v apart (%v), ttl %v; %d slots per worker host; faults held %v; timing slack %v",
+	return fmt.Sprintf("%s; %d clients (unless a case says otherwise), each job %v of thought then %d outputs %v apart (%v), ttl %v; %d slots per worker host; faults held %v; timing slack %v",
 		suiteTiming, faultClients, jobThink, jobOutputs, jobEvery, jobRunTime, jobTTL, workerSlots, faultHold, faultSlack)
 }
 
@@ -248,19 +264,26 @@ func runFault(t *testing.T, bin string, c faultCase) []string {
 		t.Skipf("%s needs network namespaces: %s (root and iproute2 are needed; CI has both)", c.name, why)
 	}
 	fnet := newFaultNet(t, []string{"a", "b", "c"})
-	fx := &faultRun{t: t, c: c, timing: suiteTiming, net: fnet, runs: &runLog{}, workerNode: map[string]string{}}
+	fx := &faultRun{t: t, c: c, timing: suiteTiming, net: fnet, runs: &runLog{}, workerNode: map[string]string{}, clients: c.clients}
+	if fx.clients == 0 {
+		fx.clients = faultClients
+	}
 	fx.cl = startFaultCluster(t, bin, fnet, suiteTiming)
 	fx.startWorkers()
 	if c.prepare != nil {
 		c.prepare(fx)
 	}
 	fx.obs = startObserver(t, fx.cl, "a", "b", "c")
-	fx.load = startLoad(t, []*procNode{fx.cl.nodes["a"], fx.cl.nodes["b"]}, faultQueue, faultClients, jobRunTime/faultClients, jobTTL)
+	fx.load = startLoad(t, []*procNode{fx.cl.nodes["a"], fx.cl.nodes["b"]}, faultQueue, fx.clients, jobRunTime/time.Duration(fx.clients), jobTTL)
 	fx.warmUp()
 	c.inject(fx)
 	fx.observe()
 	fx.load.stop()
 	fx.load.drain(jobTTL + 5*time.Second)
+	if fx.mig != nil {
+		fx.mig.g.stop()
+		fx.mig.g.drain(jobTTL + 5*time.Second)
+	}
 	fx.settleRuns()
 	l := newLedger(fx)
 	t.Log(l.String())
