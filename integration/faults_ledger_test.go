@@ -52,7 +52,7 @@ type ledger struct {
 	// migrated is the migrate case's job that opted into restarts, judged
 	// (faults_migrate_test.go).
 	migrated migrationVerdict
-	back                                 map[string]measure
+	back     map[string]measure
 	// backOnline and backWork are back's two parts, from the recovery.
 	backOnline, backWork map[string]time.Duration
 }
