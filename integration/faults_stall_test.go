@@ -70,7 +70,7 @@ func (l *ledger) measureStall() {
 	toRun := func(r jobRun) stall.Run { return stall.Run{Worker: r.worker, Start: r.start, End: r.end} }
 	var jobs []stall.Job
 	for _, j := range l.jobs {
-		sj := stall.Job{Posted: j.submitAt, Ended: j.endAt}
+		sj := stall.Job{ID: j.id, Posted: j.submitAt, Ended: j.endAt}
 		for _, r := range l.byJob[j.id] {
 			if j.id != "" {
 				sj.Runs = append(sj.Runs, toRun(r))
@@ -112,8 +112,8 @@ func (l *ledger) stallLine() string {
 		longest = fmt.Sprintf("%v (from %s: %d new jobs waiting, %d live slots free)", s.Longest.Round(time.Millisecond),
 			fmtOffset(s.LongestFrom.Sub(fx.faultAt)), s.LongestWaiting, s.LongestFree)
 	}
-	return fmt.Sprintf("stall, fault → %s (live workers: %s): first start of a new job on a live worker %s; longest stall %s; longest wait of new jobs with no start on a live worker, slots busy or not, %v",
-		fmtOffset(fx.stallEnd().Sub(fx.faultAt)), l.liveWorkers(), first, longest, s.LongestGap.Round(time.Millisecond))
+	return fmt.Sprintf("stall, fault → %s (live workers: %s): first start of a new job on a live worker %s; longest stall %s; longest wait of new jobs with no start on a live worker, slots busy or not, %v; the new job that waited longest for its first run %v (%s)",
+		fmtOffset(fx.stallEnd().Sub(fx.faultAt)), l.liveWorkers(), first, longest, s.LongestGap.Round(time.Millisecond), s.LongestWait.Round(time.Millisecond), s.LongestWaitID)
 }
 
 // liveWorkers names the workers the stall counts as live, and when.

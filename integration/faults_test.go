@@ -225,12 +225,15 @@ func TestFaultsSoak(t *testing.T) {
 
 // caseResult is how one run of a case went.
 type caseResult struct {
-	ok, skipped bool
-	failed      []string // the targets it missed
+	// ran: the subtest ran (-run may leave it out).
+	ran, ok, skipped bool
+	failed           []string // the targets it missed
 }
 
 func (r caseResult) String() string {
 	switch {
+	case !r.ran:
+		return "not run (-run)"
 	case r.skipped:
 		return "skipped (see its log)"
 	case r.ok && len(r.failed) > 0:
@@ -247,6 +250,7 @@ func (r caseResult) String() string {
 func runCase(t *testing.T, name, bin string, c faultCase) caseResult {
 	var r caseResult
 	r.ok = t.Run(name, func(t *testing.T) {
+		r.ran = true
 		defer func() { r.skipped = t.Skipped() }()
 		r.failed = runFault(t, bin, c)
 	})

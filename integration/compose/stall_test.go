@@ -137,7 +137,7 @@ func (l *ledger) stall(from, to time.Time, kind string, hosts map[string]string,
 		if j.kind != kind {
 			continue
 		}
-		sj := stall.Job{Posted: j.submitAt, Ended: j.endAt}
+		sj := stall.Job{ID: j.id, Posted: j.submitAt, Ended: j.endAt}
 		if j.id != "" {
 			for _, r := range l.runs[j.id] {
 				sj.Runs = append(sj.Runs, toRun(r))
@@ -170,8 +170,8 @@ func stallLine(r stall.Result) string {
 	if r.FirstStart >= 0 {
 		first = fmt.Sprintf("%v (on %s)", r.FirstStart.Round(time.Millisecond), r.FirstWorker)
 	}
-	return fmt.Sprintf("stall over the hold: first start of a new job on a live worker %s; longest stall %v (%d new jobs waiting, %d live slots free); longest wait of new jobs with no start, slots busy or not, %v",
-		first, r.Longest.Round(time.Millisecond), r.LongestWaiting, r.LongestFree, r.LongestGap.Round(time.Millisecond))
+	return fmt.Sprintf("stall over the hold: first start of a new job on a live worker %s; longest stall %v (%d new jobs waiting, %d live slots free); longest wait of new jobs with no start, slots busy or not, %v; the new job that waited longest for its first run %v (%s)",
+		first, r.Longest.Round(time.Millisecond), r.LongestWaiting, r.LongestFree, r.LongestGap.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), r.LongestWaitID)
 }
 
 // issue24 logs the longest stall against issue 24's target, which these

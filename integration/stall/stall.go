@@ -13,6 +13,8 @@ import (
 
 // Job is one requester's job as its client saw it, with its runs.
 type Job struct {
+	// ID names it in Result (the job id, or what the caller likes).
+	ID string
 	// Posted is when its POST was sent.
 	Posted time.Time
 	// Ended is when its stream ended (terminal event, refusal, transport
@@ -67,6 +69,13 @@ type Result struct {
 	LongestGap time.Duration
 	// Waited: some job posted in the window waited at all.
 	Waited bool
+	// LongestWait is the longest time a job posted in the window waited
+	// for its first run (on any worker), or for its stream to end without
+	// one, or, open and never run, until the window's end; LongestWaitID
+	// is that job. Other jobs may have started meanwhile: it shows a job
+	// held where new work should not be, which a stall may not.
+	LongestWait   time.Duration
+	LongestWaitID string
 }
 
 // Measure sweeps [from, to): jobs are the requesters' jobs (those posted
@@ -96,6 +105,17 @@ func Measure(from, to time.Time, jobs []Job, runs []Run, workers []Worker) Resul
 		}
 	}
 	for _, j := range fresh {
+		end := firstStart(j)
+		switch {
+		case !end.IsZero():
+		case !j.Ended.IsZero():
+			end = j.Ended
+		default:
+			end = to
+		}
+		if d := end.Sub(j.Posted); d > r.LongestWait {
+			r.LongestWait, r.LongestWaitID = d, j.ID
+		}
 		for _, run := range j.Runs {
 			if liveStart(run) && (r.FirstStart < 0 || run.Start.Sub(from) < r.FirstStart) {
 				r.FirstStart, r.FirstWorker = run.Start.Sub(from), run.Worker

@@ -34,6 +34,7 @@ func TestMeasure(t *testing.T) {
 		first, longest, gap       time.Duration
 		firstWorker               string
 		longestWaiting, freeSlots int
+		wait                      time.Duration
 	}{
 		{
 			name:  "nothing posted",
@@ -45,6 +46,7 @@ func TestMeasure(t *testing.T) {
 			jobs:  []stall.Job{job(100, 2000, run("c", 400, 1900))},
 			first: 400 * time.Millisecond, firstWorker: "c",
 			longest: 300 * time.Millisecond, gap: 300 * time.Millisecond, longestWaiting: 1, freeSlots: 2,
+			wait: 300 * time.Millisecond,
 		},
 		{
 			// c's two slots are busy until 1000 with older jobs: waiting
@@ -58,6 +60,7 @@ func TestMeasure(t *testing.T) {
 			runs:  []stall.Run{run("c", -2000, 1000), run("c", -1500, 1500)},
 			first: 1050 * time.Millisecond, firstWorker: "c",
 			longest: 50 * time.Millisecond, gap: 850 * time.Millisecond, longestWaiting: 1, freeSlots: 1,
+			wait: 850 * time.Millisecond,
 		},
 		{
 			// A start on c of anything breaks a stall; the job posted
@@ -71,6 +74,7 @@ func TestMeasure(t *testing.T) {
 			first: 900 * time.Millisecond, firstWorker: "c",
 			// 100..900 (800ms), then 900..2900 with one slot free (2s).
 			longest: 2 * time.Second, gap: 2 * time.Second, longestWaiting: 1, freeSlots: 1,
+			wait: 2700 * time.Millisecond,
 		},
 		{
 			// A run started on b (down) neither counts as a start nor
@@ -79,12 +83,14 @@ func TestMeasure(t *testing.T) {
 			jobs:  []stall.Job{job(100, -1, run("b", 500, -1)), job(100, -1, run("c", 3000, -1))},
 			first: 3 * time.Second, firstWorker: "c",
 			longest: 2900 * time.Millisecond, gap: 2900 * time.Millisecond, longestWaiting: 2, freeSlots: 2,
+			wait: 2900 * time.Millisecond,
 		},
 		{
 			name:    "open at the end of the window",
 			jobs:    []stall.Job{job(1000, -1)},
 			first:   -1,
 			longest: 4 * time.Second, gap: 4 * time.Second, longestWaiting: 1, freeSlots: 2,
+			wait: 4 * time.Second,
 		},
 	}
 	for _, tt := range tests {
@@ -103,6 +109,9 @@ func TestMeasure(t *testing.T) {
 			}
 			if got.Longest != tt.longest || got.LongestGap != tt.gap {
 				t.Errorf("longest stall = %v, gap = %v; want %v, %v", got.Longest, got.LongestGap, tt.longest, tt.gap)
+			}
+			if got.LongestWait != tt.wait {
+				t.Errorf("longest wait = %v, want %v", got.LongestWait, tt.wait)
 			}
 			if tt.longest > 0 && (got.LongestWaiting != tt.longestWaiting || got.LongestFree != tt.freeSlots) {
 				t.Errorf("longest stall with %d waiting, %d free; want %d, %d", got.LongestWaiting, got.LongestFree, tt.longestWaiting, tt.freeSlots)
