@@ -45,10 +45,10 @@ type ledger struct {
 	orphanRuns, orphansCompleted int
 
 	lostOut, orphans, redeliver, newDone measure
-	// stall is issue 24's measure (faults_stall_test.go); stallFirst and
-	// stallLongest its two figures as measures.
-	stall                    stall.Result
-	stallFirst, stallLongest measure
+	// stall is issue 24's measure (faults_stall_test.go); stallLongest
+	// its longest stall as a measure.
+	stall        stall.Result
+	stallLongest measure
 	// migrated is the migrate case's job that opted into restarts, judged
 	// (faults_migrate_test.go).
 	migrated migrationVerdict

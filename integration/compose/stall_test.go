@@ -170,8 +170,9 @@ func stallLine(r stall.Result) string {
 	if r.FirstStart >= 0 {
 		first = fmt.Sprintf("%v (on %s)", r.FirstStart.Round(time.Millisecond), r.FirstWorker)
 	}
-	return fmt.Sprintf("stall over the hold: first start of a new job on a live worker %s; longest stall %v (%d new jobs waiting, %d live slots free); longest wait of new jobs with no start, slots busy or not, %v; the new job that waited longest for its first run %v (%s)",
-		first, r.Longest.Round(time.Millisecond), r.LongestWaiting, r.LongestFree, r.LongestGap.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), r.LongestWaitID)
+	return fmt.Sprintf("stall over the hold: first start of a new job on a live worker %s; longest stall %v (%d new jobs waiting, %d live slots free); longest wait of new jobs with no start, slots busy or not, %v; the new job that waited longest for its first run %v (%s); the longest a new job waited after a later one had started on a live worker %v (%s)",
+		first, r.Longest.Round(time.Millisecond), r.LongestWaiting, r.LongestFree, r.LongestGap.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), r.LongestWaitID,
+		r.Overtaken.Round(time.Millisecond), r.OvertakenID)
 }
 
 // issue24 logs the longest stall against issue 24's target, which these

@@ -76,6 +76,14 @@ type Result struct {
 	// held where new work should not be, which a stall may not.
 	LongestWait   time.Duration
 	LongestWaitID string
+	// Overtaken is the longest time a job posted in the window went on
+	// waiting after a job posted later than it had started on a live
+	// worker; OvertakenID is that job. A queue that serves in order
+	// overtakes nobody (in one subject, at one priority): a job overtaken
+	// for long was held outside the live queue — at a silent dispatcher,
+	// or offered to a silent host.
+	Overtaken   time.Duration
+	OvertakenID string
 }
 
 // Measure sweeps [from, to): jobs are the requesters' jobs (those posted
@@ -115,6 +123,20 @@ func Measure(from, to time.Time, jobs []Job, runs []Run, workers []Worker) Resul
 		}
 		if d := end.Sub(j.Posted); d > r.LongestWait {
 			r.LongestWait, r.LongestWaitID = d, j.ID
+		}
+		var passed time.Time
+		for _, k := range fresh {
+			if !k.Posted.After(j.Posted) {
+				continue
+			}
+			for _, run := range k.Runs {
+				if liveStart(run) && run.Start.Before(end) && (passed.IsZero() || run.Start.Before(passed)) {
+					passed = run.Start
+				}
+			}
+		}
+		if !passed.IsZero() && end.Sub(passed) > r.Overtaken {
+			r.Overtaken, r.OvertakenID = end.Sub(passed), j.ID
 		}
 		for _, run := range j.Runs {
 			if liveStart(run) && (r.FirstStart < 0 || run.Start.Sub(from) < r.FirstStart) {

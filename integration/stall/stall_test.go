@@ -34,7 +34,7 @@ func TestMeasure(t *testing.T) {
 		first, longest, gap       time.Duration
 		firstWorker               string
 		longestWaiting, freeSlots int
-		wait                      time.Duration
+		wait, overtaken           time.Duration
 	}{
 		{
 			name:  "nothing posted",
@@ -86,6 +86,16 @@ func TestMeasure(t *testing.T) {
 			wait: 2900 * time.Millisecond,
 		},
 		{
+			// Posted at 100, held elsewhere; the job posted at 300 starts
+			// on c at 600, the held one only at 2600: overtaken for 2s.
+			name:  "a job overtaken by a later one",
+			jobs:  []stall.Job{job(100, -1, run("c", 2600, -1)), job(300, -1, run("c", 600, 1000))},
+			first: 600 * time.Millisecond, firstWorker: "c",
+			// From 600 the held job waits with a slot free: a stall too.
+			longest: 2 * time.Second, gap: 2 * time.Second, longestWaiting: 1, freeSlots: 1,
+			wait: 2500 * time.Millisecond, overtaken: 2 * time.Second,
+		},
+		{
 			name:    "open at the end of the window",
 			jobs:    []stall.Job{job(1000, -1)},
 			first:   -1,
@@ -110,8 +120,8 @@ func TestMeasure(t *testing.T) {
 			if got.Longest != tt.longest || got.LongestGap != tt.gap {
 				t.Errorf("longest stall = %v, gap = %v; want %v, %v", got.Longest, got.LongestGap, tt.longest, tt.gap)
 			}
-			if got.LongestWait != tt.wait {
-				t.Errorf("longest wait = %v, want %v", got.LongestWait, tt.wait)
+			if got.LongestWait != tt.wait || got.Overtaken != tt.overtaken {
+				t.Errorf("longest wait = %v, overtaken %v; want %v, %v", got.LongestWait, got.Overtaken, tt.wait, tt.overtaken)
 			}
 			if tt.longest > 0 && (got.LongestWaiting != tt.longestWaiting || got.LongestFree != tt.freeSlots) {
 				t.Errorf("longest stall with %d waiting, %d free; want %d, %d", got.LongestWaiting, got.LongestFree, tt.longestWaiting, tt.freeSlots)
