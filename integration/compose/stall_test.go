@@ -100,12 +100,33 @@ func testStall(t *testing.T, sc stallCase) {
 	led.mustComplete(t, "small jobs in flight with output on the worker whose host lived", func(j loadJob, rs []jobRun) bool {
 		return j.outputBy(at) && lastWorker(rs) != faulted && lastWorker(rs) != ""
 	})
+	// Issue 24 (and 12): nothing is refused, and no job fails, while a
+	// capable worker lives — one small worker lives throughout. A job that
+	// ended worker_lost after output from the faulted node's worker is the
+	// right end; any other refusal or error of a job posted after the
+	// fault is not.
+	var turnedAway []string
+	for _, j := range led.jobs {
+		if j.submitAt.Before(at) {
+			continue
+		}
+		switch {
+		case j.status != 0 && j.status != 200:
+			turnedAway = append(turnedAway, fmt.Sprintf("%s refused %d %s", j.ingress, j.status, j.refusal))
+		case j.terminal == "error" && !(j.code == "worker_lost" && j.outputBy(j.endAt) && lastWorker(led.runs[j.id]) == faulted):
+			turnedAway = append(turnedAway, fmt.Sprintf("%s failed %s: %s", j.id, j.code, j.detail))
+		}
+	}
+	led.note("jobs posted after the fault refused or failed while worker-%s lived (must be 0): %d", map[bool]string{true: "2", false: "1"}[sc.dispatcher], len(turnedAway))
 	led.check(t, func(j loadJob) time.Duration {
 		if j.outputBy(at) {
 			return leaseTTL + 2*peerHeartbeat + slack
 		}
 		return untilTTL(j, at)
 	})
+	if len(turnedAway) > 0 {
+		t.Errorf("%d jobs posted after the fault were refused or failed while a capable worker lived; the first: %s", len(turnedAway), turnedAway[0])
+	}
 	bound, why := 2*peerHeartbeat, "2 peer heartbeats: a worker host"
 	if sc.dispatcher {
 		bound, why = 4*peerHeartbeat, "4 peer heartbeats: the dispatcher's node"
