@@ -47,8 +47,8 @@ type ledger struct {
 	lostOut, orphans, redeliver, newDone measure
 	// stall is issue 24's measure (faults_stall_test.go); stallLongest
 	// its longest stall as a measure.
-	stall        stall.Result
-	stallLongest measure
+	stall                stall.Result
+	stallLongest, passed measure
 	// migrated is the migrate case's job that opted into restarts, judged
 	// (faults_migrate_test.go).
 	migrated migrationVerdict

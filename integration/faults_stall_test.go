@@ -82,7 +82,16 @@ func (l *ledger) measureStall() {
 	}
 	l.stall = stall.Measure(fx.faultAt, end, jobs, runs, fx.stallWorkers())
 	l.stallLongest.add(l.stall.Longest, nil)
+	l.passed.add(l.stall.Overtaken, nil)
 }
+
+// heldApplies: the cases whose fault hits the queue's dispatcher. A job
+// forwarded to it and not yet offered to any worker is the queue's, not a
+// host's: once another node has taken the queue over it must move, so no
+// new job may wait on there while later ones run. (After a worker host's
+// fault a job offered to that host before it was suspected may wait for
+// proof of its death, by the rules: there the figure is printed only.)
+func heldApplies(c faultCase) bool { return stallApplies(c) && c.dispatcher }
 
 // stallLine is the ledger's line of stall figures.
 func (l *ledger) stallLine() string {

@@ -106,6 +106,8 @@ var faultTargets = []faultTarget{
 	// new work within 2-4 heartbeats, which bounds its first completion
 	// too (plus a job's run); without a quorum there is no stall to
 	// measure, and the first completion after the heal is the target.
+	{"held", "new job held: waiting on after a later one started on a live worker (dispatcher faults)", heldApplies,
+		within(func(l *ledger) measure { return l.passed }, func(b faultBoundSet) faultBound { return b.stall })},
 	{"new-done", "heal → first completion of a job posted after it (no quorum)", func(c faultCase) bool { return c.noQuorum },
 		within(func(l *ledger) measure { return l.newDone }, func(b faultBoundSet) faultBound { return b.newDone })},
 	{"migrated", "the job that opted into restarts: one restart event, the new generation whole and in order, done, never run twice at once", func(c faultCase) bool { return c.migrate }, checkMigrated},
@@ -267,7 +269,7 @@ func fmtMeasure(m measure) string {
 }
 
 // timingTargets are the rows that measure how soon, not whether.
-var timingTargets = []string{"lost-output", "orphans", "redelivery", "new-done", "back", "stall", "restart-at"}
+var timingTargets = []string{"lost-output", "orphans", "redelivery", "new-done", "back", "stall", "held", "restart-at"}
 
 // timingReported: with FAULTS_TIMING=report (what .ci/run sets), a missed
 // timing target is printed in the ledger but does not fail the run. CI's

@@ -82,6 +82,8 @@ type faultCase struct {
 	// the slots of the two worker hosts makes a saturating load: jobs wait
 	// in the queue all the time, and more so once a host is gone.
 	clients int
+	// dispatcher: the target is the queue's dispatcher (its node).
+	dispatcher bool
 	// migrate: a job that opted into "on_worker_lost": "restart" streams
 	// from the target's worker when the fault hits (faults_migrate_test.go).
 	migrate bool
@@ -110,7 +112,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "kill-dispatcher", what: "SIGKILL of the queue's dispatcher (from GET /v1/queues), also a worker host (the etcd leader is a)",
-		silent: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).kill,
+		silent: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).kill,
 	},
 	{
 		name: "kill-ingress", what: "SIGKILL of the ingress a; its clients fail over to b (the etcd leader is b)",
@@ -118,7 +120,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "pause-dispatcher", what: "SIGSTOP of the dispatcher's node (a worker host) for 1.5 lease TTLs, then SIGCONT (the etcd leader is a)",
-		silent: true, returns: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
+		silent: true, returns: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
 	},
 	{
 		name: "pause-worker-host", what: "SIGSTOP of the worker host that does not dispatch, for 1.5 lease TTLs, under a saturating load (20 clients for 16 slots: jobs wait in the queue all along), then SIGCONT (the etcd leader is a)",
@@ -150,7 +152,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "partition-leader-dispatcher", what: "network partition of the node that is both the etcd leader (moved there first) and the queue's dispatcher (its cluster and etcd links down) for 1.5 lease TTLs, then healed",
-		netns: true, silent: true, returns: true, leaderLost: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
+		netns: true, silent: true, returns: true, leaderLost: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
 		inject: func(fx *faultRun) { fx.partition(linkCluster, linkEtcd) },
 	},
 }
