@@ -134,7 +134,10 @@ func (l *ledger) judgeMigration(m *migration) migrationVerdict {
 	rs := l.byJob[j.id]
 	v := migrationVerdict{id: j.id, sequence: l.eventSequence(j), runs: l.describeRuns(rs), elsewhere: m.elsewhere}
 	bad := func(format string, args ...any) { v.problems = append(v.problems, fmt.Sprintf(format, args...)) }
-	v.restartAt.limit = faultBounds(fx).lostOut.d + faultSlack
+	// A job is never restarted while its worker may still run it: not at
+	// the host's silence, only once its death is proven, as a job without
+	// output is redelivered (the same bound).
+	v.restartAt.limit = faultBounds(fx).redeliver.d + faultSlack
 	if j.status != 200 {
 		bad("refused: %d %s %s", j.status, j.refusal, j.postErr)
 		return v

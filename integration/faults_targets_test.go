@@ -112,7 +112,7 @@ var faultTargets = []faultTarget{
 		within(func(l *ledger) measure { return l.newDone }, func(b faultBoundSet) faultBound { return b.newDone })},
 	{"migrated", "the job that opted into restarts: one restart event, the new generation whole and in order, done, never run twice at once", func(c faultCase) bool { return c.migrate }, checkMigrated},
 	{"restart-at", "fault → the restart event of the job that opted into restarts", func(c faultCase) bool { return c.migrate },
-		within(func(l *ledger) measure { return l.migrated.restartAt }, func(b faultBoundSet) faultBound { return b.lostOut })},
+		within(func(l *ledger) measure { return l.migrated.restartAt }, func(b faultBoundSet) faultBound { return b.redeliver })},
 	{"back", "SIGCONT/heal/restart → faulted node online in another's view, ready, taking work", func(c faultCase) bool { return c.returns }, checkBack},
 }
 
