@@ -204,7 +204,12 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 		j.settled = true
 		e.finishLocked(j, ce.Code, "the queue's dispatcher refused the job: "+ce.Detail, nil)
 	case e.cluster.Gone(node):
-		e.releaseAtIngressLocked(j.ID, gen, "", false, "the dispatcher's node "+node+" is gone")
+		if j.host != "" && j.host != node {
+			// The job runs on a host that named itself: the dispatcher's
+			// death takes nothing from it (nodesGoneLocked judges the host).
+			return
+		}
+		e.releaseAtIngressLocked(j.ID, gen, "", false, lostProven, "the dispatcher's node "+node+" is gone")
 	case !time.Now().Before(j.deadline):
 		e.finishLocked(j, CodeExpired, "the job's TTL ran out before its dispatcher answered", nil)
 	default:
