@@ -221,6 +221,9 @@ func (j *Job) view(now time.Time) JobView {
 	}
 	if j.Env != nil {
 		v.OnWorkerLost = j.Env.OnWorkerLost
+		if v.OnWorkerLost == "" {
+			v.OnWorkerLost = LostFail
+		}
 	}
 	if j.state.Terminal() {
 		v.Outcome, _ = outcomeFor(j.code)
