@@ -60,7 +60,7 @@ type JobResponse struct {
 	Restarts    int64 `json:"restarts"`
 	MaxRestarts int64 `json:"max_restarts"`
 	// Attempts are the job's runs on workers, oldest first.
-	Attempts []JobAttempt `json:"attempts,omitempty"`
+	Attempts []JobAttempt `json:"attempts"`
 } // @name Job
 
 // JobAttempt is one run of a job on a worker, as its ingress saw it: from
@@ -97,6 +97,7 @@ func jobResponse(v core.JobView) JobResponse {
 	}
 	r.StreamGeneration, r.OnWorkerLost = v.StreamGeneration, string(v.OnWorkerLost)
 	r.Restarts, r.MaxRestarts = int64(v.Restarts), int64(v.MaxRestarts)
+	r.Attempts = []JobAttempt{}
 	for _, a := range v.Attempts {
 		ja := JobAttempt{
 			Attempt: a.Attempt, Gen: a.Gen, Consumer: a.Consumer, Worker: a.Worker, Node: a.Node,

@@ -1184,17 +1184,17 @@ type GapEvent struct {
 // Job defines model for Job.
 type Job struct {
 	// Attempts Attempts are the job's runs on workers, oldest first.
-	Attempts    *[]JobAttempt `json:"attempts,omitempty"`
-	Code        *string       `json:"code,omitempty"`
-	CreatedAt   string        `json:"created_at"`
-	Detail      *string       `json:"detail,omitempty"`
-	EndedAt     *string       `json:"ended_at,omitempty"`
-	Generation  int           `json:"generation"`
-	HandledBy   *string       `json:"handled_by,omitempty"`
-	JobId       string        `json:"job_id"`
-	LastSeq     int           `json:"last_seq"`
-	Links       JobLinks      `json:"links"`
-	MaxRestarts int           `json:"max_restarts"`
+	Attempts    []JobAttempt `json:"attempts"`
+	Code        *string      `json:"code,omitempty"`
+	CreatedAt   string       `json:"created_at"`
+	Detail      *string      `json:"detail,omitempty"`
+	EndedAt     *string      `json:"ended_at,omitempty"`
+	Generation  int          `json:"generation"`
+	HandledBy   *string      `json:"handled_by,omitempty"`
+	JobId       string       `json:"job_id"`
+	LastSeq     int          `json:"last_seq"`
+	Links       JobLinks     `json:"links"`
+	MaxRestarts int          `json:"max_restarts"`
 
 	// OnWorkerLost OnWorkerLost is the job's policy for a worker lost after output;
 	// absent once the job ended.

@@ -9326,14 +9326,12 @@ func (s *Job) Encode(e *jx.Encoder) {
 // encodeFields encodes fields.
 func (s *Job) encodeFields(e *jx.Encoder) {
 	{
-		if s.Attempts != nil {
-			e.FieldStart("attempts")
-			e.ArrStart()
-			for _, elem := range s.Attempts {
-				elem.Encode(e)
-			}
-			e.ArrEnd()
+		e.FieldStart("attempts")
+		e.ArrStart()
+		for _, elem := range s.Attempts {
+			elem.Encode(e)
 		}
+		e.ArrEnd()
 	}
 	{
 		if s.Code.Set {
@@ -9475,6 +9473,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
 		case "attempts":
+			requiredBitSet[0] |= 1 << 0
 			if err := func() error {
 				s.Attempts = make([]JobAttempt, 0)
 				if err := d.Arr(func(d *jx.Decoder) error {
@@ -9749,7 +9748,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [3]uint8{
-		0b10100100,
+		0b10100101,
 		0b11100111,
 		0b00111111,
 	} {

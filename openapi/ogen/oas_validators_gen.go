@@ -1549,6 +1549,17 @@ func (s *Job) Validate() error {
 
 	var failures []validate.FieldError
 	if err := func() error {
+		if s.Attempts == nil {
+			return errors.New("nil is invalid value")
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "attempts",
+			Error: err,
+		})
+	}
+	if err := func() error {
 		if value, ok := s.OnWorkerLost.Get(); ok {
 			if err := func() error {
 				if err := value.Validate(); err != nil {
