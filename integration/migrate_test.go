@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -155,5 +156,73 @@ func TestMigrateAfterHostKilled(t *testing.T) {
 	}
 	if v, err := procMetric(a, `switchyard_job_restarts_total{reason="node_gone"}`); err != nil || v != 1 {
 		t.Errorf("ka's switchyard_job_restarts_total{reason=node_gone} = %v (%v), want 1", v, err)
+	}
+}
+
+// A job that opted into restarts moves at once when its worker's session
+// ends (the worker process stops, its node lives): the host releases the
+// job with the session, which stopped the worker's handlers, so no proof
+// is waited for. wb's session on kb is ended by the worker itself; the
+// job completes on wc behind one restart event (reason worker_lost), and
+// the workers' records show wb's run ended before wc's began.
+func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs three node processes")
+	}
+	bin := buildSwitchyard(t)
+	a, b, c := startKillCluster(t, bin)
+	const queue = "migrate2"
+	runs := &runLog{}
+
+	ctx, stopWB := context.WithCancel(context.Background())
+	wbDone := make(chan struct{})
+	go func() {
+		defer close(wbDone)
+		_ = worker.Run(ctx, worker.Config{Server: b.grpc, Name: "wb", Queue: queue, Concurrency: 1, Capabilities: []string{"model=demo"}},
+			runs.streaming("wb", 400, 50*time.Millisecond, nil))
+	}()
+	t.Cleanup(func() { stopWB(); <-wbDone })
+	waitQueueView(t, a, queue, "kb dispatches with wb", func(q killQueueView) bool {
+		return q.Dispatcher == "kb" && q.hasConsumers("wb")
+	})
+	s := postEnvelopeTo(t, a, queue, `{"ttl_ms":120000,"input":"moves","on_worker_lost":"restart","max_restarts":1}`)
+	waitFor(t, 20*time.Second, "the job streaming from wb", func() bool { return s.count("output") >= 3 })
+	startProcWorker(t, c, worker.Config{Name: "wc", Queue: queue, Concurrency: 1}, runs.streaming("wc", 10, 50*time.Millisecond, nil))
+	waitQueueView(t, a, queue, "wc registered", func(q killQueueView) bool { return q.hasConsumers("wb", "wc") })
+
+	stoppedAt := time.Now()
+	stopWB()
+	<-wbDone
+	evs, err := s.wait(30 * time.Second)
+	if err != nil {
+		got, _ := s.snapshot()
+		t.Fatalf("stream: %v; events so far: %s", err, strings.Join(types(got), ","))
+	}
+	_, at := s.snapshot()
+	id := field[string](t, evs[0], "job_id")
+	var seq []string
+	restarts := 0
+	for i, ev := range evs {
+		seq = append(seq, fmt.Sprintf("%s(seq %d, gen %d, attempt %d)", ev.Type, field[uint64](t, ev, "seq"), field[uint64](t, ev, "gen"), field[uint64](t, ev, "attempt")))
+		if ev.Type == "restart" {
+			restarts++
+			if field[string](t, ev, "reason") != "worker_lost" || field[uint64](t, ev, "max_restarts") != 1 {
+				t.Errorf("restart event %s, want reason worker_lost, max_restarts 1", ev.Data)
+			}
+			t.Logf("worker stopped → restart event %v", at[i].Sub(stoppedAt).Round(time.Millisecond))
+		}
+	}
+	t.Logf("event sequence (%d events): %s", len(evs), strings.Join(seq, " "))
+	if restarts != 1 || evs[len(evs)-1].Type != "done" || types(evs)[len(evs)-11] != "restart" {
+		t.Errorf("want one restart, then wc's 10 outputs, then done")
+	}
+	rs := runs.byJob()[id]
+	for _, v := range runViolations(nil, rs) {
+		t.Errorf("job %s: %s", id, v)
+	}
+	if len(rs) != 2 || rs[0].worker != "wb" || rs[1].worker != "wc" || !rs[1].completed {
+		t.Errorf("runs %v, want wb's then wc's, completed", rs)
+	} else {
+		t.Logf("runs: %v ended stop+%v; %v started stop+%v", rs[0], rs[0].end.Sub(stoppedAt).Round(time.Millisecond), rs[1], rs[1].start.Sub(stoppedAt).Round(time.Millisecond))
 	}
 }
