@@ -1073,10 +1073,20 @@ type PeerDelivery struct {
 	// (docs/scheduling.md). A sender that carries none: one anonymous
 	// subject, default priority, no affinity. (Numbers from 40 on: the job's
 	// scheduling.)
-	Subject       string `protobuf:"bytes,40,opt,name=subject,proto3" json:"subject,omitempty"`
-	Weight        uint32 `protobuf:"varint,41,opt,name=weight,proto3" json:"weight,omitempty"`
-	Priority      int32  `protobuf:"zigzag32,42,opt,name=priority,proto3" json:"priority,omitempty"`
-	AffinityKey   string `protobuf:"bytes,43,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
+	Subject     string `protobuf:"bytes,40,opt,name=subject,proto3" json:"subject,omitempty"`
+	Weight      uint32 `protobuf:"varint,41,opt,name=weight,proto3" json:"weight,omitempty"`
+	Priority    int32  `protobuf:"zigzag32,42,opt,name=priority,proto3" json:"priority,omitempty"`
+	AffinityKey string `protobuf:"bytes,43,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
+	// incarnation is the incarnation of the node this job is sent to (the
+	// dispatcher of a forward, the consumer host of a deliver), as the
+	// sender's catalog view named it when the job was queued for that node;
+	// a resend keeps it. The receiver drops a job meant for an incarnation
+	// other than its own (that process was replaced, or came back from a
+	// fence, since: what it held was released) and counts it; a forward so
+	// dropped is answered NOT_FOUND. Empty: the sender's view had no record
+	// of the node; taken. (Numbers from 60 on: fencing by incarnation,
+	// docs/cluster.md, "Incarnations".)
+	Incarnation   string `protobuf:"bytes,60,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1261,6 +1271,13 @@ func (x *PeerDelivery) GetPriority() int32 {
 func (x *PeerDelivery) GetAffinityKey() string {
 	if x != nil {
 		return x.AffinityKey
+	}
+	return ""
+}
+
+func (x *PeerDelivery) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
 	}
 	return ""
 }
@@ -2393,7 +2410,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\x89\x06\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xab\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2421,7 +2438,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\asubject\x18( \x01(\tR\asubject\x12\x16\n" +
 	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
 	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
-	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x1a?\n" +
+	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x12 \n" +
+	"\vincarnation\x18< \x01(\tR\vincarnation\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
