@@ -213,7 +213,7 @@ func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
 		}
 	}
 	t.Logf("event sequence (%d events): %s", len(evs), strings.Join(seq, " "))
-	if restarts != 1 || evs[len(evs)-1].Type != "done" || types(evs)[len(evs)-11] != "restart" {
+	if restarts != 1 || evs[len(evs)-1].Type != "done" || types(evs)[len(evs)-12] != "restart" {
 		t.Errorf("want one restart, then wc's 10 outputs, then done")
 	}
 	rs := runs.byJob()[id]
