@@ -158,8 +158,11 @@ func (e *Engine) endOpenLocked() int {
 		}
 		d := b.t.d
 		w.releaseLocked(id, b)
+		// The worker is told to stop before the ingress hears: a job that
+		// restarts elsewhere (restart.go) must not still run here.
+		err := w.conn.SendCancel(id, d.Gen, CodeNodeShutdown)
 		e.releaseToIngressLocked(d, w.ID, false, "the node running the job shut down before it ended (drain timeout)")
-		if err := w.conn.SendCancel(id, d.Gen, CodeNodeShutdown); err != nil {
+		if err != nil {
 			e.dropLocked(w, err)
 		}
 		n++

@@ -42,6 +42,13 @@ type Envelope struct {
 	// first, with aging (fairqueue.go): MinPriority to MaxPriority, 0 by
 	// default.
 	Priority int
+	// OnWorkerLost is what happens to the job if its worker is lost after
+	// it produced output: LostFail (the default) ends it worker_lost,
+	// LostRestart runs it again (restart.go).
+	OnWorkerLost LostPolicy
+	// MaxRestarts, when set, lowers the node's restart ceiling for this
+	// job (0: never restarted); nil means the node's.
+	MaxRestarts *int
 }
 
 // wireEnvelope is the JSON form. Pointers tell "absent" from "zero".
@@ -63,6 +70,10 @@ type wireEnvelope struct {
 	// own codes (checkScheduling), a wrong type included.
 	AffinityKey json.RawMessage `json:"affinity_key"`
 	Priority    json.RawMessage `json:"priority"`
+	// OnWorkerLost and MaxRestarts are raw so that a wrong type is the
+	// field's own refusal (checkRestart).
+	OnWorkerLost json.RawMessage `json:"on_worker_lost"`
+	MaxRestarts  json.RawMessage `json:"max_restarts"`
 }
 
 // ParseEnvelope decodes and checks the shape of an envelope, under the
@@ -120,6 +131,9 @@ func checkEnvelope(w *wireEnvelope) (*Envelope, error) {
 		return nil, errorf(CodeInvalidField, "zone", "zone must be 1-128 of [A-Za-z0-9._-]")
 	}
 	if err := checkScheduling(w, env); err != nil {
+		return nil, err
+	}
+	if err := checkRestart(w, env); err != nil {
 		return nil, err
 	}
 	if l := w.Limits; l != nil {
@@ -203,6 +217,9 @@ type Limits struct {
 	MaxOutputBytes int64
 	// MaxGrace caps the disconnect grace window an envelope may ask for.
 	MaxGrace time.Duration
+	// MaxRestarts caps how many times a job that opted into restarts may
+	// run again after losing its worker (0: never).
+	MaxRestarts int
 }
 
 // DefaultLimits returns the limits a node uses when it is not told otherwise.
@@ -215,6 +232,7 @@ func DefaultLimits() Limits {
 		DefaultTTL:     time.Minute,
 		MaxOutputBytes: 64 << 20,
 		MaxGrace:       30 * time.Second,
+		MaxRestarts:    DefaultMaxRestarts,
 	}
 }
 
@@ -235,6 +253,8 @@ func (l Limits) Validate() error {
 		return &ConfigError{"max-output-bytes", l.MaxOutputBytes, errors.New("must be positive")}
 	case l.MaxGrace < 0:
 		return &ConfigError{"max-grace", l.MaxGrace, errors.New("must not be negative")}
+	case l.MaxRestarts < 0:
+		return &ConfigError{"max-restarts", l.MaxRestarts, errors.New("must not be negative")}
 	}
 	return nil
 }
@@ -256,6 +276,9 @@ type Effective struct {
 	MaxQueueDepth  int
 	MaxQueueBytes  int64
 	MaxOutputBytes int64
+	// MaxRestarts is how many times the job may restart after losing its
+	// worker, if it opted in.
+	MaxRestarts int
 }
 
 // Apply checks an envelope against the node's ceilings and returns the limits
@@ -272,6 +295,7 @@ func (l Limits) Apply(env *Envelope) (Effective, error) {
 		MaxQueueDepth:  l.MaxQueueDepth,
 		MaxQueueBytes:  l.MaxQueueBytes,
 		MaxOutputBytes: l.MaxOutputBytes,
+		MaxRestarts:    l.MaxRestarts,
 	}
 	if env.TTL != 0 {
 		if env.TTL < time.Millisecond || env.TTL > l.MaxTTL {
@@ -308,6 +332,15 @@ func (l Limits) Apply(env *Envelope) (Effective, error) {
 	}
 	if eff.MaxOutputBytes, err = lower("max_output_bytes", env.Limits.MaxOutputBytes, l.MaxOutputBytes); err != nil {
 		return Effective{}, err
+	}
+	if r := env.MaxRestarts; r != nil {
+		switch {
+		case *r < 0:
+			return Effective{}, errorf(CodeInvalidField, "max_restarts", "max_restarts must be at least 0")
+		case *r > l.MaxRestarts:
+			return Effective{}, errorf(CodeLimitAboveCeiling, "max_restarts", "max_restarts must be between 0 and the node's %d", l.MaxRestarts)
+		}
+		eff.MaxRestarts = *r
 	}
 	if n := int64(len(env.Input)); n > eff.MaxInputBytes {
 		return Effective{}, errorf(CodeInputTooLarge, "input", "input is %d bytes, the limit is %d", n, eff.MaxInputBytes)

@@ -21,6 +21,11 @@ const (
 	EventDone EventKind = "done"
 	// EventError ends a job that did not complete; its data carries the code.
 	EventError EventKind = "error"
+	// EventRestart opens the job's next stream generation: its worker was
+	// lost after it had produced output, and the job, which opted into
+	// restarts, runs again from the start. What came before belongs to
+	// the previous generation.
+	EventRestart EventKind = "restart"
 )
 
 // Terminal reports whether k ends a stream.
@@ -31,8 +36,14 @@ func (k EventKind) Terminal() bool { return k == EventDone || k == EventError }
 type Event struct {
 	Seq  uint64
 	Kind EventKind
-	Gen  uint64
-	Data []byte
+	// Gen is the binding generation that produced the event (the
+	// "attempt" of the stream envelope; 0 before a worker was bound).
+	Gen uint64
+	// Stream is the stream generation the event belongs to: 1 until the
+	// job's first restart event, which opens generation 2, and so on.
+	// Sequence numbers go on across generations: a seq names one event.
+	Stream uint64
+	Data   []byte
 	// cum is the summed Data bytes of every event up to and including this
 	// one, so the byte distance between two positions is one subtraction.
 	cum int64
@@ -57,6 +68,10 @@ type History struct {
 	maxBytes  int64
 	ended     bool
 	wake      chan struct{}
+	// gen is the stream generation of the next event; starts[i] is the
+	// seq of the restart event that opened generation i+2.
+	gen    uint64
+	starts []uint64
 	// lagFuncs are LagFunc's callbacks, each run by the Append that takes
 	// the head past its bounds; lagIDs names them for their stop funcs.
 	lagFuncs []lagFunc
@@ -75,7 +90,7 @@ type lagFunc struct {
 // NewHistory returns an empty history retaining at most maxEvents events and
 // maxBytes bytes of data.
 func NewHistory(maxEvents int, maxBytes int64) *History {
-	return &History{next: 1, maxEvents: max(maxEvents, 1), maxBytes: maxBytes, wake: make(chan struct{})}
+	return &History{next: 1, gen: 1, maxEvents: max(maxEvents, 1), maxBytes: maxBytes, wake: make(chan struct{})}
 }
 
 // Append adds an event and wakes every reader. Appending after a terminal
@@ -100,7 +115,11 @@ func (h *History) append(kind EventKind, gen uint64, data []byte) (ev Event, fir
 	if n := len(h.events); n > 0 {
 		cum = h.events[n-1].cum
 	}
-	ev = Event{Seq: h.next, Kind: kind, Gen: gen, Data: data, cum: cum + int64(len(data))}
+	if kind == EventRestart {
+		h.gen++
+		h.starts = append(h.starts, h.next)
+	}
+	ev = Event{Seq: h.next, Kind: kind, Gen: gen, Stream: h.gen, Data: data, cum: cum + int64(len(data))}
 	h.next++
 	h.events = append(h.events, ev)
 	h.ended = kind.Terminal()
@@ -150,7 +169,7 @@ func (h *History) compactLocked() {
 func (h *History) footprint() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := int64(cap(h.events)) * int64(unsafe.Sizeof(Event{}))
+	n := int64(cap(h.events))*int64(unsafe.Sizeof(Event{})) + int64(cap(h.starts))*8
 	if len(h.events) > 0 {
 		n += h.retainedBytes()
 	}
@@ -199,6 +218,29 @@ func (h *History) Since(after uint64, max int) (Read, uint64, error) {
 	n := min(r.LagEvents, max)
 	r.Events = append([]Event(nil), h.events[i:i+n]...)
 	return r, first, nil
+}
+
+// Generation returns the stream generation of the newest event: 1 plus
+// the restart events appended.
+func (h *History) Generation() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
+}
+
+// GenerationOf returns the stream generation the event seq belongs to (or
+// would, for a seq not appended yet), whether or not it is still retained.
+func (h *History) GenerationOf(seq uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := uint64(1)
+	for _, s := range h.starts {
+		if seq < s {
+			break
+		}
+		g++
+	}
+	return g
 }
 
 // Head returns the Seq of the newest event (0 when empty).

@@ -521,6 +521,7 @@ func (e *Engine) onAcceptedLocked(id string, gen uint64, consumer, name string) 
 		return false
 	}
 	j.consumer, j.worker, j.state = consumer, name, StateRunning
+	e.startAttemptLocked(j, time.Now())
 	if recording(j.span) {
 		j.span.AddEvent("accepted", trace.WithAttributes(AttrConsumer.String(consumer), AttrWorker.String(name), AttrGeneration.Int64(int64(gen))))
 	}
@@ -582,12 +583,13 @@ func (e *Engine) onEndLocked(id string, gen uint64, code Code, detail string, re
 
 // releaseAtIngressLocked decides what happens to a job whose binding (job,
 // gen) ended without an outcome: a worker refused it (rejected), or the
-// worker or its node was lost. The ingress decides because it is the node
-// that saw the output: a job that produced some fails worker_lost (no
-// silent restart); otherwise it goes back to its queue under a new
+// worker or its node was lost (how says what is known of the worker). The
+// ingress decides because it is the node that saw the output: a job that
+// produced some fails worker_lost, unless it opted into restarts and may
+// restart (restart.go); otherwise it goes back to its queue under a new
 // generation, never again to a consumer that refused it, and fails
 // rejected when no other capable consumer is left.
-func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, rejected bool, reason string) {
+func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, rejected bool, how lost, reason string) {
 	j := e.jobs[id]
 	if j == nil || j.state.Terminal() || gen != j.gen {
 		e.m.StaleMessages.WithLabelValues("release").Inc()
@@ -609,8 +611,9 @@ func (e *Engine) releaseAtIngressLocked(id string, gen uint64, consumer string, 
 			return
 		}
 	} else {
+		e.endAttemptLocked(j, string(CodeWorkerLost)+": "+reason, time.Now())
 		if j.produced {
-			e.finishLocked(j, CodeWorkerLost, "the worker was lost after it had produced output: "+reason, nil)
+			e.lostWithOutputLocked(j, consumer, how, reason)
 			return
 		}
 		e.m.Reclaims.Inc()
@@ -630,6 +633,11 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	}
 	now := time.Now()
 	j.state, j.code, j.detail, j.ended = state, code, detail, now
+	if code == "" {
+		e.endAttemptLocked(j, string(OutcomeCompleted), now)
+	} else {
+		e.endAttemptLocked(j, string(code), now)
+	}
 	if code == "" {
 		payload := map[string]any{"outcome": outcome}
 		if result != nil {

@@ -156,18 +156,24 @@ type Job struct {
 	// (its worker ended it, or the dispatcher failed it): ending it then
 	// sends them no cancel.
 	settled bool
+	// restarts counts the job's restarts (restart.go); attempts records
+	// each run on a worker, for its view.
+	restarts int
+	attempts []Attempt
 	// retainedBytes is what the job is accounted for against RetainBytes
 	// once it ended (see retain.go).
 	retainedBytes int64
 }
 
-// StreamGeneration is the generation of the job's event stream: the
-// numbering its sequence numbers belong to. It would rise only if a job
-// restarted after producing output (an envelope opt-in not built yet); a
-// job that went back to the queue before any output keeps its stream, so
-// resume tokens issued for it stay valid. Binding generations (fencing) are
-// separate: see Event.Gen.
-func (j *Job) StreamGeneration() uint64 { return 1 }
+// StreamGeneration is the generation of the job's event stream now: 1,
+// and one more with each restart (a job that opted into restarts and lost
+// its worker after it had produced output, see restart.go). A job that
+// went back to the queue before any output keeps its stream generation.
+// Sequence numbers go on across generations, so a resume token from an
+// earlier generation still names one event and resumes after it
+// (stream.Positions). Binding generations (fencing) are separate: see
+// Event.Gen.
+func (j *Job) StreamGeneration() uint64 { return j.History.Generation() }
 
 // JobView is a snapshot of a job for GET /v1/jobs/{id} and friends.
 type JobView struct {
@@ -192,6 +198,15 @@ type JobView struct {
 	WaitingForReader bool
 	// TraceID is the job's W3C trace id (32 hex digits).
 	TraceID string
+	// StreamGeneration is the stream generation now (1 plus the restarts);
+	// Restarts the job's restarts so far, MaxRestarts its ceiling, and
+	// OnWorkerLost its policy ("" once the job ended).
+	StreamGeneration uint64
+	Restarts         int
+	MaxRestarts      int
+	OnWorkerLost     LostPolicy
+	// Attempts are the job's runs on workers, oldest first.
+	Attempts []Attempt
 }
 
 func (j *Job) view(now time.Time) JobView {
@@ -200,7 +215,15 @@ func (j *Job) view(now time.Time) JobView {
 		Generation: j.gen, HandledBy: j.consumer, WorkerName: j.worker,
 		Created: j.Created, Ended: j.ended, TTL: j.Limits.TTL, Outputs: j.outputs,
 		LastSeq: j.History.Head(), WaitingForReader: j.pace.waiting(),
-		TraceID: j.trace.TraceID().String(),
+		TraceID:          j.trace.TraceID().String(),
+		StreamGeneration: j.History.Generation(), Restarts: j.restarts, MaxRestarts: j.Limits.MaxRestarts,
+		Attempts: append([]Attempt(nil), j.attempts...),
+	}
+	if j.Env != nil {
+		v.OnWorkerLost = j.Env.OnWorkerLost
+		if v.OnWorkerLost == "" {
+			v.OnWorkerLost = LostFail
+		}
 	}
 	if j.state.Terminal() {
 		v.Outcome, _ = outcomeFor(j.code)

@@ -101,7 +101,7 @@ func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 			holder = j.dispatcher
 		}
 		if replaced[holder] || gone(holder) {
-			e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+holder+" is gone")
+			e.releaseAtIngressLocked(j.ID, j.gen, "", false, lostProven, "node "+holder+" is gone")
 		}
 	}
 	for id, w := range e.hosted {
@@ -150,7 +150,7 @@ func (e *Engine) zonesChangedLocked() {
 		}
 		host := j.host
 		e.sendLocked(host, Message{Kind: MsgCancel, JobID: j.ID, Gen: j.gen, Queue: j.Queue, Code: CodeCancelled})
-		e.releaseAtIngressLocked(j.ID, j.gen, "", false, "node "+host+" left the job's zone "+j.Env.Zone)
+		e.releaseAtIngressLocked(j.ID, j.gen, "", false, lostRunning, "node "+host+" left the job's zone "+j.Env.Zone)
 	}
 	for _, q := range e.queues {
 		for id, t := range q.bound {
@@ -160,7 +160,7 @@ func (e *Engine) zonesChangedLocked() {
 			node := t.remote.info.Node
 			e.sendLocked(node, Message{Kind: MsgCancel, JobID: id, Gen: t.d.Gen, Queue: q.name, Code: CodeCancelled})
 			e.unbindLocked(id, q.name, t.d.Gen)
-			e.releaseToIngressLocked(t.d, "", false, "node "+node+" left the job's zone "+t.d.Zone)
+			e.releaseRunningToIngressLocked(t.d, "node "+node+" left the job's zone "+t.d.Zone)
 		}
 	}
 }

@@ -35,6 +35,9 @@ type Metrics struct {
 	// Affinity counts the bindings of jobs with an affinity key, by
 	// result (affinity.go).
 	Affinity *prometheus.CounterVec
+	// Restarts counts the jobs run again after their worker was lost with
+	// output, by how it was lost (restart.go).
+	Restarts *prometheus.CounterVec
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -149,6 +152,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Affinity.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Affinity)
+	m.Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Name: "job_restarts_total",
+		Help: "Jobs this node (as ingress) ran again after their worker was lost with output (on_worker_lost: restart), by how it was lost: worker_lost (its host let go of it: the session ended, or the host stopped it) or node_gone (its node's death proven).",
+	}, []string{"reason"})
+	for _, r := range []lost{lostStopped, lostProven} {
+		m.Restarts.WithLabelValues(r.restartReason())
+	}
+	reg.MustRegister(m.Restarts)
 	return m
 }
 

@@ -77,7 +77,11 @@ func (e *Engine) HandleMessage(from string, m Message) {
 		e.ingressReplyLocked(from, m)
 	case MsgRelease:
 		e.unbindLocked(m.JobID, m.Queue, m.Gen)
-		e.releaseAtIngressLocked(m.JobID, m.Gen, m.Consumer, m.Rejected, m.Reason)
+		how := lostStopped
+		if m.Running {
+			how = lostRunning
+		}
+		e.releaseAtIngressLocked(m.JobID, m.Gen, m.Consumer, m.Rejected, how, m.Reason)
 	case MsgUnbind:
 		if e.unbindLocked(m.JobID, m.Queue, m.Gen) != nil {
 			e.dispatchLocked(e.queues[m.Queue])

@@ -205,15 +205,27 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 		j.settled = true
 		e.finishLocked(j, ce.Code, "the queue's dispatcher refused the job: "+ce.Detail, nil)
 	case e.cluster.Gone(node):
-		e.releaseAtIngressLocked(j.ID, gen, "", false, "the dispatcher's node "+node+" is gone")
+		e.dispatcherDeadLocked(j, node, gen, "the dispatcher's node "+node+" is gone")
 	case errors.Is(err, ErrNodeReplaced):
 		// The incarnation the forward was meant for is dead and took
 		// nothing of it since: as a dispatcher gone.
-		e.releaseAtIngressLocked(j.ID, gen, "", false, "the dispatcher's node "+node+" was replaced by a new incarnation")
+		e.dispatcherDeadLocked(j, node, gen, "the dispatcher's node "+node+" was replaced by a new incarnation")
 	case !time.Now().Before(j.deadline):
 		e.finishLocked(j, CodeExpired, "the job's TTL ran out before its dispatcher answered", nil)
 	default:
 		e.logJob(j.trace, slog.LevelWarn, "forward to dispatcher got no verdict", "queue", j.Queue, "dispatcher", node, "job", j.ID, "err", err)
 		e.finishLocked(j, CodeDispatcherUnavailable, "the queue's dispatcher on node "+node+" did not answer within the node's dispatcher wait", nil)
 	}
+}
+
+// dispatcherDeadLocked releases a new job whose forward to node got no
+// verdict because node (the incarnation the forward was meant for) is
+// dead, unless a host named itself for the job meanwhile: the job runs
+// there, and the dispatcher's death takes nothing from it
+// (nodesGoneLocked judges the host).
+func (e *Engine) dispatcherDeadLocked(j *Job, node string, gen uint64, reason string) {
+	if j.host != "" && j.host != node {
+		return
+	}
+	e.releaseAtIngressLocked(j.ID, gen, "", false, lostProven, reason)
 }

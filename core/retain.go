@@ -178,5 +178,11 @@ const mapSlot = 48
 // it. Call it after trim, under Engine.mu.
 func (j *Job) footprint() int64 {
 	strs := len(j.ID) + len(j.Queue) + len(j.detail) + len(j.idemKey)
-	return jobOverhead + int64(strs) + j.History.footprint()
+	// A job's attempts (usually one) share their consumer, worker and
+	// node strings with the engine's records; their reasons are their own.
+	attempts := int64(cap(j.attempts)) * int64(unsafe.Sizeof(Attempt{}))
+	for _, a := range j.attempts {
+		strs += len(a.Reason)
+	}
+	return jobOverhead + int64(strs) + attempts + j.History.footprint()
 }

@@ -7,9 +7,10 @@ import "log/slog"
 // bound, never the lease TTL (docs/cluster.md, "Silence and proven
 // death"). Silence is not proof of death, so at-most-once does not move:
 //   - as ingress, a job whose host went silent after it produced output
-//     fails worker_lost (it can never run again); one without output
-//     waits for proof (nodesGoneLocked: the host's record gone) and then
-//     runs again, or goes on if the host comes back;
+//     fails worker_lost (it can never run again), unless it opted into
+//     restarts; one without output, or one that may restart, waits for
+//     proof (nodesGoneLocked: the host's record gone) and then runs again,
+//     or goes on if the host comes back;
 //   - as consumer host, a job whose ingress went silent is stopped on its
 //     worker: nobody may be reading it. It is released to the ingress, so
 //     that an ingress that comes back decides (runs it again if it saw no
@@ -20,10 +21,11 @@ import "log/slog"
 // heartbeat intervals, whether the connection stayed open (a host paused,
 // partitioned or swapping) or broke and no new one took the leg up (a host
 // killed). A job that produced output fails worker_lost, and the host is
-// told to stop it should it come back. One that did not waits for the
-// host's death to be proven (or for the host to answer again): failing it
-// now would throw work away that a live host may finish, and running it
-// elsewhere now could run it twice.
+// told to stop it should it come back. One that did not, or one that
+// opted into restarts and has one left, waits for the host's death to be
+// proven (or for the host to answer again): failing it now would throw
+// work away that a live host may finish, and running it elsewhere now
+// could run it twice.
 func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -31,12 +33,12 @@ func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
 	if e.closed || j == nil || j.gen != gen || j.state.Terminal() {
 		return
 	}
-	if !j.produced {
+	if !j.produced || j.Env.OnWorkerLost == LostRestart && j.restarts < j.Limits.MaxRestarts {
 		if j.host == "" && host != e.cfg.Node {
 			// The host is who holds it now: its proven death releases it.
 			j.host = host
 		}
-		e.logJob(j.trace, slog.LevelInfo, "a silent host holds a job with no output; it waits for proof of the host's death", "job", id, "gen", gen, "host", host)
+		e.logJob(j.trace, slog.LevelInfo, "a silent host holds a job that may run again; it waits for proof of the host's death", "job", id, "gen", gen, "host", host, "produced", j.produced)
 		return
 	}
 	e.finishLocked(j, CodeWorkerLost, "the consumer host "+host+" went silent (no heartbeat on the job's reply stream)", nil)

@@ -152,8 +152,11 @@ type Message struct {
 	End      *End
 
 	// Release: Rejected is true for a worker's refusal (the consumer is not
-	// offered the job again); otherwise the worker was lost.
+	// offered the job again); otherwise the worker was lost. Running says
+	// the worker may still be running the job (its node was only sent a
+	// cancel): such a job is never restarted (restart.go).
 	Rejected bool
+	Running  bool
 	Reason   string
 
 	// Cancel: the code the job ended with.
@@ -210,14 +213,31 @@ func (e *Engine) replyLocked(w *Worker, d Delivery, m Message) {
 }
 
 // releaseToIngressLocked hands a binding that ended without an outcome back
-// to the job's ingress, which decides whether it runs again.
+// to the job's ingress, which decides whether it runs again. The binding
+// is over on its worker: the worker refused it, its session ended, or this
+// node stopped it there (releaseRunningToIngressLocked is for a binding
+// that may still run).
 func (e *Engine) releaseToIngressLocked(d Delivery, consumer string, rejected bool, reason string) {
 	if d.Ingress == e.cfg.Node {
-		e.releaseAtIngressLocked(d.JobID, d.Gen, consumer, rejected, reason)
+		e.releaseAtIngressLocked(d.JobID, d.Gen, consumer, rejected, lostStopped, reason)
 		return
 	}
 	if e.cluster.LeaseValid() {
 		e.sendLocked(d.Ingress, Message{Kind: MsgRelease, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Consumer: consumer, Rejected: rejected, Reason: reason})
+	}
+}
+
+// releaseRunningToIngressLocked is releaseToIngressLocked for a binding
+// this dispatcher let go of while its worker, on another node, may still
+// run it (that node was only sent a cancel): the ingress runs it again
+// only if it produced no output, never restarts it.
+func (e *Engine) releaseRunningToIngressLocked(d Delivery, reason string) {
+	if d.Ingress == e.cfg.Node {
+		e.releaseAtIngressLocked(d.JobID, d.Gen, "", false, lostRunning, reason)
+		return
+	}
+	if e.cluster.LeaseValid() {
+		e.sendLocked(d.Ingress, Message{Kind: MsgRelease, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Running: true, Reason: reason})
 	}
 }
 

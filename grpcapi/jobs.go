@@ -312,6 +312,18 @@ func jobStatus(v core.JobView) *pb.JobStatus {
 	if !v.Ended.IsZero() {
 		r.EndedAt = optional(v.Ended.UTC().Format(time.RFC3339Nano))
 	}
+	r.StreamGeneration, r.OnWorkerLost = v.StreamGeneration, optional(string(v.OnWorkerLost))
+	r.Restarts, r.MaxRestarts = int64(v.Restarts), int64(v.MaxRestarts)
+	for _, a := range v.Attempts {
+		pa := &pb.JobAttempt{
+			Attempt: a.Attempt, Gen: a.Gen, Consumer: a.Consumer, Worker: a.Worker, Node: a.Node,
+			StartedAt: a.Started.UTC().Format(time.RFC3339Nano), Reason: optional(a.Reason),
+		}
+		if !a.Ended.IsZero() {
+			pa.EndedAt = optional(a.Ended.UTC().Format(time.RFC3339Nano))
+		}
+		r.Attempts = append(r.Attempts, pa)
+	}
 	return r
 }
 

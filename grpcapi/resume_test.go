@@ -58,7 +58,7 @@ func TestGRPCEventData(t *testing.T) {
 		{` { } `, `{"job_id":"j_1","gen":1,"seq":3,"snap":9,"attempt":2}`},
 		{``, `{"job_id":"j_1","gen":1,"seq":3,"snap":9,"attempt":2}`},
 	} {
-		if got := string(eventData(j, core.Event{Seq: 3, Gen: 2, Data: []byte(tc.data)}, 9)); got != tc.want {
+		if got := string(eventData(j, core.Event{Seq: 3, Gen: 2, Stream: 1, Data: []byte(tc.data)}, 9)); got != tc.want {
 			t.Errorf("eventData(%q) = %s, want %s", tc.data, got, tc.want)
 		}
 	}

@@ -160,7 +160,7 @@ func (s *sink) SetWriteDeadline(t time.Time) error {
 func (s *sink) Event(ev core.Event, token string) error {
 	o := op{ev: &pb.JobEvent{
 		Kind: string(ev.Kind), JobId: s.job.ID,
-		Generation: s.job.StreamGeneration(), Seq: ev.Seq, Snapshot: s.snap, Attempt: ev.Gen,
+		Generation: ev.Stream, Seq: ev.Seq, Snapshot: s.snap, Attempt: ev.Gen,
 		ResumeToken: token, DataJson: eventData(s.job, ev, s.snap),
 	}}
 	return s.write(&o, nil)

@@ -49,7 +49,40 @@ type JobResponse struct {
 	// TraceID is the job's W3C trace id (32 hex digits): the caller's
 	// traceparent's, or a new trace's (docs/tracing.md).
 	TraceID string `json:"trace_id"`
+	// StreamGeneration is the job's stream generation now: 1 plus its
+	// restarts (the "gen" of its newest events).
+	StreamGeneration uint64 `json:"stream_generation"`
+	// OnWorkerLost is the job's policy for a worker lost after output;
+	// absent once the job ended.
+	OnWorkerLost string `json:"on_worker_lost,omitempty" enums:"fail,restart"`
+	// Restarts is how many times the job restarted; MaxRestarts how many
+	// times it may (on_worker_lost: restart).
+	Restarts    int64 `json:"restarts"`
+	MaxRestarts int64 `json:"max_restarts"`
+	// Attempts are the job's runs on workers, oldest first.
+	Attempts []JobAttempt `json:"attempts"`
 } // @name Job
+
+// JobAttempt is one run of a job on a worker, as its ingress saw it: from
+// the worker's accept to the end of its binding.
+type JobAttempt struct {
+	// Attempt is the binding generation (the "attempt" of the events it
+	// produced); Gen the stream generation they belong to.
+	Attempt uint64 `json:"attempt"`
+	Gen     uint64 `json:"gen"`
+	// Consumer is the worker's consumer id, Worker its label, Node the
+	// node it is connected to.
+	Consumer string `json:"consumer"`
+	Worker   string `json:"worker"`
+	Node     string `json:"node"`
+	// StartedAt is when the worker took the job; EndedAt when its binding
+	// ended (absent while it runs).
+	StartedAt string `json:"started_at"`
+	EndedAt   string `json:"ended_at,omitempty"`
+	// Reason is how the attempt ended: "completed", the job's code, or
+	// "worker_lost: " and what was lost. Absent while it runs.
+	Reason string `json:"reason,omitempty"`
+} // @name JobAttempt
 
 func jobResponse(v core.JobView) JobResponse {
 	r := JobResponse{
@@ -61,6 +94,19 @@ func jobResponse(v core.JobView) JobResponse {
 	}
 	if !v.Ended.IsZero() {
 		r.EndedAt = v.Ended.UTC().Format(time.RFC3339Nano)
+	}
+	r.StreamGeneration, r.OnWorkerLost = v.StreamGeneration, string(v.OnWorkerLost)
+	r.Restarts, r.MaxRestarts = int64(v.Restarts), int64(v.MaxRestarts)
+	r.Attempts = []JobAttempt{}
+	for _, a := range v.Attempts {
+		ja := JobAttempt{
+			Attempt: a.Attempt, Gen: a.Gen, Consumer: a.Consumer, Worker: a.Worker, Node: a.Node,
+			StartedAt: a.Started.UTC().Format(time.RFC3339Nano), Reason: a.Reason,
+		}
+		if !a.Ended.IsZero() {
+			ja.EndedAt = a.Ended.UTC().Format(time.RFC3339Nano)
+		}
+		r.Attempts = append(r.Attempts, ja)
 	}
 	return r
 }

@@ -57,6 +57,7 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Param			X-Switchyard-TTL-Ms	header		int							false	"the job's TTL in milliseconds, 1 to --max-ttl (default --default-ttl)"
 //	@Param			X-Switchyard-Affinity-Key	header	string	false	"the job's affinity key, 1-256 bytes: completions with one key go to one worker while it lives and has room (default: the request's user)"
 //	@Param			X-Switchyard-Priority	header	int	false	"the job's priority, -5 to 5 (default 0), at most the key's max_priority"
+//	@Param			X-Switchyard-On-Worker-Lost	header	string	false	"restart: run the completion again on another worker if its worker is lost after it produced output (default fail: the request fails worker_lost)"	Enums(fail, restart)
 //	@Param			request				body		ChatCompletionRequest		true	"an OpenAI chat completion request"
 //	@Success		200					{object}	ChatCompletion				"without stream: the completion"
 //	@Success		200					{object}	ChatCompletionEventStream	"with stream: true: its chunks as server-sent events"
@@ -98,8 +99,13 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	lost, err := chatLostPolicy(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input,
-		AffinityKey: key, Priority: priority}
+		AffinityKey: key, Priority: priority, OnWorkerLost: lost}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
 	who := auth.FromContext(r.Context())

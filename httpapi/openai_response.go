@@ -71,7 +71,32 @@ type ChatCompletionChunk struct {
 	Model   string                      `json:"model"`
 	Choices []ChatCompletionChunkChoice `json:"choices"`
 	Usage   *ChatUsage                  `json:"usage" extensions:"x-nullable"`
+	// SwitchyardRestart is set, on a chunk with no choices, only in the
+	// stream of a request that opted into restarts (the
+	// X-Switchyard-On-Worker-Lost header): the job's worker was lost and
+	// the completion starts again; the text before this chunk belongs to
+	// the abandoned attempt (docs/openai.md).
+	SwitchyardRestart *ChatRestart `json:"switchyard_restart,omitempty"`
 } // @name ChatCompletionChunk
+
+// ChatRestart is a restart event as a chat stream carries it.
+type ChatRestart struct {
+	// Reason is worker_lost or node_gone; Detail says what was lost.
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+	// Attempt is the new run's binding generation, Gen its stream
+	// generation; Restarts counts the restarts so far.
+	Attempt  uint64 `json:"attempt"`
+	Gen      uint64 `json:"gen"`
+	Restarts int    `json:"restarts"`
+} // @name ChatRestart
+
+// chatRestart reads a restart event.
+func chatRestart(ev core.Event) *ChatRestart {
+	r := &ChatRestart{Attempt: ev.Gen, Gen: ev.Stream}
+	_ = json.Unmarshal(ev.Data, r)
+	return r
+}
 
 // ChatCompletionChunkChoice is the one choice of a chunk.
 type ChatCompletionChunkChoice struct {
@@ -204,6 +229,12 @@ func (s *chatStreamSink) Event(ev core.Event, _ string) error {
 		}
 		s.outputs++
 		return s.chunk(ChatCompletionDelta{Content: &text}, nil)
+	case core.EventRestart:
+		// What was sent cannot be taken back: the client is told, and the
+		// usage counts the new attempt's output alone.
+		s.outputs = 0
+		return s.write(ChatCompletionChunk{ID: s.meta.id, Object: "chat.completion.chunk", Created: s.meta.created, Model: s.meta.model,
+			Choices: []ChatCompletionChunkChoice{}, SwitchyardRestart: chatRestart(ev)})
 	}
 	finish, usage, err := chatEnd(ev, s.outputs)
 	if err != nil {
@@ -294,6 +325,11 @@ func (c *chatCollector) Event(ev core.Event, _ string) error {
 		}
 		c.outputs++
 		c.text.WriteString(text)
+		return nil
+	case core.EventRestart:
+		// The completion is the last attempt's.
+		c.outputs = 0
+		c.text.Reset()
 		return nil
 	}
 	c.finish, c.usage, c.err = chatEnd(ev, c.outputs)

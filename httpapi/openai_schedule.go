@@ -16,6 +16,21 @@ const (
 	PriorityHeader    = "X-Switchyard-Priority"
 )
 
+// OnWorkerLostHeader opts a chat completion into restarts
+// ("restart"): the envelope's on_worker_lost, which the OpenAI request
+// has no field for. Without it the job fails worker_lost if its worker is
+// lost after it produced output, as an OpenAI client expects.
+const OnWorkerLostHeader = "X-Switchyard-On-Worker-Lost"
+
+// chatLostPolicy is the on_worker_lost a chat completion asks for.
+func chatLostPolicy(r *http.Request) (core.LostPolicy, error) {
+	h := r.Header.Get(OnWorkerLostHeader)
+	if h == "" {
+		return core.LostFail, nil
+	}
+	return core.ParseLostPolicy(h, OnWorkerLostHeader)
+}
+
 // chatScheduling is the affinity key and priority a chat completion asks
 // for: the headers', the key falling back to the request's user.
 func chatScheduling(r *http.Request, req *chatRequest) (string, int, error) {

@@ -36,6 +36,16 @@ type Envelope struct {
 	// first, with aging so that nothing starves: -5 to 5 (default 0), at
 	// most the key's max_priority (docs/scheduling.md).
 	Priority int `json:"priority,omitempty" minimum:"-5" maximum:"5"`
+	// OnWorkerLost is what happens if the job's worker is lost after it
+	// produced output: "fail" (the default) ends it worker_lost; "restart"
+	// runs it again from the start on another capable worker, as its
+	// stream's next generation, announced by a restart event, at most
+	// max_restarts times and within its TTL (docs/cluster.md).
+	OnWorkerLost string `json:"on_worker_lost,omitempty" enums:"fail,restart" example:"restart"`
+	// MaxRestarts lowers the node's --max-restarts for this job: 0 to the
+	// node's ceiling (above it: limit_above_ceiling); absent means the
+	// node's.
+	MaxRestarts *int `json:"max_restarts,omitempty" minimum:"0" example:"2"`
 } // @name Envelope
 
 // EnvelopeLimits are the limits an envelope lowers. Each is at least 1
@@ -49,7 +59,7 @@ type EnvelopeLimits struct {
 
 // EventStream describes a job's text/event-stream. Each field is one SSE
 // event type: its name is the event's "event:" line, its schema the JSON
-// of its "data:" line. Job events (accepted, output, done, error) carry a
+// of its "data:" line. Job events (accepted, output, restart, done, error) carry a
 // signed resume token as their "id:"; control events (gap, resync,
 // terminated) carry none, and heartbeats are comment lines
 // (": heartbeat"). The stream ends after done or error, or after resync or
@@ -57,6 +67,7 @@ type EnvelopeLimits struct {
 type EventStream struct {
 	Accepted   AcceptedEvent   `json:"accepted"`
 	Output     OutputEvent     `json:"output"`
+	Restart    RestartEvent    `json:"restart"`
 	Done       DoneEvent       `json:"done"`
 	Error      ErrorEvent      `json:"error"`
 	Gap        GapEvent        `json:"gap"`
@@ -68,7 +79,8 @@ type EventStream struct {
 type EventEnvelope struct {
 	// JobID is the stream id: the job.
 	JobID string `json:"job_id"`
-	// Gen is the stream generation the sequence numbers belong to.
+	// Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
 	Gen uint64 `json:"gen"`
 	// Seq is the event's position in the job's stream, from 1.
 	Seq uint64 `json:"seq"`
@@ -95,6 +107,27 @@ type OutputEvent struct {
 	// Data is the chunk: one JSON value.
 	Data any `json:"data"`
 } // @name OutputEvent
+
+// RestartEvent says the job's worker was lost after it produced output and
+// the job (on_worker_lost: restart) runs again from the start: every event
+// before it belongs to the previous stream generation, whose output the
+// client should set aside. Its envelope's gen and attempt are the new
+// generation's.
+type RestartEvent struct {
+	EventEnvelope
+	// Reason is how the previous generation's worker was lost:
+	// worker_lost (its session ended, or its node stopped it) or
+	// node_gone (its node's death was proven).
+	Reason string `json:"reason" enums:"worker_lost,node_gone"`
+	// Detail says what was lost, for people.
+	Detail string `json:"detail"`
+	// LastSeq is the seq of the previous generation's last event.
+	LastSeq uint64 `json:"last_seq"`
+	// Restarts is how many times the job restarted, this one included;
+	// MaxRestarts how many times it may.
+	Restarts    int `json:"restarts"`
+	MaxRestarts int `json:"max_restarts"`
+} // @name RestartEvent
 
 // DoneEvent ends a job that completed.
 type DoneEvent struct {

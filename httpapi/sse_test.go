@@ -138,7 +138,7 @@ func FuzzSSEEncoder(f *testing.F) {
 		if err != nil {
 			t.Fatalf("json.Marshal: %v", err)
 		}
-		ev := core.Event{Seq: seq, Kind: kind, Gen: attempt, Data: data}
+		ev := core.Event{Seq: seq, Kind: kind, Gen: attempt, Stream: j.StreamGeneration(), Data: data}
 
 		sink, rec := newRecorderSink(j, snap)
 		if err := sink.Event(ev, token); err != nil {

@@ -38,6 +38,13 @@ func TestUnaryRoutesJSON(t *testing.T) {
 		}
 		return v.Created.UTC().Format(time.RFC3339Nano)
 	}
+	started := func(id string) string {
+		v, _ := e.View(id)
+		if len(v.Attempts) != 1 {
+			t.Fatalf("job %s attempts %+v", id, v.Attempts)
+		}
+		return v.Attempts[0].Started.UTC().Format(time.RFC3339Nano)
+	}
 	ended := func(id string) string {
 		v, _ := e.View(id)
 		return v.Ended.UTC().Format(time.RFC3339Nano)
@@ -62,7 +69,8 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			want: `{"job_id":"` + running.ID + `","queue":"demo","state":"running","generation":1,"handled_by":"` + w.w.ID + `",
 				"worker":"w-demo","created_at":"` + created(running.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":1,"last_seq":2,
 				"links":{"self":"/v1/jobs/` + running.ID + `","events":"/v1/jobs/` + running.ID + `/events"},"waiting_for_reader":false,
-				"trace_id":"` + traceID(running) + `"}`,
+				"trace_id":"` + traceID(running) + `","stream_generation":1,"on_worker_lost":"fail","restarts":0,"max_restarts":3,
+				"attempts":[{"attempt":1,"gen":1,"consumer":"` + w.w.ID + `","worker":"w-demo","node":"test-node","started_at":"` + started(running.ID) + `"}]}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
@@ -70,7 +78,7 @@ func TestUnaryRoutesJSON(t *testing.T) {
 			want: `{"job_id":"` + waiting.ID + `","queue":"demo","state":"queued","generation":1,
 				"created_at":"` + created(waiting.ID) + `","ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":1,
 				"links":{"self":"/v1/jobs/` + waiting.ID + `","events":"/v1/jobs/` + waiting.ID + `/events"},"waiting_for_reader":false,
-				"trace_id":"` + traceID(waiting) + `"}`,
+				"trace_id":"` + traceID(waiting) + `","stream_generation":1,"on_worker_lost":"fail","restarts":0,"max_restarts":3,"attempts":[]}`,
 			vary: []string{"remaining_ms"},
 		},
 		{
@@ -79,7 +87,7 @@ func TestUnaryRoutesJSON(t *testing.T) {
 				"detail":"cancelled by request","generation":1,"created_at":"` + created(cancelled.ID) + `","ended_at":"` + ended(cancelled.ID) + `",
 				"ttl_ms":60000,"remaining_ms":0,"outputs":0,"last_seq":2,
 				"links":{"self":"/v1/jobs/` + cancelled.ID + `","events":"/v1/jobs/` + cancelled.ID + `/events"},"waiting_for_reader":false,
-				"trace_id":"` + traceID(cancelled) + `"}`,
+				"trace_id":"` + traceID(cancelled) + `","stream_generation":1,"restarts":0,"max_restarts":3,"attempts":[]}`,
 		},
 		{
 			name: "nodes", method: "GET", path: "/v1/cluster/nodes", status: 200,

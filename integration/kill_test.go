@@ -309,8 +309,13 @@ func startProcNode(t *testing.T, bin, name string, extra ...string) *procNode {
 // background. The stream is closed when the test ends.
 func postStreamTo(t *testing.T, n *procNode, queue, input string) *sseStream {
 	t.Helper()
+	return postEnvelopeTo(t, n, queue, fmt.Sprintf(`{"ttl_ms":120000,"input":%q}`, input))
+}
+
+// postEnvelopeTo is postStreamTo with the envelope given whole.
+func postEnvelopeTo(t *testing.T, n *procNode, queue, body string) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	body := fmt.Sprintf(`{"ttl_ms":120000,"input":%q}`, input)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+queue+"/jobs", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")

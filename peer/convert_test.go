@@ -48,7 +48,7 @@ func fullMessage() core.Message {
 		Delivery: &d, Consumer: "c-3", WorkerName: "w",
 		Accepted: true, Output: json.RawMessage(`"chunk"`),
 		End:      &core.End{Code: core.CodeWorkerError, Detail: "boom", Result: json.RawMessage(`{"r":2}`)},
-		Rejected: true, Reason: "busy", Code: core.CodeCancelled,
+		Rejected: true, Running: true, Reason: "busy", Code: core.CodeCancelled,
 		TTL:    987654321 * time.Nanosecond,
 		Credit: core.OutputCredit{Events: 1 << 40, Bytes: 1 << 50},
 	}

@@ -126,6 +126,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "TTL of a job whose envelope names none")
 	fs.Int64Var(&l.MaxOutputBytes, "max-output-bytes", l.MaxOutputBytes, "ceiling on a job's total output")
 	fs.DurationVar(&l.MaxGrace, "max-grace", l.MaxGrace, "ceiling on an envelope's disconnect grace window")
+	fs.IntVar(&l.MaxRestarts, "max-restarts", l.MaxRestarts, "ceiling on how many times a job with on_worker_lost: restart runs again after losing its worker (an envelope's max_restarts may only lower it; 0: never)")
 	fs.DurationVar(&cfg.Engine.DispatchTimeoutCeiling, "dispatch-timeout", cfg.Engine.DispatchTimeoutCeiling, "ceiling on how long a worker gets to accept a job")
 	fs.DurationVar(&cfg.Engine.PinStable, "pin-stable", cfg.Engine.PinStable, "how long a queue's consumers must have lived on one other node before a dispatcher hosting none hands the queue to that node")
 	fs.DurationVar(&cfg.Engine.DispatcherWait, "dispatcher-wait", cfg.Engine.DispatcherWait, "how long, at most, an accepted job waits for its queue's dispatcher (one that does not answer, or none elected yet) before it fails dispatcher_unavailable; keep it above --lease-ttl, so a dead dispatcher is replaced within it")

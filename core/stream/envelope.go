@@ -18,8 +18,9 @@ import (
 // token rules.
 
 // EventData is the JSON data of a job event: the stream envelope (job id,
-// stream generation, sequence, snapshot version, and the attempt — the
-// binding generation that produced it) followed by the event's own fields.
+// the stream generation the event belongs to, sequence, snapshot version,
+// and the attempt — the binding generation that produced it) followed by
+// the event's own fields.
 func EventData(j *core.Job, ev core.Event, snap uint64) []byte {
 	return AppendEventData(make([]byte, 0, len(ev.Data)+96), j, ev, snap)
 }
@@ -31,7 +32,7 @@ func AppendEventData(dst []byte, j *core.Job, ev core.Event, snap uint64) []byte
 	dst = append(dst, `{"job_id":`...)
 	dst = appendJSONString(dst, j.ID)
 	dst = append(dst, `,"gen":`...)
-	dst = strconv.AppendUint(dst, j.StreamGeneration(), 10)
+	dst = strconv.AppendUint(dst, ev.Stream, 10)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, ev.Seq, 10)
 	dst = append(dst, `,"snap":`...)
@@ -109,10 +110,10 @@ func ParseTypes(types []string) (map[core.EventKind]bool, error) {
 	for _, t := range types {
 		k := core.EventKind(strings.TrimSpace(t))
 		switch k {
-		case core.EventAccepted, core.EventOutput, core.EventDone, core.EventError:
+		case core.EventAccepted, core.EventOutput, core.EventRestart, core.EventDone, core.EventError:
 			f[k] = true
 		default:
-			return nil, &core.Error{Code: core.CodeInvalidField, Field: "types", Detail: "types is a list of accepted, output, done, error"}
+			return nil, &core.Error{Code: core.CodeInvalidField, Field: "types", Detail: "types is a list of accepted, output, restart, done, error"}
 		}
 	}
 	return f, nil
@@ -129,18 +130,23 @@ type Positions struct {
 // Token signs the position of the event seq of j for this caller and filter.
 func (p Positions) Token(j *core.Job, seq uint64, caller, filter [16]byte) (string, error) {
 	return p.Keyring.Sign(resume.Position{
-		Stream: j.ID, Generation: j.StreamGeneration(), Seq: seq, Snapshot: p.Snapshot,
+		Stream: j.ID, Generation: j.History.GenerationOf(seq), Seq: seq, Snapshot: p.Snapshot,
 		Caller: caller, Filter: filter,
 	}, time.Now(), p.TTL)
 }
 
-// Verify returns the position a token resumes after. Every failure matches
+// Verify returns the position a token resumes after. A token names one
+// event, (generation, seq): sequence numbers go on across a job's
+// restarts, so a token from an earlier stream generation resumes exactly
+// after its event (the rest of that generation, the restart event, then
+// the new one), and is refused only if its seq is not in its generation.
+// Every failure matches
 // resume.ErrInvalidToken and carries an internal reason (resume.ReasonOf)
 // for logs and counters; transports answer all of them identically.
 func (p Positions) Verify(j *core.Job, raw string, caller, filter [16]byte) (uint64, error) {
 	pos, err := p.Keyring.Verify(raw, time.Now(), resume.Expect{Stream: j.ID, Caller: caller, Filter: filter})
 	if err == nil {
-		err = pos.Check(j.StreamGeneration(), p.Snapshot)
+		err = pos.Check(j.History.GenerationOf(pos.Seq), p.Snapshot)
 	}
 	if err == nil && pos.Seq > j.History.Head() {
 		// Signed by us but ahead of the history: only possible across a

@@ -80,6 +80,24 @@ func (e DoneEventOutcome) Valid() bool {
 	}
 }
 
+// Defines values for EnvelopeOnWorkerLost.
+const (
+	EnvelopeOnWorkerLostFail    EnvelopeOnWorkerLost = "fail"
+	EnvelopeOnWorkerLostRestart EnvelopeOnWorkerLost = "restart"
+)
+
+// Valid indicates whether the value is a known member of the EnvelopeOnWorkerLost enum.
+func (e EnvelopeOnWorkerLost) Valid() bool {
+	switch e {
+	case EnvelopeOnWorkerLostFail:
+		return true
+	case EnvelopeOnWorkerLostRestart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorEventOutcome.
 const (
 	ErrorEventOutcomeCancelled ErrorEventOutcome = "cancelled"
@@ -176,6 +194,21 @@ func (e EventStreamOutputEvent) Valid() bool {
 	}
 }
 
+// Defines values for EventStreamRestartEvent.
+const (
+	EventStreamRestartEventRestart EventStreamRestartEvent = "restart"
+)
+
+// Valid indicates whether the value is a known member of the EventStreamRestartEvent enum.
+func (e EventStreamRestartEvent) Valid() bool {
+	switch e {
+	case EventStreamRestartEventRestart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventStreamResyncEvent.
 const (
 	Resync EventStreamResyncEvent = "resync"
@@ -200,6 +233,24 @@ const (
 func (e EventStreamTerminatedEvent) Valid() bool {
 	switch e {
 	case Terminated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobOnWorkerLost.
+const (
+	JobOnWorkerLostFail    JobOnWorkerLost = "fail"
+	JobOnWorkerLostRestart JobOnWorkerLost = "restart"
+)
+
+// Valid indicates whether the value is a known member of the JobOnWorkerLost enum.
+func (e JobOnWorkerLost) Valid() bool {
+	switch e {
+	case JobOnWorkerLostFail:
+		return true
+	case JobOnWorkerLostRestart:
 		return true
 	default:
 		return false
@@ -371,6 +422,24 @@ func (e ProblemCode) Valid() bool {
 	}
 }
 
+// Defines values for RestartEventReason.
+const (
+	RestartEventReasonNodeGone   RestartEventReason = "node_gone"
+	RestartEventReasonWorkerLost RestartEventReason = "worker_lost"
+)
+
+// Valid indicates whether the value is a known member of the RestartEventReason enum.
+func (e RestartEventReason) Valid() bool {
+	switch e {
+	case RestartEventReasonNodeGone:
+		return true
+	case RestartEventReasonWorkerLost:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TerminatedEventReason.
 const (
 	Idle         TerminatedEventReason = "idle"
@@ -452,6 +521,24 @@ func (e WorkerStreamRegisteredEvent) Valid() bool {
 	}
 }
 
+// Defines values for CreateChatCompletionParamsXSwitchyardOnWorkerLost.
+const (
+	CreateChatCompletionParamsXSwitchyardOnWorkerLostFail    CreateChatCompletionParamsXSwitchyardOnWorkerLost = "fail"
+	CreateChatCompletionParamsXSwitchyardOnWorkerLostRestart CreateChatCompletionParamsXSwitchyardOnWorkerLost = "restart"
+)
+
+// Valid indicates whether the value is a known member of the CreateChatCompletionParamsXSwitchyardOnWorkerLost enum.
+func (e CreateChatCompletionParamsXSwitchyardOnWorkerLost) Valid() bool {
+	switch e {
+	case CreateChatCompletionParamsXSwitchyardOnWorkerLostFail:
+		return true
+	case CreateChatCompletionParamsXSwitchyardOnWorkerLostRestart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobEventsParamsSlow.
 const (
 	DropOldest JobEventsParamsSlow = "drop-oldest"
@@ -476,7 +563,8 @@ type AcceptedEvent struct {
 	// a worker was bound).
 	Attempt int `json:"attempt"`
 
-	// Gen Gen is the stream generation the sequence numbers belong to.
+	// Gen Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 
 	// JobId JobID is the stream id: the job.
@@ -540,8 +628,15 @@ type ChatCompletionChunk struct {
 	Model   string                      `json:"model"`
 
 	// Object Example: chat.completion.chunk
-	Object string     `json:"object"`
-	Usage  *ChatUsage `json:"usage"`
+	Object string `json:"object"`
+
+	// SwitchyardRestart SwitchyardRestart is set, on a chunk with no choices, only in the
+	// stream of a request that opted into restarts (the
+	// X-Switchyard-On-Worker-Lost header): the job's worker was lost and
+	// the completion starts again; the text before this chunk belongs to
+	// the abandoned attempt (docs/openai.md).
+	SwitchyardRestart *ChatRestart `json:"switchyard_restart,omitempty"`
+	Usage             *ChatUsage   `json:"usage"`
 }
 
 // ChatCompletionChunkChoice defines model for ChatCompletionChunkChoice.
@@ -651,6 +746,19 @@ type ChatMessage struct {
 	//
 	// Example: user
 	Role string `json:"role"`
+}
+
+// ChatRestart defines model for ChatRestart.
+type ChatRestart struct {
+	// Attempt Attempt is the new run's binding generation, Gen its stream
+	// generation; Restarts counts the restarts so far.
+	Attempt int    `json:"attempt"`
+	Detail  string `json:"detail"`
+	Gen     int    `json:"gen"`
+
+	// Reason Reason is worker_lost or node_gone; Detail says what was lost.
+	Reason   string `json:"reason"`
+	Restarts int    `json:"restarts"`
 }
 
 // ChatStreamOptions defines model for ChatStreamOptions.
@@ -782,7 +890,8 @@ type DoneEvent struct {
 	// a worker was bound).
 	Attempt int `json:"attempt"`
 
-	// Gen Gen is the stream generation the sequence numbers belong to.
+	// Gen Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 
 	// JobId JobID is the stream id: the job.
@@ -827,6 +936,22 @@ type Envelope struct {
 	// Limits Limits lower the node's ceilings for this job (never raise them).
 	Limits *EnvelopeLimits `json:"limits,omitempty"`
 
+	// MaxRestarts MaxRestarts lowers the node's --max-restarts for this job: 0 to the
+	// node's ceiling (above it: limit_above_ceiling); absent means the
+	// node's.
+	//
+	// Example: 2
+	MaxRestarts *int `json:"max_restarts,omitempty"`
+
+	// OnWorkerLost OnWorkerLost is what happens if the job's worker is lost after it
+	// produced output: "fail" (the default) ends it worker_lost; "restart"
+	// runs it again from the start on another capable worker, as its
+	// stream's next generation, announced by a restart event, at most
+	// max_restarts times and within its TTL (docs/cluster.md).
+	//
+	// Example: restart
+	OnWorkerLost *EnvelopeOnWorkerLost `json:"on_worker_lost,omitempty"`
+
 	// Options Options is handed to the worker as is: a JSON object.
 	Options *map[string]interface{} `json:"options,omitempty"`
 
@@ -850,6 +975,15 @@ type Envelope struct {
 	Zone *string `json:"zone,omitempty"`
 }
 
+// EnvelopeOnWorkerLost OnWorkerLost is what happens if the job's worker is lost after it
+// produced output: "fail" (the default) ends it worker_lost; "restart"
+// runs it again from the start on another capable worker, as its
+// stream's next generation, announced by a restart event, at most
+// max_restarts times and within its TTL (docs/cluster.md).
+//
+// Example: restart
+type EnvelopeOnWorkerLost string
+
 // EnvelopeLimits defines model for EnvelopeLimits.
 type EnvelopeLimits struct {
 	MaxInputBytes  *int `json:"max_input_bytes,omitempty"`
@@ -869,7 +1003,8 @@ type ErrorEvent struct {
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
 
-	// Gen Gen is the stream generation the sequence numbers belong to.
+	// Gen Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 
 	// JobId JobID is the stream id: the job.
@@ -976,6 +1111,23 @@ type EventStreamOutput struct {
 // EventStreamOutputEvent The event's name (its `event:` line; an event without one is a `message`).
 type EventStreamOutputEvent string
 
+// EventStreamRestart The `restart` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
+type EventStreamRestart struct {
+	Data RestartEvent `json:"data"`
+
+	// Event The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamRestartEvent `json:"event"`
+
+	// Id The event's `id:` line, where it has one: on a job's stream, the resume token to send as Last-Event-ID.
+	Id *string `json:"id,omitempty"`
+
+	// Retry The `retry:` line of a stream's first event: how long a client waits before it reconnects, in milliseconds.
+	Retry *int `json:"retry,omitempty"`
+}
+
+// EventStreamRestartEvent The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamRestartEvent string
+
 // EventStreamResync The `resync` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON of its `data:` lines.
 type EventStreamResync struct {
 	Data ResyncEvent `json:"data"`
@@ -1031,20 +1183,35 @@ type GapEvent struct {
 
 // Job defines model for Job.
 type Job struct {
-	Code        *string  `json:"code,omitempty"`
-	CreatedAt   string   `json:"created_at"`
-	Detail      *string  `json:"detail,omitempty"`
-	EndedAt     *string  `json:"ended_at,omitempty"`
-	Generation  int      `json:"generation"`
-	HandledBy   *string  `json:"handled_by,omitempty"`
-	JobId       string   `json:"job_id"`
-	LastSeq     int      `json:"last_seq"`
-	Links       JobLinks `json:"links"`
-	Outcome     *string  `json:"outcome,omitempty"`
-	Outputs     int      `json:"outputs"`
-	Queue       string   `json:"queue"`
-	RemainingMs int      `json:"remaining_ms"`
-	State       string   `json:"state"`
+	// Attempts Attempts are the job's runs on workers, oldest first.
+	Attempts    []JobAttempt `json:"attempts"`
+	Code        *string      `json:"code,omitempty"`
+	CreatedAt   string       `json:"created_at"`
+	Detail      *string      `json:"detail,omitempty"`
+	EndedAt     *string      `json:"ended_at,omitempty"`
+	Generation  int          `json:"generation"`
+	HandledBy   *string      `json:"handled_by,omitempty"`
+	JobId       string       `json:"job_id"`
+	LastSeq     int          `json:"last_seq"`
+	Links       JobLinks     `json:"links"`
+	MaxRestarts int          `json:"max_restarts"`
+
+	// OnWorkerLost OnWorkerLost is the job's policy for a worker lost after output;
+	// absent once the job ended.
+	OnWorkerLost *JobOnWorkerLost `json:"on_worker_lost,omitempty"`
+	Outcome      *string          `json:"outcome,omitempty"`
+	Outputs      int              `json:"outputs"`
+	Queue        string           `json:"queue"`
+	RemainingMs  int              `json:"remaining_ms"`
+
+	// Restarts Restarts is how many times the job restarted; MaxRestarts how many
+	// times it may (on_worker_lost: restart).
+	Restarts int    `json:"restarts"`
+	State    string `json:"state"`
+
+	// StreamGeneration StreamGeneration is the job's stream generation now: 1 plus its
+	// restarts (the "gen" of its newest events).
+	StreamGeneration int `json:"stream_generation"`
 
 	// TraceId TraceID is the job's W3C trace id (32 hex digits): the caller's
 	// traceparent's, or a new trace's (docs/tracing.md).
@@ -1055,6 +1222,33 @@ type Job struct {
 	// output credit: the job goes on as its reader takes its output.
 	WaitingForReader bool    `json:"waiting_for_reader"`
 	Worker           *string `json:"worker,omitempty"`
+}
+
+// JobOnWorkerLost OnWorkerLost is the job's policy for a worker lost after output;
+// absent once the job ended.
+type JobOnWorkerLost string
+
+// JobAttempt defines model for JobAttempt.
+type JobAttempt struct {
+	// Attempt Attempt is the binding generation (the "attempt" of the events it
+	// produced); Gen the stream generation they belong to.
+	Attempt int `json:"attempt"`
+
+	// Consumer Consumer is the worker's consumer id, Worker its label, Node the
+	// node it is connected to.
+	Consumer string  `json:"consumer"`
+	EndedAt  *string `json:"ended_at,omitempty"`
+	Gen      int     `json:"gen"`
+	Node     string  `json:"node"`
+
+	// Reason Reason is how the attempt ended: "completed", the job's code, or
+	// "worker_lost: " and what was lost. Absent while it runs.
+	Reason *string `json:"reason,omitempty"`
+
+	// StartedAt StartedAt is when the worker took the job; EndedAt when its binding
+	// ended (absent while it runs).
+	StartedAt string `json:"started_at"`
+	Worker    string `json:"worker"`
 }
 
 // JobLinks defines model for JobLinks.
@@ -1213,7 +1407,8 @@ type OutputEvent struct {
 	// Data Data is the chunk: one JSON value.
 	Data interface{} `json:"data"`
 
-	// Gen Gen is the stream generation the sequence numbers belong to.
+	// Gen Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 
 	// JobId JobID is the stream id: the job.
@@ -1320,6 +1515,47 @@ type RejectMessage struct {
 	// other worker takes it.
 	Reason *string `json:"reason,omitempty"`
 }
+
+// RestartEvent defines model for RestartEvent.
+type RestartEvent struct {
+	// Attempt Attempt is the binding generation that produced the event (0 before
+	// a worker was bound).
+	Attempt int `json:"attempt"`
+
+	// Detail Detail says what was lost, for people.
+	Detail string `json:"detail"`
+
+	// Gen Gen is the stream generation the event belongs to: 1, and one more
+	// after each restart event. Sequence numbers go on across generations.
+	Gen int `json:"gen"`
+
+	// JobId JobID is the stream id: the job.
+	JobId string `json:"job_id"`
+
+	// LastSeq LastSeq is the seq of the previous generation's last event.
+	LastSeq     int `json:"last_seq"`
+	MaxRestarts int `json:"max_restarts"`
+
+	// Reason Reason is how the previous generation's worker was lost:
+	// worker_lost (its session ended, or its node stopped it) or
+	// node_gone (its node's death was proven).
+	Reason RestartEventReason `json:"reason"`
+
+	// Restarts Restarts is how many times the job restarted, this one included;
+	// MaxRestarts how many times it may.
+	Restarts int `json:"restarts"`
+
+	// Seq Seq is the event's position in the job's stream, from 1.
+	Seq int `json:"seq"`
+
+	// Snap Snap is the snapshot version of the history (the node incarnation).
+	Snap int `json:"snap"`
+}
+
+// RestartEventReason Reason is how the previous generation's worker was lost:
+// worker_lost (its session ended, or its node stopped it) or
+// node_gone (its node's death was proven).
+type RestartEventReason string
 
 // ResyncEvent defines model for ResyncEvent.
 type ResyncEvent struct {
@@ -1460,7 +1696,13 @@ type CreateChatCompletionParams struct {
 
 	// XSwitchyardPriority the job's priority, -5 to 5 (default 0), at most the key's max_priority
 	XSwitchyardPriority *int `json:"X-Switchyard-Priority,omitempty"`
+
+	// XSwitchyardOnWorkerLost restart: run the completion again on another worker if its worker is lost after it produced output (default fail: the request fails worker_lost)
+	XSwitchyardOnWorkerLost *CreateChatCompletionParamsXSwitchyardOnWorkerLost `json:"X-Switchyard-On-Worker-Lost,omitempty"`
 }
+
+// CreateChatCompletionParamsXSwitchyardOnWorkerLost defines parameters for CreateChatCompletion.
+type CreateChatCompletionParamsXSwitchyardOnWorkerLost string
 
 // JobEventsParams defines parameters for JobEvents.
 type JobEventsParams struct {
@@ -1937,6 +2179,40 @@ func (t *EventStream) MergeEventStreamOutput(v EventStreamOutput) error {
 	return err
 }
 
+// AsEventStreamRestart returns the union data inside the EventStream as a EventStreamRestart
+func (t EventStream) AsEventStreamRestart() (EventStreamRestart, error) {
+	var body EventStreamRestart
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventStreamRestart overwrites any union data inside the EventStream as the provided EventStreamRestart
+func (t *EventStream) FromEventStreamRestart(v EventStreamRestart) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"restart"}`))
+	t.union = b
+	return err
+}
+
+// MergeEventStreamRestart performs a merge with any union data inside the EventStream, using the provided EventStreamRestart
+func (t *EventStream) MergeEventStreamRestart(v EventStreamRestart) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"event":"restart"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 // AsEventStreamResync returns the union data inside the EventStream as a EventStreamResync
 func (t EventStream) AsEventStreamResync() (EventStreamResync, error) {
 	var body EventStreamResync
@@ -2029,6 +2305,8 @@ func (t EventStream) ValueByDiscriminator() (interface{}, error) {
 		return t.AsEventStreamGap()
 	case "output":
 		return t.AsEventStreamOutput()
+	case "restart":
+		return t.AsEventStreamRestart()
 	case "resync":
 		return t.AsEventStreamResync()
 	case "terminated":
@@ -3425,6 +3703,17 @@ func NewCreateChatCompletionRequestWithBody(server string, params *CreateChatCom
 			}
 
 			req.Header.Set("X-Switchyard-Priority", headerParam2)
+		}
+
+		if params.XSwitchyardOnWorkerLost != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Switchyard-On-Worker-Lost", *params.XSwitchyardOnWorkerLost, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Switchyard-On-Worker-Lost", headerParam3)
 		}
 
 	}

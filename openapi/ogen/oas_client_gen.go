@@ -1052,6 +1052,20 @@ func (c *Client) sendCreateChatCompletion(ctx context.Context, request *ChatComp
 			return res, errors.Wrap(err, "encode header")
 		}
 	}
+	{
+		cfg := uri.HeaderParameterEncodingConfig{
+			Name:    "X-Switchyard-On-Worker-Lost",
+			Explode: false,
+		}
+		if err := h.EncodeParam(cfg, func(e uri.Encoder) error {
+			if val, ok := params.XSwitchyardOnWorkerLost.Get(); ok {
+				return e.EncodeValue(conv.StringToString(string(val)))
+			}
+			return nil
+		}); err != nil {
+			return res, errors.Wrap(err, "encode header")
+		}
+	}
 
 	sseOptions := c.cfg.sseCfg
 	r.Header.Set("Cache-Control", "no-cache")

@@ -1236,18 +1236,25 @@ func (s *ChatCompletionChunk) encodeFields(e *jx.Encoder) {
 		e.Str(s.Object)
 	}
 	{
+		if s.SwitchyardRestart.Set {
+			e.FieldStart("switchyard_restart")
+			s.SwitchyardRestart.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("usage")
 		s.Usage.Encode(e)
 	}
 }
 
-var jsonFieldsNameOfChatCompletionChunk = [6]string{
+var jsonFieldsNameOfChatCompletionChunk = [7]string{
 	0: "choices",
 	1: "created",
 	2: "id",
 	3: "model",
 	4: "object",
-	5: "usage",
+	5: "switchyard_restart",
+	6: "usage",
 }
 
 // Decode decodes ChatCompletionChunk from json.
@@ -1325,8 +1332,18 @@ func (s *ChatCompletionChunk) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"object\"")
 			}
+		case "switchyard_restart":
+			if err := func() error {
+				s.SwitchyardRestart.Reset()
+				if err := s.SwitchyardRestart.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"switchyard_restart\"")
+			}
 		case "usage":
-			requiredBitSet[0] |= 1 << 5
+			requiredBitSet[0] |= 1 << 6
 			if err := func() error {
 				if err := s.Usage.Decode(d); err != nil {
 					return err
@@ -1345,7 +1362,7 @@ func (s *ChatCompletionChunk) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [1]uint8{
-		0b00111111,
+		0b01011111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -1691,6 +1708,19 @@ func (s *ChatCompletionChunkOrError) Decode(d *jx.Decoder) error {
 			case "object":
 				// Type-based discrimination: check if field has expected JSON type
 				if typ := d.Next(); typ != jx.String {
+					// Field exists but has wrong type, not a match for this variant
+					return d.Skip()
+				}
+				match := ChatCompletionChunkChatCompletionChunkOrError
+				if found && s.Type != match {
+					s.Type = ""
+					return errors.Errorf("multiple oneOf matches: (%v, %v)", s.Type, match)
+				}
+				found = true
+				s.Type = match
+			case "switchyard_restart":
+				// Type-based discrimination: check if field has expected JSON type
+				if typ := d.Next(); typ != jx.Object {
 					// Field exists but has wrong type, not a match for this variant
 					return d.Skip()
 				}
@@ -2777,6 +2807,170 @@ func (s *ChatMessage) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *ChatMessage) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *ChatRestart) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *ChatRestart) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("attempt")
+		e.Int(s.Attempt)
+	}
+	{
+		e.FieldStart("detail")
+		e.Str(s.Detail)
+	}
+	{
+		e.FieldStart("gen")
+		e.Int(s.Gen)
+	}
+	{
+		e.FieldStart("reason")
+		e.Str(s.Reason)
+	}
+	{
+		e.FieldStart("restarts")
+		e.Int(s.Restarts)
+	}
+}
+
+var jsonFieldsNameOfChatRestart = [5]string{
+	0: "attempt",
+	1: "detail",
+	2: "gen",
+	3: "reason",
+	4: "restarts",
+}
+
+// Decode decodes ChatRestart from json.
+func (s *ChatRestart) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode ChatRestart to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "attempt":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Attempt = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"attempt\"")
+			}
+		case "detail":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				v, err := d.Str()
+				s.Detail = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"detail\"")
+			}
+		case "gen":
+			requiredBitSet[0] |= 1 << 2
+			if err := func() error {
+				v, err := d.Int()
+				s.Gen = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"gen\"")
+			}
+		case "reason":
+			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				v, err := d.Str()
+				s.Reason = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reason\"")
+			}
+		case "restarts":
+			requiredBitSet[0] |= 1 << 4
+			if err := func() error {
+				v, err := d.Int()
+				s.Restarts = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"restarts\"")
+			}
+		default:
+			return d.Skip()
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode ChatRestart")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b00011111,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfChatRestart) {
+					name = jsonFieldsNameOfChatRestart[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *ChatRestart) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *ChatRestart) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -5681,6 +5875,18 @@ func (s *Envelope) encodeFields(e *jx.Encoder) {
 		}
 	}
 	{
+		if s.MaxRestarts.Set {
+			e.FieldStart("max_restarts")
+			s.MaxRestarts.Encode(e)
+		}
+	}
+	{
+		if s.OnWorkerLost.Set {
+			e.FieldStart("on_worker_lost")
+			s.OnWorkerLost.Encode(e)
+		}
+	}
+	{
 		if s.Options.Set {
 			e.FieldStart("options")
 			s.Options.Encode(e)
@@ -5712,17 +5918,19 @@ func (s *Envelope) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfEnvelope = [10]string{
-	0: "affinity_key",
-	1: "capabilities",
-	2: "grace_ms",
-	3: "input",
-	4: "limits",
-	5: "options",
-	6: "priority",
-	7: "ttl_ms",
-	8: "version",
-	9: "zone",
+var jsonFieldsNameOfEnvelope = [12]string{
+	0:  "affinity_key",
+	1:  "capabilities",
+	2:  "grace_ms",
+	3:  "input",
+	4:  "limits",
+	5:  "max_restarts",
+	6:  "on_worker_lost",
+	7:  "options",
+	8:  "priority",
+	9:  "ttl_ms",
+	10: "version",
+	11: "zone",
 }
 
 // Decode decodes Envelope from json.
@@ -5785,6 +5993,26 @@ func (s *Envelope) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"limits\"")
+			}
+		case "max_restarts":
+			if err := func() error {
+				s.MaxRestarts.Reset()
+				if err := s.MaxRestarts.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"max_restarts\"")
+			}
+		case "on_worker_lost":
+			if err := func() error {
+				s.OnWorkerLost.Reset()
+				if err := s.OnWorkerLost.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"on_worker_lost\"")
 			}
 		case "options":
 			if err := func() error {
@@ -6059,6 +6287,46 @@ func (s *EnvelopeLimits) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *EnvelopeLimits) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EnvelopeOnWorkerLost as json.
+func (s EnvelopeOnWorkerLost) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes EnvelopeOnWorkerLost from json.
+func (s *EnvelopeOnWorkerLost) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EnvelopeOnWorkerLost to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch EnvelopeOnWorkerLost(v) {
+	case EnvelopeOnWorkerLostFail:
+		*s = EnvelopeOnWorkerLostFail
+	case EnvelopeOnWorkerLostRestart:
+		*s = EnvelopeOnWorkerLostRestart
+	default:
+		*s = EnvelopeOnWorkerLost(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s EnvelopeOnWorkerLost) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EnvelopeOnWorkerLost) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -6485,6 +6753,26 @@ func (s EventStream) encodeFields(e *jx.Encoder) {
 				}
 			}
 		}
+	case EventStreamRestartEventStream:
+		e.FieldStart("event")
+		e.Str("restart")
+		{
+			s := s.EventStreamRestart
+			{
+				e.FieldStart("data")
+				s.Data.Encode(e)
+			}
+			{
+				e.FieldStart("id")
+				e.Str(s.ID)
+			}
+			{
+				if s.Retry.Set {
+					e.FieldStart("retry")
+					s.Retry.Encode(e)
+				}
+			}
+		}
 	case EventStreamResyncEventStream:
 		e.FieldStart("event")
 		e.Str("resync")
@@ -6566,6 +6854,9 @@ func (s *EventStream) Decode(d *jx.Decoder) error {
 				case "output":
 					s.Type = EventStreamOutputEventStream
 					found = true
+				case "restart":
+					s.Type = EventStreamRestartEventStream
+					found = true
 				case "resync":
 					s.Type = EventStreamResyncEventStream
 					found = true
@@ -6604,6 +6895,10 @@ func (s *EventStream) Decode(d *jx.Decoder) error {
 		}
 	case EventStreamOutputEventStream:
 		if err := s.EventStreamOutput.Decode(d); err != nil {
+			return err
+		}
+	case EventStreamRestartEventStream:
+		if err := s.EventStreamRestart.Decode(d); err != nil {
 			return err
 		}
 	case EventStreamResyncEventStream:
@@ -7534,6 +7829,187 @@ func (s EventStreamOutputEvent) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *EventStreamOutputEvent) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *EventStreamRestart) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *EventStreamRestart) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("data")
+		s.Data.Encode(e)
+	}
+	{
+		e.FieldStart("event")
+		s.Event.Encode(e)
+	}
+	{
+		e.FieldStart("id")
+		e.Str(s.ID)
+	}
+	{
+		if s.Retry.Set {
+			e.FieldStart("retry")
+			s.Retry.Encode(e)
+		}
+	}
+}
+
+var jsonFieldsNameOfEventStreamRestart = [4]string{
+	0: "data",
+	1: "event",
+	2: "id",
+	3: "retry",
+}
+
+// Decode decodes EventStreamRestart from json.
+func (s *EventStreamRestart) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EventStreamRestart to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "data":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				if err := s.Data.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"data\"")
+			}
+		case "event":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				if err := s.Event.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"event\"")
+			}
+		case "id":
+			requiredBitSet[0] |= 1 << 2
+			if err := func() error {
+				v, err := d.Str()
+				s.ID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"id\"")
+			}
+		case "retry":
+			if err := func() error {
+				s.Retry.Reset()
+				if err := s.Retry.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"retry\"")
+			}
+		default:
+			return errors.Errorf("unexpected field %q", k)
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode EventStreamRestart")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b00000111,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfEventStreamRestart) {
+					name = jsonFieldsNameOfEventStreamRestart[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *EventStreamRestart) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EventStreamRestart) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EventStreamRestartEvent as json.
+func (s EventStreamRestartEvent) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes EventStreamRestartEvent from json.
+func (s *EventStreamRestartEvent) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EventStreamRestartEvent to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch EventStreamRestartEvent(v) {
+	case EventStreamRestartEventRestart:
+		*s = EventStreamRestartEventRestart
+	default:
+		*s = EventStreamRestartEvent(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s EventStreamRestartEvent) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EventStreamRestartEvent) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -8850,6 +9326,14 @@ func (s *Job) Encode(e *jx.Encoder) {
 // encodeFields encodes fields.
 func (s *Job) encodeFields(e *jx.Encoder) {
 	{
+		e.FieldStart("attempts")
+		e.ArrStart()
+		for _, elem := range s.Attempts {
+			elem.Encode(e)
+		}
+		e.ArrEnd()
+	}
+	{
 		if s.Code.Set {
 			e.FieldStart("code")
 			s.Code.Encode(e)
@@ -8894,6 +9378,16 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 		s.Links.Encode(e)
 	}
 	{
+		e.FieldStart("max_restarts")
+		e.Int(s.MaxRestarts)
+	}
+	{
+		if s.OnWorkerLost.Set {
+			e.FieldStart("on_worker_lost")
+			s.OnWorkerLost.Encode(e)
+		}
+	}
+	{
 		if s.Outcome.Set {
 			e.FieldStart("outcome")
 			s.Outcome.Encode(e)
@@ -8912,8 +9406,16 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 		e.Int(s.RemainingMs)
 	}
 	{
+		e.FieldStart("restarts")
+		e.Int(s.Restarts)
+	}
+	{
 		e.FieldStart("state")
 		e.Str(s.State)
+	}
+	{
+		e.FieldStart("stream_generation")
+		e.Int(s.StreamGeneration)
 	}
 	{
 		e.FieldStart("trace_id")
@@ -8935,25 +9437,30 @@ func (s *Job) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfJob = [18]string{
-	0:  "code",
-	1:  "created_at",
-	2:  "detail",
-	3:  "ended_at",
-	4:  "generation",
-	5:  "handled_by",
-	6:  "job_id",
-	7:  "last_seq",
-	8:  "links",
-	9:  "outcome",
-	10: "outputs",
-	11: "queue",
-	12: "remaining_ms",
-	13: "state",
-	14: "trace_id",
-	15: "ttl_ms",
-	16: "waiting_for_reader",
-	17: "worker",
+var jsonFieldsNameOfJob = [23]string{
+	0:  "attempts",
+	1:  "code",
+	2:  "created_at",
+	3:  "detail",
+	4:  "ended_at",
+	5:  "generation",
+	6:  "handled_by",
+	7:  "job_id",
+	8:  "last_seq",
+	9:  "links",
+	10: "max_restarts",
+	11: "on_worker_lost",
+	12: "outcome",
+	13: "outputs",
+	14: "queue",
+	15: "remaining_ms",
+	16: "restarts",
+	17: "state",
+	18: "stream_generation",
+	19: "trace_id",
+	20: "ttl_ms",
+	21: "waiting_for_reader",
+	22: "worker",
 }
 
 // Decode decodes Job from json.
@@ -8965,6 +9472,24 @@ func (s *Job) Decode(d *jx.Decoder) error {
 
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
+		case "attempts":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				s.Attempts = make([]JobAttempt, 0)
+				if err := d.Arr(func(d *jx.Decoder) error {
+					var elem JobAttempt
+					if err := elem.Decode(d); err != nil {
+						return err
+					}
+					s.Attempts = append(s.Attempts, elem)
+					return nil
+				}); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"attempts\"")
+			}
 		case "code":
 			if err := func() error {
 				s.Code.Reset()
@@ -8976,7 +9501,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"code\"")
 			}
 		case "created_at":
-			requiredBitSet[0] |= 1 << 1
+			requiredBitSet[0] |= 1 << 2
 			if err := func() error {
 				v, err := d.Str()
 				s.CreatedAt = string(v)
@@ -9008,7 +9533,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"ended_at\"")
 			}
 		case "generation":
-			requiredBitSet[0] |= 1 << 4
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				v, err := d.Int()
 				s.Generation = int(v)
@@ -9030,7 +9555,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"handled_by\"")
 			}
 		case "job_id":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				v, err := d.Str()
 				s.JobID = string(v)
@@ -9042,7 +9567,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"job_id\"")
 			}
 		case "last_seq":
-			requiredBitSet[0] |= 1 << 7
+			requiredBitSet[1] |= 1 << 0
 			if err := func() error {
 				v, err := d.Int()
 				s.LastSeq = int(v)
@@ -9054,7 +9579,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"last_seq\"")
 			}
 		case "links":
-			requiredBitSet[1] |= 1 << 0
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				if err := s.Links.Decode(d); err != nil {
 					return err
@@ -9062,6 +9587,28 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"links\"")
+			}
+		case "max_restarts":
+			requiredBitSet[1] |= 1 << 2
+			if err := func() error {
+				v, err := d.Int()
+				s.MaxRestarts = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"max_restarts\"")
+			}
+		case "on_worker_lost":
+			if err := func() error {
+				s.OnWorkerLost.Reset()
+				if err := s.OnWorkerLost.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"on_worker_lost\"")
 			}
 		case "outcome":
 			if err := func() error {
@@ -9074,7 +9621,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"outcome\"")
 			}
 		case "outputs":
-			requiredBitSet[1] |= 1 << 2
+			requiredBitSet[1] |= 1 << 5
 			if err := func() error {
 				v, err := d.Int()
 				s.Outputs = int(v)
@@ -9086,7 +9633,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"outputs\"")
 			}
 		case "queue":
-			requiredBitSet[1] |= 1 << 3
+			requiredBitSet[1] |= 1 << 6
 			if err := func() error {
 				v, err := d.Str()
 				s.Queue = string(v)
@@ -9098,7 +9645,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"queue\"")
 			}
 		case "remaining_ms":
-			requiredBitSet[1] |= 1 << 4
+			requiredBitSet[1] |= 1 << 7
 			if err := func() error {
 				v, err := d.Int()
 				s.RemainingMs = int(v)
@@ -9109,8 +9656,20 @@ func (s *Job) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"remaining_ms\"")
 			}
+		case "restarts":
+			requiredBitSet[2] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Restarts = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"restarts\"")
+			}
 		case "state":
-			requiredBitSet[1] |= 1 << 5
+			requiredBitSet[2] |= 1 << 1
 			if err := func() error {
 				v, err := d.Str()
 				s.State = string(v)
@@ -9121,8 +9680,20 @@ func (s *Job) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"state\"")
 			}
+		case "stream_generation":
+			requiredBitSet[2] |= 1 << 2
+			if err := func() error {
+				v, err := d.Int()
+				s.StreamGeneration = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"stream_generation\"")
+			}
 		case "trace_id":
-			requiredBitSet[1] |= 1 << 6
+			requiredBitSet[2] |= 1 << 3
 			if err := func() error {
 				v, err := d.Str()
 				s.TraceID = string(v)
@@ -9134,7 +9705,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"trace_id\"")
 			}
 		case "ttl_ms":
-			requiredBitSet[1] |= 1 << 7
+			requiredBitSet[2] |= 1 << 4
 			if err := func() error {
 				v, err := d.Int()
 				s.TTLMs = int(v)
@@ -9146,7 +9717,7 @@ func (s *Job) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"ttl_ms\"")
 			}
 		case "waiting_for_reader":
-			requiredBitSet[2] |= 1 << 0
+			requiredBitSet[2] |= 1 << 5
 			if err := func() error {
 				v, err := d.Bool()
 				s.WaitingForReader = bool(v)
@@ -9177,9 +9748,9 @@ func (s *Job) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [3]uint8{
-		0b11010010,
-		0b11111101,
-		0b00000001,
+		0b10100101,
+		0b11100111,
+		0b00111111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -9221,6 +9792,221 @@ func (s *Job) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *Job) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *JobAttempt) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *JobAttempt) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("attempt")
+		e.Int(s.Attempt)
+	}
+	{
+		e.FieldStart("consumer")
+		e.Str(s.Consumer)
+	}
+	{
+		if s.EndedAt.Set {
+			e.FieldStart("ended_at")
+			s.EndedAt.Encode(e)
+		}
+	}
+	{
+		e.FieldStart("gen")
+		e.Int(s.Gen)
+	}
+	{
+		e.FieldStart("node")
+		e.Str(s.Node)
+	}
+	{
+		if s.Reason.Set {
+			e.FieldStart("reason")
+			s.Reason.Encode(e)
+		}
+	}
+	{
+		e.FieldStart("started_at")
+		e.Str(s.StartedAt)
+	}
+	{
+		e.FieldStart("worker")
+		e.Str(s.Worker)
+	}
+}
+
+var jsonFieldsNameOfJobAttempt = [8]string{
+	0: "attempt",
+	1: "consumer",
+	2: "ended_at",
+	3: "gen",
+	4: "node",
+	5: "reason",
+	6: "started_at",
+	7: "worker",
+}
+
+// Decode decodes JobAttempt from json.
+func (s *JobAttempt) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode JobAttempt to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "attempt":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Attempt = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"attempt\"")
+			}
+		case "consumer":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				v, err := d.Str()
+				s.Consumer = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"consumer\"")
+			}
+		case "ended_at":
+			if err := func() error {
+				s.EndedAt.Reset()
+				if err := s.EndedAt.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"ended_at\"")
+			}
+		case "gen":
+			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				v, err := d.Int()
+				s.Gen = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"gen\"")
+			}
+		case "node":
+			requiredBitSet[0] |= 1 << 4
+			if err := func() error {
+				v, err := d.Str()
+				s.Node = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"node\"")
+			}
+		case "reason":
+			if err := func() error {
+				s.Reason.Reset()
+				if err := s.Reason.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reason\"")
+			}
+		case "started_at":
+			requiredBitSet[0] |= 1 << 6
+			if err := func() error {
+				v, err := d.Str()
+				s.StartedAt = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"started_at\"")
+			}
+		case "worker":
+			requiredBitSet[0] |= 1 << 7
+			if err := func() error {
+				v, err := d.Str()
+				s.Worker = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"worker\"")
+			}
+		default:
+			return d.Skip()
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode JobAttempt")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b11011011,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfJobAttempt) {
+					name = jsonFieldsNameOfJobAttempt[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *JobAttempt) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *JobAttempt) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -9976,6 +10762,46 @@ func (s JobOfferOptions) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *JobOfferOptions) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes JobOnWorkerLost as json.
+func (s JobOnWorkerLost) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes JobOnWorkerLost from json.
+func (s *JobOnWorkerLost) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode JobOnWorkerLost to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch JobOnWorkerLost(v) {
+	case JobOnWorkerLostFail:
+		*s = JobOnWorkerLostFail
+	case JobOnWorkerLostRestart:
+		*s = JobOnWorkerLostRestart
+	default:
+		*s = JobOnWorkerLost(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s JobOnWorkerLost) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *JobOnWorkerLost) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -12606,6 +13432,39 @@ func (s *OptBool) UnmarshalJSON(data []byte) error {
 	return s.Decode(d)
 }
 
+// Encode encodes ChatRestart as json.
+func (o OptChatRestart) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	o.Value.Encode(e)
+}
+
+// Decode decodes ChatRestart from json.
+func (o *OptChatRestart) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptChatRestart to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptChatRestart) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptChatRestart) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
 // Encode encodes ChatStreamOptions as json.
 func (o OptChatStreamOptions) Encode(e *jx.Encoder) {
 	if !o.Set {
@@ -12773,6 +13632,39 @@ func (s *OptEnvelopeLimits) UnmarshalJSON(data []byte) error {
 	return s.Decode(d)
 }
 
+// Encode encodes EnvelopeOnWorkerLost as json.
+func (o OptEnvelopeOnWorkerLost) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	e.Str(string(o.Value))
+}
+
+// Decode decodes EnvelopeOnWorkerLost from json.
+func (o *OptEnvelopeOnWorkerLost) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptEnvelopeOnWorkerLost to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptEnvelopeOnWorkerLost) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptEnvelopeOnWorkerLost) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
 // Encode encodes EnvelopeOptions as json.
 func (o OptEnvelopeOptions) Encode(e *jx.Encoder) {
 	if !o.Set {
@@ -12907,6 +13799,39 @@ func (s OptJobOfferOptions) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *OptJobOfferOptions) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes JobOnWorkerLost as json.
+func (o OptJobOnWorkerLost) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	e.Str(string(o.Value))
+}
+
+// Decode decodes JobOnWorkerLost from json.
+func (o *OptJobOnWorkerLost) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptJobOnWorkerLost to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptJobOnWorkerLost) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptJobOnWorkerLost) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -14967,6 +15892,294 @@ func (s *RejectMessage) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *RejectMessage) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *RestartEvent) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *RestartEvent) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("attempt")
+		e.Int(s.Attempt)
+	}
+	{
+		e.FieldStart("detail")
+		e.Str(s.Detail)
+	}
+	{
+		e.FieldStart("gen")
+		e.Int(s.Gen)
+	}
+	{
+		e.FieldStart("job_id")
+		e.Str(s.JobID)
+	}
+	{
+		e.FieldStart("last_seq")
+		e.Int(s.LastSeq)
+	}
+	{
+		e.FieldStart("max_restarts")
+		e.Int(s.MaxRestarts)
+	}
+	{
+		e.FieldStart("reason")
+		s.Reason.Encode(e)
+	}
+	{
+		e.FieldStart("restarts")
+		e.Int(s.Restarts)
+	}
+	{
+		e.FieldStart("seq")
+		e.Int(s.Seq)
+	}
+	{
+		e.FieldStart("snap")
+		e.Int(s.Snap)
+	}
+}
+
+var jsonFieldsNameOfRestartEvent = [10]string{
+	0: "attempt",
+	1: "detail",
+	2: "gen",
+	3: "job_id",
+	4: "last_seq",
+	5: "max_restarts",
+	6: "reason",
+	7: "restarts",
+	8: "seq",
+	9: "snap",
+}
+
+// Decode decodes RestartEvent from json.
+func (s *RestartEvent) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode RestartEvent to nil")
+	}
+	var requiredBitSet [2]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "attempt":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Attempt = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"attempt\"")
+			}
+		case "detail":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				v, err := d.Str()
+				s.Detail = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"detail\"")
+			}
+		case "gen":
+			requiredBitSet[0] |= 1 << 2
+			if err := func() error {
+				v, err := d.Int()
+				s.Gen = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"gen\"")
+			}
+		case "job_id":
+			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				v, err := d.Str()
+				s.JobID = string(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"job_id\"")
+			}
+		case "last_seq":
+			requiredBitSet[0] |= 1 << 4
+			if err := func() error {
+				v, err := d.Int()
+				s.LastSeq = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"last_seq\"")
+			}
+		case "max_restarts":
+			requiredBitSet[0] |= 1 << 5
+			if err := func() error {
+				v, err := d.Int()
+				s.MaxRestarts = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"max_restarts\"")
+			}
+		case "reason":
+			requiredBitSet[0] |= 1 << 6
+			if err := func() error {
+				if err := s.Reason.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reason\"")
+			}
+		case "restarts":
+			requiredBitSet[0] |= 1 << 7
+			if err := func() error {
+				v, err := d.Int()
+				s.Restarts = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"restarts\"")
+			}
+		case "seq":
+			requiredBitSet[1] |= 1 << 0
+			if err := func() error {
+				v, err := d.Int()
+				s.Seq = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"seq\"")
+			}
+		case "snap":
+			requiredBitSet[1] |= 1 << 1
+			if err := func() error {
+				v, err := d.Int()
+				s.Snap = int(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"snap\"")
+			}
+		default:
+			return d.Skip()
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode RestartEvent")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [2]uint8{
+		0b11111111,
+		0b00000011,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfRestartEvent) {
+					name = jsonFieldsNameOfRestartEvent[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *RestartEvent) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *RestartEvent) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes RestartEventReason as json.
+func (s RestartEventReason) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes RestartEventReason from json.
+func (s *RestartEventReason) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode RestartEventReason to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch RestartEventReason(v) {
+	case RestartEventReasonWorkerLost:
+		*s = RestartEventReasonWorkerLost
+	case RestartEventReasonNodeGone:
+		*s = RestartEventReasonNodeGone
+	default:
+		*s = RestartEventReason(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s RestartEventReason) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *RestartEventReason) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }

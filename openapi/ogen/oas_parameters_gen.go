@@ -33,6 +33,9 @@ type CreateChatCompletionParams struct {
 	XSwitchyardAffinityKey OptString `json:",omitempty,omitzero"`
 	// The job's priority, -5 to 5 (default 0), at most the key's max_priority.
 	XSwitchyardPriority OptInt `json:",omitempty,omitzero"`
+	// Restart: run the completion again on another worker if its worker is lost after it produced output
+	// (default fail: the request fails worker_lost).
+	XSwitchyardOnWorkerLost OptCreateChatCompletionXSwitchyardOnWorkerLost `json:",omitempty,omitzero"`
 }
 
 // FailJobParams is parameters of failJob operation.

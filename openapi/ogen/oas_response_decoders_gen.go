@@ -461,6 +461,15 @@ func decodeCancelJobResponse(resp *http.Response) (res CancelJobRes, _ error) {
 				}
 				return res, err
 			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
+			}
 			return &response, nil
 		default:
 			return res, validate.InvalidContentType(ct)
@@ -2613,6 +2622,15 @@ func decodeGetJobResponse(resp *http.Response) (res GetJobRes, _ error) {
 					Err:         err,
 				}
 				return res, err
+			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
 			}
 			return &response, nil
 		default:
@@ -6644,6 +6662,15 @@ func decodeSubmitJobResponse(resp *http.Response) (res SubmitJobRes, _ error) {
 				}
 				return res, err
 			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
+			}
 			return &response, nil
 		case ct == "text/event-stream":
 			response := SubmitJobOKTextEventStream{resp: resp}
@@ -6681,6 +6708,15 @@ func decodeSubmitJobResponse(resp *http.Response) (res SubmitJobRes, _ error) {
 					Err:         err,
 				}
 				return res, err
+			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
 			}
 			var wrapper JobHeaders
 			wrapper.Response = response

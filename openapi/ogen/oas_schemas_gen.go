@@ -57,7 +57,8 @@ func (*AcceptJobUnsupportedMediaType) acceptJobRes() {}
 type AcceptedEvent struct {
 	// Attempt is the binding generation that produced the event (0 before a worker was bound).
 	Attempt int `json:"attempt"`
-	// Gen is the stream generation the sequence numbers belong to.
+	// Gen is the stream generation the event belongs to: 1, and one more after each restart event.
+	// Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 	// JobID is the stream id: the job.
 	JobID string `json:"job_id"`
@@ -370,7 +371,11 @@ type ChatCompletionChunk struct {
 	ID      string                      `json:"id"`
 	Model   string                      `json:"model"`
 	Object  string                      `json:"object"`
-	Usage   NilChatUsage                `json:"usage"`
+	// SwitchyardRestart is set, on a chunk with no choices, only in the stream of a request that opted
+	// into restarts (the X-Switchyard-On-Worker-Lost header): the job's worker was lost and the completion
+	// starts again; the text before this chunk belongs to the abandoned attempt (docs/openai.md).
+	SwitchyardRestart OptChatRestart `json:"switchyard_restart"`
+	Usage             NilChatUsage   `json:"usage"`
 }
 
 // GetChoices returns the value of Choices.
@@ -396,6 +401,11 @@ func (s *ChatCompletionChunk) GetModel() string {
 // GetObject returns the value of Object.
 func (s *ChatCompletionChunk) GetObject() string {
 	return s.Object
+}
+
+// GetSwitchyardRestart returns the value of SwitchyardRestart.
+func (s *ChatCompletionChunk) GetSwitchyardRestart() OptChatRestart {
+	return s.SwitchyardRestart
 }
 
 // GetUsage returns the value of Usage.
@@ -426,6 +436,11 @@ func (s *ChatCompletionChunk) SetModel(val string) {
 // SetObject sets the value of Object.
 func (s *ChatCompletionChunk) SetObject(val string) {
 	s.Object = val
+}
+
+// SetSwitchyardRestart sets the value of SwitchyardRestart.
+func (s *ChatCompletionChunk) SetSwitchyardRestart(val OptChatRestart) {
+	s.SwitchyardRestart = val
 }
 
 // SetUsage sets the value of Usage.
@@ -1070,6 +1085,68 @@ func (s *ChatMessage) SetName(val OptString) {
 // SetRole sets the value of Role.
 func (s *ChatMessage) SetRole(val string) {
 	s.Role = val
+}
+
+// Ref: #/components/schemas/ChatRestart
+type ChatRestart struct {
+	// Attempt is the new run's binding generation, Gen its stream generation; Restarts counts the restarts
+	// so far.
+	Attempt int    `json:"attempt"`
+	Detail  string `json:"detail"`
+	Gen     int    `json:"gen"`
+	// Reason is worker_lost or node_gone; Detail says what was lost.
+	Reason   string `json:"reason"`
+	Restarts int    `json:"restarts"`
+}
+
+// GetAttempt returns the value of Attempt.
+func (s *ChatRestart) GetAttempt() int {
+	return s.Attempt
+}
+
+// GetDetail returns the value of Detail.
+func (s *ChatRestart) GetDetail() string {
+	return s.Detail
+}
+
+// GetGen returns the value of Gen.
+func (s *ChatRestart) GetGen() int {
+	return s.Gen
+}
+
+// GetReason returns the value of Reason.
+func (s *ChatRestart) GetReason() string {
+	return s.Reason
+}
+
+// GetRestarts returns the value of Restarts.
+func (s *ChatRestart) GetRestarts() int {
+	return s.Restarts
+}
+
+// SetAttempt sets the value of Attempt.
+func (s *ChatRestart) SetAttempt(val int) {
+	s.Attempt = val
+}
+
+// SetDetail sets the value of Detail.
+func (s *ChatRestart) SetDetail(val string) {
+	s.Detail = val
+}
+
+// SetGen sets the value of Gen.
+func (s *ChatRestart) SetGen(val int) {
+	s.Gen = val
+}
+
+// SetReason sets the value of Reason.
+func (s *ChatRestart) SetReason(val string) {
+	s.Reason = val
+}
+
+// SetRestarts sets the value of Restarts.
+func (s *ChatRestart) SetRestarts(val int) {
+	s.Restarts = val
 }
 
 // Ref: #/components/schemas/ChatStreamOptions
@@ -2246,6 +2323,47 @@ type CreateChatCompletionUnsupportedMediaType OpenAIErrorResponse
 func (*CreateChatCompletionUnsupportedMediaType) createChatCompletionRes()                      {}
 func (*CreateChatCompletionUnsupportedMediaType) initSSEStream(sseConnectFunc, sseClientConfig) {}
 
+type CreateChatCompletionXSwitchyardOnWorkerLost string
+
+const (
+	CreateChatCompletionXSwitchyardOnWorkerLostFail    CreateChatCompletionXSwitchyardOnWorkerLost = "fail"
+	CreateChatCompletionXSwitchyardOnWorkerLostRestart CreateChatCompletionXSwitchyardOnWorkerLost = "restart"
+)
+
+// AllValues returns all CreateChatCompletionXSwitchyardOnWorkerLost values.
+func (CreateChatCompletionXSwitchyardOnWorkerLost) AllValues() []CreateChatCompletionXSwitchyardOnWorkerLost {
+	return []CreateChatCompletionXSwitchyardOnWorkerLost{
+		CreateChatCompletionXSwitchyardOnWorkerLostFail,
+		CreateChatCompletionXSwitchyardOnWorkerLostRestart,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s CreateChatCompletionXSwitchyardOnWorkerLost) MarshalText() ([]byte, error) {
+	switch s {
+	case CreateChatCompletionXSwitchyardOnWorkerLostFail:
+		return []byte(s), nil
+	case CreateChatCompletionXSwitchyardOnWorkerLostRestart:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *CreateChatCompletionXSwitchyardOnWorkerLost) UnmarshalText(data []byte) error {
+	switch CreateChatCompletionXSwitchyardOnWorkerLost(data) {
+	case CreateChatCompletionXSwitchyardOnWorkerLostFail:
+		*s = CreateChatCompletionXSwitchyardOnWorkerLostFail
+		return nil
+	case CreateChatCompletionXSwitchyardOnWorkerLostRestart:
+		*s = CreateChatCompletionXSwitchyardOnWorkerLostRestart
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
 type DocsOK struct {
 	Data io.Reader
 }
@@ -2266,7 +2384,8 @@ func (*DocsOK) docsRes() {}
 type DoneEvent struct {
 	// Attempt is the binding generation that produced the event (0 before a worker was bound).
 	Attempt int `json:"attempt"`
-	// Gen is the stream generation the sequence numbers belong to.
+	// Gen is the stream generation the event belongs to: 1, and one more after each restart event.
+	// Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 	// JobID is the stream id: the job.
 	JobID string `json:"job_id"`
@@ -2399,6 +2518,14 @@ type Envelope struct {
 	Input jx.Raw `json:"input"`
 	// Limits lower the node's ceilings for this job (never raise them).
 	Limits OptEnvelopeLimits `json:"limits"`
+	// MaxRestarts lowers the node's --max-restarts for this job: 0 to the node's ceiling (above it:
+	// limit_above_ceiling); absent means the node's.
+	MaxRestarts OptInt `json:"max_restarts"`
+	// OnWorkerLost is what happens if the job's worker is lost after it produced output: "fail" (the
+	// default) ends it worker_lost; "restart" runs it again from the start on another capable worker, as
+	// its stream's next generation, announced by a restart event, at most max_restarts times and within
+	// its TTL (docs/cluster.md).
+	OnWorkerLost OptEnvelopeOnWorkerLost `json:"on_worker_lost"`
 	// Options is handed to the worker as is: a JSON object.
 	Options OptEnvelopeOptions `json:"options"`
 	// Priority orders the job among its subject's waiting jobs, higher first, with aging so that nothing
@@ -2436,6 +2563,16 @@ func (s *Envelope) GetInput() jx.Raw {
 // GetLimits returns the value of Limits.
 func (s *Envelope) GetLimits() OptEnvelopeLimits {
 	return s.Limits
+}
+
+// GetMaxRestarts returns the value of MaxRestarts.
+func (s *Envelope) GetMaxRestarts() OptInt {
+	return s.MaxRestarts
+}
+
+// GetOnWorkerLost returns the value of OnWorkerLost.
+func (s *Envelope) GetOnWorkerLost() OptEnvelopeOnWorkerLost {
+	return s.OnWorkerLost
 }
 
 // GetOptions returns the value of Options.
@@ -2486,6 +2623,16 @@ func (s *Envelope) SetInput(val jx.Raw) {
 // SetLimits sets the value of Limits.
 func (s *Envelope) SetLimits(val OptEnvelopeLimits) {
 	s.Limits = val
+}
+
+// SetMaxRestarts sets the value of MaxRestarts.
+func (s *Envelope) SetMaxRestarts(val OptInt) {
+	s.MaxRestarts = val
+}
+
+// SetOnWorkerLost sets the value of OnWorkerLost.
+func (s *Envelope) SetOnWorkerLost(val OptEnvelopeOnWorkerLost) {
+	s.OnWorkerLost = val
 }
 
 // SetOptions sets the value of Options.
@@ -2573,6 +2720,51 @@ func (s *EnvelopeLimits) SetMaxQueueDepth(val OptInt) {
 	s.MaxQueueDepth = val
 }
 
+// OnWorkerLost is what happens if the job's worker is lost after it produced output: "fail" (the
+// default) ends it worker_lost; "restart" runs it again from the start on another capable worker, as
+// its stream's next generation, announced by a restart event, at most max_restarts times and within
+// its TTL (docs/cluster.md).
+type EnvelopeOnWorkerLost string
+
+const (
+	EnvelopeOnWorkerLostFail    EnvelopeOnWorkerLost = "fail"
+	EnvelopeOnWorkerLostRestart EnvelopeOnWorkerLost = "restart"
+)
+
+// AllValues returns all EnvelopeOnWorkerLost values.
+func (EnvelopeOnWorkerLost) AllValues() []EnvelopeOnWorkerLost {
+	return []EnvelopeOnWorkerLost{
+		EnvelopeOnWorkerLostFail,
+		EnvelopeOnWorkerLostRestart,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s EnvelopeOnWorkerLost) MarshalText() ([]byte, error) {
+	switch s {
+	case EnvelopeOnWorkerLostFail:
+		return []byte(s), nil
+	case EnvelopeOnWorkerLostRestart:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *EnvelopeOnWorkerLost) UnmarshalText(data []byte) error {
+	switch EnvelopeOnWorkerLost(data) {
+	case EnvelopeOnWorkerLostFail:
+		*s = EnvelopeOnWorkerLostFail
+		return nil
+	case EnvelopeOnWorkerLostRestart:
+		*s = EnvelopeOnWorkerLostRestart
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
 // Options is handed to the worker as is: a JSON object.
 type EnvelopeOptions map[string]jx.Raw
 
@@ -2592,7 +2784,8 @@ type ErrorEvent struct {
 	// Code is one of docs/errors.md's outcome codes, or a code the worker failed the job with.
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
-	// Gen is the stream generation the sequence numbers belong to.
+	// Gen is the stream generation the event belongs to: 1, and one more after each restart event.
+	// Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 	// JobID is the stream id: the job.
 	JobID   string            `json:"job_id"`
@@ -2743,6 +2936,7 @@ type EventStream struct {
 	EventStreamError      EventStreamError
 	EventStreamGap        EventStreamGap
 	EventStreamOutput     EventStreamOutput
+	EventStreamRestart    EventStreamRestart
 	EventStreamResync     EventStreamResync
 	EventStreamTerminated EventStreamTerminated
 }
@@ -2757,6 +2951,7 @@ const (
 	EventStreamErrorEventStream      EventStreamType = "error"
 	EventStreamGapEventStream        EventStreamType = "gap"
 	EventStreamOutputEventStream     EventStreamType = "output"
+	EventStreamRestartEventStream    EventStreamType = "restart"
 	EventStreamResyncEventStream     EventStreamType = "resync"
 	EventStreamTerminatedEventStream EventStreamType = "terminated"
 )
@@ -2775,6 +2970,9 @@ func (s EventStream) IsEventStreamGap() bool { return s.Type == EventStreamGapEv
 
 // IsEventStreamOutput reports whether EventStream is EventStreamOutput.
 func (s EventStream) IsEventStreamOutput() bool { return s.Type == EventStreamOutputEventStream }
+
+// IsEventStreamRestart reports whether EventStream is EventStreamRestart.
+func (s EventStream) IsEventStreamRestart() bool { return s.Type == EventStreamRestartEventStream }
 
 // IsEventStreamResync reports whether EventStream is EventStreamResync.
 func (s EventStream) IsEventStreamResync() bool { return s.Type == EventStreamResyncEventStream }
@@ -2886,6 +3084,27 @@ func (s EventStream) GetEventStreamOutput() (v EventStreamOutput, ok bool) {
 func NewEventStreamOutputEventStream(v EventStreamOutput) EventStream {
 	var s EventStream
 	s.SetEventStreamOutput(v)
+	return s
+}
+
+// SetEventStreamRestart sets EventStream to EventStreamRestart.
+func (s *EventStream) SetEventStreamRestart(v EventStreamRestart) {
+	s.Type = EventStreamRestartEventStream
+	s.EventStreamRestart = v
+}
+
+// GetEventStreamRestart returns EventStreamRestart and true boolean if EventStream is EventStreamRestart.
+func (s EventStream) GetEventStreamRestart() (v EventStreamRestart, ok bool) {
+	if !s.IsEventStreamRestart() {
+		return v, false
+	}
+	return s.EventStreamRestart, true
+}
+
+// NewEventStreamRestartEventStream returns new EventStream from EventStreamRestart.
+func NewEventStreamRestartEventStream(v EventStreamRestart) EventStream {
+	var s EventStream
+	s.SetEventStreamRestart(v)
 	return s
 }
 
@@ -3381,6 +3600,96 @@ func (s *EventStreamOutputEvent) UnmarshalText(data []byte) error {
 	}
 }
 
+// The `restart` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON
+// of its `data:` lines.
+// Ref: #/components/schemas/EventStreamRestart
+type EventStreamRestart struct {
+	Data RestartEvent `json:"data"`
+	// The event's name (its `event:` line; an event without one is a `message`).
+	Event EventStreamRestartEvent `json:"event"`
+	// The event's `id:` line, where it has one: on a job's stream, the resume token to send as
+	// Last-Event-ID.
+	ID string `json:"id"`
+	// The `retry:` line of a stream's first event: how long a client waits before it reconnects, in
+	// milliseconds.
+	Retry OptInt `json:"retry"`
+}
+
+// GetData returns the value of Data.
+func (s *EventStreamRestart) GetData() RestartEvent {
+	return s.Data
+}
+
+// GetEvent returns the value of Event.
+func (s *EventStreamRestart) GetEvent() EventStreamRestartEvent {
+	return s.Event
+}
+
+// GetID returns the value of ID.
+func (s *EventStreamRestart) GetID() string {
+	return s.ID
+}
+
+// GetRetry returns the value of Retry.
+func (s *EventStreamRestart) GetRetry() OptInt {
+	return s.Retry
+}
+
+// SetData sets the value of Data.
+func (s *EventStreamRestart) SetData(val RestartEvent) {
+	s.Data = val
+}
+
+// SetEvent sets the value of Event.
+func (s *EventStreamRestart) SetEvent(val EventStreamRestartEvent) {
+	s.Event = val
+}
+
+// SetID sets the value of ID.
+func (s *EventStreamRestart) SetID(val string) {
+	s.ID = val
+}
+
+// SetRetry sets the value of Retry.
+func (s *EventStreamRestart) SetRetry(val OptInt) {
+	s.Retry = val
+}
+
+// The event's name (its `event:` line; an event without one is a `message`).
+type EventStreamRestartEvent string
+
+const (
+	EventStreamRestartEventRestart EventStreamRestartEvent = "restart"
+)
+
+// AllValues returns all EventStreamRestartEvent values.
+func (EventStreamRestartEvent) AllValues() []EventStreamRestartEvent {
+	return []EventStreamRestartEvent{
+		EventStreamRestartEventRestart,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s EventStreamRestartEvent) MarshalText() ([]byte, error) {
+	switch s {
+	case EventStreamRestartEventRestart:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *EventStreamRestartEvent) UnmarshalText(data []byte) error {
+	switch EventStreamRestartEvent(data) {
+	case EventStreamRestartEventRestart:
+		*s = EventStreamRestartEventRestart
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
 // The `resync` event of a EventStream: its `event:` line, its `id:` line if it has one, and the JSON
 // of its `data:` lines.
 // Ref: #/components/schemas/EventStreamResync
@@ -3750,20 +4059,31 @@ func (*HealthzOK) healthzRes() {}
 
 // Ref: #/components/schemas/Job
 type Job struct {
-	Code        OptString `json:"code"`
-	CreatedAt   string    `json:"created_at"`
-	Detail      OptString `json:"detail"`
-	EndedAt     OptString `json:"ended_at"`
-	Generation  int       `json:"generation"`
-	HandledBy   OptString `json:"handled_by"`
-	JobID       string    `json:"job_id"`
-	LastSeq     int       `json:"last_seq"`
-	Links       JobLinks  `json:"links"`
-	Outcome     OptString `json:"outcome"`
-	Outputs     int       `json:"outputs"`
-	Queue       string    `json:"queue"`
-	RemainingMs int       `json:"remaining_ms"`
-	State       string    `json:"state"`
+	// Attempts are the job's runs on workers, oldest first.
+	Attempts    []JobAttempt `json:"attempts"`
+	Code        OptString    `json:"code"`
+	CreatedAt   string       `json:"created_at"`
+	Detail      OptString    `json:"detail"`
+	EndedAt     OptString    `json:"ended_at"`
+	Generation  int          `json:"generation"`
+	HandledBy   OptString    `json:"handled_by"`
+	JobID       string       `json:"job_id"`
+	LastSeq     int          `json:"last_seq"`
+	Links       JobLinks     `json:"links"`
+	MaxRestarts int          `json:"max_restarts"`
+	// OnWorkerLost is the job's policy for a worker lost after output; absent once the job ended.
+	OnWorkerLost OptJobOnWorkerLost `json:"on_worker_lost"`
+	Outcome      OptString          `json:"outcome"`
+	Outputs      int                `json:"outputs"`
+	Queue        string             `json:"queue"`
+	RemainingMs  int                `json:"remaining_ms"`
+	// Restarts is how many times the job restarted; MaxRestarts how many times it may (on_worker_lost:
+	// restart).
+	Restarts int    `json:"restarts"`
+	State    string `json:"state"`
+	// StreamGeneration is the job's stream generation now: 1 plus its restarts (the "gen" of its newest
+	// events).
+	StreamGeneration int `json:"stream_generation"`
 	// TraceID is the job's W3C trace id (32 hex digits): the caller's traceparent's, or a new trace's
 	// (docs/tracing.md).
 	TraceID string `json:"trace_id"`
@@ -3772,6 +4092,11 @@ type Job struct {
 	// its reader takes its output.
 	WaitingForReader bool      `json:"waiting_for_reader"`
 	Worker           OptString `json:"worker"`
+}
+
+// GetAttempts returns the value of Attempts.
+func (s *Job) GetAttempts() []JobAttempt {
+	return s.Attempts
 }
 
 // GetCode returns the value of Code.
@@ -3819,6 +4144,16 @@ func (s *Job) GetLinks() JobLinks {
 	return s.Links
 }
 
+// GetMaxRestarts returns the value of MaxRestarts.
+func (s *Job) GetMaxRestarts() int {
+	return s.MaxRestarts
+}
+
+// GetOnWorkerLost returns the value of OnWorkerLost.
+func (s *Job) GetOnWorkerLost() OptJobOnWorkerLost {
+	return s.OnWorkerLost
+}
+
 // GetOutcome returns the value of Outcome.
 func (s *Job) GetOutcome() OptString {
 	return s.Outcome
@@ -3839,9 +4174,19 @@ func (s *Job) GetRemainingMs() int {
 	return s.RemainingMs
 }
 
+// GetRestarts returns the value of Restarts.
+func (s *Job) GetRestarts() int {
+	return s.Restarts
+}
+
 // GetState returns the value of State.
 func (s *Job) GetState() string {
 	return s.State
+}
+
+// GetStreamGeneration returns the value of StreamGeneration.
+func (s *Job) GetStreamGeneration() int {
+	return s.StreamGeneration
 }
 
 // GetTraceID returns the value of TraceID.
@@ -3862,6 +4207,11 @@ func (s *Job) GetWaitingForReader() bool {
 // GetWorker returns the value of Worker.
 func (s *Job) GetWorker() OptString {
 	return s.Worker
+}
+
+// SetAttempts sets the value of Attempts.
+func (s *Job) SetAttempts(val []JobAttempt) {
+	s.Attempts = val
 }
 
 // SetCode sets the value of Code.
@@ -3909,6 +4259,16 @@ func (s *Job) SetLinks(val JobLinks) {
 	s.Links = val
 }
 
+// SetMaxRestarts sets the value of MaxRestarts.
+func (s *Job) SetMaxRestarts(val int) {
+	s.MaxRestarts = val
+}
+
+// SetOnWorkerLost sets the value of OnWorkerLost.
+func (s *Job) SetOnWorkerLost(val OptJobOnWorkerLost) {
+	s.OnWorkerLost = val
+}
+
 // SetOutcome sets the value of Outcome.
 func (s *Job) SetOutcome(val OptString) {
 	s.Outcome = val
@@ -3929,9 +4289,19 @@ func (s *Job) SetRemainingMs(val int) {
 	s.RemainingMs = val
 }
 
+// SetRestarts sets the value of Restarts.
+func (s *Job) SetRestarts(val int) {
+	s.Restarts = val
+}
+
 // SetState sets the value of State.
 func (s *Job) SetState(val string) {
 	s.State = val
+}
+
+// SetStreamGeneration sets the value of StreamGeneration.
+func (s *Job) SetStreamGeneration(val int) {
+	s.StreamGeneration = val
 }
 
 // SetTraceID sets the value of TraceID.
@@ -3958,6 +4328,104 @@ func (*Job) cancelJobRes()                                 {}
 func (*Job) getJobRes()                                    {}
 func (*Job) initSSEStream(sseConnectFunc, sseClientConfig) {}
 func (*Job) submitJobRes()                                 {}
+
+// Ref: #/components/schemas/JobAttempt
+type JobAttempt struct {
+	// Attempt is the binding generation (the "attempt" of the events it produced); Gen the stream
+	// generation they belong to.
+	Attempt int `json:"attempt"`
+	// Consumer is the worker's consumer id, Worker its label, Node the node it is connected to.
+	Consumer string    `json:"consumer"`
+	EndedAt  OptString `json:"ended_at"`
+	Gen      int       `json:"gen"`
+	Node     string    `json:"node"`
+	// Reason is how the attempt ended: "completed", the job's code, or "worker_lost: " and what was lost.
+	// Absent while it runs.
+	Reason OptString `json:"reason"`
+	// StartedAt is when the worker took the job; EndedAt when its binding ended (absent while it runs).
+	StartedAt string `json:"started_at"`
+	Worker    string `json:"worker"`
+}
+
+// GetAttempt returns the value of Attempt.
+func (s *JobAttempt) GetAttempt() int {
+	return s.Attempt
+}
+
+// GetConsumer returns the value of Consumer.
+func (s *JobAttempt) GetConsumer() string {
+	return s.Consumer
+}
+
+// GetEndedAt returns the value of EndedAt.
+func (s *JobAttempt) GetEndedAt() OptString {
+	return s.EndedAt
+}
+
+// GetGen returns the value of Gen.
+func (s *JobAttempt) GetGen() int {
+	return s.Gen
+}
+
+// GetNode returns the value of Node.
+func (s *JobAttempt) GetNode() string {
+	return s.Node
+}
+
+// GetReason returns the value of Reason.
+func (s *JobAttempt) GetReason() OptString {
+	return s.Reason
+}
+
+// GetStartedAt returns the value of StartedAt.
+func (s *JobAttempt) GetStartedAt() string {
+	return s.StartedAt
+}
+
+// GetWorker returns the value of Worker.
+func (s *JobAttempt) GetWorker() string {
+	return s.Worker
+}
+
+// SetAttempt sets the value of Attempt.
+func (s *JobAttempt) SetAttempt(val int) {
+	s.Attempt = val
+}
+
+// SetConsumer sets the value of Consumer.
+func (s *JobAttempt) SetConsumer(val string) {
+	s.Consumer = val
+}
+
+// SetEndedAt sets the value of EndedAt.
+func (s *JobAttempt) SetEndedAt(val OptString) {
+	s.EndedAt = val
+}
+
+// SetGen sets the value of Gen.
+func (s *JobAttempt) SetGen(val int) {
+	s.Gen = val
+}
+
+// SetNode sets the value of Node.
+func (s *JobAttempt) SetNode(val string) {
+	s.Node = val
+}
+
+// SetReason sets the value of Reason.
+func (s *JobAttempt) SetReason(val OptString) {
+	s.Reason = val
+}
+
+// SetStartedAt sets the value of StartedAt.
+func (s *JobAttempt) SetStartedAt(val string) {
+	s.StartedAt = val
+}
+
+// SetWorker sets the value of Worker.
+func (s *JobAttempt) SetWorker(val string) {
+	s.Worker = val
+}
 
 type JobEventsBadRequest Problem
 
@@ -4196,6 +4664,8 @@ func (s *JobEventsOK) decodeEvent(raw sse.Event,
 	case "gap":
 		e.Raw([]byte(raw.Data))
 	case "output":
+		e.Raw([]byte(raw.Data))
+	case "restart":
 		e.Raw([]byte(raw.Data))
 	case "resync":
 		e.Raw([]byte(raw.Data))
@@ -4519,6 +4989,48 @@ func (s *JobOfferOptions) init() JobOfferOptions {
 		*s = m
 	}
 	return m
+}
+
+// OnWorkerLost is the job's policy for a worker lost after output; absent once the job ended.
+type JobOnWorkerLost string
+
+const (
+	JobOnWorkerLostFail    JobOnWorkerLost = "fail"
+	JobOnWorkerLostRestart JobOnWorkerLost = "restart"
+)
+
+// AllValues returns all JobOnWorkerLost values.
+func (JobOnWorkerLost) AllValues() []JobOnWorkerLost {
+	return []JobOnWorkerLost{
+		JobOnWorkerLostFail,
+		JobOnWorkerLostRestart,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s JobOnWorkerLost) MarshalText() ([]byte, error) {
+	switch s {
+	case JobOnWorkerLostFail:
+		return []byte(s), nil
+	case JobOnWorkerLostRestart:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *JobOnWorkerLost) UnmarshalText(data []byte) error {
+	switch JobOnWorkerLost(data) {
+	case JobOnWorkerLostFail:
+		*s = JobOnWorkerLostFail
+		return nil
+	case JobOnWorkerLostRestart:
+		*s = JobOnWorkerLostRestart
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
 }
 
 type JobOutputBadRequest Problem
@@ -5577,6 +6089,52 @@ func (o OptBool) Or(d bool) bool {
 	return d
 }
 
+// NewOptChatRestart returns new OptChatRestart with value set to v.
+func NewOptChatRestart(v ChatRestart) OptChatRestart {
+	return OptChatRestart{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptChatRestart is optional ChatRestart.
+type OptChatRestart struct {
+	Value ChatRestart
+	Set   bool
+}
+
+// IsSet returns true if OptChatRestart was set.
+func (o OptChatRestart) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptChatRestart) Reset() {
+	var v ChatRestart
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptChatRestart) SetTo(v ChatRestart) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptChatRestart) Get() (v ChatRestart, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptChatRestart) Or(d ChatRestart) ChatRestart {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptChatStreamOptions returns new OptChatStreamOptions with value set to v.
 func NewOptChatStreamOptions(v ChatStreamOptions) OptChatStreamOptions {
 	return OptChatStreamOptions{
@@ -5715,6 +6273,52 @@ func (o OptClusterLoadJobsPerSecond) Or(d ClusterLoadJobsPerSecond) ClusterLoadJ
 	return d
 }
 
+// NewOptCreateChatCompletionXSwitchyardOnWorkerLost returns new OptCreateChatCompletionXSwitchyardOnWorkerLost with value set to v.
+func NewOptCreateChatCompletionXSwitchyardOnWorkerLost(v CreateChatCompletionXSwitchyardOnWorkerLost) OptCreateChatCompletionXSwitchyardOnWorkerLost {
+	return OptCreateChatCompletionXSwitchyardOnWorkerLost{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptCreateChatCompletionXSwitchyardOnWorkerLost is optional CreateChatCompletionXSwitchyardOnWorkerLost.
+type OptCreateChatCompletionXSwitchyardOnWorkerLost struct {
+	Value CreateChatCompletionXSwitchyardOnWorkerLost
+	Set   bool
+}
+
+// IsSet returns true if OptCreateChatCompletionXSwitchyardOnWorkerLost was set.
+func (o OptCreateChatCompletionXSwitchyardOnWorkerLost) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptCreateChatCompletionXSwitchyardOnWorkerLost) Reset() {
+	var v CreateChatCompletionXSwitchyardOnWorkerLost
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptCreateChatCompletionXSwitchyardOnWorkerLost) SetTo(v CreateChatCompletionXSwitchyardOnWorkerLost) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptCreateChatCompletionXSwitchyardOnWorkerLost) Get() (v CreateChatCompletionXSwitchyardOnWorkerLost, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptCreateChatCompletionXSwitchyardOnWorkerLost) Or(d CreateChatCompletionXSwitchyardOnWorkerLost) CreateChatCompletionXSwitchyardOnWorkerLost {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptEnvelopeCapabilities returns new OptEnvelopeCapabilities with value set to v.
 func NewOptEnvelopeCapabilities(v EnvelopeCapabilities) OptEnvelopeCapabilities {
 	return OptEnvelopeCapabilities{
@@ -5801,6 +6405,52 @@ func (o OptEnvelopeLimits) Get() (v EnvelopeLimits, ok bool) {
 
 // Or returns value if set, or given parameter if does not.
 func (o OptEnvelopeLimits) Or(d EnvelopeLimits) EnvelopeLimits {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptEnvelopeOnWorkerLost returns new OptEnvelopeOnWorkerLost with value set to v.
+func NewOptEnvelopeOnWorkerLost(v EnvelopeOnWorkerLost) OptEnvelopeOnWorkerLost {
+	return OptEnvelopeOnWorkerLost{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptEnvelopeOnWorkerLost is optional EnvelopeOnWorkerLost.
+type OptEnvelopeOnWorkerLost struct {
+	Value EnvelopeOnWorkerLost
+	Set   bool
+}
+
+// IsSet returns true if OptEnvelopeOnWorkerLost was set.
+func (o OptEnvelopeOnWorkerLost) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptEnvelopeOnWorkerLost) Reset() {
+	var v EnvelopeOnWorkerLost
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptEnvelopeOnWorkerLost) SetTo(v EnvelopeOnWorkerLost) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptEnvelopeOnWorkerLost) Get() (v EnvelopeOnWorkerLost, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptEnvelopeOnWorkerLost) Or(d EnvelopeOnWorkerLost) EnvelopeOnWorkerLost {
 	if v, ok := o.Get(); ok {
 		return v
 	}
@@ -6037,6 +6687,52 @@ func (o OptJobOfferOptions) Or(d JobOfferOptions) JobOfferOptions {
 	return d
 }
 
+// NewOptJobOnWorkerLost returns new OptJobOnWorkerLost with value set to v.
+func NewOptJobOnWorkerLost(v JobOnWorkerLost) OptJobOnWorkerLost {
+	return OptJobOnWorkerLost{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptJobOnWorkerLost is optional JobOnWorkerLost.
+type OptJobOnWorkerLost struct {
+	Value JobOnWorkerLost
+	Set   bool
+}
+
+// IsSet returns true if OptJobOnWorkerLost was set.
+func (o OptJobOnWorkerLost) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptJobOnWorkerLost) Reset() {
+	var v JobOnWorkerLost
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptJobOnWorkerLost) SetTo(v JobOnWorkerLost) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptJobOnWorkerLost) Get() (v JobOnWorkerLost, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptJobOnWorkerLost) Or(d JobOnWorkerLost) JobOnWorkerLost {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptLocalQueue returns new OptLocalQueue with value set to v.
 func NewOptLocalQueue(v LocalQueue) OptLocalQueue {
 	return OptLocalQueue{
@@ -6181,7 +6877,8 @@ type OutputEvent struct {
 	Attempt int `json:"attempt"`
 	// Data is the chunk: one JSON value.
 	Data jx.Raw `json:"data"`
-	// Gen is the stream generation the sequence numbers belong to.
+	// Gen is the stream generation the event belongs to: 1, and one more after each restart event.
+	// Sequence numbers go on across generations.
 	Gen int `json:"gen"`
 	// JobID is the stream id: the job.
 	JobID string `json:"job_id"`
@@ -7209,6 +7906,174 @@ func (s *RejectMessage) SetReason(val OptString) {
 	s.Reason = val
 }
 
+// Ref: #/components/schemas/RestartEvent
+type RestartEvent struct {
+	// Attempt is the binding generation that produced the event (0 before a worker was bound).
+	Attempt int `json:"attempt"`
+	// Detail says what was lost, for people.
+	Detail string `json:"detail"`
+	// Gen is the stream generation the event belongs to: 1, and one more after each restart event.
+	// Sequence numbers go on across generations.
+	Gen int `json:"gen"`
+	// JobID is the stream id: the job.
+	JobID string `json:"job_id"`
+	// LastSeq is the seq of the previous generation's last event.
+	LastSeq     int `json:"last_seq"`
+	MaxRestarts int `json:"max_restarts"`
+	// Reason is how the previous generation's worker was lost: worker_lost (its session ended, or its node
+	// stopped it) or node_gone (its node's death was proven).
+	Reason RestartEventReason `json:"reason"`
+	// Restarts is how many times the job restarted, this one included; MaxRestarts how many times it may.
+	Restarts int `json:"restarts"`
+	// Seq is the event's position in the job's stream, from 1.
+	Seq int `json:"seq"`
+	// Snap is the snapshot version of the history (the node incarnation).
+	Snap int `json:"snap"`
+}
+
+// GetAttempt returns the value of Attempt.
+func (s *RestartEvent) GetAttempt() int {
+	return s.Attempt
+}
+
+// GetDetail returns the value of Detail.
+func (s *RestartEvent) GetDetail() string {
+	return s.Detail
+}
+
+// GetGen returns the value of Gen.
+func (s *RestartEvent) GetGen() int {
+	return s.Gen
+}
+
+// GetJobID returns the value of JobID.
+func (s *RestartEvent) GetJobID() string {
+	return s.JobID
+}
+
+// GetLastSeq returns the value of LastSeq.
+func (s *RestartEvent) GetLastSeq() int {
+	return s.LastSeq
+}
+
+// GetMaxRestarts returns the value of MaxRestarts.
+func (s *RestartEvent) GetMaxRestarts() int {
+	return s.MaxRestarts
+}
+
+// GetReason returns the value of Reason.
+func (s *RestartEvent) GetReason() RestartEventReason {
+	return s.Reason
+}
+
+// GetRestarts returns the value of Restarts.
+func (s *RestartEvent) GetRestarts() int {
+	return s.Restarts
+}
+
+// GetSeq returns the value of Seq.
+func (s *RestartEvent) GetSeq() int {
+	return s.Seq
+}
+
+// GetSnap returns the value of Snap.
+func (s *RestartEvent) GetSnap() int {
+	return s.Snap
+}
+
+// SetAttempt sets the value of Attempt.
+func (s *RestartEvent) SetAttempt(val int) {
+	s.Attempt = val
+}
+
+// SetDetail sets the value of Detail.
+func (s *RestartEvent) SetDetail(val string) {
+	s.Detail = val
+}
+
+// SetGen sets the value of Gen.
+func (s *RestartEvent) SetGen(val int) {
+	s.Gen = val
+}
+
+// SetJobID sets the value of JobID.
+func (s *RestartEvent) SetJobID(val string) {
+	s.JobID = val
+}
+
+// SetLastSeq sets the value of LastSeq.
+func (s *RestartEvent) SetLastSeq(val int) {
+	s.LastSeq = val
+}
+
+// SetMaxRestarts sets the value of MaxRestarts.
+func (s *RestartEvent) SetMaxRestarts(val int) {
+	s.MaxRestarts = val
+}
+
+// SetReason sets the value of Reason.
+func (s *RestartEvent) SetReason(val RestartEventReason) {
+	s.Reason = val
+}
+
+// SetRestarts sets the value of Restarts.
+func (s *RestartEvent) SetRestarts(val int) {
+	s.Restarts = val
+}
+
+// SetSeq sets the value of Seq.
+func (s *RestartEvent) SetSeq(val int) {
+	s.Seq = val
+}
+
+// SetSnap sets the value of Snap.
+func (s *RestartEvent) SetSnap(val int) {
+	s.Snap = val
+}
+
+// Reason is how the previous generation's worker was lost: worker_lost (its session ended, or its node
+// stopped it) or node_gone (its node's death was proven).
+type RestartEventReason string
+
+const (
+	RestartEventReasonWorkerLost RestartEventReason = "worker_lost"
+	RestartEventReasonNodeGone   RestartEventReason = "node_gone"
+)
+
+// AllValues returns all RestartEventReason values.
+func (RestartEventReason) AllValues() []RestartEventReason {
+	return []RestartEventReason{
+		RestartEventReasonWorkerLost,
+		RestartEventReasonNodeGone,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s RestartEventReason) MarshalText() ([]byte, error) {
+	switch s {
+	case RestartEventReasonWorkerLost:
+		return []byte(s), nil
+	case RestartEventReasonNodeGone:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *RestartEventReason) UnmarshalText(data []byte) error {
+	switch RestartEventReason(data) {
+	case RestartEventReasonWorkerLost:
+		*s = RestartEventReasonWorkerLost
+		return nil
+	case RestartEventReasonNodeGone:
+		*s = RestartEventReasonNodeGone
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
 // Ref: #/components/schemas/ResyncEvent
 type ResyncEvent struct {
 	AfterSeq  int    `json:"after_seq"`
@@ -7584,6 +8449,8 @@ func (s *SubmitJobOKTextEventStream) decodeEvent(raw sse.Event,
 	case "gap":
 		e.Raw([]byte(raw.Data))
 	case "output":
+		e.Raw([]byte(raw.Data))
+	case "restart":
 		e.Raw([]byte(raw.Data))
 	case "resync":
 		e.Raw([]byte(raw.Data))

@@ -853,6 +853,17 @@ func (s *Consumer) Validate() error {
 	return nil
 }
 
+func (s CreateChatCompletionXSwitchyardOnWorkerLost) Validate() error {
+	switch s {
+	case "fail":
+		return nil
+	case "restart":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
+}
+
 func (s *DoneEvent) Validate() error {
 	if s == nil {
 		return validate.ErrNilPointer
@@ -922,6 +933,52 @@ func (s *Envelope) Validate() error {
 		})
 	}
 	if err := func() error {
+		if value, ok := s.MaxRestarts.Get(); ok {
+			if err := func() error {
+				if err := (validate.Int{
+					MinSet:        true,
+					Min:           0,
+					MaxSet:        false,
+					Max:           0,
+					MinExclusive:  false,
+					MaxExclusive:  false,
+					MultipleOfSet: false,
+					MultipleOf:    0,
+					Pattern:       nil,
+				}).Validate(int64(value)); err != nil {
+					return errors.Wrap(err, "int")
+				}
+				return nil
+			}(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "max_restarts",
+			Error: err,
+		})
+	}
+	if err := func() error {
+		if value, ok := s.OnWorkerLost.Get(); ok {
+			if err := func() error {
+				if err := value.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "on_worker_lost",
+			Error: err,
+		})
+	}
+	if err := func() error {
 		if value, ok := s.Priority.Get(); ok {
 			if err := func() error {
 				if err := (validate.Int{
@@ -953,6 +1010,17 @@ func (s *Envelope) Validate() error {
 		return &validate.Error{Fields: failures}
 	}
 	return nil
+}
+
+func (s EnvelopeOnWorkerLost) Validate() error {
+	switch s {
+	case "fail":
+		return nil
+	case "restart":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
 }
 
 func (s *ErrorEvent) Validate() error {
@@ -1015,6 +1083,11 @@ func (s EventStream) Validate() error {
 		return nil
 	case EventStreamOutputEventStream:
 		if err := s.EventStreamOutput.Validate(); err != nil {
+			return err
+		}
+		return nil
+	case EventStreamRestartEventStream:
+		if err := s.EventStreamRestart.Validate(); err != nil {
 			return err
 		}
 		return nil
@@ -1209,6 +1282,49 @@ func (s *EventStreamOutput) Validate() error {
 func (s EventStreamOutputEvent) Validate() error {
 	switch s {
 	case "output":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
+}
+
+func (s *EventStreamRestart) Validate() error {
+	if s == nil {
+		return validate.ErrNilPointer
+	}
+
+	var failures []validate.FieldError
+	if err := func() error {
+		if err := s.Data.Validate(); err != nil {
+			return err
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "data",
+			Error: err,
+		})
+	}
+	if err := func() error {
+		if err := s.Event.Validate(); err != nil {
+			return err
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "event",
+			Error: err,
+		})
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+	return nil
+}
+
+func (s EventStreamRestartEvent) Validate() error {
+	switch s {
+	case "restart":
 		return nil
 	default:
 		return errors.Errorf("invalid value: %v", s)
@@ -1426,6 +1542,47 @@ func (s *GetQueueUnauthorized) Validate() error {
 	return nil
 }
 
+func (s *Job) Validate() error {
+	if s == nil {
+		return validate.ErrNilPointer
+	}
+
+	var failures []validate.FieldError
+	if err := func() error {
+		if s.Attempts == nil {
+			return errors.New("nil is invalid value")
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "attempts",
+			Error: err,
+		})
+	}
+	if err := func() error {
+		if value, ok := s.OnWorkerLost.Get(); ok {
+			if err := func() error {
+				if err := value.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "on_worker_lost",
+			Error: err,
+		})
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+	return nil
+}
+
 func (s *JobEventsBadRequest) Validate() error {
 	alias := (*Problem)(s)
 	if err := alias.Validate(); err != nil {
@@ -1477,6 +1634,29 @@ func (s *JobEventsUnauthorized) Validate() error {
 	return nil
 }
 
+func (s *JobHeaders) Validate() error {
+	if s == nil {
+		return validate.ErrNilPointer
+	}
+
+	var failures []validate.FieldError
+	if err := func() error {
+		if err := s.Response.Validate(); err != nil {
+			return err
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "Response",
+			Error: err,
+		})
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+	return nil
+}
+
 func (s *JobOffer) Validate() error {
 	if s == nil {
 		return validate.ErrNilPointer
@@ -1498,6 +1678,17 @@ func (s *JobOffer) Validate() error {
 		return &validate.Error{Fields: failures}
 	}
 	return nil
+}
+
+func (s JobOnWorkerLost) Validate() error {
+	switch s {
+	case "fail":
+		return nil
+	case "restart":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
 }
 
 func (s *JobOutputBadRequest) Validate() error {
@@ -2213,6 +2404,40 @@ func (s *RejectJobUnsupportedMediaType) Validate() error {
 		return err
 	}
 	return nil
+}
+
+func (s *RestartEvent) Validate() error {
+	if s == nil {
+		return validate.ErrNilPointer
+	}
+
+	var failures []validate.FieldError
+	if err := func() error {
+		if err := s.Reason.Validate(); err != nil {
+			return err
+		}
+		return nil
+	}(); err != nil {
+		failures = append(failures, validate.FieldError{
+			Name:  "reason",
+			Error: err,
+		})
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+	return nil
+}
+
+func (s RestartEventReason) Validate() error {
+	switch s {
+	case "worker_lost":
+		return nil
+	case "node_gone":
+		return nil
+	default:
+		return errors.Errorf("invalid value: %v", s)
+	}
 }
 
 func (s *SubjectShare) Validate() error {

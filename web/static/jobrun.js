@@ -7,7 +7,7 @@
 import {call, json, problemFrom, readToken, withParams, ApiError} from './api.js';
 import {readEvents} from './sse.js';
 
-const JOB_EVENTS = ['accepted', 'output', 'done', 'error'];
+const JOB_EVENTS = ['accepted', 'output', 'restart', 'done', 'error'];
 const CONTROL_EVENTS = ['terminated', 'resync', 'gap'];
 const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'expired']);
 // Resumes in a row that bring no event before a streamed run gives up.

@@ -94,7 +94,7 @@ export class JobView {
     this.progressAt = now;
   }
 
-  /** A job event (accepted, output, done, error) with its parsed data. */
+  /** A job event (accepted, output, restart, done, error) with its parsed data. */
   event(type, d) {
     if (d.job_id) this.id.textContent = d.job_id;
     if (d.gen !== undefined) this.gen.textContent = String(d.gen);
@@ -118,6 +118,14 @@ export class JobView {
         summary = JSON.stringify(d.data);
         break;
       }
+      case 'restart':
+        // The output so far belongs to the run that was lost: marked, and
+        // the new run's follows it.
+        this.setState('running', 'restarted');
+        this.outputGap(`restart: ${d.reason}, the output above is abandoned; attempt ${d.attempt}`);
+        summary = `${d.reason} after seq ${d.last_seq}: restart ${d.restarts} of ${d.max_restarts}, generation ${d.gen}`;
+        this.say(`The job's worker was lost (${d.reason}); it runs again from the start.`);
+        break;
       case 'done':
         this.setState(d.outcome || 'completed');
         summary = `${d.outcome || 'completed'}${d.result !== undefined ? ', result ' + JSON.stringify(d.result) : ''}`;

@@ -264,7 +264,7 @@ func (x *CancelJobRequest) GetJobId() string {
 }
 
 // JobEvent is one message of a job stream: a job event (kind "accepted",
-// "output", "done" or "error"), a control event about the stream itself
+// "output", "restart", "done" or "error"), a control event about the stream itself
 // ("gap", "resync", "terminated"), or a heartbeat.
 //
 // Only job events carry a position (generation, seq, snapshot, attempt) and a
@@ -276,6 +276,13 @@ type JobEvent struct {
 	//
 	//	"accepted"   the node took the job (the first event);
 	//	"output"     one chunk of output, in the order the worker sent it;
+	//	"restart"    the job's worker was lost after it produced output and
+	//	             the job (on_worker_lost: restart) runs again from the
+	//	             start: the output so far belongs to the previous stream
+	//	             generation; this event opens the next one (generation
+	//	             and attempt are the new ones; data_json adds reason,
+	//	             detail, last_seq — the previous generation's last
+	//	             event —, restarts and max_restarts);
 	//	"done"       the job completed (terminal);
 	//	"error"      the job did not complete; data_json carries the code
 	//	             (terminal);
@@ -291,8 +298,9 @@ type JobEvent struct {
 	// JobId is the stream id: the job this stream belongs to. Set on every
 	// message.
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// Generation is the stream generation the sequence numbers belong to
-	// ("gen" in data_json). Job events only.
+	// Generation is the stream generation the event belongs to ("gen" in
+	// data_json): 1, and one more after each restart event. Sequence
+	// numbers go on across generations. Job events only.
 	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Seq is the event's sequence number in the job's stream, from 1. Job
 	// events only.
@@ -457,7 +465,19 @@ type JobStatus struct {
 	// TraceId is the job's W3C trace id (32 hex digits): the trace of the
 	// caller's traceparent (HTTP header or gRPC metadata), or a new one the
 	// ingress started (docs/tracing.md).
-	TraceId       string `protobuf:"bytes,30,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,30,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// StreamGeneration is the job's stream generation now: 1 plus its
+	// restarts.
+	StreamGeneration uint64 `protobuf:"varint,31,opt,name=stream_generation,json=streamGeneration,proto3" json:"stream_generation,omitempty"`
+	// OnWorkerLost is the job's policy for a worker lost after output:
+	// "fail" or "restart"; absent once the job ended.
+	OnWorkerLost *string `protobuf:"bytes,32,opt,name=on_worker_lost,json=onWorkerLost,proto3,oneof" json:"on_worker_lost,omitempty"`
+	// Restarts is how many times the job restarted; MaxRestarts how many
+	// times it may.
+	Restarts    int64 `protobuf:"varint,33,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	MaxRestarts int64 `protobuf:"varint,34,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	// Attempts are the job's runs on workers, oldest first.
+	Attempts      []*JobAttempt `protobuf:"bytes,35,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +638,151 @@ func (x *JobStatus) GetTraceId() string {
 	return ""
 }
 
+func (x *JobStatus) GetStreamGeneration() uint64 {
+	if x != nil {
+		return x.StreamGeneration
+	}
+	return 0
+}
+
+func (x *JobStatus) GetOnWorkerLost() string {
+	if x != nil && x.OnWorkerLost != nil {
+		return *x.OnWorkerLost
+	}
+	return ""
+}
+
+func (x *JobStatus) GetRestarts() int64 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *JobStatus) GetMaxRestarts() int64 {
+	if x != nil {
+		return x.MaxRestarts
+	}
+	return 0
+}
+
+func (x *JobStatus) GetAttempts() []*JobAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+// JobAttempt is one run of a job on a worker, as its ingress saw it: from
+// the worker's accept to the end of its binding.
+type JobAttempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempt is the binding generation ("attempt" of the events it
+	// produced); Gen the stream generation they belong to.
+	Attempt uint64 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Gen     uint64 `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
+	// Consumer is the worker's consumer id, Worker its label, Node the node
+	// it is connected to.
+	Consumer string `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Worker   string `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	Node     string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// StartedAt is when the worker took the job, RFC 3339 with nanoseconds,
+	// UTC; EndedAt when the binding ended, absent while it runs.
+	StartedAt string  `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt   *string `protobuf:"bytes,7,opt,name=ended_at,json=endedAt,proto3,oneof" json:"ended_at,omitempty"`
+	// Reason is how the attempt ended: "completed", the job's code, or
+	// "worker_lost: " and what was lost. Absent while it runs.
+	Reason        *string `protobuf:"bytes,8,opt,name=reason,proto3,oneof" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobAttempt) Reset() {
+	*x = JobAttempt{}
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobAttempt) ProtoMessage() {}
+
+func (x *JobAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
+func (*JobAttempt) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *JobAttempt) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetGen() uint64 {
+	if x != nil {
+		return x.Gen
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetStartedAt() string {
+	if x != nil {
+		return x.StartedAt
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetEndedAt() string {
+	if x != nil && x.EndedAt != nil {
+		return *x.EndedAt
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetReason() string {
+	if x != nil && x.Reason != nil {
+		return *x.Reason
+	}
+	return ""
+}
+
 // JobLinks are where a job can be read, streamed and cancelled over HTTP.
 type JobLinks struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -631,7 +796,7 @@ type JobLinks struct {
 
 func (x *JobLinks) Reset() {
 	*x = JobLinks{}
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +808,7 @@ func (x *JobLinks) String() string {
 func (*JobLinks) ProtoMessage() {}
 
 func (x *JobLinks) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +821,7 @@ func (x *JobLinks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLinks.ProtoReflect.Descriptor instead.
 func (*JobLinks) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JobLinks) GetSelf() string {
@@ -702,7 +867,7 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\bsnapshot\x18\x05 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\x04R\aattempt\x12!\n" +
 	"\fresume_token\x18\a \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xf1\x04\n" +
+	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xd2\x06\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x14\n" +
@@ -726,14 +891,33 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\blast_seq\x18\x0f \x01(\x04R\alastSeq\x12-\n" +
 	"\x05links\x18\x10 \x01(\v2\x17.switchyard.v1.JobLinksR\x05links\x12,\n" +
 	"\x12waiting_for_reader\x18\x11 \x01(\bR\x10waitingForReader\x12\x19\n" +
-	"\btrace_id\x18\x1e \x01(\tR\atraceIdB\n" +
+	"\btrace_id\x18\x1e \x01(\tR\atraceId\x12+\n" +
+	"\x11stream_generation\x18\x1f \x01(\x04R\x10streamGeneration\x12)\n" +
+	"\x0eon_worker_lost\x18  \x01(\tH\x06R\fonWorkerLost\x88\x01\x01\x12\x1a\n" +
+	"\brestarts\x18! \x01(\x03R\brestarts\x12!\n" +
+	"\fmax_restarts\x18\" \x01(\x03R\vmaxRestarts\x125\n" +
+	"\battempts\x18# \x03(\v2\x19.switchyard.v1.JobAttemptR\battemptsB\n" +
 	"\n" +
 	"\b_outcomeB\a\n" +
 	"\x05_codeB\t\n" +
 	"\a_detailB\r\n" +
 	"\v_handled_byB\t\n" +
 	"\a_workerB\v\n" +
-	"\t_ended_at\"6\n" +
+	"\t_ended_atB\x11\n" +
+	"\x0f_on_worker_lost\"\xf4\x01\n" +
+	"\n" +
+	"JobAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12\x10\n" +
+	"\x03gen\x18\x02 \x01(\x04R\x03gen\x12\x1a\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\x12\x16\n" +
+	"\x06worker\x18\x04 \x01(\tR\x06worker\x12\x12\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\tR\tstartedAt\x12\x1e\n" +
+	"\bended_at\x18\a \x01(\tH\x00R\aendedAt\x88\x01\x01\x12\x1b\n" +
+	"\x06reason\x18\b \x01(\tH\x01R\x06reason\x88\x01\x01B\v\n" +
+	"\t_ended_atB\t\n" +
+	"\a_reason\"6\n" +
 	"\bJobLinks\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x16\n" +
 	"\x06events\x18\x02 \x01(\tR\x06events2\xcc\x02\n" +
@@ -756,7 +940,7 @@ func file_switchyard_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_jobs_proto_rawDescData
 }
 
-var file_switchyard_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_switchyard_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_switchyard_v1_jobs_proto_goTypes = []any{
 	(*SubmitRequest)(nil),    // 0: switchyard.v1.SubmitRequest
 	(*ResumeRequest)(nil),    // 1: switchyard.v1.ResumeRequest
@@ -764,23 +948,25 @@ var file_switchyard_v1_jobs_proto_goTypes = []any{
 	(*CancelJobRequest)(nil), // 3: switchyard.v1.CancelJobRequest
 	(*JobEvent)(nil),         // 4: switchyard.v1.JobEvent
 	(*JobStatus)(nil),        // 5: switchyard.v1.JobStatus
-	(*JobLinks)(nil),         // 6: switchyard.v1.JobLinks
+	(*JobAttempt)(nil),       // 6: switchyard.v1.JobAttempt
+	(*JobLinks)(nil),         // 7: switchyard.v1.JobLinks
 }
 var file_switchyard_v1_jobs_proto_depIdxs = []int32{
-	6, // 0: switchyard.v1.JobStatus.links:type_name -> switchyard.v1.JobLinks
-	0, // 1: switchyard.v1.JobService.Submit:input_type -> switchyard.v1.SubmitRequest
-	1, // 2: switchyard.v1.JobService.Resume:input_type -> switchyard.v1.ResumeRequest
-	2, // 3: switchyard.v1.JobService.Get:input_type -> switchyard.v1.GetJobRequest
-	3, // 4: switchyard.v1.JobService.Cancel:input_type -> switchyard.v1.CancelJobRequest
-	4, // 5: switchyard.v1.JobService.Submit:output_type -> switchyard.v1.JobEvent
-	4, // 6: switchyard.v1.JobService.Resume:output_type -> switchyard.v1.JobEvent
-	5, // 7: switchyard.v1.JobService.Get:output_type -> switchyard.v1.JobStatus
-	5, // 8: switchyard.v1.JobService.Cancel:output_type -> switchyard.v1.JobStatus
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	7, // 0: switchyard.v1.JobStatus.links:type_name -> switchyard.v1.JobLinks
+	6, // 1: switchyard.v1.JobStatus.attempts:type_name -> switchyard.v1.JobAttempt
+	0, // 2: switchyard.v1.JobService.Submit:input_type -> switchyard.v1.SubmitRequest
+	1, // 3: switchyard.v1.JobService.Resume:input_type -> switchyard.v1.ResumeRequest
+	2, // 4: switchyard.v1.JobService.Get:input_type -> switchyard.v1.GetJobRequest
+	3, // 5: switchyard.v1.JobService.Cancel:input_type -> switchyard.v1.CancelJobRequest
+	4, // 6: switchyard.v1.JobService.Submit:output_type -> switchyard.v1.JobEvent
+	4, // 7: switchyard.v1.JobService.Resume:output_type -> switchyard.v1.JobEvent
+	5, // 8: switchyard.v1.JobService.Get:output_type -> switchyard.v1.JobStatus
+	5, // 9: switchyard.v1.JobService.Cancel:output_type -> switchyard.v1.JobStatus
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_jobs_proto_init() }
@@ -789,13 +975,14 @@ func file_switchyard_v1_jobs_proto_init() {
 		return
 	}
 	file_switchyard_v1_jobs_proto_msgTypes[5].OneofWrappers = []any{}
+	file_switchyard_v1_jobs_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_jobs_proto_rawDesc), len(file_switchyard_v1_jobs_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

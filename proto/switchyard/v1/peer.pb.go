@@ -782,6 +782,10 @@ type PeerMessage struct {
 	// the worker's or host's explanation, kept for the job's record.
 	Rejected bool   `protobuf:"varint,11,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	Reason   string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Release: running is true when the worker may still be running the
+	// binding (the releasing dispatcher only sent its node a cancel): the
+	// ingress never restarts such a job (on_worker_lost: restart).
+	Running bool `protobuf:"varint,20,opt,name=running,proto3" json:"running,omitempty"`
 	// Cancel: the code the job ended with, so every node records the same
 	// outcome.
 	Code string `protobuf:"bytes,13,opt,name=code,proto3" json:"code,omitempty"`
@@ -910,6 +914,13 @@ func (x *PeerMessage) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *PeerMessage) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
 }
 
 func (x *PeerMessage) GetCode() string {
@@ -2362,7 +2373,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\bmessages\x18\x03 \x03(\v2\x1a.switchyard.v1.PeerMessageR\bmessages\x12+\n" +
 	"\x04lane\x18\x04 \x01(\v2\x17.switchyard.v1.PeerLaneR\x04lane\x12\x12\n" +
 	"\x04seqs\x18\x05 \x03(\x04R\x04seqs\"\x0e\n" +
-	"\fPostResponse\"\xa1\x05\n" +
+	"\fPostResponse\"\xbb\x05\n" +
 	"\vPeerMessage\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.switchyard.v1.PeerMessage.KindR\x04kind\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1e\n" +
@@ -2379,7 +2390,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x03end\x18\n" +
 	" \x01(\v2\x16.switchyard.v1.PeerEndR\x03end\x12\x1a\n" +
 	"\brejected\x18\v \x01(\bR\brejected\x12\x16\n" +
-	"\x06reason\x18\f \x01(\tR\x06reason\x12\x12\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x18\n" +
+	"\arunning\x18\x14 \x01(\bR\arunning\x12\x12\n" +
 	"\x04code\x18\r \x01(\tR\x04code\x12\x15\n" +
 	"\x06ttl_ns\x18\x0e \x01(\x03R\x05ttlNs\x12#\n" +
 	"\rcredit_events\x18\x0f \x01(\x04R\fcreditEvents\x12!\n" +
