@@ -111,6 +111,9 @@ var importRules = map[string]importRule{
 	// Tests and the benchmarks' harness see everything.
 	"integration":          {any: true},
 	"integration/benchkit": {any: true},
+	// The fault suites' stall measure, shared by the fault suite and the
+	// compose tests: the standard library only.
+	"integration/stall": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 }
 
 // TestImportRules holds every package of the module to its importRule.
