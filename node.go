@@ -225,7 +225,7 @@ func (n *Node) openCluster() (err error) {
 		return err
 	}
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
-		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
+		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold, SuspectAfter: cfg.PeerSuspectAfter,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
 		OnChange: func() {
 			select {

@@ -63,6 +63,13 @@ type DispatchInfo struct {
 	Dispatcher string
 	ReplyTo    string
 	Zone       string
+	// Epoch is the record's term: the catalog's revision of the write
+	// that named Dispatcher, which only grows across every claim of the
+	// queue. It is not part of the stored value. A dispatcher stamps it on
+	// every delivery, and a host refuses a delivery whose epoch is older
+	// than one it has seen for the queue (docs/cluster.md, "Epochs").
+	// Zero: unknown (a record built by hand, or read from no store).
+	Epoch uint64
 }
 
 // Catalog is the node's handle on the replicated registries. Writes are

@@ -386,9 +386,11 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool { return zoneOK(job
 func zoneOK(jobZone, nodeZone string) bool { return jobZone == "" || jobZone == nodeZone }
 
 // capableLocked reports whether any consumer anywhere (local sessions, then
-// the catalog's view of other routable nodes) could run a job, ignoring
+// the catalog's view of other serving nodes) could run a job, ignoring
 // credits and skipping the consumers in exclude. A draining node's own
-// workers take nothing new, so they do not count.
+// workers take nothing new, so they do not count. A suspected node's
+// consumers do (Cluster.Serves): suspicion stops offers, not admission,
+// so a job only they can run waits for them instead of being refused.
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
 	if q := e.queues[queue]; q != nil && !e.draining && e.zoneOKLocked(zone, e.selfZone()) {
 		for _, w := range q.workers {
@@ -402,7 +404,7 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 	}
 	for _, c := range e.cat.Consumers(queue) {
 		if c.Node != e.cfg.Node && !exclude[c.ID] && c.Capabilities.Satisfies(caps) &&
-			e.zoneOKLocked(zone, e.cluster.NodeZone(c.Node)) && e.cluster.Routable(c.Node) {
+			e.zoneOKLocked(zone, e.cluster.NodeZone(c.Node)) && e.cluster.Serves(c.Node) {
 			return true
 		}
 	}
