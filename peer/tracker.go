@@ -33,10 +33,10 @@ type TrackerConfig struct {
 	// node is offered nothing new and its queues are taken over (see
 	// Tracker); only spare has the consequences of silence.
 	SuspectAfter int
-	View      View
-	Client    *Client
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	View         View
+	Client       *Client
+	Metrics      *Metrics
+	Logger       *slog.Logger
 	// OnChange, if set, is called (holding none of the tracker's locks)
 	// after a round in which a node turned suspected or spare or answered
 	// again, and after Suspect suspected a node: a node acts on a peer's
