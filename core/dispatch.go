@@ -53,6 +53,11 @@ type Delivery struct {
 	// Trace is the span context the next hop's span is a child of: the
 	// sender's (the job's, its forward's, or its queue span's once bound).
 	Trace trace.SpanContext
+	// Epoch is the dispatcher's term for the queue when it bound the job
+	// (its dispatch record's DispatchInfo.Epoch), set on deliveries only.
+	// A consumer host refuses a delivery older than an epoch it has seen
+	// for the queue (epoch.go). Zero: none, never refused for it.
+	Epoch uint64
 }
 
 // queue is one queue on its dispatcher.
@@ -122,10 +127,12 @@ type task struct {
 	// span is the job's queue span while it is pending on the dispatcher
 	// (trace.go); nil once it left the queue.
 	span trace.Span
+	// arrived is when it reached its dispatcher's queue.
+	arrived time.Time
 }
 
 func newTask(d Delivery, now time.Time) *task {
-	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}}
+	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}, arrived: now}
 	if len(d.Exclude) > 0 {
 		t.rejected = make(map[string]bool, len(d.Exclude))
 		for _, c := range d.Exclude {
@@ -328,7 +335,11 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		// Fenced: the cluster may already be running these jobs elsewhere.
 		return
 	}
+	if e.stepDownLocked(q) {
+		return
+	}
 	now := time.Now()
+	epoch := e.dispatchEpochLocked(q)
 	for {
 		t, p, c := e.nextLocked(q)
 		if t == nil {
@@ -353,7 +364,9 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		// queue residence included.
 		t.d.TTL = left
 		t.budget = Budget{TTL: left, At: now}
+		t.d.Epoch = epoch
 		q.bound[t.d.JobID] = t
+		observe(e.m.QueueStalled, now.Sub(t.arrived).Seconds(), t.d.Trace)
 		if rc != nil {
 			rc.bound++
 			t.remote = rc
