@@ -219,6 +219,9 @@ func (n *Node) openCluster() (err error) {
 		// Read when a peer asks, once the node serves: the engine is
 		// built by then.
 		Figures: func() core.NodeFigures { return httpapi.ReadFigures(n.engine, n.reg) },
+		// The tracker is built next, before the transport starts: no
+		// evidence can come earlier.
+		Suspect: func(node string) { n.tracker.Suspect(node) },
 		Metrics: pm,
 		Logger:  n.log.With("system", "peer"),
 	}); err != nil {
