@@ -184,6 +184,14 @@ func (c peerBook) addr(node string) (string, bool) {
 	return nd.PeerAddr, ok && nd.PeerAddr != ""
 }
 
+// incarnation is peer.Config.Incarnation: node's incarnation in the view,
+// "" when the view has no record of it. It never waits: a job queued for
+// a node the view has not seen yet carries no stamp.
+func (c peerBook) incarnation(node string) string {
+	nd, _ := c.cat.Node(node)
+	return nd.Incarnation
+}
+
 // viewLag bounds how long an address lookup waits for a node this node's
 // catalog view has not seen yet (nor seen leave) to appear in it.
 const viewLag = 2 * time.Second

@@ -203,6 +203,10 @@ func (n *Node) openCluster() (err error) {
 		Node: cfg.Name, Secret: secret, ServerTLS: serverTLS, ClientTLS: clientTLS,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
 		Addr: book.addr, Zone: book.zone,
+		// A job sent to a node is meant for its incarnation as the view
+		// names it; one meant for a previous incarnation of this node is
+		// dropped (docs/cluster.md, "Incarnations").
+		Incarnation: book.incarnation, Self: n.cat.Incarnation,
 		// A delivery must be acked within the time its worker would get to
 		// accept it: a fraction of what is left of its TTL, so the accept
 		// wait never eats the budget the work needs.

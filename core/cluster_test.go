@@ -104,6 +104,11 @@ type fakeNet struct {
 	// dead (then it fails as the peer transport does: node not in the
 	// catalog), as a Forward to a paused or killed node does.
 	silentForward func(node string) bool
+	// replacedForward, when set, makes a Forward to a node it returns true
+	// for fail as the peer transport fails one meant for an incarnation of
+	// the node that was replaced (core.ErrNodeReplaced). Called without
+	// the fake's lock.
+	replacedForward func(node string) bool
 	// electErr, when set, is what Dispatcher returns instead of electing
 	// while it returns non-nil (silence.go's tests: a record naming a node
 	// that is not routable and cannot be taken over yet).
@@ -484,7 +489,11 @@ func (p *fakePeer) Forward(ctx context.Context, node string, d core.Delivery) er
 		Msg: core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d}})
 	target, dup := n.nodes[node], n.dupForward
 	silent := n.silentForward != nil && n.silentForward(node)
+	replaced := n.replacedForward
 	n.mu.Unlock()
+	if replaced != nil && replaced(node) {
+		return fmt.Errorf("fake: forward to %s: %w", node, core.ErrNodeReplaced)
+	}
 	if silent {
 		for {
 			select {

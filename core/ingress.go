@@ -296,7 +296,7 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 		e.unstartLocked(j)
 		return nil, false, ce
 	}
-	if ce == nil && !e.cluster.Gone(dispatcher) && !errors.Is(ferr, context.DeadlineExceeded) {
+	if ce == nil && !e.cluster.Gone(dispatcher) && !errors.Is(ferr, ErrNodeReplaced) && !errors.Is(ferr, context.DeadlineExceeded) {
 		// It failed at once without reaching the node (the job cannot be
 		// carried, or the node is not in the catalog and never was): the
 		// job never left, and the refusal changes nothing.

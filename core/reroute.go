@@ -186,9 +186,10 @@ func (e *Engine) routeAwaitingLocked(queue string, a *awaiting, node string) {
 //   - a refusal ends the job with the refusal's code, unless the job was
 //     heard from meanwhile (its host named itself, or it ran): then the
 //     refusal is not the job's outcome;
-//   - no verdict because node is gone: the job goes back to its queue under
-//     a new generation, as for any job a dead dispatcher held (a node death
-//     seen first may have done so already: the generation tells);
+//   - no verdict because node is gone, or the incarnation of it the forward
+//     was meant for was replaced (ErrNodeReplaced): the job goes back to its
+//     queue under a new generation, as for any job a dead dispatcher held (a
+//     node death seen first may have done so already: the generation tells);
 //   - no verdict otherwise (the forward ran out of time without proof of
 //     death): the job fails dispatcher_unavailable, or expires past its TTL.
 func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error) {
@@ -205,6 +206,10 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 		e.finishLocked(j, ce.Code, "the queue's dispatcher refused the job: "+ce.Detail, nil)
 	case e.cluster.Gone(node):
 		e.releaseAtIngressLocked(j.ID, gen, "", false, "the dispatcher's node "+node+" is gone")
+	case errors.Is(err, ErrNodeReplaced):
+		// The incarnation the forward was meant for is dead and took
+		// nothing of it since: as a dispatcher gone.
+		e.releaseAtIngressLocked(j.ID, gen, "", false, "the dispatcher's node "+node+" was replaced by a new incarnation")
 	case !time.Now().Before(j.deadline):
 		e.finishLocked(j, CodeExpired, "the job's TTL ran out before its dispatcher answered", nil)
 	default:

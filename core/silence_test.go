@@ -230,6 +230,43 @@ func TestForwardFailsOnDeadDispatcherIsRerouted(t *testing.T) {
 	}
 }
 
+// A forward meant for an incarnation of the dispatcher's node that was
+// replaced (the transport's core.ErrNodeReplaced) is not a refusal: that
+// incarnation is dead and took nothing, so the job is accepted and goes
+// back to its queue under a new generation, as for a dispatcher gone, and
+// runs once.
+func TestForwardToAReplacedIncarnationIsRerouted(t *testing.T) {
+	net := newFakeNet(t)
+	n1, _, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	c, fc := n3.worker("q", "c", 1)
+	var once atomic.Bool
+	net.mu.Lock()
+	net.replacedForward = func(node string) bool {
+		if node != "n2" || !once.CompareAndSwap(false, true) {
+			return false
+		}
+		// The view now names the queue's next dispatcher.
+		net.setDispatcher("q", "n3")
+		return true
+	}
+	net.mu.Unlock()
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("Submit: %v, want the job accepted", err)
+	}
+	oc := waitOffers(t, fc, j.ID, 1)[0]
+	if oc.Gen < 2 {
+		t.Errorf("offered as generation %d, want a new one", oc.Gen)
+	}
+	c.End(j.ID, oc.Gen, "", "", nil)
+	n1.waitState(j.ID, core.StateCompleted)
+	net.settle()
+	if n := len(fc.offersFor(j.ID)); n != 1 {
+		t.Fatalf("offered %d times", n)
+	}
+}
+
 // A job whose queue's record names no routable dispatcher, and whose
 // elections keep failing (the old record cannot be taken over yet), waits
 // — through any number of failed elections — and is forwarded to the

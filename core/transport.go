@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -34,6 +35,11 @@ type Transport interface {
 	// verdict: nil once the dispatcher holds it, or the *Error it refused
 	// it with. Retrying a Forward with the same (job, generation) never
 	// creates a second job.
+	//
+	// A Forward that wraps ErrNodeReplaced was meant for an incarnation
+	// of node that is dead now (replaced by a new one, or come back from
+	// a fence): that incarnation took nothing of it since, and the caller
+	// treats it as the dispatcher's node gone.
 	Forward(ctx context.Context, node string, d Delivery) error
 	// Send queues m for node and returns at once. A job's messages to one
 	// node arrive in the order they were sent on each of its two legs: the
@@ -85,6 +91,12 @@ type Receiver interface {
 }
 
 var _ Receiver = (*Engine)(nil)
+
+// ErrNodeReplaced is wrapped by a Transport.Forward whose job was meant
+// for an incarnation of its node other than the one there now: the one it
+// was meant for is dead (docs/cluster.md, "Incarnations"), and the one
+// there now dropped the job, or the sender did before sending it.
+var ErrNodeReplaced = errors.New("core: the node the job was sent to was replaced by a new incarnation")
 
 // ReasonZone is the reason Undeliverable is given for a zone-scoped
 // delivery the transport would not send: its node is not in the job's zone

@@ -312,7 +312,7 @@ func deliveryUTF8(d *pb.PeerDelivery) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"job_id", d.GetJobId()}, {"queue", d.GetQueue()}, {"ingress", d.GetIngress()}, {"zone", d.GetZone()},
 		{"traceparent", d.GetTraceparent()}, {"tracestate", d.GetTracestate()},
-		{"subject", d.GetSubject()}, {"affinity_key", d.GetAffinityKey()},
+		{"subject", d.GetSubject()}, {"affinity_key", d.GetAffinityKey()}, {"incarnation", d.GetIncarnation()},
 	} {
 		if !utf8.ValidString(f.v) {
 			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, f.name)

@@ -405,13 +405,20 @@ func (s *server) releaseLane(l *laneInbox) {
 }
 
 // forwardLocked is a forward item of lane l numbered seq: the verdict it
-// got the first time when it was handled already, else the receiver's. A
+// got the first time when it was handled already, else the receiver's;
+// NotFound when it was meant for another incarnation of this node. A
 // forward seen before whose verdict is no longer remembered (or that got
 // none: the dispatcher could not decide) is handed to the receiver again,
 // which the core.Receiver contract makes safe: a dispatcher takes a (job,
 // generation) once. The error is the gRPC status Forward answers with when
 // there is no verdict.
 func (s *server) forwardLocked(from string, rcv core.Receiver, l *laneInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
+	if s.stale(from, string(core.MsgForward), p) {
+		// Checked first: a verdict this process gave under the incarnation
+		// the forward was meant for no longer holds (it fenced since).
+		l.doneLocked(seq)
+		return nil, staleForward(p, s.cfg.Self())
+	}
 	if l.seenLocked(seq) {
 		if res, ok := l.verdictLocked(seq); ok {
 			return res, nil
@@ -439,10 +446,21 @@ func (s *server) messageLocked(from string, rcv core.Receiver, l *laneInbox, seq
 		return
 	}
 	l.doneLocked(seq)
+	s.takeMessage(from, rcv, p)
+}
+
+// takeMessage hands p to the receiver, unless it is invalid (skipped,
+// logged and counted) or a job meant for another incarnation of this node
+// (dropped and counted: the incarnation it was meant for is dead, and
+// its sender releases what that one held).
+func (s *server) takeMessage(from string, rcv core.Receiver, p *pb.PeerMessage) {
 	m, err := MessageFromPB(p)
 	if err != nil {
 		s.cfg.Metrics.invalid.Inc()
 		s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
+		return
+	}
+	if s.stale(from, string(m.Kind), p.GetDelivery()) {
 		return
 	}
 	s.handleMessage(rcv, from, m)
@@ -474,6 +492,9 @@ func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 		l.syncLocked(req.GetSession())
 		return s.forwardLocked(from, rcv, l, req.GetSeq(), req.GetDelivery())
 	}
+	if s.stale(from, string(core.MsgForward), req.GetDelivery()) {
+		return nil, staleForward(req.GetDelivery(), s.cfg.Self())
+	}
 	err = rcv.HandleForward(from, d)
 	res, ok := ForwardResponse(err)
 	if !ok {
@@ -497,11 +518,7 @@ func (s *server) postLane(from string, rcv core.Receiver, req *pb.PostRequest) (
 	for i, p := range msgs {
 		if session == "" {
 			// No numbers to check against: handled as it comes.
-			if m, err := MessageFromPB(p); err == nil {
-				s.handleMessage(rcv, from, m)
-			} else {
-				s.cfg.Metrics.invalid.Inc()
-			}
+			s.takeMessage(from, rcv, p)
 			continue
 		}
 		s.messageLocked(from, rcv, l, seqs[i], p)

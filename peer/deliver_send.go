@@ -54,6 +54,9 @@ func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) e
 	defer context.AfterFunc(r.ctx, cancel)()
 	c := &forwardCall{r: r, ctx: ctx, node: node, d: d}
 	p := DeliveryToPB(d)
+	// Every attempt is meant for the incarnation of node the view names
+	// now: once it names another, the forward fails (attempt).
+	p.Incarnation = r.incarnationOf(node)
 	if reason, err := r.wireCheck(p, len(d.Queue)); err != nil {
 		r.m.undeliverable.WithLabelValues(string(core.MsgForward), reason).Inc()
 		return c.fail(fmt.Errorf("%w (%s): %w", ErrUndeliverable, reason, err))
@@ -102,6 +105,10 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 	if _, ok := r.cfg.Addr(c.node); !ok {
 		return nil, c.fail(ErrUnknownNode)
 	}
+	if now, stale := r.replaced(c.node, p.GetIncarnation()); stale {
+		r.m.stale.WithLabelValues(string(core.MsgForward), sideSender).Inc()
+		return nil, c.fail(fmt.Errorf("%w: meant for incarnation %s, the view names %s", core.ErrNodeReplaced, p.GetIncarnation(), now))
+	}
 	it := &item{kind: string(core.MsgForward), fwd: p, timeout: timeout, ctx: c.ctx, done: make(chan forwardResult, 1)}
 	if !r.enqueue(c.node, c.d.Queue, it) {
 		return nil, c.fail(ErrClosed)
@@ -112,10 +119,11 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 	case <-c.ctx.Done():
 		return nil, c.ended(c.ctx.Err())
 	}
+	res.err = replacedError(res.err)
 	switch {
 	case res.err == nil:
 		return res.res, nil
-	case errors.Is(res.err, ErrUnknownNode):
+	case errors.Is(res.err, ErrUnknownNode), errors.Is(res.err, core.ErrNodeReplaced):
 		return nil, c.fail(res.err)
 	case c.ctx.Err() != nil:
 		return nil, c.ended(res.err)
@@ -338,6 +346,7 @@ func (l *lane) take(limit int) []*item {
 // can carry, and finishes forwards whose caller gave up.
 func (l *lane) check(items []*item) []*item {
 	r := l.r
+	items = l.fresh(items)
 	ok := items[:0]
 	for _, it := range items {
 		switch {

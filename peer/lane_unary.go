@@ -15,6 +15,9 @@ import (
 // (each resent until handed over), forwards as one Forward attempt each.
 func (l *lane) unary(items []*item) {
 	r := l.r
+	// A resend (after a dropped stream) may hold jobs for an incarnation
+	// of the node the view no longer names.
+	items = l.fresh(items)
 	for len(items) > 0 {
 		if r.ctx.Err() != nil {
 			l.drop(items, ErrClosed)
@@ -102,6 +105,9 @@ func (l *lane) forwardOnce(it *item) {
 	r := l.r
 	if err := it.ctx.Err(); err != nil {
 		it.finish(nil, err)
+		return
+	}
+	if len(l.fresh([]*item{it})) == 0 {
 		return
 	}
 	addr, ok := r.cfg.Addr(l.key.node)

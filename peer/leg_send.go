@@ -132,6 +132,10 @@ func (t *Transport) Send(node string, m core.Message) {
 	if err == nil && m.Kind == core.MsgGrant && r.srv.grantOnLeg(node, m.JobID, m.Gen, p) {
 		return // as a cancel
 	}
+	if d := p.GetDelivery(); d != nil {
+		// The job is meant for the node as the view names it now.
+		d.Incarnation = r.incarnationOf(node)
+	}
 	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
 	if err != nil {
 		// No wire form: reported by the lane's goroutine, off the

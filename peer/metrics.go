@@ -29,6 +29,7 @@ type Metrics struct {
 	ackExpiries   prometheus.Counter
 	zoneCloses    prometheus.Counter
 	undeliverable *prometheus.CounterVec
+	stale         *prometheus.CounterVec
 
 	// Reply legs and trunks (leg_send.go, trunk_send.go, trunk_recv.go).
 	legSilences *prometheus.CounterVec
@@ -137,6 +138,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_peer_messages_undeliverable_total",
 			Help: "Routing messages this node refused to send on any transport, by kind and reason (too_large: over the peer message limit; encoding: no valid wire form; zone: a zone-scoped delivery to a node outside the job's zone). Never retried on that path: the engine fails their job, or for zone routes it again.",
 		}, []string{"kind", "reason"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_peer_stale_incarnation_total",
+			Help: "Jobs (kind forward or deliver) meant for an incarnation of their node other than the one there now, dropped, by kind and side: sender (its catalog view names the node under a new incarnation since the job was queued for it) or receiver (this node, under a new incarnation, got a job meant for its previous one). The incarnation they were meant for is dead; its peers release what it held.",
+		}, []string{"kind", "side"}),
 		legSilences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_leg_silences_total",
 			Help: "Nothing arrived on a reply trunk for three heartbeat intervals, by the side that noticed: host (counted once per trunk: it is opened again and its legs' unacked messages resent) or ingress (counted per leg the trunk held: the stream is ended and each leg's job fails worker_lost).",
@@ -156,7 +161,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
-			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable,
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable, m.stale,
 			m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}
 	m.sentReply = m.messages.WithLabelValues(string(core.MsgReply))

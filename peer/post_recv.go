@@ -56,13 +56,7 @@ func (s *server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 		if session != "" && n < in.next {
 			continue // handled already: this is a resend whose answer was lost
 		}
-		m, err := MessageFromPB(p)
-		if err != nil {
-			s.cfg.Metrics.invalid.Inc()
-			s.cfg.Logger.Warn("skipped an invalid peer message", "from", from, "err", err)
-			continue
-		}
-		s.handleMessage(rcv, from, m)
+		s.takeMessage(from, rcv, p)
 	}
 	if session != "" {
 		in.next = max(in.next, seq+uint64(len(req.GetMessages())))

@@ -48,6 +48,18 @@ type Config struct {
 	// unlabelled node is not in any zone: treating "no label" as "same
 	// zone" is the leak zoning exists to prevent). Nil: no node has a zone.
 	Zone func(node string) (string, bool)
+	// Incarnation is a node's incarnation in the catalog view: "" when the
+	// view has no record of it (or a record without one). A job sent to a
+	// node (a forward, a deliver) is stamped with it when it is queued for
+	// that node, and dropped before it is sent or resent once the view
+	// names another (incarnation.go). Send calls it with the engine's lock
+	// held: it must be quick, must not block and must not call the engine.
+	// Nil: jobs carry no stamp.
+	Incarnation func(node string) string
+	// Self is this node's incarnation now (catalog.Catalog.Incarnation): a
+	// job stamped for another one is dropped on arrival and counted. Nil,
+	// or "": every job is taken.
+	Self func() string
 
 	// AttemptTimeout bounds one Forward or Post attempt (default 10s), so a
 	// peer that stopped answering without closing its connection is tried

@@ -124,8 +124,18 @@ export class Playground {
     this.otherField.hidden = !other;
     if (other && focus) this.other.focus();
     // The chat queue takes chat requests: its input is a message. Leaving
-    // it undoes what the page picked, not what the user did.
-    const chatQueue = !!this.openaiQueue && this.queueName() === this.openaiQueue;
+    // it undoes what the page picked, not what the user did. Only a move
+    // to another queue picks: a snapshot that re-lists the same queue must
+    // not undo the user's own choice of input kind.
+    const name = this.queueName();
+    const moved = name !== this.shownQueue || this.openaiQueue !== this.shownChatQueue;
+    this.shownQueue = name;
+    this.shownChatQueue = this.openaiQueue;
+    if (!moved) {
+      this.renderCaps();
+      return;
+    }
+    const chatQueue = !!this.openaiQueue && name === this.openaiQueue;
     if (chatQueue && this.kind() !== 'chat') {
       this.setKind('chat');
       this.autoChat = true;

@@ -1072,7 +1072,17 @@ type PeerDelivery struct {
 	// older than one it has seen for the queue: it comes from a dispatcher
 	// that has been replaced. 0: none (a forward, or a sender that carries
 	// none), never refused for it. (Numbers from 50 on: dispatch fencing.)
-	Epoch         uint64 `protobuf:"varint,50,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,50,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// incarnation is the incarnation of the node this job is sent to (the
+	// dispatcher of a forward, the consumer host of a deliver), as the
+	// sender's catalog view named it when the job was queued for that node;
+	// a resend keeps it. The receiver drops a job meant for an incarnation
+	// other than its own (that process was replaced, or came back from a
+	// fence, since: what it held was released) and counts it; a forward so
+	// dropped is answered NOT_FOUND. Empty: the sender's view had no record
+	// of the node; taken. (Numbers from 60 on: fencing by incarnation,
+	// docs/cluster.md, "Incarnations".)
+	Incarnation   string `protobuf:"bytes,60,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1266,6 +1276,13 @@ func (x *PeerDelivery) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *PeerDelivery) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // DeliverFrame is one frame of a Deliver stream, from the sending node.
@@ -2395,7 +2412,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\x9f\x06\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xc1\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2424,7 +2441,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
 	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
 	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x12\x14\n" +
-	"\x05epoch\x182 \x01(\x04R\x05epoch\x1a?\n" +
+	"\x05epoch\x182 \x01(\x04R\x05epoch\x12 \n" +
+	"\vincarnation\x18< \x01(\tR\vincarnation\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
