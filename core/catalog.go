@@ -41,8 +41,9 @@ type NodeInfo struct {
 	// records of nodes that predate it.
 	Incarnation string
 	// Suspected is never in a catalog record: a node's cluster views set it
-	// on a peer its own tracker holds silent while the peer's record still
-	// stands (State then says spare). It is one node's opinion, not proof.
+	// on a peer its own tracker suspects while the peer's record still
+	// stands (it missed a ping, or its transport broke; State says spare
+	// once it is silent). It is one node's opinion, not proof.
 	Suspected bool
 }
 
