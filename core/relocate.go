@@ -7,12 +7,13 @@ import (
 
 // pinCheckLocked moves a queue's dispatch to its consumers' node when this
 // node dispatches it but hosts none of its consumers, every consumer lives
-// on one other node and has for PinStable, and no job is waiting here. Two
-// consumers on two nodes leave the dispatcher where it is: affinity is an
-// optimisation, never a constraint. It releases the record; the consumers'
-// node claims it (claimOrphansLocked), and this node steps down as from any
-// record that came to name another node (epoch.go): a job that arrived in
-// between goes back to its ingress, and the jobs bound here run on.
+// on one other node and has for PinStable, and no job is waiting or bound
+// here (a move is for a quiet queue: it is an optimisation, never a
+// constraint). Two consumers on two nodes leave the dispatcher where it
+// is. It releases the record; the consumers' node claims it
+// (claimOrphansLocked), and this node steps down as from any record that
+// came to name another node (epoch.go): a job that arrived in between goes
+// back to its ingress.
 func (e *Engine) pinCheckLocked(q *queue) {
 	if e.cluster == nil || e.closed {
 		return
@@ -47,9 +48,9 @@ func (e *Engine) pinCheckLocked(q *queue) {
 		})
 		return
 	}
-	if len(q.pending) > 0 {
-		// Not while jobs wait here, which would only go back to their
-		// ingresses: idleLocked checks again when the queue empties.
+	if len(q.pending) > 0 || len(q.bound) > 0 {
+		// Never while jobs are here: idleLocked checks again when the
+		// queue empties.
 		return
 	}
 	q.pinTo = ""
