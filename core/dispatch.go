@@ -178,6 +178,9 @@ func (e *Engine) reapQueue(q *queue) {
 		return
 	}
 	delete(e.queues, q.name)
+	// The catalog view keeps the record's epoch; what deliveries taught
+	// this node goes with the queue.
+	delete(e.epochs, q.name)
 	stopTimer(q.pinTimer)
 	e.m.QueueDepth.DeleteLabelValues(q.name)
 	q.depth = nil
