@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/stall"
 )
 
 // ledger is what one fault run did, computed from the requesters' record
@@ -43,7 +45,14 @@ type ledger struct {
 	orphanRuns, orphansCompleted int
 
 	lostOut, orphans, redeliver, newDone measure
-	back                                 map[string]measure
+	// stall is issue 24's measure (faults_stall_test.go); stallLongest
+	// its longest stall as a measure.
+	stall                stall.Result
+	stallLongest, passed measure
+	// migrated is the migrate case's job that opted into restarts, judged
+	// (faults_migrate_test.go).
+	migrated migrationVerdict
+	back     map[string]measure
 	// backOnline and backWork are back's two parts, from the recovery.
 	backOnline, backWork map[string]time.Duration
 }
@@ -131,7 +140,11 @@ func newLedger(fx *faultRun) *ledger {
 	}
 	l.judgeRuns()
 	l.measureNewDone()
+	l.measureStall()
 	l.measureBack()
+	if fx.mig != nil {
+		l.migrated = l.judgeMigration(fx.mig)
+	}
 	return l
 }
 

@@ -60,6 +60,11 @@ type loadEvent struct {
 	i             int // output index, -1 when not an output
 	by, code      string
 	afterTerminal bool
+	// gen is the stream generation the event belongs to; reason and
+	// lastSeq are a restart event's (the previous generation's last seq).
+	gen     uint64
+	reason  string
+	lastSeq uint64
 }
 
 // ended reports whether the stream ended by t (zero t: at all).
@@ -92,6 +97,9 @@ type loadGen struct {
 	// next ingress, as a load balancer that reads /readyz would (a
 	// transport error always moves it).
 	failoverOn []string
+	// extra are envelope members added to every job's, as JSON text
+	// starting with a comma (set before the first job).
+	extra string
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -158,7 +166,7 @@ func (g *loadGen) runClient(c int) {
 // (between 200ms and 1s); a moment after a transport error; none after a
 // stream.
 func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
-	body := fmt.Sprintf(`{"ttl_ms":%d,"input":%q}`, g.ttl.Milliseconds(), input)
+	body := fmt.Sprintf(`{"ttl_ms":%d,"input":%q%s}`, g.ttl.Milliseconds(), input, g.extra)
 	req, _ := http.NewRequestWithContext(g.ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+g.queue+"/jobs", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
@@ -237,15 +245,17 @@ func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
 
 func parseLoadEvent(ev sse.Event, at time.Time) loadEvent {
 	var d struct {
-		Seq, Attempt uint64
-		Code         string
-		Data         struct {
+		Gen, Seq, Attempt uint64
+		Code, Reason      string
+		LastSeq           uint64 `json:"last_seq"`
+		Data              struct {
 			By string
 			I  *int
 		}
 	}
 	_ = json.Unmarshal([]byte(ev.Data), &d)
-	e := loadEvent{kind: ev.Type, at: at, seq: d.Seq, attempt: d.Attempt, code: d.Code, by: d.Data.By, i: -1}
+	e := loadEvent{kind: ev.Type, at: at, seq: d.Seq, attempt: d.Attempt, code: d.Code, by: d.Data.By, i: -1,
+		gen: d.Gen, reason: d.Reason, lastSeq: d.LastSeq}
 	if ev.Type == "output" && d.Data.I != nil {
 		e.i = *d.Data.I
 	}
@@ -258,6 +268,26 @@ func eventJobID(ev sse.Event) string {
 	}
 	_ = json.Unmarshal([]byte(ev.Data), &d)
 	return d.JobID
+}
+
+// post posts one job to n outside the closed loop, as input, and reads
+// its stream to the end in a goroutine of g's; view reads it.
+func (g *loadGen) post(n *procNode, input string) *loadJob {
+	j := &loadJob{client: -1, ingress: n.name}
+	g.mu.Lock()
+	g.jobs = append(g.jobs, j)
+	g.mu.Unlock()
+	g.wg.Go(func() { g.do(j, n, input) })
+	return j
+}
+
+// view copies one job of g's.
+func (g *loadGen) view(j *loadJob) loadJob {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := *j
+	c.events = slices.Clone(j.events)
+	return c
 }
 
 // stop lets every client finish the job it has and post no more.

@@ -25,6 +25,10 @@ type faultRun struct {
 	workerNode map[string]string
 	load       *loadGen
 	obs        *observer
+	// clients is the size of the closed loop.
+	clients int
+	// mig is the job that opted into restarts, in a migrate case.
+	mig *migration
 
 	// Roles just before the fault.
 	dispatcher, leader, target string
@@ -94,7 +98,7 @@ func (fx *faultRun) warmUp() {
 				running++
 			}
 		}
-		return done >= 4 && running >= faultClients-2
+		return done >= 4 && running >= min(fx.clients, 2*workerSlots)-2
 	})
 	fx.dispatcher = fx.dispatcherNode()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -150,17 +154,17 @@ func (fx *faultRun) returning() []string {
 // has passed.
 func (fx *faultRun) observe() {
 	bounds := faultBounds(fx)
-	deadline := fx.origin().Add(bounds.newDone.d + faultSlack + time.Second)
+	deadline := maxTime(fx.origin().Add(bounds.newDone.d+faultSlack+time.Second), fx.stallEnd().Add(time.Second))
 	if fx.c.returns {
 		deadline = maxTime(deadline, fx.recoverAt.Add(bounds.back.d+faultSlack+time.Second))
 	}
 	for time.Now().Before(deadline) {
 		time.Sleep(250 * time.Millisecond)
-		if time.Since(fx.origin()) < 2*time.Second {
+		if time.Since(fx.origin()) < 2*time.Second || time.Now().Before(fx.stallEnd()) {
 			continue
 		}
 		l := newLedger(fx)
-		if l.inflightEnded() && l.newDone.n > 0 && l.allBack() {
+		if l.inflightEnded() && l.newDone.n > 0 && l.allBack() && fx.mig.ended() {
 			return
 		}
 	}

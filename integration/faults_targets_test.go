@@ -38,6 +38,10 @@ type faultBoundSet struct {
 	// back: a paused (partitioned, restarted) node is online within 2 lease
 	// TTLs of its SIGCONT (heal, restart), and takes work.
 	back faultBound
+	// stall: issue 24's target (stallBounds): no new job waits while a
+	// live slot is free and nothing starts for longer than 2 heartbeats
+	// after a worker host's fault, 4 after the dispatcher's node's.
+	stall faultBound
 }
 
 func faultBounds(fx *faultRun) faultBoundSet {
@@ -48,6 +52,7 @@ func faultBounds(fx *faultRun) faultBoundSet {
 		newDone:   faultBound{ttl + hb + jobRunTime, "lease TTL + 1 heartbeat + a job's run"},
 		back:      faultBound{2 * ttl, "2 lease TTLs"},
 	}
+	_, b.stall = stallBounds(fx)
 	if fx.c.leaderLost {
 		// The survivors elect a leader at most two election timeouts and a
 		// raft heartbeat after the cut (2.1s with etcd's timing, set in
@@ -95,8 +100,19 @@ var faultTargets = []faultTarget{
 		zero(func(l *ledger) []string { return l.notRedone })},
 	{"refused", "refused while a capable worker lives", always, zero(func(l *ledger) []string { return l.refusedLive })},
 	{"failed", "ended in error without output from the faulted node", always, zero(func(l *ledger) []string { return l.failed })},
-	{"new-done", "fault (heal, without quorum) → first completion of a job posted after it", always,
+	{"stall", "longest stall: new jobs waiting, a live slot free, no start (fault → end of hold)", stallApplies,
+		within(func(l *ledger) measure { return l.stallLongest }, func(b faultBoundSet) faultBound { return b.stall })},
+	// The stall targets hold every case with a quorum to a first start of
+	// new work within 2-4 heartbeats, which bounds its first completion
+	// too (plus a job's run); without a quorum there is no stall to
+	// measure, and the first completion after the heal is the target.
+	{"held", "new job held: waiting on after a later one started on a live worker (dispatcher faults)", heldApplies,
+		within(func(l *ledger) measure { return l.passed }, func(b faultBoundSet) faultBound { return b.stall })},
+	{"new-done", "heal → first completion of a job posted after it (no quorum)", func(c faultCase) bool { return c.noQuorum },
 		within(func(l *ledger) measure { return l.newDone }, func(b faultBoundSet) faultBound { return b.newDone })},
+	{"migrated", "the job that opted into restarts: one restart event, the new generation whole and in order, done, never run twice at once", func(c faultCase) bool { return c.migrate }, checkMigrated},
+	{"restart-at", "fault → the restart event of the job that opted into restarts", func(c faultCase) bool { return c.migrate },
+		within(func(l *ledger) measure { return l.migrated.restartAt }, func(b faultBoundSet) faultBound { return b.redeliver })},
 	{"back", "SIGCONT/heal/restart → faulted node online in another's view, ready, taking work", func(c faultCase) bool { return c.returns }, checkBack},
 }
 
@@ -176,6 +192,11 @@ func (l *ledger) String() string {
 		l.inflight, l.depOut, l.depNoOut, l.indep, fmtMeasure(l.inflightEnd))
 	p("  runs: %d; run again after their worker had sent output that never reached the requester (allowed): %d", len(l.runs), l.rerunAfterOutput)
 	p("  %s", l.firstAnswers())
+	p("  %s", l.stallLine())
+	p("  new jobs: fault (heal, without quorum) → first completion of a job posted after it: %s", fmtMeasure(l.newDone))
+	if fx.mig != nil {
+		b.WriteString(l.migrated.String())
+	}
 	if fx.c.ingress {
 		p("  runs going when the ingress died: %d, of which %d ran to their end", l.orphanRuns, l.orphansCompleted)
 	}
@@ -248,7 +269,7 @@ func fmtMeasure(m measure) string {
 }
 
 // timingTargets are the rows that measure how soon, not whether.
-var timingTargets = []string{"lost-output", "orphans", "redelivery", "new-done", "back"}
+var timingTargets = []string{"lost-output", "orphans", "redelivery", "new-done", "back", "stall", "held", "restart-at"}
 
 // timingReported: with FAULTS_TIMING=report (what .ci/run sets), a missed
 // timing target is printed in the ledger but does not fail the run. CI's

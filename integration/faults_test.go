@@ -78,6 +78,15 @@ type faultCase struct {
 	// incarnation: the faulted node comes back under the same name before
 	// its lease ends; its new process serving proves the old one dead.
 	incarnation bool
+	// clients is the size of the closed loop (0: faultClients). More than
+	// the slots of the two worker hosts makes a saturating load: jobs wait
+	// in the queue all the time, and more so once a host is gone.
+	clients int
+	// dispatcher: the target is the queue's dispatcher (its node).
+	dispatcher bool
+	// migrate: a job that opted into "on_worker_lost": "restart" streams
+	// from the target's worker when the fault hits (faults_migrate_test.go).
+	migrate bool
 	// leaderLost: the faulted node is the etcd leader and its members lose
 	// it: the survivors elect a new leader, and etcd's new leader extends
 	// every lease on promotion (lessor.Promote), the faulted node's with
@@ -103,7 +112,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "kill-dispatcher", what: "SIGKILL of the queue's dispatcher (from GET /v1/queues), also a worker host (the etcd leader is a)",
-		silent: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).kill,
+		silent: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).kill,
 	},
 	{
 		name: "kill-ingress", what: "SIGKILL of the ingress a; its clients fail over to b (the etcd leader is b)",
@@ -111,11 +120,20 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "pause-dispatcher", what: "SIGSTOP of the dispatcher's node (a worker host) for 1.5 lease TTLs, then SIGCONT (the etcd leader is a)",
-		silent: true, returns: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
+		silent: true, returns: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
+	},
+	{
+		name: "pause-worker-host", what: "SIGSTOP of the worker host that does not dispatch, for 1.5 lease TTLs, under a saturating load (20 clients for 16 slots: jobs wait in the queue all along), then SIGCONT (the etcd leader is a)",
+		silent: true, returns: true, clients: 20, target: (*faultRun).otherHost, prepare: leaderOn("a"), inject: (*faultRun).pause,
 	},
 	{
 		name: "restart-worker-host", what: "SIGKILL of the worker host that does not dispatch, and at once a new process under the same name, data directory and addresses, inside its lease (the etcd leader is a)",
 		silent: true, returns: true, incarnation: true, target: (*faultRun).otherHost, prepare: leaderOn("a"), inject: (*faultRun).restart,
+	},
+	{
+		name: "migrate-kill-worker-host", what: "SIGKILL of the worker host that does not dispatch while a job posted with \"on_worker_lost\": \"restart\" streams from it (the etcd leader is a)",
+		silent: true, migrate: true, target: (*faultRun).otherHost, prepare: func(fx *faultRun) { leaderOn("a")(fx); fx.requireRestartField() },
+		inject: (*faultRun).killUnderMigratingJob,
 	},
 	{
 		name: "etcd-one", what: "loss of one etcd member, the leader (moved there first): the etcd link of the worker host that does not dispatch cut for 1.5 lease TTLs (its peer link stays up), then healed",
@@ -134,7 +152,7 @@ var faultCases = []faultCase{
 	},
 	{
 		name: "partition-leader-dispatcher", what: "network partition of the node that is both the etcd leader (moved there first) and the queue's dispatcher (its cluster and etcd links down) for 1.5 lease TTLs, then healed",
-		netns: true, silent: true, returns: true, leaderLost: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
+		netns: true, silent: true, returns: true, leaderLost: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget,
 		inject: func(fx *faultRun) { fx.partition(linkCluster, linkEtcd) },
 	},
 }
@@ -209,12 +227,15 @@ func TestFaultsSoak(t *testing.T) {
 
 // caseResult is how one run of a case went.
 type caseResult struct {
-	ok, skipped bool
-	failed      []string // the targets it missed
+	// ran: the subtest ran (-run may leave it out).
+	ran, ok, skipped bool
+	failed           []string // the targets it missed
 }
 
 func (r caseResult) String() string {
 	switch {
+	case !r.ran:
+		return "not run (-run)"
 	case r.skipped:
 		return "skipped (see its log)"
 	case r.ok && len(r.failed) > 0:
@@ -231,6 +252,7 @@ func (r caseResult) String() string {
 func runCase(t *testing.T, name, bin string, c faultCase) caseResult {
 	var r caseResult
 	r.ok = t.Run(name, func(t *testing.T) {
+		r.ran = true
 		defer func() { r.skipped = t.Skipped() }()
 		r.failed = runFault(t, bin, c)
 	})
@@ -238,7 +260,7 @@ func runCase(t *testing.T, name, bin string, c faultCase) caseResult {
 }
 
 func suiteSettings() string {
-	return fmt.Sprintf("%s; %d clients, each job %v of thought then %d outputs %v apart (%v), ttl %v; %d slots per worker host; faults held %v; timing slack %v",
+	return fmt.Sprintf("%s; %d clients (unless a case says otherwise), each job %v of thought then %d outputs %v apart (%v), ttl %v; %d slots per worker host; faults held %v; timing slack %v",
 		suiteTiming, faultClients, jobThink, jobOutputs, jobEvery, jobRunTime, jobTTL, workerSlots, faultHold, faultSlack)
 }
 
@@ -248,19 +270,26 @@ func runFault(t *testing.T, bin string, c faultCase) []string {
 		t.Skipf("%s needs network namespaces: %s (root and iproute2 are needed; CI has both)", c.name, why)
 	}
 	fnet := newFaultNet(t, []string{"a", "b", "c"})
-	fx := &faultRun{t: t, c: c, timing: suiteTiming, net: fnet, runs: &runLog{}, workerNode: map[string]string{}}
+	fx := &faultRun{t: t, c: c, timing: suiteTiming, net: fnet, runs: &runLog{}, workerNode: map[string]string{}, clients: c.clients}
+	if fx.clients == 0 {
+		fx.clients = faultClients
+	}
 	fx.cl = startFaultCluster(t, bin, fnet, suiteTiming)
 	fx.startWorkers()
 	if c.prepare != nil {
 		c.prepare(fx)
 	}
 	fx.obs = startObserver(t, fx.cl, "a", "b", "c")
-	fx.load = startLoad(t, []*procNode{fx.cl.nodes["a"], fx.cl.nodes["b"]}, faultQueue, faultClients, jobRunTime/faultClients, jobTTL)
+	fx.load = startLoad(t, []*procNode{fx.cl.nodes["a"], fx.cl.nodes["b"]}, faultQueue, fx.clients, jobRunTime/time.Duration(fx.clients), jobTTL)
 	fx.warmUp()
 	c.inject(fx)
 	fx.observe()
 	fx.load.stop()
 	fx.load.drain(jobTTL + 5*time.Second)
+	if fx.mig != nil {
+		fx.mig.g.stop()
+		fx.mig.g.drain(jobTTL + 5*time.Second)
+	}
 	fx.settleRuns()
 	l := newLedger(fx)
 	t.Log(l.String())

@@ -274,6 +274,11 @@ func testRestart(t *testing.T, name, fault string, restart func(*cluster) (time.
 		}
 	}
 	led.note("issue 12's target: no refusal while a capable worker lives (all three workers lived throughout): %d refused after the fault", refused)
+	// Small jobs, from the fault for as long as a stall case holds its
+	// fault: worker-1 is down until node-1 started again.
+	res := led.stall(at, at.Add(stallHold), "small", map[string]string{"worker-1": "node-1", "worker-2": "node-2"}, "node-1", started)
+	led.note("small jobs, %s", stallLine(res))
+	defer issue24(t, res, 4*peerHeartbeat, "4 peer heartbeats: the dispatcher's node")
 	led.mustComplete(t, mustWhat, func(j loadJob, rs []jobRun) bool { return mustFinish(j, at, rs) })
 	last, _ := led.check(t, func(j loadJob) time.Duration { return bound(j, at) })
 	return last
