@@ -111,6 +111,9 @@ var importRules = map[string]importRule{
 	// Tests and the benchmarks' harness see everything.
 	"integration":          {any: true},
 	"integration/benchkit": {any: true},
+	// The fault suite's and the compose tests' stall measure: test code,
+	// like integration.
+	"integration/stall": {any: true},
 }
 
 // TestImportRules holds every package of the module to its importRule.
