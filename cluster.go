@@ -113,13 +113,28 @@ func (c *nodeCluster) heir(queue string) string {
 
 // Routable: this node always is (while its lease holds, which LeaseValid
 // covers on the paths that matter); another node when its record says
-// online and it answers this node's pings.
+// online and this node's tracker does not suspect it.
 func (c *nodeCluster) Routable(node string) bool {
 	if node == c.self {
 		return true
 	}
 	n, ok := c.cat.Node(node)
+	return ok && n.State == core.StateOnline && !c.tracker.Suspected(peer.NodeAddr{ID: n.ID, PeerAddr: n.PeerAddr})
+}
+
+// Serves: this node always does; another node when its record says online
+// and this node's tracker does not hold it spare (a suspected node still
+// serves: its consumers count, they are only offered nothing new).
+func (c *nodeCluster) Serves(node string) bool {
+	if node == c.self {
+		return true
+	}
+	n, ok := c.cat.Node(node)
 	return ok && n.State == core.StateOnline && !c.tracker.Spare(peer.NodeAddr{ID: n.ID, PeerAddr: n.PeerAddr})
+}
+
+func (c *nodeCluster) DispatchRecord(queue string) (core.DispatchInfo, bool) {
+	return c.cat.Dispatch(queue)
 }
 
 func (c *nodeCluster) NodeZone(node string) string {
@@ -138,10 +153,12 @@ func (c *nodeCluster) LeaseValid() bool { return c.cat.LeaseValid() }
 
 // reachable is the catalog's test of a node before it names it dispatcher:
 // this node, a node the view has no record of, or one this node's tracker
-// does not hold spare.
+// does not suspect. A record naming a suspected node is void: the queue is
+// taken over within a heartbeat or two of the node falling silent, not at
+// its lease's end (docs/cluster.md, "Losing the dispatcher's node").
 func (c *nodeCluster) reachable(node string) bool {
 	nd, ok := c.cat.Node(node)
-	return node == c.self || !ok || !c.tracker.Spare(peer.NodeAddr{ID: nd.ID, PeerAddr: nd.PeerAddr})
+	return node == c.self || !ok || !c.tracker.Suspected(peer.NodeAddr{ID: nd.ID, PeerAddr: nd.PeerAddr})
 }
 
 // peerBook is where the peer transport finds other nodes: the catalog's
@@ -186,9 +203,11 @@ func (c peerBook) zone(node string) (string, bool) {
 }
 
 // clusterView is the catalog as the cluster views (HTTP and gRPC) show it, with this
-// node's verdict on each peer overlaid: a node the tracker found silent is
-// spare here whatever its record says, and suspected (its record stands);
-// and this node is fenced while it is, whatever its stale view holds.
+// node's verdict on each peer overlaid: a node the tracker suspects (it
+// missed a ping, or its transport broke) is suspected while its record
+// stands, and one it holds silent is spare besides, whatever its record
+// says; and this node is fenced while it is, whatever its stale view
+// holds.
 type clusterView struct {
 	*catalog.Catalog
 	tracker *peer.Tracker
@@ -198,14 +217,14 @@ type clusterView struct {
 
 func (v clusterView) Nodes() []core.NodeInfo {
 	nodes := v.Catalog.Nodes()
-	states := v.tracker.States()
+	states, suspected := v.tracker.States(), v.tracker.SuspectedNodes()
 	for i, nd := range nodes {
-		// The tracker's only verdict of its own is silence: a state other
+		// The tracker's only state of its own is silence: a state other
 		// than the record's is spare over a record that still stands.
 		if st, ok := states[nd.ID]; ok && st != nd.State {
 			nodes[i].State = st
-			nodes[i].Suspected = st == core.StateSpare
 		}
+		nodes[i].Suspected = suspected[nd.ID]
 	}
 	if v.self == nil || !v.self.fenced.Load() {
 		return nodes

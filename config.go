@@ -60,10 +60,12 @@ type Config struct {
 	// the channel mutual TLS.
 	ClusterSecret string
 	// PeerHeartbeatInterval is how often the node pings every other node;
-	// one that misses PeerFailureThreshold pings in a row is spare in this
-	// node's view.
+	// one that misses PeerSuspectAfter pings in a row is suspected in this
+	// node's view (offered nothing new, its queues taken over), and one
+	// that misses PeerFailureThreshold is spare (silent).
 	PeerHeartbeatInterval time.Duration
 	PeerFailureThreshold  int
+	PeerSuspectAfter      int
 	// PeerStreamIdle closes a delivery stream (one per peer node and queue)
 	// that carried nothing for this long; the next delivery re-opens it.
 	// It must be well above the dispatch timeout ceiling.
@@ -145,6 +147,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams:  10000,
 		PeerHeartbeatInterval: time.Second,
 		PeerFailureThreshold:  3,
+		PeerSuspectAfter:      1,
 		PeerStreamIdle:        30 * time.Second,
 		Engine:                engine,
 		HTTP:                  httpapi.DefaultConfig(),
@@ -196,6 +199,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PeerFailureThreshold < 1 {
 		return &core.ConfigError{Field: "peer-failure-threshold", Value: c.PeerFailureThreshold, Err: errors.New("must be at least 1")}
+	}
+	if c.PeerSuspectAfter < 1 || c.PeerSuspectAfter > c.PeerFailureThreshold {
+		return &core.ConfigError{Field: "peer-suspect-after", Value: c.PeerSuspectAfter, Err: errors.New("must be at least 1 and at most --peer-failure-threshold")}
 	}
 	if c.MaxConcurrentStreams == 0 {
 		return &core.ConfigError{Field: "max-concurrent-streams", Value: c.MaxConcurrentStreams, Err: errors.New("must be positive")}

@@ -27,6 +27,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"cluster-secret", func(c *switchyard.Config) { c.ClusterSecret = "too-short" }},
 		{"peer-heartbeat-interval", func(c *switchyard.Config) { c.PeerHeartbeatInterval = 0 }},
 		{"peer-failure-threshold", func(c *switchyard.Config) { c.PeerFailureThreshold = 0 }},
+		{"peer-suspect-after", func(c *switchyard.Config) { c.PeerSuspectAfter = c.PeerFailureThreshold + 1 }},
 		{"data-dir", func(c *switchyard.Config) { c.DataDir = "" }},
 		{"lease-ttl", func(c *switchyard.Config) { c.LeaseTTL = 0 }},
 		{"drain-timeout", func(c *switchyard.Config) { c.DrainTimeout = -1 }},

@@ -223,13 +223,16 @@ func (n *Node) openCluster() (err error) {
 		// Read when a peer asks, once the node serves: the engine is
 		// built by then.
 		Figures: func() core.NodeFigures { return httpapi.ReadFigures(n.engine, n.reg) },
+		// The tracker is built next, before the transport starts: no
+		// evidence can come earlier.
+		Suspect: func(node string) { n.tracker.Suspect(node) },
 		Metrics: pm,
 		Logger:  n.log.With("system", "peer"),
 	}); err != nil {
 		return err
 	}
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
-		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold,
+		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold, SuspectAfter: cfg.PeerSuspectAfter,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
 		OnChange: func() {
 			select {

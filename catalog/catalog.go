@@ -397,7 +397,10 @@ func (c *Catalog) AwaitNode(ctx context.Context, id string) (core.NodeInfo, bool
 	}
 }
 
-// Dispatch returns a queue's dispatch record from the watched view.
+// Dispatch returns a queue's dispatch record from the watched view, its
+// Epoch the revision that wrote it; or this node's own claim (Elect) when
+// the watch has not delivered it yet, so a node that just claimed a queue
+// knows it dispatches it, under which epoch, before its view does.
 func (c *Catalog) Dispatch(queue string) (core.DispatchInfo, bool) { return c.view.dispatchOf(queue) }
 
 // Queues returns, sorted, every queue that has a dispatch record or at least

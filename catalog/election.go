@@ -133,13 +133,18 @@ func (c *Catalog) Elect(ctx context.Context, queue string, claim Claim) (core.Di
 		}
 		// The previous record's link and zone survive whoever dispatches.
 		next := core.DispatchInfo{Dispatcher: c.cfg.Name, ReplyTo: cur.ReplyTo, Zone: cur.Zone}
-		won, winner, err := c.casDispatch(ctx, key, kv, next)
+		rev, winner, err := c.casDispatch(ctx, key, kv, next)
 		if err != nil {
 			return core.DispatchInfo{}, fmt.Errorf("elect %s: %w", queue, err)
 		}
-		if won {
+		if rev > 0 {
+			// The claim's revision is its epoch. The view learns of it
+			// from the watch a moment later; until then Dispatch answers
+			// with the claim.
+			next.Epoch = uint64(rev)
+			c.view.noteClaim(queue, next)
 			c.log.Debug("catalog: claimed dispatcher", "queue", queue, "claim", claim, "reason", v,
-				"previous", cur.Dispatcher, "reply_to", next.ReplyTo, "zone", next.Zone, "round", round)
+				"previous", cur.Dispatcher, "reply_to", next.ReplyTo, "zone", next.Zone, "epoch", next.Epoch, "round", round)
 			return next, nil
 		}
 		c.log.Debug("catalog: dispatcher claim lost a race; judging the winner's record", "queue", queue, "claim", claim, "round", round)
@@ -159,6 +164,7 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 		c.log.Debug("catalog: dispatch record does not parse; void", "queue", queue, "err", err)
 		return core.DispatchInfo{}, void, nil
 	}
+	cur.Epoch = uint64(kv.ModRevision)
 	d := cur.Dispatcher
 	if d == c.cfg.Name {
 		// This node is alive (its lease is not lost, Elect checked), whatever
@@ -262,16 +268,17 @@ func (c *Catalog) getKey(ctx context.Context, key string) (*mvccpb.KeyValue, err
 }
 
 // casDispatch writes next to key under this node's lease if key is still
-// prev (the same modification revision, or still absent when prev is nil).
-// Otherwise it reports the record that is there now (nil if absent).
-func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyValue, next core.DispatchInfo) (won bool, now *mvccpb.KeyValue, err error) {
+// prev (the same modification revision, or still absent when prev is nil),
+// and returns the write's revision. Otherwise it returns 0 and the record
+// that is there now (nil if absent).
+func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyValue, next core.DispatchInfo) (rev int64, now *mvccpb.KeyValue, err error) {
 	l := c.held()
 	if l.isLost() {
-		return false, nil, fmt.Errorf("claim %s: %w", key, ErrLeaseLost)
+		return 0, nil, fmt.Errorf("claim %s: %w", key, ErrLeaseLost)
 	}
 	val, err := EncodeDispatch(next)
 	if err != nil {
-		return false, nil, err
+		return 0, nil, err
 	}
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	if prev != nil {
@@ -287,17 +294,17 @@ func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyV
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			c.fenceLease(l, "lease not found on write")
-			return false, nil, fmt.Errorf("claim %s: %w: %w", key, ErrLeaseLost, err)
+			return 0, nil, fmt.Errorf("claim %s: %w: %w", key, ErrLeaseLost, err)
 		}
-		return false, nil, fmt.Errorf("claim %s: %w", key, err)
+		return 0, nil, fmt.Errorf("claim %s: %w", key, err)
 	}
 	if resp.Succeeded {
-		return true, nil, nil
+		return resp.Header.Revision, nil, nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		return false, kvs[0], nil
+		return 0, kvs[0], nil
 	}
-	return false, nil, nil
+	return 0, nil, nil
 }
 
 // Release deletes queue's dispatch record if it is still this node's: still

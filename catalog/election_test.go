@@ -80,6 +80,15 @@ func elect(t *testing.T, c *catalog.Catalog, queue string, claim catalog.Claim) 
 	if err != nil {
 		t.Fatalf("%s.Elect(%s, %s): %v", c.Name(), queue, claim, err)
 	}
+	if d.Epoch == 0 {
+		t.Fatalf("%s.Elect(%s, %s) = %+v: no epoch", c.Name(), queue, claim, d)
+	}
+	return sansEpoch(d)
+}
+
+// sansEpoch is d without its epoch, for comparing records by content.
+func sansEpoch(d core.DispatchInfo) core.DispatchInfo {
+	d.Epoch = 0
 	return d
 }
 
@@ -107,6 +116,7 @@ func storedDispatch(t *testing.T, c *catalog.Catalog, queue string) (core.Dispat
 	if err != nil {
 		t.Fatalf("stored record %s: %v", kv.Value, err)
 	}
+	d.Epoch = uint64(kv.ModRevision)
 	return d, kv
 }
 
@@ -127,8 +137,11 @@ func putRaw(t *testing.T, c *catalog.Catalog, queue, value string, lease clientv
 func wantClaimedBy(t *testing.T, owner *catalog.Catalog, queue string, d core.DispatchInfo) *mvccpb.KeyValue {
 	t.Helper()
 	got, kv := storedDispatch(t, owner, queue)
+	if d.Epoch == 0 {
+		got = sansEpoch(got)
+	}
 	if got != d {
-		t.Fatalf("stored record for %s = %+v, want %+v", queue, got, d)
+		t.Fatalf("stored record for %s = %+v, want %+v (an epoch, when wanted, is the record's revision)", queue, got, d)
 	}
 	if clientv3.LeaseID(kv.Lease) != owner.LeaseID() {
 		t.Fatalf("record for %s on lease %x, want %s's lease %x", queue, kv.Lease, owner.Name(), owner.LeaseID())
@@ -148,7 +161,7 @@ func TestElectUnclaimedProducerClaims(t *testing.T) {
 		t.Fatalf("record version %d, want 1", kv.Version)
 	}
 	for _, c := range cs {
-		eventually(t, 2*time.Second, c.Name()+" sees the claim", func() bool { d, ok := c.Dispatch("jobs"); return ok && d == want })
+		eventually(t, 2*time.Second, c.Name()+" sees the claim", func() bool { d, ok := c.Dispatch("jobs"); return ok && sansEpoch(d) == want })
 	}
 	// Electing again changes nothing, for either claim.
 	for _, claim := range []catalog.Claim{catalog.ClaimProducer, catalog.ClaimConsumer} {
@@ -326,7 +339,7 @@ func TestElectPreservesReplyToAndZone(t *testing.T) {
 		t.Fatalf("takeover = %+v, want %+v", d, want)
 	}
 	wantClaimedBy(t, a, "taken", want)
-	eventually(t, 2*time.Second, "b sees the takeover", func() bool { d, ok := b.Dispatch("taken"); return ok && d == want })
+	eventually(t, 2*time.Second, "b sees the takeover", func() bool { d, ok := b.Dispatch("taken"); return ok && sansEpoch(d) == want })
 
 	// The dispatcher's record vanishing with its lease takes the link with
 	// it: an unclaimed queue has nothing to preserve.
@@ -515,7 +528,7 @@ func TestDispatchRecordGoesWithLease(t *testing.T) {
 	if d := elect(t, b, "jobs", catalog.ClaimProducer); d != want {
 		t.Fatalf("b.Elect = %+v", d)
 	}
-	eventually(t, 2*time.Second, "a sees b's claim", func() bool { d, ok := a.Dispatch("jobs"); return ok && d == want })
+	eventually(t, 2*time.Second, "a sees b's claim", func() bool { d, ok := a.Dispatch("jobs"); return ok && sansEpoch(d) == want })
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatalf("b.Close: %v", err)
 	}
@@ -578,4 +591,44 @@ func TestElectViewLagDoesNotVoidLiveRecord(t *testing.T) {
 			t.Fatalf("Elect(%s) over a live record naming %s (in view before: %v) = %+v", claim, node, seen, d)
 		}
 	}
+}
+
+// Every claim carries an epoch, the revision that wrote the record: the
+// claimer knows it at once (Dispatch answers with its own claim before its
+// view does), every view learns it from the watch, and a takeover of a
+// record naming a node this node cannot reach (suspected: SetReachable)
+// gets a greater one.
+func TestElectEpochsGrowAcrossTakeover(t *testing.T) {
+	cs := cluster(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	first, err := a.Elect(context.Background(), "jobs", catalog.ClaimProducer)
+	if err != nil || first.Dispatcher != "node-a" || first.Epoch == 0 {
+		t.Fatalf("a.Elect = %+v, %v; want node-a with an epoch", first, err)
+	}
+	if d, ok := a.Dispatch("jobs"); !ok || d != first {
+		t.Fatalf("a.Dispatch right after its claim = %+v, %v; want %+v", d, ok, first)
+	}
+	if _, kv := storedDispatch(t, a, "jobs"); uint64(kv.ModRevision) != first.Epoch {
+		t.Fatalf("epoch %d, record's revision %d", first.Epoch, kv.ModRevision)
+	}
+	for _, n := range []*catalog.Catalog{b, c} {
+		eventually(t, 2*time.Second, n.Name()+" sees the epoch", func() bool { d, ok := n.Dispatch("jobs"); return ok && d == first })
+	}
+	// b suspects a: the record is void to it, and it claims.
+	b.SetReachable(func(node string) bool { return node != "node-a" })
+	second, err := b.Elect(context.Background(), "jobs", catalog.ClaimProducer)
+	if err != nil || second.Dispatcher != "node-b" || second.Epoch <= first.Epoch {
+		t.Fatalf("b.Elect over a suspected dispatcher = %+v, %v; want node-b with an epoch above %d", second, err, first.Epoch)
+	}
+	// c, which reaches a, adopts b's record as it stands, epoch and all.
+	if got, err := c.Elect(context.Background(), "jobs", catalog.ClaimProducer); err != nil || got != second {
+		t.Fatalf("c.Elect = %+v, %v; want %+v", got, err, second)
+	}
+	eventually(t, 2*time.Second, "a sees the takeover", func() bool { d, ok := a.Dispatch("jobs"); return ok && d == second })
+	// An own claim the view has overtaken is forgotten: a release deletes
+	// the record, and no stale claim answers for it.
+	if err := b.Release(context.Background(), "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "b sees the release", func() bool { _, ok := b.Dispatch("jobs"); return !ok })
 }

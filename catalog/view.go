@@ -22,14 +22,26 @@ type view struct {
 	// catalog may have written its record a moment before this view
 	// applies it — and is not dead.
 	left map[string]bool
+	// dispatchRev is the revision of the last write or delete of each
+	// queue's dispatch record the view applied, and loadRev the revision
+	// the view was last loaded at: a record absent from the view was
+	// deleted no later than that.
+	dispatchRev map[string]int64
+	loadRev     int64
+	// claims are this node's own won claims the watch has not delivered
+	// yet, by queue (Epoch set): until it does, this node knows it
+	// dispatches the queue and the view does not say so.
+	claims map[string]core.DispatchInfo
 }
 
 func newView() *view {
 	return &view{
-		nodes:     map[string]core.NodeInfo{},
-		dispatch:  map[string]core.DispatchInfo{},
-		consumers: map[string]map[string]core.ConsumerInfo{},
-		left:      map[string]bool{},
+		nodes:       map[string]core.NodeInfo{},
+		dispatch:    map[string]core.DispatchInfo{},
+		consumers:   map[string]map[string]core.ConsumerInfo{},
+		left:        map[string]bool{},
+		dispatchRev: map[string]int64{},
+		claims:      map[string]core.DispatchInfo{},
 	}
 }
 
@@ -47,6 +59,12 @@ func (v *view) replaceWith(fresh *view) {
 		delete(v.left, id)
 	}
 	v.nodes, v.dispatch, v.consumers = fresh.nodes, fresh.dispatch, fresh.consumers
+	v.dispatchRev, v.loadRev = fresh.dispatchRev, fresh.loadRev
+	for q, cl := range v.claims {
+		if int64(cl.Epoch) <= v.loadRev {
+			delete(v.claims, q)
+		}
+	}
 }
 
 // The setters below are called with v.mu held for writing (or on a view no
@@ -64,9 +82,35 @@ func (v *view) deleteNode(id string) {
 	delete(v.nodes, id)
 }
 
-func (v *view) setDispatch(queue string, d core.DispatchInfo) { v.dispatch[queue] = d }
+// setDispatch applies a write of queue's dispatch record (d.Epoch is its
+// revision).
+func (v *view) setDispatch(queue string, d core.DispatchInfo) {
+	v.dispatch[queue] = d
+	v.appliedDispatchLocked(queue, int64(d.Epoch))
+}
 
-func (v *view) deleteDispatch(queue string) { delete(v.dispatch, queue) }
+// deleteDispatch applies the deletion of queue's dispatch record at rev.
+func (v *view) deleteDispatch(queue string, rev int64) {
+	delete(v.dispatch, queue)
+	v.appliedDispatchLocked(queue, rev)
+}
+
+func (v *view) appliedDispatchLocked(queue string, rev int64) {
+	v.dispatchRev[queue] = max(v.dispatchRev[queue], rev)
+	if cl, ok := v.claims[queue]; ok && int64(cl.Epoch) <= v.dispatchRev[queue] {
+		delete(v.claims, queue)
+	}
+}
+
+// noteClaim records this node's won claim of queue at d.Epoch, unless the
+// view has applied that revision (or a later one) already.
+func (v *view) noteClaim(queue string, d core.DispatchInfo) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if int64(d.Epoch) > max(v.dispatchRev[queue], v.loadRev) {
+		v.claims[queue] = d
+	}
+}
 
 func (v *view) setConsumer(c core.ConsumerInfo) {
 	q := v.consumers[c.Queue]
@@ -137,9 +181,14 @@ func (v *view) hasLeft(id string) bool {
 	return v.left[id]
 }
 
+// dispatchOf is queue's dispatch record: this node's own claim while the
+// view has not applied it, the view's record otherwise.
 func (v *view) dispatchOf(queue string) (core.DispatchInfo, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	if cl, ok := v.claims[queue]; ok {
+		return cl, true
+	}
 	d, ok := v.dispatch[queue]
 	return d, ok
 }

@@ -28,9 +28,10 @@ func (c *Catalog) load(ctx context.Context) (int64, error) {
 	fresh := newView()
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().GetKvs() {
-			c.applyPut(fresh, string(kv.Key), kv.Value)
+			c.applyPut(fresh, kv)
 		}
 	}
+	fresh.loadRev = resp.Header.Revision
 	c.view.replaceWith(fresh)
 	c.subs.notify()
 	return resp.Header.Revision, nil
@@ -38,8 +39,10 @@ func (c *Catalog) load(ctx context.Context) (int64, error) {
 
 // applyPut applies one key's value to v (whose lock the caller holds, or
 // which nobody else sees yet). A value that does not parse removes what the
-// view held for that key: the store no longer holds that record.
-func (c *Catalog) applyPut(v *view, key string, value []byte) {
+// view held for that key: the store no longer holds that record. A
+// dispatch record's epoch is the revision that wrote it.
+func (c *Catalog) applyPut(v *view, kv *mvccpb.KeyValue) {
+	key, value := string(kv.Key), kv.Value
 	pk := parseKey(key)
 	switch pk.kind {
 	case kindNode:
@@ -54,9 +57,10 @@ func (c *Catalog) applyPut(v *view, key string, value []byte) {
 		d, err := ParseDispatch(value)
 		if err != nil {
 			c.log.Debug("catalog: ignoring dispatch record", "key", key, "err", err)
-			v.deleteDispatch(pk.queue)
+			v.deleteDispatch(pk.queue, kv.ModRevision)
 			return
 		}
+		d.Epoch = uint64(kv.ModRevision)
 		v.setDispatch(pk.queue, d)
 	case kindConsumer:
 		cr, dropped, err := parseConsumer(pk.queue, pk.id, value)
@@ -74,13 +78,15 @@ func (c *Catalog) applyPut(v *view, key string, value []byte) {
 	}
 }
 
-func (c *Catalog) applyDelete(v *view, key string) {
+// applyDelete applies a key's deletion (kv's revision is the delete's).
+func (c *Catalog) applyDelete(v *view, kv *mvccpb.KeyValue) {
+	key := string(kv.Key)
 	pk := parseKey(key)
 	switch pk.kind {
 	case kindNode:
 		v.deleteNode(pk.node)
 	case kindDispatch:
-		v.deleteDispatch(pk.queue)
+		v.deleteDispatch(pk.queue, kv.ModRevision)
 	case kindConsumer:
 		v.deleteConsumer(pk.queue, pk.id)
 	default:
@@ -98,9 +104,9 @@ func (c *Catalog) applyEvents(evs []*clientv3.Event) {
 	for _, ev := range evs {
 		switch ev.Type {
 		case mvccpb.PUT:
-			c.applyPut(c.view, string(ev.Kv.Key), ev.Kv.Value)
+			c.applyPut(c.view, ev.Kv)
 		case mvccpb.DELETE:
-			c.applyDelete(c.view, string(ev.Kv.Key))
+			c.applyDelete(c.view, ev.Kv)
 		}
 	}
 	c.view.mu.Unlock()

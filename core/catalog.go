@@ -41,8 +41,9 @@ type NodeInfo struct {
 	// records of nodes that predate it.
 	Incarnation string
 	// Suspected is never in a catalog record: a node's cluster views set it
-	// on a peer its own tracker holds silent while the peer's record still
-	// stands (State then says spare). It is one node's opinion, not proof.
+	// on a peer its own tracker suspects while the peer's record still
+	// stands (it missed a ping, or its transport broke; State says spare
+	// once it is silent). It is one node's opinion, not proof.
 	Suspected bool
 }
 
@@ -63,6 +64,13 @@ type DispatchInfo struct {
 	Dispatcher string
 	ReplyTo    string
 	Zone       string
+	// Epoch is the record's term: the catalog's revision of the write
+	// that named Dispatcher, which only grows across every claim of the
+	// queue. It is not part of the stored value. A dispatcher stamps it on
+	// every delivery, and a host refuses a delivery whose epoch is older
+	// than one it has seen for the queue (docs/cluster.md, "Epochs").
+	// Zero: unknown (a record built by hand, or read from no store).
+	Epoch uint64
 }
 
 // Catalog is the node's handle on the replicated registries. Writes are

@@ -8,7 +8,8 @@ import "context"
 // go by the Transport (transport.go). A nil Cluster is a single node: every
 // role is local and nothing touches the network.
 //
-// Locking: CachedDispatcher, Routable, NodeZone, Alive, Gone and LeaseValid
+// Locking: CachedDispatcher, DispatchRecord, Routable, Serves, NodeZone,
+// Alive, Gone and LeaseValid
 // are called with Engine.mu held, so they answer from memory, never block
 // and never call the engine. Dispatcher, ClaimConsumer, ReleaseQueue and
 // Resign may write to the catalog and are called without Engine.mu.
@@ -48,9 +49,20 @@ type Cluster interface {
 	// itself. An error leaves the rest as it was: the records still naming
 	// this node go with its lease when it closes.
 	Resign(ctx context.Context) error
+	// DispatchRecord is queue's dispatch record as this node knows it: the
+	// watched view's, or this node's own claim when the view has not caught
+	// up with it yet. Its Epoch orders the records of a queue.
+	DispatchRecord(queue string) (DispatchInfo, bool)
 	// Routable reports whether jobs may be routed to node: it is Online in
-	// the catalog and this node's peer tracker does not hold it spare.
+	// the catalog and this node's peer tracker does not suspect it (it
+	// missed no ping, and its transport did not break).
 	Routable(node string) bool
+	// Serves reports whether node's consumers count for the capability
+	// check: it is Online in the catalog and this node's peer tracker does
+	// not hold it spare (silent). A suspected node serves but is not
+	// Routable: a job that only it can run waits for it rather than being
+	// refused no_capable_worker.
+	Serves(node string) bool
 	// NodeZone is node's zone label as its catalog record says now ("" for
 	// none, or for a node with no record). The zone test uses it rather
 	// than the zone a consumer record was published with, so a node that

@@ -68,9 +68,16 @@ type fakeNet struct {
 	cond     *sync.Cond
 	nodes    map[string]*clusterNode
 	dispatch map[string]string // queue → dispatcher node
+	// epochs is each queue's record's epoch, bumped from revision (shared
+	// by every queue, as etcd's revision is) on each write of dispatch.
+	epochs   map[string]uint64
+	revision uint64
 	routable map[string]bool
-	alive    map[string]bool
-	lease    map[string]bool
+	// suspected nodes are routable to nobody but still serve (their
+	// consumers count for the capability check).
+	suspected map[string]bool
+	alive     map[string]bool
+	lease     map[string]bool
 	// queued holds the undelivered messages of each link; ready lists the
 	// links with messages, in the order the deliverer serves them.
 	queued map[link][]core.Message
@@ -111,16 +118,18 @@ type fakeNet struct {
 func newFakeNet(t *testing.T) *fakeNet {
 	t.Helper()
 	n := &fakeNet{
-		t:        t,
-		cat:      &recordingCatalog{consumers: map[string]core.ConsumerInfo{}},
-		nodes:    map[string]*clusterNode{},
-		dispatch: map[string]string{},
-		routable: map[string]bool{},
-		alive:    map[string]bool{},
-		lease:    map[string]bool{},
-		queued:   map[link][]core.Message{},
-		held:     map[link]bool{},
-		done:     make(chan struct{}),
+		t:         t,
+		cat:       &recordingCatalog{consumers: map[string]core.ConsumerInfo{}},
+		nodes:     map[string]*clusterNode{},
+		dispatch:  map[string]string{},
+		epochs:    map[string]uint64{},
+		routable:  map[string]bool{},
+		suspected: map[string]bool{},
+		alive:     map[string]bool{},
+		lease:     map[string]bool{},
+		queued:    map[link][]core.Message{},
+		held:      map[link]bool{},
+		done:      make(chan struct{}),
 	}
 	n.cond = sync.NewCond(&n.mu)
 	go n.run()
@@ -207,11 +216,32 @@ func (n *fakeNet) unhold(from, to string) {
 func (n *fakeNet) setDispatcher(queue, node string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.setDispatcherLocked(queue, node)
+}
+
+// setDispatcherLocked writes queue's record ("" deletes it) under the
+// next revision, which is its epoch.
+func (n *fakeNet) setDispatcherLocked(queue, node string) {
+	n.revision++
 	if node == "" {
 		delete(n.dispatch, queue)
+		delete(n.epochs, queue)
 		return
 	}
-	n.dispatch[queue] = node
+	n.dispatch[queue], n.epochs[queue] = node, n.revision
+}
+
+// epoch is queue's record's epoch now.
+func (n *fakeNet) epoch(queue string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epochs[queue]
+}
+
+func (n *fakeNet) setSuspected(node string, v bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.suspected[node] = v
 }
 
 func (n *fakeNet) setRoutable(node string, v bool) {
@@ -375,11 +405,11 @@ func (p *fakePeer) Dispatcher(_ context.Context, queue string) (string, error) {
 			return "", err
 		}
 	}
-	if d, ok := n.dispatch[queue]; ok && n.routable[d] {
+	if d, ok := n.dispatch[queue]; ok && n.routable[d] && !n.suspected[d] {
 		return d, nil
 	}
 	// A producer's claim: the record is missing or void.
-	n.dispatch[queue] = p.node
+	n.setDispatcherLocked(queue, p.node)
 	return p.node, nil
 }
 
@@ -388,7 +418,15 @@ func (p *fakePeer) CachedDispatcher(queue string) (string, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	d, ok := n.dispatch[queue]
-	return d, ok && n.routable[d]
+	return d, ok && n.routable[d] && !n.suspected[d]
+}
+
+func (p *fakePeer) DispatchRecord(queue string) (core.DispatchInfo, bool) {
+	n := p.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	d, ok := n.dispatch[queue]
+	return core.DispatchInfo{Dispatcher: d, Epoch: n.epochs[queue]}, ok
 }
 
 func (p *fakePeer) ClaimConsumer(_ context.Context, queue string) error {
@@ -406,6 +444,12 @@ func (p *fakePeer) ReleaseQueue(_ context.Context, queue string) error {
 }
 
 func (p *fakePeer) Routable(node string) bool {
+	p.net.mu.Lock()
+	defer p.net.mu.Unlock()
+	return p.net.routable[node] && !p.net.suspected[node]
+}
+
+func (p *fakePeer) Serves(node string) bool {
 	p.net.mu.Lock()
 	defer p.net.mu.Unlock()
 	return p.net.routable[node]

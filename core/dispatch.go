@@ -53,6 +53,11 @@ type Delivery struct {
 	// Trace is the span context the next hop's span is a child of: the
 	// sender's (the job's, its forward's, or its queue span's once bound).
 	Trace trace.SpanContext
+	// Epoch is the dispatcher's term for the queue when it bound the job
+	// (its dispatch record's DispatchInfo.Epoch), set on deliveries only.
+	// A consumer host refuses a delivery older than an epoch it has seen
+	// for the queue (epoch.go). Zero: none, never refused for it.
+	Epoch uint64
 }
 
 // queue is one queue on its dispatcher.
@@ -122,10 +127,12 @@ type task struct {
 	// span is the job's queue span while it is pending on the dispatcher
 	// (trace.go); nil once it left the queue.
 	span trace.Span
+	// arrived is when it reached its dispatcher's queue.
+	arrived time.Time
 }
 
 func newTask(d Delivery, now time.Time) *task {
-	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}}
+	t := &task{d: d, budget: Budget{TTL: d.TTL, At: now}, arrived: now}
 	if len(d.Exclude) > 0 {
 		t.rejected = make(map[string]bool, len(d.Exclude))
 		for _, c := range d.Exclude {
@@ -171,6 +178,9 @@ func (e *Engine) reapQueue(q *queue) {
 		return
 	}
 	delete(e.queues, q.name)
+	// The catalog view keeps the record's epoch; what deliveries taught
+	// this node goes with the queue.
+	delete(e.epochs, q.name)
 	stopTimer(q.pinTimer)
 	e.m.QueueDepth.DeleteLabelValues(q.name)
 	q.depth = nil
@@ -328,7 +338,11 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		// Fenced: the cluster may already be running these jobs elsewhere.
 		return
 	}
+	if e.stepDownLocked(q) {
+		return
+	}
 	now := time.Now()
+	epoch := e.dispatchEpochLocked(q)
 	for {
 		t, p, c := e.nextLocked(q)
 		if t == nil {
@@ -353,7 +367,9 @@ func (e *Engine) dispatchPassLocked(q *queue) {
 		// queue residence included.
 		t.d.TTL = left
 		t.budget = Budget{TTL: left, At: now}
+		t.d.Epoch = epoch
 		q.bound[t.d.JobID] = t
+		observe(e.m.QueueStalled, now.Sub(t.arrived).Seconds(), t.d.Trace)
 		if rc != nil {
 			rc.bound++
 			t.remote = rc
@@ -386,9 +402,11 @@ func (e *Engine) zoneOKLocked(jobZone, nodeZone string) bool { return zoneOK(job
 func zoneOK(jobZone, nodeZone string) bool { return jobZone == "" || jobZone == nodeZone }
 
 // capableLocked reports whether any consumer anywhere (local sessions, then
-// the catalog's view of other routable nodes) could run a job, ignoring
+// the catalog's view of other serving nodes) could run a job, ignoring
 // credits and skipping the consumers in exclude. A draining node's own
-// workers take nothing new, so they do not count.
+// workers take nothing new, so they do not count. A suspected node's
+// consumers do (Cluster.Serves): suspicion stops offers, not admission,
+// so a job only they can run waits for them instead of being refused.
 func (e *Engine) capableLocked(queue string, caps map[string]string, zone string, exclude map[string]bool) bool {
 	if q := e.queues[queue]; q != nil && !e.draining && e.zoneOKLocked(zone, e.selfZone()) {
 		for _, w := range q.workers {
@@ -402,7 +420,7 @@ func (e *Engine) capableLocked(queue string, caps map[string]string, zone string
 	}
 	for _, c := range e.cat.Consumers(queue) {
 		if c.Node != e.cfg.Node && !exclude[c.ID] && c.Capabilities.Satisfies(caps) &&
-			e.zoneOKLocked(zone, e.cluster.NodeZone(c.Node)) && e.cluster.Routable(c.Node) {
+			e.zoneOKLocked(zone, e.cluster.NodeZone(c.Node)) && e.cluster.Serves(c.Node) {
 			return true
 		}
 	}

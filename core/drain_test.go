@@ -37,13 +37,14 @@ func (p *fakePeer) Resign(context.Context) error {
 	n.resigned = append(n.resigned, p.node)
 	for q, nodes := range consumers {
 		slices.Sort(nodes)
-		delete(n.dispatch, q)
+		heir := ""
 		for _, node := range nodes {
 			if node != p.node && n.routable[node] {
-				n.dispatch[q] = node
+				heir = node
 				break
 			}
 		}
+		n.setDispatcherLocked(q, heir)
 	}
 	n.routable[p.node] = false
 	return nil

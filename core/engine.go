@@ -207,6 +207,9 @@ type Engine struct {
 	drain   drainState
 	closed  bool
 	epoch   uint64
+	// epochs is, per queue, the newest dispatch epoch this node has seen
+	// (epoch.go).
+	epochs map[string]seenEpoch
 	// incarnations is each node's incarnation as the last ClusterChanged
 	// saw it: a node whose record comes back under another one was
 	// replaced, and its previous incarnation is dead (membership.go).
@@ -247,6 +250,7 @@ func New(cfg Config) (*Engine, error) {
 		epoch:     uint64(time.Now().UnixMilli()),
 
 		incarnations: map[string]string{},
+		epochs:       map[string]seenEpoch{},
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	return e, nil

@@ -38,6 +38,14 @@ type Metrics struct {
 	// Restarts counts the jobs run again after their worker was lost with
 	// output, by how it was lost (restart.go).
 	Restarts *prometheus.CounterVec
+	// StaleEpoch counts deliveries a consumer host refused for an epoch
+	// older than one it has seen for the queue, StepDowns the times a
+	// dispatcher handed a queue's waiting jobs back because its record
+	// names another node (epoch.go), and QueueStalled the time from a
+	// job's arrival at its dispatcher to its binding.
+	StaleEpoch   prometheus.Counter
+	StepDowns    prometheus.Counter
+	QueueStalled prometheus.Histogram
 }
 
 // NewMetrics creates the engine's collectors and registers them on reg.
@@ -160,6 +168,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Restarts.WithLabelValues(r.restartReason())
 	}
 	reg.MustRegister(m.Restarts)
+	m.StaleEpoch = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "dispatch", Name: "stale_epoch_total",
+		Help: "Deliveries this node, as consumer host, refused because their dispatcher's epoch was older than one it has seen for the queue: a dispatcher that had been replaced. Each went back to its ingress unrun.",
+	})
+	m.StepDowns = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "dispatch", Name: "step_downs_total",
+		Help: "Times this node stopped dispatching a queue whose record came to name another node, handing the queue's waiting jobs back to their ingresses.",
+	})
+	// No queue label: queues are named by callers, and a histogram per
+	// queue is a dozen series each. The depth gauge says which queue.
+	m.QueueStalled = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "switchyard", Name: "queue_stalled_seconds",
+		Help:    "From a job's arrival at its dispatcher to its binding to a consumer: how long jobs wait in their queue (the wait at the ingress for a dispatcher is not in it).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	reg.MustRegister(m.StaleEpoch, m.StepDowns, m.QueueStalled)
 	return m
 }
 

@@ -169,6 +169,12 @@ func (e *Engine) hostDeliverLocked(from string, m Message) {
 	switch {
 	case d.TTL <= 0:
 		e.failAtIngressLocked(d, CodeExpired, "the job's TTL ran out before it reached its worker")
+	case e.staleDeliveryLocked(from, d):
+		// Bound by a dispatcher that has been replaced (epoch.go): the
+		// new one may bind this worker's credits too. Handed back unrun,
+		// the job goes to the new dispatcher under a new generation.
+		e.m.StaleEpoch.Inc()
+		e.releaseToIngressLocked(d, m.Consumer, false, "the job was bound by a dispatcher that has been replaced (stale epoch)")
 	case w == nil && e.hosted[d.JobID] != nil:
 		e.releaseToIngressLocked(d, m.Consumer, false, "an earlier binding of the job is still ending on this node")
 	case w == nil || w.gone:

@@ -8,8 +8,12 @@ import (
 // pinCheckLocked moves a queue's dispatch to its consumers' node when this
 // node dispatches it but hosts none of its consumers, every consumer lives
 // on one other node and has for PinStable, and no job is waiting or bound
-// here. Two consumers on two nodes leave the dispatcher where it is:
-// affinity is an optimisation, never a constraint.
+// here (a move is for a quiet queue: it is an optimisation, never a
+// constraint). Two consumers on two nodes leave the dispatcher where it
+// is. It releases the record; the consumers' node claims it
+// (claimOrphansLocked), and this node steps down as from any record that
+// came to name another node (epoch.go): a job that arrived in between goes
+// back to its ingress.
 func (e *Engine) pinCheckLocked(q *queue) {
 	if e.cluster == nil || e.closed {
 		return

@@ -265,13 +265,20 @@ func logReclaims(t *testing.T, ingress *procNode, jobs int) {
 // then kb and kc pointed at it, and waits until ka sees all three online.
 func startKillCluster(t *testing.T, bin string) (a, b, c *procNode) {
 	t.Helper()
+	return startKillClusterWith(t, bin)
+}
+
+// startKillClusterWith is startKillCluster with flags of every node's
+// that override the kill tests' (a flag given twice takes its last value).
+func startKillClusterWith(t *testing.T, bin string, flags ...string) (a, b, c *procNode) {
+	t.Helper()
 	// Runs after every node is killed: no keep-alive connection outlives
 	// the test.
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
-	a = startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	b = startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr)
-	c = startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr)
+	a = startProcNode(t, bin, "ka", append([]string{"--etcd-client-addr", etcdAddr}, flags...)...)
+	b = startProcNode(t, bin, "kb", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, flags...)...)
+	c = startProcNode(t, bin, "kc", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, flags...)...)
 	for _, n := range []*procNode{a, b, c} {
 		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
 			var body struct{ Nodes []struct{ ID, State string } }

@@ -106,6 +106,7 @@ func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
 		Weight:         uint32(max(d.Weight, 0)),
 		Priority:       int32(d.Priority),
 		AffinityKey:    d.AffinityKey,
+		Epoch:          d.Epoch,
 	}
 }
 
@@ -141,6 +142,7 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Weight:      int(min(p.GetWeight(), core.MaxWeight)),
 		Priority:    min(max(int(p.GetPriority()), core.MinPriority), core.MaxPriority),
 		AffinityKey: p.GetAffinityKey(),
+		Epoch:       p.GetEpoch(),
 	}, nil
 }
 

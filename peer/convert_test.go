@@ -27,7 +27,7 @@ func fullDelivery() core.Delivery {
 		Exclude: []string{"c-1", "c-2"}, Front: true,
 		Window:  core.OutputCredit{Events: 512, Bytes: 2 << 20},
 		Trace:   sampleTrace(),
-		Subject: "team-a", Weight: 3, Priority: -2, AffinityKey: "session-42",
+		Subject: "team-a", Weight: 3, Priority: -2, AffinityKey: "session-42", Epoch: 77,
 	}
 }
 

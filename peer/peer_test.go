@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,6 +272,66 @@ func TestTrackerTurnsSilentPeersSpare(t *testing.T) {
 	waitFor(t, 5*time.Second, "b gone from metrics", func() bool {
 		return series(t, reg, "switchyard_peer_state") == 2*4 // two nodes, four states each
 	})
+}
+
+// A peer is suspected from its first missed ping, long before it is spare,
+// and from the transport's word (Suspect) at once; an answered ping clears
+// either, and OnChange hears of each change.
+func TestTrackerSuspectsBeforeSpare(t *testing.T) {
+	b := startServer(t, "b")
+	view := &fakeView{}
+	view.set(core.NodeInfo{ID: "b", PeerAddr: b.addr, State: core.StateOnline})
+	const interval, threshold = 50 * time.Millisecond, 20
+	var changes atomic.Int64
+	tr, err := peer.NewTracker(peer.TrackerConfig{
+		Self: "a", Interval: interval, Threshold: threshold, View: view,
+		Client: newClient(t, "a", secret), OnChange: func() { changes.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := peer.NodeAddr{ID: "b", PeerAddr: b.addr}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { tr.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	waitFor(t, 5*time.Second, "b pinged", func() bool {
+		return counter(t, b.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"}) >= 1
+	})
+	if tr.Suspected(nb) || tr.Suspected(peer.NodeAddr{ID: "a"}) {
+		t.Fatal("a peer that answers (or this node) is suspected")
+	}
+
+	// The transport's word: suspected at once, and cleared by the next
+	// answered ping.
+	before := changes.Load()
+	tr.Suspect("b")
+	if !tr.Suspected(nb) || !tr.SuspectedNodes()["b"] || tr.Spare(nb) {
+		t.Fatalf("after Suspect: suspected %v, spare %v; want suspected, not spare", tr.Suspected(nb), tr.Spare(nb))
+	}
+	if changes.Load() == before {
+		t.Error("Suspect did not call OnChange")
+	}
+	waitFor(t, 5*time.Second, "an answered ping to clear the suspicion", func() bool { return !tr.Suspected(nb) })
+
+	// A silent peer: suspected after one missed ping, spare only after
+	// Threshold.
+	b.stop()
+	start := time.Now()
+	waitFor(t, 5*time.Second, "b suspected", func() bool { return tr.Suspected(nb) })
+	t.Logf("b suspected after %s (interval %s)", time.Since(start), interval)
+	if tr.Spare(nb) || tr.States()["b"] != core.StateOnline {
+		t.Fatalf("b spare (%v, state %s) after one missed ping; threshold is %d", tr.Spare(nb), tr.States()["b"], threshold)
+	}
+}
+
+func TestTrackerSuspectAfterAtMostThreshold(t *testing.T) {
+	_, err := peer.NewTracker(peer.TrackerConfig{Self: "a", Interval: time.Second, Threshold: 2, SuspectAfter: 3,
+		View: &fakeView{}, Client: newClient(t, "a", secret)})
+	var ce *core.ConfigError
+	if !asConfigError(err, &ce) || ce.Field != "peer-suspect-after" {
+		t.Fatalf("got %v, want a ConfigError naming --peer-suspect-after", err)
+	}
 }
 
 // An address that answers as another node is a miss: the node it named is

@@ -477,7 +477,11 @@ func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 func TestRespondSilentHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
 	w := &silenceWatcher{silent: make(chan string, 4)}
-	b := startServerOn(t, "127.0.0.1:0", "b", w)
+	var smu sync.Mutex
+	var suspected []string
+	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
+		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
+	})
 	px := startProxy(t, b.addr)
 	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
 	r.Send("b", out("j", 0))
@@ -513,6 +517,11 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
 		t.Errorf("ingress silences = %v, want 2 (one per leg)", got)
 	}
+	smu.Lock()
+	if len(suspected) == 0 || suspected[0] != "a" {
+		t.Errorf("Config.Suspect heard %v, want the silent host a", suspected)
+	}
+	smu.Unlock()
 	waitFor(t, 5*time.Second, "the host noticing", func() bool {
 		return counter(t, r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
 	})
@@ -845,7 +854,11 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 func TestRespondKilledHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
 	w := &silenceWatcher{silent: make(chan string, 4)}
-	b := startServerOn(t, "127.0.0.1:0", "b", w)
+	var smu sync.Mutex
+	var suspected []string
+	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
+		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
+	})
 	px := startProxy(t, b.addr)
 	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
 	r.Send("b", out("j", 0))

@@ -28,28 +28,45 @@ type TrackerConfig struct {
 	// Threshold is how many pings in a row a node may miss before it is
 	// spare in this node's view.
 	Threshold int
-	View      View
-	Client    *Client
-	Metrics   *Metrics
-	Logger    *slog.Logger
-	// OnChange, if set, is called (on the tracker's goroutine, holding
-	// none of its locks) after a round in which a node turned spare or
-	// answered again: a node acts on a peer's silence at once, not at its
-	// next tick.
+	// SuspectAfter is how many pings in a row a node may miss before it is
+	// suspected in this node's view (at most Threshold; 0: 1). A suspected
+	// node is offered nothing new and its queues are taken over (see
+	// Tracker); only spare has the consequences of silence.
+	SuspectAfter int
+	View         View
+	Client       *Client
+	Metrics      *Metrics
+	Logger       *slog.Logger
+	// OnChange, if set, is called (holding none of the tracker's locks)
+	// after a round in which a node turned suspected or spare or answered
+	// again, and after Suspect suspected a node: a node acts on a peer's
+	// silence at once, not at its next tick. It must not block.
 	OnChange func()
 }
 
 // Tracker pings every other node in the catalog view each interval and
-// keeps this node's verdict on them: a node whose record says online (or
-// in_progress) but that missed Threshold pings in a row is spare here. It
-// is one node's opinion, never written to the catalog: a node's record is
-// written only by that node, and its lease is the cluster's proof of death.
+// keeps this node's verdict on them, at two levels:
+//   - suspected: the node missed SuspectAfter pings in a row (one, by
+//     default: a ping that took a whole interval), or the transport saw it
+//     go (Suspect). Routing offers it nothing new and treats a dispatch
+//     record naming it as void, so its queues are taken over within a
+//     heartbeat or two. The next answered ping clears it.
+//   - spare: the node missed Threshold pings in a row. This is silence,
+//     with its consequences (core.Engine.PeersSilent).
+//
+// Both are one node's opinion, never written to the catalog: a node's
+// record is written only by that node, and its lease is the cluster's
+// proof of death. Neither moves anything at-most-once depends on.
 type Tracker struct {
 	cfg TrackerConfig
 
 	mu     sync.Mutex
 	misses map[string]miss // by node id
 	shown  map[string]bool // nodes with a state in the metrics
+	// evidence holds the nodes the transport reported gone (Suspect), by
+	// id, with when: a ping that started after that and was answered
+	// clears it.
+	evidence map[string]time.Time
 }
 
 // miss counts consecutive failed pings to a node at one address: a node
@@ -69,13 +86,19 @@ func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 	case cfg.View == nil || cfg.Client == nil:
 		return nil, errors.New("peer tracker: View and Client are required")
 	}
+	if cfg.SuspectAfter < 1 {
+		cfg.SuspectAfter = 1
+	}
+	if cfg.SuspectAfter > cfg.Threshold {
+		return nil, &core.ConfigError{Field: "peer-suspect-after", Value: cfg.SuspectAfter, Err: errors.New("must be at most --peer-failure-threshold")}
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Tracker{cfg: cfg, misses: map[string]miss{}, shown: map[string]bool{}}, nil
+	return &Tracker{cfg: cfg, misses: map[string]miss{}, shown: map[string]bool{}, evidence: map[string]time.Time{}}, nil
 }
 
 // Run pings at once, then every interval, until ctx ends.
@@ -109,6 +132,7 @@ func (t *Tracker) round(ctx context.Context) {
 // pingResult is one ping of a round.
 type pingResult struct {
 	id, addr string
+	start    time.Time
 	err      error
 }
 
@@ -126,20 +150,23 @@ func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingRes
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, t.cfg.Interval)
 			defer cancel()
+			start := time.Now()
 			got, err := t.cfg.Client.Ping(pctx, n.ID, n.PeerAddr)
 			if err == nil && got != n.ID {
 				err = fmt.Errorf("%s answered as node %q", n.PeerAddr, got)
 			}
-			results[i] = pingResult{n.ID, n.PeerAddr, err}
+			results[i] = pingResult{n.ID, n.PeerAddr, start, err}
 		})
 	}
 	wg.Wait()
 	return slices.DeleteFunc(results, func(r pingResult) bool { return r.id == "" }), addrs
 }
 
-// record counts each node's misses, logs the nodes that turned spare or
-// answer again, forgets the nodes gone from the view, and sets the state
-// gauges. It reports whether a node turned spare or answers again.
+// record counts each node's misses, clears the transport's evidence
+// against the nodes that answered a ping sent after it, logs the nodes
+// that turned suspected or spare or answer again, forgets the nodes gone
+// from the view, and sets the state gauges. It reports whether a node's
+// level changed.
 func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) (changed bool) {
 	present := map[string]bool{}
 	for _, n := range nodes {
@@ -152,25 +179,39 @@ func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) (changed b
 		if m.addr != r.addr {
 			m = miss{addr: r.addr}
 		}
-		was := m.n >= t.cfg.Threshold
+		wasSuspected, wasSpare := t.suspectedLocked(r.id, m), m.n >= t.cfg.Threshold
 		if r.err == nil {
 			m.n = 0
+			if at, ok := t.evidence[r.id]; ok && r.start.After(at) {
+				delete(t.evidence, r.id)
+			}
 		} else {
 			m.n++
 		}
 		t.misses[r.id] = m
-		switch now := m.n >= t.cfg.Threshold; {
-		case now && !was:
+		suspected, spare := t.suspectedLocked(r.id, m), m.n >= t.cfg.Threshold
+		switch {
+		case spare && !wasSpare:
 			changed = true
 			t.cfg.Logger.Warn("peer missed its pings: spare in this node's view", "peer", r.id, "addr", r.addr, "missed", m.n, "err", r.err)
-		case was && !now:
+		case suspected && !wasSuspected:
+			changed = true
+			t.cfg.Logger.Warn("peer missed a ping: suspected in this node's view", "peer", r.id, "addr", r.addr, "missed", m.n, "err", r.err)
+		case wasSuspected && !suspected:
 			changed = true
 			t.cfg.Logger.Info("peer answers again", "peer", r.id, "addr", r.addr)
+		case wasSpare != spare:
+			changed = true
 		}
 	}
 	for id := range t.misses {
 		if !present[id] {
 			delete(t.misses, id)
+		}
+	}
+	for id := range t.evidence {
+		if !present[id] {
+			delete(t.evidence, id)
 		}
 	}
 	var gone []string
@@ -195,6 +236,70 @@ func (t *Tracker) Spare(node NodeAddr) bool {
 	defer t.mu.Unlock()
 	m, ok := t.misses[node.ID]
 	return ok && node.ID != t.cfg.Self && m.addr == node.PeerAddr && m.n >= t.cfg.Threshold
+}
+
+// Suspected reports whether this node suspects node: it missed
+// SuspectAfter pings in a row at the address its record names, or the
+// transport reported it gone and it has answered no ping since. Spare
+// implies suspected.
+func (t *Tracker) Suspected(node NodeAddr) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if node.ID == t.cfg.Self {
+		return false
+	}
+	m, ok := t.misses[node.ID]
+	if ok && m.addr != node.PeerAddr {
+		m = miss{addr: node.PeerAddr}
+	}
+	return t.suspectedLocked(node.ID, m)
+}
+
+func (t *Tracker) suspectedLocked(id string, m miss) bool {
+	_, ev := t.evidence[id]
+	return ev || m.n >= t.cfg.SuspectAfter
+}
+
+// Suspect is the transport's evidence that node is gone: a stream from it
+// broke and no new one took its place, or its reply legs went silent. The
+// node is suspected until it answers a ping sent after this call. It
+// calls OnChange when node was not suspected before.
+func (t *Tracker) Suspect(node string) {
+	if node == t.cfg.Self {
+		return
+	}
+	t.mu.Lock()
+	was := t.suspectedLocked(node, t.misses[node])
+	t.evidence[node] = time.Now()
+	t.mu.Unlock()
+	if !was {
+		t.cfg.Logger.Warn("peer's transport broke: suspected in this node's view", "peer", node)
+		if t.cfg.OnChange != nil {
+			t.cfg.OnChange()
+		}
+	}
+}
+
+// SuspectedNodes returns the nodes of the catalog view this node suspects
+// now (see Suspected).
+func (t *Tracker) SuspectedNodes() map[string]bool {
+	nodes := t.cfg.View.Nodes()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]bool{}
+	for _, n := range nodes {
+		if n.ID == t.cfg.Self {
+			continue
+		}
+		m, ok := t.misses[n.ID]
+		if ok && m.addr != n.PeerAddr {
+			m = miss{addr: n.PeerAddr}
+		}
+		if t.suspectedLocked(n.ID, m) {
+			out[n.ID] = true
+		}
+	}
+	return out
 }
 
 // SpareNodes returns the nodes this node holds spare now.

@@ -109,6 +109,12 @@ type Config struct {
 	// (the Figures call); nil answers Figures Unavailable. It is called on
 	// a gRPC handler's goroutine and must not block.
 	Figures func() core.NodeFigures
+	// Suspect, if set, is told of the transport's evidence that a node is
+	// gone: a reply trunk from it broke and no new one took up its legs
+	// within a heartbeat (a live host reopens one within milliseconds),
+	// or its reply legs went silent. It is the peer tracker's Suspect. It
+	// is called holding none of the transport's locks and must not block.
+	Suspect func(node string)
 
 	Metrics *Metrics
 	Logger  *slog.Logger

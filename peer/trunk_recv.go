@@ -176,13 +176,53 @@ func (rs *respondStream) release(rcv core.Receiver) {
 			due, stalled = soon, true
 		}
 		rs.s.watchOrphans(rcv, rs.from, legs, due, rs.hb, stalled)
+		if !stalled {
+			rs.s.suspectAfterBreak(rs.from, legs, rs.hb)
+		}
 		return
 	}
 	rs.s.reportSilent(rcv, rs.from, legs, rs.hb)
 }
 
-// reportSilent tells the receiver that the legs from host went silent.
+// suspectAfterBreak tells Config.Suspect of host if, one heartbeat after
+// its trunk broke, one of the trunk's legs (not done) is still on no
+// trunk: a live host reopens a failed trunk within milliseconds, so the
+// host is suspected (offered nothing new, its queues taken over) long
+// before its legs are reported silent.
+func (s *server) suspectAfterBreak(from string, legs []inLegKey, hb time.Duration) {
+	if s.cfg.Suspect == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(hb, func() {
+		s.mu.Lock()
+		delete(s.orphanWatches, t)
+		orphaned := false
+		for _, k := range legs {
+			if l := s.inLegs[k]; l != nil && l.cur == nil && !l.done {
+				orphaned = true
+				break
+			}
+		}
+		s.mu.Unlock()
+		if orphaned {
+			s.cfg.Suspect(from)
+		}
+	})
+	s.orphanWatches[t] = struct{}{}
+}
+
+// reportSilent tells the receiver that the legs from host went silent,
+// and Config.Suspect that host is suspected.
 func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, hb time.Duration) {
+	if s.cfg.Suspect != nil {
+		s.cfg.Suspect(from)
+	}
 	s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
 	s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; reporting the jobs of its legs",
 		"from", from, "legs", len(legs), "heartbeat", hb)

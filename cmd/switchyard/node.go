@@ -106,6 +106,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")
 	fs.BoolVar(&cfg.PeerForceUnary, "peer-force-unary", cfg.PeerForceUnary, "send peer messages by unary calls only, never on delivery streams")
 	fs.IntVar(&cfg.PeerFailureThreshold, "peer-failure-threshold", cfg.PeerFailureThreshold, "pings in a row a node may miss before it is spare in this node's view")
+	fs.IntVar(&cfg.PeerSuspectAfter, "peer-suspect-after", cfg.PeerSuspectAfter, "pings in a row a node may miss before it is suspected in this node's view: offered nothing new, its queues taken over (at most --peer-failure-threshold)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "data directory (default data/<name>)")
 	fs.StringVar(&cfg.Zone, "zone", "", "zone label of this node")
 	fs.StringVar(&cfg.EtcdClientAddr, "etcd-client-addr", cfg.EtcdClientAddr, "embedded etcd client listen address")

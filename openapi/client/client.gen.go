@@ -1327,9 +1327,11 @@ type Node struct {
 	PeerAddr    *string `json:"peer_addr,omitempty"`
 	State       string  `json:"state"`
 
-	// Suspected Suspected is true when this node's peer tracker holds the node
-	// silent while its record still stands (its state then says spare):
-	// one node's suspicion, not proof of death. Absent otherwise.
+	// Suspected Suspected is true when this node's peer tracker suspects the node
+	// while its record still stands: it missed a ping, or its transport
+	// broke. This node offers it nothing new and takes its queues over;
+	// once it misses --peer-failure-threshold pings, state says spare too.
+	// One node's suspicion, not proof of death. Absent otherwise.
 	Suspected *bool   `json:"suspected,omitempty"`
 	Zone      *string `json:"zone,omitempty"`
 }

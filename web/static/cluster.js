@@ -243,7 +243,7 @@ export class ClusterView {
     const stateCell = (n) => el('td', {},
       el('span', {class: 'state', 'data-state': n.state, text: n.state}),
       n.suspected ? el('span', {class: 'state', 'data-state': 'suspected', text: 'suspected',
-        title: 'Silent to this node\'s pings while its record still stands: suspected, not proven dead.'}) : null);
+        title: 'Missed this node\'s ping, or its connection broke, while its record still stands: offered nothing new and its queues taken over; suspected, not proven dead.'}) : null);
     const rows = nodes.map((n) => {
       const f = figures.get(n.id);
       return el('tr', {'data-node': n.id, 'data-state': n.state, 'data-suspected': n.suspected ? 'true' : null},

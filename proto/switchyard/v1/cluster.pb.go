@@ -127,9 +127,11 @@ type Node struct {
 	// node listed under another incarnation than before was restarted, or
 	// came back from a fence. Absent for a node that predates it.
 	Incarnation *string `protobuf:"bytes,7,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
-	// Suspected is true when the answering node's peer tracker holds the
-	// node silent while its record still stands (state says spare): one
-	// node's suspicion, not proof of death. Absent otherwise.
+	// Suspected is true when the answering node's peer tracker suspects the
+	// node while its record still stands: it missed a ping, or its transport
+	// broke. The answering node offers it nothing new and takes its queues
+	// over; once it misses --peer-failure-threshold pings, state says spare
+	// too. One node's suspicion, not proof of death. Absent otherwise.
 	Suspected     *bool `protobuf:"varint,8,opt,name=suspected,proto3,oneof" json:"suspected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

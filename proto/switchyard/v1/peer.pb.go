@@ -1077,6 +1077,13 @@ type PeerDelivery struct {
 	Weight      uint32 `protobuf:"varint,41,opt,name=weight,proto3" json:"weight,omitempty"`
 	Priority    int32  `protobuf:"zigzag32,42,opt,name=priority,proto3" json:"priority,omitempty"`
 	AffinityKey string `protobuf:"bytes,43,opt,name=affinity_key,json=affinityKey,proto3" json:"affinity_key,omitempty"`
+	// epoch is the dispatcher's term for the queue when it bound the job: the
+	// catalog revision of the dispatch record that names it. A consumer host
+	// refuses (hands back to the ingress, unrun) a delivery whose epoch is
+	// older than one it has seen for the queue: it comes from a dispatcher
+	// that has been replaced. 0: none (a forward, or a sender that carries
+	// none), never refused for it. (Numbers from 50 on: dispatch fencing.)
+	Epoch uint64 `protobuf:"varint,50,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// incarnation is the incarnation of the node this job is sent to (the
 	// dispatcher of a forward, the consumer host of a deliver), as the
 	// sender's catalog view named it when the job was queued for that node;
@@ -1273,6 +1280,13 @@ func (x *PeerDelivery) GetAffinityKey() string {
 		return x.AffinityKey
 	}
 	return ""
+}
+
+func (x *PeerDelivery) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 func (x *PeerDelivery) GetIncarnation() string {
@@ -2410,7 +2424,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\xab\x06\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xc1\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2438,7 +2452,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\asubject\x18( \x01(\tR\asubject\x12\x16\n" +
 	"\x06weight\x18) \x01(\rR\x06weight\x12\x1a\n" +
 	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
-	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x12 \n" +
+	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x12\x14\n" +
+	"\x05epoch\x182 \x01(\x04R\x05epoch\x12 \n" +
 	"\vincarnation\x18< \x01(\tR\vincarnation\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
