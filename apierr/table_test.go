@@ -146,8 +146,18 @@ func coreCodes(t *testing.T) map[string]core.Code {
 			if !ok || gd.Tok != token.CONST {
 				continue
 			}
+			// A spec without values repeats the previous spec's type and
+			// expressions (iota): only a Code must have its own string.
+			var prev *ast.ValueSpec
 			for _, spec := range gd.Specs {
 				vs := spec.(*ast.ValueSpec)
+				if len(vs.Values) == 0 && vs.Type == nil && prev != nil {
+					if _, typed := codeLiteral(prev.Type, prev.Values[0]); typed {
+						t.Fatalf("%s: const %s has no value of its own: give every Code its string", fset.Position(vs.Pos()), vs.Names[0].Name)
+					}
+					continue
+				}
+				prev = vs
 				for i, name := range vs.Names {
 					if i >= len(vs.Values) {
 						t.Fatalf("%s: const %s has no value of its own: give every Code its string", fset.Position(name.Pos()), name.Name)
