@@ -1351,11 +1351,21 @@ func TestClusterForwardRefused(t *testing.T) {
 	cancel()
 	n2.e.Drain(ctx)
 	waitFor(t, 5*time.Second, "both jobs waiting on n1", func() bool { return n1.queueStat("q").Depth == 2 })
-	// A view that still names n2: a node that has drained refuses.
+	// A view that still names n2: a node that has drained refuses the
+	// forward as draining. It took nothing, so the job is not refused: it
+	// is accepted and routed again a heartbeat later, here to n1 once the
+	// view names it.
 	net.setDispatcher("q", "n2")
 	net.setRoutable("n2", true)
-	_, _, err = n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k"})
-	wantCode(t, err, core.CodeDraining)
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k2"})
+	if err != nil {
+		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
+	}
+	net.setDispatcher("q", "n1")
+	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
+		v, err := n1.e.View(j.ID)
+		return err == nil && v.Generation >= 2 && !v.State.Terminal()
+	})
 
 	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
 		t.Fatalf("n2: %+v", s)

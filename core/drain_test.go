@@ -248,11 +248,20 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 	if len(reasons) != 3 || slices.ContainsFunc(reasons, func(c core.Code) bool { return c != core.CodeNodeShutdown }) {
 		t.Fatalf("cancels on the draining node's worker: %+v, want 3 × node_shutdown", fa.Cancels())
 	}
-	// A forward after the drain is refused: the node is closing.
+	// A forward after the drain is refused as draining (the node is
+	// closing): the job is accepted all the same and routed again, never
+	// refused while a capable worker lives.
 	net.setDispatcher("q", "n2")
 	net.setRoutable("n2", true)
-	_, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
-	wantCode(t, err, core.CodeDraining)
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
+	}
+	net.setDispatcher("q", "n1")
+	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
+		v, err := n1.e.View(j.ID)
+		return err == nil && v.Generation >= 2 && !v.State.Terminal()
+	})
 }
 
 // A job running on a worker of its own ingress node, dispatched by another

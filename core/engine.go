@@ -289,6 +289,7 @@ func (e *Engine) Close() {
 	for _, j := range e.jobs {
 		stopTimer(j.timer)
 		stopTimer(j.graceTimer)
+		stopTimer(j.rerouteTimer)
 	}
 	for _, q := range e.queues {
 		stopTimer(q.reap)

@@ -292,7 +292,7 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 		return j, false, nil
 	}
 	var ce *Error
-	if errors.As(ferr, &ce) && j.host == "" && j.state == StateQueued {
+	if errors.As(ferr, &ce) && j.host == "" && j.state == StateQueued && ce.Code != CodeDraining {
 		e.unstartLocked(j)
 		return nil, false, ce
 	}
@@ -659,6 +659,7 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	e.activeDoneLocked()
 	stopTimer(j.timer)
 	stopTimer(j.graceTimer)
+	stopTimer(j.rerouteTimer)
 	if j.stopForward != nil {
 		j.stopForward()
 		j.stopForward = nil

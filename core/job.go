@@ -131,6 +131,9 @@ type Job struct {
 	streamed   bool
 	owners     int
 	graceTimer *time.Timer
+	// rerouteTimer routes the job again one heartbeat after a dispatcher
+	// that was shutting down or fenced refused its forward (reroute.go).
+	rerouteTimer *time.Timer
 	// pace is the current binding's output credit (credit.go); nil once
 	// the job ended.
 	pace    *pace

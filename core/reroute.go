@@ -202,6 +202,10 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 		if j.host != "" || j.state != StateQueued {
 			return
 		}
+		if ce.Code == CodeDraining {
+			e.rerouteLaterLocked(j, node, gen)
+			return
+		}
 		j.settled = true
 		e.finishLocked(j, ce.Code, "the queue's dispatcher refused the job: "+ce.Detail, nil)
 	case e.cluster.Gone(node):
@@ -216,6 +220,27 @@ func (e *Engine) forwardVerdictLocked(j *Job, node string, gen uint64, err error
 		e.logJob(j.trace, slog.LevelWarn, "forward to dispatcher got no verdict", "queue", j.Queue, "dispatcher", node, "job", j.ID, "err", err)
 		e.finishLocked(j, CodeDispatcherUnavailable, "the queue's dispatcher on node "+node+" did not answer within the node's dispatcher wait", nil)
 	}
+}
+
+// rerouteLaterLocked routes a job again whose dispatcher on node refused
+// it as draining: the node is shutting down, or it woke from a pause
+// fenced and has not yet come back. It took nothing, so routing the job
+// again runs nothing twice, and a job is never refused for it while a
+// capable worker lives. The job goes back one heartbeat later
+// (ForwardWait), not at once: by then the node is back, or its record
+// names another dispatcher, and a node that goes on refusing is asked once
+// a heartbeat, within the job's TTL, not in a loop.
+func (e *Engine) rerouteLaterLocked(j *Job, node string, gen uint64) {
+	e.logJob(j.trace, slog.LevelInfo, "the queue's dispatcher refused the job as draining; routing it again", "job", j.ID, "queue", j.Queue, "dispatcher", node)
+	stopTimer(j.rerouteTimer)
+	j.rerouteTimer = time.AfterFunc(e.cfg.ForwardWait, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed || j.state.Terminal() || j.gen != gen || j.host != "" {
+			return
+		}
+		e.releaseAtIngressLocked(j.ID, gen, "", false, lostStopped, "the dispatcher on node "+node+" refused it as draining")
+	})
 }
 
 // dispatcherDeadLocked releases a new job whose forward to node got no
