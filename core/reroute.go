@@ -185,7 +185,8 @@ func (e *Engine) routeAwaitingLocked(queue string, a *awaiting, node string) {
 // that came after Submit stopped waiting for it (the job was accepted):
 //   - a refusal ends the job with the refusal's code, unless the job was
 //     heard from meanwhile (its host named itself, or it ran): then the
-//     refusal is not the job's outcome;
+//     refusal is not the job's outcome; a draining refusal never is (the
+//     node took nothing): the job is routed again (rerouteLaterLocked);
 //   - no verdict because node is gone, or the incarnation of it the forward
 //     was meant for was replaced (ErrNodeReplaced): the job goes back to its
 //     queue under a new generation, as for any job a dead dispatcher held (a
