@@ -299,10 +299,9 @@ func (n *Node) openAPIs() (err error) {
 	if err != nil {
 		return err
 	}
-	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
-		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Cluster: hcfg.Cluster, RelayTLS: hcfg.RelayTLS, Errors: errm, Logger: n.log.With("system", "jobs"),
-	}, n.reg)
+	jcfg := api.JobConfig()
+	jcfg.Logger = n.log.With("system", "jobs")
+	n.jobs, err = grpcapi.NewJobServer(n.engine, jcfg, n.reg)
 	if err != nil {
 		return err
 	}

@@ -58,12 +58,23 @@ func (s *Server) newGateway(jobs pb.JobServiceServer, cluster pb.ClusterServiceS
 	return mux, nil
 }
 
+// JobConfig is the job service's configuration on this node, the one both
+// transports apply: the HTTP API's stream policy, keyring and token TTL
+// (a resume token from either transport resumes on the other), its
+// metrics, cluster view and relay TLS. The node's gRPC job service and the
+// gateway's both start from it.
+func (s *Server) JobConfig() grpcapi.JobConfig {
+	return grpcapi.JobConfig{
+		Stream: s.cfg.Stream, Keyring: s.cfg.Keyring, TokenTTL: s.cfg.TokenTTL, StreamMetrics: s.cfg.StreamMetrics,
+		Errors: s.cfg.Errors, Cluster: s.cfg.Cluster, RelayTLS: s.cfg.RelayTLS, Logger: s.log,
+	}
+}
+
 // gatewayServices are the in-process services behind the gateway.
 func (s *Server) gatewayServices() (pb.JobServiceServer, pb.ClusterServiceServer, error) {
-	jobs, err := grpcapi.NewJobServer(s.e, grpcapi.JobConfig{
-		Stream: s.cfg.Stream, Keyring: s.cfg.Keyring, TokenTTL: s.cfg.TokenTTL, StreamMetrics: s.cfg.StreamMetrics,
-		Errors: s.cfg.Errors, Transport: "http", Logger: s.log,
-	}, nil)
+	jcfg := s.JobConfig()
+	jcfg.Transport = "http"
+	jobs, err := grpcapi.NewJobServer(s.e, jcfg, nil)
 	if err != nil {
 		return nil, nil, err
 	}

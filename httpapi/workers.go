@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -254,7 +253,7 @@ func (s *Server) handleWorkerSession(w http.ResponseWriter, r *http.Request) {
 	}
 	count, bytes := core.WorkerSendQueue(req.Concurrency, s.e.Config().Limits.MaxInputBytes)
 	ss := &workerSession{
-		id: "ws_" + hex.EncodeToString(randomBytes(16)), owner: auth.FromContext(r.Context()).Subject(),
+		id: "ws_" + rand.Text(), owner: auth.FromContext(r.Context()).Subject(),
 		closing: make(chan struct{}), done: make(chan struct{}),
 	}
 	ss.out = core.NewOutbox[workerEvent](count, bytes, ss.done)
@@ -352,10 +351,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return b
 }
