@@ -78,7 +78,7 @@ func (o *Outbox[T]) Take(q Queued[T]) T {
 	return q.v
 }
 
-// Len and Bytes are what the outbox holds.
+// Len is the count of messages the outbox holds.
 func (o *Outbox[T]) Len() int { return len(o.c) }
 
 // Bytes is the byte count the outbox holds.

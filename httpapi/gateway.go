@@ -108,8 +108,8 @@ func madeByStatus(st *status.Status) bool {
 }
 
 // gatewayJSON is the gateway's JSON: protojson with the proto field names,
-// zero values written and unset optional fields left out — which is the
-// JSON the HTTP API has always written — except that 64-bit integers are
+// zero values written and unset optional fields left out, as every other
+// document of the HTTP API — except that 64-bit integers are
 // numbers, as they are everywhere else in the API, not the strings protojson
 // makes of them. Our 64-bit fields (sequence numbers, byte counts,
 // milliseconds) stay far below 2^53, where every JSON reader is exact.
@@ -146,8 +146,8 @@ func (m gatewayJSON) Marshal(v any) ([]byte, error) {
 }
 
 // object is a JSON object that keeps its members in order: protojson
-// writes fields in field-number order, which is the order the documents
-// have always had.
+// writes fields in field-number order, which is the documents' order
+// (docs/api.md shows it).
 type object []member
 
 type member struct {
