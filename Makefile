@@ -116,7 +116,7 @@ bench-tracing:
 ## stacks and goroutines per stream with IDLE_STREAMS (10,000) open on one node
 ## (the real binary, its worker in another process), beside a plain net/http
 ## SSE server in the same run. It needs about 2 x IDLE_STREAMS file
-## descriptors per process: see README, "Many open streams".
+## descriptors per process: see docs/running.md, "Many open streams".
 IDLE_STREAMS ?= 10000
 bench-idle:
 	$(GO) test -run '^$$' -bench '^BenchmarkIdleStreams$$' -benchtime 1x -timeout 20m ./integration/ -args -idle.streams $(IDLE_STREAMS)

@@ -80,7 +80,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.DurationVar(&cfg.HTTP.BodyTimeout, "http-body-timeout", cfg.HTTP.BodyTimeout, "time a client gets to send a request's whole body after its headers; slower gets 408 request_timeout and changes nothing")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for workers (port 0 picks one)")
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "node-to-node gRPC listen address (port 0 picks one; the catalog carries the bound address)")
-	fs.StringVar(&cfg.Auth.File, "auth-file", "", "API keys (YAML or JSON: subject, key or sha256, roles, queues, limits); re-read on SIGHUP; see README, Securing a node")
+	fs.StringVar(&cfg.Auth.File, "auth-file", "", "API keys (YAML or JSON: subject, key or sha256, roles, queues, limits); re-read on SIGHUP; see docs/security.md")
 	fs.StringVar(&cfg.Auth.Inline, "auth-keys", "", "API keys as a document in the --auth-file format; set it as SWITCHYARD_AUTH_KEYS rather than on the command line, where other users can read it")
 	fs.BoolVar(&cfg.AllowAnonymous, "allow-anonymous", false, "without API keys, accept anonymous calls on a non-loopback --http-addr or --grpc-addr (refused otherwise)")
 	var corsOrigins stringList

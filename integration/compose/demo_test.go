@@ -15,7 +15,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 )
 
-// The demo as README's "Run the demo cluster" tells it: every node serves
+// The demo as docs/compose.md, "Run the demo cluster", tells it: every node serves
 // the web page; its live cluster view (the snapshot the page renders) shows
 // three nodes online in zones z1 and z2 and the three workers with their
 // capabilities; a job streamed from node-1 that requires model=large runs
