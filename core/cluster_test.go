@@ -134,6 +134,22 @@ func offerOne(t *testing.T, ingress, host *clusterNode) (*core.Worker, *fakeConn
 	return a, fa, j, waitOffers(t, fa, j.ID, 1)[0]
 }
 
+// quietAndLoud submits two jobs at ingress, both offered to worker w: the
+// quiet one accepted with no output, the loud one with an output the
+// ingress has seen. They are the two fates of a lost worker's jobs (run
+// again, or worker_lost).
+func quietAndLoud(t *testing.T, ingress *clusterNode, w *core.Worker, fw *fakeConn) (quiet, loud *core.Job, oq, ol core.Offer) {
+	t.Helper()
+	quiet = ingress.submit("q", env(clusterTTL))
+	loud = ingress.submit("q", env(clusterTTL))
+	oq = waitOffers(t, fw, quiet.ID, 1)[0]
+	ol = waitOffers(t, fw, loud.ID, 1)[0]
+	w.Accept(quiet.ID, oq.Gen)
+	w.Output(loud.ID, ol.Gen, []byte(`"partial"`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return ingress.view(loud.ID).Outputs == 1 })
+	return quiet, loud, oq, ol
+}
+
 func newFakeNet(t *testing.T) *fakeNet {
 	t.Helper()
 	n := &fakeNet{
@@ -1039,13 +1055,7 @@ func TestClusterDispatcherDies(t *testing.T) {
 	a, fa := n2.worker("q", "a", 2)
 	c, fc := n3.worker("q", "c", 1)
 
-	quiet := n1.submit("q", env(clusterTTL))
-	loud := n1.submit("q", env(clusterTTL))
-	oq := waitOffers(t, fa, quiet.ID, 1)[0]
-	ol := waitOffers(t, fa, loud.ID, 1)[0]
-	a.Accept(quiet.ID, oq.Gen)
-	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	quiet, loud, _, _ := quietAndLoud(t, n1, a, fa)
 	net.settle()
 
 	net.kill("n2")

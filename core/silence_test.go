@@ -98,13 +98,7 @@ func TestSilentIngressStopsItsJobs(t *testing.T) {
 	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n2")
 	a, fa := n2.worker("q", "a", 2)
-	quiet := n1.submit("q", env(clusterTTL))
-	loud := n1.submit("q", env(clusterTTL))
-	oq := waitOffers(t, fa, quiet.ID, 1)[0]
-	ol := waitOffers(t, fa, loud.ID, 1)[0]
-	a.Accept(quiet.ID, oq.Gen)
-	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	quiet, loud, oq, ol := quietAndLoud(t, n1, a, fa)
 
 	n2.e.PeersSilent([]string{"n1"})
 	cancels := map[string]core.Code{}
