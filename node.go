@@ -485,21 +485,13 @@ func (n *Node) watchCluster(ctx context.Context) {
 	}
 }
 
-// Close leaves the cluster gracefully, then stops the node:
-//
-//  1. The engine drains (core.Engine.Drain): new jobs are refused, the
-//     node's workers are offered nothing new, its queues are handed to
-//     nodes hosting their consumers and its record says draining, the jobs
-//     waiting there for other nodes' requesters go back to their ingress,
-//     and the jobs it holds — its requesters', and those its workers run
-//     for anyone — get up to DrainTimeout to finish. Worker sessions (gRPC
-//     and HTTP), client streams and the peer server all serve meanwhile.
-//     Past the timeout its requesters' jobs end node_shutdown and its
-//     workers' other jobs are released to their ingress.
-//  2. The transport delivers what the drain sent (the last outputs and ends,
-//     the jobs handed back) within settleTimeout.
-//  3. The servers stop, streams end, and the catalog revokes the node's
-//     lease so its records vanish at once.
+// Close leaves the cluster gracefully, then stops the node: the engine
+// drains (core.Engine.Drain, bounded by DrainTimeout) while every server
+// keeps serving, the transport delivers what the drain sent (within
+// settleTimeout), then the servers stop and the catalog revokes the
+// node's lease so its records vanish at once. What the drain does, step
+// by step, is docs/cluster.md, "Leaving the cluster (SIGTERM)". Close is
+// safe to call more than once; every call returns the first one's error.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
