@@ -83,12 +83,12 @@ type sink struct {
 	job  *core.Job
 	snap uint64
 
-	ops    chan op       // the handoff, unbuffered
+	ops chan op // the handoff, unbuffered
 	// pending is what the writer collected since its last handoff.
 	pending []*pb.JobEvent
-	quit   chan struct{} // closed by stop: the writer wrote its last
-	exited chan struct{} // closed when the sender returned
-	err    error         // why the sender returned; read only after exited
+	quit    chan struct{} // closed by stop: the writer wrote its last
+	exited  chan struct{} // closed when the sender returned
+	err     error         // why the sender returned; read only after exited
 
 	abortOnce sync.Once
 	abortc    chan struct{} // closed by the first Abort
