@@ -152,14 +152,19 @@ soak-faults:
 ## image: the container image $(IMAGE): a static binary (CGO disabled) built
 ## here for the Docker engine's OS and architecture, FROM scratch; pulls nothing
 IMAGE ?= switchyard:dev
+# The label value that marks this checkout's builds of $(IMAGE): make image
+# prunes the dangling images that carry it (the build it replaced), and no
+# other checkout's or image's.
+IMAGE_BUILD = $(shell printf '%s\n%s' '$(CURDIR)' '$(IMAGE)' | cksum | cut -d' ' -f1)
 image:
 	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed"; exit 1; }
 	@rm -rf bin/image && mkdir -p bin/image/data
 	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version -f '{{.Server.Arch}}') \
 	  $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/switchyard ./cmd/switchyard
-	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) -f Dockerfile bin/image
-	@# The image this build replaced, now untagged, would pile up build after build.
-	@docker image prune -f --filter label=org.opencontainers.image.title=switchyard >/dev/null
+	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) --label dev.switchyard.build=$(IMAGE_BUILD) -f Dockerfile bin/image
+	@# The image this build replaced, now untagged, would pile up build after
+	@# build: pruned, and only it (its label is this checkout's and image's).
+	@docker image prune -f --filter label=dev.switchyard.build=$(IMAGE_BUILD) >/dev/null
 	@docker image ls $(IMAGE) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 
 # The compose command: the docker compose plugin if present, else docker-compose.

@@ -126,8 +126,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.listen(); err != nil {
 		return nil, err
 	}
+	adv := n.advertised()
 	record := core.NodeInfo{
-		ID: cfg.Name, PeerAddr: n.PeerAddr(), HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateInProgress,
+		ID: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, GRPCAddr: adv.grpc, Zone: cfg.Zone, State: core.StateInProgress,
 	}
 	// Joined, not yet routable: other nodes may write to the catalog about
 	// this one, but route nothing to it.
@@ -147,6 +148,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.stopTracker = stopTracker
 	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
 	n.log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
+		"advertise_http", adv.http, "advertise_grpc", adv.grpc, "advertise_peer", adv.peer,
 		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
 	return n, nil
 }
@@ -418,6 +420,17 @@ func (n *Node) awaitPeerServer(ctx context.Context) error {
 	return nil
 }
 
+// advertised is what the node's catalog record says to dial it at
+// (advertise.go), from its bound listeners.
+func (n *Node) advertised() advertisedAddrs {
+	cfg := n.cfg
+	return advertisedAddrs{
+		http: advertiseAddr(cfg.AdvertiseHTTPAddr, n.httpLn.Addr(), hostAddress),
+		grpc: advertiseAddr(cfg.AdvertiseGRPCAddr, n.grpcLn.Addr(), hostAddress),
+		peer: advertiseAddr(cfg.AdvertisePeerAddr, n.peerLn.Addr(), hostAddress),
+	}
+}
+
 // HTTPAddr is the address the HTTP API is bound to.
 func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
@@ -433,7 +446,8 @@ func (n *Node) DebugAddr() string {
 	return n.debugLn.Addr().String()
 }
 
-// PeerAddr is the address the peer server is bound to.
+// PeerAddr is the address the peer server is bound to (other nodes dial
+// the advertised one in its catalog record).
 func (n *Node) PeerAddr() string { return n.peerLn.Addr().String() }
 
 // views is the catalog as this node's cluster views show it (clusterView).

@@ -25,6 +25,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/switchyard/switchyard/core"
 )
@@ -111,10 +113,22 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		c.client, err = clientv3.New(clientv3.Config{
 			Endpoints:   cfg.Endpoints,
 			DialTimeout: cfg.DialTimeout,
-			Logger:      zap.NewNop(),
-			TLS:         tc,
-			Username:    cfg.Username,
-			Password:    cfg.Password,
+			// A connection to an endpoint that went silent (no FIN, no RST:
+			// a blackhole, a paused host) is found dead by keepalive pings
+			// rather than by TCP's minutes, and the client's balancer sends
+			// calls to the other endpoints; a reconnection attempt that
+			// gets no answer is abandoned after ExternalConnectTimeout, not
+			// gRPC's default 20s (docs/cluster.md, "An external etcd").
+			DialKeepAliveTime:    ExternalKeepAliveTime,
+			DialKeepAliveTimeout: ExternalKeepAliveTimeout,
+			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+				MinConnectTimeout: ExternalConnectTimeout,
+			})},
+			Logger:   zap.NewNop(),
+			TLS:      tc,
+			Username: cfg.Username,
+			Password: cfg.Password,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open catalog: connect to %v: %w", cfg.Endpoints, err)

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"time"
@@ -61,7 +62,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	ec.ListenClientUrls = []url.URL{curl}
 	ec.AdvertiseClientUrls = []url.URL{curl}
 	ec.ListenPeerUrls = []url.URL{purl}
-	ec.AdvertisePeerUrls = []url.URL{purl}
+	ec.AdvertisePeerUrls = []url.URL{peerURL(cfg, ms)}
 	members := 1
 	if cfg.InitialCluster != "" {
 		members = len(ms)
@@ -100,6 +101,22 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		}
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, ctx.Err())
 	}
+}
+
+// peerURL is the peer URL the member advertises: PeerAddr, or with
+// PeerAddr on every interface (which validateCluster allows only with
+// InitialCluster) this member's InitialCluster entry, which names the
+// same port on a host its peers reach.
+func peerURL(cfg Config, ms []clusterMember) url.URL {
+	host, _, _ := net.SplitHostPort(cfg.PeerAddr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		for _, m := range ms {
+			if m.name == cfg.Name {
+				return url.URL{Scheme: cfg.scheme(), Host: m.host}
+			}
+		}
+	}
+	return url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
 }
 
 // closeUnready closes a member that never became ready. embed.Etcd.Close
