@@ -180,6 +180,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
 		TLS: cfg.catalogTLS(), Secret: n.secret, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
+		Metrics: catalog.NewMetrics(n.reg),
 	})
 	return err
 }

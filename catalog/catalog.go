@@ -121,6 +121,8 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		}
 	}
 
+	cfg.Metrics.instrument(c.client)
+
 	// A record of this node's name on a lease is a previous incarnation's:
 	// a process that was killed, or restarted, inside its lease. Its
 	// records go now rather than at the lease's expiry, so nothing routes
