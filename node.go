@@ -235,6 +235,7 @@ func (n *Node) openCluster() (err error) {
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
 		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold, SuspectAfter: cfg.PeerSuspectAfter,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
+		Related: func() map[string]bool { return n.cat.Related(cfg.Name) },
 		OnChange: func() {
 			select {
 			case n.peersChanged <- struct{}{}:

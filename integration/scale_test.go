@@ -198,7 +198,9 @@ type window struct {
 func (w window) secs(i int) float64 { return w.after[i].at.Sub(w.before[i].at).Seconds() }
 
 // delta is metric key's increase on node i.
-func (w window) delta(i int, key string) float64 { return w.after[i].metrics[key] - w.before[i].metrics[key] }
+func (w window) delta(i int, key string) float64 {
+	return w.after[i].metrics[key] - w.before[i].metrics[key]
+}
 
 // perNode is f for every node.
 func (w window) perNode(f func(i int) float64) []float64 {
@@ -746,4 +748,3 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
-
