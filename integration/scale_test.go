@@ -427,22 +427,27 @@ func TestScale(t *testing.T) {
 	load := newScaleLoad(t)
 	cl := newScaleCluster(t, bin)
 	var rows []scaleRow
+	var stopped string
 	for _, size := range sizes {
 		row := scaleRow{n: size}
 		row.grow = cl.grow(size)
 		t.Logf("%d nodes up in %v (run at %v)", size, row.grow.Round(time.Millisecond), time.Since(runStart).Round(time.Second))
-		measureSize(t, cl, load, &row)
+		if err := measureSize(t, cl, load, &row); err != nil {
+			stopped = fmt.Sprintf("stopped at N=%d: %v", size, err)
+			t.Log(stopped)
+			break
+		}
 		rows = append(rows, row)
 		t.Logf("%d nodes measured (run at %v)", size, time.Since(runStart).Round(time.Second))
 	}
 	var faults []string
-	if *scaleFaults {
+	if *scaleFaults && stopped == "" {
 		faults = faultCases(t, cl, load)
 	}
-	printScaleTable(rows, faults, time.Since(runStart))
+	printScaleTable(rows, faults, stopped, time.Since(runStart))
 }
 
-func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow) {
+func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow) error {
 	size := len(cl.nodes)
 	// The fixed load's workers: two per queue on neighbouring nodes, so
 	// queues and workers spread over every node; a fresh set per size.
@@ -456,10 +461,12 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 	}
 	last := cl.nodes[size-1]
 	for _, q := range queues {
-		waitFor(t, 30*time.Second, q+"'s consumers in "+last.name+"'s view", func() bool {
+		if err := await(30*time.Second, q+"'s consumers in "+last.name+"'s view", func() bool {
 			var v killQueueView
 			return procGetJSON(last, "/v1/queues/"+q, &v) == nil && len(v.Consumers) == 2
-		})
+		}); err != nil {
+			return err
+		}
 	}
 	// The previous size's queues are reaped (--queue-idle 3s) before the
 	// idle window.
@@ -507,25 +514,38 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 	// the last node; jobs posted there, then at the first node.
 	probe := fmt.Sprintf("s%d-probe", size)
 	load.startWorker(last, probe, probe+"-w", 1, 0)
-	waitFor(t, 30*time.Second, probe+" routable from n01", func() bool {
-		var v killQueueView
-		return procGetJSON(cl.nodes[0], "/v1/queues/"+probe, &v) == nil && len(v.Consumers) == 1
-	})
-	if ok, err := submit(last, probe, "warm"); !ok {
-		t.Fatalf("probe job: %v", err)
+	for _, n := range []*procNode{cl.nodes[0], last} {
+		if err := await(30*time.Second, probe+" routable from "+n.name, func() bool {
+			var v killQueueView
+			return procGetJSON(n, "/v1/queues/"+probe, &v) == nil && len(v.Consumers) == 1
+		}); err != nil {
+			return err
+		}
 	}
+	var warmErr error
+	if err := await(15*time.Second, "a first job on "+probe, func() bool {
+		var ok bool
+		ok, warmErr = submit(last, probe, "warm")
+		return ok
+	}); err != nil {
+		return fmt.Errorf("%v (last answer: %v)", err, warmErr)
+	}
+	var probeErr error
 	perJob := func(at *procNode) float64 {
 		const jobs = 20
 		before := cl.sampleAll()
 		for i := range jobs {
 			if ok, err := submit(at, probe, fmt.Sprint("p", i)); !ok {
-				t.Fatalf("probe job at %s: %v", at.name, err)
+				probeErr = fmt.Errorf("probe job at %s: %v", at.name, err)
 			}
 		}
 		w := window{before, cl.sampleAll()}
 		return mean(w.perNode(w.routing)) * float64(size) / jobs
 	}
 	row.colocated, row.crossNode = perJob(last), perJob(cl.nodes[0])
+	if probeErr != nil {
+		return probeErr
+	}
 	load.stopWorker(probe + "-w")
 
 	// Reach: from a worker's connect (on the last node) until every node
@@ -536,15 +556,17 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 		start := time.Now()
 		load.startWorker(last, q, q+"-w", 1, 0)
 		for _, n := range cl.nodes {
-			waitFor(t, 30*time.Second, q+" in "+n.name+"'s view", func() bool {
+			if err := await(30*time.Second, q+" in "+n.name+"'s view", func() bool {
 				var v killQueueView
 				return procGetJSON(n, "/v1/queues/"+q, &v) == nil && len(v.Consumers) == 1
-			})
+			}); err != nil {
+				return err
+			}
 		}
 		reach = append(reach, time.Since(start))
 		start = time.Now()
 		if ok, err := submit(cl.nodes[0], q, "first"); !ok {
-			t.Fatalf("first job on %s: %v", q, err)
+			return fmt.Errorf("first job on %s: %v", q, err)
 		}
 		first = append(first, time.Since(start))
 		load.stopWorker(q + "-w")
@@ -582,6 +604,7 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 			load.stopWorker(fmt.Sprintf("%s-w%d", q, k))
 		}
 	}
+	return nil
 }
 
 // faultCases runs the fault suite's four availability cases at the
@@ -670,7 +693,7 @@ func faultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
 	return out
 }
 
-func printScaleTable(rows []scaleRow, faults []string, took time.Duration) {
+func printScaleTable(rows []scaleRow, faults []string, stopped string, took time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nscale: %d cores; load average at the end %s; run took %v\n\n", numCPU(), loadAvg(), took.Round(time.Second))
 	head := "| figure |"
@@ -724,6 +747,9 @@ func printScaleTable(rows []scaleRow, faults []string, took time.Duration) {
 			return f1(map[string]float64{"idle": r.watchIdle, "churn": r.watchChurn}[phase])
 		})
 	}
+	if stopped != "" {
+		fmt.Fprintf(&b, "\n%s\n", stopped)
+	}
 	if len(faults) > 0 {
 		fmt.Fprintf(&b, "\nfaults at N=%d (a queue with a worker of 2 slots on each of two client nodes, 20 jobs/s of 100ms from n01; window 8s from the fault):\n\n", rows[len(rows)-1].n)
 		fmt.Fprintln(&b, "| case (node) | longest stall | longest wait | jobs done | jobs not done |")
@@ -733,6 +759,18 @@ func printScaleTable(rows []scaleRow, faults []string, took time.Duration) {
 		}
 	}
 	fmt.Print(b.String())
+}
+
+// await polls cond every 20ms until it holds, or fails after timeout.
+func await(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 func numCPU() int {
