@@ -143,7 +143,8 @@ func (t *Tracker) Run(ctx context.Context) {
 	}
 }
 
-// round pings every other node once, in parallel, and records the results.
+// round pings this round's targets once, in parallel, and records the
+// results.
 func (t *Tracker) round(ctx context.Context) {
 	nodes := t.cfg.View.Nodes()
 	addrs := map[string]bool{}
