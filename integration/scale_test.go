@@ -442,7 +442,7 @@ func TestScale(t *testing.T) {
 	}
 	var faults []string
 	if *scaleFaults && stopped == "" {
-		faults = faultCases(t, cl, load)
+		faults = scaleFaultCases(t, cl, load)
 	}
 	printScaleTable(rows, faults, stopped, time.Since(runStart))
 }
@@ -607,12 +607,12 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 	return nil
 }
 
-// faultCases runs the fault suite's four availability cases at the
+// scaleFaultCases runs the fault suite's four availability cases at the
 // cluster's size: pause (SIGSTOP, 8s) and kill (SIGKILL) of a worker host
 // and of the dispatcher's node of a queue with a worker on each of two
 // client nodes, under a steady load from a member node. Each case has its
 // own queue and nodes (a killed node stays dead).
-func faultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
+func scaleFaultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
 	var out []string
 	size := len(cl.nodes)
 	for k, c := range []struct {
