@@ -14,7 +14,7 @@ TRACING_JOBS ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short test-election lint fuzz bench bench-tracing bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short test-election lint fuzz bench bench-tracing bench-idle soak faults scale soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -30,10 +30,11 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned), the fault suite's and the compose tests' files
-## (build tags faults and compose) included
+## lint: staticcheck (pinned), the fault suite's, the compose tests' and
+## make scale's files (build tags faults, compose and scale) included, so
+## the harnesses CI does not run still compile and pass its checks
 lint:
-	$(GO) run $(STATICCHECK) -tags faults,compose ./...
+	$(GO) run $(STATICCHECK) -tags faults,compose,scale ./...
 
 ## test-election: the catalog's embedded 3-member cluster losing its etcd
 ## leader (three times) and its quorum, under CPU load on every core, alone
@@ -134,6 +135,20 @@ soak: build
 faults:
 	$(GO) vet -tags faults ./integration/
 	$(GO) test -tags faults -race -count=1 -v -timeout 15m -run '^TestFaults$$' ./integration/
+
+## scale: the real binary as a growing cluster on this machine (SCALE_SIZES
+## nodes: three embed the catalog's etcd members, the rest are their
+## clients), a load tool of SDK worker sessions and HTTP/SSE requesters in
+## one process; per size, CPU, RSS, goroutines, sockets, peer messages, etcd
+## requests and watch events idle, loaded and under churn, routing messages
+## per job, a worker's time to be routable everywhere, a new queue's first
+## job; then the fault cases at the largest size. Prints one table
+## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 6
+## minutes.
+SCALE_SIZES ?= 3,6,12,24,48
+SCALE_BIN ?= $(CURDIR)/$(BIN)
+scale: build
+	$(GO) test -tags scale -count=1 -v -timeout 15m -run '^TestScale$$' ./integration/ -args -scale.sizes $(SCALE_SIZES) -scale.bin $(SCALE_BIN)
 
 ## test-restart: the rolling restart under load (integration/restart_test.go,
 ## docs/faults.md): the real binary as three nodes with workers on two, 30

@@ -66,10 +66,11 @@ type Config struct {
 	// proves membership, not the channel: PeerTLSCert and the rest make
 	// the channel mutual TLS.
 	ClusterSecret string
-	// PeerHeartbeatInterval is how often the node pings every other node;
-	// one that misses PeerSuspectAfter pings in a row is suspected in this
-	// node's view (offered nothing new, its queues taken over), and one
-	// that misses PeerFailureThreshold is spare (silent).
+	// PeerHeartbeatInterval is how often the node pings the peers it works
+	// with (peer.Tracker); one that misses PeerSuspectAfter pings in a row
+	// is suspected in this node's view (offered nothing new, its queues
+	// taken over), and one that misses PeerFailureThreshold is spare
+	// (silent).
 	PeerHeartbeatInterval time.Duration
 	PeerFailureThreshold  int
 	PeerSuspectAfter      int

@@ -182,6 +182,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
 		TLS: cfg.catalogTLS(), Secret: n.secret, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
+		Metrics: catalog.NewMetrics(n.reg),
 	})
 	return err
 }
@@ -236,6 +237,7 @@ func (n *Node) openCluster() (err error) {
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
 		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold, SuspectAfter: cfg.PeerSuspectAfter,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
+		Related: func() map[string]bool { return n.cat.Related(cfg.Name) },
 		OnChange: func() {
 			select {
 			case n.peersChanged <- struct{}{}:

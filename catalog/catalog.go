@@ -135,6 +135,8 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		}
 	}
 
+	cfg.Metrics.instrument(c.client)
+
 	// A record of this node's name on a lease is a previous incarnation's:
 	// a process that was killed, or restarted, inside its lease. Its
 	// records go now rather than at the lease's expiry, so nothing routes
@@ -376,6 +378,12 @@ func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error 
 // Consumers returns the consumers of queue on every node, sorted by id,
 // from the watched view.
 func (c *Catalog) Consumers(queue string) []core.ConsumerInfo { return c.view.consumersOf(queue) }
+
+// Related returns the nodes the catalog ties to node: the dispatchers of
+// the queues node hosts a consumer of, and the nodes hosting consumers of
+// the queues node dispatches (the peers its tracker pings with or without
+// traffic, peer.TrackerConfig.Related).
+func (c *Catalog) Related(node string) map[string]bool { return c.view.related(node) }
 
 // Nodes returns every node record, sorted by id, from the watched view.
 func (c *Catalog) Nodes() []core.NodeInfo { return c.view.allNodes() }

@@ -107,6 +107,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives the catalog's logs. Default: discard.
 	Logger *slog.Logger
+	// Metrics counts the node's etcd requests and watch events (NewMetrics).
+	// Default: unregistered counters.
+	Metrics *Metrics
 	// UnsafeNoFsync turns off fsync in the embedded member. Tests only: a
 	// crash can lose acknowledged writes.
 	UnsafeNoFsync bool
@@ -171,6 +174,9 @@ func (c *Config) embedded() bool { return len(c.Endpoints) == 0 }
 
 // withDefaults returns c with every zero-valued field set to its default.
 func (c Config) withDefaults() Config {
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
 	if c.embedded() {
 		if c.ClientAddr == "" {
 			c.ClientAddr = DefaultAddr

@@ -105,7 +105,7 @@ func nodeFlags(fs *flag.FlagSet) (*switchyard.Config, func() error) {
 	fs.BoolVar(&cfg.HTTP.MetricsOpen, "metrics-open", false, "serve /metrics to anyone (by default it needs an admin key)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes) that nodes of one cluster prove to each other on every peer connection, and from which the catalog's TLS is derived without --peer-tls-*; every node of a cluster must have the same one; required with --initial-cluster; default: the one the node keeps in <data-dir>/cluster-secret, made at its first start")
 	clusterSecretFile := fs.String("cluster-secret-file", "", "file holding --cluster-secret (a mounted secret, or another node's <data-dir>/cluster-secret); one of the two")
-	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings every other node")
+	fs.DurationVar(&cfg.PeerHeartbeatInterval, "peer-heartbeat-interval", cfg.PeerHeartbeatInterval, "how often this node pings the peers it works with (docs/cluster.md, Peer states)")
 	fs.DurationVar(&cfg.PeerStreamIdle, "peer-stream-idle", cfg.PeerStreamIdle, "close a delivery stream to a peer (one per node and queue) idle this long; at least 3x --dispatch-timeout")
 	fs.BoolVar(&cfg.PeerForceUnary, "peer-force-unary", cfg.PeerForceUnary, "send peer messages by unary calls only, never on delivery streams")
 	fs.IntVar(&cfg.PeerFailureThreshold, "peer-failure-threshold", cfg.PeerFailureThreshold, "pings in a row a node may miss before it is spare in this node's view")
