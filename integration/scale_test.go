@@ -337,7 +337,7 @@ func submit(n *procNode, queue, id string) (ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+queue+"/jobs",
-		strings.NewReader(`{"ttl_ms":10000,"input":"`+id+`"}`))
+		strings.NewReader(`{"ttl_ms":30000,"input":"`+id+`"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	res, err := killHTTP.Do(req)
