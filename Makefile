@@ -143,7 +143,7 @@ faults:
 ## requests and watch events idle, loaded and under churn, routing messages
 ## per job, a worker's time to be routable everywhere, a new queue's first
 ## job; then the fault cases at the largest size. Prints one table
-## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 6
+## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 4
 ## minutes.
 SCALE_SIZES ?= 3,6,12,24,48
 SCALE_BIN ?= $(CURDIR)/$(BIN)
