@@ -26,11 +26,14 @@ import (
 //	HTTP client ──POST──▶ A (net/http) ══gRPC stream══▶ B ══gRPC stream══▶ worker
 //	            ◀──SSE─── A ◀══════════════════════════ B ◀═══════════════ (accept, outputs, end)
 //
-// A and B are two parts of one process, as the in-process nodes of the
-// benchmark are, joined by a real gRPC connection over loopback (one TCP
-// connection from A to B); the worker is a real SDK worker (package worker)
-// connected to B's gRPC port, speaking the real WorkerService protocol, so
-// the worker's own cost is the same as in the Switchyard measurement.
+// StartRelay runs A and B as two parts of one process, as the in-process
+// nodes of BenchmarkCluster are, joined by a real gRPC connection over
+// loopback (one TCP connection from A to B), with a real SDK worker
+// (package worker) connected to B's gRPC port, speaking the real
+// WorkerService protocol, so the worker's own cost is the same as in the
+// Switchyard measurement. StartRelayIngress and StartRelayNode run them as
+// processes of their own, with RunBareWorker as the worker
+// (BenchmarkProcesses).
 //
 // What it does, per job:
 //
