@@ -5,6 +5,10 @@ LDFLAGS  := -X 'main.Version=$(VERSION)'
 TOOLBIN  := $(CURDIR)/.bin
 PROTOS   := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 FUZZTIME ?= 10s
+# BenchmarkProcesses (the separate-process table): rounds, and time per setup,
+# shape and concurrency level in each round
+PROCS_ROUNDS ?= 2
+PROCS_DUR ?= 3s
 # jobs per setup and concurrency level in `make bench`'s BenchmarkCluster
 CLUSTER_JOBS ?= 2000
 # BenchmarkCluster's jobs per setup and level for the 16-output jobs (issue 15).
@@ -72,9 +76,15 @@ fuzz:
 	  done; \
 	done
 
-## bench: a node with a demo worker, driven by `switchyard bench` (4 outputs;
-## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the cluster
-## benchmark (co-located vs cross-node vs a bare relay, one process) with jobs
+## bench: first what a user runs (BenchmarkProcesses, docs/perf.md): the
+## 3-node cluster, its SDK worker and the bare relay floor, each a process,
+## cross-node, co-located and over the gRPC JobService, 16 outputs of 32 B
+## and of 4 KiB at concurrency 1 and 64, CPU split between nodes and
+## workers, ratios to the relay; then a node with a demo worker, driven by
+## `switchyard bench` (4 outputs;
+## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the in-process
+## cluster benchmark (co-located vs cross-node vs a bare relay, all in one
+## process with the SDK worker: the second table) with jobs
 ## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
 ## stream's throughput (100,000 outputs through a node, across nodes, and from
 ## a plain SSE writer); the peer request leg streamed vs unary; tracing off,
@@ -83,6 +93,7 @@ fuzz:
 ## priority's wait: docs/scheduling.md). Prints figures, never fails on a
 ## time.
 bench: build
+	$(GO) test -run '^$$' -bench '^BenchmarkProcesses$$' -benchtime 1x ./integration/ -args -procs.rounds $(PROCS_ROUNDS) -procs.dur $(PROCS_DUR)
 	@set -e; dir=$$(mktemp -d); \
 	$(BIN) demo --name bench --http-addr 127.0.0.1:18080 --grpc-addr 127.0.0.1:19090 --data-dir $$dir --delay 0s --log-level warn 2>/dev/null & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf '"$$dir" EXIT; \
@@ -143,7 +154,7 @@ faults:
 ## requests and watch events idle, loaded and under churn, routing messages
 ## per job, a worker's time to be routable everywhere, a new queue's first
 ## job; then the fault cases at the largest size. Prints one table
-## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 6
+## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 4
 ## minutes.
 SCALE_SIZES ?= 3,6,12,24,48
 SCALE_BIN ?= $(CURDIR)/$(BIN)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,7 +337,7 @@ func submit(n *procNode, queue, id string) (ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+queue+"/jobs",
-		strings.NewReader(`{"ttl_ms":10000,"input":"`+id+`"}`))
+		strings.NewReader(`{"ttl_ms":30000,"input":"`+id+`"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	res, err := killHTTP.Do(req)
@@ -348,12 +349,25 @@ func submit(n *procNode, queue, id string) (ok bool, err error) {
 	if res.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("%d %s", res.StatusCode, b)
 	}
-	return strings.Contains(string(b), "event: done"), err
+	if strings.Contains(string(b), "event: done") {
+		return true, err
+	}
+	// The stream's end as its last code says (ended by an error event, or
+	// cut short).
+	why := "no terminal event"
+	if m := codeField.FindAllStringSubmatch(string(b), -1); len(m) > 0 {
+		why = m[len(m)-1][1]
+	}
+	return false, fmt.Errorf("%s (%v)", why, err)
 }
 
+var codeField = regexp.MustCompile(`"code":"([a-z_]+)"`)
+
 // drive posts jobs at rate per second to random queues from random nodes
-// until ctx ends, and returns how many ended done and how many did not.
-func drive(ctx context.Context, nodes []*procNode, queues []string, rate int, record func(stall.Job)) (done, failed int) {
+// until ctx ends, and returns how many ended done and, by what they ended
+// with, those that did not.
+func drive(ctx context.Context, nodes []*procNode, queues []string, rate int, record func(stall.Job)) (done int, failed map[string]int) {
+	failed = map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -371,13 +385,17 @@ func drive(ctx context.Context, nodes []*procNode, queues []string, rate int, re
 		id := fmt.Sprintf("j%d-%d", time.Now().UnixNano(), seq)
 		wg.Go(func() {
 			posted := time.Now()
-			ok, _ := submit(n, q, id)
+			ok, err := submit(n, q, id)
 			mu.Lock()
 			defer mu.Unlock()
 			if ok {
 				done++
 			} else {
-				failed++
+				why := "?"
+				if err != nil {
+					why = strings.SplitN(err.Error(), " (", 2)[0]
+				}
+				failed[why]++
 			}
 			if record != nil {
 				record(stall.Job{ID: id, Posted: posted, Ended: time.Now()})
@@ -402,7 +420,8 @@ type scaleRow struct {
 	etcdIdle, etcdChurn                 map[string]float64 // cluster-wide, per second, by op
 	electIdle, electChurn               float64
 	watchIdle, watchChurn               float64 // per node per second
-	jobsPerSec, failedLoad              float64
+	jobsPerSec                          float64
+	failedLoad                          map[string]int
 	routingPerJob, colocated, crossNode float64
 	reach, firstJob                     time.Duration
 }
@@ -505,7 +524,7 @@ func measureSize(t *testing.T, cl *scaleCluster, load *scaleLoad, row *scaleRow)
 	row.gorLoad = mean(loaded.perNode(func(i int) float64 { return loaded.after[i].metrics["go_goroutines"] }))
 	row.routingLoad = mean(loaded.perNode(func(i int) float64 { return loaded.routing(i) / loaded.secs(i) }))
 	row.jobsPerSec = float64(done) / loaded.secs(0)
-	row.failedLoad = float64(failed)
+	row.failedLoad = failed
 	if done > 0 {
 		row.routingPerJob = mean(loaded.perNode(loaded.routing)) * float64(size) / float64(done)
 	}
@@ -646,14 +665,18 @@ func scaleFaultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
 		var mu sync.Mutex
 		var jobs []stall.Job
 		ctx, cancel := context.WithCancel(context.Background())
-		doneCh := make(chan [2]int, 1)
+		type outcome struct {
+			done   int
+			failed map[string]int
+		}
+		doneCh := make(chan outcome, 1)
 		go func() {
 			d, f := drive(ctx, []*procNode{from}, []string{q}, 20, func(j stall.Job) {
 				mu.Lock()
 				jobs = append(jobs, j)
 				mu.Unlock()
 			})
-			doneCh <- [2]int{d, f}
+			doneCh <- outcome{d, f}
 		}()
 		time.Sleep(3 * time.Second)
 		var faultAt time.Time
@@ -685,8 +708,8 @@ func scaleFaultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
 			{Name: q + "-" + map[bool]string{true: "a", false: "b"}[other == a], Slots: slots}}
 		r := stall.Measure(faultAt, faultAt.Add(hold), jobs, runs, ws)
 		mu.Unlock()
-		out = append(out, fmt.Sprintf("| %s (%s) | %v | %v | %d | %d |", c.what, target.name,
-			r.Longest.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), counts[0], counts[1]))
+		out = append(out, fmt.Sprintf("| %s (%s) | %v | %v | %d | %s |", c.what, target.name,
+			r.Longest.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), counts.done, byCode(counts.failed)))
 		load.stopWorker(q + "-a")
 		load.stopWorker(q + "-b")
 	}
@@ -726,7 +749,7 @@ func printScaleTable(rows []scaleRow, faults []string, stopped string, took time
 	line("open sockets per node idle, mean / max", func(r scaleRow) string { return fmt.Sprintf("%.0f / %.0f", r.sockIdle, r.sockMax) })
 	line("pings answered per node per s, idle", func(r scaleRow) string { return f1(r.pingsIdle) })
 	line("routing messages per node per s, loaded", func(r scaleRow) string { return f1(r.routingLoad) })
-	line("jobs/s loaded (failed in the window)", func(r scaleRow) string { return fmt.Sprintf("%.0f (%.0f)", r.jobsPerSec, r.failedLoad) })
+	line("jobs/s loaded (not done in the window)", func(r scaleRow) string { return fmt.Sprintf("%.0f (%s)", r.jobsPerSec, byCode(r.failedLoad)) })
 	line("routing messages per job: loaded mix", func(r scaleRow) string { return fmt.Sprintf("%.2f", r.routingPerJob) })
 	line("… co-located / cross-node", func(r scaleRow) string { return fmt.Sprintf("%.2f / %.2f", r.colocated, r.crossNode) })
 	line("worker connect → routable on every node (ms, median of 3)", func(r scaleRow) string { return ms(r.reach) })
@@ -752,13 +775,28 @@ func printScaleTable(rows []scaleRow, faults []string, stopped string, took time
 	}
 	if len(faults) > 0 {
 		fmt.Fprintf(&b, "\nfaults at N=%d (a queue with a worker of 2 slots on each of two client nodes, 20 jobs/s of 100ms from n01; window 8s from the fault):\n\n", rows[len(rows)-1].n)
-		fmt.Fprintln(&b, "| case (node) | longest stall | longest wait | jobs done | jobs not done |")
+		fmt.Fprintln(&b, "| case (node) | longest stall | longest wait | jobs done | jobs not done (by code) |")
 		fmt.Fprintln(&b, "| --- | ---: | ---: | ---: | ---: |")
 		for _, l := range faults {
 			fmt.Fprintln(&b, l)
 		}
 	}
 	fmt.Print(b.String())
+}
+
+// byCode is a count of jobs by what they ended with: "0", or "3: worker_lost 2, expired 1".
+func byCode(m map[string]int) string {
+	total := 0
+	var parts []string
+	for code, n := range m {
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %d", code, n))
+	}
+	if total == 0 {
+		return "0"
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
 }
 
 // await polls cond every 20ms until it holds, or fails after timeout.

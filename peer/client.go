@@ -43,6 +43,12 @@ type ClientConfig struct {
 	// Activity, if set, records the traffic of every call but pings and
 	// Figures calls (Activity).
 	Activity *Activity
+	// IdleTimeout closes a connection that carried no call and no stream
+	// this long (gRPC's idle mode); the next call dials again. A node
+	// keeps busy only the connections to the peers it works with (the
+	// tracker pings those every heartbeat), so one to a node it has no
+	// business with goes, with its keepalives. 0: gRPC's default (30m).
+	IdleTimeout time.Duration
 }
 
 // Client is a pool of connections, one per peer address, each created on
@@ -99,7 +105,11 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 	bo.BaseDelay = min(bo.BaseDelay, c.cfg.MaxReconnectDelay)
 	bo.MaxDelay = c.cfg.MaxReconnectDelay
 	transport := Credentials(CredentialsConfig{Secret: c.cfg.Secret, Node: c.cfg.Node, Peer: node, TLS: c.cfg.TLS})
-	opts := append(c.cfg.Activity.dialOptions(node),
+	opts := c.cfg.Activity.dialOptions(node)
+	if c.cfg.IdleTimeout > 0 {
+		opts = append(opts, grpc.WithIdleTimeout(c.cfg.IdleTimeout))
+	}
+	opts = append(opts,
 		grpc.WithTransportCredentials(transport),
 		c.version,
 		// The router resends what a failed call carried itself, in order

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
@@ -394,6 +395,25 @@ func TestTrackerPingsOnlyPeersItWorksWith(t *testing.T) {
 	}
 	tr.Suspect("c")
 	waitFor(t, 5*time.Second, "c spare once in doubt", func() bool { return tr.States()["c"] == core.StateSpare })
+}
+
+// A connection that carries nothing for IdleTimeout goes idle (its
+// transport closed), and the next call dials again and is answered.
+func TestClientIdleConnectionCloses(t *testing.T) {
+	b := startServer(t, "b")
+	c := peer.NewClient(peer.ClientConfig{Node: "a", Secret: secret, MaxMessageBytes: 1 << 20, IdleTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Ping(context.Background(), "b", b.addr); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := c.Conn("b", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the connection idle", func() bool { return cc.GetState() == connectivity.Idle })
+	if got, err := c.Ping(context.Background(), "b", b.addr); err != nil || got != "b" {
+		t.Fatalf("ping after idle: %q, %v", got, err)
+	}
 }
 
 func TestTrackerSuspectAfterAtMostThreshold(t *testing.T) {

@@ -183,6 +183,19 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			return o.jobEnded()
 		}
 		if o.allowsLocked() {
+			if o.s.tryLock() {
+				// Sent from here, outside the job's lock (the receive
+				// loop takes it to grant credit), but inside the send
+				// lock, which end's terminal message needs too: nothing
+				// of this job overtakes it.
+				o.sent.events++
+				o.sent.bytes += uint64(len(data))
+				o.mu.Unlock()
+				if err := o.s.sendHeld(m); err != nil {
+					return fmt.Errorf("%w: %w", ErrJobEnded, err)
+				}
+				return nil
+			}
 			err := o.queueLocked(ctx, m, uint64(len(data)))
 			o.mu.Unlock()
 			return err
@@ -202,14 +215,17 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 // queueLocked queues m, a chunk of size bytes, for the stream, and counts
 // it against the job's credit once it is queued.
 func (o *Output) queueLocked(ctx context.Context, m *pb.WorkerMessage, size uint64) error {
+	o.s.queued.Add(1)
 	select {
 	case o.s.out <- m:
 		o.sent.events++
 		o.sent.bytes += size
 		return nil
 	case <-o.jctx.Done():
+		o.s.queued.Add(-1)
 		return o.jobEnded()
 	case <-ctx.Done():
+		o.s.queued.Add(-1)
 		return o.gaveUp(ctx)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -61,9 +62,14 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stream grpc.BidiStreamingClient[pb.WorkerMessage, pb.NodeMessage]
-	// out feeds the writer, the stream's only sender.
-	out chan *pb.WorkerMessage
-	hb  time.Duration
+	// out feeds the writer. sendMu serializes the stream's sends: the
+	// writer's, and those a job makes itself when nothing is queued
+	// (trySend). queued counts the messages in out or being sent by the
+	// writer: while it is not zero, a job queues too, behind them.
+	out    chan *pb.WorkerMessage
+	sendMu sync.Mutex
+	queued atomic.Int64
+	hb     time.Duration
 
 	wg   sync.WaitGroup // the writer and the job goroutines
 	mu   sync.Mutex
@@ -194,8 +200,9 @@ func (s *session) handshakeErr(step string, err error) error {
 	return err
 }
 
-// write is the stream's only sender. A heartbeat goes out whenever nothing
-// else did for an interval.
+// write sends what is queued, in order. A heartbeat goes out whenever the
+// writer sent nothing for an interval (sends a job made itself do not
+// count: a heartbeat more is only liveness).
 func (s *session) write() {
 	t := time.NewTimer(s.hb)
 	defer t.Stop()
@@ -209,7 +216,13 @@ func (s *session) write() {
 		case <-t.C:
 			m = heartbeat
 		}
-		if err := s.stream.Send(m); err != nil {
+		s.sendMu.Lock()
+		err := s.stream.Send(m)
+		s.sendMu.Unlock()
+		if m != heartbeat {
+			s.queued.Add(-1)
+		}
+		if err != nil {
 			// On io.EOF the stream is over and Recv is about to return the
 			// node's status: let that be the session's cause.
 			if !errors.Is(err, io.EOF) {
@@ -221,14 +234,54 @@ func (s *session) write() {
 	}
 }
 
-// enqueue queues m for the writer, waiting while the queue is full.
+// enqueue sends m, or queues it for the writer when the stream is busy,
+// waiting while the queue is full.
 func (s *session) enqueue(m *pb.WorkerMessage) error {
+	if s.tryLock() {
+		return s.sendHeld(m)
+	}
+	s.queued.Add(1)
 	select {
 	case s.out <- m:
 		return nil
 	case <-s.ctx.Done():
+		s.queued.Add(-1)
 		return fmt.Errorf("session ended: %w", context.Cause(s.ctx))
 	}
+}
+
+// tryLock takes the stream's send lock when nothing is queued and no other
+// send is in progress, so the caller may send from its own goroutine
+// (sendHeld): the hand-off to the writer and its wake-up were a good part
+// of what a worker paid per output. Otherwise it reports false and the
+// caller queues. Order holds: a message queued earlier is counted in
+// queued until it was sent, and a job's own messages are never sent
+// concurrently (Output takes the lock under its own; Accept precedes the
+// handler, the end follows it). gRPC's flow control makes a Send wait only
+// when the node has not read for a whole window; the session's end ends
+// it.
+func (s *session) tryLock() bool {
+	if s.queued.Load() != 0 || !s.sendMu.TryLock() {
+		return false
+	}
+	if s.queued.Load() != 0 {
+		s.sendMu.Unlock()
+		return false
+	}
+	return true
+}
+
+// sendHeld sends m with the send lock tryLock took, and releases it.
+func (s *session) sendHeld(m *pb.WorkerMessage) error {
+	err := s.stream.Send(m)
+	s.sendMu.Unlock()
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			s.cancel(fmt.Errorf("send: %w", err))
+		}
+		return fmt.Errorf("session ended: %w", err)
+	}
+	return nil
 }
 
 // receive is the stream's only receiver; it returns when the stream ends.
