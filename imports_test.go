@@ -116,6 +116,9 @@ var importRules = map[string]importRule{
 	// The fault suite's and the compose tests' stall measure: arithmetic
 	// over what the tests saw.
 	"integration/stall": {},
+	// The closed-loop load the fault suite, the rolling restart and the
+	// compose tests share: HTTP and the clock, nothing of the node.
+	"integration/loadgen": {},
 }
 
 // TestImportRules holds every package of the module to its importRule,

@@ -3,20 +3,17 @@
 package integration_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // The requesters: a closed loop of clients, each posting one streamed job,
@@ -92,7 +89,6 @@ type loadGen struct {
 	queue     string
 	ttl       time.Duration
 	ingresses []*procNode
-	http      *http.Client
 	// failoverOn are the refusal codes after which a client moves to the
 	// next ingress, as a load balancer that reads /readyz would (a
 	// transport error always moves it).
@@ -101,14 +97,7 @@ type loadGen struct {
 	// starting with a comma (set before the first job).
 	extra string
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	stopping atomic.Bool // no new jobs
-	halted   atomic.Bool // open streams are being cut by the suite
-	wg       sync.WaitGroup
-
-	mu   sync.Mutex
-	jobs []*loadJob
+	*loadgen.Loop[loadJob]
 }
 
 // startLoad runs clients closed-loop clients against ingresses (in failover
@@ -118,45 +107,30 @@ type loadGen struct {
 // them thinking, or all streaming). A client moves to the next ingress
 // after a transport error, or a refusal with one of the codes failoverOn.
 func startLoad(t *testing.T, ingresses []*procNode, queue string, clients int, stagger, ttl time.Duration, failoverOn ...string) *loadGen {
-	g := &loadGen{queue: queue, ttl: ttl, ingresses: ingresses, failoverOn: failoverOn,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	for c := range clients {
-		g.wg.Go(func() {
-			select {
-			case <-g.ctx.Done():
-				return
-			case <-time.After(time.Duration(c) * stagger):
-			}
-			g.runClient(c)
-		})
-	}
+	g := &loadGen{queue: queue, ttl: ttl, ingresses: ingresses, failoverOn: failoverOn, Loop: loadgen.NewLoop[loadJob](clients)}
+	g.Start(clients, stagger, g.runClient)
 	t.Cleanup(func() {
-		g.stop()
-		g.halt()
+		g.Stop()
+		g.Halt()
 	})
 	return g
 }
 
 func (g *loadGen) runClient(c int) {
 	ing := 0
-	for k := 0; !g.stopping.Load(); k++ {
+	for k := 0; !g.Stopping.Load(); k++ {
 		n := g.ingresses[ing]
 		j := &loadJob{client: c, ingress: n.name}
-		g.mu.Lock()
-		g.jobs = append(g.jobs, j)
-		g.mu.Unlock()
+		g.Add(j)
 		pause := g.do(j, n, fmt.Sprintf("c%d-%d", c, k))
-		g.mu.Lock()
+		g.Mu.Lock()
 		failover := j.postErr != "" || slices.Contains(g.failoverOn, j.refusal)
-		g.mu.Unlock()
+		g.Mu.Unlock()
 		if failover {
 			ing = (ing + 1) % len(g.ingresses)
 		}
-		select {
-		case <-g.ctx.Done():
+		if !g.Pause(pause) {
 			return
-		case <-time.After(pause):
 		}
 	}
 }
@@ -167,61 +141,50 @@ func (g *loadGen) runClient(c int) {
 // stream.
 func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
 	body := fmt.Sprintf(`{"ttl_ms":%d,"input":%q%s}`, g.ttl.Milliseconds(), input, g.extra)
-	req, _ := http.NewRequestWithContext(g.ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+g.queue+"/jobs", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(g.Ctx, http.MethodPost, "http://"+n.http+"/v1/queues/"+g.queue+"/jobs", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	g.mu.Lock()
+	g.Mu.Lock()
 	j.submitAt, j.input = time.Now(), fmt.Sprintf("%q", input)
-	g.mu.Unlock()
-	res, err := g.http.Do(req)
+	g.Mu.Unlock()
+	res, err := g.HTTP.Do(req)
 	if err != nil {
-		g.mu.Lock()
+		g.Mu.Lock()
 		j.endAt = time.Now()
-		if g.halted.Load() {
+		if g.Halted.Load() {
 			j.open = true
 		} else {
 			j.postErr = err.Error()
 		}
-		g.mu.Unlock()
+		g.Mu.Unlock()
 		return 100 * time.Millisecond
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		var p struct{ Code string }
-		_ = json.Unmarshal(b, &p)
-		if p.Code == "" {
-			p.Code = fmt.Sprintf("http_%d", res.StatusCode)
-		}
-		g.mu.Lock()
-		j.status, j.refusal, j.endAt = res.StatusCode, p.Code, time.Now()
-		g.mu.Unlock()
-		// As a client should, wait as long as Retry-After says, bounded
-		// so the load comes back soon after the cluster does.
-		wait := 200 * time.Millisecond
-		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
-			wait = min(max(time.Duration(s)*time.Second, wait), time.Second)
-		}
+		code, wait := loadgen.Refusal(res)
+		g.Mu.Lock()
+		j.status, j.refusal, j.endAt = res.StatusCode, code, time.Now()
+		g.Mu.Unlock()
 		return wait
 	}
-	g.mu.Lock()
+	g.Mu.Lock()
 	j.status, j.id = res.StatusCode, res.Header.Get("X-Job-Id")
-	g.mu.Unlock()
+	g.Mu.Unlock()
 	for ev, err := range sse.Read(res.Body, nil) {
 		now := time.Now()
 		if err != nil {
-			g.mu.Lock()
-			if g.halted.Load() {
+			g.Mu.Lock()
+			if g.Halted.Load() {
 				j.open = true
 			} else {
 				j.broken = err.Error()
 			}
 			j.endAt = now
-			g.mu.Unlock()
+			g.Mu.Unlock()
 			return 100 * time.Millisecond
 		}
 		e := parseLoadEvent(ev, now)
-		g.mu.Lock()
+		g.Mu.Lock()
 		e.afterTerminal = j.terminals > 0
 		j.events = append(j.events, e)
 		if j.id == "" {
@@ -233,13 +196,13 @@ func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
 				j.terminal, j.code, j.endAt = e.kind, e.code, now
 			}
 		}
-		g.mu.Unlock()
+		g.Mu.Unlock()
 	}
-	g.mu.Lock()
+	g.Mu.Lock()
 	if j.endAt.IsZero() {
 		j.endAt = time.Now() // ended with no terminal event
 	}
-	g.mu.Unlock()
+	g.Mu.Unlock()
 	return 0
 }
 
@@ -274,54 +237,23 @@ func eventJobID(ev sse.Event) string {
 // its stream to the end in a goroutine of g's; view reads it.
 func (g *loadGen) post(n *procNode, input string) *loadJob {
 	j := &loadJob{client: -1, ingress: n.name}
-	g.mu.Lock()
-	g.jobs = append(g.jobs, j)
-	g.mu.Unlock()
-	g.wg.Go(func() { g.do(j, n, input) })
+	g.Add(j)
+	g.WG.Go(func() { g.do(j, n, input) })
 	return j
 }
 
 // view copies one job of g's.
 func (g *loadGen) view(j *loadJob) loadJob {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	c := *j
-	c.events = slices.Clone(j.events)
-	return c
-}
-
-// stop lets every client finish the job it has and post no more.
-func (g *loadGen) stop() { g.stopping.Store(true) }
-
-// drain waits up to timeout for the clients' last streams to end, then cuts
-// those still open (they are recorded as open: no terminal event).
-func (g *loadGen) drain(timeout time.Duration) {
-	done := make(chan struct{})
-	go func() { g.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		g.halt()
-	}
-	<-done
-}
-
-// halt cuts every open stream and waits for the clients.
-func (g *loadGen) halt() {
-	g.halted.Store(true)
-	g.cancel()
-	g.wg.Wait()
-	g.http.CloseIdleConnections()
+	g.Mu.Lock()
+	defer g.Mu.Unlock()
+	return cloneJob(j)
 }
 
 // snapshot copies every job recorded so far.
-func (g *loadGen) snapshot() []loadJob {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]loadJob, len(g.jobs))
-	for i, j := range g.jobs {
-		out[i] = *j
-		out[i].events = slices.Clone(j.events)
-	}
-	return out
+func (g *loadGen) snapshot() []loadJob { return g.Snapshot(cloneJob) }
+
+func cloneJob(j *loadJob) loadJob {
+	c := *j
+	c.events = slices.Clone(j.events)
+	return c
 }

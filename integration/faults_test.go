@@ -284,11 +284,11 @@ func runFault(t *testing.T, bin string, c faultCase) []string {
 	fx.warmUp()
 	c.inject(fx)
 	fx.observe()
-	fx.load.stop()
-	fx.load.drain(jobTTL + 5*time.Second)
+	fx.load.Stop()
+	fx.load.Drain(jobTTL + 5*time.Second)
 	if fx.mig != nil {
-		fx.mig.g.stop()
-		fx.mig.g.drain(jobTTL + 5*time.Second)
+		fx.mig.g.Stop()
+		fx.mig.g.Drain(jobTTL + 5*time.Second)
 	}
 	fx.settleRuns()
 	l := newLedger(fx)

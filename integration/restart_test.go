@@ -100,8 +100,8 @@ func TestRollingRestart(t *testing.T) {
 		time.Sleep(restartSettle)
 	}
 	loadStop := time.Now()
-	load.stop()
-	load.drain(restartTTL + 5*time.Second)
+	load.Stop()
+	load.Drain(restartTTL + 5*time.Second)
 	settleRunLog(runs)
 
 	rl := newRestartLedger(load.snapshot(), runs.all(), steps, loadStart, loadStop)

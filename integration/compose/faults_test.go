@@ -4,9 +4,10 @@ package compose_test
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // The cases. Each runs a closed loop of streamed jobs against a fresh
@@ -315,9 +316,8 @@ func probe(c *cluster, svc, model string) loadJob { return probeIn(c, svc, model
 
 // probeIn is probe for a job kept in zone.
 func probeIn(c *cluster, svc, model, zone string) loadJob {
-	l := &load{c: c, http: &http.Client{}}
-	defer l.http.CloseIdleConnections()
-	l.ctx, l.cancel = c.t.Context(), func() {}
+	l := &load{c: c, Loop: loadgen.NewLoop[loadJob](1)}
+	defer l.Halt()
 	j := &loadJob{kind: model, ingress: svc, model: model, zone: zone}
 	l.do(j)
 	return *j

@@ -3,19 +3,17 @@
 package compose_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // The requesters: clients in a closed loop, each posting one streamed job
@@ -97,17 +95,8 @@ func (j *loadJob) attempts() []uint64 {
 }
 
 type load struct {
-	c    *cluster
-	http *http.Client
-
-	ctx      context.Context
-	cancel   context.CancelFunc
-	stopping atomic.Bool
-	halted   atomic.Bool
-	wg       sync.WaitGroup
-
-	mu   sync.Mutex
-	jobs []*loadJob
+	c *cluster
+	*loadgen.Loop[loadJob]
 }
 
 // startLoad starts the clients, 250ms apart so the jobs in flight at any
@@ -117,45 +106,32 @@ func startLoad(c *cluster, specs ...clientSpec) *load {
 	for _, s := range specs {
 		total += s.clients
 	}
-	l := &load{c: c, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: total}}}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	k := 0
+	l := &load{c: c, Loop: loadgen.NewLoop[loadJob](total)}
+	var clients []func()
 	for _, s := range specs {
 		for i := range s.clients {
-			delay := time.Duration(k) * 250 * time.Millisecond
-			k++
-			l.wg.Go(func() {
-				select {
-				case <-l.ctx.Done():
-					return
-				case <-time.After(delay):
-				}
-				l.runClient(s, i)
-			})
+			clients = append(clients, func() { l.runClient(s, i) })
 		}
 	}
-	c.t.Cleanup(l.halt)
+	l.Start(len(clients), 250*time.Millisecond, func(k int) { clients[k]() })
+	c.t.Cleanup(l.Halt)
 	return l
 }
 
 func (l *load) runClient(s clientSpec, i int) {
 	ing := i % len(s.ingresses)
-	for !l.stopping.Load() {
+	for !l.Stopping.Load() {
 		j := &loadJob{kind: s.kind, ingress: s.ingresses[ing], model: s.model, zone: s.zone}
-		l.mu.Lock()
-		l.jobs = append(l.jobs, j)
-		l.mu.Unlock()
+		l.Add(j)
 		pause := l.do(j)
-		l.mu.Lock()
+		l.Mu.Lock()
 		failover := j.postErr != ""
-		l.mu.Unlock()
+		l.Mu.Unlock()
 		if failover {
 			ing = (ing + 1) % len(s.ingresses)
 		}
-		select {
-		case <-l.ctx.Done():
+		if !l.Pause(pause) {
 			return
-		case <-time.After(pause):
 		}
 	}
 }
@@ -177,57 +153,48 @@ func (l *load) do(j *loadJob) time.Duration {
 	}
 	body, _ := json.Marshal(env)
 	base, err := l.c.url(j.ingress)
-	l.mu.Lock()
+	l.Mu.Lock()
 	j.submitAt = time.Now()
-	l.mu.Unlock()
+	l.Mu.Unlock()
 	var res *http.Response
 	if err == nil {
-		req, _ := http.NewRequestWithContext(l.ctx, http.MethodPost, base+"/v1/queues/demo/jobs", strings.NewReader(string(body)))
+		req, _ := http.NewRequestWithContext(l.Ctx, http.MethodPost, base+"/v1/queues/demo/jobs", strings.NewReader(string(body)))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "text/event-stream")
-		res, err = l.http.Do(req)
+		res, err = l.HTTP.Do(req)
 	}
 	if err != nil {
-		l.mu.Lock()
+		l.Mu.Lock()
 		j.endAt = time.Now()
-		if l.halted.Load() {
+		if l.Halted.Load() {
 			j.open = true
 		} else {
 			j.postErr = err.Error()
 		}
-		l.mu.Unlock()
+		l.Mu.Unlock()
 		return 200 * time.Millisecond
 	}
 	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		code, wait := loadgen.Refusal(res)
 		res.Body.Close()
-		var p struct{ Code string }
-		_ = json.Unmarshal(b, &p)
-		if p.Code == "" {
-			p.Code = "http_" + strconv.Itoa(res.StatusCode)
-		}
-		l.mu.Lock()
-		j.status, j.refusal, j.endAt = res.StatusCode, p.Code, time.Now()
-		l.mu.Unlock()
-		wait := 200 * time.Millisecond
-		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
-			wait = min(max(time.Duration(s)*time.Second, wait), time.Second)
-		}
+		l.Mu.Lock()
+		j.status, j.refusal, j.endAt = res.StatusCode, code, time.Now()
+		l.Mu.Unlock()
 		return wait
 	}
-	l.mu.Lock()
+	l.Mu.Lock()
 	j.status, j.id = res.StatusCode, res.Header.Get("X-Job-Id")
-	l.mu.Unlock()
+	l.Mu.Unlock()
 	last, err := l.read(j, res)
 	for err == nil && j.terminals == 0 && j.resumes < 3 && j.id != "" {
 		// Ended without its terminal event: resume after the last event
 		// seen, as an EventSource would.
-		l.mu.Lock()
+		l.Mu.Lock()
 		j.resumes++
-		l.mu.Unlock()
-		req, _ := http.NewRequestWithContext(l.ctx, http.MethodGet, base+"/v1/jobs/"+j.id+"/events", nil)
+		l.Mu.Unlock()
+		req, _ := http.NewRequestWithContext(l.Ctx, http.MethodGet, base+"/v1/jobs/"+j.id+"/events", nil)
 		req.Header.Set("Last-Event-ID", last)
-		if res, err = l.http.Do(req); err == nil {
+		if res, err = l.HTTP.Do(req); err == nil {
 			if res.StatusCode != http.StatusOK {
 				res.Body.Close()
 				err = fmt.Errorf("resume: %s", res.Status)
@@ -236,11 +203,11 @@ func (l *load) do(j *loadJob) time.Duration {
 			}
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	switch {
 	case j.terminals > 0:
-	case l.halted.Load():
+	case l.Halted.Load():
 		j.open = true
 	case err != nil:
 		j.broken = err.Error()
@@ -272,7 +239,7 @@ func (l *load) read(j *loadJob, res *http.Response) (string, error) {
 			Code, Detail string
 		}
 		_ = json.Unmarshal([]byte(ev.Data), &d)
-		l.mu.Lock()
+		l.Mu.Lock()
 		if j.id == "" {
 			j.id = d.JobID
 		}
@@ -283,57 +250,26 @@ func (l *load) read(j *loadJob, res *http.Response) (string, error) {
 				j.terminal, j.code, j.detail, j.endAt = ev.Type, d.Code, d.Detail, now
 			}
 		}
-		l.mu.Unlock()
+		l.Mu.Unlock()
 	}
 	return last, nil
 }
 
-// stop lets every client finish the job it has and post no more.
-func (l *load) stop() { l.stopping.Store(true) }
-
 // drain stops the clients and waits up to timeout for their last streams
 // to end, then cuts those still open (recorded as open: no terminal event).
 func (l *load) drain(timeout time.Duration) {
-	l.stop()
-	done := make(chan struct{})
-	go func() { l.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		l.halt()
-	}
-	<-done
-}
-
-// halt cuts every open stream and waits for the clients.
-func (l *load) halt() {
-	l.halted.Store(true)
-	l.cancel()
-	l.wg.Wait()
-	l.http.CloseIdleConnections()
+	l.Stop()
+	l.Drain(timeout)
 }
 
 // snapshot copies every job recorded so far.
 func (l *load) snapshot() []loadJob {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]loadJob, len(l.jobs))
-	for i, j := range l.jobs {
-		out[i] = *j
-		out[i].events = slices.Clone(j.events)
-	}
-	return out
+	return l.Snapshot(func(j *loadJob) loadJob {
+		c := *j
+		c.events = slices.Clone(j.events)
+		return c
+	})
 }
 
 // count returns how many jobs satisfy f, under the lock.
-func (l *load) count(f func(*loadJob) bool) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, j := range l.jobs {
-		if f(j) {
-			n++
-		}
-	}
-	return n
-}
+func (l *load) count(f func(*loadJob) bool) int { return l.Count(f) }
