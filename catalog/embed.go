@@ -39,6 +39,13 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 			return nil, fmt.Errorf("start embedded etcd: InitialCluster: %w", err)
 		}
 	}
+	var plan joinPlan
+	if cfg.InitialCluster != "" {
+		var err error
+		if plan, err = prepareJoin(ctx, cfg, ms); err != nil {
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
+		}
+	}
 	// Mutual TLS on both ports, always: whoever reaches them without a
 	// certificate of the cluster's CA (its own, or the one derived from
 	// the secret: derive.go) can neither read nor write the catalog, nor
@@ -67,6 +74,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		members = len(ms)
 		ec.InitialCluster = joinInitialCluster(ms)
 		ec.ClusterState = cfg.ClusterState
+		if plan.initialCluster != "" {
+			ec.InitialCluster, ec.ClusterState = plan.initialCluster, plan.state
+		}
 		logCluster(cfg.Logger, cfg, ms)
 	} else {
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
@@ -85,6 +95,12 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+		if plan.learner != 0 {
+			if err := promote(ctx, cfg, e, plan.learner); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
+			}
+		}
 		return e, nil
 	case <-e.Server.StopNotify():
 		e.Close()
