@@ -99,6 +99,17 @@ func (c *Catalog) memberList(ctx context.Context) ([]core.Member, error) {
 		leader uint64
 	)
 	for i, m := range resp.Members {
+		if c.etcd != nil && m.ID == uint64(c.etcd.Server.MemberID()) {
+			// This node's own member runs (its advertised client URL
+			// may name port 0, a single member's default).
+			ms[i].Healthy = true
+			if l := uint64(c.etcd.Server.Leader()); l != 0 {
+				mu.Lock()
+				leader = l
+				mu.Unlock()
+			}
+			continue
+		}
 		if len(m.ClientURLs) == 0 {
 			continue // added, never started
 		}
