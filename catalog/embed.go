@@ -74,10 +74,16 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		members = len(ms)
 		ec.InitialCluster = joinInitialCluster(ms)
 		ec.ClusterState = cfg.ClusterState
+		logged, lms := cfg, ms
 		if plan.initialCluster != "" {
+			// The running cluster's members, as prepareJoin found them.
 			ec.InitialCluster, ec.ClusterState = plan.initialCluster, plan.state
+			logged.ClusterState = plan.state
+			if pms, err := parseInitialCluster(plan.initialCluster); err == nil {
+				lms = pms
+			}
 		}
-		logCluster(cfg.Logger, cfg, ms)
+		logCluster(cfg.Logger, logged, lms)
 	} else {
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	}
