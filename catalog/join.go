@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -222,16 +223,26 @@ func askMembers(ctx context.Context, cfg Config, ms []clusterMember) ([]peerMemb
 	return nil, "", ctx.Err()
 }
 
-// withRemote runs f with a client of the started members of current.
+// withRemote runs f with a client of the started members of current:
+// their client URLs, less the loopback ones of members whose peer URL is
+// not on loopback (a member that serves clients on its own loopback only,
+// as in the compose demo, cannot be asked from another host).
 func withRemote(ctx context.Context, cfg Config, current []peerMember, f func(cli *clientv3.Client) error) error {
-	var eps []string
+	var eps, skipped []string
 	for _, m := range current {
-		if m.Name != cfg.Name {
-			eps = append(eps, m.ClientURLs...)
+		if m.Name == cfg.Name {
+			continue
+		}
+		for _, u := range m.ClientURLs {
+			if isLoopbackURL(u) && !slices.ContainsFunc(m.PeerURLs, isLoopbackURL) {
+				skipped = append(skipped, u)
+				continue
+			}
+			eps = append(eps, u)
 		}
 	}
 	if len(eps) == 0 {
-		return errors.New("no other member has a client URL")
+		return fmt.Errorf("no other member has a client URL this node can reach (only loopback ones: %v): give the members an --etcd-client-addr on an address the other nodes reach (its port serves mutual TLS only)", skipped)
 	}
 	cli, err := remoteClient(cfg, eps)
 	if err != nil {
@@ -248,6 +259,19 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return u.Host
+}
+
+// isLoopbackURL reports whether raw's host is a loopback address or
+// localhost.
+func isLoopbackURL(raw string) bool {
+	host, _, err := net.SplitHostPort(hostOf(raw))
+	if err != nil {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return host == "localhost"
 }
 
 // promote promotes the learner id, this member, once etcd lets it (it has

@@ -9,6 +9,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -68,7 +70,12 @@ func remoteClient(cfg Config, endpoints []string) (*clientv3.Client, error) {
 }
 
 // memberList is the cluster's member list with each member's health and
-// the leader, asked of every member's client URL in parallel.
+// the leader. With an embedded member, a member is healthy when its peer
+// port answers etcd's GET /version over the cluster's TLS: peer URLs are
+// the addresses every member reaches, whereas a member's client URL may be
+// its own loopback (the compose demo's); the leader is this member's
+// view. With external endpoints, each member's client URL is asked for
+// its status.
 func (c *Catalog) memberList(ctx context.Context) ([]core.Member, error) {
 	wctx, cancel := c.writeCtx(ctx)
 	defer cancel()
@@ -77,56 +84,57 @@ func (c *Catalog) memberList(ctx context.Context) ([]core.Member, error) {
 		return nil, catalogUnavailable("list the members", err)
 	}
 	ms := make([]core.Member, len(resp.Members))
-	var eps []string
 	for i, m := range resp.Members {
 		ms[i] = toMember(m)
-		eps = append(eps, m.ClientURLs...)
-	}
-	if len(eps) == 0 {
-		return ms, nil
-	}
-	cli := c.client
-	if c.etcd != nil {
-		// The in-process client reaches this member alone.
-		if cli, err = remoteClient(c.cfg, eps); err != nil {
-			return nil, fmt.Errorf("members: %w", err)
-		}
-		defer cli.Close()
 	}
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup
 		leader uint64
 	)
-	for i, m := range resp.Members {
-		if c.etcd != nil && m.ID == uint64(c.etcd.Server.MemberID()) {
-			// This node's own member runs (its advertised client URL
-			// may name port 0, a single member's default).
-			ms[i].Healthy = true
-			if l := uint64(c.etcd.Server.Leader()); l != 0 {
+	var check func(ctx context.Context, m *etcdserverpb.Member) bool
+	if c.etcd != nil {
+		if l := uint64(c.etcd.Server.Leader()); l != 0 {
+			leader = l
+		}
+		tc, err := c.cfg.memberTLS()
+		if err != nil {
+			return nil, fmt.Errorf("members: %w", err)
+		}
+		tr := &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}
+		defer tr.CloseIdleConnections()
+		hc := &http.Client{Transport: tr}
+		self := uint64(c.etcd.Server.MemberID())
+		check = func(ctx context.Context, m *etcdserverpb.Member) bool {
+			if m.ID == self {
+				return true
+			}
+			return len(m.PeerURLs) > 0 && peerAnswers(ctx, hc, m.PeerURLs[0])
+		}
+	} else {
+		check = func(ctx context.Context, m *etcdserverpb.Member) bool {
+			if len(m.ClientURLs) == 0 {
+				return false
+			}
+			st, err := c.client.Status(ctx, m.ClientURLs[0])
+			if err == nil && st.Leader != 0 {
 				mu.Lock()
-				leader = l
+				leader = st.Leader
 				mu.Unlock()
 			}
-			continue
+			return err == nil
 		}
-		if len(m.ClientURLs) == 0 {
-			continue // added, never started
-		}
+	}
+	for i, m := range resp.Members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, memberCheckTimeout)
 			defer cancel()
-			st, err := cli.Status(sctx, m.ClientURLs[0])
+			ok := check(sctx, m)
 			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				ms[i].Healthy = true
-				if st.Leader != 0 {
-					leader = st.Leader
-				}
-			}
+			ms[i].Healthy = ok
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -134,6 +142,22 @@ func (c *Catalog) memberList(ctx context.Context) ([]core.Member, error) {
 		ms[i].Leader = m.ID == leader
 	}
 	return ms, nil
+}
+
+// peerAnswers reports whether the member at peerURL answers GET /version
+// on its peer port.
+func peerAnswers(ctx context.Context, hc *http.Client, peerURL string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(peerURL, "/")+"/version", nil)
+	if err != nil {
+		return false
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	return res.StatusCode == http.StatusOK
 }
 
 func toMember(m *etcdserverpb.Member) core.Member {
