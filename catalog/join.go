@@ -40,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -187,9 +188,11 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 	return plan, nil
 }
 
-// askMembers asks the members of ms other than this node, one after the
-// other, for the member list on their peer port, and returns the first
-// answer and who gave it; nil when none answered.
+// askMembers asks the members of ms other than this node, all at once,
+// for the member list on their peer port, and returns the first answer and
+// who gave it; nil when none answered within peerTimeout. (At once, so that
+// a start with peers unreachable, a partition, waits peerTimeout, not
+// peerTimeout per peer.)
 func askMembers(ctx context.Context, cfg Config, ms []clusterMember) ([]peerMember, string, error) {
 	tc, err := cfg.memberTLS()
 	if err != nil {
@@ -197,30 +200,64 @@ func askMembers(ctx context.Context, cfg Config, ms []clusterMember) ([]peerMemb
 	}
 	tr := &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: peerTimeout}
+	hc := &http.Client{Transport: tr}
+	actx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	type answer struct {
+		list []peerMember
+		from string
+	}
+	answers := make(chan answer, len(ms))
+	var wg sync.WaitGroup
 	for _, m := range ms {
 		if m.name == cfg.Name {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.scheme+"://"+m.host+"/members", nil)
-		if err != nil {
-			return nil, "", err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			cfg.Logger.Debug("catalog: membership: member did not answer", "member", m.name, "err", err)
-			continue
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		var list []peerMember
-		if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
-			cfg.Logger.Debug("catalog: membership: member gave no member list", "member", m.name, "status", resp.StatusCode)
-			continue
-		}
-		return list, m.name, nil
+		wg.Go(func() {
+			list, err := askMember(actx, hc, m)
+			if err != nil {
+				cfg.Logger.Debug("catalog: membership: member gave no member list", "member", m.name, "err", err)
+				return
+			}
+			answers <- answer{list, m.name}
+		})
 	}
-	return nil, "", ctx.Err()
+	go func() {
+		wg.Wait()
+		close(answers)
+	}()
+	a, ok := <-answers
+	cancel()
+	wg.Wait() // the others end with actx
+	if !ok {
+		return nil, "", ctx.Err()
+	}
+	return a.list, a.from, nil
+}
+
+// askMember is GET /members on m's peer port.
+func askMember(ctx context.Context, hc *http.Client, m clusterMember) ([]peerMember, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.scheme+"://"+m.host+"/members", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /members: %s", resp.Status)
+	}
+	var list []peerMember
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("GET /members: %w", err)
+	}
+	return list, nil
 }
 
 // withRemote runs f with a client of the started members of current:
