@@ -101,8 +101,10 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		if plan.learner != 0 {
-			if err := promote(ctx, cfg, e, plan.learner); err != nil {
+		// A learner (just added, or added by a start that did not live
+		// to promote it) votes once it has caught up.
+		if e.Server.IsLearner() {
+			if err := promote(ctx, cfg, e, uint64(e.Server.MemberID())); err != nil {
 				e.Close()
 				return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
 			}

@@ -67,9 +67,6 @@ func (m peerMember) started() bool { return len(m.ClientURLs) > 0 }
 type joinPlan struct {
 	initialCluster string // "" keeps the flags'
 	state          string
-	// learner is the id of the learner this member starts as, to promote
-	// once it has caught up; 0 for none.
-	learner uint64
 }
 
 // peerTimeout bounds asking one member for the member list.
@@ -122,11 +119,10 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 	}
 	// An empty data directory, and a running cluster.
 	var id uint64
-	learner := true
 	switch {
 	case byURL >= 0 && !current[byURL].started() && (current[byURL].Name == "" || current[byURL].Name == cfg.Name):
 		// Added for this node (switchyard members add), not started yet.
-		id, learner = current[byURL].ID, current[byURL].IsLearner
+		id = current[byURL].ID
 		log.Info("catalog: membership: joining as the member added for this peer address", "member", cfg.Name, "id", memberID(id), "learner", current[byURL].IsLearner, "asked", from)
 	case byName >= 0 && !current[byName].started() && cfg.ClusterState == ClusterStateNew:
 		// Named in a cluster whose other members have started without it
@@ -138,6 +134,15 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 		}
 		if byName >= 0 {
 			stale := current[byName]
+			if !slices.ContainsFunc(stale.PeerURLs, func(u string) bool { return samePeerURL(u, selfURL) }) {
+				// At another address: make sure no process serves it
+				// there (two nodes under one name).
+				if answers, err := memberAnswers(ctx, cfg, stale.PeerURLs); err != nil {
+					return plan, err
+				} else if answers {
+					return plan, fmt.Errorf("member %s %q runs at %v: another node has this node's name; refusing to replace it", memberID(stale.ID), stale.Name, stale.PeerURLs)
+				}
+			}
 			log.Warn("catalog: membership: this node's data directory is empty but the cluster lists it as a member that has run: replacing that member (the cluster secret proves this node belongs)",
 				"member", cfg.Name, "stale_id", memberID(stale.ID), "stale_peer_urls", stale.PeerURLs, "asked", from)
 			if err := withRemote(ctx, cfg, current, func(cli *clientv3.Client) error {
@@ -181,9 +186,6 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 		}
 	}
 	plan.initialCluster, plan.state = joinInitialCluster(list), ClusterStateExisting
-	if learner {
-		plan.learner = id
-	}
 	log.Info("catalog: membership: starting the member in the existing cluster", "member", cfg.Name, "initial_cluster", plan.initialCluster)
 	return plan, nil
 }
@@ -296,6 +298,25 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return u.Host
+}
+
+// memberAnswers reports whether a member answers at one of peerURLs.
+func memberAnswers(ctx context.Context, cfg Config, peerURLs []string) (bool, error) {
+	tc, err := cfg.memberTLS()
+	if err != nil {
+		return false, err
+	}
+	tr := &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	actx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	for _, u := range peerURLs {
+		if peerAnswers(actx, hc, u) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // isLoopbackURL reports whether raw's host is a loopback address or
