@@ -10,15 +10,22 @@ package catalog
 // cluster's member list, over TLS of the cluster CA (its own files, or the
 // one derived from the secret: reaching them proves the node belongs), and
 //
+//   - with an empty data directory, at a peer address the cluster lists
+//     as a member added and not started yet (`switchyard members add`):
+//     it starts as that member, with ClusterState existing and the
+//     current members;
 //   - with an empty data directory, under a name the cluster lists as a
-//     member that has run: it removes that member, adds itself as a
-//     learner, and starts with ClusterState existing and the current
-//     members (the replacement of a node that lost its disk);
-//   - with an empty data directory, under a name or peer address the
-//     cluster does not list as a member that has run: the same, without
-//     the removal when there is nothing to remove (a member added with
-//     `switchyard members add`, or a node named in InitialCluster that the
-//     running cluster has lost);
+//     member that has run: it removes that member (unless it still
+//     answers at another address: two nodes under one name), adds itself
+//     as a learner, and starts the same way (the replacement of a node
+//     that lost its disk);
+//   - with an empty data directory, under a name the running cluster does
+//     not list: it adds itself as a learner the same way (a node named in
+//     InitialCluster that the running cluster has lost, such as a
+//     replacement that stopped between its removal and its addition);
+//   - with an empty data directory, named in a cluster none of whose
+//     members has run yet, or in one whose other members started without
+//     it (a late first start): etcd's flags decide;
 //   - with data, under a name the cluster lists at another peer address:
 //     it moves the member to its new address (MemberUpdate).
 //
