@@ -14,7 +14,7 @@ TRACING_JOBS ?= 1000
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short test-election lint fuzz bench bench-tracing bench-idle soak faults soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
+.PHONY: build run test test-short test-election lint fuzz bench bench-tracing bench-idle soak faults scale soak-faults test-restart proto openapi generate tools verify clean image demo-up demo-down test-compose
 
 ## build: the one binary, bin/switchyard
 build:
@@ -30,10 +30,11 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-## lint: staticcheck (pinned), the fault suite's and the compose tests' files
-## (build tags faults and compose) included
+## lint: staticcheck (pinned), the fault suite's, the compose tests' and
+## make scale's files (build tags faults, compose and scale) included, so
+## the harnesses CI does not run still compile and pass its checks
 lint:
-	$(GO) run $(STATICCHECK) -tags faults,compose ./...
+	$(GO) run $(STATICCHECK) -tags faults,compose,scale ./...
 
 ## test-election: the catalog's embedded 3-member cluster losing its etcd
 ## leader (three times) and its quorum, under CPU load on every core, alone
@@ -116,7 +117,7 @@ bench-tracing:
 ## stacks and goroutines per stream with IDLE_STREAMS (10,000) open on one node
 ## (the real binary, its worker in another process), beside a plain net/http
 ## SSE server in the same run. It needs about 2 x IDLE_STREAMS file
-## descriptors per process: see README, "Many open streams".
+## descriptors per process: see docs/running.md, "Many open streams".
 IDLE_STREAMS ?= 10000
 bench-idle:
 	$(GO) test -run '^$$' -bench '^BenchmarkIdleStreams$$' -benchtime 1x -timeout 20m ./integration/ -args -idle.streams $(IDLE_STREAMS)
@@ -134,6 +135,20 @@ soak: build
 faults:
 	$(GO) vet -tags faults ./integration/
 	$(GO) test -tags faults -race -count=1 -v -timeout 15m -run '^TestFaults$$' ./integration/
+
+## scale: the real binary as a growing cluster on this machine (SCALE_SIZES
+## nodes: three embed the catalog's etcd members, the rest are their
+## clients), a load tool of SDK worker sessions and HTTP/SSE requesters in
+## one process; per size, CPU, RSS, goroutines, sockets, peer messages, etcd
+## requests and watch events idle, loaded and under churn, routing messages
+## per job, a worker's time to be routable everywhere, a new queue's first
+## job; then the fault cases at the largest size. Prints one table
+## (docs/scale.md). SCALE_BIN measures another build. Not in CI: about 6
+## minutes.
+SCALE_SIZES ?= 3,6,12,24,48
+SCALE_BIN ?= $(CURDIR)/$(BIN)
+scale: build
+	$(GO) test -tags scale -count=1 -v -timeout 15m -run '^TestScale$$' ./integration/ -args -scale.sizes $(SCALE_SIZES) -scale.bin $(SCALE_BIN)
 
 ## test-restart: the rolling restart under load (integration/restart_test.go,
 ## docs/faults.md): the real binary as three nodes with workers on two, 30
@@ -157,14 +172,19 @@ soak-faults:
 ## image: the container image $(IMAGE): a static binary (CGO disabled) built
 ## here for the Docker engine's OS and architecture, FROM scratch; pulls nothing
 IMAGE ?= switchyard:dev
+# The label value that marks this checkout's builds of $(IMAGE): make image
+# prunes the dangling images that carry it (the build it replaced), and no
+# other checkout's or image's.
+IMAGE_BUILD = $(shell printf '%s\n%s' '$(CURDIR)' '$(IMAGE)' | cksum | cut -d' ' -f1)
 image:
 	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed"; exit 1; }
 	@rm -rf bin/image && mkdir -p bin/image/data
 	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version -f '{{.Server.Arch}}') \
 	  $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/switchyard ./cmd/switchyard
-	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) -f Dockerfile bin/image
-	@# The image this build replaced, now untagged, would pile up build after build.
-	@docker image prune -f --filter label=org.opencontainers.image.title=switchyard >/dev/null
+	docker build -q -t $(IMAGE) --build-arg VERSION=$(VERSION) --label dev.switchyard.build=$(IMAGE_BUILD) -f Dockerfile bin/image
+	@# The image this build replaced, now untagged, would pile up build after
+	@# build: pruned, and only it (its label is this checkout's and image's).
+	@docker image prune -f --filter label=dev.switchyard.build=$(IMAGE_BUILD) >/dev/null
 	@docker image ls $(IMAGE) --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 
 # The compose command: the docker compose plugin if present, else docker-compose.

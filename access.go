@@ -1,8 +1,13 @@
 package switchyard
 
-import "github.com/switchyard/switchyard/auth"
+import (
+	"net/url"
 
-// openAuth loads the node's API keys, and says in its log who may call it.
+	"github.com/switchyard/switchyard/auth"
+)
+
+// openAuth loads the node's API keys, and says in its log who may call it
+// and, for an external etcd reached over http://, who may read its catalog.
 func (n *Node) openAuth() (err error) {
 	log := n.log.With("system", "auth")
 	if n.keys, err = auth.Open(n.cfg.Auth, log); err != nil {
@@ -15,6 +20,12 @@ func (n *Node) openAuth() (err error) {
 			"http", n.cfg.HTTPAddr, "grpc", n.cfg.GRPCAddr)
 	default:
 		log.Info("no API keys: anonymous calls are accepted, on loopback addresses only (--auth-file to check keys)")
+	}
+	for _, ep := range n.cfg.EtcdEndpoints {
+		if u, err := url.Parse(ep); err == nil && u.Scheme == "http" && !loopbackAddr(u.Host) {
+			n.log.Warn("an external etcd endpoint over http: the catalog (every node's and queue's record) travels in plaintext, and anyone who reaches the endpoint reads and writes it unless etcd checks users; use https:// (--etcd-tls-*)",
+				"system", "catalog", "endpoint", ep)
+		}
 	}
 	return nil
 }

@@ -46,8 +46,15 @@ type Config struct {
 	// finish: its clients' and those its workers run (Node.Close).
 	DrainTimeout time.Duration
 	// PeerAddr is the listen address of the node-to-node PeerService
-	// (port 0 picks one); the node's catalog record carries the bound one.
+	// (port 0 picks one).
 	PeerAddr string
+	// AdvertiseHTTPAddr, AdvertiseGRPCAddr and AdvertisePeerAddr are the
+	// addresses the node's catalog record carries for its HTTP, gRPC and
+	// peer listeners: what views, the web page, relays and other nodes'
+	// peer transports dial. Empty: the bound address, or for a bind on
+	// every interface the host's own address with the bound port
+	// (advertise.go).
+	AdvertiseHTTPAddr, AdvertiseGRPCAddr, AdvertisePeerAddr string
 	// ClusterSecret authenticates nodes to each other: every peer
 	// connection's handshake proves it, both ways, bound to that
 	// connection (peer/handshake.go); without a cluster CA (PeerTLSCert),
@@ -59,10 +66,11 @@ type Config struct {
 	// proves membership, not the channel: PeerTLSCert and the rest make
 	// the channel mutual TLS.
 	ClusterSecret string
-	// PeerHeartbeatInterval is how often the node pings every other node;
-	// one that misses PeerSuspectAfter pings in a row is suspected in this
-	// node's view (offered nothing new, its queues taken over), and one
-	// that misses PeerFailureThreshold is spare (silent).
+	// PeerHeartbeatInterval is how often the node pings the peers it works
+	// with (peer.Tracker); one that misses PeerSuspectAfter pings in a row
+	// is suspected in this node's view (offered nothing new, its queues
+	// taken over), and one that misses PeerFailureThreshold is spare
+	// (silent).
 	PeerHeartbeatInterval time.Duration
 	PeerFailureThreshold  int
 	PeerSuspectAfter      int
@@ -161,6 +169,11 @@ func (c *Config) Validate() error {
 	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}, {"peer-addr", c.PeerAddr}} {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New("must be host:port (port 0 picks a free one)")}
+		}
+	}
+	for _, a := range []struct{ flag, addr string }{{"advertise-http-addr", c.AdvertiseHTTPAddr}, {"advertise-grpc-addr", c.AdvertiseGRPCAddr}, {"advertise-peer-addr", c.AdvertisePeerAddr}} {
+		if err := validateAdvertise(a.flag, a.addr); err != nil {
+			return err
 		}
 	}
 	if err := c.validateAnonymous(); err != nil {

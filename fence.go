@@ -11,27 +11,6 @@ import (
 	"github.com/switchyard/switchyard/core"
 )
 
-// A node fences when its catalog lease must be treated as lost, and comes
-// back once its catalog answers again (docs/cluster.md, "A fenced node
-// comes back"):
-//
-//  1. Fence: the engine stops every job here (core.Engine.Fence); /readyz
-//     answers 503; Submit and worker registrations are refused draining.
-//  2. Retry, every recoverMin doubling to recoverMax, until the catalog
-//     answers: catalog.Recover revokes the lost lease (the previous
-//     incarnation's records go with it) and grants a new one, a new
-//     incarnation.
-//  3. The node record goes out in_progress under the new incarnation:
-//     peers release what the previous incarnation held (proven death),
-//     and route nothing here yet.
-//  4. core.Engine.Unfence republishes the consumers of the worker sessions
-//     that stayed connected, and takes jobs again.
-//  5. The record says online; /readyz answers 200.
-//
-// A step that fails starts the round again after the backoff (Recover is
-// a no-op while the new lease holds). A node told to stop (Close) stops
-// trying.
-
 // Backoff between recovery rounds.
 const (
 	recoverMin = 100 * time.Millisecond
@@ -64,7 +43,25 @@ func newFenceMetrics(reg prometheus.Registerer) *fenceMetrics {
 }
 
 // watchFence fences the node each time the catalog declares its lease
-// lost, then brings it back (see above), until ctx ends.
+// lost, then brings it back, until ctx ends (docs/cluster.md, "A fenced
+// node comes back"):
+//
+//  1. Fence: the engine stops every job here (core.Engine.Fence); /readyz
+//     answers 503; Submit and worker registrations are refused draining.
+//  2. Retry, every recoverMin doubling to recoverMax, until the catalog
+//     answers: catalog.Recover revokes the lost lease (the previous
+//     incarnation's records go with it) and grants a new one, a new
+//     incarnation.
+//  3. The node record goes out in_progress under the new incarnation:
+//     peers release what the previous incarnation held (proven death),
+//     and route nothing here yet.
+//  4. core.Engine.Unfence republishes the consumers of the worker sessions
+//     that stayed connected, and takes jobs again.
+//  5. The record says online; /readyz answers 200.
+//
+// A step that fails starts the round again after the backoff (Recover is
+// a no-op while the new lease holds). A node told to stop (Close) stops
+// trying.
 func (n *Node) watchFence(ctx context.Context) {
 	for {
 		select {

@@ -126,8 +126,9 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.listen(); err != nil {
 		return nil, err
 	}
+	adv := n.advertised()
 	record := core.NodeInfo{
-		ID: cfg.Name, PeerAddr: n.PeerAddr(), HTTPAddr: n.HTTPAddr(), GRPCAddr: n.GRPCAddr(), Zone: cfg.Zone, State: core.StateInProgress,
+		ID: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, GRPCAddr: adv.grpc, Zone: cfg.Zone, State: core.StateInProgress,
 	}
 	// Joined, not yet routable: other nodes may write to the catalog about
 	// this one, but route nothing to it.
@@ -147,6 +148,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.stopTracker = stopTracker
 	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
 	n.log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
+		"advertise_http", adv.http, "advertise_grpc", adv.grpc, "advertise_peer", adv.peer,
 		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
 	return n, nil
 }
@@ -180,6 +182,7 @@ func (n *Node) openCatalog(ctx context.Context) (err error) {
 		LeaseTTL: cfg.LeaseTTL, Logger: n.log.With("system", "catalog"),
 		TLS: cfg.catalogTLS(), Secret: n.secret, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		FastElection: cfg.FastCatalog, UnsafeNoFsync: cfg.FastCatalog,
+		Metrics: catalog.NewMetrics(n.reg),
 	})
 	return err
 }
@@ -234,6 +237,7 @@ func (n *Node) openCluster() (err error) {
 	if n.tracker, err = peer.NewTracker(peer.TrackerConfig{
 		Self: cfg.Name, Interval: cfg.PeerHeartbeatInterval, Threshold: cfg.PeerFailureThreshold, SuspectAfter: cfg.PeerSuspectAfter,
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
+		Related: func() map[string]bool { return n.cat.Related(cfg.Name) },
 		OnChange: func() {
 			select {
 			case n.peersChanged <- struct{}{}:
@@ -300,10 +304,9 @@ func (n *Node) openAPIs() (err error) {
 	if err != nil {
 		return err
 	}
-	n.jobs, err = grpcapi.NewJobServer(n.engine, grpcapi.JobConfig{
-		Stream: hcfg.Stream, Keyring: hcfg.Keyring, TokenTTL: hcfg.TokenTTL, StreamMetrics: hcfg.StreamMetrics,
-		Cluster: hcfg.Cluster, RelayTLS: hcfg.RelayTLS, Errors: errm, Logger: n.log.With("system", "jobs"),
-	}, n.reg)
+	jcfg := api.JobConfig()
+	jcfg.Logger = n.log.With("system", "jobs")
+	n.jobs, err = grpcapi.NewJobServer(n.engine, jcfg, n.reg)
 	if err != nil {
 		return err
 	}
@@ -420,6 +423,17 @@ func (n *Node) awaitPeerServer(ctx context.Context) error {
 	return nil
 }
 
+// advertised is what the node's catalog record says to dial it at
+// (advertise.go), from its bound listeners.
+func (n *Node) advertised() advertisedAddrs {
+	cfg := n.cfg
+	return advertisedAddrs{
+		http: advertiseAddr(cfg.AdvertiseHTTPAddr, n.httpLn.Addr(), hostAddress),
+		grpc: advertiseAddr(cfg.AdvertiseGRPCAddr, n.grpcLn.Addr(), hostAddress),
+		peer: advertiseAddr(cfg.AdvertisePeerAddr, n.peerLn.Addr(), hostAddress),
+	}
+}
+
 // HTTPAddr is the address the HTTP API is bound to.
 func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
@@ -435,7 +449,8 @@ func (n *Node) DebugAddr() string {
 	return n.debugLn.Addr().String()
 }
 
-// PeerAddr is the address the peer server is bound to.
+// PeerAddr is the address the peer server is bound to (other nodes dial
+// the advertised one in its catalog record).
 func (n *Node) PeerAddr() string { return n.peerLn.Addr().String() }
 
 // views is the catalog as this node's cluster views show it (clusterView).
@@ -487,21 +502,13 @@ func (n *Node) watchCluster(ctx context.Context) {
 	}
 }
 
-// Close leaves the cluster gracefully, then stops the node:
-//
-//  1. The engine drains (core.Engine.Drain): new jobs are refused, the
-//     node's workers are offered nothing new, its queues are handed to
-//     nodes hosting their consumers and its record says draining, the jobs
-//     waiting there for other nodes' requesters go back to their ingress,
-//     and the jobs it holds — its requesters', and those its workers run
-//     for anyone — get up to DrainTimeout to finish. Worker sessions (gRPC
-//     and HTTP), client streams and the peer server all serve meanwhile.
-//     Past the timeout its requesters' jobs end node_shutdown and its
-//     workers' other jobs are released to their ingress.
-//  2. The transport delivers what the drain sent (the last outputs and ends,
-//     the jobs handed back) within settleTimeout.
-//  3. The servers stop, streams end, and the catalog revokes the node's
-//     lease so its records vanish at once.
+// Close leaves the cluster gracefully, then stops the node: the engine
+// drains (core.Engine.Drain, bounded by DrainTimeout) while every server
+// keeps serving, the transport delivers what the drain sent (within
+// settleTimeout), then the servers stop and the catalog revokes the
+// node's lease so its records vanish at once. What the drain does, step
+// by step, is docs/cluster.md, "Leaving the cluster (SIGTERM)". Close is
+// safe to call more than once; every call returns the first one's error.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)

@@ -25,6 +25,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/switchyard/switchyard/core"
 )
@@ -111,15 +113,29 @@ func Open(ctx context.Context, cfg Config) (_ *Catalog, err error) {
 		c.client, err = clientv3.New(clientv3.Config{
 			Endpoints:   cfg.Endpoints,
 			DialTimeout: cfg.DialTimeout,
-			Logger:      zap.NewNop(),
-			TLS:         tc,
-			Username:    cfg.Username,
-			Password:    cfg.Password,
+			// A connection to an endpoint that went silent (no FIN, no RST:
+			// a blackhole, a paused host) is found dead by keepalive pings
+			// rather than by TCP's minutes, and the client's balancer sends
+			// calls to the other endpoints; a reconnection attempt that
+			// gets no answer is abandoned after ExternalConnectTimeout, not
+			// gRPC's default 20s (docs/cluster.md, "An external etcd").
+			DialKeepAliveTime:    ExternalKeepAliveTime,
+			DialKeepAliveTimeout: ExternalKeepAliveTimeout,
+			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+				MinConnectTimeout: ExternalConnectTimeout,
+			})},
+			Logger:   zap.NewNop(),
+			TLS:      tc,
+			Username: cfg.Username,
+			Password: cfg.Password,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open catalog: connect to %v: %w", cfg.Endpoints, err)
 		}
 	}
+
+	cfg.Metrics.instrument(c.client)
 
 	// A record of this node's name on a lease is a previous incarnation's:
 	// a process that was killed, or restarted, inside its lease. Its
@@ -362,6 +378,12 @@ func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error 
 // Consumers returns the consumers of queue on every node, sorted by id,
 // from the watched view.
 func (c *Catalog) Consumers(queue string) []core.ConsumerInfo { return c.view.consumersOf(queue) }
+
+// Related returns the nodes the catalog ties to node: the dispatchers of
+// the queues node hosts a consumer of, and the nodes hosting consumers of
+// the queues node dispatches (the peers its tracker pings with or without
+// traffic, peer.TrackerConfig.Related).
+func (c *Catalog) Related(node string) map[string]bool { return c.view.related(node) }
 
 // Nodes returns every node record, sorted by id, from the watched view.
 func (c *Catalog) Nodes() []core.NodeInfo { return c.view.allNodes() }

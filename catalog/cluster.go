@@ -43,6 +43,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -167,15 +169,17 @@ func (c *Config) validateCluster(bad func(field, format string, args ...any)) {
 			bad("ClientAddr", "%q: with InitialCluster the member's client address must be explicit, for the nodes that use the cluster through Endpoints: %v", c.ClientAddr, err)
 		}
 	}
-	peerOK := false
+	// PeerAddr on every interface (0.0.0.0:2380) is a listener only: the
+	// member advertises its InitialCluster entry (peerURL), which must then
+	// name the same port and a host its peers can reach.
+	peerOK, peerEverywhere := false, false
 	if _, _, err := net.SplitHostPort(c.PeerAddr); err == nil {
 		host, _, _ := net.SplitHostPort(c.PeerAddr)
 		if err := explicitHostPort(c.PeerAddr); err != nil {
 			bad("PeerAddr", "%q: with InitialCluster the peer address must be explicit, since peers must know each other's addresses: %v", c.PeerAddr, err)
-		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			bad("PeerAddr", "%q: with InitialCluster the member advertises PeerAddr to its peers, and %s is not an address they can reach", c.PeerAddr, host)
 		} else {
-			peerOK = true
+			ip := net.ParseIP(host)
+			peerOK, peerEverywhere = true, ip != nil && ip.IsUnspecified()
 		}
 	}
 	ms, err := parseInitialCluster(c.InitialCluster)
@@ -192,6 +196,14 @@ func (c *Config) validateCluster(bad func(field, format string, args ...any)) {
 		if m.name != c.Name {
 			continue
 		}
+		if peerEverywhere {
+			host, port, _ := net.SplitHostPort(m.host)
+			_, want, _ := net.SplitHostPort(c.PeerAddr)
+			if ip := net.ParseIP(host); port != want || ip != nil && ip.IsUnspecified() {
+				bad("InitialCluster", "this node's entry %s is what it advertises with PeerAddr %q on every interface: it must name port %s and a host its peers can reach", m, c.PeerAddr, want)
+			}
+			return
+		}
 		if peerOK && normHostPort(m.host) != normHostPort(c.PeerAddr) {
 			bad("InitialCluster", "this node's entry %s does not match PeerAddr %q: it must be %s=%s://%s", m, c.PeerAddr, c.Name, c.scheme(), c.PeerAddr)
 		}
@@ -206,7 +218,7 @@ func (c *Config) validateCluster(bad func(field, format string, args ...any)) {
 func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
 	n := len(ms)
 	log.Info("catalog: embedded etcd member of a cluster", "members", n, "initial_cluster", joinInitialCluster(ms),
-		"cluster_state", cfg.ClusterState, "client_addr", cfg.ClientAddr, "peer_addr", cfg.PeerAddr)
+		"cluster_state", clusterState(cfg), "client_addr", cfg.ClientAddr, "peer_addr", cfg.PeerAddr)
 	switch {
 	case n == 2:
 		log.Warn("catalog: a 2-member etcd cluster survives no failure: losing either member stops every catalog write; use 3 or 5 voting members and make further nodes clients (Endpoints)",
@@ -222,6 +234,17 @@ func logCluster(log *slog.Logger, cfg Config, ms []clusterMember) {
 			"lease_ttl", cfg.LeaseTTL, "fence_margin", cfg.FenceMargin, "retry_budget", have, "election_outage_and_attempt", need,
 			"election_timeout", electionTimeout(cfg), "min_lease_ttl_with_default_margin", minClusterLeaseTTL(cfg))
 	}
+}
+
+// clusterState is the state the member starts in, as its log says it:
+// etcd reads InitialCluster and ClusterState only to bootstrap, and a
+// member whose data directory holds a write-ahead log restarts on it
+// whatever they say.
+func clusterState(cfg Config) string {
+	if es, err := os.ReadDir(filepath.Join(cfg.Dir, "etcd", "member", "wal")); err == nil && len(es) > 0 {
+		return "existing (restarted on existing data)"
+	}
+	return cfg.ClusterState
 }
 
 // The embedded members' raft timing: etcd's defaults, a heartbeat every

@@ -821,9 +821,14 @@ func TestClusterConfigValidate(t *testing.T) {
 		{name: "default peer addr", mod: func(c *catalog.Config) { c.PeerAddr = "" }, wantField: "PeerAddr"},
 		{name: "peer port 0", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:0" }, wantField: "PeerAddr"},
 		{name: "peer port a name", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:etcd" }, wantField: "PeerAddr"},
-		{name: "peer on every interface", mod: func(c *catalog.Config) {
+		{name: "peer on every interface, advertising its entry", mod: func(c *catalog.Config) { c.PeerAddr = "0.0.0.0:23801" }},
+		{name: "peer on every interface, its entry a host name", mod: func(c *catalog.Config) {
+			c.PeerAddr, c.InitialCluster = "[::]:2380", "n1=https://node-1:2380,n2=https://node-2:2380,n3=https://node-3:2380"
+		}},
+		{name: "peer on every interface, listed as such", mod: func(c *catalog.Config) {
 			c.PeerAddr, c.InitialCluster = "0.0.0.0:23801", "n1=https://0.0.0.0:23801,n2=https://127.0.0.1:23802,n3=https://127.0.0.1:23803"
-		}, wantField: "PeerAddr"},
+		}, wantField: "InitialCluster"},
+		{name: "peer on every interface, listed on another port", mod: func(c *catalog.Config) { c.PeerAddr = "0.0.0.0:23809" }, wantField: "InitialCluster"},
 		{name: "node not listed", mod: func(c *catalog.Config) { c.Name = "n4" }, wantField: "InitialCluster"},
 		{name: "node listed on another port", mod: func(c *catalog.Config) { c.PeerAddr = "127.0.0.1:23809" }, wantField: "InitialCluster"},
 		{name: "node listed on another host", mod: func(c *catalog.Config) { c.PeerAddr = "localhost:23801" }, wantField: "InitialCluster"},

@@ -17,12 +17,22 @@ import (
 
 // Defaults applied by Open to zero-valued Config fields.
 const (
-	DefaultAddr           = "127.0.0.1:0"
-	DefaultLeaseTTL       = 5 * time.Second
-	DefaultDialTimeout    = 5 * time.Second
-	DefaultRequestTimeout = 3 * time.Second
-	DefaultClusterState   = ClusterStateNew
-	DefaultClusterToken   = "switchyard"
+	DefaultAddr        = "127.0.0.1:0"
+	DefaultLeaseTTL    = 5 * time.Second
+	DefaultDialTimeout = 5 * time.Second
+	// ExternalKeepAliveTime and ExternalKeepAliveTimeout: a connection
+	// to an external etcd endpoint is pinged after this long without
+	// traffic and dropped when a ping is not answered within the timeout.
+	// 10s is gRPC's floor for a client (a shorter time is raised to it),
+	// above etcd's default enforcement minimum of 5s.
+	ExternalKeepAliveTime    = 10 * time.Second
+	ExternalKeepAliveTimeout = 3 * time.Second
+	// ExternalConnectTimeout bounds one attempt to (re)connect to an
+	// external etcd endpoint.
+	ExternalConnectTimeout = 2 * time.Second
+	DefaultRequestTimeout  = 3 * time.Second
+	DefaultClusterState    = ClusterStateNew
+	DefaultClusterToken    = "switchyard"
 )
 
 // Config configures a Catalog. The zero value of every field but Name (and
@@ -97,6 +107,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives the catalog's logs. Default: discard.
 	Logger *slog.Logger
+	// Metrics counts the node's etcd requests and watch events (NewMetrics).
+	// Default: unregistered counters.
+	Metrics *Metrics
 	// UnsafeNoFsync turns off fsync in the embedded member. Tests only: a
 	// crash can lose acknowledged writes.
 	UnsafeNoFsync bool
@@ -161,6 +174,9 @@ func (c *Config) embedded() bool { return len(c.Endpoints) == 0 }
 
 // withDefaults returns c with every zero-valued field set to its default.
 func (c Config) withDefaults() Config {
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
 	if c.embedded() {
 		if c.ClientAddr == "" {
 			c.ClientAddr = DefaultAddr

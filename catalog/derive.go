@@ -138,13 +138,8 @@ func writeDerivedTLS(dir string, secret []byte, name string, hosts []string) (*T
 		return nil, fmt.Errorf("catalog TLS: %w", err)
 	}
 	files := &TLSFiles{Cert: filepath.Join(tlsDir, "member.pem"), Key: filepath.Join(tlsDir, "member-key.pem"), CA: filepath.Join(tlsDir, "ca.pem")}
-	for path, data := range map[string][]byte{
-		files.Cert: certPEM, files.Key: keyPEM,
-		files.CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}),
-	} {
-		if err := writeFile0600(path, data); err != nil {
-			return nil, fmt.Errorf("catalog TLS: %w", err)
-		}
+	if err := writeTLSFiles(files, certPEM, keyPEM, ca); err != nil {
+		return nil, err
 	}
 	return files, nil
 }
@@ -165,15 +160,24 @@ func WriteClientTLS(dir string, secret []byte, name string) (*TLSFiles, error) {
 		return nil, err
 	}
 	files := &TLSFiles{Cert: filepath.Join(dir, "client.pem"), Key: filepath.Join(dir, "client-key.pem"), CA: filepath.Join(dir, "ca.pem")}
+	if err := writeTLSFiles(files, certPEM, keyPEM, ca); err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
+// writeTLSFiles writes a certificate, its key and its CA to files
+// (0600).
+func writeTLSFiles(files *TLSFiles, certPEM, keyPEM []byte, ca *x509.Certificate) error {
 	for path, data := range map[string][]byte{
 		files.Cert: certPEM, files.Key: keyPEM,
 		files.CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}),
 	} {
 		if err := writeFile0600(path, data); err != nil {
-			return nil, fmt.Errorf("catalog TLS: %w", err)
+			return fmt.Errorf("catalog TLS: %w", err)
 		}
 	}
-	return files, nil
+	return nil
 }
 
 // writeFile0600 replaces path with data, mode 0600, through a temporary

@@ -110,6 +110,7 @@ func (c *Catalog) Elect(ctx context.Context, queue string, claim Claim) (core.Di
 	if c.held().isLost() {
 		return core.DispatchInfo{}, fmt.Errorf("elect %s: %w", queue, ErrLeaseLost)
 	}
+	c.cfg.Metrics.elections.Inc()
 	key := DispatchKey(queue)
 	kv, err := c.getKey(ctx, key)
 	if err != nil {

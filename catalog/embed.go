@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"time"
@@ -66,9 +67,9 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	// listen address (port 0 by default) rather than the bound one.
 	ec.EnableGRPCGateway = false
 	ec.ListenClientUrls = []url.URL{curl}
-	ec.AdvertiseClientUrls = []url.URL{curl}
+	ec.AdvertiseClientUrls = []url.URL{clientURL(cfg, ms)}
 	ec.ListenPeerUrls = []url.URL{purl}
-	ec.AdvertisePeerUrls = []url.URL{purl}
+	ec.AdvertisePeerUrls = []url.URL{peerURL(cfg, ms)}
 	members := 1
 	if cfg.InitialCluster != "" {
 		members = len(ms)
@@ -124,6 +125,41 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		}
 		return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, ctx.Err())
 	}
+}
+
+// peerURL is the peer URL the member advertises: PeerAddr, or with
+// PeerAddr on every interface (which validateCluster allows only with
+// InitialCluster) this member's InitialCluster entry, which names the
+// same port on a host its peers reach.
+func peerURL(cfg Config, ms []clusterMember) url.URL {
+	host, _, _ := net.SplitHostPort(cfg.PeerAddr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		for _, m := range ms {
+			if m.name == cfg.Name {
+				return url.URL{Scheme: cfg.scheme(), Host: m.host}
+			}
+		}
+	}
+	return url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
+}
+
+// clientURL is the client URL the member advertises: ClientAddr, or with
+// ClientAddr on every interface the host of this member's InitialCluster
+// entry with ClientAddr's port, as for peerURL. The other members reach it
+// there for member changes made before a node's own member starts
+// (join.go).
+func clientURL(cfg Config, ms []clusterMember) url.URL {
+	host, port, _ := net.SplitHostPort(cfg.ClientAddr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		for _, m := range ms {
+			if m.name == cfg.Name {
+				if h, _, err := net.SplitHostPort(m.host); err == nil {
+					return url.URL{Scheme: cfg.scheme(), Host: net.JoinHostPort(h, port)}
+				}
+			}
+		}
+	}
+	return url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
 }
 
 // closeUnready closes a member that never became ready. embed.Etcd.Close

@@ -89,8 +89,8 @@ func hasMemberData(dir string) bool {
 func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan, error) {
 	log := cfg.Logger
 	plan := joinPlan{state: cfg.ClusterState}
-	self := clusterMember{name: cfg.Name, scheme: cfg.scheme(), host: cfg.PeerAddr}
-	selfURL := self.scheme + "://" + self.host
+	pu := peerURL(cfg, ms) // what the member advertises
+	selfURL := pu.String()
 	current, from, err := askMembers(ctx, cfg, ms)
 	if err != nil {
 		return plan, err

@@ -243,3 +243,31 @@ func (s *subscribers) notify() {
 		}
 	}
 }
+
+// related returns the nodes the view ties to node: the dispatchers of the
+// queues node hosts a consumer of, and the nodes hosting consumers of the
+// queues node dispatches (its own claims not yet watched included).
+func (v *view) related(node string) map[string]bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := map[string]bool{}
+	for queue, cs := range v.consumers {
+		d, ok := v.claims[queue]
+		if !ok {
+			d, ok = v.dispatch[queue]
+		}
+		if !ok {
+			continue
+		}
+		for _, c := range cs {
+			switch {
+			case d.Dispatcher == node:
+				out[c.Node] = true
+			case c.Node == node:
+				out[d.Dispatcher] = true
+			}
+		}
+	}
+	delete(out, node)
+	return out
+}

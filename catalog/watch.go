@@ -100,6 +100,7 @@ func (c *Catalog) applyEvents(evs []*clientv3.Event) {
 	if len(evs) == 0 {
 		return
 	}
+	c.cfg.Metrics.watchEvents.Add(float64(len(evs)))
 	c.view.mu.Lock()
 	for _, ev := range evs {
 		switch ev.Type {

@@ -115,6 +115,41 @@ type fakeNet struct {
 	electErr func(queue string) error
 }
 
+// threeNodes is the cluster most tests run on: n1 takes the jobs (the
+// ingress), n2 is queue q's dispatcher, n3 is a third node for a second
+// worker or a takeover.
+func threeNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
+	net := newFakeNet(t)
+	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	net.setDispatcher("q", "n2")
+	return net, n1, n2, n3
+}
+
+// offerOne attaches worker "a" (one credit, queue q) on host, submits a
+// job at ingress and waits for the job's offer to the worker.
+func offerOne(t *testing.T, ingress, host *clusterNode) (*core.Worker, *fakeConn, *core.Job, core.Offer) {
+	t.Helper()
+	a, fa := host.worker("q", "a", 1)
+	j := ingress.submit("q", env(clusterTTL))
+	return a, fa, j, waitOffers(t, fa, j.ID, 1)[0]
+}
+
+// quietAndLoud submits two jobs at ingress, both offered to worker w: the
+// quiet one accepted with no output, the loud one with an output the
+// ingress has seen. They are the two fates of a lost worker's jobs (run
+// again, or worker_lost).
+func quietAndLoud(t *testing.T, ingress *clusterNode, w *core.Worker, fw *fakeConn) (quiet, loud *core.Job, oq, ol core.Offer) {
+	t.Helper()
+	quiet = ingress.submit("q", env(clusterTTL))
+	loud = ingress.submit("q", env(clusterTTL))
+	oq = waitOffers(t, fw, quiet.ID, 1)[0]
+	ol = waitOffers(t, fw, loud.ID, 1)[0]
+	w.Accept(quiet.ID, oq.Gen)
+	w.Output(loud.ID, ol.Gen, []byte(`"partial"`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return ingress.view(loud.ID).Outputs == 1 })
+	return quiet, loud, oq, ol
+}
+
 func newFakeNet(t *testing.T) *fakeNet {
 	t.Helper()
 	n := &fakeNet{
@@ -640,9 +675,7 @@ func TestClusterCrossNodeHappyPath(t *testing.T) {
 // credit goes back to n2 when the binding ends. A cancel then goes
 // straight to the host.
 func TestClusterThirdPartyDispatcher(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	w, fc := n3.worker("q", "b", 1)
 
 	t.Run("completes", func(t *testing.T) {
@@ -709,13 +742,8 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 // and another worker gets it; whatever the old binding still says is
 // refused at the ingress, at the old host and at the new host.
 func TestClusterStaleGenerationRefused(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-
-	j := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
+	net, n1, n2, n3 := threeNodes(t)
+	a, _, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 	b, fb := n3.worker("q", "b", 1) // arrives while a runs the job
 
@@ -837,9 +865,7 @@ func TestClusterLostWorker(t *testing.T) {
 // back to the one that refused; when every capable consumer refused, the
 // job fails rejected.
 func TestClusterRejectAcrossNodes(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	b, fb := n3.worker("q", "b", 1)
 
@@ -1025,19 +1051,11 @@ func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
 // goes to the queue's new dispatcher and completes; one with output fails
 // worker_lost.
 func TestClusterDispatcherDies(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 2)
 	c, fc := n3.worker("q", "c", 1)
 
-	quiet := n1.submit("q", env(clusterTTL))
-	loud := n1.submit("q", env(clusterTTL))
-	oq := waitOffers(t, fa, quiet.ID, 1)[0]
-	ol := waitOffers(t, fa, loud.ID, 1)[0]
-	a.Accept(quiet.ID, oq.Gen)
-	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	quiet, loud, _, _ := quietAndLoud(t, n1, a, fa)
 	net.settle()
 
 	net.kill("n2")
@@ -1068,9 +1086,7 @@ func TestClusterDispatcherDies(t *testing.T) {
 // 8b. A remote consumer's record disappears: its dispatcher hands the job
 // bound to it back to the ingress, which runs it again.
 func TestClusterRemoteConsumerGone(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	b, fb := n3.worker("q", "b", 1)
 
 	j := n1.submit("q", env(clusterTTL))
@@ -1241,9 +1257,7 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 // dispatcher flushing its queue) must not replace the current binding of
 // the same job on the host.
 func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	b, fb := n3.worker("q", "b", 2)
 	net.hold("n2", "n3")
 	j := n1.submit("q", env(clusterTTL))
@@ -1275,9 +1289,7 @@ func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 // The queue's dispatcher died and no record names another: the ingress
 // elects (here: itself) and the job runs on a consumer elsewhere.
 func TestClusterDispatcherDiesNoRecord(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	_, fa := n2.worker("q", "a", 1)
 	c, fc := n3.worker("q", "c", 1)
 	j := n1.submit("q", env(clusterTTL))
@@ -1384,9 +1396,7 @@ func TestClusterForwardRefused(t *testing.T) {
 // A cancel before the ingress knows the host goes to the dispatcher, which
 // drops a waiting job or passes the cancel on to the host of a bound one.
 func TestClusterCancelBeforeHostKnown(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	w, fc := n3.worker("q", "b", 1)
 	bound := n1.submit("q", env(clusterTTL))
 	waiting := n1.submit("q", env(clusterTTL))

@@ -36,6 +36,6 @@
 // made under it (WorkerConn methods, History appends, Cluster's decisions,
 // Transport's Send and Expect) never block: they answer from memory
 // or queue for a writer of their own. Lock order: Engine.mu → History.mu;
-// the node's whole order, the transport's locks included, is in package
-// peer's doc (peer/doc.go).
+// the node's whole order, the transport's locks included, is in
+// docs/ARCHITECTURE.md ("Lock order").
 package core

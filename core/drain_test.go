@@ -89,9 +89,7 @@ func waitResigned(t *testing.T, net *fakeNet, node string) {
 // hands its queue to the node hosting the other consumer, offers its own
 // worker nothing new, and Drain returns once the job has ended.
 func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 2)
 	c, fc := n3.worker("q", "c", 1)
 
@@ -141,9 +139,7 @@ func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
 // ever offered to the draining node's worker. Its own requesters' waiting
 // jobs it keeps and dispatches to another node.
 func TestDrainHandsBackWaitingJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	busy := n1.submit("q", env(clusterTTL))
 	oa := waitOffers(t, fa, busy.ID, 1)[0]
@@ -209,9 +205,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 // runs again on another node; with output it fails worker_lost. The
 // node's own requester's job ends node_shutdown.
 func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 3)
 	quiet := n1.submit("q", env(clusterTTL))
 	loud := n1.submit("q", env(clusterTTL))
@@ -295,9 +289,7 @@ func TestDispatcherDeathSparesJobRunningAtIngress(t *testing.T) {
 // goes back to its queue and waits for a capable worker (here one that
 // registers later), instead of failing rejected.
 func TestConsumerLeftIsNotARefusal(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	b, _ := n3.worker("q", "b", 1)
 	net.hold("n2", "n3")
 	j := n1.submit("q", env(clusterTTL))
@@ -345,9 +337,7 @@ func TestDrainRefusesWorkersWithoutARecord(t *testing.T) {
 // handing them back would only bring them back while its records still
 // name it.
 func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	busy := n1.submit("q", env(clusterTTL))
 	oa := waitOffers(t, fa, busy.ID, 1)[0]

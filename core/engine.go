@@ -170,7 +170,7 @@ type Engine struct {
 	tracer trace.Tracer
 	cat    Catalog
 	// cluster and transport are nil on a single node: see the *Locked
-	// routing helpers in transport.go.
+	// routing helpers in roles.go.
 	cluster   Cluster
 	transport Transport
 
@@ -320,6 +320,15 @@ func (e *Engine) stopTakingLocked() {
 func (e *Engine) activeDoneLocked() {
 	e.active--
 	e.quietLocked()
+}
+
+// goLocked runs f on a goroutine the engine owns: Close cancels its context
+// and waits for it. Catalog writes go this way, never under mu.
+func (e *Engine) goLocked(f func(ctx context.Context)) {
+	if e.closed {
+		return
+	}
+	e.bg.Go(func() { f(e.bgCtx) })
 }
 
 func stopTimer(t *time.Timer) {

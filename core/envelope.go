@@ -285,7 +285,7 @@ type Effective struct {
 // that apply to its job. It refuses, rather than clamps, a limit above a
 // ceiling: a caller that asked for more than it can get should hear so. The
 // grace window is the exception: one above MaxGrace is capped to it (and
-// to the TTL), as the node has always documented — a grace window is a
+// to the TTL), as docs/api.md documents — a grace window is a
 // courtesy to a client that may come back, not a bound the client relies
 // on. Negative values are invalid_field.
 func (l Limits) Apply(env *Envelope) (Effective, error) {

@@ -13,9 +13,7 @@ import (
 // the new dispatcher under a new generation. The old dispatcher waking up
 // mid-offer binds nothing the new one binds.
 func TestClusterStaleEpochDeliveryHandedBack(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	w, fc := n3.worker("q", "w", 4)
 	old := net.epoch("q")
 
@@ -50,9 +48,7 @@ func TestClusterStaleEpochDeliveryHandedBack(t *testing.T) {
 // the new dispatcher under a new generation; the job it had bound runs on
 // where it is.
 func TestClusterStepDownHandsBackWaitingJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	w, fc := n3.worker("q", "w", 1)
 	running := n1.submit("q", env(clusterTTL))
 	o1 := waitOffers(t, fc, running.ID, 1)[0]

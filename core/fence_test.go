@@ -79,13 +79,7 @@ func TestClusterNewIncarnationIsDeath(t *testing.T) {
 	a, fa := n2.worker("q", "a", 2)
 	c, fc := n3.worker("q", "c", 1)
 
-	quiet := n1.submit("q", env(clusterTTL))
-	loud := n1.submit("q", env(clusterTTL))
-	oq := waitOffers(t, fa, quiet.ID, 1)[0]
-	ol := waitOffers(t, fa, loud.ID, 1)[0]
-	a.Accept(quiet.ID, oq.Gen)
-	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	quiet, loud, _, _ := quietAndLoud(t, n1, a, fa)
 	net.settle()
 
 	// n2 comes back: same name, still online and routable, new incarnation.

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -87,29 +89,48 @@ type idempotency struct {
 	pending map[string]chan struct{}
 }
 
-// submissionHash is what a retry must match: the queue and the envelope as
-// parsed, in a canonical form (compact JSON, capabilities sorted), so that
-// white space or field order in the body does not make a retry a
-// different submission.
+// submissionHash is what a retry must match: the queue and every field of
+// the envelope as parsed, in a canonical form (compact JSON of each field,
+// capabilities sorted, in Envelope's declaration order), so that white
+// space or field order in the body does not make a retry a different
+// submission, and a field added to Envelope counts without being listed
+// here.
+//
+// The fields up to Grace (hashAlways) are always written; every later
+// field is left out at its zero value, so a submission that does not use
+// a field hashes the same on a node that does not know it (a retry across
+// a rolling upgrade).
 func submissionHash(queue string, env *Envelope) string {
-	b, _ := json.Marshal(struct {
-		Queue        string
-		Version      int
-		TTL          time.Duration
-		Capabilities map[string]string
-		Input        json.RawMessage
-		Options      json.RawMessage
-		Limits       RequestLimits
-		Zone         string
-		Grace        time.Duration
-		// Left out when unset: a submission that does not use them
-		// hashes the same on a node that does not know them (a retry
-		// across a rolling upgrade).
-		AffinityKey string `json:",omitempty"`
-		Priority    int    `json:",omitempty"`
-	}{queue, env.Version, env.TTL, env.Capabilities, env.Input, env.Options, env.Limits, env.Zone, env.Grace, env.AffinityKey, env.Priority})
-	sum := sha256.Sum256(b)
+	var b bytes.Buffer
+	b.WriteString(`{"Queue":`)
+	b.Write(hashJSON(queue))
+	v := reflect.ValueOf(env).Elem()
+	for i, f := range reflect.VisibleFields(v.Type()) {
+		fv := v.FieldByIndex(f.Index)
+		if i >= hashAlways && fv.IsZero() {
+			continue
+		}
+		b.WriteString(`,"` + f.Name + `":`)
+		b.Write(hashJSON(fv.Interface()))
+	}
+	b.WriteByte('}')
+	sum := sha256.Sum256(b.Bytes())
 	return hex.EncodeToString(sum[:])
+}
+
+// hashAlways is how many of Envelope's first fields (Version to Grace)
+// submissionHash writes even at their zero value: the fields the first
+// keyed nodes hashed that way.
+const hashAlways = 8
+
+// hashJSON is v's JSON for submissionHash. The envelope's raw members
+// were checked valid JSON when it was parsed; one that is not writes null.
+func hashJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte("null")
+	}
+	return b
 }
 
 // idempotencyKey is the store's key of an owner's key: a hash, so the

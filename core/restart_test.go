@@ -200,9 +200,7 @@ func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
 // neither failed nor run elsewhere at silence. Once the host's death is
 // proven it restarts on another node, once; the stream says node_gone.
 func TestRestartSilentHostWaitsForProof(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	j := n1.submit("q", restartEnv(clusterTTL, -1))
 	oa := waitOffers(t, fa, j.ID, 1)[0]

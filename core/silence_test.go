@@ -20,12 +20,8 @@ import (
 // waits for proof of the host's death and then runs again, once, under a
 // new generation.
 func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
+	net, n1, n2, n3 := threeNodes(t)
+	a, _, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 	net.settle()
 
@@ -59,9 +55,7 @@ func TestSilentHostThatComesBackCompletes(t *testing.T) {
 	net := newFakeNet(t)
 	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
+	a, fa, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 
 	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
@@ -77,12 +71,8 @@ func TestSilentHostThatComesBackCompletes(t *testing.T) {
 // A job that produced output fails worker_lost at silence, and is never
 // run again, not even once the host's death is proven.
 func TestSilentHostJobWithOutputFailsAtSilence(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
+	net, n1, n2, n3 := threeNodes(t)
+	a, _, j, oa := offerOne(t, n1, n2)
 	a.Output(j.ID, oa.Gen, []byte(`"partial"`))
 	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
 
@@ -108,13 +98,7 @@ func TestSilentIngressStopsItsJobs(t *testing.T) {
 	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n2")
 	a, fa := n2.worker("q", "a", 2)
-	quiet := n1.submit("q", env(clusterTTL))
-	loud := n1.submit("q", env(clusterTTL))
-	oq := waitOffers(t, fa, quiet.ID, 1)[0]
-	ol := waitOffers(t, fa, loud.ID, 1)[0]
-	a.Accept(quiet.ID, oq.Gen)
-	a.Output(loud.ID, ol.Gen, []byte(`"partial"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(loud.ID).Outputs == 1 })
+	quiet, loud, oq, ol := quietAndLoud(t, n1, a, fa)
 
 	n2.e.PeersSilent([]string{"n1"})
 	cancels := map[string]core.Code{}
@@ -272,9 +256,7 @@ func TestForwardToAReplacedIncarnationIsRerouted(t *testing.T) {
 // — through any number of failed elections — and is forwarded to the
 // dispatcher once one is found: never refused, never failed.
 func TestAwaitDispatcherSurvivesFailedElections(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	n2.worker("q", "a", 1)
 	c, fc := n3.worker("q", "c", 1)
 	net.setRoutable("n2", false) // n2 is silent: spare in n1's view
@@ -400,9 +382,7 @@ func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
 // TTL they have left. The new dispatcher binds each forward on arrival
 // while it has free slots, so this order is the order they run in.
 func TestAwaitingJobsLeaveReturnedFirstThenByTTL(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	held := n1.submit("q", env(clusterTTL))
 	oa := waitOffers(t, fa, held.ID, 1)[0]

@@ -177,7 +177,7 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	if req.GetDropOldest() {
 		slow = stream.DropOldest
 	}
-	after, resumed, err := s.resumePosition(gs.Context(), j, req.GetResumeToken(), filter)
+	after, resumed, err := s.resumes().Resume(gs.Context(), j, req.GetResumeToken(), callerFingerprint(gs.Context()), filter)
 	if err != nil {
 		return s.fail("Resume", err)
 	}
@@ -263,7 +263,7 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	caller, filterFP := callerFingerprint(ctx), filterFingerprint(filter)
 	res := stream.Run(ctx, stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
-		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
+		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },
 		Sent:  s.e.Pacer(j.ID, owner),
 	}, snk)
 	snk.stop()

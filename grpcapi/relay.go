@@ -2,9 +2,7 @@ package grpcapi
 
 import (
 	"errors"
-	"fmt"
 	"io"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -15,11 +13,10 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A Submit whose idempotency key made a job on another node
-// (core.JobElsewhere) is relayed there, as the HTTP API relays its POST
-// (httpapi/relay.go): the other node matches the key and streams the same
-// job, and this node copies the stream. The caller's key goes along; a
-// relayed call is marked so that it is never relayed again.
+// A Submit whose idempotency key made a job on another node is relayed
+// there under core's relay rules (core/relay.go): the other node matches
+// the key and streams the same job, and this node copies the stream. The
+// caller's credential goes along; the call is marked with this node.
 
 // MetadataRelayedBy marks a relayed call with the relaying node.
 const MetadataRelayedBy = "x-switchyard-relayed-by"
@@ -27,23 +24,14 @@ const MetadataRelayedBy = "x-switchyard-relayed-by"
 // relaySubmit streams req's job from jw.Node to gs.
 func (s *JobServer) relaySubmit(gs grpc.ServerStreamingServer[pb.JobEvent], req *pb.SubmitRequest, jw *core.JobElsewhere) error {
 	ctx := gs.Context()
-	if by := metadata.ValueFromIncomingContext(ctx, MetadataRelayedBy); len(by) > 0 {
-		return s.fail("Submit", fmt.Errorf("grpcapi: a call relayed by %s for job %s on %s would be relayed again", by[0], jw.Job, jw.Node))
-	}
-	var addr string
-	for _, n := range s.cfg.Cluster.Nodes() {
-		if n.ID == jw.Node {
-			addr = n.GRPCAddr
-		}
-	}
-	if addr == "" {
-		return s.fail("Submit", &core.Error{Code: core.CodeJobNotFound, Detail: fmt.Sprintf(
-			"the job this idempotency key made lived on node %s, which has left the cluster; its job ended with it", jw.Node)})
+	addr, err := core.RelayTarget(s.cfg.Cluster, jw, first(metadata.ValueFromIncomingContext(ctx, MetadataRelayedBy)),
+		func(n core.NodeInfo) string { return n.GRPCAddr })
+	if err != nil {
+		return s.fail("Submit", err)
 	}
 	unreachable := func(err error) error {
 		s.log.Warn("relay a keyed submission", "node", jw.Node, "job", jw.Job, "err", err)
-		return s.fail("Submit", &core.Error{Code: core.CodeDispatcherUnavailable, RetryAfter: time.Second, Detail: fmt.Sprintf(
-			"the job this idempotency key made lives on node %s, which could not be reached; retry", jw.Node)})
+		return s.fail("Submit", core.RelayUnreachable(jw))
 	}
 	creds := insecure.NewCredentials()
 	if s.cfg.RelayTLS != nil {

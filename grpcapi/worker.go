@@ -51,10 +51,6 @@ func (c WorkerConfig) Validate() error {
 	return nil
 }
 
-// errSendQueueFull is why an offer or a cancel could not be queued: the
-// session is dropped, exactly as a stall would drop it.
-var errSendQueueFull = errors.New("worker send queue full")
-
 // maxPendingUpdates is how many UpdateCapabilities a session may have
 // queued behind the one being applied. A worker waits for each answer
 // before sending the next, so more is a worker ignoring the protocol.
@@ -131,7 +127,7 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	}
 	// Bounded by count and bytes, as every WorkerConn's queue is.
 	count, bytes := core.WorkerSendQueue(int(reg.Concurrency), s.e.Config().Limits.MaxInputBytes)
-	sess.out, sess.maxOutBytes = make(chan queued, count), bytes
+	sess.out = core.NewOutbox[*pb.NodeMessage](count, bytes, sess.done)
 	w, err := s.e.AttachWorker(ctx, core.WorkerSpec{
 		Queue: reg.Queue, Name: reg.Name, Capabilities: reg.Capabilities, Concurrency: int(reg.Concurrency),
 	}, sess)
@@ -177,11 +173,8 @@ type session struct {
 	stream  pb.WorkerService_ConnectServer
 	in      chan *pb.WorkerMessage
 	recvErr chan error
-	// out is the writer's queue, bounded by count (its capacity) and by
-	// bytes: outBytes is what it holds, at most maxOutBytes.
-	out         chan queued
-	outBytes    atomic.Int64
-	maxOutBytes int64
+	// out is the writer's queue.
+	out *core.Outbox[*pb.NodeMessage]
 	// updates feeds the updater: capability lists in the order received.
 	updates chan []string
 	// credits are the output credits waiting for the writer, the newest
@@ -204,13 +197,6 @@ var _ core.WorkerConn = (*session)(nil)
 type creditKey struct {
 	job string
 	gen uint64
-}
-
-// queued is a message waiting for the writer, with the size it counts
-// against the session's byte bound until the writer takes it.
-type queued struct {
-	m    *pb.NodeMessage
-	size int64
 }
 
 func (ss *session) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
@@ -332,12 +318,7 @@ func (ss *session) applyUpdates(ctx context.Context, w *core.Worker) {
 			// An answer waits for room rather than failing: the worker
 			// sends no other update before it, so these are few.
 			m := &pb.NodeMessage{Msg: &pb.NodeMessage_CapabilitiesUpdated{CapabilitiesUpdated: ans}}
-			size := int64(proto.Size(m))
-			ss.outBytes.Add(size)
-			select {
-			case ss.out <- queued{m, size}:
-			case <-ss.done:
-				ss.outBytes.Add(-size)
+			if !ss.out.Put(m, int64(proto.Size(m))) {
 				return
 			}
 		case <-ss.done:
@@ -355,9 +336,8 @@ func (ss *session) write() {
 	sent := false
 	for {
 		select {
-		case q := <-ss.out:
-			ss.outBytes.Add(-q.size)
-			if err := ss.stream.Send(q.m); err != nil {
+		case q := <-ss.out.C():
+			if err := ss.stream.Send(ss.out.Take(q)); err != nil {
 				return
 			}
 			sent = true
@@ -384,21 +364,7 @@ func (ss *session) write() {
 // enqueue queues m for the writer without blocking (the engine calls it
 // with its lock held), or fails when the queue is at either bound.
 func (ss *session) enqueue(m *pb.NodeMessage) error {
-	size := int64(proto.Size(m))
-	if n := ss.outBytes.Add(size); n > ss.maxOutBytes {
-		ss.outBytes.Add(-size)
-		return fmt.Errorf("%w: %d bytes queued, %d more would pass the bound of %d", errSendQueueFull, n-size, size, ss.maxOutBytes)
-	}
-	select {
-	case ss.out <- queued{m, size}:
-		return nil
-	case <-ss.done:
-		ss.outBytes.Add(-size)
-		return errors.New("session ended")
-	default:
-		ss.outBytes.Add(-size)
-		return fmt.Errorf("%w: %d messages queued", errSendQueueFull, cap(ss.out))
-	}
+	return ss.out.Offer(m, int64(proto.Size(m)))
 }
 
 // SendOffer implements core.WorkerConn.

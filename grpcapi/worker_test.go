@@ -161,7 +161,8 @@ func TestSendQueueBounds(t *testing.T) {
 			cfg := DefaultWorkerConfig()
 			cfg.HeartbeatInterval = time.Hour
 			st := &heldStream{entered: make(chan struct{}, 1), release: make(chan struct{}), sent: make(chan *pb.NodeMessage, 2*tc.capacity)}
-			ss := &session{s: &WorkerServer{cfg: cfg}, stream: st, out: make(chan queued, tc.capacity), maxOutBytes: tc.maxBytes, done: make(chan struct{})}
+			ss := &session{s: &WorkerServer{cfg: cfg}, stream: st, done: make(chan struct{})}
+			ss.out = core.NewOutbox[*pb.NodeMessage](tc.capacity, tc.maxBytes, ss.done)
 			var wg sync.WaitGroup
 			wg.Go(ss.write)
 			released := false
@@ -186,10 +187,10 @@ func TestSendQueueBounds(t *testing.T) {
 				}
 				accepted++
 			}
-			if !errors.Is(err, errSendQueueFull) {
-				t.Fatalf("after %d messages: %v, want %v", accepted, err, errSendQueueFull)
+			if !errors.Is(err, core.ErrSendQueueFull) {
+				t.Fatalf("after %d messages: %v, want %v", accepted, err, core.ErrSendQueueFull)
 			}
-			queued, held := len(ss.out), ss.outBytes.Load()
+			queued, held := ss.out.Len(), ss.out.Bytes()
 			if queued != accepted-1 {
 				t.Fatalf("%d messages queued, %d accepted with one in the writer", queued, accepted)
 			}
@@ -213,7 +214,7 @@ func TestSendQueueBounds(t *testing.T) {
 					t.Fatalf("writer sent %d of %d messages", i, accepted)
 				}
 			}
-			if n, b := len(ss.out), ss.outBytes.Load(); n != 0 || b != 0 {
+			if n, b := ss.out.Len(), ss.out.Bytes(); n != 0 || b != 0 {
 				t.Fatalf("after the writer drained the queue: %d messages, %d bytes accounted", n, b)
 			}
 			if err := tc.send(ss); err != nil {
@@ -231,8 +232,9 @@ func TestCreditsReplaceUnsent(t *testing.T) {
 	cfg := DefaultWorkerConfig()
 	cfg.HeartbeatInterval = time.Hour
 	st := &heldStream{entered: make(chan struct{}, 1), release: make(chan struct{}), sent: make(chan *pb.NodeMessage, 8)}
-	ss := &session{s: &WorkerServer{cfg: cfg}, stream: st, out: make(chan queued, 1), maxOutBytes: 1 << 20,
+	ss := &session{s: &WorkerServer{cfg: cfg}, stream: st,
 		credits: map[creditKey]core.OutputCredit{}, creditc: make(chan struct{}, 1), done: make(chan struct{})}
+	ss.out = core.NewOutbox[*pb.NodeMessage](1, 1<<20, ss.done)
 	var wg sync.WaitGroup
 	wg.Go(ss.write)
 	defer func() { close(ss.done); wg.Wait() }()

@@ -38,6 +38,16 @@ func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	})
 }
 
+// readJSONBody is readBody for a body that must be JSON (Content-Type
+// application/json or +json; else unsupported_media_type, before anything
+// is read).
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, err
+	}
+	return s.readBody(w, r)
+}
+
 // readBody reads a request body whole, through the byte limit and within
 // the deadline bodyDeadline set, then lifts that deadline so that a
 // response that streams for longer (SSE) is not cut by it. (Go's HTTP/1

@@ -58,12 +58,23 @@ func (s *Server) newGateway(jobs pb.JobServiceServer, cluster pb.ClusterServiceS
 	return mux, nil
 }
 
+// JobConfig is the job service's configuration on this node, the one both
+// transports apply: the HTTP API's stream policy, keyring and token TTL
+// (a resume token from either transport resumes on the other), its
+// metrics, cluster view and relay TLS. The node's gRPC job service and the
+// gateway's both start from it.
+func (s *Server) JobConfig() grpcapi.JobConfig {
+	return grpcapi.JobConfig{
+		Stream: s.cfg.Stream, Keyring: s.cfg.Keyring, TokenTTL: s.cfg.TokenTTL, StreamMetrics: s.cfg.StreamMetrics,
+		Errors: s.cfg.Errors, Cluster: s.cfg.Cluster, RelayTLS: s.cfg.RelayTLS, Logger: s.log,
+	}
+}
+
 // gatewayServices are the in-process services behind the gateway.
 func (s *Server) gatewayServices() (pb.JobServiceServer, pb.ClusterServiceServer, error) {
-	jobs, err := grpcapi.NewJobServer(s.e, grpcapi.JobConfig{
-		Stream: s.cfg.Stream, Keyring: s.cfg.Keyring, TokenTTL: s.cfg.TokenTTL, StreamMetrics: s.cfg.StreamMetrics,
-		Errors: s.cfg.Errors, Transport: "http", Logger: s.log,
-	}, nil)
+	jcfg := s.JobConfig()
+	jcfg.Transport = "http"
+	jobs, err := grpcapi.NewJobServer(s.e, jcfg, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,8 +108,8 @@ func madeByStatus(st *status.Status) bool {
 }
 
 // gatewayJSON is the gateway's JSON: protojson with the proto field names,
-// zero values written and unset optional fields left out — which is the
-// JSON the HTTP API has always written — except that 64-bit integers are
+// zero values written and unset optional fields left out, as every other
+// document of the HTTP API — except that 64-bit integers are
 // numbers, as they are everywhere else in the API, not the strings protojson
 // makes of them. Our 64-bit fields (sequence numbers, byte counts,
 // milliseconds) stay far below 2^53, where every JSON reader is exact.
@@ -135,8 +146,8 @@ func (m gatewayJSON) Marshal(v any) ([]byte, error) {
 }
 
 // object is a JSON object that keeps its members in order: protojson
-// writes fields in field-number order, which is the order the documents
-// have always had.
+// writes fields in field-number order, which is the documents' order
+// (docs/api.md shows it).
 type object []member
 
 type member struct {

@@ -152,13 +152,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := requireJSON(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	// Read through the byte limit, within the body deadline, before
-	// anything is parsed.
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

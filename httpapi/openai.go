@@ -75,11 +75,7 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 //	@Security		BearerKey
 //	@Router			/openai/v1/chat/completions [post]
 func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
-	if err := requireJSON(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -3,22 +3,19 @@ package httpapi
 import (
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
-	"time"
 
 	"github.com/switchyard/switchyard/core"
 )
 
-// Relays: a retried submission whose Idempotency-Key made a job on another
-// node (core.JobElsewhere, see core/idempotency.go) is handed to that
-// node, which matches the key itself and answers with the same job — its
-// 200 document, or its stream for a client that asked for one. This node
-// only copies the exchange, as a reverse proxy (net/http/httputil), so the
-// client gets the same job whichever node its retry reached.
+// Relays (core/relay.go): a retried submission whose Idempotency-Key made
+// a job on another node is handed to that node, which answers with the
+// same job — its 200 document, or its stream for a client that asked for
+// one. This node only copies the exchange, as a reverse proxy
+// (net/http/httputil).
 
 // RelayHeader marks a relayed request with the relaying node: a node
 // never relays a request that was relayed to it (no loops).
@@ -37,14 +34,9 @@ func newRelayTransport(tc *tls.Config) *http.Transport {
 // relaySubmit hands r, a submission whose body was read into body, to the
 // node where the key's job lives.
 func (s *Server) relaySubmit(w http.ResponseWriter, r *http.Request, jw *core.JobElsewhere, body []byte) {
-	if by := r.Header.Get(RelayHeader); by != "" {
-		s.writeError(w, r, fmt.Errorf("httpapi: a request relayed by %s for job %s on %s would be relayed again", by, jw.Job, jw.Node))
-		return
-	}
-	addr := s.nodeHTTPAddr(jw.Node)
-	if addr == "" {
-		s.writeError(w, r, &core.Error{Code: core.CodeJobNotFound, Detail: fmt.Sprintf(
-			"the job this Idempotency-Key made lived on node %s, which has left the cluster; its job ended with it", jw.Node)})
+	addr, err := core.RelayTarget(s.cfg.Cluster, jw, r.Header.Get(RelayHeader), func(n core.NodeInfo) string { return n.HTTPAddr })
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	scheme := "http"
@@ -67,20 +59,8 @@ func (s *Server) relaySubmit(w http.ResponseWriter, r *http.Request, jw *core.Jo
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Warn("relay a keyed submission", "node", jw.Node, "job", jw.Job, "err", err)
-			s.writeError(w, r, &core.Error{Code: core.CodeDispatcherUnavailable, RetryAfter: time.Second, Detail: fmt.Sprintf(
-				"the job this Idempotency-Key made lives on node %s, which could not be reached; retry", jw.Node)})
+			s.writeError(w, r, core.RelayUnreachable(jw))
 		},
 	}
 	proxy.ServeHTTP(w, r)
-}
-
-// nodeHTTPAddr is a node's HTTP address from the catalog view; "" for a
-// node it does not list.
-func (s *Server) nodeHTTPAddr(node string) string {
-	for _, n := range s.cfg.Cluster.Nodes() {
-		if n.ID == node {
-			return n.HTTPAddr
-		}
-	}
-	return ""
 }

@@ -1,31 +1,17 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"strings"
 
 	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
-	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
 )
 
-// positions are this node's token rules, shared with every transport.
-func (s *Server) positions() stream.Positions {
-	return stream.Positions{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch()}
-}
-
-// token signs the position of the event seq for this caller and filter.
-// A token that cannot be signed (never for ids this node makes) is sent as
-// no id at all: the client then resumes from its previous id.
-func (s *Server) token(j *core.Job, seq uint64, caller, filter [16]byte) string {
-	tok, err := s.positions().Token(j, seq, caller, filter)
-	if err != nil {
-		s.log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
-		return ""
-	}
-	return tok
+// resumes are this node's resume tokens as the SSE door counts them.
+func (s *Server) resumes() stream.Resumes {
+	return stream.Resumes{Keyring: s.cfg.Keyring, TTL: s.cfg.TokenTTL, Snapshot: s.e.Epoch, Metrics: s.m, Log: s.log}
 }
 
 // resumePosition reads the position a GET stream resumes from: the
@@ -44,18 +30,7 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 	if raw == "" {
 		raw = r.URL.Query().Get("last_event_id")
 	}
-	if raw == "" {
-		return 0, false, nil
-	}
-	seq, err := s.positions().Verify(j, raw, callerFingerprint(r), filterFingerprint(filter))
-	if err != nil {
-		reason := string(resume.ReasonOf(err))
-		s.m.Refused(reason)
-		s.log.DebugContext(j.WithTrace(r.Context()), "resume refused", "job", j.ID, "reason", reason)
-		return 0, false, core.ErrInvalidResumeToken
-	}
-	s.m.Resumed()
-	return seq, true, nil
+	return s.resumes().Resume(r.Context(), j, raw, callerFingerprint(r), filter)
 }
 
 // callerFingerprint is who resume tokens are bound to: the identity

@@ -62,7 +62,7 @@ func (fx *resumeFixture) request(raw string, viaQuery bool) *http.Request {
 // sign returns a token for seq as the server signs it for a request with
 // the given Authorization and filter.
 func (fx *resumeFixture) sign(seq uint64, authorization string, filter map[core.EventKind]bool) string {
-	return fx.s.token(fx.j, seq, resume.Fingerprint("authorization", authorization), filterFingerprint(filter))
+	return fx.s.resumes().Token(fx.j, seq, resume.Fingerprint("authorization", authorization), filterFingerprint(filter))
 }
 
 // position signs p with the server's own keyring, for positions s.token

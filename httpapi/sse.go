@@ -191,7 +191,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	caller, filterFP := callerFingerprint(r), filterFingerprint(filter)
 	res := stream.Run(r.Context(), stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
-		Token: func(ev core.Event) string { return s.token(j, ev.Seq, caller, filterFP) },
+		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },
 		Sent:  s.e.Pacer(j.ID, owner),
 	}, &sseSink{sseConn: s.newSSEConn(w, r), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
 	// The engine first: once the metrics show a stream closed, its job's

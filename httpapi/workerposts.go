@@ -314,10 +314,7 @@ func (s *Server) workerPost(w http.ResponseWriter, r *http.Request, m any, gen f
 // strict rules (core.DecodeJSON: valid UTF-8, no member named twice, names
 // matched exactly); unknown members are ignored, as in an envelope.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if err := requireJSON(r); err != nil {
-		return err
-	}
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,7 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -156,11 +154,8 @@ type workerSession struct {
 	// for it.
 	owner string
 	w     *core.Worker
-	// out is the writer's queue: outBytes is what it holds, at most
-	// maxOutBytes.
-	out         chan workerEvent
-	outBytes    atomic.Int64
-	maxOutBytes int64
+	// out is the writer's queue.
+	out *core.Outbox[workerEvent]
 	// lastRecv is when the worker last posted (unix nanoseconds).
 	lastRecv  atomic.Int64
 	closing   chan struct{}
@@ -176,9 +171,6 @@ type workerEvent struct {
 	data []byte
 }
 
-// errWorkerQueueFull is why an offer or cancel could not be queued.
-var errWorkerQueueFull = errors.New("worker send queue full")
-
 func (ss *workerSession) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
 
 // enqueue queues an event for the writer without blocking (the engine
@@ -188,21 +180,7 @@ func (ss *workerSession) enqueue(kind string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", kind, err)
 	}
-	size := int64(len(data))
-	if n := ss.outBytes.Add(size); n > ss.maxOutBytes {
-		ss.outBytes.Add(-size)
-		return fmt.Errorf("%w: %d bytes queued, %d more would pass the bound of %d", errWorkerQueueFull, n-size, size, ss.maxOutBytes)
-	}
-	select {
-	case ss.out <- workerEvent{kind, data}:
-		return nil
-	case <-ss.done:
-		ss.outBytes.Add(-size)
-		return errors.New("session ended")
-	default:
-		ss.outBytes.Add(-size)
-		return fmt.Errorf("%w: %d events queued", errWorkerQueueFull, cap(ss.out))
-	}
+	return ss.out.Offer(workerEvent{kind, data}, int64(len(data)))
 }
 
 // SendOffer implements core.WorkerConn.
@@ -275,10 +253,10 @@ func (s *Server) handleWorkerSession(w http.ResponseWriter, r *http.Request) {
 	}
 	count, bytes := core.WorkerSendQueue(req.Concurrency, s.e.Config().Limits.MaxInputBytes)
 	ss := &workerSession{
-		id: "ws_" + hex.EncodeToString(randomBytes(16)), owner: auth.FromContext(r.Context()).Subject(),
-		out: make(chan workerEvent, count), maxOutBytes: bytes,
+		id: "ws_" + rand.Text(), owner: auth.FromContext(r.Context()).Subject(),
 		closing: make(chan struct{}), done: make(chan struct{}),
 	}
+	ss.out = core.NewOutbox[workerEvent](count, bytes, ss.done)
 	ss.touch()
 	defer close(ss.done)
 	wk, err := s.e.AttachWorker(r.Context(), core.WorkerSpec{
@@ -346,9 +324,8 @@ func (ss *workerSession) serve(ctx context.Context, heartbeat, idleTimeout time.
 	sent := false
 	for {
 		select {
-		case ev := <-ss.out:
-			ss.outBytes.Add(-int64(len(ev.data)))
-			if write(ev.kind, ev.data) != nil {
+		case q := <-ss.out.C():
+			if ev := ss.out.Take(q); write(ev.kind, ev.data) != nil {
 				return nil
 			}
 			sent = true
@@ -374,10 +351,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return b
 }

@@ -25,7 +25,8 @@ func TestWorkerSessionQueueBounds(t *testing.T) {
 		{"count bound", 8, 1 << 20, func(ss *workerSession) error { return ss.SendCancel("j", 1, core.CodeCancelled) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ss := &workerSession{out: make(chan workerEvent, tc.count), maxOutBytes: tc.maxBytes, done: make(chan struct{})}
+			ss := &workerSession{done: make(chan struct{})}
+			ss.out = core.NewOutbox[workerEvent](tc.count, tc.maxBytes, ss.done)
 			accepted := 0
 			var err error
 			for range 2 * tc.count {
@@ -34,12 +35,12 @@ func TestWorkerSessionQueueBounds(t *testing.T) {
 				}
 				accepted++
 			}
-			if !errors.Is(err, errWorkerQueueFull) {
-				t.Fatalf("after %d events: %v, want %v", accepted, err, errWorkerQueueFull)
+			if !errors.Is(err, core.ErrSendQueueFull) {
+				t.Fatalf("after %d events: %v, want %v", accepted, err, core.ErrSendQueueFull)
 			}
-			held := ss.outBytes.Load()
-			if len(ss.out) != accepted || held > tc.maxBytes {
-				t.Fatalf("%d queued of %d accepted, %d bytes of %d", len(ss.out), accepted, held, tc.maxBytes)
+			held := ss.out.Bytes()
+			if ss.out.Len() != accepted || held > tc.maxBytes {
+				t.Fatalf("%d queued of %d accepted, %d bytes of %d", ss.out.Len(), accepted, held, tc.maxBytes)
 			}
 			if byBytes := accepted < tc.count; byBytes != tc.byBytes {
 				t.Fatalf("refused at %d of %d events (%d bytes of %d): the wrong bound", accepted, tc.count, held, tc.maxBytes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +43,17 @@ func TestBinaryAccess(t *testing.T) {
 		n.awaitServing(t, 30*time.Second)
 		if log := n.ownLog(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "--allow-anonymous") {
 			t.Errorf("no warning about anonymous calls from the network:\n%s", log)
+		}
+	})
+	t.Run("external etcd over http warns", func(t *testing.T) {
+		// No etcd answers there (a documentation address): the node warns
+		// as it starts, then fails to open its catalog.
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		out, _ := exec.CommandContext(ctx, bin, "node", "--name", "plain", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+			"--etcd-endpoints", "http://192.0.2.1:2379").CombinedOutput()
+		if !regexp.MustCompile(`level=WARN msg="an external etcd endpoint over http: .*plaintext`).Match(out) {
+			t.Errorf("no warning about a catalog in plaintext:\n%s", out)
 		}
 	})
 	t.Run("SIGHUP rotates keys", func(t *testing.T) {

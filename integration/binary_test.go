@@ -139,8 +139,8 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	}
 }
 
-// `switchyard demo` (make run) drains its node with the demo worker still
-// attached, then stops the worker before the node ends the worker's
+// `switchyard demo` (make run) serves the README's curl examples; it drains
+// its node with the demo worker still attached, then stops the worker before the node ends the worker's
 // stream: Ctrl-C shows no "reconnecting" warning, and it exits 0.
 func testBinaryDemoStops(t *testing.T, bin string) {
 	demo := exec.Command(bin, "demo", "--name", "demo", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
@@ -162,6 +162,8 @@ func testBinaryDemoStops(t *testing.T, bin string) {
 	if got := types(evs); !slices.Equal(got, []string{"accepted", "output", "done"}) {
 		t.Fatalf("events %v", got)
 	}
+	// The README's first examples, as a newcomer pastes them after make run.
+	runReadmeExamples(t, httpAddr)
 
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

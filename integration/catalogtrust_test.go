@@ -142,7 +142,7 @@ func TestDefaultNodeCatalogIsClosed(t *testing.T) {
 	}
 }
 
-// The README's local cluster (three nodes each embedding a member of one
+// docs/running.md's local cluster (three nodes each embedding a member of one
 // etcd cluster, on loopback, with a cluster secret): every member's client
 // and peer ports refuse anonymous access, and a node still writes and
 // routes through them.

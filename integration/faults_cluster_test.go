@@ -60,7 +60,7 @@ func (ft faultTiming) String() string {
 }
 
 // faultCluster is three node processes, a, b and c, each an embedded etcd
-// member of one cluster (--initial-cluster, as in the README's "Running a
+// member of one cluster (--initial-cluster, as in docs/running.md, "Running a
 // local cluster").
 type faultCluster struct {
 	net   *faultNet

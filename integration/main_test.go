@@ -24,5 +24,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "plain SSE server:", err)
 		os.Exit(1)
 	}
+	if role := os.Getenv(benchRoleEnv); role != "" {
+		// Re-executed by BenchmarkProcesses as one of the relay's processes.
+		fmt.Fprintln(os.Stderr, "relay process:", runBenchRole(role))
+		os.Exit(1)
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -62,6 +62,9 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 	// Pings and Figures calls are counted where they are answered; routing
 	// messages where they are sent (by the router, once handed over), by
 	// the kinds they carry.
+	if isTraffic(info.FullMethod) {
+		a.metrics.activity.Mark(callerOf(ctx))
+	}
 	switch info.FullMethod {
 	case pb.PeerService_Ping_FullMethodName:
 		a.metrics.messages.WithLabelValues(kindPing).Inc()
@@ -76,15 +79,39 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if err != nil {
 		return err
 	}
-	return h(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	caller := callerOf(ctx)
+	a.metrics.activity.Mark(caller)
+	return h(srv, &authedStream{ServerStream: ss, ctx: ctx, activity: a.metrics.activity, caller: caller})
 }
 
+func callerOf(ctx context.Context) string {
+	id, _ := Caller(ctx)
+	return id
+}
+
+// authedStream carries the caller and marks its traffic (Activity) on
+// every message either way.
 type authedStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx      context.Context
+	activity *Activity
+	caller   string
 }
 
 func (s *authedStream) Context() context.Context { return s.ctx }
+
+func (s *authedStream) SendMsg(m any) error {
+	s.activity.Mark(s.caller)
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *authedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.activity.Mark(s.caller)
+	}
+	return err
+}
 
 // versionCreds adds the protocol version a client speaks to every call
 // (version.go): per call, so that a server can serve several versions

@@ -40,6 +40,9 @@ type ClientConfig struct {
 	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
 	// back is reached again within about this long (default 5s).
 	MaxReconnectDelay time.Duration
+	// Activity, if set, records the traffic of every call but pings and
+	// Figures calls (Activity).
+	Activity *Activity
 }
 
 // Client is a pool of connections, one per peer address, each created on
@@ -96,7 +99,7 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 	bo.BaseDelay = min(bo.BaseDelay, c.cfg.MaxReconnectDelay)
 	bo.MaxDelay = c.cfg.MaxReconnectDelay
 	transport := Credentials(CredentialsConfig{Secret: c.cfg.Secret, Node: c.cfg.Node, Peer: node, TLS: c.cfg.TLS})
-	cc, err := grpc.NewClient(addr,
+	opts := append(c.cfg.Activity.dialOptions(node),
 		grpc.WithTransportCredentials(transport),
 		c.version,
 		// The router resends what a failed call carried itself, in order
@@ -108,6 +111,7 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 	)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)
 	}

@@ -31,27 +31,12 @@
 // CA, the secret still checked inside it. Without them, run peers on a
 // trusted network.
 //
-// # Lock order
+// # Locks
 //
-// The node's locks, core's and this package's, in the order they are
-// taken: a lock may be taken while its caller holds locks above it on its
-// branch, never one below it.
-//
-//	inbox.mu, laneInbox.mu, inLeg.mu   peer server: one path's messages, one at a time
-//	  Engine.mu                        core: every role's state (core.Receiver takes it)
-//	    stream watcher.mu              core/stream: a LagFunc callback, run by an Append after History.mu is released
-//	      History.mu                   core: a job's events
-//	      sseConn.mu                   httpapi: Abort from the watcher
-//	    History.mu                     core: a job's events
-//	    catalog view, Tracker.mu       core.Cluster's decisions, answered from memory
-//	    router.mu                      core.Transport's Send, Expect
-//	      server.mu                    a cancel or grant put on a reply leg (cancelOnLeg, grantOnLeg)
-//	trunkOpen[node]                    one trunk opening per node
-//	  router.mu, Client.mu
-//
-// replyTrunk.sendMu, respondStream.ackMu, Client.mu, versionGate.mu and the
-// catalog's own locks are leaves: nothing is taken under them. No lock of
-// this package is held while it calls the engine, except the first line's,
-// which serialise a path's messages; and the engine calls the transport
-// with Engine.mu held only for Send and Expect, which never block.
+// The node's lock order, this package's locks among core's, core/stream's
+// and httpapi's, is written once, in docs/ARCHITECTURE.md ("Lock order").
+// No lock of this package is held while it calls the engine, except the
+// server's per-path locks, which serialise a path's messages; the engine
+// calls the transport with Engine.mu held only for Send and Expect, which
+// never block.
 package peer

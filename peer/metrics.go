@@ -17,6 +17,12 @@ type Metrics struct {
 	invalid         prometheus.Counter
 	queue           *prometheus.GaugeVec
 	state           *prometheus.GaugeVec
+	pinged          prometheus.Gauge
+
+	// activity is the traffic with each peer that the transport marks and
+	// the tracker reads (Activity): one record per node, shared as the
+	// metrics are.
+	activity *Activity
 
 	// Deliver streams (deliver_send.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
@@ -66,9 +72,18 @@ const (
 	kindFigures = "figures"
 )
 
+// Activity is the traffic record the transport marks and the tracker
+// reads.
+func (m *Metrics) Activity() *Activity { return m.activity }
+
 // NewMetrics registers the peer metrics on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		activity: NewActivity(),
+		pinged: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_peer_pinged_nodes",
+			Help: "Nodes this node pinged in its last heartbeat round: those it has business with (routing traffic in the last few heartbeats, a queue it dispatches with a consumer there or a consumer here of a queue dispatched there), those in doubt, and those whose address never answered it; every other node's lease is the proof it lives.",
+		}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_auth_failures_total",
 			Help: "Peer calls refused because their cluster credentials were missing or wrong.",
@@ -160,7 +175,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state,
+		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state, m.pinged,
 			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable, m.stale,
 			m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}

@@ -213,7 +213,9 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // A peer whose server stops answering turns spare after Threshold missed
 // pings; a peer that keeps answering stays as its record says; a node whose
-// record is gone is not listed; a node that moved starts afresh.
+// record is gone is not listed; a node that moved starts afresh. Both
+// peers are tied to this node by the catalog (Related), so both are
+// pinged every round.
 func TestTrackerTurnsSilentPeersSpare(t *testing.T) {
 	b, c := startServer(t, "b"), startServer(t, "c")
 	view := &fakeView{}
@@ -228,6 +230,7 @@ func TestTrackerTurnsSilentPeersSpare(t *testing.T) {
 	tr, err := peer.NewTracker(peer.TrackerConfig{
 		Self: "a", Interval: interval, Threshold: threshold, View: view,
 		Client: newClient(t, "a", secret), Metrics: peer.NewMetrics(reg),
+		Related: func() map[string]bool { return map[string]bool{"b": true, "c": true} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +289,7 @@ func TestTrackerSuspectsBeforeSpare(t *testing.T) {
 	tr, err := peer.NewTracker(peer.TrackerConfig{
 		Self: "a", Interval: interval, Threshold: threshold, View: view,
 		Client: newClient(t, "a", secret), OnChange: func() { changes.Add(1) },
+		Related: func() map[string]bool { return map[string]bool{"b": true} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +327,73 @@ func TestTrackerSuspectsBeforeSpare(t *testing.T) {
 	if tr.Spare(nb) || tr.States()["b"] != core.StateOnline {
 		t.Fatalf("b spare (%v, state %s) after one missed ping; threshold is %d", tr.Spare(nb), tr.States()["b"], threshold)
 	}
+}
+
+// A peer this node has no business with is pinged until its address has
+// answered once, then left to its lease: pinged again only while there is
+// traffic with it (Activity) or while it is in doubt (the transport's
+// Suspect), which is how its silence is still found.
+func TestTrackerPingsOnlyPeersItWorksWith(t *testing.T) {
+	b, c := startServer(t, "b"), startServer(t, "c")
+	view := &fakeView{}
+	view.set(
+		core.NodeInfo{ID: "b", PeerAddr: b.addr, State: core.StateOnline},
+		core.NodeInfo{ID: "c", PeerAddr: c.addr, State: core.StateOnline},
+	)
+	const interval, threshold = 50 * time.Millisecond, 3
+	reg := prometheus.NewRegistry()
+	metrics := peer.NewMetrics(reg)
+	tr, err := peer.NewTracker(peer.TrackerConfig{
+		Self: "a", Interval: interval, Threshold: threshold, View: view,
+		Client: newClient(t, "a", secret), Metrics: metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { tr.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	pings := func(s tnode) float64 {
+		return counter(t, s.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"})
+	}
+	waitFor(t, 5*time.Second, "b and c pinged once", func() bool { return pings(b) >= 1 && pings(c) >= 1 })
+	waitFor(t, 5*time.Second, "no peer left to ping", func() bool { return counter(t, reg, "switchyard_peer_pinged_nodes", nil) == 0 })
+	pb, pc := pings(b), pings(c)
+	time.Sleep(20 * interval)
+	if pings(b) != pb || pings(c) != pc {
+		t.Fatalf("idle peers pinged again: b %v → %v, c %v → %v", pb, pings(b), pc, pings(c))
+	}
+
+	// Traffic with b: b is pinged every round again; c is not.
+	stopTraffic := make(chan struct{})
+	var tg sync.WaitGroup
+	tg.Go(func() {
+		for {
+			metrics.Activity().Mark("b")
+			select {
+			case <-stopTraffic:
+				return
+			case <-time.After(interval):
+			}
+		}
+	})
+	waitFor(t, 5*time.Second, "b pinged with traffic", func() bool { return pings(b) >= pb+3 })
+	close(stopTraffic)
+	tg.Wait()
+	if pings(c) != pc {
+		t.Errorf("c pinged without traffic: %v → %v", pc, pings(c))
+	}
+
+	// c goes silent: its record stands, nothing here pings it, so it stays
+	// as its record says until the transport's word puts it in doubt.
+	c.stop()
+	time.Sleep(5 * interval)
+	if got := tr.States()["c"]; got != core.StateOnline {
+		t.Fatalf("c = %s with no ping sent to it, want online (its record)", got)
+	}
+	tr.Suspect("c")
+	waitFor(t, 5*time.Second, "c spare once in doubt", func() bool { return tr.States()["c"] == core.StateSpare })
 }
 
 func TestTrackerSuspectAfterAtMostThreshold(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -42,10 +41,21 @@ type TrackerConfig struct {
 	// again, and after Suspect suspected a node: a node acts on a peer's
 	// silence at once, not at its next tick. It must not block.
 	OnChange func()
+	// Related, if set, returns the peers this node depends on through the
+	// catalog: the dispatchers of the queues it hosts consumers of, and
+	// the nodes hosting consumers of the queues it dispatches. They are
+	// pinged every round with or without traffic, so that a silent
+	// dispatcher is taken over and a silent consumer host offered nothing
+	// within a heartbeat, as before any job arrives. Nil: none.
+	Related func() map[string]bool
 }
 
-// Tracker pings every other node in the catalog view each interval and
-// keeps this node's verdict on them, at two levels:
+// activeRounds is how many intervals after its last routing message
+// (Activity) a peer is still pinged every round.
+const activeRounds = 10
+
+// Tracker pings, each interval, the other nodes this node has business
+// with, and keeps this node's verdict on them, at two levels:
 //   - suspected: the node missed SuspectAfter pings in a row (one, by
 //     default: a ping that took a whole interval), or the transport saw it
 //     go (Suspect). Routing offers it nothing new and treats a dispatch
@@ -57,6 +67,23 @@ type TrackerConfig struct {
 // Both are one node's opinion, never written to the catalog: a node's
 // record is written only by that node, and its lease is the cluster's
 // proof of death. Neither moves anything at-most-once depends on.
+//
+// A round pings a peer when (see targets):
+//   - its current address has never answered this node (a new node, one
+//     that moved, one with another cluster secret: spare until it does);
+//   - it is in doubt: it missed the last ping, or the transport suspects
+//     it (pinged until it answers, so a suspicion is never kept by
+//     silence on this side);
+//   - this node exchanged a routing message with it in the last
+//     activeRounds intervals (Activity: jobs, delivery streams and reply
+//     legs between the two, whose silence ends or moves work);
+//   - the catalog ties the two (Related).
+//
+// Every other node is left to its lease: nothing here waits on it, and a
+// job sent to it first marks traffic, so the next round pings it, and the
+// transport's own failure suspects it at once. A cluster of N nodes then
+// pings O(N × the peers each node works with) per interval, not N × (N-1)
+// (docs/scale.md).
 type Tracker struct {
 	cfg TrackerConfig
 
@@ -70,10 +97,11 @@ type Tracker struct {
 }
 
 // miss counts consecutive failed pings to a node at one address: a node
-// that moved starts afresh.
+// that moved starts afresh. answered: the address answered a ping once.
 type miss struct {
-	addr string
-	n    int
+	addr     string
+	n        int
+	answered bool
 }
 
 // NewTracker returns a tracker; Run starts it.
@@ -115,10 +143,19 @@ func (t *Tracker) Run(ctx context.Context) {
 	}
 }
 
-// round pings every other node once, in parallel, and records the results.
+// round pings this round's targets once, in parallel, and records the
+// results.
 func (t *Tracker) round(ctx context.Context) {
 	nodes := t.cfg.View.Nodes()
-	results, addrs := t.pingAll(ctx, nodes)
+	addrs := map[string]bool{}
+	for _, n := range nodes {
+		if n.ID != t.cfg.Self && n.PeerAddr != "" {
+			addrs[n.PeerAddr] = true
+		}
+	}
+	targets := t.targets(nodes)
+	t.cfg.Metrics.pinged.Set(float64(len(targets)))
+	results := t.pingAll(ctx, targets)
 	if ctx.Err() != nil {
 		return // shutting down: a cancelled ping says nothing about the peer
 	}
@@ -136,17 +173,37 @@ type pingResult struct {
 	err      error
 }
 
-// pingAll pings every node but this one that has a peer address, each at
-// most one interval, and returns the results and the addresses pinged.
-func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingResult, map[string]bool) {
-	results := make([]pingResult, len(nodes))
-	addrs := map[string]bool{}
-	var wg sync.WaitGroup
-	for i, n := range nodes {
+// targets are the nodes of the view this round pings (see Tracker).
+func (t *Tracker) targets(nodes []core.NodeInfo) []core.NodeInfo {
+	var related map[string]bool
+	if t.cfg.Related != nil {
+		related = t.cfg.Related()
+	}
+	activeSince := time.Now().Add(-activeRounds * t.cfg.Interval)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []core.NodeInfo
+	for _, n := range nodes {
 		if n.ID == t.cfg.Self || n.PeerAddr == "" {
 			continue
 		}
-		addrs[n.PeerAddr] = true
+		m, seen := t.misses[n.ID]
+		_, evidence := t.evidence[n.ID]
+		switch {
+		case !seen || m.addr != n.PeerAddr || !m.answered, m.n > 0, evidence,
+			related[n.ID], t.cfg.Metrics.activity.Last(n.ID).After(activeSince):
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// pingAll pings each of nodes, each at most one interval, and returns the
+// results.
+func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) []pingResult {
+	results := make([]pingResult, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, t.cfg.Interval)
 			defer cancel()
@@ -159,7 +216,7 @@ func (t *Tracker) pingAll(ctx context.Context, nodes []core.NodeInfo) ([]pingRes
 		})
 	}
 	wg.Wait()
-	return slices.DeleteFunc(results, func(r pingResult) bool { return r.id == "" }), addrs
+	return results
 }
 
 // record counts each node's misses, clears the transport's evidence
@@ -181,7 +238,7 @@ func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) (changed b
 		}
 		wasSuspected, wasSpare := t.suspectedLocked(r.id, m), m.n >= t.cfg.Threshold
 		if r.err == nil {
-			m.n = 0
+			m.n, m.answered = 0, true
 			if at, ok := t.evidence[r.id]; ok && r.start.After(at) {
 				delete(t.evidence, r.id)
 			}
@@ -207,6 +264,7 @@ func (t *Tracker) record(nodes []core.NodeInfo, results []pingResult) (changed b
 	for id := range t.misses {
 		if !present[id] {
 			delete(t.misses, id)
+			t.cfg.Metrics.activity.Forget(id)
 		}
 	}
 	for id := range t.evidence {

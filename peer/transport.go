@@ -207,7 +207,7 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, TLS: cfg.ClientTLS, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay})
+	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, TLS: cfg.ClientTLS, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay, Activity: cfg.Metrics.activity})
 	srv, rt := newServer(cfg), newRouter(cfg, client)
 	// Cancels cross between them: one for a job whose reply leg the
 	// server holds goes back on that leg, and one the server's receiver

@@ -47,10 +47,43 @@ online() { curl -fsS --max-time 2 "$1/v1/cluster/nodes" 2>/dev/null | grep -o '"
 # consumers URL: how many consumers of queue demo the node at URL sees.
 consumers() { curl -fsS --max-time 2 "$1/v1/queues/demo" 2>/dev/null | grep -o '"concurrency":' | wc -l; }
 
+# port_taken HOST PORT: something on this host answers on HOST:PORT.
+port_taken() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# check_ports: every host port the demo publishes is free, or already the
+# demo's own (a second demo-up on a running demo): otherwise say which and
+# start nothing.
+check_ports() {
+	local bind=${SWITCHYARD_DEMO_BIND:-127.0.0.1} taken=() i svc p cport
+	[ "$bind" = 0.0.0.0 ] && bind=127.0.0.1
+	for i in 1 2 3; do
+		svc=node-$i
+		for cport in 8080 9090; do
+			if [ $cport = 8080 ]; then p=HTTP; else p=GRPC; fi
+			p=SWITCHYARD_DEMO_${p}_$i
+			p=${!p:-$((cport + i - 1))}
+			if port_taken "$bind" "$p" && [ "$(published "$svc" "$cport")" != "$bind:$p" ]; then
+				taken+=("$bind:$p ($svc $cport)")
+			fi
+		done
+	done
+	if ((${#taken[@]})); then
+		echo "demo: host ports in use: ${taken[*]}; nothing started. Free them, or pick others (SWITCHYARD_DEMO_HTTP_1..3, SWITCHYARD_DEMO_GRPC_1..3: docs/compose.md, Settings)" >&2
+		exit 1
+	fi
+}
+
 up() {
+	check_ports
 	# Workers start once their node is healthy (depends_on), so this returns
-	# after the three nodes have passed their health check.
-	compose up -d --remove-orphans
+	# after the three nodes have passed their health check. A start that
+	# fails half way (a port taken meanwhile) is taken down again, data
+	# volumes kept: nothing is left half running.
+	if ! compose up -d --remove-orphans; then
+		echo "demo: compose up failed; removing what it started (the data volumes stay)" >&2
+		compose down --remove-orphans >&2 || true
+		exit 1
+	fi
 	local u1 u2 u3 grpc1
 	u1=http://$(published node-1 8080)
 	u2=http://$(published node-2 8080)

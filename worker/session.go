@@ -346,7 +346,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		job.TraceID = sc.TraceID().String()
 	}
 	key := jobKey{job.ID, job.Generation}
-	log := s.log.With("job", job.ID, "generation", job.Generation, "trace_id", job.TraceID)
+	log := jobLog{s.log, job}
 
 	s.mu.Lock()
 	_, dup := s.jobs[key]
@@ -395,7 +395,9 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		cancel(err)
 		return
 	}
-	log.Info("job accepted", "ttl", job.Deadline.Sub(received))
+	if log.enabled(slog.LevelInfo) {
+		log.Info("job accepted", "ttl", job.Deadline.Sub(received))
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -440,7 +442,7 @@ func (s *session) forget(key jobKey) {
 }
 
 // run runs the handler and sends the job's one terminal message.
-func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Logger) {
+func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	started := time.Now()
 	// The worker's span of the job, the node's offer's child; the handler
 	// runs in it. Its context is jctx's: it ends with the job.
@@ -497,6 +499,9 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Log
 		}
 	}
 	endRunSpan(span, outcome, code, out)
+	if !log.enabled(slog.LevelInfo) {
+		return
+	}
 	attrs := []any{"outcome", outcome, "elapsed", time.Since(started).Round(time.Millisecond)}
 	if code != "" {
 		attrs = append(attrs, "code", code)
@@ -507,7 +512,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log *slog.Log
 	log.Info("job ended", attrs...)
 }
 
-func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log *slog.Logger) (result any, err error) {
+func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jobLog) (result any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("handler panicked", "panic", p, "stack", string(debug.Stack()))
@@ -522,3 +527,25 @@ func failMsg(job *Job, code, message string) *pb.WorkerMessage {
 		JobId: job.ID, Generation: job.Generation, Code: code, Message: message,
 	}}}
 }
+
+// jobLog logs about one job: the session's logger with the job's id,
+// generation and trace id, added only when a line is written (a logger
+// With them costs a job its attributes' formatting even when the level
+// writes nothing).
+type jobLog struct {
+	l   *slog.Logger
+	job *Job
+}
+
+func (j jobLog) enabled(level slog.Level) bool { return j.l.Enabled(context.Background(), level) }
+
+func (j jobLog) log(level slog.Level, msg string, args []any) {
+	if !j.enabled(level) {
+		return
+	}
+	j.l.With("job", j.job.ID, "generation", j.job.Generation, "trace_id", j.job.TraceID).Log(context.Background(), level, msg, args...)
+}
+
+func (j jobLog) Info(msg string, args ...any)  { j.log(slog.LevelInfo, msg, args) }
+func (j jobLog) Warn(msg string, args ...any)  { j.log(slog.LevelWarn, msg, args) }
+func (j jobLog) Error(msg string, args ...any) { j.log(slog.LevelError, msg, args) }

@@ -35,13 +35,19 @@ func Tokens(delay time.Duration) Handler {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		for i, w := range words {
-			// A timer, not time.Sleep: a cancelled job must stop now, not
-			// after the current delay.
-			t.Reset(d)
-			select {
-			case <-ctx.Done():
+			if d > 0 {
+				// A timer, not time.Sleep: a cancelled job must stop now,
+				// not after the current delay.
+				t.Reset(d)
+				select {
+				case <-ctx.Done():
+					return nil, fmt.Errorf("tokens: stopped after %d of %d words: %w", i, len(words), context.Cause(ctx))
+				case <-t.C:
+				}
+			} else if ctx.Err() != nil {
+				// No delay, no timer to wait on (a wake-up per word); a
+				// cancelled job still stops before its next word.
 				return nil, fmt.Errorf("tokens: stopped after %d of %d words: %w", i, len(words), context.Cause(ctx))
-			case <-t.C:
 			}
 			if i < len(words)-1 {
 				w += " "
@@ -82,10 +88,11 @@ func tokensDelay(options json.RawMessage, def time.Duration) (time.Duration, err
 	var o struct {
 		DelayMS json.RawMessage `json:"delay_ms"`
 	}
-	if kind := jsonKind(options); kind != "an object" {
-		return 0, Fail("bad_options", fmt.Sprintf(`options are %s: want an object, {"delay_ms": 150}`, orNotJSON(kind)))
+	// Only an object unmarshals into o (null was handled above); what it
+	// was otherwise is worked out only for the message.
+	if json.Unmarshal(options, &o) != nil {
+		return 0, Fail("bad_options", fmt.Sprintf(`options are %s: want an object, {"delay_ms": 150}`, orNotJSON(jsonKind(options))))
 	}
-	_ = json.Unmarshal(options, &o) // an object, checked above
 	if len(o.DelayMS) == 0 || jsonKind(o.DelayMS) == "null" {
 		return max(def, 0), nil
 	}

@@ -45,11 +45,14 @@ func (c *offerCarrier) Set(string, string) {}
 
 func (c *offerCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
+// runSpanOptions are built once: an option is an allocation.
+var runSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
 // startRunSpan starts the worker's span of job, a child of the span
 // context jctx carries (the offer's); its attributes are set only when it
 // records, so a worker without an SDK pays next to nothing for it.
 func startRunSpan(jctx context.Context, tracer trace.Tracer, job *Job, worker string) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(jctx, spanRun, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := tracer.Start(jctx, spanRun, runSpanOptions...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("switchyard.job.id", job.ID), attribute.String("switchyard.queue", job.Queue),

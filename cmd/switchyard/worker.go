@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -30,6 +33,7 @@ func runWorker(ctx context.Context, args []string) error {
 	logFormat := fs.String("log-format", "text", "text or json")
 	var tcfg tracing.Config
 	fs.StringVar(&tcfg.Endpoint, "otlp-endpoint", "", "export the worker's span of each job by OTLP to this collector URL, as the node's --otlp-endpoint; off by default, or set by the standard OTEL_EXPORTER_OTLP_* variables")
+	debugAddr := fs.String("debug-addr", "", "serve net/http/pprof (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6061, to profile the worker (off by default)")
 	record := fs.Bool("record-runs", false, "log a line when the handler starts each job and one when it returns (job id, generation, worker name): the worker's own record of what it ran")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -73,6 +77,13 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	defer shutdownTracing(tp, log)
 	cfg.TracerProvider = tp.TracerProvider()
+	if *debugAddr != "" {
+		stop, err := serveWorkerDebug(ctx, *debugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	log.Info("worker starting", "server", cfg.Server, "queue", cfg.Queue, "capabilities", []string(caps), "concurrency", cfg.Concurrency)
 	return worker.Run(ctx, cfg, h)
 }
@@ -84,4 +95,35 @@ func shutdownTracing(tp *tracing.Provider, log *slog.Logger) {
 	if err := tp.Shutdown(ctx); err != nil {
 		log.Warn("spans not exported at shutdown", "err", err)
 	}
+}
+
+// serveWorkerDebug serves net/http/pprof on addr, which must be a loopback
+// address (the worker has no API keys to guard it with), until stop.
+func serveWorkerDebug(ctx context.Context, addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--debug-addr %q: want a loopback address", addr)
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("debug server", "err", err)
+		}
+	}()
+	log.Info("worker debug server", "addr", ln.Addr().String())
+	return func() { _ = srv.Close(); <-done }, nil
 }

@@ -117,59 +117,89 @@ var relayDesc = grpc.ServiceDesc{
 }
 
 // StartRelay starts A's HTTP listener and B's gRPC listener on loopback
-// ephemeral ports and opens A's connection (and shared stream) to B.
-// heartbeat is the interval B asks the worker for and heartbeats at; 0
-// means 2s, the node's default. Close it when done.
+// ephemeral ports and opens A's connection (and shared stream) to B, all in
+// this process. heartbeat is the interval B asks the worker for and
+// heartbeats at; 0 means 2s, the node's default. Close it when done.
 func StartRelay(heartbeat time.Duration) (*Relay, error) {
+	r, err := StartRelayNode("127.0.0.1:0", heartbeat)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.startIngress("127.0.0.1:0", r.grpcLn.Addr().String()); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// StartRelayNode starts B alone, listening for A-streams and the worker's
+// session on addr: the relay's middle node as a process of its own
+// (BenchmarkProcesses). Close it when done.
+func StartRelayNode(addr string, heartbeat time.Duration) (*Relay, error) {
 	if heartbeat <= 0 {
 		heartbeat = 2 * time.Second
 	}
 	r := &Relay{hb: heartbeat, ready: make(chan struct{})}
 	var err error
-	if r.grpcLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		return nil, err
-	}
-	if r.httpLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		_ = r.grpcLn.Close()
+	if r.grpcLn, err = net.Listen("tcp", addr); err != nil {
 		return nil, err
 	}
 	r.grpcSrv = grpc.NewServer()
 	r.grpcSrv.RegisterService(&relayDesc, r)
 	pb.RegisterWorkerServiceServer(r.grpcSrv, relayWorkerService{r: r})
 	r.wg.Go(func() { _ = r.grpcSrv.Serve(r.grpcLn) })
+	return r, nil
+}
 
+// StartRelayIngress starts A alone, serving HTTP on addr and relaying to
+// the B at node: the relay's ingress as a process of its own. Close it when
+// done.
+func StartRelayIngress(addr, node string) (*Relay, error) {
+	r := &Relay{ready: make(chan struct{})}
+	if err := r.startIngress(addr, node); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Relay) startIngress(addr, node string) error {
+	var err error
+	if r.httpLn, err = net.Listen("tcp", addr); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /"+ModeStreamPerJob+"/v1/queues/{queue}/jobs", func(w http.ResponseWriter, req *http.Request) { r.handle(w, req, false) })
 	mux.HandleFunc("POST /"+ModeSharedStream+"/v1/queues/{queue}/jobs", func(w http.ResponseWriter, req *http.Request) { r.handle(w, req, true) })
 	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	r.wg.Go(func() { _ = r.httpSrv.Serve(r.httpLn) })
 
-	if r.conn, err = grpc.NewClient(r.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		r.Close()
-		return nil, err
+	if r.conn, err = grpc.NewClient(node, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	cs, err := r.conn.NewStream(ctx, &relayDesc.Streams[0], relayMethod)
 	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("open shared stream: %w", err)
+		return fmt.Errorf("open shared stream: %w", err)
 	}
 	r.shared = &sharedStream{cs: cs, waiting: map[string]chan *pb.WorkerMessage{}}
 	r.wg.Go(r.shared.receive)
-	return r, nil
+	return nil
 }
 
 // WorkerAddr is B's gRPC address: point the SDK worker's Server at it.
+// Only for a Relay that runs B.
 func (r *Relay) WorkerAddr() string { return r.grpcLn.Addr().String() }
 
 // Target is the jobs URL of queue through mode (ModeStreamPerJob or
 // ModeSharedStream). The queue name is passed on to the worker, not used.
+// Only for a Relay that runs A.
 func (r *Relay) Target(mode, queue string) string {
 	return "http://" + r.httpLn.Addr().String() + "/" + mode + "/v1/queues/" + queue + "/jobs"
 }
 
-// WaitWorker waits until a worker has registered.
+// WaitWorker waits until a worker has registered at B (a Relay that runs B).
 func (r *Relay) WaitWorker(ctx context.Context) error {
 	select {
 	case <-r.ready:
@@ -191,7 +221,9 @@ func (r *Relay) Close() {
 	if r.conn != nil {
 		_ = r.conn.Close()
 	}
-	r.grpcSrv.Stop()
+	if r.grpcSrv != nil {
+		r.grpcSrv.Stop()
+	}
 	r.wg.Wait()
 }
 

@@ -5,6 +5,7 @@ package compose_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,21 +155,46 @@ func (c *cluster) upNodes(image string) {
 			"SWITCHYARD_DEMO_IMAGE="+image,
 			"SWITCHYARD_DEMO_SUBNET="+prefix,
 			"SWITCHYARD_DEMO_BIND=127.0.0.1",
-			// Empty host ports: Docker picks free ones (read back with
-			// docker port), so nothing else on the machine is in the way.
-			"SWITCHYARD_DEMO_HTTP_1=", "SWITCHYARD_DEMO_HTTP_2=", "SWITCHYARD_DEMO_HTTP_3=",
-			"SWITCHYARD_DEMO_GRPC_1=", "SWITCHYARD_DEMO_GRPC_2=", "SWITCHYARD_DEMO_GRPC_3=",
 		)
+		// Host ports free a moment ago, so nothing else on the machine is
+		// in the way; each node advertises its own (taken meanwhile, the
+		// up fails and the next round picks others).
+		ports := freePorts(c.t, 6)
+		for j, p := range ports {
+			kind := "HTTP"
+			if j >= 3 {
+				kind = "GRPC"
+			}
+			c.env = append(c.env, fmt.Sprintf("SWITCHYARD_DEMO_%s_%d=%d", kind, j%3+1, p))
+		}
 		out, err := c.runCompose(append([]string{"up", "-d"}, nodeServices...)...)
 		if err == nil {
 			return
 		}
-		if !strings.Contains(out, "overlap") {
+		if !strings.Contains(out, "overlap") && !strings.Contains(out, "already allocated") && !strings.Contains(out, "address already in use") {
 			c.t.Fatalf("compose up: %v\n%s", err, lastLines(out, 20))
 		}
 		_, _ = c.runCompose("down", "--volumes", "--remove-orphans")
 	}
 	c.t.Fatal("no free subnet in 10.77.100.0-10.77.199.0")
+}
+
+// freePorts returns n distinct host ports of 127.0.0.1 free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
 }
 
 // dockerSubnets returns the IPv4 subnets of every Docker network.

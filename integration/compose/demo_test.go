@@ -15,7 +15,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 )
 
-// The demo as README's "Run the demo cluster" tells it: every node serves
+// The demo as docs/compose.md, "Run the demo cluster", tells it: every node serves
 // the web page; its live cluster view (the snapshot the page renders) shows
 // three nodes online in zones z1 and z2 and the three workers with their
 // capabilities; a job streamed from node-1 that requires model=large runs
@@ -43,6 +43,8 @@ func TestComposeDemo(t *testing.T) {
 			t.Errorf("%s: GET /: %s, %.80q", svc, res.Status, body)
 		}
 	}
+
+	checkAdvertised(t, c)
 
 	snap := firstSnapshot(t, c, "node-1")
 	zones := map[string]string{}
@@ -140,4 +142,45 @@ func firstSnapshot(t *testing.T, c *cluster, svc string) snapshot {
 	}
 	t.Fatal("the cluster events stream ended without a snapshot")
 	return snapshot{}
+}
+
+// checkAdvertised: every node's view gives each node the addresses it
+// advertises (docs/compose.md, "Addresses"): HTTP and gRPC at the host
+// ports compose published, which answer from the host (the page's links
+// work), and the peer port at the service name, never an address bound on
+// every interface.
+func checkAdvertised(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, svc := range nodeServices {
+		var v struct {
+			Nodes []struct {
+				ID       string `json:"id"`
+				HTTPAddr string `json:"http_addr"`
+				GRPCAddr string `json:"grpc_addr"`
+				PeerAddr string `json:"peer_addr"`
+			} `json:"nodes"`
+		}
+		if err := c.getJSON(svc, "/v1/cluster/nodes", &v); err != nil {
+			t.Fatalf("%s: %v", svc, err)
+		}
+		for _, n := range v.Nodes {
+			u, err := c.url(n.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if "http://"+n.HTTPAddr != u || n.PeerAddr != n.ID+":7070" || !strings.HasPrefix(n.GRPCAddr, "127.0.0.1:") {
+				t.Errorf("%s's view of %s: http_addr %s, grpc_addr %s, peer_addr %s; want http %s, grpc on 127.0.0.1, peer %s:7070",
+					svc, n.ID, n.HTTPAddr, n.GRPCAddr, n.PeerAddr, u, n.ID)
+			}
+			res, err := c.http.Get("http://" + n.HTTPAddr + "/readyz")
+			if err != nil {
+				t.Errorf("%s's view of %s: its http_addr %s does not answer from the host: %v", svc, n.ID, n.HTTPAddr, err)
+				continue
+			}
+			res.Body.Close()
+			if svc == "node-1" {
+				t.Logf("%s: http_addr %s (GET /readyz from the host: %s), grpc_addr %s, peer_addr %s", n.ID, n.HTTPAddr, res.Status, n.GRPCAddr, n.PeerAddr)
+			}
+		}
+	}
 }

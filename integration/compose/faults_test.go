@@ -184,7 +184,7 @@ func TestComposeDisconnect(t *testing.T) {
 
 // Restart node-1, the queue's dispatcher, gracefully (docker restart:
 // SIGTERM, which drains, then a start), with requesters on node-2 and
-// node-3. Expected (README, "Running": SIGTERM drains, bound jobs get
+// node-3. Expected (docs/running.md, "Leaving gracefully": SIGTERM drains, bound jobs get
 // --drain-timeout to finish): every job in flight that had output completes,
 // those running on worker-1 included; the queue gets another dispatcher
 // while node-1 is away; node-1 comes back online in every view, worker-1

@@ -1,0 +1,160 @@
+package catalog_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/catalog"
+)
+
+// TestExternalEndpointBlackholed: a node using three etcd members as an
+// external cluster (Endpoints) whose connection to one of them goes
+// silent — packets dropped, no FIN, no RST, as behind a blackhole route
+// or a paused host — stops sending calls there once a keepalive ping goes
+// unanswered, and every call succeeds through the other two. Without the
+// client's keepalive the dead connection stays "ready" until TCP gives up
+// (minutes), and a share of the calls keeps timing out on it. The test
+// prints the failover time docs/cluster.md quotes.
+func TestExternalEndpointBlackholed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a keepalive (about 15s)")
+	}
+	ms := startCluster(t, nil, "m1", "m2", "m3")
+	var holes []*blackhole
+	var endpoints []string
+	for _, m := range ms {
+		h := startBlackhole(t, m.cat.ClientAddr())
+		holes = append(holes, h)
+		endpoints = append(endpoints, "https://"+h.addr)
+	}
+	ext := open(t, catalog.Config{Name: "ext", Endpoints: endpoints, LeaseTTL: 10 * time.Second})
+	get := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := ext.Client().Get(ctx, "/probe")
+		return err
+	}
+	// The balancer connects to every endpoint; calls go round robin.
+	eventually(t, 10*time.Second, "a connection through every endpoint", func() bool {
+		_ = get(time.Second)
+		for _, h := range holes {
+			if h.conns.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for range 6 {
+		if err := get(time.Second); err != nil {
+			t.Fatalf("before the blackhole: %v", err)
+		}
+	}
+
+	const callTimeout, streak, limit = time.Second, 5 * time.Second, 40 * time.Second
+	holes[0].drop.Store(true)
+	cut := time.Now()
+	var failed int
+	var lastFailure time.Duration // end of the last failed call, from the cut
+	for {
+		start := time.Now()
+		if err := get(callTimeout); err != nil {
+			failed++
+			lastFailure = time.Since(cut)
+			if !strings.Contains(err.Error(), "deadline") && !strings.Contains(err.Error(), "Unavailable") {
+				t.Logf("call at +%v: %v", start.Sub(cut).Round(time.Millisecond), err)
+			}
+		}
+		if time.Since(cut)-lastFailure >= streak {
+			break
+		}
+		if time.Since(cut) > limit {
+			t.Fatalf("calls still fail %v after one endpoint of three went silent (%d failed, the last at +%v): no failover to the other endpoints",
+				limit, failed, lastFailure.Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("one endpoint of three blackholed: %d calls of %v failed, the last ending %v after the cut; every call since succeeded (%v of them); keepalive %v + timeout %v",
+		failed, callTimeout, lastFailure.Round(time.Millisecond), streak, catalog.ExternalKeepAliveTime, catalog.ExternalKeepAliveTimeout)
+	if bound := catalog.ExternalKeepAliveTime + catalog.ExternalKeepAliveTimeout + 2*callTimeout + 3*time.Second; lastFailure > bound {
+		t.Errorf("failover took %v, above keepalive + its timeout + slack (%v)", lastFailure.Round(time.Millisecond), bound)
+	}
+}
+
+// blackhole is a TCP relay to target that, once drop is set, keeps its
+// connections open and discards everything either way: a peer that went
+// silent.
+type blackhole struct {
+	addr  string
+	drop  atomic.Bool
+	conns atomic.Int64
+}
+
+func startBlackhole(t *testing.T, target string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blackhole{addr: ln.Addr().String()}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		open []net.Conn
+	)
+	pipe := func(dst io.Writer, src io.Reader) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !h.drop.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if h.drop.Load() {
+				// A new connection gets no answer either.
+				mu.Lock()
+				open = append(open, c)
+				mu.Unlock()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			h.conns.Add(1)
+			mu.Lock()
+			open = append(open, c, up)
+			mu.Unlock()
+			wg.Go(func() { pipe(up, c); up.Close() })
+			wg.Go(func() { pipe(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return h
+}

@@ -1,0 +1,62 @@
+package stream
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
+)
+
+// Resumes are one door's resume tokens: the node's rules (Positions) with
+// the door's metrics and log. Every door signs with the node's keyring, so
+// a token from one transport resumes on the other; only where the token
+// and the caller come from (a header, a query parameter, gRPC metadata)
+// is the door's own.
+type Resumes struct {
+	Keyring *resume.Keyring
+	TTL     time.Duration
+	// Snapshot is the snapshot version of every history on this node
+	// (core.Engine.Epoch).
+	Snapshot func() uint64
+	Metrics  *TransportMetrics
+	Log      *slog.Logger
+}
+
+func (r Resumes) positions() Positions {
+	return Positions{Keyring: r.Keyring, TTL: r.TTL, Snapshot: r.Snapshot()}
+}
+
+// Token signs the position of the event seq of j for this caller and
+// filter. A token that cannot be signed (never for ids this node makes)
+// is logged and sent as no token at all: the client then resumes from its
+// previous one.
+func (r Resumes) Token(j *core.Job, seq uint64, caller, filter [16]byte) string {
+	tok, err := r.positions().Token(j, seq, caller, filter)
+	if err != nil {
+		r.Log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
+		return ""
+	}
+	return tok
+}
+
+// Resume verifies a token and returns the position to continue after; an
+// empty token means from the start, and resumed false: only a verified
+// token is a resume, the one proof that the stream is the submitter's (it
+// may then keep a streamed job alive). Every refusal is the one identical
+// core.ErrInvalidResumeToken; the reason is only logged and counted.
+func (r Resumes) Resume(ctx context.Context, j *core.Job, raw string, caller [16]byte, filter map[core.EventKind]bool) (after uint64, resumed bool, err error) {
+	if raw == "" {
+		return 0, false, nil
+	}
+	seq, err := r.positions().Verify(j, raw, caller, FilterFingerprint(filter))
+	if err != nil {
+		reason := string(resume.ReasonOf(err))
+		r.Metrics.Refused(reason)
+		r.Log.DebugContext(j.WithTrace(ctx), "resume refused", "job", j.ID, "reason", reason)
+		return 0, false, core.ErrInvalidResumeToken
+	}
+	r.Metrics.Resumed()
+	return seq, true, nil
+}

@@ -1,0 +1,211 @@
+package integration_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestBinaryAdvertise runs the real binary: a node bound to every
+// interface (0.0.0.0 and [::], ports picked by the kernel) reports in the
+// cluster view addresses that name a specific host and the bound ports,
+// and that answer; a node whose peer port is advertised at another address
+// (a TCP relay in the test, as NAT or a container's published port would
+// be) is reached by its peers there, and a job crosses it; an advertised
+// address nobody could dial is refused at startup.
+func TestBinaryAdvertise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildSwitchyard(t)
+
+	t.Run("refused", func(t *testing.T) {
+		for _, tc := range []struct{ flag, value, want string }{
+			{"--advertise-http-addr", "0.0.0.0:8080", "unspecified"},
+			{"--advertise-grpc-addr", "[::]:9090", "unspecified"},
+			{"--advertise-peer-addr", "node-1", "host:port"},
+			{"--advertise-peer-addr", "node-1:0", "port"},
+		} {
+			out, err := exec.Command(bin, "node", "--name", "bad", "--data-dir", filepath.Join(t.TempDir(), "data"),
+				"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", tc.flag, tc.value).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || !strings.Contains(string(out), strings.TrimPrefix(tc.flag, "--")) || !strings.Contains(string(out), tc.want) {
+				t.Errorf("%s %s: err %v, output:\n%s\nwant a non-zero exit naming the flag and %q", tc.flag, tc.value, err, out, tc.want)
+			}
+		}
+	})
+
+	// b's peer port: bound on every interface at a port chosen here, and
+	// advertised at the relay's address, which forwards to it.
+	peerPort := portOf(t, freeAddr(t))
+	relay := startRelay(t, "127.0.0.1:"+peerPort)
+
+	etcdAddr := freeAddr(t)
+	everywhere := []string{"--http-addr", "0.0.0.0:0", "--grpc-addr", "[::]:0", "--peer-addr", "0.0.0.0:0", "--allow-anonymous"}
+	a := startProcNode(t, bin, "aa", append([]string{"--etcd-client-addr", etcdAddr}, everywhere...)...)
+	b := startProcNode(t, bin, "ab", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, append(everywhere,
+		"--peer-addr", "0.0.0.0:"+peerPort, "--advertise-peer-addr", relay.addr)...)...)
+
+	type node struct{ ID, State, HTTPAddr, GRPCAddr, PeerAddr string }
+	var nodes []node
+	waitFor(t, 20*time.Second, "aa and ab online in aa's view", func() bool {
+		var body struct {
+			Nodes []struct {
+				ID       string `json:"id"`
+				State    string `json:"state"`
+				HTTPAddr string `json:"http_addr"`
+				GRPCAddr string `json:"grpc_addr"`
+				PeerAddr string `json:"peer_addr"`
+			} `json:"nodes"`
+		}
+		if procGetJSON(a, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 2 {
+			return false
+		}
+		nodes = nodes[:0]
+		for _, n := range body.Nodes {
+			if n.State != "online" {
+				return false
+			}
+			nodes = append(nodes, node{n.ID, n.State, n.HTTPAddr, n.GRPCAddr, n.PeerAddr})
+		}
+		return true
+	})
+	bound := map[string]*procNode{"aa": a, "ab": b}
+	for _, n := range nodes {
+		t.Logf("%s: http_addr %s, grpc_addr %s, peer_addr %s (bound http %s, grpc %s)", n.ID, n.HTTPAddr, n.GRPCAddr, n.PeerAddr, bound[n.ID].http, bound[n.ID].grpc)
+		addrs := []struct{ what, adv, bound string }{{"http_addr", n.HTTPAddr, bound[n.ID].http}, {"grpc_addr", n.GRPCAddr, bound[n.ID].grpc}}
+		if n.ID == "aa" {
+			addrs = append(addrs, struct{ what, adv, bound string }{"peer_addr", n.PeerAddr, ""})
+		}
+		for _, ad := range addrs {
+			host, port, err := net.SplitHostPort(ad.adv)
+			if err != nil || host == "" || net.ParseIP(host) == nil || net.ParseIP(host).IsUnspecified() || port == "0" {
+				t.Errorf("%s's %s %q: want a specific host and a port", n.ID, ad.what, ad.adv)
+			}
+			if ad.bound != "" && port != portOf(t, ad.bound) {
+				t.Errorf("%s's %s %q: want the bound port (bound %s)", n.ID, ad.what, ad.adv, ad.bound)
+			}
+		}
+		// Reachable as advertised: the HTTP API answers there, and so does
+		// the gRPC port (a TCP connection).
+		res, err := http.Get("http://" + n.HTTPAddr + "/readyz")
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Errorf("%s's advertised http_addr %s: GET /readyz: %v %v", n.ID, n.HTTPAddr, err, res)
+		}
+		if res != nil {
+			res.Body.Close()
+		}
+		if c, err := net.DialTimeout("tcp", n.GRPCAddr, 5*time.Second); err != nil {
+			t.Errorf("%s's advertised grpc_addr %s: %v", n.ID, n.GRPCAddr, err)
+		} else {
+			c.Close()
+		}
+		if n.ID == "ab" && n.PeerAddr != relay.addr {
+			t.Errorf("ab's peer_addr %q, want the advertised %s", n.PeerAddr, relay.addr)
+		}
+	}
+
+	// A job posted to aa for a worker on ab: ab dispatches (its consumer's
+	// node claims the queue), so aa forwards the job over the peer
+	// transport to ab's advertised peer address, the relay.
+	before := relay.conns.Load()
+	wk := exec.Command(bin, "worker", "--server", b.grpc, "--queue", "adv", "--demo", "tokens", "--delay", "10ms")
+	wlog := &lockedBuffer{}
+	wk.Stderr = wlog
+	if err := wk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	res := streamOnceServed(t, "http://"+a.http+"/v1/queues/adv/jobs", `{"input":"through the advertised peer address"}`)
+	evs := readAll(t, res.Body)
+	res.Body.Close()
+	if got := types(evs); len(got) == 0 || got[len(got)-1] != "done" || !slices.Contains(got, "output") {
+		t.Fatalf("job posted to aa, run on ab's worker: events %v, want outputs and done\nworker log:\n%s", got, wlog.String())
+	}
+	if relay.conns.Load() == 0 || relay.bytes.Load() == 0 {
+		t.Fatalf("the relay at ab's advertised peer address carried %d connections, %d bytes: aa did not dial it", relay.conns.Load(), relay.bytes.Load())
+	}
+	t.Logf("relay at ab's advertised peer address %s: %d connections (%d before the job), %d bytes", relay.addr, relay.conns.Load(), before, relay.bytes.Load())
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// relay is a TCP forwarder: every connection to addr is joined to a new
+// one to its target. It counts connections and bytes, and stops with the
+// test.
+type relay struct {
+	addr         string
+	conns, bytes atomic.Int64
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{addr: ln.Addr().String()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		open  []net.Conn
+		count = func(dst io.Writer, src io.Reader) { _, _ = io.Copy(countingWriter{dst, &r.bytes}, src) }
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.conns.Add(1)
+			mu.Lock()
+			open = append(open, c, up)
+			mu.Unlock()
+			wg.Go(func() { count(up, c); up.Close() })
+			wg.Go(func() { count(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return r
+}
+
+// countingWriter adds what it writes to n as it goes.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,326 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchyard/switchyard/integration/benchkit"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// BenchmarkProcesses measures what a user runs: the real binary as the
+// README's 3-node cluster (a, b, c, each an embedded etcd member), its demo
+// tokens worker (the Go worker SDK) in a process of its own on c, and the
+// bare relay floor as three processes of its own (ingress A, middle B and a
+// bare worker that answers from pre-encoded messages: benchkit.Relay split
+// in two, benchkit.RunBareWorker), all on loopback. The load generator is
+// this process. Setups, each driven closed-loop for -procs.dur per round:
+//
+//   - cross: POST to a, dispatched and run on c (two peer hops, as the
+//     relay's two gRPC hops); HTTP/SSE at both ends;
+//   - colo: POST to c, where the worker is (no peer hop);
+//   - grpc: the gRPC JobService at a (no HTTP edge), the job as in cross;
+//   - relay: the floor, POST to A.
+//
+// CPU comes from /proc for each process and is split between the nodes
+// (a+b+c; the relay's A+B) and the worker. Ratios are to the relay of the
+// same shape and concurrency in the same round; rounds interleave the
+// setups so the machine's load hits them alike.
+//
+//	go test -run '^$' -bench '^BenchmarkProcesses$' -benchtime 1x ./integration/ -args -procs.rounds 2
+//
+// -procs.profile DIR writes CPU profiles of nodes a and c and of both
+// workers while the cross setup runs at 16 × 32 B, c=64 in the last round
+// (go tool pprof DIR/cross-c.pprof).
+func BenchmarkProcesses(b *testing.B) {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "switchyard")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/switchyard").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	client := benchkit.NewClient()
+	b.Cleanup(client.CloseIdleConnections)
+
+	// The cluster, as the README runs it.
+	names := []string{"a", "b", "c"}
+	type addrs struct{ http, grpc, peer, etcdClient, etcdPeer, debug string }
+	ad := map[string]addrs{}
+	var ic []string
+	for _, n := range names {
+		ad[n] = addrs{freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b)}
+		ic = append(ic, n+"=https://"+ad[n].etcdPeer)
+	}
+	var nodePids []int
+	for _, n := range names {
+		cmd := exec.Command(bin, "node", "--name", n, "--http-addr", ad[n].http, "--grpc-addr", ad[n].grpc,
+			"--peer-addr", ad[n].peer, "--debug-addr", ad[n].debug, "--data-dir", filepath.Join(dir, n),
+			"--etcd-client-addr", ad[n].etcdClient, "--etcd-peer-addr", ad[n].etcdPeer,
+			"--initial-cluster", strings.Join(ic, ","), "--cluster-secret", testSecret, "--log-level", "warn")
+		startProcess(b, cmd)
+		nodePids = append(nodePids, cmd.Process.Pid)
+	}
+	for _, n := range names {
+		waitFor(b, 60*time.Second, "node "+n+" ready", func() bool { return httpOK(client, "http://"+ad[n].http+"/readyz") })
+	}
+	sdkDebug := freeAddr(b)
+	sdk := exec.Command(bin, "worker", "--server", ad["c"].grpc, "--queue", "demo", "--demo", "tokens",
+		"--delay", "0s", "--concurrency", "256", "--debug-addr", sdkDebug, "--log-level", "warn")
+	startProcess(b, sdk)
+
+	// The relay floor: B, its bare worker, A.
+	relayB, relayA, bareDebug := freeAddr(b), freeAddr(b), freeAddr(b)
+	rb := reexec(b, "relay-node", relayB)
+	bare := reexec(b, "bare-worker", relayB, bareDebug)
+	ra := reexec(b, "relay-ingress", relayA, relayB)
+	relayNodes, relayWorker := []int{rb, ra}, bare
+
+	type setup struct {
+		name       string
+		job        func(body []byte) benchkit.JobFunc
+		nodes      []int
+		worker     int
+		profileURL []string // name=debug URL, for -procs.profile
+	}
+	jobsURL := func(addr string) string { return "http://" + addr + "/v1/queues/demo/jobs" }
+	conn, err := grpc.NewClient(ad["a"].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	jobs := pb.NewJobServiceClient(conn)
+	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
+	setups := []setup{
+		{"cross", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["a"].http), body) }, nodePids, sdk.Process.Pid,
+			[]string{"a=" + ad["a"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}},
+		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid, nil},
+		{"grpc", grpcJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}},
+		{"relay", func(body []byte) benchkit.JobFunc {
+			return benchkit.HTTPJob(client, "http://"+relayA+"/"+benchkit.ModeSharedStream+"/v1/queues/demo/jobs", body)
+		}, relayNodes, relayWorker, []string{"bare=" + bareDebug}},
+	}
+
+	type shape struct{ outputs, size int }
+	var shapes []shape
+	for _, s := range strings.Split(*procsSizes, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("-procs.sizes: %v", err)
+		}
+		shapes = append(shapes, shape{16, n})
+	}
+	var levels []int
+	for _, f := range strings.Split(*procsLevels, ",") {
+		c, err := strconv.Atoi(f)
+		if err != nil || c < 1 {
+			b.Fatalf("-procs.levels: %q is not a concurrency", f)
+		}
+		levels = append(levels, c)
+	}
+	// The same envelope everywhere, but for the bare worker's shape in the
+	// relay's options (the demo tokens worker takes its shape from the
+	// input, which the bare worker ignores).
+	bodyOf := func(s shape, relay bool) []byte {
+		env := map[string]any{"ttl_ms": 30000, "input": benchkit.Input(s.outputs, s.size)}
+		if relay {
+			env["options"] = benchkit.BareShape{Outputs: s.outputs, Bytes: s.size}
+		}
+		body, _ := json.Marshal(env)
+		return body
+	}
+	// Warm up each setup until jobs complete (the worker registered, the
+	// dispatcher claimed, the connections open).
+	for _, st := range setups {
+		job := st.job(bodyOf(shapes[0], st.name == "relay"))
+		waitFor(b, 60*time.Second, st.name+" answering", func() bool { _, _, ok := job(b.Context()); return ok })
+		benchkit.RunJobs(b.Context(), job, 200, 16)
+	}
+
+	type key struct {
+		setup string
+		shape shape
+		conc  int
+	}
+	type row struct {
+		res           benchkit.Result
+		nodes, worker time.Duration
+	}
+	rows := map[key]*row{}
+	for round := 1; round <= *procsRounds; round++ {
+		for _, sh := range shapes {
+			for _, c := range levels {
+				for _, st := range setups {
+					job := st.job(bodyOf(sh, st.name == "relay"))
+					var prof func()
+					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
+						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
+					}
+					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
+					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					if prof != nil {
+						prof()
+					}
+					k := key{st.name, sh, c}
+					if rows[k] == nil {
+						rows[k] = &row{}
+					}
+					rows[k].res.Add(res)
+					rows[k].nodes += n1 - n0
+					rows[k].worker += w1 - w0
+				}
+			}
+		}
+	}
+
+	fmt.Printf("\nBenchmarkProcesses: separate processes (3 nodes + SDK worker; relay A + B + bare worker), %d round(s) × %s per setup\n", *procsRounds, *procsDur)
+	fmt.Printf("  %-22s %9s %9s %9s %10s %10s %8s %8s %8s %8s %6s\n", "setup", "jobs/s", "first p50", "last p50",
+		"nodes µs", "worker µs", "jobs×", "first×", "nodes×", "worker×", "failed")
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for _, sh := range shapes {
+		for _, c := range levels {
+			relay := rows[key{"relay", sh, c}]
+			for _, st := range setups {
+				r := rows[key{st.name, sh, c}]
+				jobs := float64(len(r.res.Last))
+				if jobs == 0 {
+					fmt.Printf("  %-22s no job completed (%d failed)\n", st.name, r.res.Failed)
+					continue
+				}
+				nodes, worker := us(r.nodes)/jobs, us(r.worker)/jobs
+				rj := float64(len(relay.res.Last))
+				fmt.Printf("  %-22s %9.0f %9.0f %9.0f %10.0f %10.0f %7.2fx %7.2fx %7.2fx %7.2fx %6d\n",
+					fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), r.res.JobsPerSec(),
+					us(benchkit.Percentile(r.res.First, 50)), us(benchkit.Percentile(r.res.Last, 50)), nodes, worker,
+					r.res.JobsPerSec()/relay.res.JobsPerSec(),
+					float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(relay.res.First, 50)),
+					nodes/(us(relay.nodes)/rj), worker/(us(relay.worker)/rj), r.res.Failed)
+			}
+		}
+	}
+	fmt.Printf("targets (issue 31, 16×32B c=64): cross jobs× ≥ 0.9, cross nodes× ≤ 1.15, colo nodes× ≤ 0.8, worker× ≤ 1.5, grpc nodes× < cross nodes×; c=1 first× ≤ 1.2 for cross and grpc\n")
+}
+
+var (
+	procsDur     = flag.Duration("procs.dur", 3*time.Second, "BenchmarkProcesses: closed-loop time per setup, shape, concurrency and round")
+	procsRounds  = flag.Int("procs.rounds", 2, "BenchmarkProcesses: rounds (setups interleaved within each)")
+	procsSizes   = flag.String("procs.sizes", "32,4096", "BenchmarkProcesses: output sizes in bytes (16 outputs each)")
+	procsLevels  = flag.String("procs.levels", "1,64", "BenchmarkProcesses: concurrency levels")
+	procsProfile = flag.String("procs.profile", "", "BenchmarkProcesses: write CPU profiles of the processes here (16×first size, highest level, last round)")
+)
+
+// benchRoleEnv re-executes the test binary as one of the relay's processes
+// (TestMain): "relay-node ADDR", "relay-ingress ADDR NODE" or
+// "bare-worker NODE DEBUG".
+const benchRoleEnv = "SWITCHYARD_BENCH_ROLE"
+
+// reexec starts the test binary as a relay process and returns its pid.
+func reexec(b *testing.B, role ...string) int {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), benchRoleEnv+"="+strings.Join(role, " "))
+	startProcess(b, cmd)
+	return cmd.Process.Pid
+}
+
+// runBenchRole is the re-executed process: it serves its role until killed.
+func runBenchRole(role string) error {
+	f := strings.Fields(role)
+	switch {
+	case len(f) == 2 && f[0] == "relay-node":
+		_, err := benchkit.StartRelayNode(f[1], 0)
+		if err != nil {
+			return err
+		}
+	case len(f) == 3 && f[0] == "relay-ingress":
+		for { // B may not listen yet
+			_, err := benchkit.StartRelayIngress(f[1], f[2])
+			if err == nil {
+				break
+			}
+			fmt.Fprintln(os.Stderr, "relay ingress:", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	case len(f) == 3 && f[0] == "bare-worker":
+		go servePprof(f[2])
+		for {
+			err := benchkit.RunBareWorker(context.Background(), f[1], "demo", 256)
+			fmt.Fprintln(os.Stderr, "bare worker:", err)
+			time.Sleep(100 * time.Millisecond) // B may not listen yet
+		}
+	default:
+		return fmt.Errorf("%s=%q: unknown role", benchRoleEnv, role)
+	}
+	select {}
+}
+
+func servePprof(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintln(os.Stderr, "pprof:", srv.ListenAndServe())
+}
+
+// startProfiles asks each name=addr for a CPU profile of d; the returned
+// func waits for them and writes DIR/<setup>-<name>.pprof.
+func startProfiles(b *testing.B, setup string, urls []string, d time.Duration) func() {
+	done := make(chan struct{}, len(urls))
+	for _, u := range urls {
+		name, addr, _ := strings.Cut(u, "=")
+		go func() {
+			defer func() { done <- struct{}{} }()
+			secs := max(1, int(d/time.Second))
+			res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "profile", setup, name, err)
+				return
+			}
+			defer res.Body.Close()
+			f, err := os.Create(filepath.Join(*procsProfile, setup+"-"+name+".pprof"))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "profile", err)
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, res.Body)
+		}()
+	}
+	return func() {
+		for range urls {
+			<-done
+		}
+	}
+}
+
+func procCPU(b *testing.B, pids ...int) time.Duration {
+	d, err := benchkit.ProcCPU(pids...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+func httpOK(client *http.Client, url string) bool {
+	res, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
