@@ -164,10 +164,15 @@ scale: build
 ## test-restart: the rolling restart under load (integration/restart_test.go,
 ## docs/faults.md): the real binary as three nodes with workers on two, 30
 ## clients streaming jobs, SIGTERM and a new process for each node in turn;
-## prints the ledger per window and fails on a lost, failed, refused or
-## doubled job. About a minute; no root needed. CI runs it.
+## then the catalog's membership under the same load
+## (integration/membership_test.go, docs/membership.md): a node replacing
+## its member after losing its data directory, a node moved to another
+## address, the catalog grown from 3 to 5 members and shrunk back with
+## `switchyard members`. Prints the member lists and the ledger per window
+## and fails on a lost, failed, refused or doubled job. About two minutes;
+## no root needed. CI runs it.
 test-restart:
-	FAULTS_LOOPBACK=1 $(GO) test -tags faults -race -count=1 -v -timeout 10m -run '^TestRollingRestart$$' ./integration/
+	FAULTS_LOOPBACK=1 $(GO) test -tags faults -race -count=1 -v -timeout 10m -run '^(TestRollingRestart|TestMembership)$$' ./integration/
 
 ## soak-faults: the partition and etcd-leader cases FAULT_RUNS times each;
 ## prints how many runs of each passed. Not in CI.

@@ -289,6 +289,7 @@ func (n *Node) openAPIs() (err error) {
 	}
 	hcfg.StreamMetrics, hcfg.Errors, hcfg.Keys = stream.NewMetrics(n.reg), errm, n.keys
 	hcfg.Cluster = n.views()
+	hcfg.Members = n.cat
 	hcfg.ClusterChanges, hcfg.PeerFigures = n.cat.Watch, n.peerFigures
 	if hcfg.RelayTLS, err = n.relayTLS(); err != nil {
 		return err

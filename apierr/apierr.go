@@ -102,6 +102,13 @@ var table = map[core.Code]wire{
 	core.CodeBadOutput:      {http.StatusBadGateway, codes.Unknown},
 	core.CodeWorkerError:    {http.StatusBadGateway, codes.Unknown},
 
+	// The catalog's membership (docs/membership.md).
+	core.CodeInvalidMember:  {http.StatusBadRequest, codes.InvalidArgument},
+	core.CodeMemberNotFound: {http.StatusNotFound, codes.NotFound},
+	core.CodeMemberExists:   {http.StatusConflict, codes.AlreadyExists},
+	core.CodeMemberRunning:  {http.StatusConflict, codes.FailedPrecondition},
+	core.CodeQuorumAtRisk:   {http.StatusConflict, codes.FailedPrecondition},
+
 	// A server fault.
 	core.CodeInternal: {http.StatusInternalServerError, codes.Internal},
 }

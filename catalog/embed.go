@@ -40,6 +40,13 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 			return nil, fmt.Errorf("start embedded etcd: InitialCluster: %w", err)
 		}
 	}
+	var plan joinPlan
+	if cfg.InitialCluster != "" {
+		var err error
+		if plan, err = prepareJoin(ctx, cfg, ms); err != nil {
+			return nil, fmt.Errorf("start embedded etcd: %w", err)
+		}
+	}
 	// Mutual TLS on both ports, always: whoever reaches them without a
 	// certificate of the cluster's CA (its own, or the one derived from
 	// the secret: derive.go) can neither read nor write the catalog, nor
@@ -60,7 +67,7 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	// listen address (port 0 by default) rather than the bound one.
 	ec.EnableGRPCGateway = false
 	ec.ListenClientUrls = []url.URL{curl}
-	ec.AdvertiseClientUrls = []url.URL{curl}
+	ec.AdvertiseClientUrls = []url.URL{clientURL(cfg, ms)}
 	ec.ListenPeerUrls = []url.URL{purl}
 	ec.AdvertisePeerUrls = []url.URL{peerURL(cfg, ms)}
 	members := 1
@@ -68,7 +75,16 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 		members = len(ms)
 		ec.InitialCluster = joinInitialCluster(ms)
 		ec.ClusterState = cfg.ClusterState
-		logCluster(cfg.Logger, cfg, ms)
+		logged, lms := cfg, ms
+		if plan.initialCluster != "" {
+			// The running cluster's members, as prepareJoin found them.
+			ec.InitialCluster, ec.ClusterState = plan.initialCluster, plan.state
+			logged.ClusterState = plan.state
+			if pms, err := parseInitialCluster(plan.initialCluster); err == nil {
+				lms = pms
+			}
+		}
+		logCluster(cfg.Logger, logged, lms)
 	} else {
 		ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	}
@@ -86,6 +102,14 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+		// A learner (just added, or added by a start that did not live
+		// to promote it) votes once it has caught up.
+		if e.Server.IsLearner() {
+			if err := promote(ctx, cfg, e, uint64(e.Server.MemberID())); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
+			}
+		}
 		return e, nil
 	case <-e.Server.StopNotify():
 		e.Close()
@@ -117,6 +141,25 @@ func peerURL(cfg Config, ms []clusterMember) url.URL {
 		}
 	}
 	return url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
+}
+
+// clientURL is the client URL the member advertises: ClientAddr, or with
+// ClientAddr on every interface the host of this member's InitialCluster
+// entry with ClientAddr's port, as for peerURL. The other members reach it
+// there for member changes made before a node's own member starts
+// (join.go).
+func clientURL(cfg Config, ms []clusterMember) url.URL {
+	host, port, _ := net.SplitHostPort(cfg.ClientAddr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		for _, m := range ms {
+			if m.name == cfg.Name {
+				if h, _, err := net.SplitHostPort(m.host); err == nil {
+					return url.URL{Scheme: cfg.scheme(), Host: net.JoinHostPort(h, port)}
+				}
+			}
+		}
+	}
+	return url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
 }
 
 // closeUnready closes a member that never became ready. embed.Etcd.Close

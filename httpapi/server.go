@@ -97,6 +97,9 @@ type Config struct {
 	// OpenAIQueue is the queue the OpenAI-compatible front door posts chat
 	// completions to (see openai.go); empty means DefaultOpenAIQueue.
 	OpenAIQueue string
+	// Members manages the catalog's membership (members.go); nil: the
+	// member routes answer not_found.
+	Members core.MemberAdmin
 	// Keys authenticate every API call (see auth.go); nil means a node
 	// without keys: every call is anonymous.
 	Keys *auth.Store
@@ -282,6 +285,9 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 		r.With(admin).Get("/cluster/nodes", s.handleNodes)
 		r.With(s.allowRead(auth.Admin, clusterScopeOf)).Get("/cluster/events", s.handleClusterEvents)
 		r.With(admin).Post("/cluster/read-token", s.handleClusterReadToken)
+		r.With(admin).Get("/cluster/members", s.handleListMembers)
+		r.With(admin).Post("/cluster/members", s.handleAddMember)
+		r.With(admin).Delete("/cluster/members/{member}", s.handleRemoveMember)
 		r.With(admin).Get("/queues", s.handleQueues)
 		r.With(admin).Get("/queues/{queue}", s.handleQueue)
 		r.With(work).Post("/queues/{queue}/workers", s.handleWorkerSession)

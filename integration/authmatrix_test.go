@@ -139,6 +139,14 @@ func TestAuthMatrix(t *testing.T) {
 			[columns]answer{unauthenticated, unauthenticated, denied, na, ok(200)}},
 		"post /v1/cluster/read-token": {keyAlice, "", keyRoot, post("/v1/cluster/read-token", ``),
 			[columns]answer{unauthenticated, unauthenticated, denied, na, ok(200)}},
+		"get /v1/cluster/members": {keyAlice, "", keyRoot, get("/v1/cluster/members"),
+			[columns]answer{unauthenticated, unauthenticated, denied, na, ok(200)}},
+		// The right key's calls are refused past authorization, so that
+		// the matrix changes no membership.
+		"post /v1/cluster/members": {keyAlice, "", keyRoot, post("/v1/cluster/members", `{"name":"bad name","peer_url":"https://127.0.0.1:1"}`),
+			[columns]answer{unauthenticated, unauthenticated, denied, na, {status: 400, code: "invalid_member"}}},
+		"delete /v1/cluster/members/{member}": {keyAlice, "", keyRoot, req("DELETE", "/v1/cluster/members/nobody", "", ""),
+			[columns]answer{unauthenticated, unauthenticated, denied, na, {status: 404, code: "member_not_found"}}},
 		"get /v1/queues": {keyAlice, "", keyRoot, get("/v1/queues"),
 			[columns]answer{unauthenticated, unauthenticated, denied, na, ok(200)}},
 		"get /v1/queues/{queue}": {keyAlice, "", keyRoot, get("/v1/queues/{queue}"),

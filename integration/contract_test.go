@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +216,23 @@ func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 	mustStatus(t, "cluster read token", ct.HTTPResponse, ct.Body, err, 200)
 	rz, err := c.ReadyzWithResponse(ctx)
 	mustStatus(t, "readyz", rz.HTTPResponse, rz.Body, err, 200)
+
+	// The catalog's members: this node's single member, a learner added
+	// (never started) and removed by its id.
+	mem, err := c.ListMembersWithResponse(ctx)
+	mustStatus(t, "members", mem.HTTPResponse, mem.Body, err, 200)
+	if len(mem.JSON200.Members) != 1 || mem.JSON200.Members[0].Name != "it-node" || !mem.JSON200.Members[0].Healthy || !mem.JSON200.Members[0].Leader {
+		t.Fatalf("members %s", mem.Body)
+	}
+	ma, err := c.AddMemberWithResponse(ctx, client.MemberAddRequest{Name: "contract-learner", PeerUrl: "https://127.0.0.1:1"})
+	mustStatus(t, "add member", ma.HTTPResponse, ma.Body, err, 201)
+	if !ma.JSON201.Member.Learner || len(ma.JSON201.Members) != 2 || !slices.Contains(ma.JSON201.Flags, "existing") {
+		t.Fatalf("add member %s", ma.Body)
+	}
+	mrm, err := c.RemoveMemberWithResponse(ctx, ma.JSON201.Member.Id)
+	mustStatus(t, "remove member", mrm.HTTPResponse, mrm.Body, err, 200)
+	mb, err := c.AddMemberWithResponse(ctx, client.MemberAddRequest{Name: "bad name", PeerUrl: "https://127.0.0.1:1"})
+	problemOf(t, "add a bad member", mb.HTTPResponse, mb.Body, err, 400, "invalid_member")
 
 	// Every JSON operation of the document was called.
 	for id, re := range jsonOperations(t) {

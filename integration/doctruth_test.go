@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
@@ -19,6 +20,9 @@ import (
 // with one. The codes behind them are provoked, and their problem
 // documents checked, by TestEveryDocumentedCode.
 var notProvoked = map[string]string{
+	"listMembers 503 application/problem+json":  "catalog_unavailable: a catalog that cannot answer (TestMembers runs the member routes on a cluster)",
+	"addMember 503 application/problem+json":    "catalog_unavailable: a catalog that cannot answer",
+	"removeMember 503 application/problem+json": "catalog_unavailable: a catalog that cannot answer",
 	"submitJob 504 application/problem+json":    "expired before the job reached its dispatcher: a dispatcher node that cannot be reached (a fault test's)",
 	"createChatCompletion 429 application/json": "queue_full on the front door's queue: the code and shape of submitJob's 429, provoked here",
 	"jobOutput 429 application/problem+json":    "reader_behind waits half a session's idle timeout: TestEveryDocumentedCode provokes it",
@@ -41,7 +45,7 @@ func TestDocumentIsTheTruth(t *testing.T) {
 		// The HTTP workers here post only when a step needs them to.
 		c.Workers.IdleTimeout = time.Minute
 	})
-	tr := &truthRun{t: t, dc: dc, hc: dc.client(), base: baseURL(n)}
+	tr := &truthRun{name: n.Catalog().Name(), t: t, dc: dc, hc: dc.client(), base: baseURL(n)}
 	c, err := client.NewClientWithResponses(tr.base, client.WithHTTPClient(tr.hc))
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +66,7 @@ func TestDocumentIsTheTruth(t *testing.T) {
 
 // truthRun is one node's exchanges, all through the docCheck.
 type truthRun struct {
+	name string // the node's id
 	t    *testing.T
 	dc   *docCheck
 	hc   *http.Client
@@ -188,6 +193,28 @@ func (tr *truthRun) workerRefusals(c *client.ClientWithResponses) {
 	tr.want(415, "POST", "/v1/queues/w/workers", "text/plain", `{}`)
 }
 
+// members: the catalog's membership on a single member, whose learner
+// never starts.
+func (tr *truthRun) members() {
+	tr.want(200, "GET", "/v1/cluster/members", "", "")
+	tr.want(400, "POST", "/v1/cluster/members", "application/json", `{"name":"bad name","peer_url":"https://127.0.0.1:1"}`)
+	tr.want(400, "POST", "/v1/cluster/members", "application/json", `{"name":`)
+	tr.want(415, "POST", "/v1/cluster/members", "text/plain", `{}`)
+	var added struct {
+		Member struct {
+			ID string `json:"id"`
+		} `json:"member"`
+	}
+	if err := json.Unmarshal(tr.want(201, "POST", "/v1/cluster/members", "application/json", `{"name":"learner-1","peer_url":"https://127.0.0.1:1"}`), &added); err != nil || added.Member.ID == "" {
+		tr.t.Fatalf("add member: %v, id %q", err, added.Member.ID)
+	}
+	tr.want(409, "POST", "/v1/cluster/members", "application/json", `{"name":"learner-2","peer_url":"https://127.0.0.1:2"}`)
+	// Not started, the learner has no name yet: its id names it.
+	tr.want(200, "DELETE", "/v1/cluster/members/"+added.Member.ID, "", "")
+	tr.want(404, "DELETE", "/v1/cluster/members/"+added.Member.ID, "", "")
+	tr.want(409, "DELETE", "/v1/cluster/members/"+tr.name, "", "")
+}
+
 // submitRefusals: what a submission is refused with.
 func (tr *truthRun) submitRefusals(n *switchyard.Node) {
 	t := tr.t
@@ -229,6 +256,7 @@ func (tr *truthRun) views() {
 	tr.want(404, "GET", "/v1/queues/nothing", "", "")
 	tr.want(400, "GET", "/v1/queues/bad$q", "", "")
 	tr.want(200, "POST", "/v1/cluster/read-token", "", "")
+	tr.members()
 	// The live view: its first snapshot, then the client leaves.
 	res := tr.do("GET", "/v1/cluster/events", "", "")
 	buf := make([]byte, 4096)

@@ -47,6 +47,7 @@ var needsAFault = map[string]string{
 	"catalog_unavailable":    "etcd refusing a write: grpcapi TestRegisterRefusals, TestUpdateCapabilitiesCatalogFailure",
 	"dispatcher_unavailable": "a dispatcher node that cannot be reached or elected: no test provokes it yet (a fault test's job)",
 	"too_large":              "a message over the peer size limit between two nodes: peer TestLaneUndeliverableIsNotSentNorRetried",
+	"quorum_at_risk":         "a cluster with members down: catalog TestMembership removes a member while a quorum is down",
 	"write_failed":           "a gRPC client whose transport stops taking writes (its Submit stream stalls): TestGRPCOwnerIsPaced",
 }
 
@@ -73,6 +74,7 @@ func TestEveryDocumentedCode(t *testing.T) {
 	p.drain()
 	p.stalledBody()
 	p.openAI()
+	p.members()
 	for code := range doc {
 		if reason, ok := needsAFault[code]; ok {
 			if p.seen[code] {
@@ -555,6 +557,15 @@ func (p *codeProbe) access() {
 	res, err = submit(limited, "demo")
 	p.problem("rate_limited", res)
 	p.grpcErr("rate_limited", err)
+}
+
+// members: the member routes' refusals on the probe's single member (HTTP
+// only: there is no gRPC membership service).
+func (p *codeProbe) members() {
+	p.problem("invalid_member", p.raw("POST", "/v1/cluster/members", "application/json", `{"name":"n2","peer_url":"http://127.0.0.1:1"}`))
+	p.problem("member_exists", p.raw("POST", "/v1/cluster/members", "application/json", `{"name":"`+p.n.Catalog().Name()+`","peer_url":"https://127.0.0.1:1"}`))
+	p.problem("member_not_found", p.raw("DELETE", "/v1/cluster/members/nobody", "", ""))
+	p.problem("member_running", p.raw("DELETE", "/v1/cluster/members/"+p.n.Catalog().Name(), "", ""))
 }
 
 func (p *codeProbe) stalledBody() {

@@ -59,6 +59,8 @@ var restartTiming = func() faultTiming {
 // restartStep is one node's restart, as measured.
 type restartStep struct {
 	node string
+	// label names the step's window ("restart <node>" when empty).
+	label string
 	// sigterm: the signal; exited: the process exited (code); serving: the
 	// new process logged that it serves; back: its worker is registered
 	// again in a's view, and the node is online in it.
@@ -213,7 +215,11 @@ func newRestartLedger(jobs []loadJob, runs []jobRun, steps []restartStep, start,
 	nodes := []string{""}
 	for _, s := range steps {
 		bounds = append(bounds, s.sigterm)
-		names = append(names, "restart "+s.node)
+		if s.label != "" {
+			names = append(names, s.label)
+		} else {
+			names = append(names, "restart "+s.node)
+		}
 		nodes = append(nodes, s.node)
 	}
 	// The last restart's window ends when its node is back; after that, "after".
@@ -324,7 +330,14 @@ func (rl *restartLedger) String() string {
 			fmt.Fprintf(&b, "    %s\n", s.drainLog)
 		}
 	}
-	fmt.Fprintf(&b, "  %-10s %9s %9s %-22s %-26s %-16s %-12s %7s\n", "window", "submitted", "completed", "failed", "refused", "transport errors", "no terminal", "ran >1")
+	rl.table(&b)
+	return b.String()
+}
+
+// table writes the ledger per window, and examples of what must not
+// happen.
+func (rl *restartLedger) table(b *strings.Builder) {
+	fmt.Fprintf(b, "  %-10s %9s %9s %-22s %-26s %-16s %-12s %7s\n", "window", "submitted", "completed", "failed", "refused", "transport errors", "no terminal", "ran >1")
 	for _, w := range rl.windows {
 		errs := map[string]int{}
 		for k, v := range w.postErrs {
@@ -333,19 +346,18 @@ func (rl *restartLedger) String() string {
 		for k, v := range w.broken {
 			errs["stream from "+k] += v
 		}
-		fmt.Fprintf(&b, "  %-10s %9d %9d %-22s %-26s %-16s %-12d %7d\n", w.name, w.submitted, w.done,
+		fmt.Fprintf(b, "  %-10s %9d %9d %-22s %-26s %-16s %-12d %7d\n", w.name, w.submitted, w.done,
 			fmtCounts(w.failed), fmtCounts(w.refused), fmtCounts(errs), w.noTerminal, w.ranTwice)
 	}
 	for _, l := range [][]string{rl.noTerminal, rl.twice, rl.refusedRan, rl.failedJobs} {
 		for i, e := range l {
 			if i == 5 {
-				fmt.Fprintf(&b, "    … %d more\n", len(l)-5)
+				fmt.Fprintf(b, "    … %d more\n", len(l)-5)
 				break
 			}
-			fmt.Fprintf(&b, "    %s\n", e)
+			fmt.Fprintf(b, "    %s\n", e)
 		}
 	}
-	return b.String()
 }
 
 // assert checks the targets (see the top of this file).

@@ -35,6 +35,7 @@ commands:
   submit   post a job and stream its events to stdout
   bench    drive jobs through a node and print latency and throughput
   health   exit 0 if a node answers /readyz (container health checks)
+  members  list, add or remove the catalog's etcd members (docs/membership.md)
   version  print the version
 
 Run 'switchyard <command> -h' for its flags. Every flag can also be set as
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string) error {
 		return runBench(ctx, args[1:])
 	case "health":
 		return runHealth(ctx, args[1:])
+	case "members":
+		return runMembers(ctx, args[1:])
 	case "version":
 		fmt.Println(Version)
 		return nil

@@ -19,8 +19,8 @@ import (
 // checkCatalogClosed tries, from the cluster's network (this host is on
 // the compose network's bridge, as any container on it is), what a
 // process that holds no secret would: an anonymous etcd put and get on
-// every node's etcd ports (2380, the peer port on the node's address;
-// 2379, the client port, which stays on the container's loopback), a
+// every node's etcd ports (2380, the peer port, and 2379, the client
+// port, both on the node's address and both mutual TLS only), a
 // plaintext raft post and a plaintext membership read on the peer port,
 // and a TLS handshake without a certificate. Each must get nothing; it
 // returns what each got, for the log.

@@ -274,6 +274,7 @@ const (
 	ProblemCodeInvalidAffinityKey    ProblemCode = "invalid_affinity_key"
 	ProblemCodeInvalidField          ProblemCode = "invalid_field"
 	ProblemCodeInvalidIdempotencyKey ProblemCode = "invalid_idempotency_key"
+	ProblemCodeInvalidMember         ProblemCode = "invalid_member"
 	ProblemCodeInvalidQueueName      ProblemCode = "invalid_queue_name"
 	ProblemCodeInvalidResumeToken    ProblemCode = "invalid_resume_token"
 	ProblemCodeInvalidWorker         ProblemCode = "invalid_worker"
@@ -281,6 +282,9 @@ const (
 	ProblemCodeJobNotHeld            ProblemCode = "job_not_held"
 	ProblemCodeLimitAboveCeiling     ProblemCode = "limit_above_ceiling"
 	ProblemCodeMalformedJson         ProblemCode = "malformed_json"
+	ProblemCodeMemberExists          ProblemCode = "member_exists"
+	ProblemCodeMemberNotFound        ProblemCode = "member_not_found"
+	ProblemCodeMemberRunning         ProblemCode = "member_running"
 	ProblemCodeMethodNotAllowed      ProblemCode = "method_not_allowed"
 	ProblemCodeMissingInput          ProblemCode = "missing_input"
 	ProblemCodeModelNotFound         ProblemCode = "model_not_found"
@@ -293,6 +297,7 @@ const (
 	ProblemCodePriorityOutOfRange    ProblemCode = "priority_out_of_range"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
+	ProblemCodeQuorumAtRisk          ProblemCode = "quorum_at_risk"
 	ProblemCodeRateLimited           ProblemCode = "rate_limited"
 	ProblemCodeReaderBehind          ProblemCode = "reader_behind"
 	ProblemCodeRejected              ProblemCode = "rejected"
@@ -345,6 +350,8 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInvalidIdempotencyKey:
 		return true
+	case ProblemCodeInvalidMember:
+		return true
 	case ProblemCodeInvalidQueueName:
 		return true
 	case ProblemCodeInvalidResumeToken:
@@ -358,6 +365,12 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeLimitAboveCeiling:
 		return true
 	case ProblemCodeMalformedJson:
+		return true
+	case ProblemCodeMemberExists:
+		return true
+	case ProblemCodeMemberNotFound:
+		return true
+	case ProblemCodeMemberRunning:
 		return true
 	case ProblemCodeMethodNotAllowed:
 		return true
@@ -382,6 +395,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeQueueBytesFull:
 		return true
 	case ProblemCodeQueueFull:
+		return true
+	case ProblemCodeQuorumAtRisk:
 		return true
 	case ProblemCodeRateLimited:
 		return true
@@ -1316,6 +1331,62 @@ type LocalQueue struct {
 	Workers  int            `json:"workers"`
 }
 
+// Member defines model for Member.
+type Member struct {
+	ClientUrls []string `json:"client_urls"`
+
+	// Healthy Healthy: it answered a status request just now.
+	Healthy bool `json:"healthy"`
+
+	// Id ID is etcd's member id, in hex.
+	Id string `json:"id"`
+
+	// Leader Leader: the raft leader.
+	Leader bool `json:"leader"`
+
+	// Learner Learner: it receives the log but does not vote yet; its node
+	// promotes it once it has caught up.
+	Learner bool `json:"learner"`
+
+	// Name Name is its node's id; empty for a member added and not started yet.
+	Name     string   `json:"name"`
+	PeerUrls []string `json:"peer_urls"`
+}
+
+// MemberAddRequest defines model for MemberAddRequest.
+type MemberAddRequest struct {
+	// Name Name is the new node's id (--name).
+	Name string `json:"name"`
+
+	// PeerUrl PeerURL is https://host:port, the address the new node's member
+	// will listen on for the others (its --etcd-peer-addr).
+	PeerUrl string `json:"peer_url"`
+}
+
+// MemberAdded defines model for MemberAdded.
+type MemberAdded struct {
+	// Flags Flags are the flags to start the new node with, beside the ones
+	// every node of the cluster has (the cluster secret, its client
+	// address, its other addresses).
+	Flags []string `json:"flags"`
+
+	// InitialCluster InitialCluster is the new node's --initial-cluster: the members
+	// after the change.
+	InitialCluster string   `json:"initial_cluster"`
+	Member         Member   `json:"member"`
+	Members        []Member `json:"members"`
+}
+
+// MemberList defines model for MemberList.
+type MemberList struct {
+	Members []Member `json:"members"`
+}
+
+// MemberRemoved defines model for MemberRemoved.
+type MemberRemoved struct {
+	Member Member `json:"member"`
+}
+
 // Node defines model for Node.
 type Node struct {
 	GrpcAddr *string `json:"grpc_addr,omitempty"`
@@ -1433,7 +1504,7 @@ type OutputMessage struct {
 
 // Problem defines model for Problem.
 type Problem struct {
-	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+	// Code The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail *string     `json:"detail,omitempty"`
 
@@ -1445,7 +1516,7 @@ type Problem struct {
 	Type     string  `json:"type"`
 }
 
-// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
+// ProblemCode The stable, machine-readable reason: match on it, never on the detail. Every code the node can answer with, and its HTTP status: `bad_output` 502, `body_too_large` 413, `cancelled` 409, `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503, `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal` 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400, `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 // Quantiles defines model for Quantiles.
@@ -1735,6 +1806,9 @@ type SubmitJobParams struct {
 
 // CreateChatCompletionJSONRequestBody defines body for CreateChatCompletion for application/json ContentType.
 type CreateChatCompletionJSONRequestBody = ChatCompletionRequest
+
+// AddMemberJSONRequestBody defines body for AddMember for application/json ContentType.
+type AddMemberJSONRequestBody = MemberAddRequest
 
 // SubmitJobJSONRequestBody defines body for SubmitJob for application/json ContentType.
 type SubmitJobJSONRequestBody = Envelope
@@ -2668,6 +2742,38 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListMembers List the catalog's members
+	//
+	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+	//
+	// Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
+	ListMembers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddMemberWithBody Add a catalog member
+	//
+	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+	AddMemberWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddMember Add a catalog member
+	//
+	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+	AddMember(ctx context.Context, body AddMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveMember Remove a catalog member
+	//
+	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+	//
+	// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
+	RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListNodes List nodes
 	//
 	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
@@ -3071,6 +3177,78 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 // Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewClusterEventsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListMembers List the catalog's members
+//
+// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+//
+// Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
+func (c *Client) ListMembers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListMembersRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddMemberWithBody Add a catalog member
+//
+// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+func (c *Client) AddMemberWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddMemberRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddMember Add a catalog member
+//
+// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+func (c *Client) AddMember(ctx context.Context, body AddMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddMemberRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveMember Remove a catalog member
+//
+// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+//
+// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
+func (c *Client) RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveMemberRequest(c.Server, member)
 	if err != nil {
 		return nil, err
 	}
@@ -3885,6 +4063,107 @@ func NewClusterEventsRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListMembersRequest constructs an http.Request for the ListMembers method
+func NewListMembersRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/members")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddMemberRequest calls the generic AddMember builder with application/json body
+func NewAddMemberRequest(server string, body AddMemberJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddMemberRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAddMemberRequestWithBody constructs an http.Request for the AddMember method, with any body, and a specified content type
+func NewAddMemberRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/members")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRemoveMemberRequest constructs an http.Request for the RemoveMember method
+func NewRemoveMemberRequest(server string, member string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "member", member, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/members/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4791,6 +5070,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEventsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClusterEventsResponse, error)
+
+	// ListMembersWithResponse List the catalog's members
+	//
+	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
+	ListMembersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListMembersResponse, error)
+
+	// AddMemberWithBodyWithResponse Add a catalog member
+	//
+	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+	AddMemberWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddMemberResponse, error)
+
+	// AddMemberWithResponse Add a catalog member
+	//
+	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+	AddMemberWithResponse(ctx context.Context, body AddMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*AddMemberResponse, error)
+
+	// RemoveMemberWithResponse Remove a catalog member
+	//
+	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
+	RemoveMemberWithResponse(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*RemoveMemberResponse, error)
 
 	// ListNodesWithResponse List nodes
 	//
@@ -5752,6 +6067,269 @@ func (r ClusterEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ClusterEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListMembersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MemberList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListMembersResponse) GetJSON200() *MemberList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListMembersResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListMembersResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListMembersResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListMembersResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListMembersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListMembersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListMembersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListMembersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListMembersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AddMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MemberAdded
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AddMemberResponse) GetJSON201() *MemberAdded {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AddMemberResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AddMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddMemberResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MemberRemoved
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RemoveMemberResponse) GetJSON200() *MemberRemoved {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RemoveMemberResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RemoveMemberResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemoveMemberResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemoveMemberResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemoveMemberResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7335,6 +7913,66 @@ func (c *ClientWithResponses) ClusterEventsWithResponse(ctx context.Context, req
 	return ParseClusterEventsResponse(rsp)
 }
 
+// ListMembersWithResponse List the catalog's members
+//
+// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
+func (c *ClientWithResponses) ListMembersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListMembersResponse, error) {
+	rsp, err := c.ListMembers(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListMembersResponse(rsp)
+}
+
+// AddMemberWithBodyWithResponse Add a catalog member
+//
+// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+func (c *ClientWithResponses) AddMemberWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddMemberResponse, error) {
+	rsp, err := c.AddMemberWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddMemberResponse(rsp)
+}
+
+// AddMemberWithResponse Add a catalog member
+//
+// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/cluster/members (the `AddMember` operationId).
+func (c *ClientWithResponses) AddMemberWithResponse(ctx context.Context, body AddMemberJSONRequestBody, reqEditors ...RequestEditorFn) (*AddMemberResponse, error) {
+	rsp, err := c.AddMember(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddMemberResponse(rsp)
+}
+
+// RemoveMemberWithResponse Remove a catalog member
+//
+// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
+func (c *ClientWithResponses) RemoveMemberWithResponse(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*RemoveMemberResponse, error) {
+	rsp, err := c.RemoveMember(ctx, member, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveMemberResponse(rsp)
+}
+
 // ListNodesWithResponse List nodes
 //
 // Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
@@ -8248,6 +8886,224 @@ func ParseClusterEventsResponse(rsp *http.Response) (*ClusterEventsResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListMembersResponse parses an HTTP response from a ListMembersWithResponse call
+func ParseListMembersResponse(rsp *http.Response) (*ListMembersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListMembersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MemberList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAddMemberResponse parses an HTTP response from a AddMemberWithResponse call
+func ParseAddMemberResponse(rsp *http.Response) (*AddMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MemberAdded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRemoveMemberResponse parses an HTTP response from a RemoveMemberWithResponse call
+func ParseRemoveMemberResponse(rsp *http.Response) (*RemoveMemberResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemoveMemberResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MemberRemoved
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -189,6 +189,14 @@ type Invoker interface {
 	//
 	// POST /v1/workers/{session}/jobs/{job}/accept
 	AcceptJob(ctx context.Context, request *JobMessage, params AcceptJobParams) (AcceptJobRes, error)
+	// AddMember invokes addMember operation.
+	//
+	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change);
+	// start the new node with the flags in the answer and it joins, catches up and promotes itself to a
+	// voting member. One learner at a time. docs/membership.md.
+	//
+	// POST /v1/cluster/members
+	AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error)
 	// CancelJob invokes cancelJob operation.
 	//
 	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at
@@ -280,6 +288,13 @@ type Invoker interface {
 	//
 	// POST /v1/jobs/{id}/read-token
 	JobReadToken(ctx context.Context, params JobReadTokenParams) (JobReadTokenRes, error)
+	// ListMembers invokes listMembers operation.
+	//
+	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the
+	// leader and the learners. docs/membership.md.
+	//
+	// GET /v1/cluster/members
+	ListMembers(ctx context.Context) (ListMembersRes, error)
 	// ListModels invokes listModels operation.
 	//
 	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue)
@@ -344,6 +359,14 @@ type Invoker interface {
 	//
 	// POST /v1/workers/{session}/jobs/{job}/reject
 	RejectJob(ctx context.Context, request *RejectMessage, params RejectJobParams) (RejectJobRes, error)
+	// RemoveMember invokes removeMember operation.
+	//
+	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still
+	// answers (stop its node first: the leader is always a running member) and when the voting members
+	// left that answer would be fewer than their quorum. docs/membership.md.
+	//
+	// DELETE /v1/cluster/members/{member}
+	RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error)
 	// RetrieveModel invokes retrieveModel operation.
 	//
 	// The model as GET /openai/v1/models lists it, or 404 model_not_found.
@@ -533,6 +556,88 @@ func (c *Client) sendAcceptJob(ctx context.Context, request *JobMessage, params 
 	}()
 
 	result, err := decodeAcceptJobResponse(resp)
+	if err != nil {
+		return res, errors.Wrap(err, "decode response")
+	}
+
+	return result, nil
+}
+
+// AddMember invokes addMember operation.
+//
+// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change);
+// start the new node with the flags in the answer and it joins, catches up and promotes itself to a
+// voting member. One learner at a time. docs/membership.md.
+//
+// POST /v1/cluster/members
+func (c *Client) AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error) {
+	res, err := c.sendAddMember(ctx, request)
+	return res, err
+}
+
+func (c *Client) sendAddMember(ctx context.Context, request *MemberAddRequest) (res AddMemberRes, err error) {
+
+	u := uri.Clone(c.requestURL(ctx))
+	var pathParts [1]string
+	pathParts[0] = "/v1/cluster/members"
+	uri.AddPathParts(u, pathParts[:]...)
+
+	r, err := ht.NewRequest(ctx, "POST", u)
+	if err != nil {
+		return res, errors.Wrap(err, "create request")
+	}
+	if err := encodeAddMemberRequest(request, r); err != nil {
+		return res, errors.Wrap(err, "encode request")
+	}
+
+	{
+		type bitset = [1]uint8
+		var satisfied bitset
+		{
+
+			switch err := c.securityBearerKey(ctx, AddMemberOperation, r); {
+			case err == nil: // if NO error
+				satisfied[0] |= 1 << 0
+			case errors.Is(err, ogenerrors.ErrSkipClientSecurity):
+				// Skip this security.
+			default:
+				return res, errors.Wrap(err, "security \"BearerKey\"")
+			}
+		}
+
+		if ok := func() bool {
+		nextRequirement:
+			for _, requirement := range []bitset{
+				{0b00000001},
+				{},
+			} {
+				for i, mask := range requirement {
+					if satisfied[i]&mask != mask {
+						continue nextRequirement
+					}
+				}
+				return true
+			}
+			return false
+		}(); !ok {
+			return res, ogenerrors.ErrSecurityRequirementIsNotSatisfied
+		}
+	}
+
+	resp, err := c.cfg.Client.Do(r)
+	if err != nil {
+		return res, errors.Wrap(err, "do request")
+	}
+	body := resp.Body
+	defer func() {
+		// Drain the body to EOF before closing, so the underlying
+		// connection can be reused by the Transport regardless of the
+		// response status code. See https://github.com/ogen-go/ogen/issues/1670.
+		_, _ = io.Copy(io.Discard, body)
+		_ = body.Close()
+	}()
+
+	result, err := decodeAddMemberResponse(resp)
 	if err != nil {
 		return res, errors.Wrap(err, "decode response")
 	}
@@ -2042,6 +2147,84 @@ func (c *Client) sendJobReadToken(ctx context.Context, params JobReadTokenParams
 	return result, nil
 }
 
+// ListMembers invokes listMembers operation.
+//
+// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the
+// leader and the learners. docs/membership.md.
+//
+// GET /v1/cluster/members
+func (c *Client) ListMembers(ctx context.Context) (ListMembersRes, error) {
+	res, err := c.sendListMembers(ctx)
+	return res, err
+}
+
+func (c *Client) sendListMembers(ctx context.Context) (res ListMembersRes, err error) {
+
+	u := uri.Clone(c.requestURL(ctx))
+	var pathParts [1]string
+	pathParts[0] = "/v1/cluster/members"
+	uri.AddPathParts(u, pathParts[:]...)
+
+	r, err := ht.NewRequest(ctx, "GET", u)
+	if err != nil {
+		return res, errors.Wrap(err, "create request")
+	}
+
+	{
+		type bitset = [1]uint8
+		var satisfied bitset
+		{
+
+			switch err := c.securityBearerKey(ctx, ListMembersOperation, r); {
+			case err == nil: // if NO error
+				satisfied[0] |= 1 << 0
+			case errors.Is(err, ogenerrors.ErrSkipClientSecurity):
+				// Skip this security.
+			default:
+				return res, errors.Wrap(err, "security \"BearerKey\"")
+			}
+		}
+
+		if ok := func() bool {
+		nextRequirement:
+			for _, requirement := range []bitset{
+				{0b00000001},
+				{},
+			} {
+				for i, mask := range requirement {
+					if satisfied[i]&mask != mask {
+						continue nextRequirement
+					}
+				}
+				return true
+			}
+			return false
+		}(); !ok {
+			return res, ogenerrors.ErrSecurityRequirementIsNotSatisfied
+		}
+	}
+
+	resp, err := c.cfg.Client.Do(r)
+	if err != nil {
+		return res, errors.Wrap(err, "do request")
+	}
+	body := resp.Body
+	defer func() {
+		// Drain the body to EOF before closing, so the underlying
+		// connection can be reused by the Transport regardless of the
+		// response status code. See https://github.com/ogen-go/ogen/issues/1670.
+		_, _ = io.Copy(io.Discard, body)
+		_ = body.Close()
+	}()
+
+	result, err := decodeListMembersResponse(resp)
+	if err != nil {
+		return res, errors.Wrap(err, "decode response")
+	}
+
+	return result, nil
+}
+
 // ListModels invokes listModels operation.
 //
 // Every value of the model capability declared by a worker on the front door's queue (--openai-queue)
@@ -2757,6 +2940,103 @@ func (c *Client) sendRejectJob(ctx context.Context, request *RejectMessage, para
 	}()
 
 	result, err := decodeRejectJobResponse(resp)
+	if err != nil {
+		return res, errors.Wrap(err, "decode response")
+	}
+
+	return result, nil
+}
+
+// RemoveMember invokes removeMember operation.
+//
+// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still
+// answers (stop its node first: the leader is always a running member) and when the voting members
+// left that answer would be fewer than their quorum. docs/membership.md.
+//
+// DELETE /v1/cluster/members/{member}
+func (c *Client) RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error) {
+	res, err := c.sendRemoveMember(ctx, params)
+	return res, err
+}
+
+func (c *Client) sendRemoveMember(ctx context.Context, params RemoveMemberParams) (res RemoveMemberRes, err error) {
+
+	u := uri.Clone(c.requestURL(ctx))
+	var pathParts [2]string
+	pathParts[0] = "/v1/cluster/members/"
+	{
+		// Encode "member" parameter.
+		e := uri.NewPathEncoder(uri.PathEncoderConfig{
+			Param:   "member",
+			Style:   uri.PathStyleSimple,
+			Explode: false,
+		})
+		if err := func() error {
+			return e.EncodeValue(conv.StringToString(params.Member))
+		}(); err != nil {
+			return res, errors.Wrap(err, "encode path")
+		}
+		encoded, err := e.Result()
+		if err != nil {
+			return res, errors.Wrap(err, "encode path")
+		}
+		pathParts[1] = encoded
+	}
+	uri.AddPathParts(u, pathParts[:]...)
+
+	r, err := ht.NewRequest(ctx, "DELETE", u)
+	if err != nil {
+		return res, errors.Wrap(err, "create request")
+	}
+
+	{
+		type bitset = [1]uint8
+		var satisfied bitset
+		{
+
+			switch err := c.securityBearerKey(ctx, RemoveMemberOperation, r); {
+			case err == nil: // if NO error
+				satisfied[0] |= 1 << 0
+			case errors.Is(err, ogenerrors.ErrSkipClientSecurity):
+				// Skip this security.
+			default:
+				return res, errors.Wrap(err, "security \"BearerKey\"")
+			}
+		}
+
+		if ok := func() bool {
+		nextRequirement:
+			for _, requirement := range []bitset{
+				{0b00000001},
+				{},
+			} {
+				for i, mask := range requirement {
+					if satisfied[i]&mask != mask {
+						continue nextRequirement
+					}
+				}
+				return true
+			}
+			return false
+		}(); !ok {
+			return res, ogenerrors.ErrSecurityRequirementIsNotSatisfied
+		}
+	}
+
+	resp, err := c.cfg.Client.Do(r)
+	if err != nil {
+		return res, errors.Wrap(err, "do request")
+	}
+	body := resp.Body
+	defer func() {
+		// Drain the body to EOF before closing, so the underlying
+		// connection can be reused by the Transport regardless of the
+		// response status code. See https://github.com/ogen-go/ogen/issues/1670.
+		_, _ = io.Copy(io.Discard, body)
+		_ = body.Close()
+	}()
+
+	result, err := decodeRemoveMemberResponse(resp)
 	if err != nil {
 		return res, errors.Wrap(err, "decode response")
 	}

@@ -5,6 +5,10 @@ type AcceptJobRes interface {
 	acceptJobRes()
 }
 
+type AddMemberRes interface {
+	addMemberRes()
+}
+
 type CancelJobRes interface {
 	cancelJobRes()
 }
@@ -60,6 +64,10 @@ type JobReadTokenRes interface {
 	jobReadTokenRes()
 }
 
+type ListMembersRes interface {
+	listMembersRes()
+}
+
 type ListModelsRes interface {
 	listModelsRes()
 }
@@ -95,6 +103,10 @@ type ReadyzRes interface {
 
 type RejectJobRes interface {
 	rejectJobRes()
+}
+
+type RemoveMemberRes interface {
+	removeMemberRes()
 }
 
 type RetrieveModelRes interface {

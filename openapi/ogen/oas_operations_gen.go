@@ -7,6 +7,7 @@ type OperationName = string
 
 const (
 	AcceptJobOperation            OperationName = "AcceptJob"
+	AddMemberOperation            OperationName = "AddMember"
 	CancelJobOperation            OperationName = "CancelJob"
 	ClusterEventsOperation        OperationName = "ClusterEvents"
 	ClusterReadTokenOperation     OperationName = "ClusterReadToken"
@@ -20,6 +21,7 @@ const (
 	JobEventsOperation            OperationName = "JobEvents"
 	JobOutputOperation            OperationName = "JobOutput"
 	JobReadTokenOperation         OperationName = "JobReadToken"
+	ListMembersOperation          OperationName = "ListMembers"
 	ListModelsOperation           OperationName = "ListModels"
 	ListNodesOperation            OperationName = "ListNodes"
 	ListQueuesOperation           OperationName = "ListQueues"
@@ -29,6 +31,7 @@ const (
 	OpenapiYAMLOperation          OperationName = "OpenapiYAML"
 	ReadyzOperation               OperationName = "Readyz"
 	RejectJobOperation            OperationName = "RejectJob"
+	RemoveMemberOperation         OperationName = "RemoveMember"
 	RetrieveModelOperation        OperationName = "RetrieveModel"
 	SubmitJobOperation            OperationName = "SubmitJob"
 	WebPageOperation              OperationName = "WebPage"

@@ -103,6 +103,12 @@ type RejectJobParams struct {
 	Job string
 }
 
+// RemoveMemberParams is parameters of removeMember operation.
+type RemoveMemberParams struct {
+	// Member name (its node's id) or hex id.
+	Member string
+}
+
 // RetrieveModelParams is parameters of retrieveModel operation.
 type RetrieveModelParams struct {
 	// The model's name (it may contain /).

@@ -24,6 +24,20 @@ func encodeAcceptJobRequest(
 	return nil
 }
 
+func encodeAddMemberRequest(
+	req *MemberAddRequest,
+	r *http.Request,
+) error {
+	const contentType = "application/json"
+	e := new(jx.Encoder)
+	{
+		req.Encode(e)
+	}
+	encoded := e.Bytes()
+	ht.SetBody(r, bytes.NewReader(encoded), contentType)
+	return nil
+}
+
 func encodeCompleteJobRequest(
 	req *CompleteMessage,
 	r *http.Request,

@@ -153,6 +153,34 @@ func (s *AcceptedEvent) SetTTLMs(val int) {
 	s.TTLMs = val
 }
 
+type AddMemberBadRequest Problem
+
+func (*AddMemberBadRequest) addMemberRes() {}
+
+type AddMemberConflict Problem
+
+func (*AddMemberConflict) addMemberRes() {}
+
+type AddMemberForbidden Problem
+
+func (*AddMemberForbidden) addMemberRes() {}
+
+type AddMemberInternalServerError Problem
+
+func (*AddMemberInternalServerError) addMemberRes() {}
+
+type AddMemberServiceUnavailable Problem
+
+func (*AddMemberServiceUnavailable) addMemberRes() {}
+
+type AddMemberUnauthorized Problem
+
+func (*AddMemberUnauthorized) addMemberRes() {}
+
+type AddMemberUnsupportedMediaType Problem
+
+func (*AddMemberUnsupportedMediaType) addMemberRes() {}
+
 type BearerKey struct {
 	Token string
 	Roles []string
@@ -5090,6 +5118,22 @@ type JobReadTokenUnauthorized Problem
 
 func (*JobReadTokenUnauthorized) jobReadTokenRes() {}
 
+type ListMembersForbidden Problem
+
+func (*ListMembersForbidden) listMembersRes() {}
+
+type ListMembersInternalServerError Problem
+
+func (*ListMembersInternalServerError) listMembersRes() {}
+
+type ListMembersServiceUnavailable Problem
+
+func (*ListMembersServiceUnavailable) listMembersRes() {}
+
+type ListMembersUnauthorized Problem
+
+func (*ListMembersUnauthorized) listMembersRes() {}
+
 type ListModelsForbidden OpenAIErrorResponse
 
 func (*ListModelsForbidden) listModelsRes() {}
@@ -5186,6 +5230,208 @@ func (s *LocalQueue) SetSubjects(val []SubjectShare) {
 func (s *LocalQueue) SetWorkers(val int) {
 	s.Workers = val
 }
+
+// Ref: #/components/schemas/Member
+type Member struct {
+	ClientUrls []string `json:"client_urls"`
+	// Healthy: it answered a status request just now.
+	Healthy bool `json:"healthy"`
+	// ID is etcd's member id, in hex.
+	ID string `json:"id"`
+	// Leader: the raft leader.
+	Leader bool `json:"leader"`
+	// Learner: it receives the log but does not vote yet; its node promotes it once it has caught up.
+	Learner bool `json:"learner"`
+	// Name is its node's id; empty for a member added and not started yet.
+	Name     string   `json:"name"`
+	PeerUrls []string `json:"peer_urls"`
+}
+
+// GetClientUrls returns the value of ClientUrls.
+func (s *Member) GetClientUrls() []string {
+	return s.ClientUrls
+}
+
+// GetHealthy returns the value of Healthy.
+func (s *Member) GetHealthy() bool {
+	return s.Healthy
+}
+
+// GetID returns the value of ID.
+func (s *Member) GetID() string {
+	return s.ID
+}
+
+// GetLeader returns the value of Leader.
+func (s *Member) GetLeader() bool {
+	return s.Leader
+}
+
+// GetLearner returns the value of Learner.
+func (s *Member) GetLearner() bool {
+	return s.Learner
+}
+
+// GetName returns the value of Name.
+func (s *Member) GetName() string {
+	return s.Name
+}
+
+// GetPeerUrls returns the value of PeerUrls.
+func (s *Member) GetPeerUrls() []string {
+	return s.PeerUrls
+}
+
+// SetClientUrls sets the value of ClientUrls.
+func (s *Member) SetClientUrls(val []string) {
+	s.ClientUrls = val
+}
+
+// SetHealthy sets the value of Healthy.
+func (s *Member) SetHealthy(val bool) {
+	s.Healthy = val
+}
+
+// SetID sets the value of ID.
+func (s *Member) SetID(val string) {
+	s.ID = val
+}
+
+// SetLeader sets the value of Leader.
+func (s *Member) SetLeader(val bool) {
+	s.Leader = val
+}
+
+// SetLearner sets the value of Learner.
+func (s *Member) SetLearner(val bool) {
+	s.Learner = val
+}
+
+// SetName sets the value of Name.
+func (s *Member) SetName(val string) {
+	s.Name = val
+}
+
+// SetPeerUrls sets the value of PeerUrls.
+func (s *Member) SetPeerUrls(val []string) {
+	s.PeerUrls = val
+}
+
+// Ref: #/components/schemas/MemberAddRequest
+type MemberAddRequest struct {
+	// Name is the new node's id (--name).
+	Name string `json:"name"`
+	// PeerURL is https://host:port, the address the new node's member will listen on for the others (its
+	// --etcd-peer-addr).
+	PeerURL string `json:"peer_url"`
+}
+
+// GetName returns the value of Name.
+func (s *MemberAddRequest) GetName() string {
+	return s.Name
+}
+
+// GetPeerURL returns the value of PeerURL.
+func (s *MemberAddRequest) GetPeerURL() string {
+	return s.PeerURL
+}
+
+// SetName sets the value of Name.
+func (s *MemberAddRequest) SetName(val string) {
+	s.Name = val
+}
+
+// SetPeerURL sets the value of PeerURL.
+func (s *MemberAddRequest) SetPeerURL(val string) {
+	s.PeerURL = val
+}
+
+// Ref: #/components/schemas/MemberAdded
+type MemberAdded struct {
+	// Flags are the flags to start the new node with, beside the ones every node of the cluster has (the
+	// cluster secret, its client address, its other addresses).
+	Flags []string `json:"flags"`
+	// InitialCluster is the new node's --initial-cluster: the members after the change.
+	InitialCluster string   `json:"initial_cluster"`
+	Member         Member   `json:"member"`
+	Members        []Member `json:"members"`
+}
+
+// GetFlags returns the value of Flags.
+func (s *MemberAdded) GetFlags() []string {
+	return s.Flags
+}
+
+// GetInitialCluster returns the value of InitialCluster.
+func (s *MemberAdded) GetInitialCluster() string {
+	return s.InitialCluster
+}
+
+// GetMember returns the value of Member.
+func (s *MemberAdded) GetMember() Member {
+	return s.Member
+}
+
+// GetMembers returns the value of Members.
+func (s *MemberAdded) GetMembers() []Member {
+	return s.Members
+}
+
+// SetFlags sets the value of Flags.
+func (s *MemberAdded) SetFlags(val []string) {
+	s.Flags = val
+}
+
+// SetInitialCluster sets the value of InitialCluster.
+func (s *MemberAdded) SetInitialCluster(val string) {
+	s.InitialCluster = val
+}
+
+// SetMember sets the value of Member.
+func (s *MemberAdded) SetMember(val Member) {
+	s.Member = val
+}
+
+// SetMembers sets the value of Members.
+func (s *MemberAdded) SetMembers(val []Member) {
+	s.Members = val
+}
+
+func (*MemberAdded) addMemberRes() {}
+
+// Ref: #/components/schemas/MemberList
+type MemberList struct {
+	Members []Member `json:"members"`
+}
+
+// GetMembers returns the value of Members.
+func (s *MemberList) GetMembers() []Member {
+	return s.Members
+}
+
+// SetMembers sets the value of Members.
+func (s *MemberList) SetMembers(val []Member) {
+	s.Members = val
+}
+
+func (*MemberList) listMembersRes() {}
+
+// Ref: #/components/schemas/MemberRemoved
+type MemberRemoved struct {
+	Member Member `json:"member"`
+}
+
+// GetMember returns the value of Member.
+func (s *MemberRemoved) GetMember() Member {
+	return s.Member
+}
+
+// SetMember sets the value of Member.
+func (s *MemberRemoved) SetMember(val Member) {
+	s.Member = val
+}
+
+func (*MemberRemoved) removeMemberRes() {}
 
 type MetricsForbidden Problem
 
@@ -6984,13 +7230,14 @@ type Problem struct {
 	// `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503,
 	// `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal`
 	// 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
-	// `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404,
-	// `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405,
+	// `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400,
+	// `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400,
+	// `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405,
 	// `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
 	// `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
-	// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429,
-	// `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503,
-	// `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
+	// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409,
+	// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
+	// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
 	// `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
 	// 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
 	// stream carries outcome codes in its error event too (docs/errors.md).
@@ -7086,13 +7333,14 @@ func (*Problem) webPageRes()     {}
 // `catalog_unavailable` 503, `credit_exceeded` 502, `dispatcher_unavailable` 503, `draining` 503,
 // `expired` 504, `idempotency_key_reused` 409, `idle_timeout` 408, `input_too_large` 413, `internal`
 // 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
-// `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400, `job_not_found` 404,
-// `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400, `method_not_allowed` 405,
+// `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400,
+// `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400,
+// `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405,
 // `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
 // `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
-// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `rate_limited` 429,
-// `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed` 503,
-// `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
+// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409,
+// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
+// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
 // `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
 // 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
 // stream carries outcome codes in its error event too (docs/errors.md).
@@ -7114,6 +7362,7 @@ const (
 	ProblemCodeInvalidAffinityKey    ProblemCode = "invalid_affinity_key"
 	ProblemCodeInvalidField          ProblemCode = "invalid_field"
 	ProblemCodeInvalidIdempotencyKey ProblemCode = "invalid_idempotency_key"
+	ProblemCodeInvalidMember         ProblemCode = "invalid_member"
 	ProblemCodeInvalidQueueName      ProblemCode = "invalid_queue_name"
 	ProblemCodeInvalidResumeToken    ProblemCode = "invalid_resume_token"
 	ProblemCodeInvalidWorker         ProblemCode = "invalid_worker"
@@ -7121,6 +7370,9 @@ const (
 	ProblemCodeJobNotHeld            ProblemCode = "job_not_held"
 	ProblemCodeLimitAboveCeiling     ProblemCode = "limit_above_ceiling"
 	ProblemCodeMalformedJSON         ProblemCode = "malformed_json"
+	ProblemCodeMemberExists          ProblemCode = "member_exists"
+	ProblemCodeMemberNotFound        ProblemCode = "member_not_found"
+	ProblemCodeMemberRunning         ProblemCode = "member_running"
 	ProblemCodeMethodNotAllowed      ProblemCode = "method_not_allowed"
 	ProblemCodeMissingInput          ProblemCode = "missing_input"
 	ProblemCodeModelNotFound         ProblemCode = "model_not_found"
@@ -7133,6 +7385,7 @@ const (
 	ProblemCodePriorityOutOfRange    ProblemCode = "priority_out_of_range"
 	ProblemCodeQueueBytesFull        ProblemCode = "queue_bytes_full"
 	ProblemCodeQueueFull             ProblemCode = "queue_full"
+	ProblemCodeQuorumAtRisk          ProblemCode = "quorum_at_risk"
 	ProblemCodeRateLimited           ProblemCode = "rate_limited"
 	ProblemCodeReaderBehind          ProblemCode = "reader_behind"
 	ProblemCodeRejected              ProblemCode = "rejected"
@@ -7170,6 +7423,7 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodeInvalidAffinityKey,
 		ProblemCodeInvalidField,
 		ProblemCodeInvalidIdempotencyKey,
+		ProblemCodeInvalidMember,
 		ProblemCodeInvalidQueueName,
 		ProblemCodeInvalidResumeToken,
 		ProblemCodeInvalidWorker,
@@ -7177,6 +7431,9 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodeJobNotHeld,
 		ProblemCodeLimitAboveCeiling,
 		ProblemCodeMalformedJSON,
+		ProblemCodeMemberExists,
+		ProblemCodeMemberNotFound,
+		ProblemCodeMemberRunning,
 		ProblemCodeMethodNotAllowed,
 		ProblemCodeMissingInput,
 		ProblemCodeModelNotFound,
@@ -7189,6 +7446,7 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodePriorityOutOfRange,
 		ProblemCodeQueueBytesFull,
 		ProblemCodeQueueFull,
+		ProblemCodeQuorumAtRisk,
 		ProblemCodeRateLimited,
 		ProblemCodeReaderBehind,
 		ProblemCodeRejected,
@@ -7242,6 +7500,8 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 		return []byte(s), nil
 	case ProblemCodeInvalidIdempotencyKey:
 		return []byte(s), nil
+	case ProblemCodeInvalidMember:
+		return []byte(s), nil
 	case ProblemCodeInvalidQueueName:
 		return []byte(s), nil
 	case ProblemCodeInvalidResumeToken:
@@ -7255,6 +7515,12 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 	case ProblemCodeLimitAboveCeiling:
 		return []byte(s), nil
 	case ProblemCodeMalformedJSON:
+		return []byte(s), nil
+	case ProblemCodeMemberExists:
+		return []byte(s), nil
+	case ProblemCodeMemberNotFound:
+		return []byte(s), nil
+	case ProblemCodeMemberRunning:
 		return []byte(s), nil
 	case ProblemCodeMethodNotAllowed:
 		return []byte(s), nil
@@ -7279,6 +7545,8 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 	case ProblemCodeQueueBytesFull:
 		return []byte(s), nil
 	case ProblemCodeQueueFull:
+		return []byte(s), nil
+	case ProblemCodeQuorumAtRisk:
 		return []byte(s), nil
 	case ProblemCodeRateLimited:
 		return []byte(s), nil
@@ -7367,6 +7635,9 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 	case ProblemCodeInvalidIdempotencyKey:
 		*s = ProblemCodeInvalidIdempotencyKey
 		return nil
+	case ProblemCodeInvalidMember:
+		*s = ProblemCodeInvalidMember
+		return nil
 	case ProblemCodeInvalidQueueName:
 		*s = ProblemCodeInvalidQueueName
 		return nil
@@ -7387,6 +7658,15 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 		return nil
 	case ProblemCodeMalformedJSON:
 		*s = ProblemCodeMalformedJSON
+		return nil
+	case ProblemCodeMemberExists:
+		*s = ProblemCodeMemberExists
+		return nil
+	case ProblemCodeMemberNotFound:
+		*s = ProblemCodeMemberNotFound
+		return nil
+	case ProblemCodeMemberRunning:
+		*s = ProblemCodeMemberRunning
 		return nil
 	case ProblemCodeMethodNotAllowed:
 		*s = ProblemCodeMethodNotAllowed
@@ -7423,6 +7703,9 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 		return nil
 	case ProblemCodeQueueFull:
 		*s = ProblemCodeQueueFull
+		return nil
+	case ProblemCodeQuorumAtRisk:
+		*s = ProblemCodeQuorumAtRisk
 		return nil
 	case ProblemCodeRateLimited:
 		*s = ProblemCodeRateLimited
@@ -7507,6 +7790,7 @@ func (s *ProblemStatusCode) SetResponse(val Problem) {
 }
 
 func (*ProblemStatusCode) acceptJobRes()                                 {}
+func (*ProblemStatusCode) addMemberRes()                                 {}
 func (*ProblemStatusCode) cancelJobRes()                                 {}
 func (*ProblemStatusCode) clusterEventsRes()                             {}
 func (*ProblemStatusCode) clusterReadTokenRes()                          {}
@@ -7520,6 +7804,7 @@ func (*ProblemStatusCode) initSSEStream(sseConnectFunc, sseClientConfig) {}
 func (*ProblemStatusCode) jobEventsRes()                                 {}
 func (*ProblemStatusCode) jobOutputRes()                                 {}
 func (*ProblemStatusCode) jobReadTokenRes()                              {}
+func (*ProblemStatusCode) listMembersRes()                               {}
 func (*ProblemStatusCode) listNodesRes()                                 {}
 func (*ProblemStatusCode) listQueuesRes()                                {}
 func (*ProblemStatusCode) metricsRes()                                   {}
@@ -7528,6 +7813,7 @@ func (*ProblemStatusCode) openapiJSONRes()                               {}
 func (*ProblemStatusCode) openapiYAMLRes()                               {}
 func (*ProblemStatusCode) readyzRes()                                    {}
 func (*ProblemStatusCode) rejectJobRes()                                 {}
+func (*ProblemStatusCode) removeMemberRes()                              {}
 func (*ProblemStatusCode) submitJobRes()                                 {}
 func (*ProblemStatusCode) webPageHeadRes()                               {}
 func (*ProblemStatusCode) webPageRes()                                   {}
@@ -7907,6 +8193,30 @@ func (s *RejectMessage) SetGeneration(val int) {
 func (s *RejectMessage) SetReason(val OptString) {
 	s.Reason = val
 }
+
+type RemoveMemberConflict Problem
+
+func (*RemoveMemberConflict) removeMemberRes() {}
+
+type RemoveMemberForbidden Problem
+
+func (*RemoveMemberForbidden) removeMemberRes() {}
+
+type RemoveMemberInternalServerError Problem
+
+func (*RemoveMemberInternalServerError) removeMemberRes() {}
+
+type RemoveMemberNotFound Problem
+
+func (*RemoveMemberNotFound) removeMemberRes() {}
+
+type RemoveMemberServiceUnavailable Problem
+
+func (*RemoveMemberServiceUnavailable) removeMemberRes() {}
+
+type RemoveMemberUnauthorized Problem
+
+func (*RemoveMemberUnauthorized) removeMemberRes() {}
 
 // Ref: #/components/schemas/RestartEvent
 type RestartEvent struct {

@@ -25,6 +25,7 @@ type SecuritySource interface {
 // operationRolesBearerKey is a private map storing roles per operation.
 var operationRolesBearerKey = map[string][]string{
 	AcceptJobOperation:            []string{},
+	AddMemberOperation:            []string{},
 	CancelJobOperation:            []string{},
 	ClusterEventsOperation:        []string{},
 	ClusterReadTokenOperation:     []string{},
@@ -36,12 +37,14 @@ var operationRolesBearerKey = map[string][]string{
 	JobEventsOperation:            []string{},
 	JobOutputOperation:            []string{},
 	JobReadTokenOperation:         []string{},
+	ListMembersOperation:          []string{},
 	ListModelsOperation:           []string{},
 	ListNodesOperation:            []string{},
 	ListQueuesOperation:           []string{},
 	MetricsOperation:              []string{},
 	OpenWorkerSessionOperation:    []string{},
 	RejectJobOperation:            []string{},
+	RemoveMemberOperation:         []string{},
 	RetrieveModelOperation:        []string{},
 	SubmitJobOperation:            []string{},
 	WorkerHeartbeatOperation:      []string{},
