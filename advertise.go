@@ -13,9 +13,9 @@ import (
 // an empty host) listens on addresses nobody can dial as written; one
 // behind NAT, in a container or in a pod is reached at an address it never
 // binds. The node's catalog record carries the advertised addresses, so
-// the cluster views, the web page's links, a node relaying a client to
-// another node and the peer transport (which dials a node at its record's
-// peer address) all use them.
+// the cluster views, the web page's links and the peer transport (which
+// dials a node at its record's peer address) all use them; relays use the
+// relay addresses below.
 //
 // Default, per listener: the bound address when its host is specific (a
 // port 0 bind resolves to the port the kernel picked); for a bind on every
