@@ -13,18 +13,49 @@ import (
 // an empty host) listens on addresses nobody can dial as written; one
 // behind NAT, in a container or in a pod is reached at an address it never
 // binds. The node's catalog record carries the advertised addresses, so
-// the cluster views, the web page's links, a node relaying a client to
-// another node and the peer transport (which dials a node at its record's
-// peer address) all use them.
+// the cluster views, the web page's links and the peer transport (which
+// dials a node at its record's peer address) all use them; relays use the
+// relay addresses below.
 //
 // Default, per listener: the bound address when its host is specific (a
 // port 0 bind resolves to the port the kernel picked); for a bind on every
 // interface, the bound port on the address this host would use to reach
 // others (hostAddress), never an unspecified one.
 
+// Relay addresses: a node relays a keyed retry that reached it to the
+// job's node over HTTP or gRPC (core/relay.go), and the advertised HTTP
+// and gRPC addresses are for clients, which may reach a node where other
+// nodes cannot (a port published on the client's loopback). So the record
+// carries a second pair, the relay addresses, for nodes only, derived
+// without a flag of their own: nodes already reach each other at the
+// advertised peer address, so a listener bound on every interface is
+// relayed to at the advertised peer host with its bound port; one bound to
+// a specific host listens nowhere else, so it is relayed to as bound.
+// That holds when nodes see each other's ports unmapped (one network, a
+// container network, a pod network); where the port between nodes is
+// mapped as well (the peer port is advertised as another one, behind NAT),
+// the HTTP and gRPC ports must be reachable at the same number on the
+// advertised peer host for relays to work.
+
 // advertisedAddrs are the addresses in a node's catalog record.
 type advertisedAddrs struct {
-	http, grpc, peer string
+	http, grpc, peer     string
+	relayHTTP, relayGRPC string
+}
+
+// relayAddr is the address other nodes relay to a listener bound at bound
+// (port resolved) of a node advertising peer: bound when its host is
+// specific, else the bound port on peer's host.
+func relayAddr(bound net.Addr, peer string) string {
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return bound.String()
+	}
+	host, _, err := net.SplitHostPort(peer)
+	if err != nil {
+		return bound.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
 }
 
 // validateAdvertise refuses an advertised address others could not dial:

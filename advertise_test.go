@@ -127,3 +127,26 @@ func TestValidateAdvertise(t *testing.T) {
 		}
 	}
 }
+
+// A listener's relay address, what other nodes dial to relay to it: the
+// bound address when its host is specific (it listens nowhere else), else
+// the bound port on the advertised peer host, whatever the advertised
+// client address says.
+func TestRelayAddr(t *testing.T) {
+	tcp := func(s string) net.Addr { a, _ := net.ResolveTCPAddr("tcp", s); return a }
+	for _, tc := range []struct {
+		bound      net.Addr
+		peer, want string
+	}{
+		{tcp("127.0.0.1:8080"), "127.0.0.1:7070", "127.0.0.1:8080"},
+		{tcp("10.1.1.1:8080"), "node-1:7070", "10.1.1.1:8080"},
+		{tcp("0.0.0.0:8080"), "node-1:7070", "node-1:8080"},
+		{tcp("[::]:9090"), "node-1:17070", "node-1:9090"},
+		{tcp("[::]:9090"), "[fd00::5]:7070", "[fd00::5]:9090"},
+		{tcp("0.0.0.0:8080"), "10.0.0.7:7070", "10.0.0.7:8080"},
+	} {
+		if got := relayAddr(tc.bound, tc.peer); got != tc.want {
+			t.Errorf("relayAddr(%v, %q) = %q, want %q", tc.bound, tc.peer, got, tc.want)
+		}
+	}
+}

@@ -128,7 +128,8 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	adv := n.advertised()
 	record := core.NodeInfo{
-		ID: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, GRPCAddr: adv.grpc, Zone: cfg.Zone, State: core.StateInProgress,
+		ID: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, GRPCAddr: adv.grpc,
+		RelayHTTPAddr: adv.relayHTTP, RelayGRPCAddr: adv.relayGRPC, Zone: cfg.Zone, State: core.StateInProgress,
 	}
 	// Joined, not yet routable: other nodes may write to the catalog about
 	// this one, but route nothing to it.
@@ -149,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.trackerWG.Go(func() { n.tracker.Run(tctx) })
 	n.log.Info("node serving", "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "peer", n.PeerAddr(),
 		"advertise_http", adv.http, "advertise_grpc", adv.grpc, "advertise_peer", adv.peer,
+		"relay_http", adv.relayHTTP, "relay_grpc", adv.relayGRPC,
 		"etcd_client", n.cat.ClientAddr(), "etcd_peer", n.cat.PeerAddr(), "data_dir", cfg.DataDir)
 	return n, nil
 }
@@ -427,10 +429,13 @@ func (n *Node) awaitPeerServer(ctx context.Context) error {
 // (advertise.go), from its bound listeners.
 func (n *Node) advertised() advertisedAddrs {
 	cfg := n.cfg
+	peer := advertiseAddr(cfg.AdvertisePeerAddr, n.peerLn.Addr(), hostAddress)
 	return advertisedAddrs{
-		http: advertiseAddr(cfg.AdvertiseHTTPAddr, n.httpLn.Addr(), hostAddress),
-		grpc: advertiseAddr(cfg.AdvertiseGRPCAddr, n.grpcLn.Addr(), hostAddress),
-		peer: advertiseAddr(cfg.AdvertisePeerAddr, n.peerLn.Addr(), hostAddress),
+		http:      advertiseAddr(cfg.AdvertiseHTTPAddr, n.httpLn.Addr(), hostAddress),
+		grpc:      advertiseAddr(cfg.AdvertiseGRPCAddr, n.grpcLn.Addr(), hostAddress),
+		peer:      peer,
+		relayHTTP: relayAddr(n.httpLn.Addr(), peer),
+		relayGRPC: relayAddr(n.grpcLn.Addr(), peer),
 	}
 }
 

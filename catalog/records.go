@@ -85,8 +85,12 @@ type nodeRecord struct {
 	PeerAddr string `json:"peer_addr,omitempty"`
 	HTTPAddr string `json:"http_addr,omitempty"`
 	GRPCAddr string `json:"grpc_addr,omitempty"`
-	Zone     string `json:"zone,omitempty"`
-	State    string `json:"state"`
+	// RelayHTTPAddr and RelayGRPCAddr are what other nodes dial to relay
+	// to this one (core.NodeInfo). Older writers leave them out.
+	RelayHTTPAddr string `json:"relay_http_addr,omitempty"`
+	RelayGRPCAddr string `json:"relay_grpc_addr,omitempty"`
+	Zone          string `json:"zone,omitempty"`
+	State         string `json:"state"`
 	// Incarnation is new at every start and every recovery of the node
 	// (Catalog.Incarnation). Older writers leave it out.
 	Incarnation string `json:"incarnation,omitempty"`
@@ -112,13 +116,15 @@ type consumerRecord struct {
 
 func encodeNode(n core.NodeInfo) ([]byte, error) {
 	b, err := json.Marshal(nodeRecord{
-		V:           recordVersion,
-		PeerAddr:    n.PeerAddr,
-		HTTPAddr:    n.HTTPAddr,
-		GRPCAddr:    n.GRPCAddr,
-		Zone:        n.Zone,
-		State:       string(n.State),
-		Incarnation: n.Incarnation,
+		V:             recordVersion,
+		PeerAddr:      n.PeerAddr,
+		HTTPAddr:      n.HTTPAddr,
+		GRPCAddr:      n.GRPCAddr,
+		RelayHTTPAddr: n.RelayHTTPAddr,
+		RelayGRPCAddr: n.RelayGRPCAddr,
+		Zone:          n.Zone,
+		State:         string(n.State),
+		Incarnation:   n.Incarnation,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode node record: %w", err)
@@ -135,13 +141,15 @@ func parseNode(id string, value []byte) (core.NodeInfo, error) {
 	// to, so a state this version does not know is never mistaken for one it
 	// may route to.
 	return core.NodeInfo{
-		ID:          id,
-		PeerAddr:    r.PeerAddr,
-		HTTPAddr:    r.HTTPAddr,
-		GRPCAddr:    r.GRPCAddr,
-		Zone:        r.Zone,
-		State:       core.PeerState(r.State),
-		Incarnation: r.Incarnation,
+		ID:            id,
+		PeerAddr:      r.PeerAddr,
+		HTTPAddr:      r.HTTPAddr,
+		GRPCAddr:      r.GRPCAddr,
+		RelayHTTPAddr: r.RelayHTTPAddr,
+		RelayGRPCAddr: r.RelayGRPCAddr,
+		Zone:          r.Zone,
+		State:         core.PeerState(r.State),
+		Incarnation:   r.Incarnation,
 	}, nil
 }
 

@@ -26,14 +26,39 @@ const (
 	StateFenced PeerState = "fenced"
 )
 
+// RelayHTTP is the address other nodes relay HTTP requests to: the relay
+// address, else (a record without one) the client-facing address.
+func (n NodeInfo) RelayHTTP() string {
+	if n.RelayHTTPAddr != "" {
+		return n.RelayHTTPAddr
+	}
+	return n.HTTPAddr
+}
+
+// RelayGRPC is RelayHTTP for the gRPC API.
+func (n NodeInfo) RelayGRPC() string {
+	if n.RelayGRPCAddr != "" {
+		return n.RelayGRPCAddr
+	}
+	return n.GRPCAddr
+}
+
 // NodeInfo is a node's record in the catalog (/nodes/{id}).
 type NodeInfo struct {
 	ID       string
 	PeerAddr string
 	HTTPAddr string
 	GRPCAddr string
-	Zone     string
-	State    PeerState
+	// RelayHTTPAddr and RelayGRPCAddr are where other nodes dial this
+	// node's HTTP and gRPC APIs to relay a keyed retry to it
+	// (core/relay.go); HTTPAddr and GRPCAddr are for clients and may name
+	// an address only they reach (a published port on the client's
+	// loopback). Empty in records of nodes that predate them: RelayHTTP
+	// and RelayGRPC then fall back to the client addresses.
+	RelayHTTPAddr string
+	RelayGRPCAddr string
+	Zone          string
+	State         PeerState
 	// Incarnation is new at every start and every recovery of the node
 	// (after it fenced): a record whose incarnation changed belongs to a
 	// new process, or to the same one come back, and the previous

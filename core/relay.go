@@ -13,7 +13,8 @@ import (
 // the cluster view, and the refusals are the same.
 
 // RelayTarget is the address a submission answered jw goes to: addr picks
-// it (the node's HTTP or gRPC address) from the node's record in view.
+// it (NodeInfo.RelayHTTP or RelayGRPC, what other nodes dial, not what
+// clients do) from the node's record in view.
 // relayedBy is the node that relayed the request here, "" if none: a
 // relayed request that would be relayed again is a fault, and a node that
 // has left the cluster took the job with it (job_not_found).

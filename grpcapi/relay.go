@@ -25,7 +25,7 @@ const MetadataRelayedBy = "x-switchyard-relayed-by"
 func (s *JobServer) relaySubmit(gs grpc.ServerStreamingServer[pb.JobEvent], req *pb.SubmitRequest, jw *core.JobElsewhere) error {
 	ctx := gs.Context()
 	addr, err := core.RelayTarget(s.cfg.Cluster, jw, first(metadata.ValueFromIncomingContext(ctx, MetadataRelayedBy)),
-		func(n core.NodeInfo) string { return n.GRPCAddr })
+		core.NodeInfo.RelayGRPC)
 	if err != nil {
 		return s.fail("Submit", err)
 	}

@@ -34,7 +34,7 @@ func newRelayTransport(tc *tls.Config) *http.Transport {
 // relaySubmit hands r, a submission whose body was read into body, to the
 // node where the key's job lives.
 func (s *Server) relaySubmit(w http.ResponseWriter, r *http.Request, jw *core.JobElsewhere, body []byte) {
-	addr, err := core.RelayTarget(s.cfg.Cluster, jw, r.Header.Get(RelayHeader), func(n core.NodeInfo) string { return n.HTTPAddr })
+	addr, err := core.RelayTarget(s.cfg.Cluster, jw, r.Header.Get(RelayHeader), core.NodeInfo.RelayHTTP)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

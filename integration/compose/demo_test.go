@@ -3,11 +3,13 @@
 package compose_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,7 @@ func TestComposeDemo(t *testing.T) {
 	}
 
 	checkAdvertised(t, c)
+	checkRelayed(t, c)
 
 	snap := firstSnapshot(t, c, "node-1")
 	zones := map[string]string{}
@@ -182,5 +185,56 @@ func checkAdvertised(t *testing.T, c *cluster) {
 				t.Logf("%s: http_addr %s (GET /readyz from the host: %s), grpc_addr %s, peer_addr %s", n.ID, n.HTTPAddr, res.Status, n.GRPCAddr, n.PeerAddr)
 			}
 		}
+	}
+}
+
+// checkRelayed: a keyed retry sent to node-2 for a job made on node-1 is
+// relayed to node-1 and answered with the same job, although node-1's
+// advertised HTTP address is the host's loopback: relays dial the relay
+// address, node-1:8080 on the cluster network (docs/cluster.md,
+// "Advertised addresses").
+func checkRelayed(t *testing.T, c *cluster) {
+	t.Helper()
+	words := make([]string, jobWords)
+	for i := range words {
+		words[i] = "r" + strconv.Itoa(i)
+	}
+	env, _ := json.Marshal(map[string]any{
+		"ttl_ms": jobTTL.Milliseconds(), "input": strings.Join(words, " "),
+		"capabilities": map[string]string{"model": "small"}, "options": map[string]any{"delay_ms": jobDelay.Milliseconds()},
+	})
+	submit := func(svc string) (int, string) {
+		u, err := c.url(svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, u+"/v1/queues/demo/jobs", bytes.NewReader(env))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "compose-relay")
+		res, err := c.http.Do(req)
+		if err != nil {
+			t.Fatalf("POST to %s: %v", svc, err)
+		}
+		defer res.Body.Close()
+		var j struct {
+			JobID string `json:"job_id"`
+			Code  string `json:"code"`
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = json.Unmarshal(b, &j)
+		if j.JobID == "" {
+			return res.StatusCode, "(none: " + j.Code + ")"
+		}
+		return res.StatusCode, j.JobID
+	}
+	st1, id1 := submit("node-1")
+	if st1 != http.StatusAccepted && st1 != http.StatusOK {
+		t.Fatalf("a keyed job posted to node-1: %d %s", st1, id1)
+	}
+	st2, id2 := submit("node-2")
+	if st2 != http.StatusOK || id2 != id1 {
+		t.Errorf("its retry through node-2: %d, job %s; want 200 and job %s, relayed to node-1", st2, id2, id1)
+	} else {
+		t.Logf("a keyed job made on node-1 (%d, %s), retried through node-2: %d, the same job (relayed)", st1, id1, st2)
 	}
 }
