@@ -55,4 +55,11 @@ const (
 	// CodeQuorumAtRisk refuses a change that would leave fewer healthy
 	// voting members than the quorum of the cluster after it.
 	CodeQuorumAtRisk Code = "quorum_at_risk"
+	// CodeMemberAddressUnusable refuses adding a member while a voting
+	// member's peer address is one the new member cannot keep reaching: a
+	// port chosen at random when its node started (no --etcd-peer-addr:
+	// it changes at every restart), or a loopback host while the new
+	// member's is not. Restart that node with explicit addresses first
+	// (docs/membership.md, "Growing a node that started alone").
+	CodeMemberAddressUnusable Code = "member_address_unusable"
 )
