@@ -30,6 +30,8 @@ type MemberAdmin interface {
 	// the node started with that name and peer address, and
 	// --initial-cluster-state existing, joins as it and promotes itself
 	// once it has caught up. It returns the new member and the list after.
+	// It refuses while a voting member's peer address is one the new
+	// member cannot keep reaching (CodeMemberAddressUnusable).
 	AddMember(ctx context.Context, name, peerURL string) (Member, []Member, error)
 	// RemoveMember removes the member named target (its name, or its hex
 	// id), refusing one that still runs and one whose removal would leave
