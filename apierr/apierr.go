@@ -103,11 +103,12 @@ var table = map[core.Code]wire{
 	core.CodeWorkerError:    {http.StatusBadGateway, codes.Unknown},
 
 	// The catalog's membership (docs/membership.md).
-	core.CodeInvalidMember:  {http.StatusBadRequest, codes.InvalidArgument},
-	core.CodeMemberNotFound: {http.StatusNotFound, codes.NotFound},
-	core.CodeMemberExists:   {http.StatusConflict, codes.AlreadyExists},
-	core.CodeMemberRunning:  {http.StatusConflict, codes.FailedPrecondition},
-	core.CodeQuorumAtRisk:   {http.StatusConflict, codes.FailedPrecondition},
+	core.CodeInvalidMember:         {http.StatusBadRequest, codes.InvalidArgument},
+	core.CodeMemberNotFound:        {http.StatusNotFound, codes.NotFound},
+	core.CodeMemberExists:          {http.StatusConflict, codes.AlreadyExists},
+	core.CodeMemberRunning:         {http.StatusConflict, codes.FailedPrecondition},
+	core.CodeQuorumAtRisk:          {http.StatusConflict, codes.FailedPrecondition},
+	core.CodeMemberAddressUnusable: {http.StatusConflict, codes.FailedPrecondition},
 
 	// A server fault.
 	core.CodeInternal: {http.StatusInternalServerError, codes.Internal},

@@ -62,6 +62,7 @@ func TestTable(t *testing.T) {
 		core.CodeMemberNotFound:        {404, codes.NotFound},
 		core.CodeMemberExists:          {409, codes.AlreadyExists},
 		core.CodeMemberRunning:         {409, codes.FailedPrecondition},
+		core.CodeMemberAddressUnusable: {409, codes.FailedPrecondition},
 		core.CodeQuorumAtRisk:          {409, codes.FailedPrecondition},
 		core.CodeDraining:              {503, codes.Unavailable},
 		core.CodeDispatcherUnavailable: {503, codes.Unavailable},

@@ -110,6 +110,10 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 				return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
 			}
 		}
+		if err := updateOwnEntry(ctx, cfg, e, boundURL(ec.AdvertisePeerUrls[0], e.Peers[0].Addr())); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("start embedded etcd in %s: %w", ec.Dir, err)
+		}
 		return e, nil
 	case <-e.Server.StopNotify():
 		e.Close()
@@ -160,6 +164,19 @@ func clientURL(cfg Config, ms []clusterMember) url.URL {
 		}
 	}
 	return url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
+}
+
+// boundURL is u, advertised, with the port of bound when u's port is 0 (a
+// port chosen at start: the one the listener got).
+func boundURL(u url.URL, bound net.Addr) url.URL {
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil || port != "0" {
+		return u
+	}
+	if _, bp, err := net.SplitHostPort(bound.String()); err == nil {
+		u.Host = net.JoinHostPort(host, bp)
+	}
+	return u
 }
 
 // closeUnready closes a member that never became ready. embed.Etcd.Close

@@ -53,6 +53,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 )
 
 // peerMember is a member as etcd's peer API lists it (GET /members on a
@@ -113,14 +114,12 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 			// Moved: the member's data is here, its entry names the old
 			// address, which nobody answers at any more.
 			old := current[byName]
-			log.Info("catalog: membership: this member's peer address changed; updating its member entry", "member", cfg.Name, "id", memberID(old.ID), "old_peer_urls", old.PeerURLs, "peer_url", selfURL, "asked", from)
-			if err := withRemote(ctx, cfg, current, func(cli *clientv3.Client) error {
-				_, err := cli.MemberUpdate(ctx, old.ID, []string{selfURL})
-				return err
-			}); err != nil {
-				return plan, fmt.Errorf("update the peer URL of member %s: %w", cfg.Name, err)
-			}
-			log.Info("catalog: membership: member entry updated", "member", cfg.Name, "peer_url", selfURL)
+			return plan, moveMember(cfg, old.ID, old.PeerURLs, selfURL, "asked "+from, func(urls []string) error {
+				return withRemote(ctx, cfg, current, func(cli *clientv3.Client) error {
+					_, err := cli.MemberUpdate(ctx, old.ID, urls)
+					return err
+				})
+			})
 		}
 		return plan, nil
 	}
@@ -195,6 +194,44 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 	plan.initialCluster, plan.state = joinInitialCluster(list), ClusterStateExisting
 	log.Info("catalog: membership: starting the member in the existing cluster", "member", cfg.Name, "initial_cluster", plan.initialCluster)
 	return plan, nil
+}
+
+// moveMember updates the entry of this node's member id, which lists the
+// peer URLs old, to selfURL with update: a member whose peer address
+// changed (another --etcd-peer-addr, or a port chosen at start) is dialled
+// at the old one until its entry says otherwise. Before the member starts
+// (prepareJoin) update asks the other members; after (updateOwnEntry, the
+// only way for a member with no other member to ask) it is the member's
+// own server. how says which, for the log.
+func moveMember(cfg Config, id uint64, old []string, selfURL, how string, update func(urls []string) error) error {
+	cfg.Logger.Info("catalog: membership: this member's peer address changed; updating its member entry", "member", cfg.Name, "id", memberID(id), "old_peer_urls", old, "peer_url", selfURL, "via", how)
+	if err := update([]string{selfURL}); err != nil {
+		return fmt.Errorf("update the peer URL of member %s: %w", cfg.Name, err)
+	}
+	cfg.Logger.Info("catalog: membership: member entry updated", "member", cfg.Name, "peer_url", selfURL)
+	return nil
+}
+
+// updateOwnEntry runs once the embedded member e is ready: when its member
+// entry lists other peer URLs than advertised, the URL it serves at now
+// (with a port chosen at start, the bound one), it moves the entry there
+// (moveMember). prepareJoin did so already when another member answered;
+// this covers a member alone, restarted at another address, and one on
+// port 0, whose entry would otherwise say port 0.
+func updateOwnEntry(ctx context.Context, cfg Config, e *embed.Etcd, advertised url.URL) error {
+	self := e.Server.Cluster().Member(e.Server.MemberID())
+	if self == nil {
+		return nil
+	}
+	if len(self.PeerURLs) == 1 && samePeerURL(self.PeerURLs[0], advertised.String()) {
+		return nil
+	}
+	return moveMember(cfg, uint64(self.ID), self.PeerURLs, advertised.String(), "its own server", func(urls []string) error {
+		uctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		defer cancel()
+		_, err := e.Server.UpdateMember(uctx, membership.Member{ID: self.ID, RaftAttributes: membership.RaftAttributes{PeerURLs: urls, IsLearner: self.IsLearner}})
+		return err
+	})
 }
 
 // askMembers asks the members of ms other than this node, all at once,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -140,8 +141,47 @@ func (c *Catalog) memberList(ctx context.Context) ([]core.Member, error) {
 	wg.Wait()
 	for i, m := range resp.Members {
 		ms[i].Leader = m.ID == leader
+		if c.etcd != nil && m.ID == uint64(c.etcd.Server.MemberID()) {
+			// A member publishes the client URL it was configured with;
+			// on port 0 show the one it serves at.
+			for j, u := range ms[i].ClientURLs {
+				if pu, err := url.Parse(u); err == nil {
+					bu := boundURL(*pu, c.etcd.Clients[0].Addr())
+					ms[i].ClientURLs[j] = bu.String()
+				}
+			}
+		}
 	}
 	return ms, nil
+}
+
+// checkReachable refuses adding a member at peerURL while a voting
+// member's peer address is one the new member cannot keep reaching
+// (member_address_unusable): this node's own when its port was chosen at
+// start (PeerAddr with port 0, which only a node started alone can have:
+// the port changes at every restart, and the new member would dial the
+// old one), or any voting member's loopback address when peerURL is not
+// on loopback (another host reaches no member there).
+func (c *Catalog) checkReachable(ms []core.Member, peerURL string) error {
+	const fix = "restart that node with an explicit --etcd-peer-addr and --etcd-client-addr on an address the new member reaches, and --initial-cluster <its name>=https://<that peer address>, then add the member (docs/membership.md, \"Growing a node that started alone\")"
+	if c.etcd != nil {
+		if _, port, err := net.SplitHostPort(c.cfg.PeerAddr); err == nil && port == "0" {
+			self := memberID(uint64(c.etcd.Server.MemberID()))
+			return &core.Error{Code: core.CodeMemberAddressUnusable, Detail: fmt.Sprintf("member %s %q listens for peers on a port chosen when its node started (%s, no --etcd-peer-addr): it changes at every restart, and the new member would lose it; %s", self, c.cfg.Name, c.peerAddr, fix)}
+		}
+	}
+	if isLoopbackURL(peerURL) {
+		return nil
+	}
+	for _, m := range ms {
+		if m.Learner {
+			continue
+		}
+		if i := slices.IndexFunc(m.PeerURLs, isLoopbackURL); i >= 0 {
+			return &core.Error{Code: core.CodeMemberAddressUnusable, Field: "peer_url", Detail: fmt.Sprintf("member %s %q has the loopback peer URL %s, which the new member at %s cannot reach; %s", m.ID, m.Name, m.PeerURLs[i], peerURL, fix)}
+		}
+	}
+	return nil
 }
 
 // peerAnswers reports whether the member at peerURL answers GET /version
@@ -201,6 +241,9 @@ func (c *Catalog) AddMember(ctx context.Context, name, peerURL string) (core.Mem
 		if m.Learner {
 			return core.Member{}, nil, &core.Error{Code: core.CodeMemberExists, Detail: fmt.Sprintf("member %s %q is a learner not promoted yet: etcd adds one at a time; start its node (or remove it) first", m.ID, m.Name)}
 		}
+	}
+	if err := c.checkReachable(ms, peerURL); err != nil {
+		return core.Member{}, nil, err
 	}
 	voters, healthy := countVoters(ms, "")
 	if healthy < quorum(voters) {

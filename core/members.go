@@ -30,6 +30,8 @@ type MemberAdmin interface {
 	// the node started with that name and peer address, and
 	// --initial-cluster-state existing, joins as it and promotes itself
 	// once it has caught up. It returns the new member and the list after.
+	// It refuses while a voting member's peer address is one the new
+	// member cannot keep reaching (CodeMemberAddressUnusable).
 	AddMember(ctx context.Context, name, peerURL string) (Member, []Member, error)
 	// RemoveMember removes the member named target (its name, or its hex
 	// id), refusing one that still runs and one whose removal would leave
@@ -55,4 +57,11 @@ const (
 	// CodeQuorumAtRisk refuses a change that would leave fewer healthy
 	// voting members than the quorum of the cluster after it.
 	CodeQuorumAtRisk Code = "quorum_at_risk"
+	// CodeMemberAddressUnusable refuses adding a member while a voting
+	// member's peer address is one the new member cannot keep reaching: a
+	// port chosen at random when its node started (no --etcd-peer-addr:
+	// it changes at every restart), or a loopback host while the new
+	// member's is not. Restart that node with explicit addresses first
+	// (docs/membership.md, "Growing a node that started alone").
+	CodeMemberAddressUnusable Code = "member_address_unusable"
 )

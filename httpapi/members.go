@@ -121,7 +121,7 @@ func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) {
 //	@Failure		400		{object}	apierr.Problem		"malformed_json, invalid_member"
 //	@Failure		401		{object}	apierr.Problem		"unauthenticated"
 //	@Failure		403		{object}	apierr.Problem		"permission_denied"
-//	@Failure		409		{object}	apierr.Problem		"member_exists, quorum_at_risk"
+//	@Failure		409		{object}	apierr.Problem		"member_exists, quorum_at_risk, member_address_unusable"
 //	@Failure		415		{object}	apierr.Problem		"unsupported_media_type"
 //	@Failure		503		{object}	apierr.Problem		"catalog_unavailable"
 //	@Security		BearerKey

@@ -44,6 +44,9 @@ func TestDocumentIsTheTruth(t *testing.T) {
 		c.Engine.Limits.MaxInputBytes = 1024
 		// The HTTP workers here post only when a step needs them to.
 		c.Workers.IdleTimeout = time.Minute
+		// A fixed etcd peer port: a member on one chosen at start takes
+		// no member (member_address_unusable, the every-code probe's).
+		c.EtcdPeerAddr = freeAddr(t)
 	})
 	tr := &truthRun{name: n.Catalog().Name(), t: t, dc: dc, hc: dc.client(), base: baseURL(n)}
 	c, err := client.NewClientWithResponses(tr.base, client.WithHTTPClient(tr.hc))

@@ -564,6 +564,8 @@ func (p *codeProbe) access() {
 func (p *codeProbe) members() {
 	p.problem("invalid_member", p.raw("POST", "/v1/cluster/members", "application/json", `{"name":"n2","peer_url":"http://127.0.0.1:1"}`))
 	p.problem("member_exists", p.raw("POST", "/v1/cluster/members", "application/json", `{"name":"`+p.n.Catalog().Name()+`","peer_url":"https://127.0.0.1:1"}`))
+	// The probe's member listens on an etcd peer port chosen at start.
+	p.problem("member_address_unusable", p.raw("POST", "/v1/cluster/members", "application/json", `{"name":"n2","peer_url":"https://127.0.0.1:1"}`))
 	p.problem("member_not_found", p.raw("DELETE", "/v1/cluster/members/nobody", "", ""))
 	p.problem("member_running", p.raw("DELETE", "/v1/cluster/members/"+p.n.Catalog().Name(), "", ""))
 }

@@ -15613,6 +15613,8 @@ func (s *ProblemCode) Decode(d *jx.Decoder) error {
 		*s = ProblemCodeLimitAboveCeiling
 	case ProblemCodeMalformedJSON:
 		*s = ProblemCodeMalformedJSON
+	case ProblemCodeMemberAddressUnusable:
+		*s = ProblemCodeMemberAddressUnusable
 	case ProblemCodeMemberExists:
 		*s = ProblemCodeMemberExists
 	case ProblemCodeMemberNotFound:

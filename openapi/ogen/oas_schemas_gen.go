@@ -7232,15 +7232,15 @@ type Problem struct {
 	// 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
 	// `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400,
 	// `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400,
-	// `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405,
-	// `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
-	// `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
-	// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409,
-	// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
-	// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
-	// `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
-	// 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
-	// stream carries outcome codes in its error event too (docs/errors.md).
+	// `member_address_unusable` 409, `member_exists` 409, `member_not_found` 404, `member_running` 409,
+	// `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503,
+	// `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403,
+	// `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429,
+	// `quorum_at_risk` 409, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout`
+	// 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413,
+	// `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400,
+	// `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502,
+	// `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 	Code   ProblemCode `json:"code"`
 	Detail OptString   `json:"detail"`
 	// Field names the envelope field at fault, when there is one.
@@ -7335,15 +7335,15 @@ func (*Problem) webPageRes()     {}
 // 500, `invalid_affinity_key` 400, `invalid_field` 400, `invalid_idempotency_key` 400,
 // `invalid_member` 400, `invalid_queue_name` 400, `invalid_resume_token` 400, `invalid_worker` 400,
 // `job_not_found` 404, `job_not_held` 409, `limit_above_ceiling` 422, `malformed_json` 400,
-// `member_exists` 409, `member_not_found` 404, `member_running` 409, `method_not_allowed` 405,
-// `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503, `node_shutdown` 503,
-// `not_found` 404, `output_too_large` 502, `permission_denied` 403, `priority_not_allowed` 403,
-// `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429, `quorum_at_risk` 409,
-// `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout` 408, `session_closed`
-// 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413, `too_many_updates` 429,
-// `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400, `unsupported_media_type`
-// 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502, `write_failed` 503. A job's
-// stream carries outcome codes in its error event too (docs/errors.md).
+// `member_address_unusable` 409, `member_exists` 409, `member_not_found` 404, `member_running` 409,
+// `method_not_allowed` 405, `missing_input` 400, `model_not_found` 404, `no_capable_worker` 503,
+// `node_shutdown` 503, `not_found` 404, `output_too_large` 502, `permission_denied` 403,
+// `priority_not_allowed` 403, `priority_out_of_range` 422, `queue_bytes_full` 429, `queue_full` 429,
+// `quorum_at_risk` 409, `rate_limited` 429, `reader_behind` 429, `rejected` 422, `request_timeout`
+// 408, `session_closed` 503, `session_not_found` 404, `setup_timeout` 408, `too_large` 413,
+// `too_many_updates` 429, `ttl_out_of_range` 422, `unauthenticated` 401, `unexpected_message` 400,
+// `unsupported_media_type` 415, `unsupported_version` 400, `worker_error` 502, `worker_lost` 502,
+// `write_failed` 503. A job's stream carries outcome codes in its error event too (docs/errors.md).
 type ProblemCode string
 
 const (
@@ -7370,6 +7370,7 @@ const (
 	ProblemCodeJobNotHeld            ProblemCode = "job_not_held"
 	ProblemCodeLimitAboveCeiling     ProblemCode = "limit_above_ceiling"
 	ProblemCodeMalformedJSON         ProblemCode = "malformed_json"
+	ProblemCodeMemberAddressUnusable ProblemCode = "member_address_unusable"
 	ProblemCodeMemberExists          ProblemCode = "member_exists"
 	ProblemCodeMemberNotFound        ProblemCode = "member_not_found"
 	ProblemCodeMemberRunning         ProblemCode = "member_running"
@@ -7431,6 +7432,7 @@ func (ProblemCode) AllValues() []ProblemCode {
 		ProblemCodeJobNotHeld,
 		ProblemCodeLimitAboveCeiling,
 		ProblemCodeMalformedJSON,
+		ProblemCodeMemberAddressUnusable,
 		ProblemCodeMemberExists,
 		ProblemCodeMemberNotFound,
 		ProblemCodeMemberRunning,
@@ -7515,6 +7517,8 @@ func (s ProblemCode) MarshalText() ([]byte, error) {
 	case ProblemCodeLimitAboveCeiling:
 		return []byte(s), nil
 	case ProblemCodeMalformedJSON:
+		return []byte(s), nil
+	case ProblemCodeMemberAddressUnusable:
 		return []byte(s), nil
 	case ProblemCodeMemberExists:
 		return []byte(s), nil
@@ -7658,6 +7662,9 @@ func (s *ProblemCode) UnmarshalText(data []byte) error {
 		return nil
 	case ProblemCodeMalformedJSON:
 		*s = ProblemCodeMalformedJSON
+		return nil
+	case ProblemCodeMemberAddressUnusable:
+		*s = ProblemCodeMemberAddressUnusable
 		return nil
 	case ProblemCodeMemberExists:
 		*s = ProblemCodeMemberExists

@@ -2357,6 +2357,8 @@ func (s ProblemCode) Validate() error {
 		return nil
 	case "malformed_json":
 		return nil
+	case "member_address_unusable":
+		return nil
 	case "member_exists":
 		return nil
 	case "member_not_found":
