@@ -204,7 +204,7 @@ func prepareJoin(ctx context.Context, cfg Config, ms []clusterMember) (joinPlan,
 // only way for a member with no other member to ask) it is the member's
 // own server. how says which, for the log.
 func moveMember(cfg Config, id uint64, old []string, selfURL, how string, update func(urls []string) error) error {
-	cfg.Logger.Info("catalog: membership: this member's peer address changed; updating its member entry", "member", cfg.Name, "id", memberID(id), "old_peer_urls", old, "peer_url", selfURL, "via", how)
+	cfg.Logger.Info("catalog: membership: this member's entry lists another peer address than it serves at (it moved, or its port was chosen at start); updating the entry", "member", cfg.Name, "id", memberID(id), "old_peer_urls", old, "peer_url", selfURL, "via", how)
 	if err := update([]string{selfURL}); err != nil {
 		return fmt.Errorf("update the peer URL of member %s: %w", cfg.Name, err)
 	}
