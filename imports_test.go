@@ -107,7 +107,7 @@ var importRules = map[string]importRule{
 	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
-	"cmd/switchyard": {may: []string{".", "core/resume", "worker", "integration/benchkit", "tracing"}},
+	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing"}},
 	// Tests see everything.
 	"integration": {any: true},
 	// The benchmarks' load generator, which the binary ships (`switchyard

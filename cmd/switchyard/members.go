@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/switchyard/switchyard/httpapi"
 )
 
 const membersUsage = `usage: switchyard members <list|add|remove> [flags]
@@ -24,17 +26,6 @@ The members of the catalog's embedded etcd cluster, over a node's admin API
            flags to start it with (it joins, catches up and promotes itself)
   remove   remove a stopped node's member: --member (its name or hex id)
 `
-
-// member is a member as GET /v1/cluster/members shows it.
-type member struct {
-	ID         string   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peer_urls"`
-	ClientURLs []string `json:"client_urls"`
-	Learner    bool     `json:"learner"`
-	Leader     bool     `json:"leader"`
-	Healthy    bool     `json:"healthy"`
-}
 
 func runMembers(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -106,9 +97,7 @@ func runMembers(ctx context.Context, args []string) error {
 		if err != nil || *asJSON {
 			break
 		}
-		var l struct {
-			Members []member `json:"members"`
-		}
+		var l httpapi.MemberList
 		if err = json.Unmarshal(out, &l); err == nil {
 			printMembers(l.Members)
 		}
@@ -118,11 +107,7 @@ func runMembers(ctx context.Context, args []string) error {
 		if err != nil || *asJSON {
 			break
 		}
-		var a struct {
-			Member  member   `json:"member"`
-			Members []member `json:"members"`
-			Flags   []string `json:"flags"`
-		}
+		var a httpapi.MemberAdded
 		if err = json.Unmarshal(out, &a); err != nil {
 			return err
 		}
@@ -136,9 +121,7 @@ func runMembers(ctx context.Context, args []string) error {
 		if err != nil || *asJSON {
 			break
 		}
-		var r struct {
-			Member member `json:"member"`
-		}
+		var r httpapi.MemberRemoved
 		if err = json.Unmarshal(out, &r); err == nil {
 			fmt.Printf("removed member %s (%s) at %s\n", r.Member.Name, r.Member.ID, strings.Join(r.Member.PeerURLs, ","))
 		}
@@ -151,7 +134,7 @@ func runMembers(ctx context.Context, args []string) error {
 	return err
 }
 
-func printMembers(ms []member) {
+func printMembers(ms []httpapi.MemberResponse) {
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tPEER URLS\tCLIENT URLS\tROLE\tLEADER\tHEALTHY")
 	for _, m := range ms {
