@@ -75,7 +75,13 @@ func jsonOperations(tb testing.TB) map[string]*regexp.Regexp {
 // JSON operation this test does not call.
 func TestClientDrivesEveryJSONEndpoint(t *testing.T) {
 	// The OpenAI-compatible front door posts to the HTTP worker's queue.
-	n := MustStartNode(t, func(c *switchyard.Config) { c.HTTP.OpenAIQueue = "demo" })
+	n := MustStartNode(t, func(c *switchyard.Config) {
+		c.HTTP.OpenAIQueue = "demo"
+		// A fixed etcd peer port: a member on one chosen at start takes
+		// no member (member_address_unusable), and the member routes are
+		// driven below.
+		c.EtcdPeerAddr = freeAddr(t)
+	})
 	rec := &recorder{}
 	c, err := client.NewClientWithResponses(baseURL(n), client.WithHTTPClient(&http.Client{Transport: rec}))
 	if err != nil {
