@@ -31,37 +31,26 @@ var (
 	errStreamEnded  = errors.New("grpcapi: stream ended")
 )
 
-// op is one thing handed to the sender: events to send in order, then,
-// when flushed is set, a flush marker the sender closes once everything
-// handed before it and the events with it were sent.
+// op is one thing handed to the sender: an event to send, or a flush
+// marker the sender closes once everything handed before it was sent.
 type op struct {
-	evs     []*pb.JobEvent
+	ev      *pb.JobEvent
 	flushed chan struct{}
 }
-
-// maxPending is the most events the writer holds before it hands them to
-// the sender without a Flush: a long replay goes out in slices of it, so
-// the sink never holds more than that beyond what the sender is sending.
-const maxPending = 64
 
 // sink writes one job stream on gRPC; it implements stream.Sink.
 //
 // A gRPC Send cannot be interrupted: it blocks on flow control until the
 // client reads or the stream ends. So the sink does not call Send itself.
-// Event, Control and Heartbeat collect messages, as an SSE sink collects
-// bytes in its buffer; Flush hands what was collected through an
-// unbuffered channel to a dedicated sender goroutine (send), the stream's
-// only Send caller, and waits for the handoff and then for the sender
-// having sent it all — each wait only until the write deadline set by
-// SetWriteDeadline. One handoff per batch, not per event: the hand-offs
-// between goroutines were most of what a gRPC job stream cost beyond an
-// SSE one. A client that does not read therefore fails the write after the
-// write timeout, as a blocked SSE write does, and the one writer
-// (stream.Run) ends the stream. The unbuffered handoff keeps the
-// transport's readiness visible: a batch is taken only when the previous
-// one was sent, so nothing queues here beyond one batch of at most
-// maxPending events (a larger batch is handed over in slices as it is
-// collected) on top of what stream.Run bounds.
+// It hands each message through an unbuffered channel to a dedicated sender
+// goroutine (send), the stream's only Send caller, and Event, Control,
+// Heartbeat and Flush wait on that handoff — and Flush on the sender having
+// sent everything handed to it — only until the write deadline set by
+// SetWriteDeadline. A client that does not read therefore fails the write
+// after the write timeout, as a blocked SSE write does, and the one writer
+// (stream.Run) ends the stream. The unbuffered handoff keeps the transport's
+// readiness visible: a message is taken only when the previous Send
+// returned, so nothing queues here beyond what stream.Run bounds.
 //
 // Abort, which the stream's lag watcher calls concurrently with the writer,
 // replaces the deadline of the wait in progress and of every later one,
@@ -83,12 +72,10 @@ type sink struct {
 	job  *core.Job
 	snap uint64
 
-	ops chan op // the handoff, unbuffered
-	// pending is what the writer collected since its last handoff.
-	pending []*pb.JobEvent
-	quit    chan struct{} // closed by stop: the writer wrote its last
-	exited  chan struct{} // closed when the sender returned
-	err     error         // why the sender returned; read only after exited
+	ops    chan op       // the handoff, unbuffered
+	quit   chan struct{} // closed by stop: the writer wrote its last
+	exited chan struct{} // closed when the sender returned
+	err    error         // why the sender returned; read only after exited
 
 	abortOnce sync.Once
 	abortc    chan struct{} // closed by the first Abort
@@ -129,13 +116,10 @@ func (s *sink) send() {
 			return
 		case o := <-s.ops:
 			var err error
-			for _, ev := range o.evs {
+			if o.ev != nil {
 				headerSent = true
-				if err = s.st.Send(ev); err != nil {
-					break
-				}
-			}
-			if err == nil && o.flushed != nil {
+				err = s.st.Send(o.ev)
+			} else {
 				// The first flush opens the stream: headers (x-job-id) go
 				// out before the job has anything to say, as on SSE.
 				if !headerSent {
@@ -171,67 +155,36 @@ func (s *sink) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// Event collects a job event, with its envelope and resume token, for the
-// next Flush.
+// Event hands a job event, with its envelope and resume token, to the
+// sender.
 func (s *sink) Event(ev core.Event, token string) error {
-	return s.collect(&pb.JobEvent{
+	o := op{ev: &pb.JobEvent{
 		Kind: string(ev.Kind), JobId: s.job.ID,
 		Generation: ev.Stream, Seq: ev.Seq, Snapshot: s.snap, Attempt: ev.Gen,
 		ResumeToken: token, DataJson: eventData(s.job, ev, s.snap),
-	})
-}
-
-// Control collects a control event (no position, no token).
-func (s *sink) Control(c stream.Control, data map[string]any) error {
-	return s.collect(&pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: stream.ControlData(data)})
-}
-
-// Heartbeat collects a heartbeat: a JobEvent of kind "heartbeat" with no
-// data and no position. Liveness only.
-func (s *sink) Heartbeat() error {
-	return s.collect(&pb.JobEvent{Kind: KindHeartbeat, JobId: s.job.ID})
-}
-
-// collect adds ev to the batch, handing the batch to the sender once it
-// holds maxPending events.
-func (s *sink) collect(ev *pb.JobEvent) error {
-	// What a handoff would say at once, said without one: the sender is
-	// gone, or the abort deadline has passed.
-	select {
-	case <-s.exited:
-		s.lastErr = s.err
-		return s.err
-	default:
-	}
-	select {
-	case <-s.abortc:
-		if !time.Now().Before(s.abortAt) {
-			s.lastErr = errAborted
-			return errAborted
-		}
-	default:
-	}
-	if s.pending == nil {
-		s.pending = make([]*pb.JobEvent, 0, 8)
-	}
-	s.pending = append(s.pending, ev)
-	if len(s.pending) < maxPending {
-		return nil
-	}
-	o := op{evs: s.pending}
-	s.pending = nil
+	}}
 	return s.write(&o, nil)
 }
 
-// Flush hands what was collected to the sender and returns once the sender
-// has sent everything handed to it: the transport took it (gRPC's Send
-// returns when flow control lets the message through, not when the client
-// received it).
+// Control hands a control event (no position, no token) to the sender.
+func (s *sink) Control(c stream.Control, data map[string]any) error {
+	o := op{ev: &pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: stream.ControlData(data)}}
+	return s.write(&o, nil)
+}
+
+// Heartbeat hands a heartbeat to the sender: a JobEvent of kind
+// "heartbeat" with no data and no position. Liveness only.
+func (s *sink) Heartbeat() error {
+	o := op{ev: &pb.JobEvent{Kind: KindHeartbeat, JobId: s.job.ID}}
+	return s.write(&o, nil)
+}
+
+// Flush returns once the sender has sent everything handed to it before:
+// the transport took it (gRPC's Send returns when flow control lets the
+// message through, not when the client received it).
 func (s *sink) Flush() error {
 	done := make(chan struct{})
-	o := op{evs: s.pending, flushed: done}
-	s.pending = nil
-	if err := s.write(&o, nil); err != nil {
+	if err := s.write(&op{flushed: done}, nil); err != nil {
 		return err
 	}
 	return s.write(nil, done)

@@ -200,13 +200,13 @@ func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
 	ev := appendEv(t, j, core.EventOutput, `{}`)
 	f.block()
 	_ = s.SetWriteDeadline(time.Now().Add(80 * time.Millisecond))
-	if err := fillBatch(s, ev); err != nil {
-		t.Fatalf("first batch: %v (the idle sender takes it at once)", err)
+	if err := s.Event(ev, ""); err != nil {
+		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
 	}
 	<-f.entered
 	within(t, "a write behind a blocked Send", 70*time.Millisecond, time.Second, func() {
-		if err := fillBatch(s, ev); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("second batch: %v, want a deadline error", err)
+		if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("second event: %v, want a deadline error", err)
 		}
 	})
 	within(t, "writes past the deadline", 0, 20*time.Millisecond, func() {
@@ -235,7 +235,7 @@ func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
 	ev := appendEv(t, j, core.EventOutput, `{}`)
 	f.block()
 	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := fillBatch(s, ev); err != nil {
+	if err := s.Event(ev, ""); err != nil {
 		t.Fatal(err)
 	}
 	<-f.entered
@@ -248,8 +248,8 @@ func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
 			t.Errorf("flush: %v", err)
 		}
 	})
-	if len(f.events()) != maxPending {
-		t.Errorf("flush returned before the events were sent")
+	if len(f.events()) != 1 {
+		t.Errorf("flush returned before the event was sent")
 	}
 }
 
@@ -262,7 +262,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 	ev := appendEv(t, j, core.EventOutput, `{}`)
 	f.block()
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := fillBatch(s, ev); err != nil {
+	if err := s.Event(ev, ""); err != nil {
 		t.Fatal(err)
 	}
 	<-f.entered
@@ -271,7 +271,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 		s.Abort(time.Now().Add(50 * time.Millisecond))
 	}()
 	within(t, "an aborted write", 60*time.Millisecond, time.Second, func() {
-		if err := fillBatch(s, ev); !errors.Is(err, errAborted) {
+		if err := s.Event(ev, ""); !errors.Is(err, errAborted) {
 			t.Errorf("event: %v, want aborted", err)
 		}
 	})
@@ -297,7 +297,7 @@ func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 	ev := appendEv(t, j, core.EventOutput, `{}`)
 	f.block()
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := fillBatch(s, ev); err != nil {
+	if err := s.Event(ev, ""); err != nil {
 		t.Fatal(err)
 	}
 	<-f.entered
@@ -315,8 +315,7 @@ func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	want := append(slices.Repeat([]string{"output"}, maxPending+1), "terminated")
-	if got := f.kinds(); !slices.Equal(got, want) {
+	if got := f.kinds(); !slices.Equal(got, []string{"output", "output", "terminated"}) {
 		t.Fatalf("sent %v", got)
 	}
 	if s.lastWriteFailed() {
@@ -345,17 +344,6 @@ func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 			t.Errorf("event: %v, want %v", err, boom)
 		}
 	})
-}
-
-// fillBatch writes ev until the sink hands its batch to the sender (it
-// holds maxPending); the handoff's error.
-func fillBatch(s *sink, ev core.Event) error {
-	for range maxPending {
-		if err := s.Event(ev, ""); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func policy() stream.Policy {
