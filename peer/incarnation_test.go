@@ -117,8 +117,8 @@ func joined(s []string) string {
 }
 
 // The failure this fences (docs/cluster.md, "Incarnations"): a node is
-// restarted while a peer's lane holds deliveries for it unacked; the
-// lane's stream is dropped and its unacked items resent by unary calls.
+// restarted while a peer's delivery stream holds deliveries for it unacked; the
+// delivery stream's Deliver stream is dropped and its unacked items resent by unary calls.
 // The resend keeps each item's stamp, the incarnation it was queued for,
 // so the node's new incarnation drops them (the sender's view still names
 // the old one), or the sender does (its view names the new one already).
@@ -150,7 +150,7 @@ func TestResentItemKeepsItsIncarnation(t *testing.T) {
 			view := newIncarnations("b", "inc-1")
 			const ack = 200 * time.Millisecond
 			r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(cfg *peer.Config) {
-				fastLanes(ack, 10*ack, 50*time.Millisecond)(cfg)
+				fastDeliveries(ack, 10*ack, 50*time.Millisecond)(cfg)
 				cfg.Incarnation = view.of
 			})
 
@@ -159,7 +159,7 @@ func TestResentItemKeepsItsIncarnation(t *testing.T) {
 				r.Send("b", deliverMsg("q", "j", i))
 			}
 			<-held
-			// gen 0 was taken by inc-1, and its handler holds the lane while
+			// gen 0 was taken by inc-1, and its handler holds the delivery stream while
 			// the node "restarts" as inc-2: the stream misses its ack
 			// deadline and 1..4 are resent.
 			self.set("b", "inc-2")

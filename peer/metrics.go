@@ -24,27 +24,27 @@ type Metrics struct {
 	// metrics are.
 	activity *Activity
 
-	// Deliver streams (deliver_send.go): a silent downgrade from streaming to unary
+	// Deliver streams (delivery_send.go): a silent downgrade from streaming to unary
 	// reads as "works, just slower", so every step of it is counted.
-	streamsOpen   *prometheus.GaugeVec
-	streamsOpened *prometheus.CounterVec
-	streamed      prometheus.Counter
-	fallbacks     prometheus.Counter
-	idleCloses    prometheus.Counter
-	trunkIdle     prometheus.Counter
-	ackExpiries   prometheus.Counter
-	zoneCloses    prometheus.Counter
-	undeliverable *prometheus.CounterVec
-	stale         *prometheus.CounterVec
+	streamsOpen     *prometheus.GaugeVec
+	streamsOpened   *prometheus.CounterVec
+	streamed        prometheus.Counter
+	fallbacks       prometheus.Counter
+	idleCloses      prometheus.Counter
+	replyStreamIdle prometheus.Counter
+	ackExpiries     prometheus.Counter
+	zoneCloses      prometheus.Counter
+	undeliverable   *prometheus.CounterVec
+	stale           *prometheus.CounterVec
 
-	// Reply legs and trunks (leg_send.go, trunk_send.go, trunk_recv.go).
+	// Response legs and reply streams (leg_send.go, reply_send.go, reply_recv.go).
 	legSilences *prometheus.CounterVec
 	legsEnded   *prometheus.CounterVec
 	legsOpen    prometheus.Gauge
 	replyFrames prometheus.Counter
 
 	// sentReply and sentRelease are messages' children for the kinds a
-	// reply leg sends once per output (sent).
+	// response leg sends once per output (sent).
 	sentReply, sentRelease prometheus.Counter
 }
 
@@ -60,7 +60,7 @@ func (m *Metrics) sent(kind string) prometheus.Counter {
 	return m.messages.WithLabelValues(kind)
 }
 
-// kindDeliver is the switchyard_peer_streams_open kind of a lane's Deliver
+// kindDeliver is the switchyard_peer_streams_open kind of a delivery stream's Deliver
 // stream.
 const kindDeliver = "deliver"
 
@@ -95,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_total",
 			Help: "Peer messages by kind. Routing kinds (forward, deliver, reply, release, unbind, cancel) count the messages this node sent, " +
-				"each once, when the stream ack or the call carrying it came back, or (a cancel on a reply leg) when it was written (a resent message is not counted twice, whichever path carried it); kind=ping counts the authenticated pings this node answered.",
+				"each once, when the stream ack or the call carrying it came back, or (a cancel on a response leg) when it was written (a resent message is not counted twice, whichever path carried it); kind=ping counts the authenticated pings this node answered.",
 		}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_dropped_total",
@@ -103,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		sendFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_send_failures_total",
-			Help: "Forward and Post calls to peers that failed, forwards a stream ack answered without a verdict, and reply leg streams that failed or could not be opened; each failed attempt of a retried call counts.",
+			Help: "Forward and Post calls to peers that failed, forwards a stream ack answered without a verdict, and response leg streams that failed or could not be opened; each failed attempt of a retried call counts.",
 		}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_messages_invalid_total",
@@ -119,11 +119,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"node", "state"}),
 		streamsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_peer_streams_open",
-			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) lane with recent traffic; respond: one reply trunk per ingress node this node sends replies to, carrying every job's reply leg to it).",
+			Help: "Peer streams this node has open to other nodes, by kind (deliver: one per (node, queue) delivery stream with recent traffic; respond: one reply stream per ingress node this node sends replies to, carrying every job's response leg to it).",
 		}, []string{"kind"}),
 		streamsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_streams_opened_total",
-			Help: "Peer streams this node opened, by kind. For deliver, rising fast against a steady switchyard_peer_streams_open means lanes churn: raise the stream idle interval. For respond, one per reply trunk: once per ingress node with traffic, plus one per re-open after a failure or an idle close.",
+			Help: "Peer streams this node opened, by kind. For deliver, rising fast against a steady switchyard_peer_streams_open means delivery streams churn: raise the stream idle interval. For respond, one per reply stream: once per ingress node with traffic, plus one per re-open after a failure or an idle close.",
 		}, []string{"kind"}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_deliveries_streamed_total",
@@ -135,11 +135,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		idleCloses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_stream_idle_closes_total",
-			Help: "Deliver streams closed because their lane sent nothing for the stream idle interval with nothing unacked.",
+			Help: "Deliver streams closed because their delivery stream sent nothing for the stream idle interval with nothing unacked.",
 		}),
-		trunkIdle: prometheus.NewCounter(prometheus.CounterOpts{
+		replyStreamIdle: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_trunk_idle_closes_total",
-			Help: "Reply trunks (the Respond stream to one ingress node, carrying every reply leg to it) closed because no leg used them for the stream idle interval.",
+			Help: "Reply streams (the Respond stream to one ingress node, carrying every response leg to it) closed because no leg used them for the stream idle interval.",
 		}),
 		ackExpiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_ack_deadline_expiries_total",
@@ -159,24 +159,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "side"}),
 		legSilences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_leg_silences_total",
-			Help: "Nothing arrived on a reply trunk for three heartbeat intervals, by the side that noticed: host (counted once per trunk: it is opened again and its legs' unacked messages resent) or ingress (counted per leg the trunk held: the stream is ended and each leg's job fails worker_lost).",
+			Help: "Nothing arrived on a reply stream for three heartbeat intervals, by the side that noticed: host (counted once per reply stream: it is opened again and its legs' unacked messages resent) or ingress (counted per leg the reply stream held: the stream is ended and each leg's job fails worker_lost).",
 		}, []string{"side"}),
 		legsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_legs_ended_total",
-			Help: "Reply legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused (the ingress refused the trunk for good: its credentials, its protocol version), closed (shutdown).",
+			Help: "Response legs this node (as consumer host) ended, by reason: end (its last message was acked), cancel, ttl (the job's TTL passed), gone (the ingress left the catalog), refused (the ingress refused the reply stream for good: its credentials, its protocol version), closed (shutdown).",
 		}, []string{"reason"}),
 		legsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "switchyard_peer_reply_legs_open",
-			Help: "Reply legs this node (as consumer host) has open: jobs of remote ingress nodes whose replies it carries, on its reply trunks (switchyard_peer_streams_open{kind=\"respond\"}).",
+			Help: "Response legs this node (as consumer host) has open: jobs of remote ingress nodes whose replies it carries, on its reply streams (switchyard_peer_streams_open{kind=\"respond\"}).",
 		}),
 		replyFrames: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_peer_reply_frames_total",
-			Help: "Frames carrying reply-leg messages this node sent on its reply trunks (sends, resends included): the messages one leg queued while it was sending share a frame, so this against switchyard_peer_messages_total{kind=~\"reply|release\"} is how well they were batched.",
+			Help: "Frames carrying response-leg messages this node sent on its reply streams (sends, resends included): the messages one leg queued while it was sending share a frame, so this against switchyard_peer_messages_total{kind=~\"reply|release\"} is how well they were batched.",
 		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.authFailures, m.versionRefusals, m.messages, m.dropped, m.sendFailures, m.invalid, m.queue, m.state, m.pinged,
-			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.trunkIdle, m.ackExpiries, m.zoneCloses, m.undeliverable, m.stale,
+			m.streamsOpen, m.streamsOpened, m.streamed, m.fallbacks, m.idleCloses, m.replyStreamIdle, m.ackExpiries, m.zoneCloses, m.undeliverable, m.stale,
 			m.legSilences, m.legsEnded, m.legsOpen, m.replyFrames)
 	}
 	m.sentReply = m.messages.WithLabelValues(string(core.MsgReply))

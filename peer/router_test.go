@@ -139,17 +139,17 @@ func freeAddr(t *testing.T) string {
 
 var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
 
-// msg is the i-th test message of job: its kind cycles. A laned kind's
+// msg is the i-th test message of job: its kind cycles. A onDeliveryStream kind's
 // Gen is i. The response kinds are what one binding of the job sends its
 // ingress, so they share Gen 0 and a TTL: replies (each opens the
-// binding's reply leg if none is open) and releases, each right after a
+// binding's response leg if none is open) and releases, each right after a
 // reply, so it rides that reply's leg and ends it.
 func msg(job string, i int) core.Message {
 	m := core.Message{Kind: kinds[i%len(kinds)], JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
 	if m.Kind == core.MsgForward || m.Kind == core.MsgDeliver {
 		m.Delivery = &core.Delivery{JobID: job, Gen: uint64(i), Queue: "q", TTL: time.Duration(i)}
 	}
-	if !laned(m.Kind) {
+	if !onDeliveryStream(m.Kind) {
 		m.Gen, m.TTL = 0, time.Minute
 	} else if i%7 == 0 {
 		m.End = &core.End{}
@@ -158,7 +158,7 @@ func msg(job string, i int) core.Message {
 }
 
 // final is the i-th release of job, under generation i: each is a
-// binding's only message, so each goes by the node's Post FIFO.
+// binding's only message, so each goes by the node's unicast queue.
 func final(job string, i int) core.Message {
 	return core.Message{Kind: core.MsgRelease, JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Reason: fmt.Sprint("r", i)}
 }
@@ -188,18 +188,18 @@ func checkFinals(t *testing.T, got []received, job string, n int) {
 
 // checkOrder fails unless got holds, for each job, messages 0..n-1, each
 // intact and from node from, in order within each of the router's paths:
-// the job's reply legs (reply, release) and the queue's lane (the other
+// the job's response legs (reply, release) and the queue's delivery stream (the other
 // kinds). The two paths are not ordered with each other.
 func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
 	t.Helper()
 	type path struct {
-		job   string
-		laned bool
+		job              string
+		onDeliveryStream bool
 	}
 	next := map[path][]int{}
 	expect := func(job string) {
 		for i := range n {
-			k := path{job, laned(msg(job, i).Kind)}
+			k := path{job, onDeliveryStream(msg(job, i).Kind)}
 			next[k] = append(next[k], i)
 		}
 	}
@@ -212,19 +212,19 @@ func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string
 			t.Fatalf("message from %q, want %q", r.from, from)
 		}
 		seen[r.m.JobID] = true
-		k := path{r.m.JobID, laned(r.m.Kind)}
+		k := path{r.m.JobID, onDeliveryStream(r.m.Kind)}
 		if len(next[k]) == 0 {
 			t.Fatalf("job %s: unexpected message %+v", r.m.JobID, r.m)
 		}
 		i := next[k][0]
 		next[k] = next[k][1:]
 		if want := msg(r.m.JobID, i); !equalMessage(r.m, want) {
-			t.Fatalf("job %s (laned %v): message %d is %+v, want %+v", r.m.JobID, k.laned, i, r.m, want)
+			t.Fatalf("job %s (onDeliveryStream %v): message %d is %+v, want %+v", r.m.JobID, k.onDeliveryStream, i, r.m, want)
 		}
 	}
 	for k, left := range next {
 		if len(left) > 0 {
-			t.Fatalf("job %s (laned %v): %d messages did not arrive", k.job, k.laned, len(left))
+			t.Fatalf("job %s (onDeliveryStream %v): %d messages did not arrive", k.job, k.onDeliveryStream, len(left))
 		}
 	}
 	if len(seen) != len(jobs) {
@@ -232,9 +232,9 @@ func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string
 	}
 }
 
-// laned reports whether the router sends messages of kind by their
-// queue's lane (else by the response leg).
-func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
+// onDeliveryStream reports whether the router sends messages of kind by their
+// queue's delivery stream (else by the response leg).
+func onDeliveryStream(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 func equalMessage(a, b core.Message) bool {
 	ja, _ := json.Marshal(a)
@@ -263,7 +263,7 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // Messages from one node to another arrive in the order they were sent,
 // under concurrent senders and to several nodes at once, each counted once
 // by its kind on the sending side.
-func TestRouterPostsInOrder(t *testing.T) {
+func TestRouterUnicastsInOrder(t *testing.T) {
 	hb, hc := &recorder{}, &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", hb)
 	c := startServerOn(t, "127.0.0.1:0", "c", hc)
@@ -326,7 +326,7 @@ func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.MaxMessageBytes = 8 << 10 })
 
-	// Ends with no reply leg open go by Post.
+	// Ends with no response leg open go by Post.
 	chunk := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
 	const n = 100
 	for i := range n {
@@ -429,7 +429,7 @@ func TestForwardUndecidedIsRetriedUntilTheDeadline(t *testing.T) {
 // Forward retries while the dispatcher's peer port is down, and succeeds
 // once it is up; messages sent meanwhile wait and arrive in order. A node
 // that is up but not routing yet answers Unavailable, and is retried too.
-func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
+func TestForwardAndUnicastRetryUntilThePeerIsUp(t *testing.T) {
 	addr := freeAddr(t)
 	r := newRouter(t, "a", secret, newBook("b", addr).Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -472,7 +472,7 @@ func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
 
 // A Post attempt that times out while the receiver is still handling it is
 // resent; the receiver handles each message once, in order.
-func TestPostResendIsHandledOnce(t *testing.T) {
+func TestUnicastResendIsHandledOnce(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	h := &slowRecorder{gate: func() { once.Do(func() { <-release }) }}
@@ -586,7 +586,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 // The receiver skips what it handled already (same session, lower
 // sequence numbers) and messages no handler could act on, which it counts,
 // and handles the rest of the batch in order.
-func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
+func TestUnicastSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
@@ -743,7 +743,7 @@ func TestCloseStopsEverySender(t *testing.T) {
 
 // The node's address is resolved again on every attempt: a node that
 // moved (restarted on another port) gets what was queued for it.
-func TestPostFollowsANodeThatMoved(t *testing.T) {
+func TestUnicastFollowsANodeThatMoved(t *testing.T) {
 	bk := newBook("b", freeAddr(t))
 	r := newRouter(t, "a", secret, bk.Addr, nil)
 	const n = 10

@@ -25,21 +25,21 @@ type server struct {
 	grpc *grpc.Server
 	rcv  atomic.Pointer[receiverBox]
 	// router is this node's router: told of every cancel the receiver
-	// took, so it ends the job's reply leg here (legCancelled).
+	// took, so it ends the job's response leg here (legCancelled).
 	router *router
 
 	// mu guards what follows. It is the last lock taken: under router.mu
-	// (cancelOnLeg), and by callers that hold an inbox's, a laneInbox's or
+	// (cancelOnLeg), and by callers that hold an unicastInbox's, a deliveryInbox's or
 	// an inLeg's mu; it takes none.
-	mu        sync.Mutex
-	senders   map[string]*inbox // by sending node id: lane-less Posts
-	lanes     map[laneKey]*laneInbox
-	swept     time.Time // when lanes was last swept of forgotten lanes
-	inLegs    map[inLegKey]*inLeg
-	finished  []finishedLeg // done legs in inLegs, oldest first (finishLeg)
-	legsSwept time.Time     // when inLegs was last swept
-	epochs    atomic.Uint64 // respondStream.epoch
-	// orphanWatches are the timers of broken trunks' legs (watchOrphans).
+	mu         sync.Mutex
+	senders    map[string]*unicastInbox // by sending node id: stream-less Posts
+	deliveries map[deliveryKey]*deliveryInbox
+	swept      time.Time // when delivery streams was last swept of forgotten delivery streams
+	inLegs     map[inLegKey]*inLeg
+	finished   []finishedLeg // done legs in inLegs, oldest first (finishLeg)
+	legsSwept  time.Time     // when inLegs was last swept
+	epochs     atomic.Uint64 // respondIn.epoch
+	// orphanWatches are the timers of broken reply streams' legs (watchOrphans).
 	orphanWatches map[*time.Timer]struct{}
 	stopped       bool // stop began: no stream goroutine starts
 	wg            sync.WaitGroup
@@ -54,7 +54,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 // has its defaults.
 func newServer(cfg Config) *server {
 	a := &authenticator{metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
-	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
+	s := &server{cfg: cfg, senders: map[string]*unicastInbox{}, deliveries: map[deliveryKey]*deliveryInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
 	s.grpc = grpc.NewServer(
 		serverCreds(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -185,7 +185,7 @@ func endStatus(call, ctx context.Context) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// handleMessage hands m to rcv; a cancel then ends the job's reply leg on
+// handleMessage hands m to rcv; a cancel then ends the job's response leg on
 // this node, if it has one (the engine has marked the binding cancelling,
 // so it sends nothing more on it).
 func (s *server) handleMessage(rcv core.Receiver, from string, m core.Message) {
