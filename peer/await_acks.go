@@ -12,13 +12,13 @@ import (
 // awaitAcksPoll is how often AwaitAcks looks again: it runs once, at shutdown.
 const awaitAcksPoll = 10 * time.Millisecond
 
-// AwaitAcks waits until nothing this node's transport queued is waiting to be
-// acknowledged — no delivery stream item, response-leg message or Post — or until ctx is
-// done. A message for a node that left the catalog counts as acknowledged: it
-// is dropped with its node. A node calls it after its drain and before
-// Close, which drops what is still queued: so the last outputs and ends of
-// the jobs its workers ran for other nodes' requesters, and the jobs it
-// handed back, reach their nodes.
+// AwaitAcks waits until nothing this node's transport queued is waiting to
+// be acknowledged — no delivery stream item, response-leg message or Post —
+// or until ctx is done. A message for a node that left the catalog counts
+// as acknowledged: it is dropped with its node. A node calls it after its
+// drain and before Close, which drops what is still queued: so the last
+// outputs and ends of the jobs its workers ran for other nodes' requesters,
+// and the jobs it handed back, reach their nodes.
 //
 // What it counts is switchyard_peer_queue_messages, summed over nodes: the
 // gauge the paths keep of exactly that.

@@ -9,9 +9,9 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A delivery stream's acks: what an ack settles (the messages it covers are counted
-// sent, a forward gets its verdict), and the ack deadline of the oldest
-// unacked item, whose passing is a stall (delivery_stall.go).
+// A delivery stream's acks: what an ack settles (the messages it covers are
+// counted sent, a forward gets its verdict), and the ack deadline of the
+// oldest unacked item, whose passing is a stall (delivery_stall.go).
 
 // acked applies an ack: every unacked item up to its number is handled.
 func (l *deliveryStream) acked(a *pb.DeliverHandled) {

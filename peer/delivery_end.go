@@ -2,12 +2,13 @@ package peer
 
 import "time"
 
-// How a delivery stream ends: after StreamIdle with nothing to send (its stream is
-// closed cleanly), when its node leaves the catalog, or at Close. What it
-// still holds then is dropped and counted, and its forwards fail.
+// How a delivery stream ends: after StreamIdle with nothing to send (its
+// stream is closed cleanly), when its node leaves the catalog, or at Close.
+// What it still holds then is dropped and counted, and its forwards fail.
 
-// idleOut ends the delivery stream after StreamIdle without traffic, unless something
-// is unacked or was queued meanwhile: true when the goroutine must exit.
+// idleOut ends the delivery stream after StreamIdle without traffic, unless
+// something is unacked or was queued meanwhile: true when the goroutine
+// must exit.
 func (l *deliveryStream) idleOut() bool {
 	r := l.r
 	if len(l.unacked) > 0 {
@@ -28,9 +29,9 @@ func (l *deliveryStream) idleOut() bool {
 	return true
 }
 
-// closeStream closes the delivery stream's Deliver stream cleanly (nothing is unacked): it
-// half-closes, waits a little for the receiver to end the stream, then
-// ends it anyway.
+// closeStream closes the delivery stream's Deliver stream cleanly (nothing
+// is unacked): it half-closes, waits a little for the receiver to end the
+// stream, then ends it anyway.
 func (l *deliveryStream) closeStream() {
 	st := l.st
 	close(st.closec)
@@ -44,8 +45,8 @@ func (l *deliveryStream) closeStream() {
 	l.dropStream()
 }
 
-// gone drops items and everything else the delivery stream holds: its node left the
-// catalog (its lease is gone: it is dead).
+// gone drops items and everything else the delivery stream holds: its node
+// left the catalog (its lease is gone: it is dead).
 func (l *deliveryStream) gone(items []*item) {
 	all := append(append(append([]*item(nil), items...), l.unacked...), l.take(-1)...)
 	l.unacked = nil

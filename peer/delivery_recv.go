@@ -16,11 +16,11 @@ import (
 )
 
 // The request leg, receiving side: the Deliver handler, which receives a
-// delivery stream's Deliver stream, and what the server remembers of each sender's delivery stream
-// (deliveryInbox), which the stream shares with the unary calls that carry a
-// delivery stream's items (Forward, and Post naming a delivery stream) so each item is handled
-// once and in order whichever call carried it. The sending side is
-// delivery_send.go.
+// delivery stream's Deliver stream, and what the server remembers of each
+// sender's delivery stream (deliveryInbox), which the stream shares with
+// the unary calls that carry a delivery stream's items (Forward, and Post
+// naming a delivery stream) so each item is handled once and in order
+// whichever call carried it. The sending side is delivery_send.go.
 
 // Errors a Deliver stream ends with.
 var (
@@ -32,10 +32,11 @@ var (
 
 // deliverIn is one Deliver call: the receiving end of a delivery stream's
 // stream. Its reader goroutine reads every frame and handles each item as
-// it reads it, under the delivery stream's lock (the receiver never blocks; time in it
-// is not the sender's silence); the handler's goroutine writes acks and
-// heartbeats and decides when the stream ends. The reader is the only Recv
-// caller and ends once the handler returned; server.stop waits for it.
+// it reads it, under the delivery stream's lock (the receiver never blocks;
+// time in it is not the sender's silence); the handler's goroutine writes
+// acks and heartbeats and decides when the stream ends. The reader is the
+// only Recv caller and ends once the handler returned; server.stop waits
+// for it.
 type deliverIn struct {
 	s      *server
 	st     pb.PeerService_DeliverServer
@@ -51,10 +52,11 @@ type deliverIn struct {
 	busy    atomic.Bool             // the reader is in the receiver
 }
 
-// Deliver receives one Deliver stream of a delivery stream: it handles items in order, once each
-// across every call of the delivery stream (see deliveryInbox), acks each after the
-// receiver returns, heartbeats at the sender's interval, and ends the
-// stream when the sender is silent for three intervals.
+// Deliver receives one Deliver stream of a delivery stream: it handles
+// items in order, once each across every call of the delivery stream (see
+// deliveryInbox), acks each after the receiver returns, heartbeats at the
+// sender's interval, and ends the stream when the sender is silent for
+// three intervals.
 func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
 	from, ok := Caller(st.Context())
 	if !ok {
@@ -153,8 +155,8 @@ func (ds *deliverIn) read(rcv core.Receiver) {
 }
 
 // readOpen reads the first frame, which must be the open, hands it to the
-// handler and waits for the delivery stream it acquires: the delivery stream and the sender's
-// session, or false when the stream is to end.
+// handler and waits for the delivery stream it acquires: the delivery
+// stream and the sender's session, or false when the stream is to end.
 func (ds *deliverIn) readOpen() (*deliveryInbox, string, bool) {
 	f, err := ds.st.Recv()
 	if err != nil {
@@ -202,8 +204,8 @@ func (ds *deliverIn) handle(rcv core.Receiver, l *deliveryInbox, session string,
 	}
 }
 
-// handleItem hands one item to the receiver, unless the delivery stream handled it
-// already, and returns its ack.
+// handleItem hands one item to the receiver, unless the delivery stream
+// handled it already, and returns its ack.
 func (ds *deliverIn) handleItem(rcv core.Receiver, l *deliveryInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -302,29 +304,29 @@ func (ds *deliverIn) send(m *pb.DeliverAck) bool {
 
 // What a receiver remembers of each delivery stream.
 const (
-	// verdictMemory is how many forward verdicts a delivery stream remembers, so a
-	// forward resent on the unary path after its stream ack was lost is
-	// answered as it was the first time.
+	// verdictMemory is how many forward verdicts a delivery stream
+	// remembers, so a forward resent on the unary path after its stream ack
+	// was lost is answered as it was the first time.
 	verdictMemory = 64
-	// deliveryForget: delivery stream state unused this long is dropped (swept at most
-	// every deliverySweep). Nothing is in flight on a delivery stream by then: its sender
-	// closes an idle stream after tens of seconds and gives up on a Post
-	// long before.
+	// deliveryForget: delivery stream state unused this long is dropped
+	// (swept at most every deliverySweep). Nothing is in flight on a
+	// delivery stream by then: its sender closes an idle stream after tens
+	// of seconds and gives up on a Post long before.
 	deliveryForget = 10 * time.Minute
 	deliverySweep  = time.Minute
 )
 
-// deliveryKey names a delivery stream: the messages of one queue between two nodes (on
-// the sending side node is the receiver, on the receiving side the
-// sender).
+// deliveryKey names a delivery stream: the messages of one queue between
+// two nodes (on the sending side node is the receiver, on the receiving
+// side the sender).
 type deliveryKey struct{ node, queue string }
 
-// deliveryInbox is what a server knows of one sender's delivery stream: the next sequence
-// number it expects and the verdicts of its recent forwards. Its mutex
-// serialises everything that handles the delivery stream's items (Deliver streams, an
-// old one still draining beside a new one, and Post and Forward resends),
-// so the delivery stream's items are handled one at a time in sequence order and each
-// at most once, whichever call carried it.
+// deliveryInbox is what a server knows of one sender's delivery stream: the
+// next sequence number it expects and the verdicts of its recent forwards.
+// Its mutex serialises everything that handles the delivery stream's items
+// (Deliver streams, an old one still draining beside a new one, and Post
+// and Forward resends), so the delivery stream's items are handled one at a
+// time in sequence order and each at most once, whichever call carried it.
 type deliveryInbox struct {
 	mu       sync.Mutex
 	session  string
@@ -343,7 +345,8 @@ type verdict struct {
 }
 
 // syncLocked starts afresh when session is a new sender process (or the
-// first call on the delivery stream): the last one's numbers say nothing about it.
+// first call on the delivery stream): the last one's numbers say nothing
+// about it.
 func (l *deliveryInbox) syncLocked(session string) {
 	if session != l.session {
 		l.session, l.next, l.nv = session, 0, 0
@@ -372,8 +375,8 @@ func (l *deliveryInbox) verdictLocked(seq uint64) (*pb.ForwardResponse, bool) {
 	return nil, false
 }
 
-// acquireDelivery returns the sender from's delivery stream for queue, held until
-// releaseDelivery.
+// acquireDelivery returns the sender from's delivery stream for queue, held
+// until releaseDelivery.
 func (s *server) acquireDelivery(from, queue string) *deliveryInbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -404,14 +407,14 @@ func (s *server) releaseDelivery(l *deliveryInbox) {
 	l.used = time.Now()
 }
 
-// forwardLocked is a forward item of delivery stream l numbered seq: the verdict it
-// got the first time when it was handled already, else the receiver's;
-// NotFound when it was meant for another incarnation of this node. A
-// forward seen before whose verdict is no longer remembered (or that got
-// none: the dispatcher could not decide) is handed to the receiver again,
-// which the core.Receiver contract makes safe: a dispatcher takes a (job,
-// generation) once. The error is the gRPC status Forward answers with when
-// there is no verdict.
+// forwardLocked is a forward item of delivery stream l numbered seq: the
+// verdict it got the first time when it was handled already, else the
+// receiver's; NotFound when it was meant for another incarnation of this
+// node. A forward seen before whose verdict is no longer remembered (or
+// that got none: the dispatcher could not decide) is handed to the receiver
+// again, which the core.Receiver contract makes safe: a dispatcher takes a
+// (job, generation) once. The error is the gRPC status Forward answers with
+// when there is no verdict.
 func (s *server) forwardLocked(from string, rcv core.Receiver, l *deliveryInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
 	if s.stale(from, string(core.MsgForward), p) {
 		// Checked first: a verdict this process gave under the incarnation
@@ -439,8 +442,8 @@ func (s *server) forwardLocked(from string, rcv core.Receiver, l *deliveryInbox,
 	return res, nil
 }
 
-// messageLocked handles a message item of delivery stream l numbered seq, unless it
-// was handled already.
+// messageLocked handles a message item of delivery stream l numbered seq,
+// unless it was handled already.
 func (s *server) messageLocked(from string, rcv core.Receiver, l *deliveryInbox, seq uint64, p *pb.PeerMessage) {
 	if l.seenLocked(seq) {
 		return
@@ -484,7 +487,8 @@ func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 		return nil, err
 	}
 	if req.GetLane() != nil && req.GetSession() != "" {
-		// A delivery stream's item: checked against the delivery stream's numbers, in its order.
+		// A delivery stream's item: checked against the delivery stream's
+		// numbers, in its order.
 		l := s.acquireDelivery(from, req.GetLane().GetQueue())
 		defer s.releaseDelivery(l)
 		l.mu.Lock()
@@ -503,8 +507,9 @@ func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	return res, nil
 }
 
-// unaryDelivery is Post for a delivery stream's unary path: each message is checked
-// against the delivery stream's numbers, shared with its Deliver streams and Forwards.
+// unaryDelivery is Post for a delivery stream's unary path: each message is
+// checked against the delivery stream's numbers, shared with its Deliver
+// streams and Forwards.
 func (s *server) unaryDelivery(from string, rcv core.Receiver, req *pb.PostRequest) (*pb.PostResponse, error) {
 	msgs, seqs, session := req.GetMessages(), req.GetSeqs(), req.GetSession()
 	if len(seqs) != len(msgs) {

@@ -16,17 +16,18 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The request leg, sending side: Transport.Forward, the delivery stream per (node,
-// queue) that carries it and the request leg's messages, and the delivery stream's
-// Deliver stream. The receiving side is delivery_recv.go. Off this path,
-// each in its own file: what an ack settles and the ack deadline
-// (delivery_acks.go), the fallback to unary calls when a stream stalls, fails
-// or goes silent (delivery_stall.go), the unary path itself (delivery_unary.go),
-// the zone test (delivery_zone.go), how a delivery stream ends (delivery_end.go), and the
-// backoff between attempts (retry.go).
+// The request leg, sending side: Transport.Forward, the delivery stream per
+// (node, queue) that carries it and the request leg's messages, and the
+// delivery stream's Deliver stream. The receiving side is delivery_recv.go.
+// Off this path, each in its own file: what an ack settles and the ack
+// deadline (delivery_acks.go), the fallback to unary calls when a stream
+// stalls, fails or goes silent (delivery_stall.go), the unary path itself
+// (delivery_unary.go), the zone test (delivery_zone.go), how a delivery
+// stream ends (delivery_end.go), and the backoff between attempts
+// (retry.go).
 
-// deliveryWindow bounds the items a delivery stream has sent on its stream and not yet
-// seen acked; more wait in its queue until acks come back.
+// deliveryWindow bounds the items a delivery stream has sent on its stream
+// and not yet seen acked; more wait in its queue until acks come back.
 const deliveryWindow = 256
 
 // seqOverhead is what an item's sequence number adds to its frame or Post,
@@ -42,11 +43,11 @@ const seqOverhead = 1 + 10
 // transiently (Unavailable, or an attempt that timed out). Retrying is
 // safe: the dispatcher takes a (job id, generation) once.
 //
-// The forward is an item of its queue's delivery stream: sent on the delivery stream's Deliver stream
-// and answered by its ack, or by a unary Forward call when the delivery stream has no
-// stream or dropped it (the receiver answers a resent item with the
-// verdict it gave first). An attempt that got no verdict is made again as
-// a new item, after a backoff.
+// The forward is an item of its queue's delivery stream: sent on the
+// delivery stream's Deliver stream and answered by its ack, or by a unary
+// Forward call when the delivery stream has no stream or dropped it (the
+// receiver answers a resent item with the verdict it gave first). An
+// attempt that got no verdict is made again as a new item, after a backoff.
 func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
 	r := t.rt
 	ctx, cancel := context.WithCancel(ctx)
@@ -94,9 +95,9 @@ type forwardCall struct {
 	last error
 }
 
-// attempt makes one attempt: the forward as a new item of its delivery stream. It
-// returns the verdict, or the error the forward ends with, or neither
-// when a transient failure (in last) is worth another attempt.
+// attempt makes one attempt: the forward as a new item of its delivery
+// stream. It returns the verdict, or the error the forward ends with, or
+// neither when a transient failure (in last) is worth another attempt.
 func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.ForwardResponse, error) {
 	r := c.r
 	if r.ctx.Err() != nil {
@@ -134,16 +135,16 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 	return nil, nil
 }
 
-// A delivery stream is the ordered path of one queue's messages from this node to one
-// node: the request leg's kinds (forward, deliver, cancel, unbind) and
-// synchronous Forwards. Its goroutine sends its items in sequence order by
-// one path at a time: its Deliver stream, with at most deliveryWindow unacked,
-// or unary calls while it has none. A stream that stalls (an ack misses
-// its deadline), fails or goes silent is dropped, and what it held unacked
-// is resent by unary calls before anything newer, numbers unchanged; the
-// receiver's delivery stream memory skips what it handled already, so each item is
-// handled once and in order whichever path carried it (the argument is in
-// docs/cluster.md, "Stall → fallback").
+// A delivery stream is the ordered path of one queue's messages from this
+// node to one node: the request leg's kinds (forward, deliver, cancel,
+// unbind) and synchronous Forwards. Its goroutine sends its items in
+// sequence order by one path at a time: its Deliver stream, with at most
+// deliveryWindow unacked, or unary calls while it has none. A stream that
+// stalls (an ack misses its deadline), fails or goes silent is dropped, and
+// what it held unacked is resent by unary calls before anything newer,
+// numbers unchanged; the receiver's delivery stream memory skips what it
+// handled already, so each item is handled once and in order whichever path
+// carried it (the argument is in docs/cluster.md, "Stall → fallback").
 type deliveryStream struct {
 	r      *router
 	key    deliveryKey
@@ -162,7 +163,8 @@ type deliveryStream struct {
 	warned      time.Time // the last fallback logged at warn level
 }
 
-// item is one delivery stream item: a message from Send or a forward from Forward.
+// item is one delivery stream item: a message from Send or a forward from
+// Forward.
 type item struct {
 	seq     uint64
 	kind    string
@@ -307,8 +309,8 @@ func (l *deliveryStream) flush() bool {
 	return true
 }
 
-// stream sends items on the delivery stream's Deliver stream; the first of them to be the
-// oldest unacked arms the ack deadline.
+// stream sends items on the delivery stream's Deliver stream; the first of
+// them to be the oldest unacked arms the ack deadline.
 func (l *deliveryStream) stream(items []*item) {
 	now := time.Now()
 	for _, it := range items {
@@ -376,12 +378,13 @@ func (l *deliveryStream) check(items []*item) []*item {
 
 // deliverCall is a delivery stream's gRPC stream on the sending side. Two
 // goroutines own the gRPC stream: a writer (the open frame, items as the
-// delivery stream pushes them, a heartbeat every interval) and a reader (acks to the
-// delivery stream; every frame, heartbeats included, proves the receiver alive). The
-// delivery stream never blocks on them: it pushes at most deliveryWindow unacked items,
-// the capacity of frames and of acks. Both end when ctx does, which
-// dropStream and Transport.Close cause, or when the stream fails; the delivery stream
-// waits for them before it goes on.
+// delivery stream pushes them, a heartbeat every interval) and a reader
+// (acks to the delivery stream; every frame, heartbeats included, proves
+// the receiver alive). The delivery stream never blocks on them: it pushes
+// at most deliveryWindow unacked items, the capacity of frames and of acks.
+// Both end when ctx does, which dropStream and Transport.Close cause, or
+// when the stream fails; the delivery stream waits for them before it goes
+// on.
 type deliverCall struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -394,8 +397,8 @@ type deliverCall struct {
 	last   atomic.Int64  // when a frame last arrived, UnixNano
 	tick   *time.Ticker  // the delivery stream's silence check
 	wg     sync.WaitGroup
-	// The zone label of the delivery stream's node when the stream opened: the zone
-	// test it passed (delivery stream.zoneCheck).
+	// The zone label of the delivery stream's node when the stream opened:
+	// the zone test it passed (delivery stream.zoneCheck).
 	zone  string
 	zoned bool
 }
@@ -405,9 +408,9 @@ var (
 	errOpenStalled   = errors.New("peer: opening a deliver stream took longer than the ack timeout ceiling")
 )
 
-// open opens the delivery stream's Deliver stream. It does not wait for the receiver: the
-// open frame and the first items go out together, and a receiver that
-// refuses the stream fails it at once.
+// open opens the delivery stream's Deliver stream. It does not wait for the
+// receiver: the open frame and the first items go out together, and a
+// receiver that refuses the stream fails it at once.
 func (l *deliveryStream) open() error {
 	r := l.r
 	addr, ok := r.cfg.Addr(l.key.node)

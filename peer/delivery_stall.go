@@ -7,14 +7,15 @@ import (
 	"time"
 )
 
-// A delivery stream's Deliver stream that stalls (its oldest item's ack deadline passes),
-// fails, goes silent or cannot be opened is dropped, and what it held
-// unacked is resent by unary calls (delivery_unary.go) before anything newer,
-// numbers unchanged (docs/cluster.md, "Stall → fallback").
+// A delivery stream's Deliver stream that stalls (its oldest item's ack
+// deadline passes), fails, goes silent or cannot be opened is dropped, and
+// what it held unacked is resent by unary calls (delivery_unary.go) before
+// anything newer, numbers unchanged (docs/cluster.md, "Stall → fallback").
 
-// openStream opens the delivery stream's Deliver stream for n items about to be sent. One
-// that cannot be opened leaves them to the unary path, logged once until a
-// stream opens again. False when the delivery stream's node left the catalog.
+// openStream opens the delivery stream's Deliver stream for n items about
+// to be sent. One that cannot be opened leaves them to the unary path,
+// logged once until a stream opens again. False when the delivery stream's
+// node left the catalog.
 func (l *deliveryStream) openStream(n int) bool {
 	r := l.r
 	err := l.open()
@@ -58,8 +59,8 @@ func (l *deliveryStream) silenceCheck() {
 	}
 }
 
-// warnEvery rate-limits a delivery stream's fallback warnings: a peer that keeps
-// stalling would otherwise log one per message.
+// warnEvery rate-limits a delivery stream's fallback warnings: a peer that
+// keeps stalling would otherwise log one per message.
 const warnEvery = time.Minute
 
 // fallback drops the stream and resends every unacked item, in order, by
@@ -82,9 +83,9 @@ func (l *deliveryStream) fallback(why string, err error) {
 	l.unary(items)
 }
 
-// dropStream ends the delivery stream's Deliver stream at once and waits for its goroutines.
-// Acks that arrived before the end are applied; the items still unacked
-// stay in l.unacked.
+// dropStream ends the delivery stream's Deliver stream at once and waits
+// for its goroutines. Acks that arrived before the end are applied; the
+// items still unacked stay in l.unacked.
 func (l *deliveryStream) dropStream() {
 	st := l.st
 	st.fail(errStreamDropped)

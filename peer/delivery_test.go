@@ -24,9 +24,9 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Tests of delivery streams: per-(node, queue) Deliver streams, their unary fallback,
-// and the receiver's dedup shared by both paths. Real servers over
-// loopback, real authentication.
+// Tests of delivery streams: per-(node, queue) Deliver streams, their unary
+// fallback, and the receiver's dedup shared by both paths. Real servers
+// over loopback, real authentication.
 
 // deliverMsg is the i-th deliver of job on queue.
 func deliverMsg(queue, job string, i int) core.Message {
@@ -149,8 +149,8 @@ func TestDeliveryStallFallsBackInOrder(t *testing.T) {
 	}
 }
 
-// One queue's delivery stream held up by a slow receiver does not hold up another
-// queue's.
+// One queue's delivery stream held up by a slow receiver does not hold up
+// another queue's.
 func TestDeliveriesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 	release := make(chan struct{})
 	h := &gatedRecorder{block: func(m core.Message) {
@@ -210,8 +210,8 @@ func TestDeliveryUndeliverableIsNotSentNorRetried(t *testing.T) {
 	waitFor(t, 5*time.Second, "the reports", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) == 4 })
 	waitSent(t, r, "b")
 	checkOnceInOrder(t, h.messages(), "j", 2)
-	// The delivery stream's reports in its order; the reply's, which goes by its
-	// response leg, at any point.
+	// The delivery stream's reports in its order; the reply's, which goes
+	// by its response leg, at any point.
 	mu.Lock()
 	var onDelivery, onLeg []report
 	for _, rp := range reports {
@@ -262,8 +262,9 @@ func TestDeliveryUndeliverableIsNotSentNorRetried(t *testing.T) {
 	}
 }
 
-// A delivery stream's Deliver stream closes after the idle interval with nothing unacked, and
-// the delivery stream's goroutine exits; the next message opens a new one.
+// A delivery stream's Deliver stream closes after the idle interval with
+// nothing unacked, and the delivery stream's goroutine exits; the next
+// message opens a new one.
 func TestDeliveryStreamClosesWhenIdleAndReopens(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
@@ -294,17 +295,18 @@ func TestDeliveryStreamClosesWhenIdleAndReopens(t *testing.T) {
 	checkOnceInOrder(t, h.messages(), "j", 2)
 }
 
-// A delivery stream bursty at a period below the idle interval keeps one stream: the
-// idle timer restarts with every message.
+// A delivery stream bursty at a period below the idle interval keeps one
+// stream: the idle timer restarts with every message.
 func TestBurstyDeliveryStreamDoesNotChurn(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	// Only the idle timer is under test. The ack ceiling (at most idle/3)
 	// and the silence limit (3 heartbeats) are stall detectors: kept tight
 	// (a 100 ms ceiling, 60 ms of silence) they fired on a loaded machine
-	// (2 CPUs, another go test running), so this delivery stream has room for pauses
-	// of hundreds of milliseconds. A burst still comes every idle/2, so a
-	// timer that did not restart would close the stream every idle.
+	// (2 CPUs, another go test running), so this delivery stream has room
+	// for pauses of hundreds of milliseconds. A burst still comes every
+	// idle/2, so a timer that did not restart would close the stream every
+	// idle.
 	const idle = 1200 * time.Millisecond
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, idle/4))
 	const bursts = 8 // over 4 idle intervals in all
@@ -323,9 +325,9 @@ func TestBurstyDeliveryStreamDoesNotChurn(t *testing.T) {
 	})
 }
 
-// Heartbeats keep a delivery stream's Deliver stream alive while its receiver is busy with a
-// message for many heartbeat intervals (within the ack deadline), and
-// while the delivery stream has nothing to send.
+// Heartbeats keep a delivery stream's Deliver stream alive while its
+// receiver is busy with a message for many heartbeat intervals (within the
+// ack deadline), and while the delivery stream has nothing to send.
 func TestHeartbeatsKeepABusyDeliveryStreamAlive(t *testing.T) {
 	const hb = 20 * time.Millisecond
 	h := &gatedRecorder{block: func(core.Message) { time.Sleep(15 * hb) }}
@@ -540,10 +542,10 @@ func TestReceiverEndsASilentStream(t *testing.T) {
 	}
 }
 
-// The receiver's dedup is per (sender, session, delivery stream), shared by Deliver,
-// Post and Forward: an item handled on one path is skipped on another, a
-// resent forward gets the verdict it got first without the dispatcher
-// being asked again, and a new session starts afresh.
+// The receiver's dedup is per (sender, session, delivery stream), shared by
+// Deliver, Post and Forward: an item handled on one path is skipped on
+// another, a resent forward gets the verdict it got first without the
+// dispatcher being asked again, and a new session starts afresh.
 func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	h := &recorder{verdict: func(d core.Delivery) error {
 		return &core.Error{Code: core.CodeQueueFull, Detail: "full " + d.JobID}
@@ -660,9 +662,10 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	}
 }
 
-// A forward travels its delivery stream's Deliver stream and comes back with the verdict in
-// the ack; one whose ack is late falls back to a unary Forward, which
-// returns the verdict of the first handling: the dispatcher is asked once.
+// A forward travels its delivery stream's Deliver stream and comes back
+// with the verdict in the ack; one whose ack is late falls back to a unary
+// Forward, which returns the verdict of the first handling: the dispatcher
+// is asked once.
 func TestForwardOverTheDeliveryStream(t *testing.T) {
 	slow := make(chan struct{})
 	h := &gatedRecorder{fwd: func(d core.Delivery) {
@@ -721,8 +724,8 @@ func TestForwardOverTheDeliveryStream(t *testing.T) {
 	}
 }
 
-// With ForceUnary every delivery stream message and forward goes by unary calls, in
-// order, and no stream is opened.
+// With ForceUnary every delivery stream message and forward goes by unary
+// calls, in order, and no stream is opened.
 func TestForceUnary(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
@@ -775,9 +778,9 @@ func TestDeliveryConfigIsValidated(t *testing.T) {
 	}
 }
 
-// Close stops every delivery stream, stream and stream goroutine, with a stream
-// mid-message, a forward waiting for its verdict and a delivery stream backing off
-// from a peer that is down, and leaks nothing.
+// Close stops every delivery stream, stream and stream goroutine, with a
+// stream mid-message, a forward waiting for its verdict and a delivery
+// stream backing off from a peer that is down, and leaks nothing.
 func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})

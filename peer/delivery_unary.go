@@ -7,9 +7,9 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A delivery stream's unary path: its items as Post and Forward calls, one call at a
-// time, when it has no stream (ForceUnary, an open that failed) and to
-// resend what a dropped stream held unacked.
+// A delivery stream's unary path: its items as Post and Forward calls, one
+// call at a time, when it has no stream (ForceUnary, an open that failed)
+// and to resend what a dropped stream held unacked.
 
 // unary sends items in order by unary calls: runs of messages as Posts
 // (each resent until handed over), forwards as one Forward attempt each.
@@ -54,10 +54,10 @@ const (
 	unicastClosed
 )
 
-// unicast sends one run of messages as a Post naming the delivery stream, resending it
-// unchanged until it is handed over, the node leaves the catalog (unicastGone:
-// nothing dropped yet), the peer refuses it for good (dropped), or the
-// router closes (unicastClosed: nothing dropped yet).
+// unicast sends one run of messages as a Post naming the delivery stream,
+// resending it unchanged until it is handed over, the node leaves the
+// catalog (unicastGone: nothing dropped yet), the peer refuses it for good
+// (dropped), or the router closes (unicastClosed: nothing dropped yet).
 func (l *deliveryStream) unicast(items []*item) unicastOutcome {
 	r := l.r
 	req := &pb.PostRequest{Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue},

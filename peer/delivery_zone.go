@@ -32,12 +32,13 @@ func (l *deliveryStream) zoneErr(it *item) error {
 	return fmt.Errorf("job %s is scoped to zone %q; node %s is in zone %q", jobOf(it), it.msg.GetDelivery().GetZone(), l.key.node, nz)
 }
 
-// zoneCheck applies the zone test to the delivery stream's Deliver stream again after zones
-// changed in the catalog view. A stream opened while its node had another
-// zone label (or none) no longer passes: it is closed, its unacked
-// deliveries that fail the test now go back to the engine to be routed
-// again (ReasonZone), and the rest are resent by unary calls, in order, as
-// after a stall; the next item opens a stream under the node's new label.
+// zoneCheck applies the zone test to the delivery stream's Deliver stream
+// again after zones changed in the catalog view. A stream opened while its
+// node had another zone label (or none) no longer passes: it is closed, its
+// unacked deliveries that fail the test now go back to the engine to be
+// routed again (ReasonZone), and the rest are resent by unary calls, in
+// order, as after a stall; the next item opens a stream under the node's
+// new label.
 func (l *deliveryStream) zoneCheck() {
 	r := l.r
 	st := l.st
@@ -77,8 +78,8 @@ func (r *router) zoneOf(node string) (string, bool) {
 // ZonesChanged applies the zone test again to every open Deliver stream:
 // one opened while its node had another zone label is closed, and what it
 // held is sent again under the node's new label (or handed back to the
-// engine; see delivery stream.zoneCheck). The node calls it on every change of its
-// catalog view; it never blocks.
+// engine; see delivery stream.zoneCheck). The node calls it on every change
+// of its catalog view; it never blocks.
 func (t *Transport) ZonesChanged() {
 	r := t.rt
 	r.mu.Lock()

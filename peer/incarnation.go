@@ -63,9 +63,9 @@ func (it *item) stampOf() string {
 	return it.msg.GetDelivery().GetIncarnation()
 }
 
-// fresh returns the items that may still be sent to the delivery stream's node: it
-// drops (and counts) those stamped for an incarnation of it the view no
-// longer names. A dropped forward fails with core.ErrNodeReplaced.
+// fresh returns the items that may still be sent to the delivery stream's
+// node: it drops (and counts) those stamped for an incarnation of it the
+// view no longer names. A dropped forward fails with core.ErrNodeReplaced.
 func (l *deliveryStream) fresh(items []*item) []*item {
 	r := l.r
 	ok := items[:0]

@@ -9,10 +9,10 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// How a response leg ends: its last message acked, a cancel (on the leg, or by
-// another path), its TTL, its ingress gone or refusing it, or Close; and
-// how it carries on when its reply stream fails (it joins the next one, unless the
-// failure is for good).
+// How a response leg ends: its last message acked, a cancel (on the leg, or
+// by another path), its TTL, its ingress gone or refusing it, or Close; and
+// how it carries on when its reply stream fails (it joins the next one,
+// unless the failure is for good).
 
 // Why a response leg ended: the reason label of
 // switchyard_peer_reply_legs_ended_total.
@@ -84,9 +84,9 @@ func (l *responseLeg) end(why string) {
 	r.m.legsEnded.WithLabelValues(why).Inc()
 }
 
-// leave takes the leg off its reply stream, if it is open on one. If the ingress
-// holds it there (it did not forget it at its last item), an end frame
-// tells it to forget it.
+// leave takes the leg off its reply stream, if it is open on one. If the
+// ingress holds it there (it did not forget it at its last item), an end
+// frame tells it to forget it.
 func (l *responseLeg) leave() {
 	t := l.t
 	if t == nil {
@@ -179,8 +179,9 @@ func (t *replyStream) takeGrant(p *pb.PeerMessage) {
 	}
 }
 
-// dropReplyStream leaves the leg's failed reply stream, applies the acks read before
-// its end, and decides: "" to open the leg again, else why it ends.
+// dropReplyStream leaves the leg's failed reply stream, applies the acks
+// read before its end, and decides: "" to open the leg again, else why it
+// ends.
 func (l *responseLeg) dropReplyStream() string {
 	r := l.r
 	t := l.t
@@ -198,8 +199,8 @@ func (l *responseLeg) dropReplyStream() string {
 	return l.failed(t.st.err)
 }
 
-// failed decides, after a failed reply stream (or attempt to open one): "" to try
-// again, else why the leg ends.
+// failed decides, after a failed reply stream (or attempt to open one): ""
+// to try again, else why the leg ends.
 func (l *responseLeg) failed(err error) string {
 	r := l.r
 	if errors.Is(err, ErrClosed) {

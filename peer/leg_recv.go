@@ -9,10 +9,10 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The response leg, receiving side (the ingress): what the server
-// remembers of each response leg across the reply streams that carry it, so that a
-// leg resent on a new reply stream is handled once and in order, and where the
-// job's cancel goes. The reply stream itself is reply_recv.go.
+// The response leg, receiving side (the ingress): what the server remembers
+// of each response leg across the reply streams that carry it, so that a
+// leg resent on a new reply stream is handled once and in order, and where
+// the job's cancel goes. The reply stream itself is reply_recv.go.
 
 // How long the ingress remembers a leg.
 const (
@@ -38,13 +38,13 @@ type inLegKey struct {
 	gen       uint64
 }
 
-// inLeg is what the server knows of one response leg, across the reply streams that
-// carry it (a host opens the leg again on its next reply stream when one fails):
-// the numbers it handled, the reply stream that holds it now, and the job's
-// cancel once there is one. Once its last item is handled, or the host
-// ended it without one, it is done: kept for finishedLegMemory, then
-// forgotten. It is also forgotten when no reply stream held it for its memory
-// (attachLeg sweeps).
+// inLeg is what the server knows of one response leg, across the reply
+// streams that carry it (a host opens the leg again on its next reply
+// stream when one fails): the numbers it handled, the reply stream that
+// holds it now, and the job's cancel once there is one. Once its last item
+// is handled, or the host ended it without one, it is done: kept for
+// finishedLegMemory, then forgotten. It is also forgotten when no reply
+// stream held it for its memory (attachLeg sweeps).
 type inLeg struct {
 	key inLegKey
 
@@ -78,8 +78,8 @@ type finishedLeg struct {
 	until time.Time
 }
 
-// attachLeg makes rs the reply stream that holds the leg o opens: a host opens a
-// leg on a new reply stream only once it gave up on the last.
+// attachLeg makes rs the reply stream that holds the leg o opens: a host
+// opens a leg on a new reply stream only once it gave up on the last.
 func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondIn) *inLeg {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,9 +188,10 @@ func (s *server) detachAll(rs *respondIn) []inLegKey {
 }
 
 // cancelOnLeg puts the cancel p of binding (job, gen) on its response leg
-// from node from, when a reply stream holds it now: written at once, and again
-// on any reply stream that opens the leg again. False when no reply stream holds such a
-// leg: the caller sends the cancel by its delivery stream. It never blocks.
+// from node from, when a reply stream holds it now: written at once, and
+// again on any reply stream that opens the leg again. False when no reply
+// stream holds such a leg: the caller sends the cancel by its delivery
+// stream. It never blocks.
 func (s *server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,8 +210,8 @@ func (s *server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bo
 	return true
 }
 
-// cancelsFor takes the cancels to write on rs: each leg's once per reply stream,
-// while rs holds it.
+// cancelsFor takes the cancels to write on rs: each leg's once per reply
+// stream, while rs holds it.
 func (s *server) cancelsFor(rs *respondIn) []*pb.PeerMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -229,11 +230,11 @@ func (s *server) cancelsFor(rs *respondIn) []*pb.PeerMessage {
 	return ps
 }
 
-// grantOnLeg puts the grant p of binding (job, gen) on its response leg from
-// node from, when a reply stream holds it now: written at once (in place of one
-// not written yet), and again on any reply stream that opens the leg again.
-// False when no reply stream holds such a leg: the caller sends the grant by its
-// delivery stream. It never blocks.
+// grantOnLeg puts the grant p of binding (job, gen) on its response leg
+// from node from, when a reply stream holds it now: written at once (in
+// place of one not written yet), and again on any reply stream that opens
+// the leg again. False when no reply stream holds such a leg: the caller
+// sends the grant by its delivery stream. It never blocks.
 func (s *server) grantOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

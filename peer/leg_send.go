@@ -50,15 +50,16 @@ type legItem struct {
 	final bool
 }
 
-// A responseLeg is the consumer host's side of one binding's response leg: the
-// binding's replies and release, in order, to the job's ingress, on the
+// A responseLeg is the consumer host's side of one binding's response leg:
+// the binding's replies and release, in order, to the job's ingress, on the
 // node's reply stream to it (reply_send.go), with at most replyInFlight
 // (and replyInFlightBytes) unacked and a queue behind them that the job's
-// output credit bounds. Expect or the binding's first reply opens it. It ends once its
-// last message is acked, on a cancel, at the job's TTL plus legTTLSlack,
-// or when its ingress is gone or refuses it; never for being idle. When a
-// reply stream fails, the leg joins the next one and resends what is unacked,
-// numbers unchanged. docs/cluster.md, "Response leg", has the why.
+// output credit bounds. Expect or the binding's first reply opens it. It
+// ends once its last message is acked, on a cancel, at the job's TTL plus
+// legTTLSlack, or when its ingress is gone or refuses it; never for being
+// idle. When a reply stream fails, the leg joins the next one and resends
+// what is unacked, numbers unchanged. docs/cluster.md, "Response leg", has
+// the why.
 type responseLeg struct {
 	r        *router
 	key      legKey
@@ -74,7 +75,8 @@ type responseLeg struct {
 
 	stop     chan struct{} // closed when the job was cancelled
 	stopOnce sync.Once
-	// cancelled: a cancel came on the leg (handled once, whichever reply stream).
+	// cancelled: a cancel came on the leg (handled once, whichever reply
+	// stream).
 	cancelled atomic.Bool
 	// acked is the highest seq the ingress acked (-1: none); ackc says it
 	// moved. Written by the reply stream's reader.
@@ -146,8 +148,8 @@ func (t *Transport) Send(node string, m core.Message) {
 	r.enqueueLocked(node, m.Queue, it)
 }
 
-// onDeliveryStream reports whether messages of kind go by their queue's delivery stream rather
-// than the response leg.
+// onDeliveryStream reports whether messages of kind go by their queue's
+// delivery stream rather than the response leg.
 func onDeliveryStream(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 // replyLocked queues a reply or release p (m's wire form) for node: on the
@@ -314,9 +316,9 @@ func (l *responseLeg) wait(ttl <-chan time.Time) string {
 	return ""
 }
 
-// connect opens the leg on its ingress's reply stream, opening the reply stream if it
-// has none, after a backoff when the last attempt failed, and resends what
-// is unacked: "" once open, else why the leg ends.
+// connect opens the leg on its ingress's reply stream, opening the reply
+// stream if it has none, after a backoff when the last attempt failed, and
+// resends what is unacked: "" once open, else why the leg ends.
 func (l *responseLeg) connect(ttl <-chan time.Time) string {
 	r := l.r
 	for {
@@ -388,12 +390,14 @@ func (l *responseLeg) fill() {
 		l.unacked = append(l.unacked, it)
 		l.unackedBytes += it.size
 	}
-	// What a failed send leaves unsent is unacked: the next reply stream gets it.
+	// What a failed send leaves unsent is unacked: the next reply stream
+	// gets it.
 	l.sendRun(l.unacked[from:])
 }
 
-// sendRun sends items, in order, on the leg's reply stream: as many to a frame as
-// the peer message limit allows. False once the reply stream failed.
+// sendRun sends items, in order, on the leg's reply stream: as many to a
+// frame as the peer message limit allows. False once the reply stream
+// failed.
 func (l *responseLeg) sendRun(items []*legItem) bool {
 	for len(items) > 0 {
 		n, size := 0, 0
@@ -431,8 +435,8 @@ func (l *responseLeg) sendFrame(items []*legItem) bool {
 	return true
 }
 
-// sendOpen sends the leg's open frame alone on the reply stream it joined, if it
-// had no item to carry it.
+// sendOpen sends the leg's open frame alone on the reply stream it joined,
+// if it had no item to carry it.
 func (l *responseLeg) sendOpen() {
 	if l.t == nil || !l.openDue {
 		return

@@ -24,8 +24,9 @@ type Metrics struct {
 	// metrics are.
 	activity *Activity
 
-	// Deliver streams (delivery_send.go): a silent downgrade from streaming to unary
-	// reads as "works, just slower", so every step of it is counted.
+	// Deliver streams (delivery_send.go): a silent downgrade from streaming
+	// to unary reads as "works, just slower", so every step of it is
+	// counted.
 	streamsOpen     *prometheus.GaugeVec
 	streamsOpened   *prometheus.CounterVec
 	streamed        prometheus.Counter
@@ -37,7 +38,8 @@ type Metrics struct {
 	undeliverable   *prometheus.CounterVec
 	stale           *prometheus.CounterVec
 
-	// Response legs and reply streams (leg_send.go, reply_send.go, reply_recv.go).
+	// Response legs and reply streams (leg_send.go, reply_send.go,
+	// reply_recv.go).
 	legSilences *prometheus.CounterVec
 	legsEnded   *prometheus.CounterVec
 	legsOpen    prometheus.Gauge
@@ -60,8 +62,8 @@ func (m *Metrics) sent(kind string) prometheus.Counter {
 	return m.messages.WithLabelValues(kind)
 }
 
-// kindDeliver is the switchyard_peer_streams_open kind of a delivery stream's Deliver
-// stream.
+// kindDeliver is the switchyard_peer_streams_open kind of a delivery
+// stream's Deliver stream.
 const kindDeliver = "deliver"
 
 // kindPing is the switchyard_peer_messages_total kind of a ping, and

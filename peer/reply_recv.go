@@ -150,14 +150,14 @@ func (rs *respondIn) start(open *pb.RespondOpen) {
 	close(rs.ready)
 }
 
-// release ends the reply stream's hold on its legs once it ended. After the host
-// went silent (and not the call itself), the receiver is told of each leg
-// (ReplyLegSilent). After the reply stream broke (the host's connection closed
-// or reset: a host killed, or a network fault), its legs wait for the host
-// to take them up on a new reply stream; those it has not taken up once the host
-// has been silent for as long — three intervals since its last frame —
-// are reported the same way (watchOrphans): a crash and a pause end the
-// same jobs in the same bound.
+// release ends the reply stream's hold on its legs once it ended. After the
+// host went silent (and not the call itself), the receiver is told of each
+// leg (ReplyLegSilent). After the reply stream broke (the host's connection
+// closed or reset: a host killed, or a network fault), its legs wait for
+// the host to take them up on a new reply stream; those it has not taken up
+// once the host has been silent for as long — three intervals since its
+// last frame — are reported the same way (watchOrphans): a crash and a
+// pause end the same jobs in the same bound.
 func (rs *respondIn) release(rcv core.Receiver) {
 	silent := errors.Is(context.Cause(rs.ctx), errRespondSilent) && rs.st.Context().Err() == nil
 	legs := rs.s.detachAll(rs)
@@ -185,10 +185,10 @@ func (rs *respondIn) release(rcv core.Receiver) {
 }
 
 // suspectAfterBreak tells Config.Suspect of host if, one heartbeat after
-// its reply stream broke, one of the reply stream's legs (not done) is still on no
-// reply stream: a live host reopens a failed reply stream within milliseconds, so the
-// host is suspected (offered nothing new, its queues taken over) long
-// before its legs are reported silent.
+// its reply stream broke, one of the reply stream's legs (not done) is
+// still on no reply stream: a live host reopens a failed reply stream
+// within milliseconds, so the host is suspected (offered nothing new, its
+// queues taken over) long before its legs are reported silent.
 func (s *server) suspectAfterBreak(from string, legs []inLegKey, hb time.Duration) {
 	if s.cfg.Suspect == nil {
 		return
@@ -231,15 +231,15 @@ func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, h
 	}
 }
 
-// watchOrphans looks, at due, at the legs of a broken reply stream from host that
-// no reply stream has taken up since and that are not done, and reports them:
-// their host has been silent for three intervals. After this node
-// stalled (ping), it pings the host first: one that answers is alive (in
-// its backoff before opening a new reply stream) and is given three more
-// intervals. Not otherwise: a reply stream that broke while this node was
-// reading is a host that crashed or lost its link, and a host restarted
-// under the same name would answer the ping for the old process. A
-// server that stops reports nothing.
+// watchOrphans looks, at due, at the legs of a broken reply stream from
+// host that no reply stream has taken up since and that are not done, and
+// reports them: their host has been silent for three intervals. After this
+// node stalled (ping), it pings the host first: one that answers is alive
+// (in its backoff before opening a new reply stream) and is given three
+// more intervals. Not otherwise: a reply stream that broke while this node
+// was reading is a host that crashed or lost its link, and a host restarted
+// under the same name would answer the ping for the old process. A server
+// that stops reports nothing.
 func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration, ping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -404,8 +404,8 @@ func (rd *respondReader) frame(f *pb.RespondFrame) bool {
 	return true
 }
 
-// open opens a leg on the reply stream and tells the receiver where the job runs:
-// false (the stream cancelled) when it names no job.
+// open opens a leg on the reply stream and tells the receiver where the job
+// runs: false (the stream cancelled) when it names no job.
 func (rd *respondReader) open(o *pb.RespondOpen) bool {
 	rs := rd.rs
 	if o.GetJobId() == "" {
@@ -450,8 +450,8 @@ func (rd *respondReader) item(it *pb.RespondItem) bool {
 	// if nothing came after it: what did is a newer opening of the leg.
 	if final && latest {
 		// Nothing of the leg comes after its last item (a host with more
-		// sends a new open first): it is done on this reply stream. Its ack is on
-		// its way.
+		// sends a new open first): it is done on this reply stream. Its ack
+		// is on its way.
 		delete(rd.legs, k)
 		rs.s.finishLeg(rs, leg)
 	}
@@ -470,10 +470,10 @@ func (rd *respondReader) end(e *pb.RespondLegEnd) {
 	}
 }
 
-// respondWriter is the handler goroutine's own state of a reply stream: it writes
-// acks as items are handled (per leg, cumulative: the latest covers the
-// rest), each leg's cancel once per reply stream, and a heartbeat when nothing
-// else went out for half an interval.
+// respondWriter is the handler goroutine's own state of a reply stream: it
+// writes acks as items are handled (per leg, cumulative: the latest covers
+// the rest), each leg's cancel once per reply stream, and a heartbeat when
+// nothing else went out for half an interval.
 type respondWriter struct {
 	rs       *respondIn
 	lastSend time.Time

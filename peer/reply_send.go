@@ -55,12 +55,12 @@ func (st *respondCall) isDone() bool {
 // A replyStream is the one Respond stream this node holds to an ingress
 // node: every response leg to that node is multiplexed on it, each as its
 // open and its numbered items (why not a stream per leg: docs/cluster.md,
-// "Legs ride a reply stream"). The legs' goroutines send on it under sendMu, one
-// frame at a time; its reader hands each ack and cancel to the leg it
-// names; its own goroutine heartbeats while nothing else went out for half
-// an interval, and closes it once no leg used it for Config.StreamIdle. It
-// fails as a whole (a send or receive error, or three silent intervals),
-// and its legs move to the next one.
+// "Legs ride a reply stream"). The legs' goroutines send on it under
+// sendMu, one frame at a time; its reader hands each ack and cancel to the
+// leg it names; its own goroutine heartbeats while nothing else went out
+// for half an interval, and closes it once no leg used it for
+// Config.StreamIdle. It fails as a whole (a send or receive error, or three
+// silent intervals), and its legs move to the next one.
 type replyStream struct {
 	r      *router
 	node   string
@@ -77,8 +77,8 @@ type replyStream struct {
 	closing   bool      // idle: no leg may join it
 }
 
-// replyStreamFor is node's reply stream, opened if it has none (or only a failed or
-// closing one), with the caller counted as one of its legs.
+// replyStreamFor is node's reply stream, opened if it has none (or only a
+// failed or closing one), with the caller counted as one of its legs.
 func (r *router) replyStreamFor(node, addr string) (*replyStream, error) {
 	r.mu.Lock()
 	mu := r.replyStreamOpen[node]
@@ -100,9 +100,9 @@ func (r *router) replyStreamFor(node, addr string) (*replyStream, error) {
 	return r.openReplyStream(node, addr)
 }
 
-// openReplyStream opens a reply stream to node, with one leg, and starts its reader and
-// its goroutine. It does not wait for the ingress: the first open frame
-// and items go out with the call's headers.
+// openReplyStream opens a reply stream to node, with one leg, and starts
+// its reader and its goroutine. It does not wait for the ingress: the first
+// open frame and items go out with the call's headers.
 func (r *router) openReplyStream(node, addr string) (*replyStream, error) {
 	cc, err := r.client.Conn(node, addr)
 	if err != nil {
@@ -152,8 +152,8 @@ func (t *replyStream) leave() {
 	}
 }
 
-// send sends f on the reply stream: false when the reply stream failed (its legs then
-// see st.done).
+// send sends f on the reply stream: false when the reply stream failed (its
+// legs then see st.done).
 func (t *replyStream) send(f *pb.RespondFrame) bool {
 	st := t.st
 	if st.isDone() {
@@ -217,8 +217,8 @@ func (t *replyStream) run() {
 	}
 }
 
-// close ends an idle reply stream cleanly: it half-closes, waits a bounded while
-// for the ingress to end the stream, then drops it.
+// close ends an idle reply stream cleanly: it half-closes, waits a bounded
+// while for the ingress to end the stream, then drops it.
 func (t *replyStream) close() {
 	st := t.st
 	t.idled.Store(true)
@@ -239,8 +239,8 @@ func (t *replyStream) close() {
 	t.retire()
 }
 
-// retire forgets a reply stream that ended: it waits for its reader and stops its
-// timer.
+// retire forgets a reply stream that ended: it waits for its reader and
+// stops its timer.
 func (t *replyStream) retire() {
 	r := t.r
 	r.mu.Lock()

@@ -124,7 +124,8 @@ func replyStreamsOpened(t *testing.T, r tnode) float64 {
 // once; the leg closes once the end is acked.
 func TestRespondOrderThenEnd(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count reply streams, and a reply stream taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	const n = 500
 	for _, job := range []string{"j1", "j2"} {
@@ -156,7 +157,8 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != 2*(n+1) {
 		t.Errorf("replies counted = %v, want %d", got, 2*(n+1))
 	}
-	// The ingress forgot both legs: a cancel for either goes by the delivery stream.
+	// The ingress forgot both legs: a cancel for either goes by the
+	// delivery stream.
 	p.rb.Send("a", cancelOf("j1"))
 	waitFor(t, 5*time.Second, "the cancel by the delivery stream", func() bool { return len(p.ha.messages()) == 1 })
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 1 {
@@ -169,7 +171,8 @@ func TestRespondOrderThenEnd(t *testing.T) {
 // opening no stream.
 func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count reply streams, and a reply stream taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	p.hb.block = func(m core.Message) {
 		if m.Output != nil {
@@ -200,8 +203,8 @@ func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 }
 
 // A cancel from the ingress for a job whose leg it holds goes back on the
-// leg (not by a delivery stream): the host's Handler gets it from the ingress, and the
-// leg ends, dropping the outputs nobody wants any more.
+// leg (not by a delivery stream): the host's Handler gets it from the
+// ingress, and the leg ends, dropping the outputs nobody wants any more.
 func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, nil)
 	release := make(chan struct{})
@@ -238,8 +241,9 @@ func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 	}
 }
 
-// A cancel that reaches the host's Handler by another path (a delivery stream) ends
-// the job's leg there too: the engine sends nothing more on it.
+// A cancel that reaches the host's Handler by another path (a delivery
+// stream) ends the job's leg there too: the engine sends nothing more on
+// it.
 func TestRespondCancelByDeliveryStreamEndsTheLeg(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, nil)
 	p.ra.Send("b", out("j", 0))
@@ -459,7 +463,8 @@ func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 		t.Errorf("grants counted at the ingress = %v after the second reply stream, want still %v (each once, however often written)", got, counted)
 	}
 
-	// No leg of k is held at the ingress: its grant goes by the delivery stream.
+	// No leg of k is held at the ingress: its grant goes by the delivery
+	// stream.
 	p.rb.Send("a", grantOf("k", 5, 500))
 	waitFor(t, 5*time.Second, "the delivery stream's grant", func() bool {
 		gs := grants()
@@ -532,10 +537,10 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	}
 }
 
-// Legs to one ingress share one reply stream: a cancel for one of them ends that
-// leg alone while the others carry on, in order; the reply stream outlives its
-// legs until it has had none for the stream idle interval, and the next
-// leg opens a new one.
+// Legs to one ingress share one reply stream: a cancel for one of them ends
+// that leg alone while the others carry on, in order; the reply stream
+// outlives its legs until it has had none for the stream idle interval, and
+// the next leg opens a new one.
 func TestRespondLegsShareAReplyStream(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.Config) {
 		c.AckTimeoutCeiling, c.StreamIdle = 100*time.Millisecond, 400*time.Millisecond
@@ -780,7 +785,8 @@ func TestRespondExpectOpensTheLeg(t *testing.T) {
 // concurrent senders, on one reply stream.
 func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count reply streams, and a reply stream taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	const legs, n = 24, 200
 	var wg sync.WaitGroup

@@ -28,9 +28,9 @@ import (
 //   - a binding's only message (an end or a release with no leg open) by
 //     the node's unicast queue (unicast_send.go).
 //
-// Every message carries the router's session and a number from one
-// counter, so a receiver skips what it handled already whichever path
-// resent it. Delivery stream queues and the unicast queue are unbounded: they hold
+// Every message carries the router's session and a number from one counter,
+// so a receiver skips what it handled already whichever path resent it.
+// Delivery stream queues and the unicast queue are unbounded: they hold
 // control messages, and a node that stops answering either comes back or
 // loses its lease; outputs ride response legs, which their jobs' output
 // credit bounds (a grant is a control message too).
@@ -50,9 +50,9 @@ type router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards what follows and each delivery stream's, leg's and unicastQueue's queue. It
-	// is taken under Engine.mu (Send, Expect) and takes server.mu
-	// (cancelOnLeg, grantOnLeg); never the other way round.
+	// mu guards what follows and each delivery stream's, leg's and
+	// unicastQueue's queue. It is taken under Engine.mu (Send, Expect) and
+	// takes server.mu (cancelOnLeg, grantOnLeg); never the other way round.
 	mu              sync.Mutex
 	closed          bool
 	seq             uint64
@@ -66,9 +66,9 @@ type router struct {
 	maxUnicast      int                             // bytes of messages in one Post (or one frame)
 }
 
-// unicastOverhead is what a PostRequest, ForwardRequest or DeliverFrame adds
-// around its messages (session, sequence numbers, delivery stream, field tags), with
-// room to spare.
+// unicastOverhead is what a PostRequest, ForwardRequest or DeliverFrame
+// adds around its messages (session, sequence numbers, delivery stream,
+// field tags), with room to spare.
 const unicastOverhead = 1 << 10
 
 // newRouter returns a router; it starts goroutines only as messages are
@@ -110,8 +110,9 @@ func (r *router) ackTimeout(m core.Message) time.Duration {
 }
 
 // wireCheck reports why a message of size bytes-to-be, or delivery p,
-// cannot be carried by any transport: the reason label and the error.
-// extra is what its frame adds beyond the message (a delivery stream's queue name).
+// cannot be carried by any transport: the reason label and the error. extra
+// is what its frame adds beyond the message (a delivery stream's queue
+// name).
 func (r *router) wireCheck(p proto.Message, extra int) (string, error) {
 	return r.wireCheckSize(p, proto.Size(p)+extra)
 }
@@ -156,8 +157,8 @@ func (r *router) undeliverable(node string, p *pb.PeerMessage, orig *core.Messag
 	}
 }
 
-// refLocked counts a sender (unicastQueue or delivery stream) for node; unrefLocked forgets
-// it, and the node's queue gauge with the last one.
+// refLocked counts a sender (unicastQueue or delivery stream) for node;
+// unrefLocked forgets it, and the node's queue gauge with the last one.
 func (r *router) refLocked(node string) { r.senders[node]++ }
 
 func (r *router) unrefLocked(node string) {

@@ -139,9 +139,9 @@ func freeAddr(t *testing.T) string {
 
 var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
 
-// msg is the i-th test message of job: its kind cycles. A onDeliveryStream kind's
-// Gen is i. The response kinds are what one binding of the job sends its
-// ingress, so they share Gen 0 and a TTL: replies (each opens the
+// msg is the i-th test message of job: its kind cycles. A onDeliveryStream
+// kind's Gen is i. The response kinds are what one binding of the job sends
+// its ingress, so they share Gen 0 and a TTL: replies (each opens the
 // binding's response leg if none is open) and releases, each right after a
 // reply, so it rides that reply's leg and ends it.
 func msg(job string, i int) core.Message {
@@ -188,8 +188,8 @@ func checkFinals(t *testing.T, got []received, job string, n int) {
 
 // checkOrder fails unless got holds, for each job, messages 0..n-1, each
 // intact and from node from, in order within each of the router's paths:
-// the job's response legs (reply, release) and the queue's delivery stream (the other
-// kinds). The two paths are not ordered with each other.
+// the job's response legs (reply, release) and the queue's delivery stream
+// (the other kinds). The two paths are not ordered with each other.
 func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
 	t.Helper()
 	type path struct {

@@ -29,8 +29,8 @@ type server struct {
 	router *router
 
 	// mu guards what follows. It is the last lock taken: under router.mu
-	// (cancelOnLeg), and by callers that hold an unicastInbox's, a deliveryInbox's or
-	// an inLeg's mu; it takes none.
+	// (cancelOnLeg), and by callers that hold an unicastInbox's, a
+	// deliveryInbox's or an inLeg's mu; it takes none.
 	mu         sync.Mutex
 	senders    map[string]*unicastInbox // by sending node id: stream-less Posts
 	deliveries map[deliveryKey]*deliveryInbox
@@ -39,7 +39,8 @@ type server struct {
 	finished   []finishedLeg // done legs in inLegs, oldest first (finishLeg)
 	legsSwept  time.Time     // when inLegs was last swept
 	epochs     atomic.Uint64 // respondIn.epoch
-	// orphanWatches are the timers of broken reply streams' legs (watchOrphans).
+	// orphanWatches are the timers of broken reply streams' legs
+	// (watchOrphans).
 	orphanWatches map[*time.Timer]struct{}
 	stopped       bool // stop began: no stream goroutine starts
 	wg            sync.WaitGroup

@@ -29,10 +29,10 @@ type Config struct {
 	// peers' own limit does (node config; default 4 MiB).
 	MaxMessageBytes int
 	// MaxConcurrentStreams bounds the calls in flight on one incoming
-	// connection, Deliver streams included (one per delivery stream, that is per
-	// (sending node, queue) with recent traffic) and Respond streams (one
-	// reply stream per sending node): set it well above the number of queues
-	// one peer may be sending for at once (0: unlimited).
+	// connection, Deliver streams included (one per delivery stream, that
+	// is per (sending node, queue) with recent traffic) and Respond streams
+	// (one reply stream per sending node): set it well above the number of
+	// queues one peer may be sending for at once (0: unlimited).
 	MaxConcurrentStreams uint32
 	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
 	// back is reached again within about this long (default 5s).
@@ -73,22 +73,23 @@ type Config struct {
 	// (default 30s); the next Send to that node starts another. Response legs
 	// never idle out: they end with their job.
 	IdleTimeout time.Duration
-	// StreamIdle is how long a delivery stream (one node, one queue) may send nothing,
-	// with nothing unacked, before its Deliver stream is closed and its
-	// goroutine exits, and how long a reply stream may carry no leg before
-	// it is closed (default 30s); the next message starts them again. It
-	// must be at least 3 × AckTimeoutCeiling (else ErrStreamIdleTooShort),
-	// so a stall is diagnosed long before an idle close could hide it.
+	// StreamIdle is how long a delivery stream (one node, one queue) may
+	// send nothing, with nothing unacked, before its Deliver stream is
+	// closed and its goroutine exits, and how long a reply stream may carry
+	// no leg before it is closed (default 30s); the next message starts
+	// them again. It must be at least 3 × AckTimeoutCeiling (else
+	// ErrStreamIdleTooShort), so a stall is diagnosed long before an idle
+	// close could hide it.
 	StreamIdle time.Duration
-	// AckTimeout is how long the receiver may take to ack a delivery stream message
-	// sent on a stream, counted from when it was sent or the message before
-	// it was acked, whichever is later. Missing it drops the stream for the
-	// unary path. The node passes a fraction of the job's remaining TTL for
-	// forward and deliver (core.DispatchTimeout) and the ceiling for kinds
-	// without a TTL. Results are clamped to AckTimeoutCeiling; a
-	// non-positive one means the ceiling. Nil: the ceiling for every
-	// message. Send calls it with the engine's lock held: it must be quick
-	// and must not call the engine.
+	// AckTimeout is how long the receiver may take to ack a delivery stream
+	// message sent on a stream, counted from when it was sent or the
+	// message before it was acked, whichever is later. Missing it drops the
+	// stream for the unary path. The node passes a fraction of the job's
+	// remaining TTL for forward and deliver (core.DispatchTimeout) and the
+	// ceiling for kinds without a TTL. Results are clamped to
+	// AckTimeoutCeiling; a non-positive one means the ceiling. Nil: the
+	// ceiling for every message. Send calls it with the engine's lock held:
+	// it must be quick and must not call the engine.
 	AckTimeout func(m core.Message) time.Duration
 	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
 	// may take (default 5s).
@@ -99,11 +100,11 @@ type Config struct {
 	// ingress fails the job), so three intervals must be shorter than
 	// ClientKeepaliveTime (else ErrHeartbeatTooLong).
 	Heartbeat time.Duration
-	// ForceUnary sends every delivery stream message by unary Post and Forward calls,
-	// and every reply and release by the node's unicast queue, with no Deliver
-	// or Respond stream: a benchmark baseline, and an operator's switch
-	// should streams misbehave. A job's grants of output credit then go
-	// by its queue's delivery stream.
+	// ForceUnary sends every delivery stream message by unary Post and
+	// Forward calls, and every reply and release by the node's unicast
+	// queue, with no Deliver or Respond stream: a benchmark baseline, and
+	// an operator's switch should streams misbehave. A job's grants of
+	// output credit then go by its queue's delivery stream.
 	ForceUnary bool
 	// Figures reads this node's live figures, for a peer's cluster view
 	// (the Figures call); nil answers Figures Unavailable. It is called on
@@ -188,10 +189,10 @@ func (c Config) withDefaults() (Config, error) {
 // until Start); Start hands it the engine, and routing begins; Close stops
 // it all.
 //
-// Its core.Transport methods are written where their work is done:
-// Forward with the delivery streams that carry it (delivery_send.go), Send and Expect
-// with the response legs (leg_send.go); ZonesChanged with the zone test
-// (delivery_zone.go).
+// Its core.Transport methods are written where their work is done: Forward
+// with the delivery streams that carry it (delivery_send.go), Send and
+// Expect with the response legs (leg_send.go); ZonesChanged with the zone
+// test (delivery_zone.go).
 type Transport struct {
 	client *Client
 	srv    *server

@@ -8,8 +8,8 @@ import (
 )
 
 // The per-node unicast queue, receiving side: the Post handler, which skips
-// what a resent batch carries again. A Post naming a delivery stream is a delivery stream's
-// unary path (unaryDelivery, delivery_recv.go).
+// what a resent batch carries again. A Post naming a delivery stream is a
+// delivery stream's unary path (unaryDelivery, delivery_recv.go).
 
 // unicastInbox is what a server remembers of one sending node's Posts: it
 // serialises them (a resend may arrive while the attempt it replaces is

@@ -17,10 +17,10 @@ func zoned(job, zone string, i int) core.Message {
 	return m
 }
 
-// A delivery stream's Deliver stream passes the zone test when it opens and again whenever
-// zones change: once its node's label changes, the stream is closed; an
-// unacked delivery scoped to the old zone goes back to the engine
-// (ReasonZone) instead of being resent, an unscoped one behind it is
+// A delivery stream's Deliver stream passes the zone test when it opens and
+// again whenever zones change: once its node's label changes, the stream is
+// closed; an unacked delivery scoped to the old zone goes back to the
+// engine (ReasonZone) instead of being resent, an unscoped one behind it is
 // resent; from then on a delivery for the old zone is never sent, one for
 // the new zone opens a new stream, and a node with no label takes no
 // zone-scoped delivery at all.
