@@ -481,37 +481,13 @@ func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 // the silence too, and tries its legs again.
 func TestRespondSilentHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
-	w := &silenceWatcher{silent: make(chan string, 4)}
-	var smu sync.Mutex
-	var suspected []string
-	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
-		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
-	})
-	px := startProxy(t, b.addr)
-	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
-	r.Send("b", out("j", 0))
-	r.Send("b", out("k", 0))
-	r.Send("b", out("m", 0))
-	r.Send("b", end("m"))
-	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
-	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
+	h := startHostOfTwoLegs(t, hb)
 	time.Sleep(2 * hb) // a frame or two more each way
-	px.pause(true)
+	h.px.pause(true)
 	paused := time.Now()
-	reported := map[string]bool{}
-	for len(reported) < 2 {
-		select {
-		case who := <-w.silent:
-			reported[who] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the ingress reported %v, not both open legs", reported)
-		}
-	}
+	h.awaitReported(t)
 	took := time.Since(paused)
 	t.Logf("silent host reported %s after its frames stopped (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
-	if !reported["a/j/1"] || !reported["a/k/1"] {
-		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
-	}
 	// Three intervals from the last frame (up to 1.5 intervals of heartbeat
 	// spacing before the pause, more on a loaded machine whose host
 	// heartbeats late), plus the half-interval check, plus scheduling
@@ -519,22 +495,16 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	if took < hb || took > 3*hb+2*hb+200*time.Millisecond {
 		t.Errorf("reported after %s, want about 3-4 heartbeat intervals (%s each)", took, hb)
 	}
-	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
+	if got := counter(t, h.b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
 		t.Errorf("ingress silences = %v, want 2 (one per leg)", got)
 	}
-	smu.Lock()
-	if len(suspected) == 0 || suspected[0] != "a" {
-		t.Errorf("Config.Suspect heard %v, want the silent host a", suspected)
+	if s := h.suspected(); len(s) == 0 || s[0] != "a" {
+		t.Errorf("Config.Suspect heard %v, want the silent host a", s)
 	}
-	smu.Unlock()
 	waitFor(t, 5*time.Second, "the host noticing", func() bool {
-		return counter(t, r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
+		return counter(t, h.r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
 	})
-	select {
-	case again := <-w.silent:
-		t.Errorf("reported twice: %s", again)
-	case <-time.After(10 * hb):
-	}
+	h.noSecondReport(t)
 }
 
 // Legs to one ingress share one reply stream: a cancel for one of them ends
@@ -859,42 +829,74 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 // bound. A leg that had ended is not reported.
 func TestRespondKilledHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
-	w := &silenceWatcher{silent: make(chan string, 4)}
-	var smu sync.Mutex
-	var suspected []string
-	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
-		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
-	})
-	px := startProxy(t, b.addr)
-	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
-	r.Send("b", out("j", 0))
-	r.Send("b", out("k", 0))
-	r.Send("b", out("m", 0))
-	r.Send("b", end("m"))
-	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
-	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
-	px.close() // every connection closed, and none accepted again
+	h := startHostOfTwoLegs(t, hb)
+	h.px.close() // every connection closed, and none accepted again
 	killed := time.Now()
+	h.awaitReported(t)
+	took := time.Since(killed)
+	t.Logf("killed host reported %s after its connection closed (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
+	if took > 3*hb+2*hb+200*time.Millisecond {
+		t.Errorf("reported after %s, want within about 3 heartbeat intervals (%s each) of the last frame", took, hb)
+	}
+	h.noSecondReport(t)
+}
+
+// hostOfTwoLegs is a consumer host a (r) whose reply stream to ingress b
+// runs through px, with the legs of jobs j and k open on it and m's
+// ended: the case of a host that goes silent or dies.
+type hostOfTwoLegs struct {
+	w    *silenceWatcher
+	b, r tnode
+	px   *proxy
+	hb   time.Duration
+
+	mu   sync.Mutex
+	susp []string // what b's Config.Suspect heard
+}
+
+func startHostOfTwoLegs(t *testing.T, hb time.Duration) *hostOfTwoLegs {
+	h := &hostOfTwoLegs{w: &silenceWatcher{silent: make(chan string, 4)}, hb: hb}
+	h.b = startNode(t, "b", "127.0.0.1:0", h.w, func(c *peer.Config) {
+		c.Suspect = func(node string) { h.mu.Lock(); h.susp = append(h.susp, node); h.mu.Unlock() }
+	})
+	h.px = startProxy(t, h.b.addr)
+	h.r = newRouter(t, "a", secret, newBook("b", h.px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
+	h.r.Send("b", out("j", 0))
+	h.r.Send("b", out("k", 0))
+	h.r.Send("b", out("m", 0))
+	h.r.Send("b", end("m"))
+	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(h.w.messages()) == 4 })
+	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, h.r) == 2 })
+	return h
+}
+
+func (h *hostOfTwoLegs) suspected() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.susp...)
+}
+
+// awaitReported waits until b reported both open legs, and only those.
+func (h *hostOfTwoLegs) awaitReported(t *testing.T) {
 	reported := map[string]bool{}
 	for len(reported) < 2 {
 		select {
-		case who := <-w.silent:
+		case who := <-h.w.silent:
 			reported[who] = true
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the ingress reported %v, not both open legs", reported)
 		}
 	}
-	took := time.Since(killed)
-	t.Logf("killed host reported %s after its connection closed (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
 	if !reported["a/j/1"] || !reported["a/k/1"] {
 		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
 	}
-	if took > 3*hb+2*hb+200*time.Millisecond {
-		t.Errorf("reported after %s, want within about 3 heartbeat intervals (%s each) of the last frame", took, hb)
-	}
+}
+
+// noSecondReport fails t if b reports a leg again within ten intervals.
+func (h *hostOfTwoLegs) noSecondReport(t *testing.T) {
 	select {
-	case again := <-w.silent:
+	case again := <-h.w.silent:
 		t.Errorf("reported twice: %s", again)
-	case <-time.After(10 * hb):
+	case <-time.After(10 * h.hb):
 	}
 }
