@@ -38,11 +38,8 @@ var (
 // only Recv caller and ends once the handler returned; server.stop waits
 // for it.
 type deliverIn struct {
-	s      *server
-	st     pb.PeerService_DeliverServer
-	from   string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	inCall
+	st pb.PeerService_DeliverServer
 
 	hb      atomic.Int64            // the sender's heartbeat interval (ns), once its open came
 	opened  chan *pb.DeliverOpen    // the open frame, once
@@ -58,18 +55,13 @@ type deliverIn struct {
 // sender's interval, and ends the stream when the sender is silent for
 // three intervals.
 func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
-	from, ok := Caller(st.Context())
-	if !ok {
-		return errUnauthenticated
-	}
-	rcv, err := s.receiver()
+	c, rcv, err := s.accept(st)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(st.Context())
-	defer cancel(nil)
+	defer c.cancel(nil)
 	ds := &deliverIn{
-		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
+		inCall: c, st: st,
 		opened: make(chan *pb.DeliverOpen, 1),
 		ready:  make(chan *deliveryInbox, 1),
 		acks:   make(chan *pb.DeliverHandled, deliveryWindow),
@@ -83,19 +75,16 @@ func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
 	var open *pb.DeliverOpen
 	select {
 	case open = <-ds.opened:
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		return ds.end()
 	}
-	l := s.acquireDelivery(from, open.GetLane().GetQueue())
+	l := s.acquireDelivery(c.from, open.GetLane().GetQueue())
 	defer s.releaseDelivery(l)
 	ds.ready <- l
 	err = ds.write(heartbeatOf(open.GetHeartbeatIntervalNs()))
-	cancel(err)
+	c.cancel(err)
 	return err
 }
-
-// end is the status the stream ends with once ds.ctx is done.
-func (ds *deliverIn) end() error { return endStatus(ds.st.Context(), ds.ctx) }
 
 // watchSilence ends the stream when its open did not come in time, or when
 // the sender was silent for three intervals; time the reader spends in the

@@ -491,13 +491,7 @@ func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 func TestReceiverEndsASilentStream(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 
 	const hb = 20 * time.Millisecond
 	st, err := cl.Deliver(ctx)
@@ -551,13 +545,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		return &core.Error{Code: core.CodeQueueFull, Detail: "full " + d.JobID}
 	}}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 	item := func(seq uint64, m core.Message) *pb.DeliverFrame {
 		p, _ := peer.MessageToPB(m)
 		return &pb.DeliverFrame{Body: &pb.DeliverFrame_Item{Item: &pb.DeliverItem{Seq: seq, Body: &pb.DeliverItem_Message{Message: p}}}}

@@ -95,6 +95,19 @@ func newClient(t *testing.T, node string, secret []byte) *peer.Client {
 	return c
 }
 
+// rawClient is node a's client of b's peer service, for a test that
+// speaks the wire protocol itself, and a context that bounds its calls.
+func rawClient(t *testing.T, b tnode) (pb.PeerServiceClient, context.Context) {
+	t.Helper()
+	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return pb.NewPeerServiceClient(cc), ctx
+}
+
 // wantCounters fails t for each unlabelled metric in want whose value in reg
 // is not the one given.
 func wantCounters(t *testing.T, reg *prometheus.Registry, want map[string]float64) {

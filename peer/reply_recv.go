@@ -45,11 +45,8 @@ const (
 // timer. The reader is the only Recv caller and ends once the handler
 // returned; server.stop waits for it.
 type respondIn struct {
-	s       *server
+	inCall
 	st      pb.PeerService_RespondServer
-	from    string
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
 	hb      time.Duration
 	session string // the host's session, from the first open
 	// epoch orders the server's streams by when they started: a leg held
@@ -87,18 +84,13 @@ type respondIn struct {
 // (cancelOnLeg), and ends the stream when the host is silent for three
 // intervals, failing the jobs of the legs it held (ReplyLegSilent).
 func (s *server) Respond(st pb.PeerService_RespondServer) error {
-	from, ok := Caller(st.Context())
-	if !ok {
-		return errUnauthenticated
-	}
-	rcv, err := s.receiver()
+	c, rcv, err := s.accept(st)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(st.Context())
-	defer cancel(nil)
+	defer c.cancel(nil)
 	rs := &respondIn{
-		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
+		inCall: c, st: st,
 		opened: make(chan *pb.RespondOpen, 1),
 		ready:  make(chan struct{}),
 		kick:   make(chan struct{}, 1),
@@ -117,13 +109,10 @@ func (s *server) Respond(st pb.PeerService_RespondServer) error {
 	rs.start(open)
 	err = (&respondWriter{rs: rs}).run()
 	rs.silence.Stop()
-	cancel(err)
+	c.cancel(err)
 	rs.release(rcv)
 	return err
 }
-
-// end is the status the stream ends with once rs.ctx is done.
-func (rs *respondIn) end() error { return endStatus(rs.st.Context(), rs.ctx) }
 
 // awaitOpen waits, at most openTimeout, for the reader to hand over the
 // reply stream's first open: nil when the stream ended first.

@@ -589,13 +589,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 func TestUnicastSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 	batch := func(session string, first int, n int) *pb.PostRequest {
 		req := &pb.PostRequest{Session: session, FirstSeq: uint64(first)}
 		for i := first; i < first+n; i++ {

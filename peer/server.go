@@ -171,15 +171,39 @@ func heartbeatOf(ns int64) time.Duration {
 	return min(max(hb, minHeartbeat), maxHeartbeat)
 }
 
-// endStatus is the status a server stream ends with once ctx, derived from
-// the call's context call, is done: the call's own end (the client went
-// away), else why ctx was cancelled, as a status (Unavailable unless it is
-// one already).
-func endStatus(call, ctx context.Context) error {
-	if err := call.Err(); err != nil {
+// inCall is what a stream handler (Deliver, Respond) keeps of its call:
+// the authenticated sender, and ctx, derived from the call's context, which
+// the handler cancels with the cause the stream ends for.
+type inCall struct {
+	s      *server
+	from   string
+	call   context.Context // the gRPC call's own
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// accept begins a stream handler: the caller must be authenticated and the
+// engine started. The handler defers c.cancel(nil).
+func (s *server) accept(st grpc.ServerStream) (c inCall, rcv core.Receiver, err error) {
+	from, ok := Caller(st.Context())
+	if !ok {
+		return inCall{}, nil, errUnauthenticated
+	}
+	if rcv, err = s.receiver(); err != nil {
+		return inCall{}, nil, err
+	}
+	ctx, cancel := context.WithCancelCause(st.Context())
+	return inCall{s: s, from: from, call: st.Context(), ctx: ctx, cancel: cancel}, rcv, nil
+}
+
+// end is the status the stream ends with once c.ctx is done: the call's own
+// end (the client went away), else why c.ctx was cancelled, as a status
+// (Unavailable unless it is one already).
+func (c *inCall) end() error {
+	if err := c.call.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	err := context.Cause(ctx)
+	err := context.Cause(c.ctx)
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
