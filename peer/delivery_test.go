@@ -799,16 +799,7 @@ func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "the open streams", func() bool { return len(h.messages()) == 3 })
 
-	start := time.Now()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Close took %s", took)
-	}
-	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
-		t.Errorf("forward at Close: got %v, want ErrClosed", err)
-	}
+	closeEndsTheForward(t, r, ferr)
 	close(release)
 	b.stop()
 	goleak.VerifyNone(t, before)

@@ -502,18 +502,42 @@ func (s *slowRecorder) HandleMessage(from string, m core.Message) {
 	s.recorder.HandleMessage(from, m)
 }
 
-// Messages for a node that left the catalog (its lease is gone: it is
-// dead) are dropped and counted, not retried forever; its sender exits.
-func TestSendToAVanishedNodeIsDropped(t *testing.T) {
+// closeEndsTheForward closes r, which must take under two seconds and end
+// the Forward in flight, whose error ferr yields, with ErrClosed.
+func closeEndsTheForward(t *testing.T, r *peer.Transport, ferr <-chan error) {
+	t.Helper()
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s", took)
+	}
+	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
+		t.Errorf("forward in flight at Close: got %v, want ErrClosed", err)
+	}
+}
+
+// sendToADownNode is a router a that sent messages 0..n-1 of job j to
+// node b, whose address nothing listens on, and failed a first attempt.
+func sendToADownNode(t *testing.T, n int) (*book, tnode) {
+	t.Helper()
 	bk := newBook("b", freeAddr(t))
 	r := newRouter(t, "a", secret, bk.Addr, nil)
-	const n = 5
 	for i := range n {
 		r.Send("b", msg("j", i))
 	}
 	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
 		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
 	})
+	return bk, r
+}
+
+// Messages for a node that left the catalog (its lease is gone: it is
+// dead) are dropped and counted, not retried forever; its sender exits.
+func TestSendToAVanishedNodeIsDropped(t *testing.T) {
+	const n = 5
+	bk, r := sendToADownNode(t, n)
 	if got := counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}); got != n {
 		t.Errorf("queue gauge = %v while undeliverable, want %d", got, n)
 	}
@@ -702,16 +726,7 @@ func TestCloseStopsEverySender(t *testing.T) {
 	go func() { ferr <- r.Forward(fctx, "hung", core.Delivery{JobID: "f"}) }()
 	time.Sleep(100 * time.Millisecond)
 
-	start := time.Now()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Close took %s", took)
-	}
-	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
-		t.Errorf("forward in flight at Close: got %v, want ErrClosed", err)
-	}
+	closeEndsTheForward(t, r.Transport, ferr)
 	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 3 {
 		t.Errorf("dropped at Close = %v, want 3", got)
 	}
@@ -730,15 +745,8 @@ func TestCloseStopsEverySender(t *testing.T) {
 // The node's address is resolved again on every attempt: a node that
 // moved (restarted on another port) gets what was queued for it.
 func TestUnicastFollowsANodeThatMoved(t *testing.T) {
-	bk := newBook("b", freeAddr(t))
-	r := newRouter(t, "a", secret, bk.Addr, nil)
 	const n = 10
-	for i := range n {
-		r.Send("b", msg("j", i))
-	}
-	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
-		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
-	})
+	bk, _ := sendToADownNode(t, n)
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	bk.set("b", b.addr)
