@@ -119,10 +119,17 @@ type fakeNet struct {
 // ingress), n2 is queue q's dispatcher, n3 is a third node for a second
 // worker or a takeover.
 func threeNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
+	net, n1, n2 := twoNodes(t)
+	return net, n1, n2, net.add("n3", nil)
+}
+
+// twoNodes is threeNodes without n3: n1 the ingress, n2 queue q's
+// dispatcher.
+func twoNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode) {
 	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n2")
-	return net, n1, n2, n3
+	return net, n1, n2
 }
 
 // offerOne attaches worker "a" (one credit, queue q) on host, submits a
@@ -623,9 +630,7 @@ const clusterTTL = 30 * time.Second
 // one reply per worker answer, and no accept message of its own (the
 // dispatcher is the host, so the accept rides on the first output).
 func TestClusterCrossNodeHappyPath(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 1)
 
 	j := n1.submit("q", env(clusterTTL))
@@ -816,12 +821,8 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 // nothing, worker_lost when it did.
 func TestClusterLostWorker(t *testing.T) {
 	t.Run("before output runs again", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1, n2 := net.add("n1", nil), net.add("n2", nil)
-		net.setDispatcher("q", "n2")
-		a, fa := n2.worker("q", "a", 1)
-		j := n1.submit("q", env(clusterTTL))
-		oa := waitOffers(t, fa, j.ID, 1)[0]
+		_, n1, n2 := twoNodes(t)
+		a, _, j, oa := offerOne(t, n1, n2)
 		a.Accept(j.ID, oa.Gen)
 		b, fb := n2.worker("q", "b", 1)
 		a.Detach(context.Background())
@@ -840,9 +841,7 @@ func TestClusterLostWorker(t *testing.T) {
 	})
 
 	t.Run("after output fails worker_lost", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1, n2 := net.add("n1", nil), net.add("n2", nil)
-		net.setDispatcher("q", "n2")
+		net, n1, n2 := twoNodes(t)
 		a, fa := n2.worker("q", "a", 1)
 		_, fb := n2.worker("q", "b", 1)
 		j := n1.submit("q", env(clusterTTL))
@@ -959,9 +958,7 @@ func TestClusterForwardIdempotent(t *testing.T) {
 // 6b. The same through Submit: the transport retries the Forward (its
 // response was lost) and the job still runs once.
 func TestClusterSubmitForwardRetried(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 2)
 	net.mu.Lock()
 	net.dupForward = true
@@ -981,12 +978,8 @@ func TestClusterSubmitForwardRetried(t *testing.T) {
 
 // 7. A host that must treat its lease as lost forwards no worker answer.
 func TestClusterFencedHost(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
-	w, fc := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	o := waitOffers(t, fc, j.ID, 1)[0]
+	net, n1, n2 := twoNodes(t)
+	w, _, j, o := offerOne(t, n1, n2)
 
 	net.setLease("n2", false)
 	w.Accept(j.ID, o.Gen)
@@ -1015,9 +1008,7 @@ func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
 			name = "worker left before accepting"
 		}
 		t.Run(name, func(t *testing.T) {
-			net := newFakeNet(t)
-			n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-			net.setDispatcher("q", "n2")
+			net, n1, n2, n3 := threeNodes(t)
 			b, fb := n3.worker("q", "b", 1)
 			if !detach {
 				net.setLease("n3", false)
@@ -1127,9 +1118,7 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 // 8c. The ingress dies: its job is cancelled on the worker running it, and
 // a job of it still waiting on the dispatcher is dropped.
 func TestClusterIngressDies(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 1)
 	running := n1.submit("q", env(clusterTTL))
 	waiting := n1.submit("q", env(clusterTTL))
@@ -1180,9 +1169,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 		n1 := net.add("n1", func(c *core.Config) { c.Retention = 20 * time.Millisecond })
 		n2 := net.add("n2", nil)
 		net.setDispatcher("q", "n2")
-		w, fc := n2.worker("q", "a", 1)
-		j := n1.submit("q", env(clusterTTL))
-		o := waitOffers(t, fc, j.ID, 1)[0]
+		w, fc, j, o := offerOne(t, n1, n2)
 		w.Accept(j.ID, o.Gen)
 		// The cancel the ingress sends when the job ends is lost.
 		var once sync.Once
@@ -1231,9 +1218,7 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 	net := newFakeNet(t)
 	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n1")
-	w, fc := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	o := waitOffers(t, fc, j.ID, 1)[0]
+	w, fc, j, o := offerOne(t, n1, n2)
 	w.Output(j.ID, o.Gen, []byte(`1`))
 	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
 	if _, err := n1.e.Cancel(j.ID, "test"); err != nil {

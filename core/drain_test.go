@@ -140,9 +140,7 @@ func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
 // jobs it keeps and dispatches to another node.
 func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	busy := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, busy.ID, 1)[0]
+	a, fa, busy, oa := offerOne(t, n1, n2)
 	waiting := n1.submit("q", env(clusterTTL))
 	own := n2.submit("q", env(clusterTTL))
 	if s := n2.queueStat("q"); s.Depth != 2 {
@@ -338,9 +336,7 @@ func TestDrainRefusesWorkersWithoutARecord(t *testing.T) {
 // name it.
 func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	busy := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, busy.ID, 1)[0]
+	a, _, busy, oa := offerOne(t, n1, n2)
 	net.setRoutable("n3", false)
 	c, fc := n3.worker("q", "c", 1)
 	waiting := n1.submit("q", env(clusterTTL))

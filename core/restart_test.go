@@ -181,9 +181,7 @@ func TestRestartNotPastTTL(t *testing.T) {
 // A release that says the worker may still be running the job (its node
 // was only sent a cancel) never restarts it.
 func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	j := n1.submit("q", restartEnv(clusterTTL, -1))
 	oa := waitOffers(t, fa, j.ID, 1)[0]
@@ -244,9 +242,7 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 
 // A silent host that answers again goes on with the job: no restart.
 func TestRestartSilentHostThatComesBackGoesOn(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa := n2.worker("q", "a", 1)
 	j := n1.submit("q", restartEnv(clusterTTL, -1))
 	oa := waitOffers(t, fa, j.ID, 1)[0]

@@ -52,9 +52,7 @@ func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
 // A host that was only paused comes back and completes the job it held
 // with no output: silence threw nothing away.
 func TestSilentHostThatComesBackCompletes(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 
@@ -94,9 +92,7 @@ func TestSilentHostJobWithOutputFailsAtSilence(t *testing.T) {
 // workers and releases them to it: an ingress that comes back runs again
 // the job that had no output, and fails worker_lost the one that had.
 func TestSilentIngressStopsItsJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa := n2.worker("q", "a", 2)
 	quiet, loud, oq, ol := quietAndLoud(t, n1, a, fa)
 
@@ -126,9 +122,7 @@ func TestSilentIngressStopsItsJobs(t *testing.T) {
 // A host offers nothing for an ingress it holds silent: the delivery goes
 // back to the ingress, which decides once it answers.
 func TestSilentIngressJobIsNotOffered(t *testing.T) {
-	net := newFakeNet(t)
-	n1, _, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, _, n3 := threeNodes(t)
 	_, fc := n3.worker("q", "c", 1)
 	n3.e.PeersSilent([]string{"n1"})
 	j := n1.submit("q", env(clusterTTL))
@@ -220,9 +214,7 @@ func TestForwardFailsOnDeadDispatcherIsRerouted(t *testing.T) {
 // back to its queue under a new generation, as for a dispatcher gone, and
 // runs once.
 func TestForwardToAReplacedIncarnationIsRerouted(t *testing.T) {
-	net := newFakeNet(t)
-	n1, _, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, _, n3 := threeNodes(t)
 	c, fc := n3.worker("q", "c", 1)
 	var once atomic.Bool
 	net.mu.Lock()
@@ -348,9 +340,7 @@ func TestJobsThatComeBackLineUpByTTLLeft(t *testing.T) {
 // error, and the job is cancelled behind it (its cancel follows the
 // forward to the dispatcher): nobody is left to read it.
 func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	n2.worker("q", "a", 1)
 	net.mu.Lock()
 	net.silentForward = func(node string) bool { return node == "n2" }
@@ -383,9 +373,7 @@ func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
 // while it has free slots, so this order is the order they run in.
 func TestAwaitingJobsLeaveReturnedFirstThenByTTL(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	held := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, held.ID, 1)[0]
+	a, _, held, oa := offerOne(t, n1, n2)
 	a.Accept(held.ID, oa.Gen)
 	net.settle()
 
