@@ -202,8 +202,7 @@ func TestFairShareCountsSlotsNotDispatches(t *testing.T) {
 
 // Priorities within a subject: higher first, arrival order among equals.
 func TestPriorityOrder(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	r := newRunning(t, w, fc)
 	h.submitAs("q", "s", 1, 0, "first")
 	for _, p := range []int{0, 5, -5, 2, 5} {
@@ -237,8 +236,7 @@ func TestPriorityAging(t *testing.T) {
 	} {
 		t.Run(tc.wait.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(c *core.Config) { c.Scheduling.PriorityAging = time.Second })
-				w, fc := h.attach("q", 1)
+				h, w, fc := oneWorker(t, func(c *core.Config) { c.Scheduling.PriorityAging = time.Second })
 				r := newRunning(t, w, fc)
 				h.submitAs("q", "s", 1, 0, "busy")
 				r.started() // accepted: the worker is not dropped as stalled

@@ -346,3 +346,29 @@ func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	}
 	return ce
 }
+
+// oneWorker is a harness with one worker of one credit on queue q.
+func oneWorker(t *testing.T, adjust func(*core.Config)) (*harness, *core.Worker, *fakeConn) {
+	t.Helper()
+	h := newHarness(t, adjust)
+	w, fc := h.attach("q", 1)
+	return h, w, fc
+}
+
+// offered submits a job on q (a minute's TTL) and returns it with the
+// generation of fc's newest offer: the job's, when fc's worker is the one
+// it goes to.
+func (h *harness) offered(fc *fakeConn) (*core.Job, uint64) {
+	h.t.Helper()
+	j := h.submit("q", env(time.Minute))
+	return j, fc.lastOffer(h.t).Gen
+}
+
+// running submits a job on q (a minute's TTL) that w, whose connection is
+// fc, is offered and accepts.
+func (h *harness) running(w *core.Worker, fc *fakeConn) *core.Job {
+	h.t.Helper()
+	j, gen := h.offered(fc)
+	w.Accept(j.ID, gen)
+	return j
+}

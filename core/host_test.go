@@ -70,8 +70,7 @@ func TestStalledWorkerIsDropped(t *testing.T) {
 
 // TestStalledWorkerRealClock is the stall on the real clock.
 func TestStalledWorkerRealClock(t *testing.T) {
-	h := newHarness(t, shortDispatch)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, shortDispatch)
 	_, f2 := h.attach("q", 1)
 	// Both free: the first attached gets the first pick. A long TTL keeps
 	// the accept window at the 200ms ceiling and the job alive however
@@ -92,8 +91,7 @@ func TestStalledWorkerRealClock(t *testing.T) {
 
 func TestAcceptedWorkerIsNotStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, shortDispatch)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, shortDispatch)
 		j := h.submit("q", env(5*time.Second))
 		w.Accept(j.ID, fc.lastOffer(t).Gen)
 		time.Sleep(4 * time.Second)
@@ -108,8 +106,7 @@ func TestAcceptedWorkerIsNotStalled(t *testing.T) {
 }
 
 func TestDetachBeforeOutputReoffers(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	o1 := f1.lastOffer(t)
 	w1.Accept(j.ID, o1.Gen)
@@ -153,8 +150,7 @@ func TestDetachBeforeOutputReoffers(t *testing.T) {
 }
 
 func TestDetachWithNoOtherWorkerRequeues(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	w1.Detach(context.Background())
 	if v := h.view(j.ID); v.State != core.StateQueued || v.HandledBy != "" {
@@ -170,10 +166,8 @@ func TestDetachWithNoOtherWorkerRequeues(t *testing.T) {
 }
 
 func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := f1.lastOffer(t).Gen
+	h, w1, f1 := oneWorker(t, nil)
+	j, gen := h.offered(f1)
 	w1.Accept(j.ID, gen)
 	w1.Output(j.ID, gen, []byte(`"partial"`))
 	_, f2 := h.attach("q", 1)
@@ -194,8 +188,7 @@ func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
 }
 
 func TestSendOfferFailureDropsWorker(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	f1.mu.Lock()
 	f1.offerErr = errors.New("stream closed")
 	f1.mu.Unlock()
@@ -224,12 +217,10 @@ func TestShortTTLOfferDoesNotDropWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil) // floor 1s
 		w, fc := h.attach("q", 2)
-		a := h.submit("q", env(time.Minute))
-		ga := fc.lastOffer(t).Gen
+		a, ga := h.offered(fc)
 		w.Accept(a.ID, ga)
 		w.Output(a.ID, ga, []byte(`"a is producing"`))
-		c := h.submit("q", env(time.Minute))
-		gc := fc.lastOffer(t).Gen
+		c, gc := h.offered(fc)
 		w.Accept(c.ID, gc)
 		b := h.submit("q", env(time.Second)) // waits: no credit
 		time.Sleep(600 * time.Millisecond)

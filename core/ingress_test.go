@@ -81,8 +81,7 @@ func TestSubmitWithoutCapableWorker(t *testing.T) {
 }
 
 func TestSubmitRefusesBadRequests(t *testing.T) {
-	h := newHarness(t, nil)
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, nil)
 	ctx := context.Background()
 	_, _, err := h.e.Submit(ctx, "bad/queue", env(time.Minute), core.SubmitOptions{})
 	wantCode(t, err, core.CodeInvalidQueueName)
@@ -199,8 +198,7 @@ func TestSubmitRunComplete(t *testing.T) {
 }
 
 func TestEndWithoutResultAndBeforeAccept(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	// An End before any Accept is allowed (offered → completed).
 	w.End(j.ID, fc.lastOffer(t).Gen, "", "", nil)
@@ -228,10 +226,8 @@ func TestEndCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, nil)
-			w, fc := h.attach("q", 1)
-			j := h.submit("q", env(time.Minute))
-			gen := fc.lastOffer(t).Gen
+			h, w, fc := oneWorker(t, nil)
+			j, gen := h.offered(fc)
 			w.Accept(j.ID, gen)
 			w.End(j.ID, gen, tt.code, "detail", tt.result)
 			wantEnded(t, h, j, tt.outcome, tt.want)
@@ -244,8 +240,7 @@ func TestEndCodes(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
-	h := newHarness(t, nil)
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, nil)
 	_, _ = h.attach("other", 1)
 	ctx := context.Background()
 	opts := core.SubmitOptions{IdempotencyKey: "retry-1"}
@@ -283,8 +278,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestCancelRunningJob(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	a := h.submit("q", env(time.Minute))
 	b := h.submit("q", env(time.Minute))
 	oa := fc.lastOffer(t)
@@ -344,8 +338,7 @@ func TestCancelRunningJob(t *testing.T) {
 // it is told to the worker; the worker's reject then just frees the credit
 // (the job is not re-offered anywhere).
 func TestCancelOfferedJobThenReject(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	_, f2 := h.attach("q", 1)
 	a := h.submit("q", env(time.Minute))
 	oa := fc.lastOffer(t)
@@ -371,8 +364,7 @@ func TestCancelOfferedJobThenReject(t *testing.T) {
 }
 
 func TestCancelQueuedJob(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	a := h.submit("q", env(time.Minute))
 	b := h.submit("q", env(time.Minute))
 	if v := h.metric("switchyard_queue_depth", "queue", "q"); v != 1 {
@@ -399,8 +391,7 @@ func TestCancelUnacknowledgedDropsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, shortDispatch) // cancel acknowledgement: 200ms
 		w, fc := h.attach("q", 1)
-		a := h.submit("q", env(time.Minute))
-		w.Accept(a.ID, fc.lastOffer(t).Gen)
+		a := h.running(w, fc)
 		if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 			t.Fatal(err)
 		}
@@ -436,8 +427,7 @@ func submitStreamed(h *harness, queue string, e *core.Envelope) *core.Job {
 }
 
 func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := submitStreamed(h, "q", env(time.Minute))
 	w.Accept(j.ID, fc.lastOffer(t).Gen)
 	if !h.e.StreamOpened(j.ID, true) {
@@ -460,10 +450,8 @@ func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
 // A job not submitted as a stream (202) has no owner: no stream of it,
 // claimed or not, ends it.
 func TestUnstreamedJobHasNoOwner(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	w.Accept(j.ID, fc.lastOffer(t).Gen)
+	h, w, fc := oneWorker(t, nil)
+	j := h.running(w, fc)
 	if h.e.StreamOpened(j.ID, true) {
 		t.Fatal("a stream of a job submitted without one owns it")
 	}
@@ -477,8 +465,7 @@ func TestUnstreamedJobHasNoOwner(t *testing.T) {
 // noticed its old connection was gone), the first one ending starts no
 // window; the last one does.
 func TestLastOwnerStreamStartsTheWindow(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := submitStreamed(h, "q", env(time.Minute))
 	w.Accept(j.ID, fc.lastOffer(t).Gen)
 	a, b := h.e.StreamOpened(j.ID, true), h.e.StreamOpened(j.ID, true)
@@ -561,8 +548,7 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 // closes while that stream is still reading.
 func TestWatcherDoesNotSaveFromGraceWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, nil)
 		e := env(time.Minute)
 		e.Grace = 200 * time.Millisecond
 		j := submitStreamed(h, "q", e)
@@ -641,8 +627,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 
 	t.Run("max grace 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h := newHarness(t, func(c *core.Config) { c.Limits.MaxGrace = 0 })
-			w, fc := h.attach("q", 1)
+			h, w, fc := oneWorker(t, func(c *core.Config) { c.Limits.MaxGrace = 0 })
 			j := submitStreamed(h, "q", env(time.Minute))
 			w.Accept(j.ID, fc.lastOffer(t).Gen)
 			h.e.StreamOpened(j.ID, true)
@@ -683,10 +668,8 @@ func TestIngressDeadlineBackstop(t *testing.T) {
 
 func TestOutputValidation(t *testing.T) {
 	t.Run("not JSON", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		j := h.submit("q", env(time.Minute))
-		gen := fc.lastOffer(t).Gen
+		h, w, fc := oneWorker(t, nil)
+		j, gen := h.offered(fc)
 		w.Output(j.ID, gen, []byte(`{"ok":1}`)) // output before accept counts as accept
 		w.Output(j.ID, gen, []byte(`not json`))
 		wantEnded(t, h, j, core.OutcomeFailed, core.CodeBadOutput)
@@ -698,17 +681,14 @@ func TestOutputValidation(t *testing.T) {
 		}
 	})
 	t.Run("two JSON values", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		j := h.submit("q", env(time.Minute))
-		gen := fc.lastOffer(t).Gen
+		h, w, fc := oneWorker(t, nil)
+		j, gen := h.offered(fc)
 		w.Accept(j.ID, gen)
 		w.Output(j.ID, gen, []byte(`1 2`))
 		wantEnded(t, h, j, core.OutcomeFailed, core.CodeBadOutput)
 	})
 	t.Run("over max_output_bytes", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, nil)
 		e := env(time.Minute)
 		e.Limits.MaxOutputBytes = 10
 		j := h.submit("q", e)
@@ -731,10 +711,8 @@ func TestOutputValidation(t *testing.T) {
 }
 
 func TestStaleGenerationIgnored(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
+	h, w, fc := oneWorker(t, nil)
+	j, gen := h.offered(fc)
 	w.Accept(j.ID, gen+1) // wrong generation: not an accept
 	if v := h.view(j.ID); v.State != core.StateOffered {
 		t.Fatalf("state after a stale accept = %s", v.State)
@@ -767,10 +745,8 @@ func TestStaleGenerationIgnored(t *testing.T) {
 }
 
 func TestDrainEndsOpenJobs(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	running := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
+	h, w, fc := oneWorker(t, nil)
+	running, gen := h.offered(fc)
 	w.Accept(running.ID, gen)
 	queued := h.submit("q", env(time.Minute))
 
@@ -805,10 +781,8 @@ func TestDrainEndsOpenJobs(t *testing.T) {
 }
 
 func TestDrainWaitsForJobsToFinish(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
+	h, w, fc := oneWorker(t, nil)
+	j, gen := h.offered(fc)
 	w.Accept(j.ID, gen)
 
 	result := make(chan int, 1)
@@ -841,10 +815,8 @@ func TestDrainWithNothingOpen(t *testing.T) {
 }
 
 func TestCloseEndsOpenJobs(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	running := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
+	h, w, fc := oneWorker(t, nil)
+	running, gen := h.offered(fc)
 	w.Accept(running.ID, gen)
 	w.Output(running.ID, gen, []byte(`1`))
 	queued := h.submit("q", env(time.Minute))

@@ -43,8 +43,7 @@ func restartData(t *testing.T, j *core.Job) []map[string]any {
 // reason) opens stream generation 2 under the next binding generation,
 // then the new generation's events; the view lists both attempts.
 func TestRestartAfterOutputRunsAgain(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", restartEnv(time.Minute, -1))
 	g1 := f1.lastOffer(t).Gen
 	w1.Accept(j.ID, g1)
@@ -110,8 +109,7 @@ func TestRestartAfterOutputRunsAgain(t *testing.T) {
 // Without the opt-in ("fail", the default) a lost worker after output
 // still fails the job worker_lost, and nothing runs it again.
 func TestRestartNotWithoutOptIn(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	e := env(time.Minute)
 	e.OnWorkerLost = core.LostFail
 	j := h.submit("q", e)
@@ -132,8 +130,7 @@ func TestRestartNotWithoutOptIn(t *testing.T) {
 // worker_lost, saying why it did not restart. A node ceiling of 0 turns
 // restarts off.
 func TestRestartCeiling(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", restartEnv(time.Minute, 1))
 	g := f1.lastOffer(t).Gen
 	w1.Output(j.ID, g, []byte(`"a"`))
@@ -162,8 +159,7 @@ func TestRestartCeiling(t *testing.T) {
 // A job whose TTL ran out is not restarted: it fails worker_lost (its
 // ingress deadline, later, would only have expired it).
 func TestRestartNotPastTTL(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.ExpirySlack = 10 * time.Second })
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, func(c *core.Config) { c.ExpirySlack = 10 * time.Second })
 	j := h.submit("q", restartEnv(100*time.Millisecond, -1))
 	w1.Output(j.ID, f1.lastOffer(t).Gen, []byte(`"a"`))
 	_, f2 := h.attach("q", 1)

@@ -79,8 +79,7 @@ func (h *harness) wantRetained(jobs int, evicted map[core.EvictReason]float64) {
 // TestRetainCountBound: past RetainJobs ended jobs, the oldest ended ones
 // are evicted, one for one, and the trimmed record keeps no input.
 func TestRetainCountBound(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.RetainJobs = 3 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.RetainJobs = 3 })
 	var ids []string
 	for range 5 {
 		j := h.run(w, fc, core.SubmitOptions{}, `"a"`, `"b"`)
@@ -179,8 +178,7 @@ func TestRetainNewestKept(t *testing.T) {
 // TestRetainIdempotencyKeyGoesWithItsJob: while an ended job is kept its
 // key returns it; once the job is evicted the key is free for a new job.
 func TestRetainIdempotencyKeyGoesWithItsJob(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.RetainJobs = 1 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.RetainJobs = 1 })
 	keyed := h.run(w, fc, core.SubmitOptions{IdempotencyKey: "k1"}, `"a"`)
 	again, existing, err := h.e.Submit(context.Background(), "q", env(time.Minute), core.SubmitOptions{IdempotencyKey: "k1"})
 	if err != nil || !existing || again != keyed {
@@ -198,8 +196,7 @@ func TestRetainIdempotencyKeyGoesWithItsJob(t *testing.T) {
 // with one timer for all: jobs that ended together go together.
 func TestRetainRetention(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(c *core.Config) { c.Retention = time.Minute })
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, func(c *core.Config) { c.Retention = time.Minute })
 		a := h.run(w, fc, core.SubmitOptions{IdempotencyKey: "ka"}, `"a"`)
 		time.Sleep(10 * time.Second)
 		b := h.run(w, fc, core.SubmitOptions{}, `"b"`)
@@ -227,8 +224,7 @@ func TestRetainRetention(t *testing.T) {
 // TestEndedHistoryReadable: a kept job's history, packed when the job
 // ended, reads exactly as it was written, from the start and from a cursor.
 func TestEndedHistoryReadable(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	outs := []string{`"one"`, `{"two":2}`, `[3]`}
 	j := h.run(w, fc, core.SubmitOptions{}, outs...)
 	evs := events(t, j)
