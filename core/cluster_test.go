@@ -406,6 +406,20 @@ func (c *clusterNode) waitState(id string, state core.State) core.JobView {
 	return v
 }
 
+// anyCount, as a count wantQueue takes, leaves that count unchecked.
+const anyCount = -1
+
+// wantQueue checks this node's dispatcher view of queue q: depth jobs
+// waiting and bound jobs bound (anyCount: not checked). why says what the
+// test expects of the node at that point.
+func (c *clusterNode) wantQueue(t *testing.T, depth, bound int, why string) {
+	t.Helper()
+	s := c.queueStat("q")
+	if (depth != anyCount && s.Depth != depth) || (bound != anyCount && s.Bound != bound) {
+		t.Fatalf("%s, %s: queue q %+v, want depth %d, bound %d (%d: any)", c.name, why, s, depth, bound, anyCount)
+	}
+}
+
 // queueStat returns this node's dispatcher view of queue (zero if none).
 func (c *clusterNode) queueStat(queue string) core.QueueStat {
 	for _, s := range c.e.QueueStats() {
@@ -666,9 +680,7 @@ func TestClusterCrossNodeHappyPath(t *testing.T) {
 		"reply n2>n1 output",
 		"reply n2>n1 end()",
 	)
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 queue after the job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "after the job")
 	wantJobsTotal(t, n1.harness, map[core.Outcome]float64{core.OutcomeCompleted: 1})
 	// The outcome is counted on the ingress only.
 	wantJobsTotal(t, n2.harness, map[core.Outcome]float64{})
@@ -689,9 +701,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 		if o.Gen != 1 || o.TTL <= 0 || o.TTL > clusterTTL {
 			t.Fatalf("offer %+v", o)
 		}
-		if s := n2.queueStat("q"); s.Bound != 1 || s.Depth != 0 {
-			t.Fatalf("n2 while the job is delivered: %+v, want 1 bound", s)
-		}
+		n2.wantQueue(t, 0, 1, "while the job is delivered")
 		w.Accept(j.ID, o.Gen)
 		v := n1.waitState(j.ID, core.StateRunning)
 		if v.HandledBy != w.ID || v.WorkerName != "b" {
@@ -710,9 +720,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 			"unbind n3>n2",
 			"reply n3>n1 end()",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 kept the credit after the unbind: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "kept the credit after the unbind")
 	})
 
 	t.Run("cancel goes to the host", func(t *testing.T) {
@@ -737,9 +745,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 			"cancel n1>n3",
 			"unbind n3>n2",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 kept the credit after the cancelled job: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "kept the credit after the cancelled job")
 	})
 }
 
@@ -799,9 +805,7 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	if c := fb.Cancels(); len(c) != 0 {
 		t.Fatalf("a gen-1 cancel reached the gen-2 worker: %+v", c)
 	}
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("a gen-1 unbind freed the gen-2 binding on the dispatcher: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 1, "a gen-1 unbind freed the gen-2 binding on the dispatcher")
 
 	b.Output(j.ID, ob.Gen, []byte(`"new"`))
 	b.End(j.ID, ob.Gen, "", "", nil)
@@ -900,9 +904,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 		t.Fatalf("offers after both refused: a %d, b %d", len(fa.offersFor(j.ID)), len(fb.offersFor(j.ID)))
 	}
 	for _, n := range []*clusterNode{n2, n3} {
-		if s := n.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
-			t.Fatalf("%s still holds the job: %+v", n.name, s)
-		}
+		n.wantQueue(t, 0, 0, "still holds the job")
 	}
 	// Both workers are still there and free.
 	j2 := n1.submit("q", env(clusterTTL))
@@ -923,18 +925,14 @@ func TestClusterForwardIdempotent(t *testing.T) {
 	}
 	// The asynchronous leg too.
 	n2.e.HandleMessage("n1", core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: 1, Queue: "q", Delivery: &d})
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("after three forwards of one (job, gen): %+v, want depth 1", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "after three forwards of one (job, gen)")
 	// An older generation is not taken either.
 	old := d
 	old.Gen = 0
 	if err := n2.e.HandleForward("n1", old); err != nil {
 		t.Fatalf("HandleForward(old gen): %v", err)
 	}
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("an older generation was queued: %+v", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "an older generation was queued")
 	// Only the job's own ingress forwards it.
 	wantCode(t, n2.e.HandleForward("n3", d), core.CodeInvalidField)
 
@@ -943,9 +941,7 @@ func TestClusterForwardIdempotent(t *testing.T) {
 	if err := n2.e.HandleForward("n1", d); err != nil {
 		t.Fatalf("HandleForward after the bind: %v", err)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
-		t.Fatalf("after a retry of a bound job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 1, "after a retry of a bound job")
 	net.settle()
 	if o := fc.offersFor(d.JobID); len(o) != 1 {
 		t.Fatalf("offers %+v, want exactly one", o)
@@ -971,9 +967,7 @@ func TestClusterSubmitForwardRetried(t *testing.T) {
 	if got := len(fc.offersFor(j.ID)); got != 1 {
 		t.Fatalf("%d offers", got)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after the job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "after the job")
 }
 
 // 7. A host that must treat its lease as lost forwards no worker answer.
@@ -1083,9 +1077,7 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 	j := n1.submit("q", env(clusterTTL))
 	waitOffers(t, fb, j.ID, 1)
 	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("n2 before: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 1, "before")
 
 	if err := net.cat.WithdrawConsumer(context.Background(), "q", b.ID); err != nil {
 		t.Fatal(err)
@@ -1102,9 +1094,7 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 		t.Fatalf("release %+v", rel)
 	}
 	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
-	if s := n2.queueStat("q"); s.Bound != 0 || s.Depth != 1 {
-		t.Fatalf("n2 after: %+v, want the job waiting again", s)
-	}
+	n2.wantQueue(t, 1, 0, "after: the job waiting again")
 	if v := n1.view(j.ID); v.State != core.StateQueued || v.Generation != 2 {
 		t.Fatalf("ingress after: %+v", v)
 	}
@@ -1124,9 +1114,7 @@ func TestClusterIngressDies(t *testing.T) {
 	waiting := n1.submit("q", env(clusterTTL))
 	o := waitOffers(t, fc, running.ID, 1)[0]
 	w.Accept(running.ID, o.Gen)
-	if s := n2.queueStat("q"); s.Depth != 1 || s.Bound != 1 {
-		t.Fatalf("n2 before: %+v", s)
-	}
+	n2.wantQueue(t, 1, 1, "before")
 
 	net.kill("n1")
 	n2.e.ClusterChanged()
@@ -1135,9 +1123,7 @@ func TestClusterIngressDies(t *testing.T) {
 	}
 	w.End(running.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after: %+v, want nothing left of the dead ingress's jobs", s)
-	}
+	n2.wantQueue(t, 0, 0, "after: nothing left of the dead ingress's jobs")
 	if o := fc.offersFor(waiting.ID); len(o) != 0 {
 		t.Fatalf("the dead ingress's waiting job was offered: %+v", o)
 	}
@@ -1206,9 +1192,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 			"reply n2>n1 output",
 			"cancel n1>n2",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 still binds the job: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "still binds the job")
 	})
 }
 
@@ -1227,9 +1211,7 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
 	w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
-	if s := n1.queueStat("q"); s.Bound != 0 {
-		t.Fatalf("n1 kept the credit: %+v", s)
-	}
+	n1.wantQueue(t, anyCount, 0, "kept the credit")
 	net.wantSent(t, j.ID,
 		"deliver n1>n2",
 		"reply n2>n1 output",
@@ -1247,9 +1229,7 @@ func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	net.hold("n2", "n3")
 	j := n1.submit("q", env(clusterTTL))
 	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("n2: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 1, "now")
 
 	// n2 is declared dead with the deliver still in its outbox; the job
 	// goes to the new dispatcher n3, which is also b's node.
@@ -1299,9 +1279,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 		"reply n3>n1 output",
 		"reply n3>n1 end()",
 	)
-	if s := n1.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
-		t.Fatalf("n1 as dispatcher after the job: %+v", s)
-	}
+	n1.wantQueue(t, 0, 0, "as dispatcher after the job")
 }
 
 // A job whose TTL runs out while it waits on a remote dispatcher is failed
@@ -1316,16 +1294,12 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 	waitOffers(t, fb, busy.ID, 1)
 
 	j := n1.submit("q", env(150*time.Millisecond))
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("n2: %+v, want the job waiting", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "the job waiting")
 	n1.waitState(j.ID, core.StateExpired)
 	wantEnded(t, n1.harness, j, core.OutcomeExpired, core.CodeExpired)
 	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)", "reply n2>n1 end(expired)")
-	if s := n2.queueStat("q"); s.Depth != 0 {
-		t.Fatalf("n2 after: %+v", s)
-	}
+	n2.wantQueue(t, 0, anyCount, "after")
 }
 
 // A remote dispatcher's refusal is the Submit's refusal, and leaves no job
@@ -1364,9 +1338,7 @@ func TestClusterForwardRefused(t *testing.T) {
 		return err == nil && v.Generation >= 2 && !v.State.Terminal()
 	})
 
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "now")
 	if n := len(fc.Offers()); n != 1 {
 		t.Fatalf("%d offers", n)
 	}
@@ -1392,9 +1364,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	net.settle()
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
-		t.Fatalf("n2 after cancelling the waiting job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 1, "after cancelling the waiting job")
 	net.wantSent(t, waiting.ID, "forward n1>n2 (call)", "cancel n1>n2")
 
 	if _, err := n1.e.Cancel(bound.ID, "test"); err != nil {
@@ -1410,9 +1380,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 		"cancel n2>n3",
 		"unbind n3>n2",
 	)
-	if s := n2.queueStat("q"); s.Bound != 0 {
-		t.Fatalf("n2 kept the credit: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 0, "kept the credit")
 	if o := fc.offersFor(waiting.ID); len(o) != 0 {
 		t.Fatalf("the cancelled waiting job was offered: %+v", o)
 	}

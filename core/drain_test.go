@@ -143,9 +143,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	a, fa, busy, oa := offerOne(t, n1, n2)
 	waiting := n1.submit("q", env(clusterTTL))
 	own := n2.submit("q", env(clusterTTL))
-	if s := n2.queueStat("q"); s.Depth != 2 {
-		t.Fatalf("n2 before the drain: %+v, want 2 waiting", s)
-	}
+	n2.wantQueue(t, 2, anyCount, "before the drain")
 	// n3's consumer registers while n3 is not routable for n2, so both jobs
 	// keep waiting on n2 until the drain.
 	net.setRoutable("n3", false)
@@ -193,9 +191,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	if got := fa.Offers(); len(got) != 1 {
 		t.Fatalf("the draining node's worker got %d offers, want only the first job's: %+v", len(got), got)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after its drain: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "after its drain")
 }
 
 // At the drain's deadline a job the draining node's worker still runs for
