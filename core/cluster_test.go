@@ -406,6 +406,17 @@ func (c *clusterNode) waitState(id string, state core.State) core.JobView {
 	return v
 }
 
+// offerAt waits for the one offer of job id that fc's worker gets and
+// checks it is of generation gen.
+func offerAt(t *testing.T, fc *fakeConn, id string, gen uint64) core.Offer {
+	t.Helper()
+	o := waitOffers(t, fc, id, 1)[0]
+	if o.Gen != gen {
+		t.Fatalf("job %s offered with gen %d, want %d", id, o.Gen, gen)
+	}
+	return o
+}
+
 // anyCount, as a count wantQueue takes, leaves that count unchecked.
 const anyCount = -1
 
@@ -732,9 +743,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, 1, core.CodeCancelled}) {
-			t.Fatalf("worker cancels %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, 1, core.CodeCancelled})
 		w.End(j.ID, o.Gen, core.CodeCancelled, "stopped", nil) // the acknowledgement
 		net.settle()
 		wantEnded(t, n1.harness, j, core.OutcomeCancelled, core.CodeCancelled)
@@ -759,10 +768,7 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	b, fb := n3.worker("q", "b", 1) // arrives while a runs the job
 
 	a.Detach(context.Background())
-	ob := waitOffers(t, fb, j.ID, 1)[0]
-	if ob.Gen != oa.Gen+1 {
-		t.Fatalf("re-offered with gen %d, want %d", ob.Gen, oa.Gen+1)
-	}
+	ob := offerAt(t, fb, j.ID, oa.Gen+1)
 	b.Accept(j.ID, ob.Gen)
 	n1.waitState(j.ID, core.StateRunning)
 	net.settle()
@@ -830,10 +836,7 @@ func TestClusterLostWorker(t *testing.T) {
 		a.Accept(j.ID, oa.Gen)
 		b, fb := n2.worker("q", "b", 1)
 		a.Detach(context.Background())
-		ob := waitOffers(t, fb, j.ID, 1)[0]
-		if ob.Gen != 2 {
-			t.Fatalf("re-offered with gen %d", ob.Gen)
-		}
+		ob := offerAt(t, fb, j.ID, 2)
 		b.Output(j.ID, ob.Gen, []byte(`1`))
 		b.End(j.ID, ob.Gen, "", "", nil)
 		n1.waitState(j.ID, core.StateCompleted)
@@ -875,10 +878,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 	j := n1.submit("q", env(clusterTTL))
 	oa := waitOffers(t, fa, j.ID, 1)[0] // local first
 	a.Reject(j.ID, oa.Gen, "not me")
-	ob := waitOffers(t, fb, j.ID, 1)[0]
-	if ob.Gen != 2 {
-		t.Fatalf("offered to b with gen %d, want 2", ob.Gen)
-	}
+	ob := offerAt(t, fb, j.ID, 2)
 	wantMetric(t, n2, 1, "switchyard_dispatch_rejects_total")
 	net.settle()
 	if o := fa.offersFor(j.ID); len(o) != 1 {
@@ -1048,10 +1048,7 @@ func TestClusterDispatcherDies(t *testing.T) {
 	n1.e.ClusterChanged()
 
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.Output(quiet.ID, oc.Gen, []byte(`"done"`))
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
@@ -1118,9 +1115,7 @@ func TestClusterIngressDies(t *testing.T) {
 
 	net.kill("n1")
 	n2.e.ClusterChanged()
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{running.ID, 1, core.CodeCancelled}) {
-		t.Fatalf("worker cancels %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{running.ID, 1, core.CodeCancelled})
 	w.End(running.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
 	n2.wantQueue(t, 0, 0, "after: nothing left of the dead ingress's jobs")
@@ -1237,10 +1232,7 @@ func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	net.setRoutable("n2", false)
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
-	o2 := waitOffers(t, fb, j.ID, 1)[0]
-	if o2.Gen != 2 {
-		t.Fatalf("gen %d", o2.Gen)
-	}
+	offerAt(t, fb, j.ID, 2)
 	// The zombie's deliver arrives now.
 	net.unhold("n2", "n3")
 	net.settle()
@@ -1262,10 +1254,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 
 	net.kill("n2") // the record still names n2, which is not routable
 	n1.e.ClusterChanged()
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("gen %d", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	if d, ok := (&fakePeer{net: net, node: "n3"}).CachedDispatcher("q"); !ok || d != "n1" {
 		t.Fatalf("dispatch record %q %v, want n1 elected", d, ok)
 	}

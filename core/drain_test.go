@@ -152,10 +152,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	net.setRoutable("n3", true)
 	done := n2.drain(time.Minute)
 	waitResigned(t, net, "n2")
-	oc := waitOffers(t, fc, waiting.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("the handed-back job was offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, waiting.ID, 2)
 	// n2 sends its own requester's job to n3's consumer itself.
 	ocOwn := waitOffers(t, fc, own.ID, 1)[0]
 
@@ -223,10 +220,7 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 	wantEnded(t, n2.harness, own, core.OutcomeFailed, core.CodeNodeShutdown)
 	n1.waitState(loud.ID, core.StateFailed)
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
 	var reasons []core.Code

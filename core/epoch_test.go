@@ -65,10 +65,7 @@ func TestClusterStepDownHandsBackWaitingJobs(t *testing.T) {
 	// under its second generation.
 	w.End(running.ID, o1.Gen, "", "", nil)
 	n1.waitState(running.ID, core.StateCompleted)
-	o2 := waitOffers(t, fc, waiting.ID, 1)[0]
-	if o2.Gen != 2 {
-		t.Fatalf("waiting job offered under gen %d, want 2", o2.Gen)
-	}
+	o2 := offerAt(t, fc, waiting.ID, 2)
 	w.End(waiting.ID, o2.Gen, "", "", nil)
 	n1.waitState(waiting.ID, core.StateCompleted)
 	net.settle()

@@ -88,10 +88,7 @@ func TestClusterNewIncarnationIsDeath(t *testing.T) {
 	n1.e.ClusterChanged()
 
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
 	wantMetric(t, n1, 1, "switchyard_cluster_incarnations_replaced_total")

@@ -108,6 +108,15 @@ func (f *fakeConn) Closes() []error {
 	return slices.Clone(f.closes)
 }
 
+// wantCancels checks that the worker was told to cancel exactly want, in
+// order (nothing, with no want).
+func (f *fakeConn) wantCancels(t *testing.T, want ...cancelMsg) {
+	t.Helper()
+	if c := f.Cancels(); !slices.Equal(c, want) {
+		t.Fatalf("worker cancels %+v, want %+v", c, want)
+	}
+}
+
 // offersFor returns the offers this worker got for one job.
 func (f *fakeConn) offersFor(id string) []core.Offer {
 	var out []core.Offer

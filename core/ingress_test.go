@@ -345,9 +345,7 @@ func TestCancelOfferedJobThenReject(t *testing.T) {
 	if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 		t.Fatal(err)
 	}
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{a.ID, oa.Gen, core.CodeCancelled}) {
-		t.Fatalf("cancels = %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{a.ID, oa.Gen, core.CodeCancelled})
 	w.Reject(a.ID, oa.Gen, "whatever")
 	wantEnded(t, h, a, core.OutcomeCancelled, core.CodeCancelled)
 	if len(f2.Offers()) != 0 || len(fc.offersFor(a.ID)) != 1 {
@@ -659,9 +657,7 @@ func TestIngressDeadlineBackstop(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
 		wantEnded(t, h, j, core.OutcomeExpired, core.CodeExpired)
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeExpired}) {
-			t.Fatalf("cancels = %+v, want the worker told the job expired", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeExpired})
 		wantJobsTotal(t, h, map[core.Outcome]float64{core.OutcomeExpired: 1})
 	})
 }
@@ -676,9 +672,7 @@ func TestOutputValidation(t *testing.T) {
 		if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output error]" {
 			t.Fatalf("events = %s", got)
 		}
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeBadOutput}) {
-			t.Fatalf("cancels = %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeBadOutput})
 	})
 	t.Run("two JSON values", func(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
@@ -701,9 +695,7 @@ func TestOutputValidation(t *testing.T) {
 		if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output output error]" {
 			t.Fatalf("events = %s", got)
 		}
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeOutputTooLarge}) {
-			t.Fatalf("cancels = %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeOutputTooLarge})
 		if v := h.view(j.ID); v.Outputs != 2 {
 			t.Errorf("Outputs = %d, want 2", v.Outputs)
 		}
@@ -760,9 +752,7 @@ func TestDrainEndsOpenJobs(t *testing.T) {
 	}
 	wantEnded(t, h, running, core.OutcomeFailed, core.CodeNodeShutdown)
 	wantEnded(t, h, queued, core.OutcomeFailed, core.CodeNodeShutdown)
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{running.ID, gen, core.CodeNodeShutdown}) {
-		t.Fatalf("cancels = %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{running.ID, gen, core.CodeNodeShutdown})
 	_, _, err := h.e.Submit(context.Background(), "q", env(time.Minute), core.SubmitOptions{})
 	if !errors.Is(err, core.ErrDraining) {
 		t.Fatalf("Submit while draining = %v", err)

@@ -35,10 +35,7 @@ func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
 	n1.e.ClusterChanged() // a second look changes nothing: released once
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	c.Output(j.ID, oc.Gen, []byte(`"done"`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -136,11 +133,12 @@ func TestSilentIngressJobIsNotOffered(t *testing.T) {
 	waitOffers(t, fc, j.ID, 1)
 }
 
-// A new job whose dispatcher does not answer (paused, or killed and its
-// record not gone yet) is accepted within ForwardWait, not refused; once
-// the dispatcher's death is proven it goes, under a new generation, to the
-// queue's new dispatcher, and runs once.
-func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
+// silentDispatcher is the cluster of threeNodes where no forward reaches
+// n2, q's dispatcher (paused, or killed and its record not gone yet), with
+// a worker on n2, worker c on n3, and n1 waiting 50ms for a forward's
+// verdict (ForwardWait).
+func silentDispatcher(t *testing.T) (*fakeNet, *clusterNode, *core.Worker, *fakeConn) {
+	t.Helper()
 	net := newFakeNet(t)
 	fast := func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond }
 	n1, n2, n3 := net.add("n1", fast), net.add("n2", nil), net.add("n3", nil)
@@ -150,6 +148,15 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 	net.mu.Lock()
 	net.silentForward = func(node string) bool { return node == "n2" }
 	net.mu.Unlock()
+	return net, n1, c, fc
+}
+
+// A new job whose dispatcher does not answer (paused, or killed and its
+// record not gone yet) is accepted within ForwardWait, not refused; once
+// the dispatcher's death is proven it goes, under a new generation, to the
+// queue's new dispatcher, and runs once.
+func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
+	net, n1, c, fc := silentDispatcher(t)
 
 	start := time.Now()
 	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
@@ -167,10 +174,7 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 	net.kill("n2")
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	c.Output(j.ID, oc.Gen, []byte(`1`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -185,15 +189,7 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 // transport's "node not in the catalog") before this node's view acted:
 // the job is re-routed by the forward's verdict, once.
 func TestForwardFailsOnDeadDispatcherIsRerouted(t *testing.T) {
-	net := newFakeNet(t)
-	fast := func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond }
-	n1, n2, n3 := net.add("n1", fast), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
-	n2.worker("q", "a", 1)
-	c, fc := n3.worker("q", "c", 1)
-	net.mu.Lock()
-	net.silentForward = func(node string) bool { return node == "n2" }
-	net.mu.Unlock()
+	net, n1, c, fc := silentDispatcher(t)
 	j := n1.submit("q", env(clusterTTL))
 
 	net.kill("n2") // the forward fails; n1's view is not told
