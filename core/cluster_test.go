@@ -351,6 +351,21 @@ func (n *fakeNet) wantSent(t *testing.T, id string, want ...string) {
 	}
 }
 
+// wantForwards checks that the forwards of job id were exactly want (as
+// sentMsg.String renders them, with " gen N" after), in order.
+func (n *fakeNet) wantForwards(t *testing.T, id string, want ...string) {
+	t.Helper()
+	var got []string
+	for _, s := range n.sentFor(id) {
+		if s.Kind == core.MsgForward {
+			got = append(got, fmt.Sprintf("%s gen %d", s, s.Gen()))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("forwards of %s %q, want %q", id, got, want)
+	}
+}
+
 // clusterNode is one engine of the fake cluster.
 type clusterNode struct {
 	*harness
@@ -404,6 +419,16 @@ func (c *clusterNode) waitState(id string, state core.State) core.JobView {
 		return err == nil && v.State == state
 	})
 	return v
+}
+
+// cancelOnWorker cancels job id on this (its ingress) node and waits until
+// fc's worker is told.
+func (c *clusterNode) cancelOnWorker(t *testing.T, id string, fc *fakeConn) {
+	t.Helper()
+	if _, err := c.e.Cancel(id, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
 }
 
 // offerAt waits for the one offer of job id that fc's worker gets and
@@ -739,10 +764,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 		o := waitOffers(t, fc, j.ID, 1)[0]
 		w.Accept(j.ID, o.Gen)
 		n1.waitState(j.ID, core.StateRunning)
-		if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+		n1.cancelOnWorker(t, j.ID, fc)
 		fc.wantCancels(t, cancelMsg{j.ID, 1, core.CodeCancelled})
 		w.End(j.ID, o.Gen, core.CodeCancelled, "stopped", nil) // the acknowledgement
 		net.settle()
@@ -1054,15 +1076,7 @@ func TestClusterDispatcherDies(t *testing.T) {
 	n1.waitState(quiet.ID, core.StateCompleted)
 	wantKinds(t, quiet, core.EventAccepted, core.EventOutput, core.EventDone)
 	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
-	var fwd []string
-	for _, s := range net.sentFor(quiet.ID) {
-		if s.Kind == core.MsgForward {
-			fwd = append(fwd, fmt.Sprintf("%s gen %d", s, s.Gen()))
-		}
-	}
-	if want := []string{"forward n1>n2 (call) gen 1", "forward n1>n3 gen 2"}; !slices.Equal(fwd, want) {
-		t.Fatalf("forwards %q, want %q", fwd, want)
-	}
+	net.wantForwards(t, quiet.ID, "forward n1>n2 (call) gen 1", "forward n1>n3 gen 2")
 }
 
 // 8b. A remote consumer's record disappears: its dispatcher hands the job
@@ -1200,10 +1214,7 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 	w, fc, j, o := offerOne(t, n1, n2)
 	w.Output(j.ID, o.Gen, []byte(`1`))
 	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
-	if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+	n1.cancelOnWorker(t, j.ID, fc)
 	w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
 	n1.wantQueue(t, anyCount, 0, "kept the credit")
@@ -1315,17 +1326,7 @@ func TestClusterForwardRefused(t *testing.T) {
 	// forward as draining. It took nothing, so the job is not refused: it
 	// is accepted and routed again a heartbeat later, here to n1 once the
 	// view names it.
-	net.setDispatcher("q", "n2")
-	net.setRoutable("n2", true)
-	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k2"})
-	if err != nil {
-		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
-	}
-	net.setDispatcher("q", "n1")
-	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
-		v, err := n1.e.View(j.ID)
-		return err == nil && v.Generation >= 2 && !v.State.Terminal()
-	})
+	wantRoutedPastDrained(t, net, n1, core.SubmitOptions{IdempotencyKey: "k2"})
 
 	n2.wantQueue(t, 0, 0, "now")
 	if n := len(fc.Offers()); n != 1 {

@@ -191,6 +191,26 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	n2.wantQueue(t, 0, 0, "after its drain")
 }
 
+// wantRoutedPastDrained submits a job on n1 while the view names n2, a
+// node that has drained, as q's dispatcher (and as routable): n2 refuses
+// the forward as draining, having taken nothing, so the job is accepted,
+// not refused, and routed again under a new generation once the view
+// names n1.
+func wantRoutedPastDrained(t *testing.T, net *fakeNet, n1 *clusterNode, opts core.SubmitOptions) {
+	t.Helper()
+	net.setDispatcher("q", "n2")
+	net.setRoutable("n2", true)
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), opts)
+	if err != nil {
+		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
+	}
+	net.setDispatcher("q", "n1")
+	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
+		v, err := n1.e.View(j.ID)
+		return err == nil && v.Generation >= 2 && !v.State.Terminal()
+	})
+}
+
 // At the drain's deadline a job the draining node's worker still runs for
 // another node's requester is stopped there and released: without output it
 // runs again on another node; with output it fails worker_lost. The
@@ -233,17 +253,7 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 	// A forward after the drain is refused as draining (the node is
 	// closing): the job is accepted all the same and routed again, never
 	// refused while a capable worker lives.
-	net.setDispatcher("q", "n2")
-	net.setRoutable("n2", true)
-	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
-	if err != nil {
-		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
-	}
-	net.setDispatcher("q", "n1")
-	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
-		v, err := n1.e.View(j.ID)
-		return err == nil && v.Generation >= 2 && !v.State.Terminal()
-	})
+	wantRoutedPastDrained(t, net, n1, core.SubmitOptions{})
 }
 
 // A job running on a worker of its own ingress node, dispatched by another
