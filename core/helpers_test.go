@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,6 +115,23 @@ func (f *fakeConn) wantCancels(t *testing.T, want ...cancelMsg) {
 	t.Helper()
 	if c := f.Cancels(); !slices.Equal(c, want) {
 		t.Fatalf("worker cancels %+v, want %+v", c, want)
+	}
+}
+
+// wantStalledAt, in a synctest bubble, checks that the worker is dropped
+// as stalled (one close, ErrStalled) after exactly d more: not a
+// millisecond sooner. what names the timeout (dispatch, cancel).
+func (f *fakeConn) wantStalledAt(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if len(f.Closes()) != 0 {
+		t.Fatalf("worker dropped before the %s timeout", what)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if closes := f.Closes(); len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
+		t.Fatalf("closes = %v, want one ErrStalled", closes)
 	}
 }
 

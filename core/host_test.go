@@ -22,17 +22,7 @@ func TestStalledWorkerIsDropped(t *testing.T) {
 			t.Fatal("a bound job was offered to a second worker")
 		}
 		// min(max(2s×0.25, 50ms), 200ms, 1s) = 200ms.
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if len(f1.Closes()) != 0 {
-			t.Fatal("worker dropped before the dispatch timeout")
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		closes := f1.Closes()
-		if len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
-			t.Fatalf("closes = %v, want one ErrStalled", closes)
-		}
+		f1.wantStalledAt(t, 200*time.Millisecond, "dispatch")
 		w1.Detach(context.Background()) // what the transport does next
 		o2 := f2.lastOffer(t)
 		if o2.JobID != j.ID || o2.Gen != o1.Gen+1 {

@@ -393,17 +393,7 @@ func TestCancelUnacknowledgedDropsWorker(t *testing.T) {
 		if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if len(fc.Closes()) != 0 {
-			t.Fatal("worker dropped before the cancel timeout")
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		closes := fc.Closes()
-		if len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
-			t.Fatalf("closes = %v, want one ErrStalled", closes)
-		}
+		fc.wantStalledAt(t, 200*time.Millisecond, "cancel")
 		if v := h.metric("switchyard_dispatch_stalls_total"); v != 1 {
 			t.Errorf("stalls_total = %v", v)
 		}
