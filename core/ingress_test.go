@@ -414,6 +414,18 @@ func submitStreamed(h *harness, queue string, e *core.Envelope) *core.Job {
 	return j
 }
 
+// ownerGone submits a streamed job of envelope e that w, whose connection
+// is fc, accepts, then opens its owner stream and closes it: clientLeft
+// says the client left (else the node ended the stream).
+func ownerGone(h *harness, w *core.Worker, fc *fakeConn, e *core.Envelope, clientLeft bool) *core.Job {
+	h.t.Helper()
+	j := submitStreamed(h, "q", e)
+	w.Accept(j.ID, fc.lastOffer(h.t).Gen)
+	h.e.StreamOpened(j.ID, true)
+	h.e.StreamClosed(j.ID, true, clientLeft)
+	return j
+}
+
 func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
 	j := submitStreamed(h, "q", env(time.Minute))
@@ -479,10 +491,7 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		e.Grace = 200 * time.Millisecond
 
 		// Resumed within the window: not cancelled.
-		kept := submitStreamed(h, "q", e)
-		w.Accept(kept.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(kept.ID, true)
-		h.e.StreamClosed(kept.ID, true, true)
+		kept := ownerGone(h, w, fc, e, true)
 		time.Sleep(150 * time.Millisecond)
 		if !h.e.StreamOpened(kept.ID, true) {
 			t.Fatal("a resume with a valid token did not own the job")
@@ -497,10 +506,7 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		}
 
 		// Not resumed: cancelled exactly when the window closes.
-		lost := submitStreamed(h, "q", e)
-		w.Accept(lost.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(lost.ID, true)
-		h.e.StreamClosed(lost.ID, true, true)
+		lost := ownerGone(h, w, fc, e, true)
 		time.Sleep(199 * time.Millisecond)
 		synctest.Wait()
 		if v := h.view(lost.ID); v.State.Terminal() {
@@ -539,10 +545,7 @@ func TestWatcherDoesNotSaveFromGraceWindow(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
 		e := env(time.Minute)
 		e.Grace = 200 * time.Millisecond
-		j := submitStreamed(h, "q", e)
-		w.Accept(j.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(j.ID, true)
-		h.e.StreamClosed(j.ID, true, true)
+		j := ownerGone(h, w, fc, e, true)
 		time.Sleep(100 * time.Millisecond)
 		if h.e.StreamOpened(j.ID, false) {
 			t.Fatal("a stream without a claim owns the job")
@@ -570,11 +573,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 			t.Helper()
 			e := env(time.Minute)
 			e.Grace = grace
-			j := submitStreamed(h, "q", e)
-			w.Accept(j.ID, fc.lastOffer(t).Gen)
-			h.e.StreamOpened(j.ID, true)
-			h.e.StreamClosed(j.ID, true, false)
-			return j
+			return ownerGone(h, w, fc, e, false)
 		}
 		noGrace := start(0)                       // window: MaxGrace
 		ownGrace := start(300 * time.Millisecond) // window: the envelope's

@@ -21,6 +21,19 @@ func restartEnv(ttl time.Duration, max int) *core.Envelope {
 	return e
 }
 
+// restartableWithOutput submits at ingress a job that may be restarted
+// (restartEnv, no bound) and has worker "a" on host run it until one
+// output, which the ingress has seen.
+func restartableWithOutput(t *testing.T, ingress, host *clusterNode) (*core.Worker, *core.Job, core.Offer) {
+	t.Helper()
+	a, fa := host.worker("q", "a", 1)
+	j := ingress.submit("q", restartEnv(clusterTTL, -1))
+	oa := waitOffers(t, fa, j.ID, 1)[0]
+	a.Output(j.ID, oa.Gen, []byte(`"a"`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return ingress.view(j.ID).Outputs == 1 })
+	return a, j, oa
+}
+
 // restartData returns the data of the job's restart events.
 func restartData(t *testing.T, j *core.Job) []map[string]any {
 	t.Helper()
@@ -178,11 +191,7 @@ func TestRestartNotPastTTL(t *testing.T) {
 // was only sent a cancel) never restarts it.
 func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
 	_, n1, n2 := twoNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	_, j, oa := restartableWithOutput(t, n1, n2)
 	n1.e.HandleMessage("n2", core.Message{Kind: core.MsgRelease, JobID: j.ID, Gen: oa.Gen, Queue: "q", Running: true, Reason: "left the zone"})
 	wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeWorkerLost)
 	if v := n1.view(j.ID); !strings.Contains(v.Detail, "may still be running") {
@@ -195,11 +204,7 @@ func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
 // proven it restarts on another node, once; the stream says node_gone.
 func TestRestartSilentHostWaitsForProof(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	_, j, oa := restartableWithOutput(t, n1, n2)
 
 	c, fc := n3.worker("q", "c", 1)
 	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
@@ -236,11 +241,7 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 // A silent host that answers again goes on with the job: no restart.
 func TestRestartSilentHostThatComesBackGoesOn(t *testing.T) {
 	_, n1, n2 := twoNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	a, j, oa := restartableWithOutput(t, n1, n2)
 	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
 	a.Output(j.ID, oa.Gen, []byte(`"b"`))
 	a.End(j.ID, oa.Gen, "", "", nil)
