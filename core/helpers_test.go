@@ -359,6 +359,19 @@ func wantEnded(t *testing.T, h *harness, j *core.Job, outcome core.Outcome, code
 	}
 }
 
+// wantLostNotRunAgain detaches w, which ran job j until an output, while
+// another worker is free on queue q: j fails worker_lost and the other
+// worker is offered nothing (at most once, or a restart bound reached).
+func wantLostNotRunAgain(t *testing.T, h *harness, w *core.Worker, j *core.Job) {
+	t.Helper()
+	_, other := h.attach("q", 1)
+	w.Detach(context.Background())
+	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
+	if n := len(other.Offers()); n != 0 {
+		t.Fatalf("job %s was offered again after its worker was lost (%d offers)", j.ID, n)
+	}
+}
+
 func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	t.Helper()
 	if err == nil {

@@ -160,12 +160,7 @@ func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
 	j, gen := h.offered(f1)
 	w1.Accept(j.ID, gen)
 	w1.Output(j.ID, gen, []byte(`"partial"`))
-	_, f2 := h.attach("q", 1)
-	w1.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f2.Offers()); n != 0 {
-		t.Fatalf("a job that produced output was re-offered (%d offers): at-most-once broken", n)
-	}
+	wantLostNotRunAgain(t, h, w1, j)
 	if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output error]" {
 		t.Fatalf("events = %s", got)
 	}

@@ -128,12 +128,7 @@ func TestRestartNotWithoutOptIn(t *testing.T) {
 	j := h.submit("q", e)
 	g := f1.lastOffer(t).Gen
 	w1.Output(j.ID, g, []byte(`"a"`))
-	_, f2 := h.attach("q", 1)
-	w1.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f2.Offers()); n != 0 {
-		t.Fatalf("offered again %d times", n)
-	}
+	wantLostNotRunAgain(t, h, w1, j)
 	if got := h.metric("switchyard_job_restarts_total", "reason", "worker_lost"); got != 0 {
 		t.Errorf("job_restarts_total = %v", got)
 	}
@@ -151,12 +146,7 @@ func TestRestartCeiling(t *testing.T) {
 	w1.Detach(context.Background())
 	g = f2.lastOffer(t).Gen
 	w2.Output(j.ID, g, []byte(`"b"`))
-	_, f3 := h.attach("q", 1)
-	w2.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f3.Offers()); n != 0 {
-		t.Fatalf("restarted past its max_restarts (%d offers)", n)
-	}
+	wantLostNotRunAgain(t, h, w2, j)
 	if v := h.view(j.ID); !strings.Contains(v.Detail, "used its 1 restarts") || v.Restarts != 1 {
 		t.Fatalf("view = %+v", v)
 	}
