@@ -104,16 +104,23 @@ func TestRetainCountBound(t *testing.T) {
 	}
 }
 
-// TestRetainBytesBound: the ended jobs kept hold at most RetainBytes; the
-// oldest go first when a new one would pass it.
-func TestRetainBytesBound(t *testing.T) {
-	const limit = 64 << 10
-	h := newHarness(t, func(c *core.Config) {
+// retainingBytes is oneWorker on a node whose ended jobs are kept up to
+// limit bytes (RetainBytes), a job's history up to as many (HistoryBytes)
+// and inputs small (1 KiB), so the bound is in output.
+func retainingBytes(t *testing.T, limit int64) (*harness, *core.Worker, *fakeConn) {
+	t.Helper()
+	return oneWorker(t, func(c *core.Config) {
 		c.Limits.MaxInputBytes = 1 << 10
 		c.HistoryBytes = limit
 		c.RetainBytes = limit
 	})
-	w, fc := h.attach("q", 1)
+}
+
+// TestRetainBytesBound: the ended jobs kept hold at most RetainBytes; the
+// oldest go first when a new one would pass it.
+func TestRetainBytesBound(t *testing.T) {
+	const limit = 64 << 10
+	h, w, fc := retainingBytes(t, limit)
 	out := `"` + strings.Repeat("x", 6<<10) + `"`
 	first := h.run(w, fc, core.SubmitOptions{}, out)
 	_, per := h.e.Retained()
@@ -156,12 +163,7 @@ func TestRetainOldestEndedFirst(t *testing.T) {
 // readers streaming it now, even when that evicts every other.
 func TestRetainNewestKept(t *testing.T) {
 	const limit = 16 << 10
-	h := newHarness(t, func(c *core.Config) {
-		c.Limits.MaxInputBytes = 1 << 10
-		c.HistoryBytes = limit
-		c.RetainBytes = limit
-	})
-	w, fc := h.attach("q", 1)
+	h, w, fc := retainingBytes(t, limit)
 	small := h.run(w, fc, core.SubmitOptions{}, `"s"`)
 	big := h.run(w, fc, core.SubmitOptions{}, `"`+strings.Repeat("x", limit-200)+`"`)
 	if _, bytes := h.e.Retained(); bytes <= limit {
