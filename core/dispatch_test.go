@@ -116,7 +116,7 @@ func TestQueueBytesCap(t *testing.T) {
 func TestQueuedJobExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
-		a := h.running(w, fc)
+		a, _ := h.running(w, fc)
 		b := h.submit("q", env(50*time.Millisecond))
 		time.Sleep(49 * time.Millisecond)
 		synctest.Wait()
@@ -143,7 +143,7 @@ func TestQueuedJobExpires(t *testing.T) {
 // TestQueuedJobExpiresRealClock is the same rule on the real clock.
 func TestQueuedJobExpiresRealClock(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	a := h.running(w, fc)
+	a, _ := h.running(w, fc)
 	b := h.submit("q", env(50*time.Millisecond))
 	waitFor(t, 10*time.Second, "the queued job to expire", func() bool { return h.view(b.ID).State.Terminal() })
 	wantEnded(t, h, b, core.OutcomeExpired, core.CodeExpired)
@@ -156,7 +156,7 @@ func TestQueuedJobExpiresRealClock(t *testing.T) {
 func TestQueueTimeIsSubtracted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
-		a := h.running(w, fc)
+		a, _ := h.running(w, fc)
 		b := h.submit("q", env(time.Second))
 		time.Sleep(100 * time.Millisecond)
 		w.End(a.ID, fc.lastOffer(t).Gen, "", "", nil)
@@ -176,7 +176,7 @@ func TestQueueTimeIsSubtracted(t *testing.T) {
 // at most the envelope's TTL less the time the job provably waited.
 func TestQueueTimeIsSubtractedRealClock(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	a := h.running(w, fc)
+	a, _ := h.running(w, fc)
 	const ttl = 30 * time.Second
 	beforeSubmit := time.Now()
 	b := h.submit("q", env(ttl))
@@ -341,8 +341,7 @@ func TestRejectBySoleWorker(t *testing.T) {
 func TestRejectAfterAcceptIgnored(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
 	_, f2 := h.attach("q", 1)
-	j, gen := h.offered(fc)
-	w.Accept(j.ID, gen)
+	j, gen := h.running(w, fc)
 	w.Reject(j.ID, gen, "changed my mind")
 	if v := h.view(j.ID); v.State != core.StateRunning || v.HandledBy != w.ID {
 		t.Fatalf("a reject after accept moved the job: %+v", v)
@@ -356,7 +355,7 @@ func TestRejectAfterAcceptIgnored(t *testing.T) {
 // rather than failing, and is offered to it once it frees up.
 func TestRejectWhileOtherWorkerBusy(t *testing.T) {
 	h, w1, f1 := oneWorker(t, nil)
-	a := h.running(w1, f1)
+	a, _ := h.running(w1, f1)
 	w2, f2 := h.attach("q", 1)
 	j := h.submit("q", env(time.Minute))
 	w2.Reject(j.ID, f2.lastOffer(t).Gen, "no")

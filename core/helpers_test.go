@@ -405,10 +405,10 @@ func (h *harness) offered(fc *fakeConn) (*core.Job, uint64) {
 }
 
 // running submits a job on q (a minute's TTL) that w, whose connection is
-// fc, is offered and accepts.
-func (h *harness) running(w *core.Worker, fc *fakeConn) *core.Job {
+// fc, is offered and accepts; it returns the job and its generation.
+func (h *harness) running(w *core.Worker, fc *fakeConn) (*core.Job, uint64) {
 	h.t.Helper()
 	j, gen := h.offered(fc)
 	w.Accept(j.ID, gen)
-	return j
+	return j, gen
 }

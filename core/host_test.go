@@ -157,8 +157,7 @@ func TestDetachWithNoOtherWorkerRequeues(t *testing.T) {
 
 func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
 	h, w1, f1 := oneWorker(t, nil)
-	j, gen := h.offered(f1)
-	w1.Accept(j.ID, gen)
+	j, gen := h.running(w1, f1)
 	w1.Output(j.ID, gen, []byte(`"partial"`))
 	wantLostNotRunAgain(t, h, w1, j)
 	if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output error]" {
@@ -202,11 +201,9 @@ func TestShortTTLOfferDoesNotDropWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil) // floor 1s
 		w, fc := h.attach("q", 2)
-		a, ga := h.offered(fc)
-		w.Accept(a.ID, ga)
+		a, ga := h.running(w, fc)
 		w.Output(a.ID, ga, []byte(`"a is producing"`))
-		c, gc := h.offered(fc)
-		w.Accept(c.ID, gc)
+		c, gc := h.running(w, fc)
 		b := h.submit("q", env(time.Second)) // waits: no credit
 		time.Sleep(600 * time.Millisecond)
 		w.End(c.ID, gc, "", "", nil) // frees a credit: b is offered with 400ms left

@@ -227,8 +227,7 @@ func TestEndCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h, w, fc := oneWorker(t, nil)
-			j, gen := h.offered(fc)
-			w.Accept(j.ID, gen)
+			j, gen := h.running(w, fc)
 			w.End(j.ID, gen, tt.code, "detail", tt.result)
 			wantEnded(t, h, j, tt.outcome, tt.want)
 			wantJobsTotal(t, h, map[core.Outcome]float64{tt.outcome: 1})
@@ -389,7 +388,7 @@ func TestCancelUnacknowledgedDropsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, shortDispatch) // cancel acknowledgement: 200ms
 		w, fc := h.attach("q", 1)
-		a := h.running(w, fc)
+		a, _ := h.running(w, fc)
 		if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 			t.Fatal(err)
 		}
@@ -451,7 +450,7 @@ func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
 // claimed or not, ends it.
 func TestUnstreamedJobHasNoOwner(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	j := h.running(w, fc)
+	j, _ := h.running(w, fc)
 	if h.e.StreamOpened(j.ID, true) {
 		t.Fatal("a stream of a job submitted without one owns it")
 	}
@@ -665,8 +664,7 @@ func TestOutputValidation(t *testing.T) {
 	})
 	t.Run("two JSON values", func(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
-		j, gen := h.offered(fc)
-		w.Accept(j.ID, gen)
+		j, gen := h.running(w, fc)
 		w.Output(j.ID, gen, []byte(`1 2`))
 		wantEnded(t, h, j, core.OutcomeFailed, core.CodeBadOutput)
 	})
@@ -727,8 +725,7 @@ func TestStaleGenerationIgnored(t *testing.T) {
 
 func TestDrainEndsOpenJobs(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	running, gen := h.offered(fc)
-	w.Accept(running.ID, gen)
+	running, gen := h.running(w, fc)
 	queued := h.submit("q", env(time.Minute))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -761,8 +758,7 @@ func TestDrainEndsOpenJobs(t *testing.T) {
 
 func TestDrainWaitsForJobsToFinish(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	j, gen := h.offered(fc)
-	w.Accept(j.ID, gen)
+	j, gen := h.running(w, fc)
 
 	result := make(chan int, 1)
 	go func() { result <- h.e.Drain(context.Background()) }()
@@ -795,8 +791,7 @@ func TestDrainWithNothingOpen(t *testing.T) {
 
 func TestCloseEndsOpenJobs(t *testing.T) {
 	h, w, fc := oneWorker(t, nil)
-	running, gen := h.offered(fc)
-	w.Accept(running.ID, gen)
+	running, gen := h.running(w, fc)
 	w.Output(running.ID, gen, []byte(`1`))
 	queued := h.submit("q", env(time.Minute))
 	queued2 := h.submit("q", env(time.Minute))
