@@ -47,27 +47,15 @@ func newChatFixture(t *testing.T, cluster core.ClusterView) *chatFixture {
 
 func newChatFixtureWith(t *testing.T, cluster core.ClusterView, ecfg core.Config) *chatFixture {
 	t.Helper()
-	e, err := core.New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	cfg := DefaultConfig()
 	cfg.Cluster = cluster
-	s, err := New(e, cfg, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, e := newServerWith(t, ecfg, cfg, prometheus.NewRegistry())
 	conn := chatConn{offers: make(chan core.Offer, 8), cancels: make(chan string, 8)}
 	w, err := e.AttachWorker(context.Background(), core.WorkerSpec{Queue: DefaultOpenAIQueue, Name: "w", Capabilities: []string{"model=demo"}, Concurrency: 4}, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(s)
-	srv.Config.ConnContext = ConnContext
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return &chatFixture{s: s, srv: srv, w: w, conn: conn}
+	return &chatFixture{s: s, srv: serveConns(t, s), w: w, conn: conn}
 }
 
 func (f *chatFixture) post(ctx context.Context, t *testing.T, body string, header map[string]string) *http.Response {

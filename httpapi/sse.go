@@ -96,15 +96,6 @@ func (s *sseSink) Control(c stream.Control, data map[string]any) error {
 	return err
 }
 
-// Heartbeat writes an SSE comment line: liveness only. Clients ignore
-// comments, so it can never be mistaken for an event or an acknowledgement.
-func (s *sseSink) Heartbeat() error {
-	m := &sse.Message{}
-	m.AppendComment("heartbeat")
-	_, err := m.WriteTo(s.w)
-	return err
-}
-
 // retry returns the reconnect hint for the first message, zero after.
 func (s *sseSink) retry() time.Duration {
 	if s.retrySent {
@@ -137,6 +128,16 @@ func (s *Server) newSSEConn(w http.ResponseWriter, r *http.Request) sseConn {
 }
 
 func (s *sseConn) Flush() error { return s.rc.Flush() }
+
+// Heartbeat writes an SSE comment line: liveness only. Clients ignore
+// comments (OpenAI's SDKs skip them too), so it can never be mistaken for
+// an event or an acknowledgement.
+func (s *sseConn) Heartbeat() error {
+	m := &sse.Message{}
+	m.AppendComment("heartbeat")
+	_, err := m.WriteTo(s.w)
+	return err
+}
 
 func (s *sseConn) SetWriteDeadline(t time.Time) error {
 	s.mu.Lock()
