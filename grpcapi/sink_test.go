@@ -134,6 +134,23 @@ func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.
 	return ev
 }
 
+// sinkInSend starts a sink whose sender is blocked in Send on a first
+// output event, ev, taken under a write deadline of now plus deadline.
+func sinkInSend(t *testing.T, deadline time.Duration) (*sink, *fakeStream, core.Event) {
+	t.Helper()
+	j := testJob(t)
+	f := newFakeStream()
+	s := startSink(t, f, j)
+	ev := appendEv(t, j, core.EventOutput, `{}`)
+	f.block()
+	_ = s.SetWriteDeadline(time.Now().Add(deadline))
+	if err := s.Event(ev, ""); err != nil {
+		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
+	}
+	<-f.entered
+	return s, f, ev
+}
+
 func within(t *testing.T, what string, min, max time.Duration, f func()) {
 	t.Helper()
 	t0 := time.Now()
@@ -194,16 +211,7 @@ func TestGRPCSinkWritesInOrderThroughOneSender(t *testing.T) {
 // A Send blocked on a client that does not read cannot be interrupted;
 // the writer's wait for the handoff can, and fails at the write deadline.
 func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(80 * time.Millisecond))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
-	}
-	<-f.entered
+	s, _, ev := sinkInSend(t, 80*time.Millisecond)
 	within(t, "a write behind a blocked Send", 70*time.Millisecond, time.Second, func() {
 		if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("second event: %v, want a deadline error", err)
@@ -229,16 +237,7 @@ func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
 
 // Flush waits for what was handed over to be sent, under the deadline.
 func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, f, _ := sinkInSend(t, time.Second)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		f.unblock()
@@ -256,16 +255,7 @@ func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
 // Abort, from another goroutine, bounds the wait in progress by its
 // deadline, and every later one whatever SetWriteDeadline says.
 func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, _, ev := sinkInSend(t, time.Hour)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		s.Abort(time.Now().Add(50 * time.Millisecond))
@@ -291,16 +281,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 // A client that reads again within the abort's grace gets the blocked
 // write through, and the terminated event after it.
 func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, f, ev := sinkInSend(t, time.Hour)
 	s.Abort(time.Now().Add(2 * time.Second))
 	go func() {
 		time.Sleep(30 * time.Millisecond)
