@@ -260,7 +260,7 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
-	caller, filterFP := callerFingerprint(ctx), filterFingerprint(filter)
+	caller, filterFP := callerFingerprint(ctx), stream.FilterFingerprint(filter)
 	res := stream.Run(ctx, stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },

@@ -189,7 +189,7 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	s.m.Opened()
 	pol := s.cfg.Stream
 	pol.Slow = slow
-	caller, filterFP := callerFingerprint(r), filterFingerprint(filter)
+	caller, filterFP := callerFingerprint(r), stream.FilterFingerprint(filter)
 	res := stream.Run(r.Context(), stream.Request{
 		Job: j, After: after, Filter: filter, Policy: pol,
 		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },
