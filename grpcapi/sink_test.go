@@ -368,22 +368,34 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	}
 }
 
-// A client that stopped reading: the writer fails at the write timeout
-// (no bound passed), and the call says write_failed.
-func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
+// runOnStoppedClient runs, with policy p, the stream of a job with an
+// accepted event over a sink whose client stops reading at its first Send;
+// outputs more events follow once that Send blocks. Run must end within
+// min..max.
+func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
+	t.Helper()
 	j := testJob(t)
 	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
 	s := startSink(t, f, j)
 	f.block()
 	var res stream.Result
-	within(t, "Run on a client that stopped reading", 150*time.Millisecond, 2*time.Second, func() {
+	within(t, what, min, max, func() {
 		go func() {
 			<-f.entered
-			appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+			for range outputs {
+				appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+			}
 		}()
-		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: policy()}, s)
+		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)
 	})
+	return res, s
+}
+
+// A client that stopped reading: the writer fails at the write timeout
+// (no bound passed), and the call says write_failed.
+func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
+	res, s := runOnStoppedClient(t, "Run on a client that stopped reading", policy(), 1, 150*time.Millisecond, 2*time.Second)
 	if res.End != stream.EndWriteFailed {
 		t.Fatalf("result %+v, want write_failed", res)
 	}
@@ -396,24 +408,10 @@ func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
 // The lag watcher aborts a writer blocked on a client that stopped reading
 // as soon as the stream's queue passes its bound; the stream ends slow.
 func TestGRPCRunWatcherAbortsABlockedWriter(t *testing.T) {
-	j := testJob(t)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	f.block()
 	p := policy()
 	p.WriteTimeout = 4 * time.Second // the watcher, not the write timeout, must end it
 	p.MaxLagEvents = 3
-	var res stream.Result
-	within(t, "Run with a watcher", 0, 3*time.Second, func() {
-		go func() {
-			<-f.entered
-			for range 5 {
-				appendEv(t, j, core.EventOutput, `{"data":"a"}`)
-			}
-		}()
-		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)
-	})
+	res, s := runOnStoppedClient(t, "Run with a watcher", p, 5, 0, 3*time.Second)
 	if res.End != stream.EndSlow || res.LagEvents <= 3 {
 		t.Fatalf("result %+v, want slow past 3 events", res)
 	}

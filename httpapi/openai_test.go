@@ -99,6 +99,20 @@ func (f *chatFixture) offer(t *testing.T) core.Offer {
 	return core.Offer{}
 }
 
+// cancelSent waits for the worker to be told to cancel o's job, and fails
+// the test with the message format, args if it is not.
+func (f *chatFixture) cancelSent(t *testing.T, o core.Offer, format string, args ...any) {
+	t.Helper()
+	select {
+	case id := <-f.conn.cancels:
+		if id != o.JobID {
+			t.Errorf("cancel for %s, want %s", id, o.JobID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf(format, args...)
+	}
+}
+
 // dataLines reads an SSE body to its end and returns its data: values. It
 // fails the test on any field but data and comments: an OpenAI stream has
 // no event names and no ids.
@@ -287,14 +301,7 @@ func TestChatBadOutputCancels(t *testing.T) {
 		go func() { done <- f.post(t.Context(), t, body, nil) }()
 		o := f.offer(t)
 		f.w.Output(o.JobID, o.Gen, []byte(`{"tokens":[1,2]}`))
-		select {
-		case id := <-f.conn.cancels:
-			if id != o.JobID {
-				t.Errorf("cancel for %s, want %s", id, o.JobID)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("stream %v: the worker was not told to cancel", stream)
-		}
+		f.cancelSent(t, o, "stream %v: the worker was not told to cancel", stream)
 		res := <-done
 		if stream {
 			lines := dataLines(t, res.Body)
@@ -334,14 +341,7 @@ func TestChatDisconnectCancels(t *testing.T) {
 		o := f.offer(t)
 		f.w.Output(o.JobID, o.Gen, []byte(`"one "`))
 		cancel()
-		select {
-		case id := <-f.conn.cancels:
-			if id != o.JobID {
-				t.Errorf("cancel for %s, want %s", id, o.JobID)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("stream %v: the client left and the worker was not told", stream)
-		}
+		f.cancelSent(t, o, "stream %v: the client left and the worker was not told", stream)
 	}
 }
 
