@@ -63,7 +63,7 @@ var importRules = map[string]importRule{
 	"core/resume": {neverDeps: noTransport, neverImports: []string{"net/http"}},
 	"core/stream": {may: []string{"core", "core/resume"}, neverDeps: noTransport, neverImports: []string{"net/http"}},
 	// The etcd catalog serves the engine; it knows no transport.
-	"catalog": {may: []string{"core"}, neverDeps: []string{chiLib, sseLib}},
+	"catalog": {may: []string{"core", "internal/netaddr"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
 	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
@@ -101,13 +101,16 @@ var importRules = map[string]importRule{
 	// and the log handler that puts a trace id on every log line. It knows
 	// nothing of the node.
 	"tracing": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
+	// What the node, the catalog and the binary decide alike about a
+	// host:port address (is it loopback): the standard library only.
+	"internal/netaddr": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
-	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing"}},
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing", "internal/netaddr"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
-	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing"}},
+	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing", "internal/netaddr"}},
 	// Tests see everything.
 	"integration": {any: true},
 	// The benchmarks' load generator, which the binary ships (`switchyard
