@@ -104,6 +104,9 @@ var importRules = map[string]importRule{
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},
+	// Test plumbing, imported by tests only: a TCP relay that counts what
+	// it carries and can go silent (a blackhole).
+	"internal/tcptest": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
