@@ -32,10 +32,7 @@ import (
 //   - a resume token from generation 1 still resumes, exactly after its
 //     event, through the restart to the end.
 func TestMigrateAfterHostKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "migrate1"
 	runs := &runLog{}
@@ -166,10 +163,7 @@ func TestMigrateAfterHostKilled(t *testing.T) {
 // job completes on wc behind one restart event (reason worker_lost), and
 // the workers' records show wb's run ended before wc's began.
 func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "migrate2"
 	runs := &runLog{}
