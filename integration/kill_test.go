@@ -367,12 +367,7 @@ func collectStreams(t *testing.T, streams []*sseStream, timeout time.Duration) [
 	deadline := time.Now().Add(timeout)
 	var ends []streamEnd
 	for i, s := range streams {
-		evs, err := s.wait(time.Until(deadline))
-		if err != nil {
-			got, _ := s.snapshot()
-			t.Fatalf("stream %d: %v; events so far: %s", i, err, strings.Join(types(got), ","))
-		}
-		_, at := s.snapshot()
+		evs, at := s.mustEnd(t, fmt.Sprintf("stream %d", i), time.Until(deadline))
 		e := streamEnd{evs: evs}
 		terminals := 0
 		for j, ev := range evs {

@@ -242,10 +242,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 		t.Errorf("the worker produced %d outputs in the last second of the stop: it should be blocked by then", lastSecond)
 	}
 
-	evs, err := s.wait(30 * time.Second)
-	if err != nil {
-		t.Fatalf("the requester's stream did not end: %v", err)
-	}
+	evs, _ := s.mustEnd(t, "the requester's stream", 30*time.Second)
 	total := int(produced.Load())
 	var got []int
 	for _, ev := range evs {
@@ -320,11 +317,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 	}
 	stoppedAt := time.Now()
 	t.Cleanup(func() { _ = kc.cmd.Process.Signal(syscall.SIGCONT) })
-	evs, err := s.wait(15 * time.Second)
-	if err != nil {
-		t.Fatalf("the requester's stream did not end: %v", err)
-	}
-	_, at := s.snapshot()
+	evs, at := s.mustEnd(t, "the requester's stream", 15*time.Second)
 	last := evs[len(evs)-1]
 	took := at[len(at)-1].Sub(stoppedAt)
 	if last.Type != "error" || field[string](t, last, "code") != "worker_lost" {
@@ -343,11 +336,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 		again.Add(1)
 		return map[string]any{"by": "ka"}, nil
 	})
-	qevs, err := sq.wait(30 * time.Second)
-	if err != nil {
-		t.Fatalf("the silent job's stream did not end: %v", err)
-	}
-	_, qat := sq.snapshot()
+	qevs, qat := sq.mustEnd(t, "the silent job's stream", 30*time.Second)
 	qlast := qevs[len(qevs)-1]
 	qtook := qat[len(qat)-1].Sub(stoppedAt)
 	if qlast.Type != "done" {
