@@ -76,16 +76,16 @@ func NewRelay(t testing.TB, target string) *Relay {
 	return r
 }
 
-// pipe copies src to dst until either fails, counting what it writes;
-// blackholed, it reads and drops.
+// pipe copies src to dst until either fails; blackholed, it reads and
+// drops. Each read is counted before it is written on, so once the far
+// side has received bytes, Bytes includes them.
 func (r *Relay) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !r.drop.Load() {
-			w, werr := dst.Write(buf[:n])
-			r.bytes.Add(int64(w))
-			if werr != nil {
+			r.bytes.Add(int64(n))
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
