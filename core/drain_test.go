@@ -75,6 +75,16 @@ func (c *clusterNode) drain(timeout time.Duration) <-chan int {
 	return done
 }
 
+// wantReturned waits for the Drain that done answers to return.
+func wantReturned(t *testing.T, done <-chan int) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return")
+	}
+}
+
 func waitResigned(t *testing.T, net *fakeNet, node string) {
 	t.Helper()
 	waitFor(t, 5*time.Second, node+" resigned", func() bool {
@@ -176,11 +186,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 		c.End(j.id, j.gen, "", "", nil)
 	}
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantReturned(t, done)
 	net.settle()
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(late.ID, core.StateCompleted)
@@ -289,9 +295,7 @@ func TestDispatcherDeathSparesJobRunningAtIngress(t *testing.T) {
 func TestConsumerLeftIsNotARefusal(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
 	b, _ := n3.worker("q", "b", 1)
-	net.hold("n2", "n3")
-	j := n1.submit("q", env(clusterTTL))
-	net.settle()
+	j := submitDeliveryHeld(net, n1)
 	// b leaves with the delivery on its way: n2 has not seen it go yet.
 	b.Detach(context.Background())
 	net.unhold("n2", "n3")
@@ -357,11 +361,7 @@ func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
 	}
 	c.End(waiting.ID, oc.Gen, "", "", nil)
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantReturned(t, done)
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(busy.ID, core.StateCompleted)
 }

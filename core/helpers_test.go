@@ -372,6 +372,21 @@ func wantLostNotRunAgain(t *testing.T, h *harness, w *core.Worker, j *core.Job) 
 	}
 }
 
+// wantEndsAt, in a synctest bubble, checks that job j, now in state
+// before, is still in it after d less a millisecond, and has ended with
+// outcome and code at d. what names the deadline d is.
+func wantEndsAt(t *testing.T, h *harness, j *core.Job, d time.Duration, what string, before core.State, outcome core.Outcome, code core.Code) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if v := h.view(j.ID); v.State != before {
+		t.Fatalf("job %s is %s before %s, want %s: %+v", j.ID, v.State, what, before, v)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	wantEnded(t, h, j, outcome, code)
+}
+
 func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	t.Helper()
 	if err == nil {
