@@ -66,47 +66,34 @@ func (f *fakeConn) SendOffer(o core.Offer) error {
 }
 
 func (f *fakeConn) SendCancel(id string, gen uint64, reason core.Code) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cancels = append(f.cancels, cancelMsg{id, gen, reason})
+	record(f, &f.cancels, cancelMsg{id, gen, reason})
 	return nil
 }
 
 func (f *fakeConn) SendCredit(id string, gen uint64, c core.OutputCredit) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.credits = append(f.credits, creditMsg{id, gen, c})
+	record(f, &f.credits, creditMsg{id, gen, c})
 	return nil
 }
 
-func (f *fakeConn) Close(cause error) {
+func (f *fakeConn) Close(cause error) { record(f, &f.closes, cause) }
+
+func (f *fakeConn) Offers() []core.Offer { return recorded(f, &f.offers) }
+func (f *fakeConn) Cancels() []cancelMsg { return recorded(f, &f.cancels) }
+func (f *fakeConn) Credits() []creditMsg { return recorded(f, &f.credits) }
+func (f *fakeConn) Closes() []error      { return recorded(f, &f.closes) }
+
+// record appends v to one of f's records, under f's lock.
+func record[T any](f *fakeConn, to *[]T, v T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.closes = append(f.closes, cause)
+	*to = append(*to, v)
 }
 
-func (f *fakeConn) Offers() []core.Offer {
+// recorded is a copy of one of f's records, taken under f's lock.
+func recorded[T any](f *fakeConn, from *[]T) []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.offers)
-}
-
-func (f *fakeConn) Cancels() []cancelMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.cancels)
-}
-
-func (f *fakeConn) Credits() []creditMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.credits)
-}
-
-func (f *fakeConn) Closes() []error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.closes)
+	return slices.Clone(*from)
 }
 
 // wantCancels checks that the worker was told to cancel exactly want, in
