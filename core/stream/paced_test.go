@@ -36,8 +36,7 @@ func (p *positions) all() []uint64 {
 // reports its position after the flushes that moved it, in order, up to
 // the terminal event.
 func TestPacedStreamIsNotJudgedByLag(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	b := newBlocker(2)
 	sink := &fakeSink{onEvent: b.onEvent}
 	p := shortClocks()
@@ -79,8 +78,7 @@ func TestPacedStreamIsNotJudgedByLag(t *testing.T) {
 // no progress for the stall timeout — a slow consumer, with the resume
 // hint — however little is queued behind it.
 func TestPacedStreamStalls(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	sink := &fakeSink{}
 	sink.onEvent = func(ev core.Event) error {
 		if ev.Seq >= 3 {
@@ -119,8 +117,7 @@ func TestPacedStreamStalls(t *testing.T) {
 // job is quiet: the stall clock runs only while something waits to be
 // written.
 func TestPacedStreamQuietJobIsNotStalled(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	sink := &fakeSink{}
 	p := shortClocks()
 	p.Stall = 20 * time.Millisecond

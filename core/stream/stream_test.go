@@ -19,6 +19,15 @@ func newJob(maxEvents int, maxBytes int64) *core.Job {
 	return &core.Job{ID: testJobID, History: core.NewHistory(maxEvents, maxBytes)}
 }
 
+// acceptedJob is a job keeping maxEvents events (and 1 MiB) of history,
+// its accepted event appended.
+func acceptedJob(t *testing.T, maxEvents int) *core.Job {
+	t.Helper()
+	j := newJob(maxEvents, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	return j
+}
+
 func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
 	t.Helper()
 	ev, ok := j.History.Append(kind, 1, []byte(data))
@@ -162,8 +171,7 @@ func TestEndClientLeft(t *testing.T) {
 }
 
 func TestReplayAfterPosition(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	appendOutputs(t, j, 4)
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 
@@ -200,8 +208,7 @@ func TestReplayAfterPosition(t *testing.T) {
 }
 
 func TestReplayFromStartWithoutTokens(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	appendOutputs(t, j, 150) // more than one read batch
 	appendEv(t, j, core.EventError, `{"code":"x"}`)
 
@@ -223,8 +230,7 @@ func TestReplayFromStartWithoutTokens(t *testing.T) {
 }
 
 func TestLiveEvents(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	wait := runAsync(t, context.Background(), stream.Request{
 		Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens,
@@ -268,8 +274,7 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendEv(t, j, core.EventOutput, `{"data":1}`)
 			appendEv(t, j, core.EventOutput, `{"data":2}`)
 			// A kind outside the filter set between two that are in it.
@@ -553,8 +558,7 @@ func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 }
 
 func TestHeartbeatAfterSilence(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -587,8 +591,7 @@ func TestHeartbeatAfterSilence(t *testing.T) {
 }
 
 func TestIdleTerminates(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -614,8 +617,7 @@ func TestIdleTerminates(t *testing.T) {
 }
 
 func TestMaxDurationTerminatesBusyStream(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -662,8 +664,7 @@ func TestMaxDurationTerminatesBusyStream(t *testing.T) {
 }
 
 func TestContextCancelIsClientGone(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -706,8 +707,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendOutputs(t, j, 2) // no terminal: only the failure ends the stream
 			sink := tt.sink()
 			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: tt.policy}, sink)
@@ -726,8 +726,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 }
 
 func TestWriteDeadlines(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := stream.DefaultPolicy()
 	p.Setup = 3 * time.Second
 	p.WriteTimeout = time.Second
@@ -770,8 +769,7 @@ func TestWriteDeadlines(t *testing.T) {
 }
 
 func TestSlowSinkDoesNotDelayOtherStreams(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 
 	b := newBlocker(2)
 	slow := &fakeSink{onEvent: b.onEvent}
