@@ -452,9 +452,6 @@ func offerAt(t *testing.T, fc *fakeConn, id string, gen uint64) core.Offer {
 	return o
 }
 
-// anyCount, as a count wantQueue takes, leaves that count unchecked.
-const anyCount = -1
-
 // wantQueue checks this node's dispatcher view of queue q: depth jobs
 // waiting and bound jobs bound (anyCount: not checked). why says what the
 // test expects of the node at that point.

@@ -374,6 +374,24 @@ func wantEndsAt(t *testing.T, h *harness, j *core.Job, d time.Duration, what str
 	wantEnded(t, h, j, outcome, code)
 }
 
+// anyCount, as a count a check takes (wantQueue, wantDrained), leaves
+// that count unchecked.
+const anyCount = -1
+
+// wantDrained waits for the Drain that done answers to return, and checks
+// it ended want jobs (anyCount: any number).
+func wantDrained(t *testing.T, done <-chan int, want int) {
+	t.Helper()
+	select {
+	case n := <-done:
+		if want != anyCount && n != want {
+			t.Fatalf("Drain ended %d jobs, want %d", n, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return")
+	}
+}
+
 func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	t.Helper()
 	if err == nil {
