@@ -102,10 +102,7 @@ func TestPacedStreamStalls(t *testing.T) {
 	if took < p.Stall {
 		t.Errorf("terminated after %s, before the stall timeout %s", took, p.Stall)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "slow_consumer" || num(t, data, "resume_after_seq") != 2 {
-		t.Errorf("terminated %v, want slow_consumer resuming after 2", data)
-	}
+	wantTerminated(t, sink, "slow_consumer", 2)
 	// 2 was written in the batch whose flush never came: it may not be
 	// reported; 3 never got through.
 	if got := pos.all(); len(got) > 0 && got[len(got)-1] > 2 {

@@ -100,6 +100,21 @@ func onlyControl(t *testing.T, s *fakeSink, c stream.Control) map[string]any {
 	return ctls[0].Data
 }
 
+// wantTerminated checks that the one control sink got is terminated, for
+// reason, telling the client to resume after seq resumeAfter; it returns
+// the control's data.
+func wantTerminated(t *testing.T, sink *fakeSink, reason string, resumeAfter uint64) map[string]any {
+	t.Helper()
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != reason {
+		t.Errorf("reason = %v, want %s", data["reason"], reason)
+	}
+	if got := num(t, data, "resume_after_seq"); got != resumeAfter {
+		t.Errorf("resume_after_seq = %d, want %d", got, resumeAfter)
+	}
+	return data
+}
+
 func TestPolicyValidate(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -369,13 +384,7 @@ func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
 	if got := seqsOf(sink.events()); !equalSeqs(got, []uint64{1, 2}) {
 		t.Fatalf("seqs = %v, want 1, 2 and nothing after the bound was passed", got)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "slow_consumer" {
-		t.Errorf("reason = %v, want slow_consumer", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 2 {
-		t.Errorf("resume_after_seq = %d, want 2", got)
-	}
+	data := wantTerminated(t, sink, "slow_consumer", 2)
 	// The watcher may catch the queue anywhere past the bound while the
 	// appends are still coming; the writer's own check sees all 11.
 	if got := num(t, data, "lag_events"); got <= 5 || got > 11 {
@@ -604,13 +613,7 @@ func TestIdleTerminates(t *testing.T) {
 	if elapsed < p.Idle || elapsed >= p.MaxDuration {
 		t.Errorf("idle fired after %v, want between %v and %v", elapsed, p.Idle, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "idle" {
-		t.Errorf("reason = %v, want idle", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 1 {
-		t.Errorf("resume_after_seq = %d, want 1", got)
-	}
+	wantTerminated(t, sink, "idle", 1)
 	if sink.count("heartbeat") == 0 {
 		t.Errorf("no heartbeats before idle: heartbeats must not reset the idle clock, but they must be sent")
 	}
@@ -651,13 +654,7 @@ func TestMaxDurationTerminatesBusyStream(t *testing.T) {
 	if elapsed < p.MaxDuration {
 		t.Errorf("max duration fired after %v, want >= %v", elapsed, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "max_duration" {
-		t.Errorf("reason = %v, want max_duration", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != res.LastSeq {
-		t.Errorf("resume_after_seq = %d, want the last seq written %d", got, res.LastSeq)
-	}
+	wantTerminated(t, sink, "max_duration", res.LastSeq)
 	if n := len(sink.events()); n < 10 {
 		t.Errorf("only %d events on a busy stream", n)
 	}
