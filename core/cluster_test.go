@@ -431,6 +431,16 @@ func (c *clusterNode) cancelOnWorker(t *testing.T, id string, fc *fakeConn) {
 	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
 }
 
+// submitDeliveryHeld submits a job at n1 that n2, q's dispatcher in
+// threeNodes, binds to a worker on n3, with the delivery held on its way
+// from n2 to n3 (net.unhold lets it go).
+func submitDeliveryHeld(net *fakeNet, n1 *clusterNode) *core.Job {
+	net.hold("n2", "n3")
+	j := n1.submit("q", env(clusterTTL))
+	net.settle()
+	return j
+}
+
 // offerAt waits for the one offer of job id that fc's worker gets and
 // checks it is of generation gen.
 func offerAt(t *testing.T, fc *fakeConn, id string, gen uint64) core.Offer {
@@ -441,9 +451,6 @@ func offerAt(t *testing.T, fc *fakeConn, id string, gen uint64) core.Offer {
 	}
 	return o
 }
-
-// anyCount, as a count wantQueue takes, leaves that count unchecked.
-const anyCount = -1
 
 // wantQueue checks this node's dispatcher view of queue q: depth jobs
 // waiting and bound jobs bound (anyCount: not checked). why says what the
@@ -1232,9 +1239,7 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
 	b, fb := n3.worker("q", "b", 2)
-	net.hold("n2", "n3")
-	j := n1.submit("q", env(clusterTTL))
-	net.settle()
+	j := submitDeliveryHeld(net, n1)
 	n2.wantQueue(t, anyCount, 1, "now")
 
 	// n2 is declared dead with the deliver still in its outbox; the job

@@ -118,14 +118,7 @@ func TestQueuedJobExpires(t *testing.T) {
 		h, w, fc := oneWorker(t, nil)
 		a, _ := h.running(w, fc)
 		b := h.submit("q", env(50*time.Millisecond))
-		time.Sleep(49 * time.Millisecond)
-		synctest.Wait()
-		if v := h.view(b.ID); v.State != core.StateQueued {
-			t.Fatalf("b is %s before its TTL", v.State)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, b, core.OutcomeExpired, core.CodeExpired)
+		wantEndsAt(t, h, b, 50*time.Millisecond, "its TTL", core.StateQueued, core.OutcomeExpired, core.CodeExpired)
 		if v := h.metric("switchyard_queue_depth", "queue", "q"); v != 0 {
 			t.Errorf("queue_depth = %v, want 0", v)
 		}

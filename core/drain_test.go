@@ -115,14 +115,7 @@ func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
 
 	a.Output(j.ID, oa.Gen, []byte(`2`))
 	a.End(j.ID, oa.Gen, "", "", nil)
-	select {
-	case n := <-done:
-		if n != 0 {
-			t.Fatalf("Drain ended %d jobs, want 0", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return once the job ended")
-	}
+	wantDrained(t, done, 0)
 	n1.waitState(j.ID, core.StateCompleted)
 	if got := outputsOf(t, j); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("outputs %q", got)
@@ -176,11 +169,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 		c.End(j.id, j.gen, "", "", nil)
 	}
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantDrained(t, done, anyCount)
 	net.settle()
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(late.ID, core.StateCompleted)
@@ -289,9 +278,7 @@ func TestDispatcherDeathSparesJobRunningAtIngress(t *testing.T) {
 func TestConsumerLeftIsNotARefusal(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
 	b, _ := n3.worker("q", "b", 1)
-	net.hold("n2", "n3")
-	j := n1.submit("q", env(clusterTTL))
-	net.settle()
+	j := submitDeliveryHeld(net, n1)
 	// b leaves with the delivery on its way: n2 has not seen it go yet.
 	b.Detach(context.Background())
 	net.unhold("n2", "n3")
@@ -357,11 +344,7 @@ func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
 	}
 	c.End(waiting.ID, oc.Gen, "", "", nil)
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantDrained(t, done, anyCount)
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(busy.ID, core.StateCompleted)
 }

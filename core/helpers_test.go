@@ -66,47 +66,34 @@ func (f *fakeConn) SendOffer(o core.Offer) error {
 }
 
 func (f *fakeConn) SendCancel(id string, gen uint64, reason core.Code) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cancels = append(f.cancels, cancelMsg{id, gen, reason})
+	record(f, &f.cancels, cancelMsg{id, gen, reason})
 	return nil
 }
 
 func (f *fakeConn) SendCredit(id string, gen uint64, c core.OutputCredit) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.credits = append(f.credits, creditMsg{id, gen, c})
+	record(f, &f.credits, creditMsg{id, gen, c})
 	return nil
 }
 
-func (f *fakeConn) Close(cause error) {
+func (f *fakeConn) Close(cause error) { record(f, &f.closes, cause) }
+
+func (f *fakeConn) Offers() []core.Offer { return recorded(f, &f.offers) }
+func (f *fakeConn) Cancels() []cancelMsg { return recorded(f, &f.cancels) }
+func (f *fakeConn) Credits() []creditMsg { return recorded(f, &f.credits) }
+func (f *fakeConn) Closes() []error      { return recorded(f, &f.closes) }
+
+// record appends v to one of f's records, under f's lock.
+func record[T any](f *fakeConn, to *[]T, v T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.closes = append(f.closes, cause)
+	*to = append(*to, v)
 }
 
-func (f *fakeConn) Offers() []core.Offer {
+// recorded is a copy of one of f's records, taken under f's lock.
+func recorded[T any](f *fakeConn, from *[]T) []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.offers)
-}
-
-func (f *fakeConn) Cancels() []cancelMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.cancels)
-}
-
-func (f *fakeConn) Credits() []creditMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.credits)
-}
-
-func (f *fakeConn) Closes() []error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.closes)
+	return slices.Clone(*from)
 }
 
 // wantCancels checks that the worker was told to cancel exactly want, in
@@ -369,6 +356,39 @@ func wantLostNotRunAgain(t *testing.T, h *harness, w *core.Worker, j *core.Job) 
 	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
 	if n := len(other.Offers()); n != 0 {
 		t.Fatalf("job %s was offered again after its worker was lost (%d offers)", j.ID, n)
+	}
+}
+
+// wantEndsAt, in a synctest bubble, checks that job j, now in state
+// before, is still in it after d less a millisecond, and has ended with
+// outcome and code at d. what names the deadline d is.
+func wantEndsAt(t *testing.T, h *harness, j *core.Job, d time.Duration, what string, before core.State, outcome core.Outcome, code core.Code) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if v := h.view(j.ID); v.State != before {
+		t.Fatalf("job %s is %s before %s, want %s: %+v", j.ID, v.State, what, before, v)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	wantEnded(t, h, j, outcome, code)
+}
+
+// anyCount, as a count a check takes (wantQueue, wantDrained), leaves
+// that count unchecked.
+const anyCount = -1
+
+// wantDrained waits for the Drain that done answers to return, and checks
+// it ended want jobs (anyCount: any number).
+func wantDrained(t *testing.T, done <-chan int, want int) {
+	t.Helper()
+	select {
+	case n := <-done:
+		if want != anyCount && n != want {
+			t.Fatalf("Drain ended %d jobs, want %d", n, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return")
 	}
 }
 

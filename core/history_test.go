@@ -340,6 +340,21 @@ func lagWait(h *core.History, after uint64, maxEvents int, maxBytes int64) (int,
 	return e, b, over, c
 }
 
+// wantWokenPast checks that wake is still open after n more appends (of
+// 10 bytes), which reach a LagFunc's bound of what (events, bytes), and
+// closed by the next one, which passes it.
+func wantWokenPast(t *testing.T, h *core.History, wake <-chan struct{}, n int, what string) {
+	t.Helper()
+	appendN(t, h, n, 10)
+	if closed(wake) {
+		t.Fatalf("woken at the %s bound, not past it", what)
+	}
+	appendN(t, h, 1, 10)
+	if !closed(wake) {
+		t.Fatalf("not woken past the %s bound", what)
+	}
+}
+
 // LagFunc agrees with Lag on the lag, and its func runs in the append
 // that takes the lag past a bound, not before.
 func TestHistoryLagFunc(t *testing.T) {
@@ -358,28 +373,14 @@ func TestHistoryLagFunc(t *testing.T) {
 	if over {
 		t.Fatal("over before the bound")
 	}
-	appendN(t, h, 2, 10) // seqs 6, 7: lag 4
-	if closed(wake) {
-		t.Fatal("woken at the bound, not past it")
-	}
-	appendN(t, h, 1, 10) // seq 8: lag 5
-	if !closed(wake) {
-		t.Fatal("not woken past the events bound")
-	}
+	wantWokenPast(t, h, wake, 2, "events") // seqs 6, 7: lag 4; seq 8: lag 5
 	if e, _, over, _ := lagWait(h, 3, 4, 1<<20); !over || e != 5 {
 		t.Errorf("LagFunc past the bound = %d, %v; want 5, over", e, over)
 	}
 
 	// By bytes: from the head (seq 8), 25 bytes pass with the third event.
 	_, _, _, wake = lagWait(h, 8, 100, 25)
-	appendN(t, h, 2, 10)
-	if closed(wake) {
-		t.Fatal("woken at 20 bytes for a bound of 25")
-	}
-	appendN(t, h, 1, 10)
-	if !closed(wake) {
-		t.Fatal("not woken past the bytes bound")
-	}
+	wantWokenPast(t, h, wake, 2, "bytes") // 20 bytes, then 30
 
 	// A stopped wait is never closed, and Append forgets it.
 	_, _, _, wake = lagWait(h, h.Head(), 1, 1<<20)
@@ -412,12 +413,5 @@ func TestHistoryLagFuncPastRetention(t *testing.T) {
 		stops[wake]()
 	}
 	_, _, _, wake := lagWait(h, 0, 4, 1<<20) // lag 3 (4..6)
-	appendN(t, h, 1, 10)
-	if closed(wake) {
-		t.Fatal("woken at the bound")
-	}
-	appendN(t, h, 1, 10)
-	if !closed(wake) {
-		t.Fatal("not woken past the bound")
-	}
+	wantWokenPast(t, h, wake, 1, "events")
 }

@@ -506,14 +506,7 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 
 		// Not resumed: cancelled exactly when the window closes.
 		lost := ownerGone(h, w, fc, e, true)
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if v := h.view(lost.ID); v.State.Terminal() {
-			t.Fatalf("ended before the grace window closed: %+v", v)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, lost, core.OutcomeCancelled, core.CodeCancelled)
+		wantEndsAt(t, h, lost, 200*time.Millisecond, "the grace window closed", core.StateRunning, core.OutcomeCancelled, core.CodeCancelled)
 		if v := h.metric("switchyard_stream_grace_saves_total"); v != 1 {
 			t.Errorf("grace_saves_total = %v, want still 1", v)
 		}
@@ -590,14 +583,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 		if !h.e.StreamOpened(resumed.ID, true) {
 			t.Fatal("a resume with a valid token did not own the job")
 		}
-		time.Sleep(maxGrace - 301*time.Millisecond)
-		synctest.Wait()
-		if v := h.view(noGrace.ID); v.State != core.StateRunning {
-			t.Fatalf("ended before MaxGrace passed: %+v", v)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, noGrace, core.OutcomeCancelled, core.CodeCancelled)
+		wantEndsAt(t, h, noGrace, maxGrace-300*time.Millisecond, "MaxGrace passed", core.StateRunning, core.OutcomeCancelled, core.CodeCancelled)
 		if d := h.view(noGrace.ID).Detail; !strings.Contains(d, "node ended") || !strings.Contains(d, "grace") {
 			t.Errorf("detail = %q, want it to say the node ended the stream and the grace window passed", d)
 		}
@@ -637,14 +623,7 @@ func TestIngressDeadlineBackstop(t *testing.T) {
 		j := h.submit("q", env(time.Second))
 		gen := fc.lastOffer(t).Gen
 		w.Accept(j.ID, gen)
-		time.Sleep(time.Second + 99*time.Millisecond)
-		synctest.Wait()
-		if v := h.view(j.ID); v.State != core.StateRunning {
-			t.Fatalf("state before TTL+slack = %s", v.State)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, j, core.OutcomeExpired, core.CodeExpired)
+		wantEndsAt(t, h, j, time.Second+100*time.Millisecond, "TTL+slack", core.StateRunning, core.OutcomeExpired, core.CodeExpired)
 		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeExpired})
 		wantJobsTotal(t, h, map[core.Outcome]float64{core.OutcomeExpired: 1})
 	})
@@ -771,14 +750,7 @@ func TestDrainWaitsForJobsToFinish(t *testing.T) {
 	// The bound job still runs to completion while draining.
 	w.Output(j.ID, gen, []byte(`"still here"`))
 	w.End(j.ID, gen, "", "", nil)
-	select {
-	case n := <-result:
-		if n != 0 {
-			t.Fatalf("Drain = %d, want 0 (the job finished by itself)", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return after the last job ended")
-	}
+	wantDrained(t, result, 0) // the job finished by itself
 	wantEnded(t, h, j, core.OutcomeCompleted, "")
 }
 

@@ -19,6 +19,15 @@ func newJob(maxEvents int, maxBytes int64) *core.Job {
 	return &core.Job{ID: testJobID, History: core.NewHistory(maxEvents, maxBytes)}
 }
 
+// acceptedJob is a job keeping maxEvents events (and 1 MiB) of history,
+// its accepted event appended.
+func acceptedJob(t *testing.T, maxEvents int) *core.Job {
+	t.Helper()
+	j := newJob(maxEvents, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	return j
+}
+
 func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
 	t.Helper()
 	ev, ok := j.History.Append(kind, 1, []byte(data))
@@ -89,6 +98,21 @@ func onlyControl(t *testing.T, s *fakeSink, c stream.Control) map[string]any {
 		t.Errorf("%s control job_id = %v, want %s", c, ctls[0].Data["job_id"], testJobID)
 	}
 	return ctls[0].Data
+}
+
+// wantTerminated checks that the one control sink got is terminated, for
+// reason, telling the client to resume after seq resumeAfter; it returns
+// the control's data.
+func wantTerminated(t *testing.T, sink *fakeSink, reason string, resumeAfter uint64) map[string]any {
+	t.Helper()
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != reason {
+		t.Errorf("reason = %v, want %s", data["reason"], reason)
+	}
+	if got := num(t, data, "resume_after_seq"); got != resumeAfter {
+		t.Errorf("resume_after_seq = %d, want %d", got, resumeAfter)
+	}
+	return data
 }
 
 func TestPolicyValidate(t *testing.T) {
@@ -162,8 +186,7 @@ func TestEndClientLeft(t *testing.T) {
 }
 
 func TestReplayAfterPosition(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	appendOutputs(t, j, 4)
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 
@@ -200,8 +223,7 @@ func TestReplayAfterPosition(t *testing.T) {
 }
 
 func TestReplayFromStartWithoutTokens(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	appendOutputs(t, j, 150) // more than one read batch
 	appendEv(t, j, core.EventError, `{"code":"x"}`)
 
@@ -223,8 +245,7 @@ func TestReplayFromStartWithoutTokens(t *testing.T) {
 }
 
 func TestLiveEvents(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	wait := runAsync(t, context.Background(), stream.Request{
 		Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens,
@@ -268,8 +289,7 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendEv(t, j, core.EventOutput, `{"data":1}`)
 			appendEv(t, j, core.EventOutput, `{"data":2}`)
 			// A kind outside the filter set between two that are in it.
@@ -364,13 +384,7 @@ func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
 	if got := seqsOf(sink.events()); !equalSeqs(got, []uint64{1, 2}) {
 		t.Fatalf("seqs = %v, want 1, 2 and nothing after the bound was passed", got)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "slow_consumer" {
-		t.Errorf("reason = %v, want slow_consumer", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 2 {
-		t.Errorf("resume_after_seq = %d, want 2", got)
-	}
+	data := wantTerminated(t, sink, "slow_consumer", 2)
 	// The watcher may catch the queue anywhere past the bound while the
 	// appends are still coming; the writer's own check sees all 11.
 	if got := num(t, data, "lag_events"); got <= 5 || got > 11 {
@@ -553,8 +567,7 @@ func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 }
 
 func TestHeartbeatAfterSilence(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -587,8 +600,7 @@ func TestHeartbeatAfterSilence(t *testing.T) {
 }
 
 func TestIdleTerminates(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -601,21 +613,14 @@ func TestIdleTerminates(t *testing.T) {
 	if elapsed < p.Idle || elapsed >= p.MaxDuration {
 		t.Errorf("idle fired after %v, want between %v and %v", elapsed, p.Idle, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "idle" {
-		t.Errorf("reason = %v, want idle", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 1 {
-		t.Errorf("resume_after_seq = %d, want 1", got)
-	}
+	wantTerminated(t, sink, "idle", 1)
 	if sink.count("heartbeat") == 0 {
 		t.Errorf("no heartbeats before idle: heartbeats must not reset the idle clock, but they must be sent")
 	}
 }
 
 func TestMaxDurationTerminatesBusyStream(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -649,21 +654,14 @@ func TestMaxDurationTerminatesBusyStream(t *testing.T) {
 	if elapsed < p.MaxDuration {
 		t.Errorf("max duration fired after %v, want >= %v", elapsed, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "max_duration" {
-		t.Errorf("reason = %v, want max_duration", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != res.LastSeq {
-		t.Errorf("resume_after_seq = %d, want the last seq written %d", got, res.LastSeq)
-	}
+	wantTerminated(t, sink, "max_duration", res.LastSeq)
 	if n := len(sink.events()); n < 10 {
 		t.Errorf("only %d events on a busy stream", n)
 	}
 }
 
 func TestContextCancelIsClientGone(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -706,8 +704,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendOutputs(t, j, 2) // no terminal: only the failure ends the stream
 			sink := tt.sink()
 			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: tt.policy}, sink)
@@ -726,8 +723,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 }
 
 func TestWriteDeadlines(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := stream.DefaultPolicy()
 	p.Setup = 3 * time.Second
 	p.WriteTimeout = time.Second
@@ -770,8 +766,7 @@ func TestWriteDeadlines(t *testing.T) {
 }
 
 func TestSlowSinkDoesNotDelayOtherStreams(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 
 	b := newBlocker(2)
 	slow := &fakeSink{onEvent: b.onEvent}
