@@ -227,18 +227,7 @@ func (p *codeProbe) closed(code string, hw *httpWorker) {
 // raw sends a request to the probe's node; header is name, value pairs.
 func (p *codeProbe) raw(method, path, ctype, body string, header ...string) *http.Response {
 	p.t.Helper()
-	req, _ := http.NewRequestWithContext(p.ctx, method, baseURL(p.n)+path, strings.NewReader(body))
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return res
+	return send(p.t, p.ctx, http.DefaultClient, method, baseURL(p.n)+path, ctype, body, header...)
 }
 
 func (p *codeProbe) submit(queue, env string, header ...string) *http.Response {

@@ -118,6 +118,28 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 	}
 }
 
+// send sends an HTTP request through hc and fails the test on a transport
+// error; ctype, if not empty, is its Content-Type, and header is further
+// name, value pairs.
+func send(tb testing.TB, ctx context.Context, hc *http.Client, method, url, ctype, body string, header ...string) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return res
+}
+
 func baseURL(n *switchyard.Node) string { return "http://" + n.HTTPAddr() }
 
 // post sends an envelope; stream asks for text/event-stream.

@@ -315,19 +315,10 @@ func TestBadResumeTokensAllLookTheSame(t *testing.T) {
 		t.Fatalf("resume after seq 2 began with %v", types(rest))
 	}
 
-	flip := func(s string, i int) string {
-		b := []byte(s)
-		if b[i] == 'A' {
-			b[i] = 'B'
-		} else {
-			b[i] = 'A'
-		}
-		return string(b)
-	}
 	dot := strings.Index(tok, ".")
 	bad := map[string]struct{ job, tok, auth, query string }{
-		"payload byte flipped": {id, flip(tok, dot+3), "Bearer alice", ""},
-		"mac byte flipped":     {id, flip(tok, len(tok)-3), "Bearer alice", ""},
+		"payload byte flipped": {id, flipByte(tok, dot+3), "Bearer alice", ""},
+		"mac byte flipped":     {id, flipByte(tok, len(tok)-3), "Bearer alice", ""},
 		"truncated":            {id, tok[:len(tok)-5], "Bearer alice", ""},
 		"extra segment":        {id, tok + ".AAAA", "Bearer alice", ""},
 		"wrong caller":         {id, tok, "Bearer mallory", ""},
@@ -783,4 +774,16 @@ func TestHeartbeatOnSilentJob(t *testing.T) {
 	if evs := readAll(t, strings.NewReader(string(b))); len(evs) != 1 || evs[0].Type != "accepted" {
 		t.Fatalf("heartbeats must not be events: %v", types(evs))
 	}
+}
+
+// flipByte changes s's byte i to another base64url character: a token
+// tampered with in one place.
+func flipByte(s string, i int) string {
+	b := []byte(s)
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
 }

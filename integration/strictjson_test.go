@@ -167,11 +167,7 @@ func TestStrictJSONAtEveryDoor(t *testing.T) {
 			}},
 		} {
 			res := post(ctx, t, n, "demo", `{"input":"a","ttl_ms":30000}`, true)
-			job := raw.recv().GetJob()
-			if job == nil {
-				t.Fatalf("%s: the raw worker was not offered the job", tc.name)
-			}
-			raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: job.JobId, Generation: job.Generation}}})
+			job := raw.accept(tc.name)
 			raw.send(tc.send(job.JobId, job.Generation))
 			evs := readAll(t, res.Body)
 			res.Body.Close()
