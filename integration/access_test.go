@@ -113,7 +113,14 @@ func withKey(ctx context.Context, key string) context.Context {
 // test ends.
 func grpcConn(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	return dialPlain(tb, n.GRPCAddr(), opts...)
+}
+
+// dialPlain is a gRPC client connection to addr without TLS, closed when
+// the test ends.
+func dialPlain(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

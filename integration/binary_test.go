@@ -37,15 +37,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	dir := t.TempDir()
 	node := exec.Command(bin, "node", "--name", "smoke", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(dir, "data"), "--drain-timeout", "1s")
-	stderr, err := node.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer node.Process.Kill() //nolint:errcheck // no-op once it exited
-	httpAddr, grpcAddr, logs := awaitServing(t, stderr)
+	httpAddr, grpcAddr, logs := startServing(t, node)
 	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 
 	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "demo", "--demo", "tokens", "--delay", "100ms")
@@ -138,15 +130,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 func testBinaryDemoStops(t *testing.T, bin string) {
 	demo := exec.Command(bin, "demo", "--name", "demo", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms")
-	stderr, err := demo.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer demo.Process.Kill() //nolint:errcheck // no-op once it exited
-	httpAddr, _, logs := awaitServing(t, stderr)
+	httpAddr, _, logs := startServing(t, demo)
 
 	// A job proves the worker attached before the signal.
 	res := streamOnceServed(t, "http://"+httpAddr+"/v1/queues/demo/jobs", `{"input":"hi"}`)
@@ -204,6 +188,22 @@ func mustStream(ctx context.Context, tb testing.TB, url, body string) *http.Resp
 }
 
 var servingLine = regexp.MustCompile(`msg="node serving".* http=(\S+) grpc=(\S+)`)
+
+// startServing starts cmd, a node (or demo) process, and waits until it
+// logs its bound addresses (awaitServing). The process is killed when the
+// test ends, if it has not exited by then.
+func startServing(t *testing.T, cmd *exec.Cmd) (httpAddr, grpcAddr string, logs func() string) {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // no-op once it exited
+	return awaitServing(t, stderr)
+}
 
 // awaitServing reads the node's log until the line that names the bound
 // addresses; it keeps draining the log afterwards so the node never blocks.

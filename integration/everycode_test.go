@@ -117,11 +117,7 @@ func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 		c.Workers.SetupTimeout = 300 * time.Millisecond
 		c.HTTP.BodyTimeout = 300 * time.Millisecond
 	})
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialPlain(t, n.GRPCAddr())
 	return &codeProbe{
 		t: t, ctx: t.Context(), doc: doc, seen: map[string]bool{}, n: n, conn: conn,
 		jobs: pb.NewJobServiceClient(conn), cluster: pb.NewClusterServiceClient(conn),
@@ -616,11 +612,7 @@ func (p *codeProbe) drain() {
 	}
 	closeDone := make(chan error, 1)
 	go func() { closeDone <- d.Close(context.Background()) }()
-	dconn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer dconn.Close()
+	dconn := dialPlain(p.t, d.GRPCAddr())
 	waitFor(p.t, 5*time.Second, "the node draining", func() bool {
 		res, err := http.Get(baseURL(d) + "/readyz")
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -30,12 +29,7 @@ import (
 // when the test ends (before the node, which was started earlier).
 func jobsClient(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) pb.JobServiceClient {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return pb.NewJobServiceClient(conn)
+	return pb.NewJobServiceClient(grpcConn(tb, n, opts...))
 }
 
 // recvAll reads a job stream to its end; err is nil when the call ended OK.

@@ -170,11 +170,7 @@ func TestWorkerLostAfterOutputFails(t *testing.T) {
 // declaration is InvalidArgument and registers nothing.
 func TestWorkerRegistrationErrors(t *testing.T) {
 	n := MustStartNode(t, func(c *switchyard.Config) { c.Workers.SetupTimeout = 200 * time.Millisecond })
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n.GRPCAddr())
 	c := pb.NewWorkerServiceClient(conn)
 	for _, tc := range []struct {
 		name string

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -100,11 +97,7 @@ func TestBinaryRelayAddress(t *testing.T) {
 	t.Logf("HTTP retry through rb: %d, job %s (made on ra)", status, jobID)
 
 	// And over gRPC: rb relays the Submit to ra's gRPC API.
-	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, b.grpc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "relayed", EnvelopeJson: []byte(env), IdempotencyKey: "relay-me"})
