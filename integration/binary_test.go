@@ -40,13 +40,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	httpAddr, grpcAddr, logs := startServing(t, node)
 	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 
-	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "demo", "--demo", "tokens", "--delay", "100ms")
-	wlog := &lockedBuffer{}
-	wk.Stderr = wlog
-	if err := wk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer wk.Process.Kill() //nolint:errcheck // no-op once it exited
+	wk, wlog := startDemoWorker(t, bin, grpcAddr, "demo", "100ms")
 
 	// The worker registers asynchronously: the node answers 503 until then.
 	res := streamOnceServed(t, jobsURL, `{"input":"hello smoke test"}`)
@@ -188,6 +182,21 @@ func mustStream(ctx context.Context, tb testing.TB, url, body string) *http.Resp
 }
 
 var servingLine = regexp.MustCompile(`msg="node serving".* http=(\S+) grpc=(\S+)`)
+
+// startDemoWorker starts `switchyard worker --demo tokens` against the
+// gRPC address server, for queue, with delay before each output. Its log
+// collects in wlog; it is killed when the test ends, if it has not exited.
+func startDemoWorker(t *testing.T, bin, server, queue, delay string) (wk *exec.Cmd, wlog *lockedBuffer) {
+	t.Helper()
+	wk = exec.Command(bin, "worker", "--server", server, "--queue", queue, "--demo", "tokens", "--delay", delay)
+	wlog = &lockedBuffer{}
+	wk.Stderr = wlog
+	if err := wk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	return wk, wlog
+}
 
 // startServing starts cmd, a node (or demo) process, and waits until it
 // logs its bound addresses (awaitServing). The process is killed when the

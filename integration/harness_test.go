@@ -126,15 +126,22 @@ func waitGoroutinesGone(tb testing.TB, ignore goleak.Option) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond every 5ms until it holds or the deadline passes.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	waitEvery(tb, 5*time.Millisecond, timeout, what, cond)
+}
+
+// waitEvery checks cond every interval until it holds, failing the test
+// after timeout.
+func waitEvery(tb testing.TB, every, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
