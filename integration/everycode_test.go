@@ -441,14 +441,7 @@ func (p *codeProbe) grpcWorkers() {
 	s = connect()
 	register(s, "g4")
 	bad := p.submit("g4", `{"input":"x","ttl_ms":20000}`, "Accept", "text/event-stream")
-	var offer *pb.Job
-	for offer == nil {
-		m, err := s.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		offer = m.GetJob()
-	}
+	offer := nextOf(p.t, s, (*pb.NodeMessage).GetJob)
 	_ = s.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: offer.JobId, Generation: offer.Generation, Data: []byte("not json")}}})
 	p.ended("bad_output", readAll(p.t, bad.Body))
 	bad.Body.Close()
@@ -458,28 +451,14 @@ func (p *codeProbe) grpcWorkers() {
 	g5 := connect()
 	register(g5, "g5")
 	id := p.unread("g5")
-	var job *pb.Job
-	for job == nil {
-		m, err := g5.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		job = m.GetJob()
-	}
+	job := nextOf(p.t, g5, (*pb.NodeMessage).GetJob)
 	if c := job.GetOutputCredit(); c.GetEvents() != probeWindow || c.GetJobId() != id {
 		p.t.Fatalf("offer's output credit %v, want the window of %d outputs for %s", c, probeWindow, id)
 	}
 	for range probeWindow + 1 {
 		_ = g5.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: job.JobId, Generation: job.Generation, Data: []byte(`"x"`)}}})
 	}
-	var cancel *pb.Cancel
-	for cancel == nil {
-		m, err := g5.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		cancel = m.GetCancel()
-	}
+	cancel := nextOf(p.t, g5, (*pb.NodeMessage).GetCancel)
 	if cancel.GetReason() != "credit_exceeded" {
 		p.t.Errorf("cancel %v, want reason credit_exceeded", cancel)
 	}
@@ -683,4 +662,19 @@ func jobIDOf(tb testing.TB, res *http.Response) string {
 		tb.Fatalf("no job id in %d %s", res.StatusCode, b)
 	}
 	return j.JobID
+}
+
+// nextOf reads a worker session until a message that get finds something
+// in (an offer, a cancel), and returns that.
+func nextOf[T any](tb testing.TB, s pb.WorkerService_ConnectClient, get func(*pb.NodeMessage) *T) *T {
+	tb.Helper()
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if v := get(m); v != nil {
+			return v
+		}
+	}
 }
