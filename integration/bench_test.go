@@ -200,12 +200,7 @@ func BenchmarkCluster(b *testing.B) {
 
 	traffic := map[string]peerTraffic{}
 	started := time.Now()
-	names := make([]string, len(setups))
-	for i, s := range setups {
-		names[i] = s.name
-	}
-	results := plan.run(b, names, func(i int, key string, count, c int) benchkit.Result {
-		s := setups[i]
+	results := runRounds(b, plan, setups, func(s benchSetup) string { return s.name }, func(s benchSetup, key string, count, c int) benchkit.Result {
 		before := clusterTraffic(b, nodes)
 		cpu := processCPU(b)
 		r := benchkit.Run(ctx, client, s.target, body, count, c)
@@ -246,11 +241,12 @@ func newRoundsPlan(b *testing.B, prefix, levels string, jobs, rounds int) rounds
 	return p
 }
 
-// run runs the plan over the setups named names: runOne runs count jobs of
-// setup i at concurrency c (its figures pooled under key, "c=C/NAME") from
-// a collected heap. After each level, a sub-benchmark c=C/NAME per setup
-// reports that setup's pooled figures. It returns the pooled figures by key.
-func (p roundsPlan) run(b *testing.B, names []string, runOne func(i int, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
+// runRounds runs plan over setups (named by name): runOne runs count jobs
+// of a setup at concurrency c (its figures pooled under key, "c=C/NAME")
+// from a collected heap. After each level, a sub-benchmark c=C/NAME per
+// setup reports that setup's pooled figures. It returns the pooled figures
+// by key.
+func runRounds[S any](b *testing.B, p roundsPlan, setups []S, name func(S) string, runOne func(s S, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
 	results := map[string]*benchkit.Result{}
 	for _, c := range p.levels {
 		for round := range p.rounds {
@@ -258,18 +254,18 @@ func (p roundsPlan) run(b *testing.B, names []string, runOne func(i int, key str
 			if round == 0 {
 				count += p.jobs % p.rounds
 			}
-			for k := range names {
-				i := (round + k) % len(names)
-				key := fmt.Sprintf("c=%d/%s", c, names[i])
+			for k := range setups {
+				s := setups[(round+k)%len(setups)]
+				key := fmt.Sprintf("c=%d/%s", c, name(s))
 				if results[key] == nil {
 					results[key] = &benchkit.Result{}
 				}
 				runtime.GC() // each run starts from a collected heap
-				results[key].Add(runOne(i, key, count, c))
+				results[key].Add(runOne(s, key, count, c))
 			}
 		}
-		for _, name := range names {
-			key := fmt.Sprintf("c=%d/%s", c, name)
+		for _, s := range setups {
+			key := fmt.Sprintf("c=%d/%s", c, name(s))
 			b.Run(strings.ReplaceAll(key, " ", "_"), func(b *testing.B) { reportLoad(b, *results[key]) })
 		}
 	}

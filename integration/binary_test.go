@@ -96,16 +96,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	if len(terminal) != 1 || terminal[0].Type != "error" || field[string](t, terminal[0], "code") != "node_shutdown" {
 		t.Fatalf("drained stream %v, want it to end with one terminal event, error node_shutdown\n%s", types(evs), logs())
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- node.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("node exit: %v\n%s", err, logs())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("node did not exit after SIGTERM\n%s", logs())
-	}
+	awaitExit(t, node, "node", "SIGTERM", logs)
 
 	if err := wk.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -139,16 +130,7 @@ func testBinaryDemoStops(t *testing.T, bin string) {
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- demo.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("demo exit: %v\n%s", err, logs())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("demo did not exit after SIGINT\n%s", logs())
-	}
+	awaitExit(t, demo, "demo", "SIGINT", logs)
 	all := logs()
 	if !strings.Contains(all, `msg="worker stopped" system=demo-worker`) || strings.Contains(all, "reconnecting") {
 		t.Errorf("want the demo worker stopped without a reconnect warning:\n%s", all)
@@ -196,6 +178,22 @@ func startDemoWorker(t *testing.T, bin, server, queue, delay string) (wk *exec.C
 	}
 	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
 	return wk, wlog
+}
+
+// awaitExit waits up to 15s for cmd (what: "node") to exit after sig,
+// and fails the test, with the process's logs, unless it exits 0.
+func awaitExit(t *testing.T, cmd *exec.Cmd, what, sig string, logs func() string) {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("%s exit: %v\n%s", what, err, logs())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not exit after %s\n%s", what, sig, logs())
+	}
 }
 
 // startServing starts cmd, a node (or demo) process, and waits until it

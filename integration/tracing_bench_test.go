@@ -128,12 +128,7 @@ func BenchmarkTracing(b *testing.B) {
 
 	spans := map[string]int{}
 	started := time.Now()
-	names := make([]string, len(setups))
-	for i, s := range setups {
-		names[i] = s.name
-	}
-	results := plan.run(b, names, func(i int, key string, count, c int) benchkit.Result {
-		s := setups[i]
+	results := runRounds(b, plan, setups, func(s setup) string { return s.name }, func(s setup, key string, count, c int) benchkit.Result {
 		// The spans of the jobs before are exported first, so what the
 		// receiver counts during the run is this run's.
 		flushAll()
