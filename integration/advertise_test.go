@@ -51,30 +51,9 @@ func TestBinaryAdvertise(t *testing.T) {
 	b := startProcNode(t, bin, "ab", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, append(everywhere,
 		"--peer-addr", "0.0.0.0:"+peerPort, "--advertise-peer-addr", relay.Addr)...)...)
 
-	type node struct{ ID, State, HTTPAddr, GRPCAddr, PeerAddr string }
-	var nodes []node
-	waitFor(t, 20*time.Second, "aa and ab online in aa's view", func() bool {
-		var body struct {
-			Nodes []struct {
-				ID       string `json:"id"`
-				State    string `json:"state"`
-				HTTPAddr string `json:"http_addr"`
-				GRPCAddr string `json:"grpc_addr"`
-				PeerAddr string `json:"peer_addr"`
-			} `json:"nodes"`
-		}
-		if procGetJSON(a, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 2 {
-			return false
-		}
-		nodes = nodes[:0]
-		for _, n := range body.Nodes {
-			if n.State != "online" {
-				return false
-			}
-			nodes = append(nodes, node{n.ID, n.State, n.HTTPAddr, n.GRPCAddr, n.PeerAddr})
-		}
-		return true
-	})
+	var view procView
+	waitFor(t, 20*time.Second, "aa and ab online in aa's view", func() bool { return view.allOnline(a, 2) })
+	nodes := view.Nodes
 	bound := map[string]*procNode{"aa": a, "ab": b}
 	for _, n := range nodes {
 		t.Logf("%s: http_addr %s, grpc_addr %s, peer_addr %s (bound http %s, grpc %s)", n.ID, n.HTTPAddr, n.GRPCAddr, n.PeerAddr, bound[n.ID].http, bound[n.ID].grpc)
@@ -114,13 +93,7 @@ func TestBinaryAdvertise(t *testing.T) {
 	// node claims the queue), so aa forwards the job over the peer
 	// transport to ab's advertised peer address, the relay.
 	before := relay.Conns()
-	wk := exec.Command(bin, "worker", "--server", b.grpc, "--queue", "adv", "--demo", "tokens", "--delay", "10ms")
-	wlog := &lockedBuffer{}
-	wk.Stderr = wlog
-	if err := wk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	_, wlog := startDemoWorker(t, bin, b.grpc, "adv", "10ms")
 	res := streamOnceServed(t, "http://"+a.http+"/v1/queues/adv/jobs", `{"input":"through the advertised peer address"}`)
 	evs := readAll(t, res.Body)
 	res.Body.Close()

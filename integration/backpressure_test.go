@@ -450,15 +450,7 @@ func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 		runs <- r
 		b := post(t.Context(), t, n1, "demo", `{"ttl_ms":60000,"input":"ticks"}`, true)
 		defer b.Body.Close()
-		type timed struct {
-			evs []timedEvent
-			err error
-		}
-		done := make(chan timed, 1)
-		go func() {
-			evs, err := readTimed(b.Body)
-			done <- timed{evs, err}
-		}()
+		done := readTimedAsync(b.Body)
 		close(r.start)
 		time.Sleep(d)
 		close(r.stop)

@@ -200,12 +200,7 @@ func BenchmarkCluster(b *testing.B) {
 
 	traffic := map[string]peerTraffic{}
 	started := time.Now()
-	names := make([]string, len(setups))
-	for i, s := range setups {
-		names[i] = s.name
-	}
-	results := plan.run(b, names, func(i int, key string, count, c int) benchkit.Result {
-		s := setups[i]
+	results := runRounds(b, plan, setups, func(s benchSetup) string { return s.name }, func(s benchSetup, key string, count, c int) benchkit.Result {
 		before := clusterTraffic(b, nodes)
 		cpu := processCPU(b)
 		r := benchkit.Run(ctx, client, s.target, body, count, c)
@@ -246,11 +241,12 @@ func newRoundsPlan(b *testing.B, prefix, levels string, jobs, rounds int) rounds
 	return p
 }
 
-// run runs the plan over the setups named names: runOne runs count jobs of
-// setup i at concurrency c (its figures pooled under key, "c=C/NAME") from
-// a collected heap. After each level, a sub-benchmark c=C/NAME per setup
-// reports that setup's pooled figures. It returns the pooled figures by key.
-func (p roundsPlan) run(b *testing.B, names []string, runOne func(i int, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
+// runRounds runs plan over setups (named by name): runOne runs count jobs
+// of a setup at concurrency c (its figures pooled under key, "c=C/NAME")
+// from a collected heap. After each level, a sub-benchmark c=C/NAME per
+// setup reports that setup's pooled figures. It returns the pooled figures
+// by key.
+func runRounds[S any](b *testing.B, p roundsPlan, setups []S, name func(S) string, runOne func(s S, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
 	results := map[string]*benchkit.Result{}
 	for _, c := range p.levels {
 		for round := range p.rounds {
@@ -258,18 +254,18 @@ func (p roundsPlan) run(b *testing.B, names []string, runOne func(i int, key str
 			if round == 0 {
 				count += p.jobs % p.rounds
 			}
-			for k := range names {
-				i := (round + k) % len(names)
-				key := fmt.Sprintf("c=%d/%s", c, names[i])
+			for k := range setups {
+				s := setups[(round+k)%len(setups)]
+				key := fmt.Sprintf("c=%d/%s", c, name(s))
 				if results[key] == nil {
 					results[key] = &benchkit.Result{}
 				}
 				runtime.GC() // each run starts from a collected heap
-				results[key].Add(runOne(i, key, count, c))
+				results[key].Add(runOne(s, key, count, c))
 			}
 		}
-		for _, name := range names {
-			key := fmt.Sprintf("c=%d/%s", c, name)
+		for _, s := range setups {
+			key := fmt.Sprintf("c=%d/%s", c, name(s))
 			b.Run(strings.ReplaceAll(key, " ", "_"), func(b *testing.B) { reportLoad(b, *results[key]) })
 		}
 	}
@@ -352,6 +348,58 @@ func reportLoad(b *testing.B, r benchkit.Result) {
 	}
 }
 
+// loadColumns are the columns of the interleaving benchmarks' tables: a
+// setup's pooled latencies (µs), the process's CPU per job (µs), and, last,
+// its jobs/s.
+var loadColumns = []struct {
+	name string
+	of   func(benchkit.Result) float64
+}{
+	{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
+	{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
+	{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
+	{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
+	{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
+	{"jobs/s", benchkit.Result.JobsPerSec},
+}
+
+// writeLoadHeader writes the table's first column, width wide, and the
+// loadColumns' names; the caller ends the line.
+func writeLoadHeader(sb *strings.Builder, width int) {
+	fmt.Fprintf(sb, "  %-*s", width, "setup")
+	for _, m := range loadColumns {
+		fmt.Fprintf(sb, " %10s", m.name)
+	}
+}
+
+// writeLoadRow writes label, width wide, and r's figures in the
+// loadColumns; the caller ends the line.
+func writeLoadRow(sb *strings.Builder, width int, label string, r benchkit.Result) {
+	fmt.Fprintf(sb, "  %-*s", width, label)
+	for _, m := range loadColumns {
+		fmt.Fprintf(sb, " %10.0f", m.of(r))
+	}
+}
+
+// writeRatioRow writes a line: label, width wide, and per loadColumn a's
+// figure over b's ("-" where b's is 0). The jobs/s ratio is inverted (b's
+// over a's), so every ratio reads "a costs this many times b".
+func writeRatioRow(sb *strings.Builder, width int, label string, a, b benchkit.Result) {
+	fmt.Fprintf(sb, "  %-*s", width, label)
+	for i, m := range loadColumns {
+		x, y := m.of(a), m.of(b)
+		if i == len(loadColumns)-1 {
+			x, y = y, x // jobs/s: inverted, a time ratio
+		}
+		if y == 0 {
+			fmt.Fprintf(sb, " %10s", "-")
+			continue
+		}
+		fmt.Fprintf(sb, " %9.2fx", x/y)
+	}
+	sb.WriteString("\n")
+}
+
 // clusterTable lays the results out per concurrency level, with the
 // ratios the issue asks for. Latency ratios are a/b of the times; the
 // jobs/s ratio is inverted (b's jobs/s over a's), so every ratio reads
@@ -363,18 +411,6 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 	for _, s := range setups {
 		fmt.Fprintf(&sb, "  %-17s %s\n", s.name, s.what)
 	}
-	type metric struct {
-		name string
-		of   func(benchkit.Result) float64
-	}
-	metrics := []metric{
-		{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
-		{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
-		{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
-		{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
-		{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
-		{"jobs/s", benchkit.Result.JobsPerSec},
-	}
 	ratios := [][2]string{
 		{"cross-node", "co-located"}, {"cross-node", "relay-stream"}, {"cross-node", "relay-shared"},
 		{"co-located", "relay-stream"}, {"cross-node", "cross-node-unary"},
@@ -382,20 +418,14 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 	for _, c := range levels {
 		key := func(setup string) string { return fmt.Sprintf("c=%d/%s", c, setup) }
 		fmt.Fprintf(&sb, "\nconcurrency %d (µs; cpu/job: the whole process's CPU µs per job; jobs/s)\n", c)
-		fmt.Fprintf(&sb, "  %-30s", "setup")
-		for _, m := range metrics {
-			fmt.Fprintf(&sb, " %10s", m.name)
-		}
+		writeLoadHeader(&sb, 30)
 		fmt.Fprintf(&sb, " %7s %7s\n", "jobs", "failed")
 		for _, s := range setups {
 			r, ok := results[key(s.name)]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&sb, "  %-30s", s.name)
-			for _, m := range metrics {
-				fmt.Fprintf(&sb, " %10.0f", m.of(*r))
-			}
+			writeLoadRow(&sb, 30, s.name, *r)
 			fmt.Fprintf(&sb, " %7d %7d\n", len(r.Last)+r.Failed, r.Failed)
 		}
 		for _, rt := range ratios {
@@ -404,19 +434,7 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 			if !okA || !okB {
 				continue
 			}
-			fmt.Fprintf(&sb, "  %-30s", rt[0]+" / "+rt[1])
-			for i, m := range metrics {
-				x, y := m.of(*a), m.of(*bb)
-				if i == len(metrics)-1 {
-					x, y = y, x // jobs/s: inverted, a time ratio
-				}
-				if y == 0 {
-					fmt.Fprintf(&sb, " %10s", "-")
-					continue
-				}
-				fmt.Fprintf(&sb, " %9.2fx", x/y)
-			}
-			sb.WriteString("\n")
+			writeRatioRow(&sb, 30, rt[0]+" / "+rt[1], *a, *bb)
 		}
 		for _, s := range setups {
 			if t, ok := traffic[key(s.name)]; ok {

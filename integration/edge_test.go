@@ -40,18 +40,11 @@ func TestHTTPEdge(t *testing.T) {
 	bin := buildOrSkip(t, "builds the binary")
 	demo := exec.Command(bin, "demo", "--name", "edge", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms", "--http-body-timeout", edgeBodyTimeout.String())
-	stderr, err := demo.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
+	httpAddr, _, logs := startServing(t, demo)
 	defer func() {
 		_ = demo.Process.Signal(syscall.SIGINT)
 		_ = demo.Wait()
 	}()
-	httpAddr, _, logs := awaitServing(t, stderr)
 	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 	res := streamOnceServed(t, jobsURL, edgeEnvelope) // the demo worker is attached
 	readAll(t, res.Body)

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -30,12 +29,7 @@ import (
 // when the test ends (before the node, which was started earlier).
 func jobsClient(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) pb.JobServiceClient {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return pb.NewJobServiceClient(conn)
+	return pb.NewJobServiceClient(grpcConn(tb, n, opts...))
 }
 
 // recvAll reads a job stream to its end; err is nil when the call ended OK.
@@ -475,15 +469,6 @@ func TestGRPCInvalidResumeTokens(t *testing.T) {
 	}
 	kid, rest, _ := strings.Cut(tokA, ".")
 	payload, mac, _ := strings.Cut(rest, ".")
-	flip := func(s string, i int) string {
-		b := []byte(s)
-		if b[i] == 'A' {
-			b[i] = 'B'
-		} else {
-			b[i] = 'A'
-		}
-		return string(b)
-	}
 
 	cases := []struct {
 		name  string
@@ -492,8 +477,8 @@ func TestGRPCInvalidResumeTokens(t *testing.T) {
 		types []string
 		job   string
 	}{
-		{"tampered mac", alice, kid + "." + payload + "." + flip(mac, 3), nil, jobA},
-		{"tampered payload", alice, kid + "." + flip(payload, len(payload)/2) + "." + mac, nil, jobA},
+		{"tampered mac", alice, kid + "." + payload + "." + flipByte(mac, 3), nil, jobA},
+		{"tampered payload", alice, kid + "." + flipByte(payload, len(payload)/2) + "." + mac, nil, jobA},
 		{"truncated", alice, tokA[:len(tokA)-4], nil, jobA},
 		{"garbage", alice, "not-a-token", nil, jobA},
 		{"empty segments", alice, "..", nil, jobA},

@@ -281,18 +281,8 @@ func startKillClusterEach(t *testing.T, bin string, aFlags, bFlags, cFlags []str
 	b = startProcNode(t, bin, "kb", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, bFlags...)...)
 	c = startProcNode(t, bin, "kc", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, cFlags...)...)
 	for _, n := range []*procNode{a, b, c} {
-		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
-			var body struct{ Nodes []struct{ ID, State string } }
-			if procGetJSON(n, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 3 {
-				return false
-			}
-			for _, nd := range body.Nodes {
-				if nd.State != "online" {
-					return false
-				}
-			}
-			return true
-		})
+		var v procView
+		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool { return v.allOnline(n, 3) })
 	}
 	return a, b, c
 }

@@ -211,6 +211,34 @@ func (n *procNode) restart(t *testing.T) time.Time {
 	return at
 }
 
+// procView is a node process's cluster view (/v1/cluster/nodes).
+type procView struct {
+	Nodes []procViewNode `json:"nodes"`
+}
+
+type procViewNode struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	HTTPAddr string `json:"http_addr"`
+	GRPCAddr string `json:"grpc_addr"`
+	PeerAddr string `json:"peer_addr"`
+}
+
+// allOnline reads n's view into v and reports whether it holds size
+// nodes, every one online.
+func (v *procView) allOnline(n *procNode, size int) bool {
+	*v = procView{}
+	if procGetJSON(n, "/v1/cluster/nodes", v) != nil || len(v.Nodes) != size {
+		return false
+	}
+	for _, nd := range v.Nodes {
+		if nd.State != "online" {
+			return false
+		}
+	}
+	return true
+}
+
 // freeAddr returns a loopback address with a port free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()

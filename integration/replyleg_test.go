@@ -46,15 +46,7 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 	started := make(chan string, 1)
 	cancelled := make(chan time.Time, 1)
 	MustStartWorker(t, n3, worker.Config{Name: "y", Queue: "rl", Capabilities: []string{"model=y"}, Concurrency: 4},
-		func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-			if err := out.Send(ctx, "first"); err != nil {
-				return nil, err
-			}
-			started <- job.ID
-			<-ctx.Done()
-			cancelled <- time.Now()
-			return nil, ctx.Err()
-		})
+		outputThenAwaitCancel(started, cancelled))
 	for _, nd := range nodes {
 		waitFor(t, 5*time.Second, "both consumers of rl in "+name(nd)+"'s view", func() bool { return len(nd.Catalog().Consumers("rl")) == 2 })
 		waitFor(t, 5*time.Second, "n1 still dispatches rl in "+name(nd)+"'s view", func() bool { return dispatcherOf(nd, "rl") == "n1" })

@@ -128,12 +128,7 @@ func BenchmarkTracing(b *testing.B) {
 
 	spans := map[string]int{}
 	started := time.Now()
-	names := make([]string, len(setups))
-	for i, s := range setups {
-		names[i] = s.name
-	}
-	results := plan.run(b, names, func(i int, key string, count, c int) benchkit.Result {
-		s := setups[i]
+	results := runRounds(b, plan, setups, func(s setup) string { return s.name }, func(s setup, key string, count, c int) benchkit.Result {
 		// The spans of the jobs before are exported first, so what the
 		// receiver counts during the run is this run's.
 		flushAll()
@@ -153,31 +148,13 @@ func BenchmarkTracing(b *testing.B) {
 	for _, m := range modes {
 		fmt.Fprintf(&sb, "  %-5s %s\n", m.name, m.what)
 	}
-	type metric struct {
-		name string
-		of   func(benchkit.Result) float64
-	}
-	metrics := []metric{
-		{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
-		{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
-		{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
-		{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
-		{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
-		{"jobs/s", benchkit.Result.JobsPerSec},
-	}
 	for _, c := range plan.levels {
 		fmt.Fprintf(&sb, "\nconcurrency %d (µs; cpu/job: the whole process's CPU µs per job; jobs/s; spans exported per job)\n", c)
-		fmt.Fprintf(&sb, "  %-24s", "setup")
-		for _, m := range metrics {
-			fmt.Fprintf(&sb, " %10s", m.name)
-		}
+		writeLoadHeader(&sb, 24)
 		fmt.Fprintf(&sb, " %10s %6s\n", "spans/job", "failed")
 		for _, s := range setups {
 			r := results[fmt.Sprintf("c=%d/%s", c, s.name)]
-			fmt.Fprintf(&sb, "  %-24s", s.name)
-			for _, m := range metrics {
-				fmt.Fprintf(&sb, " %10.0f", m.of(*r))
-			}
+			writeLoadRow(&sb, 24, s.name, *r)
 			n := len(r.Last) + r.Failed
 			fmt.Fprintf(&sb, " %10.2f %6d\n", float64(spans[fmt.Sprintf("c=%d/%s", c, s.name)])/float64(max(n, 1)), r.Failed)
 		}
@@ -187,19 +164,7 @@ func BenchmarkTracing(b *testing.B) {
 			}
 			path := strings.TrimPrefix(s.name, s.mode+" ")
 			a, off := results[fmt.Sprintf("c=%d/%s", c, s.name)], results[fmt.Sprintf("c=%d/off %s", c, path)]
-			fmt.Fprintf(&sb, "  %-24s", s.name+" / off")
-			for i, m := range metrics {
-				x, y := m.of(*a), m.of(*off)
-				if i == len(metrics)-1 {
-					x, y = y, x // jobs/s inverted: a time ratio, like the others
-				}
-				if y == 0 {
-					fmt.Fprintf(&sb, " %10s", "-")
-					continue
-				}
-				fmt.Fprintf(&sb, " %9.2fx", x/y)
-			}
-			sb.WriteString("\n")
+			writeRatioRow(&sb, 24, s.name+" / off", *a, *off)
 		}
 	}
 	fmt.Print(sb.String())

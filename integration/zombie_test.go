@@ -116,7 +116,7 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 	name, queue := fmt.Sprintf("zb%d", seed), fmt.Sprintf("zq%d", seed)
 
 	proxy := startEtcdProxy(t, a.Catalog().ClientAddr())
-	logs := &zombieLogBuffer{}
+	logs := &lockedBuffer{}
 	b := startZombieNode(t, name, proxy.Addr(), logs)
 
 	waitFor(t, 10*time.Second, name+" online in A's view and A in "+name+"'s", func() bool {
@@ -590,22 +590,4 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// zombieLogBuffer collects a node's log, written from its goroutines.
-type zombieLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *zombieLogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *zombieLogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
