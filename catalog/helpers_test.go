@@ -32,7 +32,21 @@ func open(t *testing.T, cfg catalog.Config) *catalog.Catalog {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t).With("node", cfg.Name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	c := openPlain(t, cfg)
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("Close(%s): %v", cfg.Name, err)
+		}
+	})
+	return c
+}
+
+// openPlain opens a catalog on cfg as given, within 30s, and logs how long
+// Open took; the caller closes it (a cluster's member: the cluster's
+// cleanup). A member's restart on its data directory opens it so.
+func openPlain(t *testing.T, cfg catalog.Config) *catalog.Catalog {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
 	c, err := catalog.Open(ctx, cfg)
@@ -40,11 +54,6 @@ func open(t *testing.T, cfg catalog.Config) *catalog.Catalog {
 		t.Fatalf("Open(%s): %v", cfg.Name, err)
 	}
 	t.Logf("Open(%s) took %v", cfg.Name, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("Close(%s): %v", cfg.Name, err)
-		}
-	})
 	return c
 }
 
