@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,32 +16,13 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // member is one node of an embedded cluster under test.
 type member struct {
 	cfg catalog.Config
 	cat *catalog.Catalog
-}
-
-// freeAddrs returns n distinct 127.0.0.1 addresses whose ports were free a
-// moment ago. Another process or test may take one before it is bound: the
-// caller retries on a bind error.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	lns := make([]net.Listener, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listen: %v", err)
-		}
-		lns[i], addrs[i] = ln, ln.Addr().String()
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
 }
 
 func isBindErr(err error) bool {
@@ -52,7 +32,7 @@ func isBindErr(err error) bool {
 // clusterConfigs returns the configurations of a new cluster of the named
 // members on fresh addresses and data directories.
 func clusterConfigs(t *testing.T, names ...string) []catalog.Config {
-	addrs := freeAddrs(t, 2*len(names))
+	addrs := tcptest.FreeAddrs(t, 2*len(names))
 	var ic []string
 	for i, name := range names {
 		ic = append(ic, name+"=https://"+addrs[2*i+1])

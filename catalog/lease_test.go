@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 func TestFenceDeadline(t *testing.T) {
@@ -67,10 +68,10 @@ func TestLeaseLostOnOutsideRevoke(t *testing.T) {
 // which is what makes their vanishing proof that it stopped.
 func TestFenceBeforeExpiry(t *testing.T) {
 	a := open(t, embeddedConfig(t, "node-a"))
-	p := startProxy(t, a.ClientAddr())
+	p := tcptest.NewRelay(t, a.ClientAddr())
 	b := open(t, catalog.Config{
 		Name:           "node-b",
-		Endpoints:      []string{"https://" + p.Addr()},
+		Endpoints:      []string{"https://" + p.Addr},
 		LeaseTTL:       2 * time.Second,
 		RequestTimeout: 500 * time.Millisecond,
 	})
@@ -81,7 +82,7 @@ func TestFenceBeforeExpiry(t *testing.T) {
 	eventually(t, 2*time.Second, "a sees node-b", func() bool { _, ok := a.Node("node-b"); return ok })
 
 	cut := time.Now()
-	p.Cut()
+	p.Close()
 	var fenced, expired time.Duration
 	done := make(chan struct{})
 	go func() {

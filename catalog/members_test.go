@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // memberLine is a member list as one log line: name(id,state).
@@ -118,7 +119,7 @@ func TestMembership(t *testing.T) {
 	if err := c.cat.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	newPeer := freeAddrs(t, 1)[0]
+	newPeer := tcptest.FreeAddrs(t, 1)[0]
 	c.cfg.InitialCluster = strings.Replace(c.cfg.InitialCluster, "m3=https://"+c.cfg.PeerAddr, "m3=https://"+newPeer, 1)
 	c.cfg.PeerAddr = newPeer
 	c.cat = openPlain(t, c.cfg)

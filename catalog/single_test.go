@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // A node started alone, on ports chosen at start, grows as
@@ -40,7 +41,7 @@ func TestSingleMemberGrows(t *testing.T) {
 	}
 
 	// The steps: explicit addresses, --initial-cluster naming itself.
-	addrs := freeAddrs(t, 4)
+	addrs := tcptest.FreeAddrs(t, 4)
 	cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]
 	cfg.InitialCluster = "s1=https://" + addrs[1]
 	a = openPlain(t, cfg)
