@@ -22,10 +22,7 @@ import (
 // be) is reached by its peers there, and a job crosses it; an advertised
 // address nobody could dial is refused at startup.
 func TestBinaryAdvertise(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds and runs the binary")
 
 	t.Run("refused", func(t *testing.T) {
 		for _, tc := range []struct{ flag, value, want string }{

@@ -46,7 +46,7 @@ var needsAFault = map[string]string{
 	"internal":               "a server fault: httpapi TestWriteError, apierr TestStatusHidesServerFaults",
 	"catalog_unavailable":    "etcd refusing a write: grpcapi TestRegisterRefusals, TestUpdateCapabilitiesCatalogFailure",
 	"dispatcher_unavailable": "a dispatcher node that cannot be reached or elected: no test provokes it yet (a fault test's job)",
-	"too_large":              "a message over the peer size limit between two nodes: peer TestLaneUndeliverableIsNotSentNorRetried",
+	"too_large":              "a message over the peer size limit between two nodes: peer TestDeliveryUndeliverableIsNotSentNorRetried",
 	"quorum_at_risk":         "a cluster with members down: catalog TestMembership removes a member while a quorum is down",
 	"write_failed":           "a gRPC client whose transport stops taking writes (its Submit stream stalls): TestGRPCOwnerIsPaced",
 }
