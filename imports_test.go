@@ -109,8 +109,8 @@ var importRules = map[string]importRule{
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},
-	// Test plumbing, imported by tests only: a TCP relay that counts what
-	// it carries and can go silent (a blackhole).
+	// Test plumbing, imported by tests only: free loopback addresses, a
+	// TCP relay that counts what it carries and fails on demand.
 	"internal/tcptest": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
