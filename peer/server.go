@@ -171,6 +171,20 @@ func heartbeatOf(ns int64) time.Duration {
 	return min(max(hb, minHeartbeat), maxHeartbeat)
 }
 
+// sweep deletes the entries of m that gone reports, at most once per
+// every: *last is when it last did.
+func sweep[K comparable, V any](m map[K]V, last *time.Time, every time.Duration, now time.Time, gone func(V) bool) {
+	if now.Sub(*last) < every {
+		return
+	}
+	*last = now
+	for k, v := range m {
+		if gone(v) {
+			delete(m, k)
+		}
+	}
+}
+
 // inCall is what a stream handler (Deliver, Respond) keeps of its call:
 // the authenticated sender, and ctx, derived from the call's context, which
 // the handler cancels with the cause the stream ends for.
