@@ -86,12 +86,15 @@ type book struct {
 	addrs map[string]string
 }
 
-func newBook(kv ...string) *book {
-	b := &book{addrs: map[string]string{}}
+func newBook(kv ...string) *book { return &book{addrs: pairs(kv...)} }
+
+// pairs is the map of kv's keys and values, in turn.
+func pairs(kv ...string) map[string]string {
+	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
-		b.addrs[kv[i]] = kv[i+1]
+		m[kv[i]] = kv[i+1]
 	}
-	return b
+	return m
 }
 
 func (b *book) Addr(node string) (string, bool) {
