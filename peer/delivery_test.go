@@ -55,6 +55,16 @@ func (g *gatedRecorder) HandleForward(from string, d core.Delivery) error {
 	return g.recorder.HandleForward(from, d)
 }
 
+// holdUntil is a gatedRecorder's block that holds up each message held
+// reports until release is closed.
+func holdUntil(release <-chan struct{}, held func(core.Message) bool) func(core.Message) {
+	return func(m core.Message) {
+		if held(m) {
+			<-release
+		}
+	}
+}
+
 // checkOnceInOrder fails unless got holds gens 0..n-1 of job, once each,
 // in order.
 func checkOnceInOrder(t *testing.T, got []received, job string, n int) {
@@ -153,11 +163,7 @@ func TestDeliveryStallFallsBackInOrder(t *testing.T) {
 // another queue's.
 func TestDeliveriesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "slow" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.Queue == "slow" })}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	t.Cleanup(func() { close(release) })
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(5*time.Second, 15*time.Second, 50*time.Millisecond))
@@ -772,11 +778,7 @@ func TestDeliveryConfigIsValidated(t *testing.T) {
 func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "held" {
-			<-release
-		}
-	}, fwd: func(d core.Delivery) {
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.Queue == "held" }), fwd: func(d core.Delivery) {
 		if d.Queue == "held" {
 			<-release
 		}
