@@ -778,11 +778,14 @@ func TestDeliveryConfigIsValidated(t *testing.T) {
 func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})
-	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.Queue == "held" }), fwd: func(d core.Delivery) {
-		if d.Queue == "held" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{
+		block: holdUntil(release, func(m core.Message) bool { return m.Queue == "held" }),
+		fwd: func(d core.Delivery) {
+			if d.Queue == "held" {
+				<-release
+			}
+		},
+	}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r, err := peer.New(peer.Config{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond,
 		Addr:     newBook("b", b.addr, "down", freeAddr(t)).Addr,
