@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -639,12 +637,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		t.Errorf("delivery stream Post without numbers: got %v, want InvalidArgument", err)
 	}
 	// And a stream's connection needs the handshake like every other.
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare, err := pb.NewPeerServiceClient(raw).Deliver(ctx)
+	bare, err := dialBare(t, b.addr).Deliver(ctx)
 	if err == nil {
 		_, err = bare.Recv()
 	}

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -569,12 +567,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare := pb.NewPeerServiceClient(raw)
+	bare := dialBare(t, b.addr)
 	p, _ := peer.MessageToPB(msg("j", 0))
 	if _, err := bare.Post(ctx, &pb.PostRequest{Messages: []*pb.PeerMessage{p}}); err == nil {
 		t.Error("bare Post served")
