@@ -32,7 +32,7 @@ type server struct {
 	// (cancelOnLeg), and by callers that hold an unicastInbox's, a
 	// deliveryInbox's or an inLeg's mu; it takes none.
 	mu         sync.Mutex
-	senders    map[string]*unicastInbox // by sending node id: stream-less Posts
+	senders    map[string]*unicastInbox // by sending node id: Posts naming no delivery stream
 	deliveries map[deliveryKey]*deliveryInbox
 	swept      time.Time // when delivery streams was last swept of forgotten delivery streams
 	inLegs     map[inLegKey]*inLeg
