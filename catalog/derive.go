@@ -220,21 +220,28 @@ func derivedClientTLS(secret []byte, name string) (*tls.Config, error) {
 		// which would also compare names).
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return verifyChain(pool, raw, x509.ExtKeyUsageServerAuth)
+			if err := VerifyChain(pool, raw, x509.ExtKeyUsageServerAuth); err != nil {
+				return fmt.Errorf("catalog TLS (another cluster secret?): %w", err)
+			}
+			return nil
 		},
 	}, nil
 }
 
-// verifyChain checks that the leaf of raw chains to a CA in pool, for use.
-func verifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error {
+// VerifyChain checks that the leaf of raw (a peer's certificate chain as
+// the handshake received it, leaf first) chains to a CA in pool, the
+// cluster CA, for use. The node's peer port checks its clients with it as
+// the derived catalog TLS checks its members. An error names the leaf and
+// its issuer.
+func VerifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error {
 	if len(raw) == 0 {
-		return errors.New("catalog TLS: no certificate")
+		return errors.New("no certificate")
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, b := range raw {
 		c, err := x509.ParseCertificate(b)
 		if err != nil {
-			return fmt.Errorf("catalog TLS: certificate %d: %w", i, err)
+			return fmt.Errorf("certificate %d: %w", i, err)
 		}
 		certs[i] = c
 	}
@@ -243,7 +250,7 @@ func verifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error 
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
-		return fmt.Errorf("catalog TLS: %s is not of this cluster's catalog CA (another cluster secret?): %w", certs[0].Subject, err)
+		return fmt.Errorf("%s, issued by %s, is not of the cluster CA: %w", certs[0].Subject, certs[0].Issuer, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,6 +107,32 @@ func (f *fakeConn) Closes() []error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.closes)
+}
+
+// wantCancels checks that the worker was told to cancel exactly want, in
+// order (nothing, with no want).
+func (f *fakeConn) wantCancels(t *testing.T, want ...cancelMsg) {
+	t.Helper()
+	if c := f.Cancels(); !slices.Equal(c, want) {
+		t.Fatalf("worker cancels %+v, want %+v", c, want)
+	}
+}
+
+// wantStalledAt, in a synctest bubble, checks that the worker is dropped
+// as stalled (one close, ErrStalled) after exactly d more: not a
+// millisecond sooner. what names the timeout (dispatch, cancel).
+func (f *fakeConn) wantStalledAt(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if len(f.Closes()) != 0 {
+		t.Fatalf("worker dropped before the %s timeout", what)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if closes := f.Closes(); len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
+		t.Fatalf("closes = %v, want one ErrStalled", closes)
+	}
 }
 
 // offersFor returns the offers this worker got for one job.
@@ -332,6 +359,19 @@ func wantEnded(t *testing.T, h *harness, j *core.Job, outcome core.Outcome, code
 	}
 }
 
+// wantLostNotRunAgain detaches w, which ran job j until an output, while
+// another worker is free on queue q: j fails worker_lost and the other
+// worker is offered nothing (at most once, or a restart bound reached).
+func wantLostNotRunAgain(t *testing.T, h *harness, w *core.Worker, j *core.Job) {
+	t.Helper()
+	_, other := h.attach("q", 1)
+	w.Detach(context.Background())
+	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
+	if n := len(other.Offers()); n != 0 {
+		t.Fatalf("job %s was offered again after its worker was lost (%d offers)", j.ID, n)
+	}
+}
+
 func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	t.Helper()
 	if err == nil {
@@ -345,4 +385,30 @@ func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 		t.Fatalf("code = %s (%v), want %s", ce.Code, err, want)
 	}
 	return ce
+}
+
+// oneWorker is a harness with one worker of one credit on queue q.
+func oneWorker(t *testing.T, adjust func(*core.Config)) (*harness, *core.Worker, *fakeConn) {
+	t.Helper()
+	h := newHarness(t, adjust)
+	w, fc := h.attach("q", 1)
+	return h, w, fc
+}
+
+// offered submits a job on q (a minute's TTL) and returns it with the
+// generation of fc's newest offer: the job's, when fc's worker is the one
+// it goes to.
+func (h *harness) offered(fc *fakeConn) (*core.Job, uint64) {
+	h.t.Helper()
+	j := h.submit("q", env(time.Minute))
+	return j, fc.lastOffer(h.t).Gen
+}
+
+// running submits a job on q (a minute's TTL) that w, whose connection is
+// fc, is offered and accepts; it returns the job and its generation.
+func (h *harness) running(w *core.Worker, fc *fakeConn) (*core.Job, uint64) {
+	h.t.Helper()
+	j, gen := h.offered(fc)
+	w.Accept(j.ID, gen)
+	return j, gen
 }

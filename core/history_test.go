@@ -177,30 +177,20 @@ func TestHistoryNewestAlwaysKept(t *testing.T) {
 
 func TestHistoryWakeClosesOnAppend(t *testing.T) {
 	h := core.NewHistory(10, 1<<20)
-	r, _, _ := h.Since(0, 10)
-	select {
-	case <-r.Wake:
-		t.Fatal("Wake closed before any append")
-	default:
-	}
-	h.Append(core.EventOutput, 1, []byte("a"))
-	select {
-	case <-r.Wake:
-	default:
-		t.Fatal("Wake not closed by Append")
-	}
-	// The next read gets a fresh channel that the next append closes.
-	r2, _, _ := h.Since(1, 10)
-	select {
-	case <-r2.Wake:
-		t.Fatal("fresh Wake already closed")
-	default:
-	}
-	h.Append(core.EventDone, 1, []byte("{}"))
-	select {
-	case <-r2.Wake:
-	default:
-		t.Fatal("Wake not closed by the terminal Append")
+	// Each read gets a fresh channel that the next append closes, the
+	// terminal one too.
+	for after, ev := range []struct {
+		kind core.EventKind
+		data string
+	}{{core.EventOutput, "a"}, {core.EventDone, "{}"}} {
+		r, _, _ := h.Since(uint64(after), 10)
+		if closed(r.Wake) {
+			t.Fatalf("Wake of a read after %d closed before the next append", after)
+		}
+		h.Append(ev.kind, 1, []byte(ev.data))
+		if !closed(r.Wake) {
+			t.Fatalf("Wake not closed by the Append of %s", ev.kind)
+		}
 	}
 }
 

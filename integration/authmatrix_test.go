@@ -180,7 +180,10 @@ func TestAuthMatrix(t *testing.T) {
 			[columns]answer{unauthenticated, unauthenticated, denied, na, {status: 409, code: "job_not_held"}}}
 	}
 
-	ops := documentOperations(t)
+	ops, err := openapi.Operations()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, op := range ops {
 		if _, ok := rows[op]; !ok {
 			t.Errorf("the document's %s has no row in the auth matrix: add one", op)
@@ -347,29 +350,6 @@ func grpcAnswer(err error) answer {
 		}
 	}
 	return a
-}
-
-// documentOperations are the "method path" of every operation of the
-// OpenAPI document.
-func documentOperations(tb testing.TB) []string {
-	tb.Helper()
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(openapi.JSON, &doc); err != nil {
-		tb.Fatal(err)
-	}
-	var ops []string
-	for path, methods := range doc.Paths {
-		for m := range methods {
-			switch m {
-			case "get", "put", "post", "delete", "patch", "head", "options":
-				ops = append(ops, m+" "+path)
-			}
-		}
-	}
-	slices.Sort(ops)
-	return ops
 }
 
 // readSession reads an HTTP worker session's registered event and returns

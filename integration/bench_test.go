@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
@@ -135,15 +136,7 @@ func BenchmarkCluster(b *testing.B) {
 		warmup      = 200
 		retention   = 50 * time.Millisecond
 	)
-	var levels []int
-	for _, f := range strings.Split(*clusterLevels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || c < 1 {
-			b.Fatalf("-cluster.levels: %q is not a concurrency", f)
-		}
-		levels = append(levels, c)
-	}
-	jobs, rounds := max(*clusterJobs, 1), min(max(*clusterRounds, 1), max(*clusterJobs, 1))
+	plan := newRoundsPlan(b, "cluster", *clusterLevels, *clusterJobs, *clusterRounds)
 	// n1: the cross-node ingress; n2: the worker's node and the queue's
 	// dispatcher; n3: the cross-node ingress with PeerForceUnary.
 	nodes := startCluster(b, 3, func(i int, c *switchyard.Config) {
@@ -202,48 +195,93 @@ func BenchmarkCluster(b *testing.B) {
 	// Warm every path: connections, lane streams, pools.
 	ctx := context.Background()
 	for _, s := range setups {
-		if r := benchkit.Run(ctx, client, s.target, body, warmup, 64); r.Failed > 0 {
-			b.Fatalf("%s: warm-up: %d of %d jobs failed", s.name, r.Failed, warmup)
-		}
+		warmUp(b, client, s.name, s.target, body, warmup)
 	}
 
-	results := map[string]*benchkit.Result{}
 	traffic := map[string]peerTraffic{}
 	started := time.Now()
-	for _, c := range levels {
-		for round := range rounds {
-			count := jobs / rounds
+	names := make([]string, len(setups))
+	for i, s := range setups {
+		names[i] = s.name
+	}
+	results := plan.run(b, names, func(i int, key string, count, c int) benchkit.Result {
+		s := setups[i]
+		before := clusterTraffic(b, nodes)
+		cpu := processCPU(b)
+		r := benchkit.Run(ctx, client, s.target, body, count, c)
+		r.CPU = processCPU(b) - cpu
+		if s.cluster {
+			// Let trailing messages (an unbind, a late reply) be counted
+			// and the last jobs be forgotten.
+			time.Sleep(retention + 150*time.Millisecond)
+			traffic[key] = traffic[key].add(clusterTraffic(b, nodes).sub(before))
+		}
+		return r
+	})
+	fmt.Print(clusterTable(setups, plan.levels, results, traffic, plan.jobs, plan.rounds, jobShape(input)))
+	fmt.Printf("measured in %s (cluster start and warm-up before that)\n", time.Since(started).Round(time.Millisecond))
+}
+
+// roundsPlan is how an interleaving benchmark spreads its jobs: for each
+// client concurrency level, every setup runs jobs jobs, split into rounds
+// rounds that interleave the setups (each round in a rotated order), so a
+// slow spell of a shared, noisy machine falls on all of them rather than on
+// whichever ran then.
+type roundsPlan struct {
+	levels       []int
+	jobs, rounds int
+}
+
+// newRoundsPlan reads the flags -PREFIX.levels (comma-separated
+// concurrency levels), -PREFIX.jobs and -PREFIX.rounds.
+func newRoundsPlan(b *testing.B, prefix, levels string, jobs, rounds int) roundsPlan {
+	p := roundsPlan{jobs: max(jobs, 1), rounds: min(max(rounds, 1), max(jobs, 1))}
+	for _, f := range strings.Split(levels, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			b.Fatalf("-%s.levels: %q is not a concurrency", prefix, f)
+		}
+		p.levels = append(p.levels, c)
+	}
+	return p
+}
+
+// run runs the plan over the setups named names: runOne runs count jobs of
+// setup i at concurrency c (its figures pooled under key, "c=C/NAME") from
+// a collected heap. After each level, a sub-benchmark c=C/NAME per setup
+// reports that setup's pooled figures. It returns the pooled figures by key.
+func (p roundsPlan) run(b *testing.B, names []string, runOne func(i int, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
+	results := map[string]*benchkit.Result{}
+	for _, c := range p.levels {
+		for round := range p.rounds {
+			count := p.jobs / p.rounds
 			if round == 0 {
-				count += jobs % rounds
+				count += p.jobs % p.rounds
 			}
-			for k := range setups {
-				s := setups[(round+k)%len(setups)]
-				name := fmt.Sprintf("c=%d/%s", c, s.name)
-				if results[name] == nil {
-					results[name] = &benchkit.Result{}
+			for k := range names {
+				i := (round + k) % len(names)
+				key := fmt.Sprintf("c=%d/%s", c, names[i])
+				if results[key] == nil {
+					results[key] = &benchkit.Result{}
 				}
 				runtime.GC() // each run starts from a collected heap
-				before := clusterTraffic(b, nodes)
-				cpu := processCPU(b)
-				r := benchkit.Run(ctx, client, s.target, body, count, c)
-				r.CPU = processCPU(b) - cpu
-				results[name].Add(r)
-				if s.cluster {
-					// Let trailing messages (an unbind, a late reply) be
-					// counted and the last jobs be forgotten.
-					time.Sleep(retention + 150*time.Millisecond)
-					traffic[name] = traffic[name].add(clusterTraffic(b, nodes).sub(before))
-				}
+				results[key].Add(runOne(i, key, count, c))
 			}
 		}
-		for _, s := range setups {
-			name := fmt.Sprintf("c=%d/%s", c, s.name)
-			b.Run(name, func(b *testing.B) { reportLoad(b, *results[name]) })
+		for _, name := range names {
+			key := fmt.Sprintf("c=%d/%s", c, name)
+			b.Run(strings.ReplaceAll(key, " ", "_"), func(b *testing.B) { reportLoad(b, *results[key]) })
 		}
 	}
-	// Straight to stdout: a parent benchmark's b.Log shows only under -v.
-	fmt.Print(clusterTable(setups, levels, results, traffic, jobs, rounds, jobShape(input)))
-	fmt.Printf("measured in %s (cluster start and warm-up before that)\n", time.Since(started).Round(time.Millisecond))
+	return results
+}
+
+// warmUp runs n jobs at concurrency 64 against target, and fails the
+// benchmark if any fails.
+func warmUp(b *testing.B, client *http.Client, name, target string, body []byte, n int) {
+	if r := benchkit.Run(context.Background(), client, target, body, n, 64); r.Failed > 0 {
+		b.Fatalf("%s: warm-up: %d of %d jobs failed", name, r.Failed, n)
+	}
 }
 
 // startRelayWorker runs a real SDK worker against the relay's B until the

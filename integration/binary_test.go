@@ -23,14 +23,7 @@ import (
 // drains, ends a job that outlives the drain with node_shutdown, and exits
 // 0), and `switchyard demo` (Ctrl-C stops it without a reconnect warning).
 func TestBinarySmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "switchyard")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/switchyard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildOrSkip(t, "builds the binary")
 	t.Run("node and worker", func(t *testing.T) { testBinaryNodeAndWorker(t, bin) })
 	t.Run("demo stops quietly", func(t *testing.T) { testBinaryDemoStops(t, bin) })
 }

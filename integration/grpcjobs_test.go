@@ -40,6 +40,11 @@ func jobsClient(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) pb.J
 
 // recvAll reads a job stream to its end; err is nil when the call ended OK.
 func recvAll(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error) {
+	return recvPaced(st, 0)
+}
+
+// recvPaced is recvAll reading one event per pace.
+func recvPaced(st grpc.ServerStreamingClient[pb.JobEvent], pace time.Duration) ([]*pb.JobEvent, error) {
 	var evs []*pb.JobEvent
 	for {
 		ev, err := st.Recv()
@@ -50,6 +55,9 @@ func recvAll(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error)
 			return evs, err
 		}
 		evs = append(evs, ev)
+		if pace > 0 {
+			time.Sleep(pace)
+		}
 	}
 }
 
@@ -857,18 +865,7 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 		// Reads one event per pace while the worker produces several: the
 		// terminated event gets through, and the call ends OK.
 		{"reads slowly", func(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error) {
-			var evs []*pb.JobEvent
-			for {
-				ev, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					return evs, nil
-				}
-				if err != nil {
-					return evs, err
-				}
-				evs = append(evs, ev)
-				time.Sleep(b.pace)
-			}
+			return recvPaced(st, b.pace)
 		}},
 		// Stops reading until the node has ended the stream: the
 		// terminated event cannot get through, so the call says so.
@@ -1032,16 +1029,7 @@ func TestGRPCOwnerIsPaced(t *testing.T) {
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	var sent atomic.Int64
-	chunk := strings.Repeat("x", size)
-	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
-		for range outputs {
-			if err := out.Send(ctx, chunk); err != nil {
-				return nil, err
-			}
-			sent.Add(1)
-		}
-		return nil, nil
-	})
+	MustStartWorker(t, n, worker.Config{}, sendChunks(outputs, size, &sent))
 	// A fixed 64 KiB window: no BDP growth, so not reading stalls the
 	// stream after about a hundred KiB.
 	c := jobsClient(t, n, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))

@@ -22,6 +22,16 @@ import (
 // be killed with SIGKILL, paused with SIGSTOP and restarted under the same
 // name, which an in-process node cannot.
 
+// buildOrSkip skips the test in -short mode, with why (what it runs) as
+// the reason; otherwise it builds cmd/switchyard for it (buildSwitchyard).
+func buildOrSkip(t *testing.T, why string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	return buildSwitchyard(t)
+}
+
 // buildSwitchyard builds cmd/switchyard into a temporary directory.
 func buildSwitchyard(t *testing.T) string {
 	t.Helper()

@@ -547,6 +547,21 @@ func (s *sseStream) wait(timeout time.Duration) ([]sse.Event, error) {
 	}
 }
 
+// mustEnd waits up to timeout for the stream to end and returns its events
+// and their arrival times; a stream that does not end in time, or ends in a
+// transport error, fails the test (what names the stream) with the events
+// so far.
+func (s *sseStream) mustEnd(t *testing.T, what string, timeout time.Duration) ([]sse.Event, []time.Time) {
+	t.Helper()
+	evs, err := s.wait(timeout)
+	if err != nil {
+		got, _ := s.snapshot()
+		t.Fatalf("%s: %v; events so far: %s", what, err, strings.Join(types(got), ","))
+	}
+	_, at := s.snapshot()
+	return evs, at
+}
+
 // awaitNoGoroutine waits until no goroutine's stack mentions fn.
 func awaitNoGoroutine(t *testing.T, fn string, timeout time.Duration) {
 	t.Helper()

@@ -331,18 +331,28 @@ func waitChan(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
-func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
-	j := newJob(1000, 1<<20)
+// blockedOnSecond streams j with policy p (and seqTokens) to a sink that
+// blocks on seq 2: it appends j's accepted event and its first output,
+// and returns once the sink blocks on that output. The blocker is
+// released when the test ends, before runAsync's cleanup waits for the
+// stream.
+func blockedOnSecond(t *testing.T, j *core.Job, p stream.Policy) (*blocker, *fakeSink, func() stream.Result) {
+	t.Helper()
 	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
 	b := newBlocker(2)
 	sink := &fakeSink{onEvent: b.onEvent}
-	p := stream.DefaultPolicy()
-	p.MaxLagEvents = 5
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 	t.Cleanup(b.Release) // runs before runAsync's cleanup
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2: the sink blocks on it
+	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the sink to block", b.blocked)
+	return b, sink, wait
+}
+
+func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 5
+	b, sink, wait := blockedOnSecond(t, j, p)
 	appendOutputs(t, j, 10) // seqs 3..12 pile up behind the stream
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 	b.Release()
@@ -387,17 +397,10 @@ func TestLagAtTheBoundIsNotSlow(t *testing.T) {
 
 func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
 	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	b := newBlocker(2)
-	sink := &fakeSink{onEvent: b.onEvent}
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 100
 	p.MaxLagBytes = 1000
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
-	t.Cleanup(b.Release)
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2: the sink blocks on it
-	waitChan(t, "the sink to block", b.blocked)
+	b, sink, wait := blockedOnSecond(t, j, p)
 	big := `{"data":"` + strings.Repeat("x", 600) + `"}`
 	appendEv(t, j, core.EventOutput, big)
 	appendEv(t, j, core.EventOutput, big) // 1200 bytes queued: over the byte bound, far under the event bound
@@ -468,17 +471,10 @@ func TestFreshStreamOnTrimmedHistory(t *testing.T) {
 
 func TestDropOldestLive(t *testing.T) {
 	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	b := newBlocker(2)
-	sink := &fakeSink{onEvent: b.onEvent}
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 6
 	p.Slow = stream.DropOldest
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
-	t.Cleanup(b.Release)
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2 blocks
-	waitChan(t, "the sink to block", b.blocked)
+	b, sink, wait := blockedOnSecond(t, j, p)
 	appendOutputs(t, j, 20)                                   // 3..22
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // 23
 	b.Release()
