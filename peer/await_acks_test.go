@@ -14,11 +14,7 @@ import (
 // holds a message up has not acknowledged yet.
 func TestAwaitAcks(t *testing.T) {
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.JobID == "held" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.JobID == "held" })}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	a := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
 

@@ -1,7 +1,5 @@
 package peer
 
-import "time"
-
 // How a delivery stream ends: after StreamIdle with nothing to send (its
 // stream is closed cleanly), when its node leaves the catalog, or at Close.
 // What it still holds then is dropped and counted, and its forwards fail.
@@ -35,13 +33,7 @@ func (l *deliveryStream) idleOut() bool {
 func (l *deliveryStream) closeStream() {
 	st := l.st
 	close(st.closec)
-	t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
-	select {
-	case <-st.done:
-	case <-t.C:
-	case <-l.r.ctx.Done():
-	}
-	t.Stop()
+	l.r.awaitEnd(st.done)
 	l.dropStream()
 }
 

@@ -370,14 +370,9 @@ func (s *server) acquireDelivery(from, queue string) *deliveryInbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if now.Sub(s.swept) >= deliverySweep {
-		s.swept = now
-		for k, l := range s.deliveries {
-			if l.users == 0 && now.Sub(l.used) >= deliveryForget {
-				delete(s.deliveries, k)
-			}
-		}
-	}
+	sweep(s.deliveries, &s.swept, deliverySweep, now, func(l *deliveryInbox) bool {
+		return l.users == 0 && now.Sub(l.used) >= deliveryForget
+	})
 	k := deliveryKey{from, queue}
 	l := s.deliveries[k]
 	if l == nil {

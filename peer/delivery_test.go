@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -53,6 +51,16 @@ func (g *gatedRecorder) HandleForward(from string, d core.Delivery) error {
 		g.fwd(d)
 	}
 	return g.recorder.HandleForward(from, d)
+}
+
+// holdUntil is a gatedRecorder's block that holds up each message held
+// reports until release is closed.
+func holdUntil(release <-chan struct{}, held func(core.Message) bool) func(core.Message) {
+	return func(m core.Message) {
+		if held(m) {
+			<-release
+		}
+	}
 }
 
 // checkOnceInOrder fails unless got holds gens 0..n-1 of job, once each,
@@ -153,11 +161,7 @@ func TestDeliveryStallFallsBackInOrder(t *testing.T) {
 // another queue's.
 func TestDeliveriesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "slow" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.Queue == "slow" })}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	t.Cleanup(func() { close(release) })
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(5*time.Second, 15*time.Second, 50*time.Millisecond))
@@ -633,12 +637,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		t.Errorf("delivery stream Post without numbers: got %v, want InvalidArgument", err)
 	}
 	// And a stream's connection needs the handshake like every other.
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare, err := pb.NewPeerServiceClient(raw).Deliver(ctx)
+	bare, err := dialBare(t, b.addr).Deliver(ctx)
 	if err == nil {
 		_, err = bare.Recv()
 	}
@@ -772,15 +771,14 @@ func TestDeliveryConfigIsValidated(t *testing.T) {
 func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "held" {
-			<-release
-		}
-	}, fwd: func(d core.Delivery) {
-		if d.Queue == "held" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{
+		block: holdUntil(release, func(m core.Message) bool { return m.Queue == "held" }),
+		fwd: func(d core.Delivery) {
+			if d.Queue == "held" {
+				<-release
+			}
+		},
+	}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r, err := peer.New(peer.Config{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond,
 		Addr:     newBook("b", b.addr, "down", freeAddr(t)).Addr,

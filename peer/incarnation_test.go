@@ -22,13 +22,7 @@ type incarnations struct {
 	m  map[string]string
 }
 
-func newIncarnations(kv ...string) *incarnations {
-	in := &incarnations{m: map[string]string{}}
-	for i := 0; i+1 < len(kv); i += 2 {
-		in.m[kv[i]] = kv[i+1]
-	}
-	return in
-}
+func newIncarnations(kv ...string) *incarnations { return &incarnations{m: pairs(kv...)} }
 
 func (in *incarnations) of(node string) string {
 	in.mu.Lock()

@@ -56,19 +56,30 @@ type inLeg struct {
 	next    uint64
 
 	// Under server.mu.
-	cur           *respondIn
-	cancel        *pb.PeerMessage // written on every reply stream that holds the leg until it ends
-	cancelOn      *respondIn      // the reply stream the cancel was last written on
-	cancelCounted bool
-	// grant is the newest grant of output credit, written on the reply stream
-	// that holds the leg, and again on the next one (grants are
-	// cumulative: only the newest matters); grantOn is the reply stream it was
-	// written on.
-	grant        *pb.PeerMessage
-	grantOn      *respondIn
-	grantCounted bool
-	forget       time.Time // while no reply stream holds it: dropped after
-	done         bool      // its last item was handled (see finishLeg)
+	cur    *respondIn
+	ctl    [nControls]legControl // the job's cancel and newest grant, if any
+	forget time.Time             // while no reply stream holds it: dropped after
+	done   bool                  // its last item was handled (see finishLeg)
+}
+
+// A leg's controls are the messages for the host that the ingress writes
+// on the reply stream holding the leg, and again on each reply stream that
+// opens the leg later, until it ends.
+type control int
+
+const (
+	ctlCancel control = iota // the job's cancel: the first one stands
+	ctlGrant                 // the newest grant of output credit (grants are cumulative)
+	nControls
+)
+
+// legControl is one control of a leg: its message, the reply stream it was
+// last written on, and whether it was counted (once, however often it is
+// written).
+type legControl struct {
+	msg     *pb.PeerMessage
+	on      *respondIn
+	counted bool
 }
 
 // finishedLeg is an entry of server.finished: a done leg, to forget once
@@ -84,14 +95,7 @@ func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondIn) *inLeg
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if now.Sub(s.legsSwept) >= inLegSweep {
-		s.legsSwept = now
-		for k, l := range s.inLegs {
-			if l.cur == nil && now.After(l.forget) {
-				delete(s.inLegs, k)
-			}
-		}
-	}
+	sweep(s.inLegs, &s.legsSwept, inLegSweep, now, func(l *inLeg) bool { return l.cur == nil && now.After(l.forget) })
 	k := inLegKey{from, o.GetJobId(), o.GetGeneration()}
 	l := s.inLegs[k]
 	if l == nil {
@@ -116,17 +120,15 @@ func (s *server) attachLeg(from string, o *pb.RespondOpen, rs *respondIn) *inLeg
 	l.cur, l.done = rs, false
 	rs.held[k] = l
 	l.forget = now.Add(min(max(time.Duration(o.GetTtlNs()), 0), maxLegMemory) + 2*legTTLSlack)
-	if l.cancel != nil {
-		rs.cancels = append(rs.cancels, l)
-	}
-	if l.grant != nil {
-		rs.grants = append(rs.grants, l)
-	}
-	if l.cancel != nil || l.grant != nil {
-		select {
-		case rs.kick <- struct{}{}:
-		default:
+	queued := false
+	for c := range nControls {
+		if l.ctl[c].msg != nil {
+			rs.pending[c] = append(rs.pending[c], l)
+			queued = true
 		}
+	}
+	if queued {
+		rs.wake()
 	}
 	return l
 }
@@ -193,41 +195,7 @@ func (s *server) detachAll(rs *respondIn) []inLegKey {
 // stream holds such a leg: the caller sends the cancel by its delivery
 // stream. It never blocks.
 func (s *server) cancelOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.inLegs[inLegKey{from, job, gen}]
-	if l == nil || l.cur == nil {
-		return false
-	}
-	if l.cancel == nil {
-		l.cancel = p
-	}
-	l.cur.cancels = append(l.cur.cancels, l)
-	select {
-	case l.cur.kick <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-// cancelsFor takes the cancels to write on rs: each leg's once per reply
-// stream, while rs holds it.
-func (s *server) cancelsFor(rs *respondIn) []*pb.PeerMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ps []*pb.PeerMessage
-	for _, l := range rs.cancels {
-		if l.cur == rs && l.cancelOn != rs && l.cancel != nil {
-			l.cancelOn = rs
-			ps = append(ps, l.cancel)
-			if !l.cancelCounted {
-				l.cancelCounted = true
-				s.cfg.Metrics.messages.WithLabelValues(string(core.MsgCancel)).Inc()
-			}
-		}
-	}
-	rs.cancels = nil
-	return ps
+	return s.controlOnLeg(inLegKey{from, job, gen}, ctlCancel, p)
 }
 
 // grantOnLeg puts the grant p of binding (job, gen) on its response leg
@@ -236,38 +204,50 @@ func (s *server) cancelsFor(rs *respondIn) []*pb.PeerMessage {
 // the leg again. False when no reply stream holds such a leg: the caller
 // sends the grant by its delivery stream. It never blocks.
 func (s *server) grantOnLeg(from, job string, gen uint64, p *pb.PeerMessage) bool {
+	return s.controlOnLeg(inLegKey{from, job, gen}, ctlGrant, p)
+}
+
+// controlOnLeg makes p leg k's control c and has the reply stream that
+// holds the leg write it: false when none holds it.
+func (s *server) controlOnLeg(k inLegKey, c control, p *pb.PeerMessage) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.inLegs[inLegKey{from, job, gen}]
+	l := s.inLegs[k]
 	if l == nil || l.cur == nil {
 		return false
 	}
-	l.grant, l.grantOn, l.grantCounted = p, nil, false
-	l.cur.grants = append(l.cur.grants, l)
-	select {
-	case l.cur.kick <- struct{}{}:
-	default:
+	switch {
+	case c == ctlGrant:
+		l.ctl[c] = legControl{msg: p} // written and counted anew
+	case l.ctl[c].msg == nil:
+		l.ctl[c].msg = p
 	}
+	l.cur.pending[c] = append(l.cur.pending[c], l)
+	l.cur.wake()
 	return true
 }
 
-// grantsFor takes the grants to write on rs: each leg's newest, once per
+// controlKind is the kind each control is counted under.
+var controlKind = [nControls]core.MessageKind{ctlCancel: core.MsgCancel, ctlGrant: core.MsgGrant}
+
+// controlsFor takes the controls c to write on rs: each leg's once per
 // reply stream, while rs holds it.
-func (s *server) grantsFor(rs *respondIn) []*pb.PeerMessage {
+func (s *server) controlsFor(rs *respondIn, c control) []*pb.PeerMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ps []*pb.PeerMessage
-	for _, l := range rs.grants {
-		if l.cur == rs && l.grantOn != rs && l.grant != nil {
-			l.grantOn = rs
-			ps = append(ps, l.grant)
-			if !l.grantCounted {
-				l.grantCounted = true
-				s.cfg.Metrics.messages.WithLabelValues(string(core.MsgGrant)).Inc()
+	for _, l := range rs.pending[c] {
+		lc := &l.ctl[c]
+		if l.cur == rs && lc.on != rs && lc.msg != nil {
+			lc.on = rs
+			ps = append(ps, lc.msg)
+			if !lc.counted {
+				lc.counted = true
+				s.cfg.Metrics.messages.WithLabelValues(string(controlKind[c])).Inc()
 			}
 		}
 	}
-	rs.grants = nil
+	rs.pending[c] = nil
 	return ps
 }
 

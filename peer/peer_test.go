@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
@@ -192,7 +194,19 @@ func asConfigError(err error, ce **core.ConfigError) bool {
 // protocol version: a call names its own).
 func dialPeer(t *testing.T, addr, node, server string, key []byte) pb.PeerServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(peer.Credentials(peer.CredentialsConfig{Secret: key, Node: node, Peer: server})))
+	return dial(t, addr, peer.Credentials(peer.CredentialsConfig{Secret: key, Node: node, Peer: server}))
+}
+
+// dialBare is a PeerService client without the cluster handshake: plain
+// gRPC, as anyone who reaches the port could dial.
+func dialBare(t *testing.T, addr string) pb.PeerServiceClient {
+	t.Helper()
+	return dial(t, addr, insecure.NewCredentials())
+}
+
+func dial(t *testing.T, addr string, creds credentials.TransportCredentials) pb.PeerServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

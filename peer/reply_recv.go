@@ -73,8 +73,7 @@ type respondIn struct {
 
 	// Under server.mu.
 	held    map[inLegKey]*inLeg // the legs this reply stream holds
-	cancels []*inLeg            // legs whose cancel is to be written on it
-	grants  []*inLeg            // legs whose grant is to be written on it
+	pending [nControls][]*inLeg // by control: legs whose control is to be written on it
 }
 
 // Respond receives one host's reply stream: it handles each leg's replies
@@ -508,18 +507,23 @@ func (w *respondWriter) run() error {
 	}
 }
 
-// flush writes the cancels due on the reply stream, then every leg's ack: false
-// once a send failed.
+// controlFrame is the frame that writes p, a control c.
+func controlFrame(c control, p *pb.PeerMessage) *pb.RespondControl {
+	if c == ctlGrant {
+		return &pb.RespondControl{Body: &pb.RespondControl_Grant{Grant: p}}
+	}
+	return &pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}
+}
+
+// flush writes the controls due on the reply stream (cancels, then grants),
+// then every leg's ack: false once a send failed.
 func (w *respondWriter) flush() bool {
 	rs := w.rs
-	for _, p := range rs.s.cancelsFor(rs) {
-		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
-			return false
-		}
-	}
-	for _, p := range rs.s.grantsFor(rs) {
-		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Grant{Grant: p}}) {
-			return false
+	for c := range nControls {
+		for _, p := range rs.s.controlsFor(rs, c) {
+			if !w.send(controlFrame(c, p)) {
+				return false
+			}
 		}
 	}
 	rs.ackMu.Lock()

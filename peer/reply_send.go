@@ -226,13 +226,7 @@ func (t *replyStream) close() {
 	err := st.cs.CloseSend()
 	t.sendMu.Unlock()
 	if err == nil {
-		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
-		select {
-		case <-st.done:
-		case <-tm.C:
-		case <-t.r.ctx.Done():
-		}
-		tm.Stop()
+		t.r.awaitEnd(st.done)
 	}
 	t.r.m.replyStreamIdle.Inc()
 	st.fail(errLegDropped)

@@ -170,3 +170,16 @@ func (r *router) unrefLocked(node string) {
 
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
+
+// awaitEnd waits, after a stream's half-close, for the receiver to end it
+// (done): at most silentIntervals heartbeat intervals, and not past the
+// router's close.
+func (r *router) awaitEnd(done <-chan struct{}) {
+	t := time.NewTimer(silentIntervals * r.cfg.Heartbeat)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+}

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -86,12 +84,15 @@ type book struct {
 	addrs map[string]string
 }
 
-func newBook(kv ...string) *book {
-	b := &book{addrs: map[string]string{}}
+func newBook(kv ...string) *book { return &book{addrs: pairs(kv...)} }
+
+// pairs is the map of kv's keys and values, in turn.
+func pairs(kv ...string) map[string]string {
+	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
-		b.addrs[kv[i]] = kv[i+1]
+		m[kv[i]] = kv[i+1]
 	}
-	return b
+	return m
 }
 
 func (b *book) Addr(node string) (string, bool) {
@@ -566,12 +567,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare := pb.NewPeerServiceClient(raw)
+	bare := dialBare(t, b.addr)
 	p, _ := peer.MessageToPB(msg("j", 0))
 	if _, err := bare.Post(ctx, &pb.PostRequest{Messages: []*pb.PeerMessage{p}}); err == nil {
 		t.Error("bare Post served")

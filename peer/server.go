@@ -32,7 +32,7 @@ type server struct {
 	// (cancelOnLeg), and by callers that hold an unicastInbox's, a
 	// deliveryInbox's or an inLeg's mu; it takes none.
 	mu         sync.Mutex
-	senders    map[string]*unicastInbox // by sending node id: stream-less Posts
+	senders    map[string]*unicastInbox // by sending node id: Posts naming no delivery stream
 	deliveries map[deliveryKey]*deliveryInbox
 	swept      time.Time // when delivery streams was last swept of forgotten delivery streams
 	inLegs     map[inLegKey]*inLeg
@@ -169,6 +169,20 @@ func heartbeatOf(ns int64) time.Duration {
 		return defaultHeartbeat
 	}
 	return min(max(hb, minHeartbeat), maxHeartbeat)
+}
+
+// sweep deletes the entries of m that gone reports, at most once per
+// every: *last is when it last did.
+func sweep[K comparable, V any](m map[K]V, last *time.Time, every time.Duration, now time.Time, gone func(V) bool) {
+	if now.Sub(*last) < every {
+		return
+	}
+	*last = now
+	for k, v := range m {
+		if gone(v) {
+			delete(m, k)
+		}
+	}
 }
 
 // inCall is what a stream handler (Deliver, Respond) keeps of its call:

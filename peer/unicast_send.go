@@ -18,7 +18,8 @@ import (
 // Posts, one in flight per node, a failed batch resent unchanged before
 // anything behind it. The receiving side is unicast_recv.go.
 
-// unicastQueue is one node's FIFO and its sender's wake-up.
+// unicastQueue is one node's queue, first in first out, and its sender's
+// wake-up.
 type unicastQueue struct {
 	node string
 	msgs []*pb.PeerMessage
