@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/integration/catalogprobe"
 )
 
 // anonymousCatalogAccess tries, as a process on the machine that holds no
@@ -26,40 +27,22 @@ import (
 func anonymousCatalogAccess(tb testing.TB, addr string) []string {
 	tb.Helper()
 	var out []string
-	for _, try := range []struct {
-		name string
-		cfg  clientv3.Config
-	}{
-		{"plaintext", clientv3.Config{Endpoints: []string{"http://" + addr}}},
-		{"TLS without a certificate", clientv3.Config{Endpoints: []string{"https://" + addr}, TLS: &tls.Config{InsecureSkipVerify: true}}},
-	} {
-		try.cfg.DialTimeout, try.cfg.Logger = time.Second, zap.NewNop()
-		c, err := clientv3.New(try.cfg)
-		if err != nil {
-			out = append(out, fmt.Sprintf("%s: refused at connect (%v)", try.name, err))
+	for _, try := range catalogprobe.Anonymous(addr, "127.0.0.1:1") {
+		if try.ConnectErr != nil {
+			out = append(out, fmt.Sprintf("%s: refused at connect (%v)", try.Name, try.ConnectErr))
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-		_, perr := c.Put(ctx, catalog.NodeKey("evil"), `{"v":1,"peer_addr":"127.0.0.1:1","state":"online"}`)
-		_, gerr := c.Get(ctx, "/nodes/", clientv3.WithPrefix())
-		cancel()
-		_ = c.Close()
-		if perr == nil {
-			tb.Errorf("%s %s: an anonymous put of /nodes/evil was taken", addr, try.name)
+		if try.PutErr == nil {
+			tb.Errorf("%s %s: an anonymous put of /nodes/evil was taken", addr, try.Name)
 		}
-		if gerr == nil {
-			tb.Errorf("%s %s: an anonymous get of /nodes/ was answered", addr, try.name)
+		if try.GetErr == nil {
+			tb.Errorf("%s %s: an anonymous get of /nodes/ was answered", addr, try.Name)
 		}
-		out = append(out, fmt.Sprintf("%s: put refused (%v), get refused (%v)", try.name, perr, gerr))
+		out = append(out, fmt.Sprintf("%s: put refused (%v), get refused (%v)", try.Name, try.PutErr, try.GetErr))
 	}
 	// Seen at the TLS layer.
-	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-	if err == nil {
-		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-		_, err = conn.Read(make([]byte, 1))
-		conn.Close()
-	}
-	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+	required, err := catalogprobe.TLSWithoutCertificate(addr)
+	if !required {
 		tb.Errorf("%s: TLS without a certificate: %v, want the certificate required", addr, err)
 	}
 	return append(out, fmt.Sprintf("TLS handshake without a certificate: %v", err))

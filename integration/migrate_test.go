@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/worker"
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard/worker"
 )
 
 // A job that opted into restarts (on_worker_lost: restart) moves when its

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/httpapi"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -227,22 +228,8 @@ func (r *runner) releaseOldest(t *testing.T) string {
 	return next
 }
 
-// queueView is GET /v1/queues/{queue} as the test reads it.
-type queueView struct {
-	Dispatcher string `json:"dispatcher"`
-	Local      *struct {
-		Depth    int `json:"depth"`
-		Bound    int `json:"bound"`
-		Subjects []struct {
-			Subject   string  `json:"subject"`
-			Weight    int     `json:"weight"`
-			Depth     int     `json:"depth"`
-			Bound     int     `json:"bound"`
-			Share     float64 `json:"share"`
-			FairShare float64 `json:"fair_share"`
-		} `json:"subjects"`
-	} `json:"local"`
-}
+// queueView is GET /v1/queues/{queue}: the API's own answer type.
+type queueView struct{ httpapi.QueueResponse }
 
 func getQueue(t *testing.T, n *switchyard.Node, queue string) queueView {
 	t.Helper()

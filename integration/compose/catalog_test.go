@@ -3,8 +3,6 @@
 package compose_test
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+	"github.com/switchyard/switchyard/integration/catalogprobe"
 )
 
 // checkCatalogClosed tries, from the cluster's network (this host is on
@@ -31,28 +28,15 @@ func checkCatalogClosed(t *testing.T, c *cluster) []string {
 		ip := fmt.Sprintf("%s.%d", c.subnet, 11+i)
 		for _, port := range []string{"2380", "2379"} {
 			addr := net.JoinHostPort(ip, port)
-			for _, try := range []struct {
-				name string
-				cfg  clientv3.Config
-			}{
-				{"plaintext", clientv3.Config{Endpoints: []string{"http://" + addr}}},
-				{"TLS without a certificate", clientv3.Config{Endpoints: []string{"https://" + addr}, TLS: &tls.Config{InsecureSkipVerify: true}}},
-			} {
-				try.cfg.DialTimeout, try.cfg.Logger = time.Second, zap.NewNop()
-				cl, err := clientv3.New(try.cfg)
-				if err != nil {
-					out = append(out, fmt.Sprintf("%s %s: refused at connect: %v", addr, try.name, err))
+			for _, try := range catalogprobe.Anonymous(addr, "10.0.0.1:1") {
+				if try.ConnectErr != nil {
+					out = append(out, fmt.Sprintf("%s %s: refused at connect: %v", addr, try.Name, try.ConnectErr))
 					continue
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-				_, perr := cl.Put(ctx, "/nodes/evil", `{"v":1,"peer_addr":"10.0.0.1:1","state":"online"}`)
-				_, gerr := cl.Get(ctx, "/nodes/", clientv3.WithPrefix())
-				cancel()
-				_ = cl.Close()
-				if perr == nil || gerr == nil {
-					t.Errorf("%s %s: anonymous put %v, get %v: want both refused", addr, try.name, perr, gerr)
+				if try.PutErr == nil || try.GetErr == nil {
+					t.Errorf("%s %s: anonymous put %v, get %v: want both refused", addr, try.Name, try.PutErr, try.GetErr)
 				}
-				out = append(out, fmt.Sprintf("%s %s: put refused (%v), get refused (%v)", addr, try.name, perr, gerr))
+				out = append(out, fmt.Sprintf("%s %s: put refused (%v), get refused (%v)", addr, try.Name, try.PutErr, try.GetErr))
 			}
 		}
 		peer := net.JoinHostPort(ip, "2380")
@@ -66,13 +50,8 @@ func checkCatalogClosed(t *testing.T, c *cluster) []string {
 			}
 			out = append(out, fmt.Sprintf("%s %s in plaintext: %q", peer, strings.Join(strings.Fields(req)[:2], " "), got))
 		}
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", peer, &tls.Config{InsecureSkipVerify: true})
-		if err == nil {
-			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-			_, err = conn.Read(make([]byte, 1))
-			conn.Close()
-		}
-		if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		required, err := catalogprobe.TLSWithoutCertificate(peer)
+		if !required {
 			t.Errorf("%s: TLS without a certificate: %v, want the certificate required", peer, err)
 		}
 		out = append(out, fmt.Sprintf("%s TLS handshake without a certificate: %v", peer, err))
