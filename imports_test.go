@@ -130,6 +130,9 @@ var importRules = map[string]importRule{
 	// The closed-loop load the fault suite, the rolling restart and the
 	// compose tests share: HTTP and the clock, nothing of the node.
 	"integration/loadgen": {},
+	// The catalog trust tests' and the compose tests' anonymous tries at
+	// a catalog's etcd ports: etcd's client and the catalog's port rules.
+	"integration/catalogprobe": {may: []string{"catalog"}},
 }
 
 // TestImportRules holds every package of the module to its importRule,
