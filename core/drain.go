@@ -24,8 +24,9 @@ import (
 //     requesters' jobs it keeps, and dispatches them to consumers on other
 //     nodes.
 //  4. It waits until its requesters' jobs have ended and its workers hold
-//     no job, or until the drain's deadline. Worker sessions, reply legs and
-//     the peer server stay up meanwhile: they are what those jobs need.
+//     no job, or until the drain's deadline. Worker sessions, response
+//     legs and the peer server stay up meanwhile: they are what those
+//     jobs need.
 //  5. Past the deadline its requesters' jobs end node_shutdown, and a job
 //     its worker still runs for another node's requester is stopped on the
 //     worker and released to its ingress, as a lost worker's would be.

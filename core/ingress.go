@@ -277,7 +277,7 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 		f.waited = false
 		if err := ctx.Err(); err != nil && !j.state.Terminal() {
 			// The caller left before the job was accepted: nobody will
-			// read it. Its cancel follows the forward on the lane. The
+			// read it. Its cancel follows the forward on its delivery stream. The
 			// caller gets an error, so OnEnd is not called.
 			j.onEnd = nil
 			e.finishLocked(j, CodeCancelled, "the client went away before the job was accepted", nil)

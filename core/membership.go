@@ -120,7 +120,7 @@ func (e *Engine) nodesGoneLocked(replaced map[string]bool) {
 
 // runsHereLocked reports whether j's current generation is bound to a
 // worker of this node. The ingress records no host for such a job (no
-// reply leg is opened to itself), so without this its dispatcher would
+// response leg is opened to itself), so without this its dispatcher would
 // pass for its holder, and the dispatcher's death would end a job that
 // runs on.
 func (e *Engine) runsHereLocked(j *Job) bool {
@@ -144,7 +144,7 @@ func (e *Engine) zonesChangedLocked() {
 	}
 	for _, j := range e.jobs {
 		// Only where the job runs matters (a dispatcher's own zone does
-		// not): the host, once a reply or its reply leg named it.
+		// not): the host, once a reply or its response leg named it.
 		if j.state.Terminal() || !outOfZone(j.Env.Zone, j.host) {
 			continue
 		}

@@ -247,10 +247,10 @@ func (e *Engine) Undeliverable(node string, m Message, reason string) {
 	}
 }
 
-// ReplyLegOpened is the transport reporting that host opened the reply leg
-// of job (id, gen): the job runs there. The ingress records it, so a cancel
+// ResponseLegOpened is the transport reporting that host opened the
+// response leg of job (id, gen): the job runs there. The ingress records it, so a cancel
 // goes straight to the host and the zone test knows where to look.
-func (e *Engine) ReplyLegOpened(host, id string, gen uint64) {
+func (e *Engine) ResponseLegOpened(host, id string, gen uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[id]; j != nil && j.gen == gen && !j.state.Terminal() && host != e.cfg.Node {

@@ -129,7 +129,7 @@ func (l lost) restartReason() string {
 func (e *Engine) startAttemptLocked(j *Job, now time.Time) {
 	node := j.host
 	if node == "" {
-		// No reply leg named a host: the worker is this node's.
+		// No response leg named a host: the worker is this node's.
 		node = e.cfg.Node
 	}
 	j.attempts = append(j.attempts, Attempt{

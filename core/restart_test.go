@@ -197,7 +197,7 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 	_, j, oa := restartableWithOutput(t, n1, n2)
 
 	c, fc := n3.worker("q", "c", 1)
-	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
+	n1.e.ResponseLegSilent("n2", j.ID, oa.Gen)
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
 	net.settle()
@@ -232,7 +232,7 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 func TestRestartSilentHostThatComesBackGoesOn(t *testing.T) {
 	_, n1, n2 := twoNodes(t)
 	a, j, oa := restartableWithOutput(t, n1, n2)
-	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
+	n1.e.ResponseLegSilent("n2", j.ID, oa.Gen)
 	a.Output(j.ID, oa.Gen, []byte(`"b"`))
 	a.End(j.ID, oa.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)

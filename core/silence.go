@@ -16,8 +16,8 @@ import "log/slog"
 //     that an ingress that comes back decides (runs it again if it saw no
 //     output, fails it worker_lost otherwise).
 
-// ReplyLegSilent is the transport reporting that the reply leg of job (id,
-// gen) from host went silent: no frame and no heartbeat for several
+// ResponseLegSilent is the transport reporting that the response leg of job
+// (id, gen) from host went silent: no frame and no heartbeat for several
 // heartbeat intervals, whether the connection stayed open (a host paused,
 // partitioned or swapping) or broke and no new one took the leg up (a host
 // killed). A job that produced output fails worker_lost, and the host is
@@ -26,7 +26,7 @@ import "log/slog"
 // proven (or for the host to answer again): failing it now would throw
 // work away that a live host may finish, and running it elsewhere now
 // could run it twice.
-func (e *Engine) ReplyLegSilent(host, id string, gen uint64) {
+func (e *Engine) ResponseLegSilent(host, id string, gen uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[id]

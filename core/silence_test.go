@@ -25,7 +25,7 @@ func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
 	a.Accept(j.ID, oa.Gen)
 	net.settle()
 
-	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
+	n1.e.ResponseLegSilent("n2", j.ID, oa.Gen)
 	if v := n1.view(j.ID); v.State.Terminal() || v.Generation != 1 {
 		t.Fatalf("after silence alone: %+v, want the job still waiting for proof", v)
 	}
@@ -53,7 +53,7 @@ func TestSilentHostThatComesBackCompletes(t *testing.T) {
 	a, fa, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 
-	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
+	n1.e.ResponseLegSilent("n2", j.ID, oa.Gen)
 	a.Output(j.ID, oa.Gen, []byte(`1`))
 	a.End(j.ID, oa.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -71,7 +71,7 @@ func TestSilentHostJobWithOutputFailsAtSilence(t *testing.T) {
 	a.Output(j.ID, oa.Gen, []byte(`"partial"`))
 	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
 
-	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
+	n1.e.ResponseLegSilent("n2", j.ID, oa.Gen)
 	wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeWorkerLost)
 
 	_, fc := n3.worker("q", "c", 1)

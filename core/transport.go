@@ -37,11 +37,11 @@ type Transport interface {
 	// a binding's replies and release. The legs are not ordered with each
 	// other. A message no transport can carry is not sent: the transport
 	// tells Receiver.Undeliverable, later, from a goroutine of its own.
-	// Nothing here bounds a reply leg: its job's output credit does
+	// Nothing here bounds a response leg: its job's output credit does
 	// (credit.go), and a grant travels back to the host as a message too.
 	Send(node string, m Message)
 	// Expect tells the transport that this node is about to offer binding
-	// (job, gen), whose ingress is node, to a worker: the reply leg may be
+	// (job, gen), whose ingress is node, to a worker: the response leg may be
 	// set up now, off the path of the first output.
 	Expect(node, job string, gen uint64, queue string, ttl time.Duration)
 }
@@ -63,21 +63,22 @@ type Receiver interface {
 	HandleForward(from string, d Delivery) error
 	// HandleMessage acts on one message. Messages from one node arrive one
 	// at a time, in the order that node sent them on one path: a queue's
-	// lane, a binding's reply leg, or the node's FIFO of lone messages.
+	// delivery stream, a binding's response leg, or the node's unicast
+	// queue of lone messages.
 	HandleMessage(from string, m Message)
 	// Undeliverable is told about a message Send queued that no transport
 	// can carry (too large, or with no valid wire form) or that must not
 	// go to node (ReasonZone). It is never sent nor retried.
 	Undeliverable(node string, m Message, reason string)
-	// ReplyLegOpened is told that host opened the reply leg of binding
-	// (id, gen): the job runs there. Hosts open it when they offer the job
+	// ResponseLegOpened is told that host opened the response leg of
+	// binding (id, gen): the job runs there. Hosts open it when they offer the job
 	// to their worker, before its first output.
-	ReplyLegOpened(host, id string, gen uint64)
-	// ReplyLegSilent is told that nothing, not even a heartbeat, arrived on
-	// the reply leg of binding (id, gen) from host for several heartbeat
-	// intervals while its connection stayed open (a host paused,
+	ResponseLegOpened(host, id string, gen uint64)
+	// ResponseLegSilent is told that nothing, not even a heartbeat, arrived
+	// on the response leg of binding (id, gen) from host for several
+	// heartbeat intervals while its connection stayed open (a host paused,
 	// partitioned or swapping). The leg's stream is ended first.
-	ReplyLegSilent(host, id string, gen uint64)
+	ResponseLegSilent(host, id string, gen uint64)
 }
 
 var _ Receiver = (*Engine)(nil)
@@ -156,8 +157,8 @@ type Message struct {
 	Credit OutputCredit
 
 	// TTL is, on a reply, what was left of the job's TTL when the host sent
-	// it: a transport bounds the job's reply stream by it, since a reply leg
-	// is closed by the job's end or its TTL, never by an idle timer.
+	// it: a transport bounds the job's response leg by it, since a response
+	// leg is closed by the job's end or its TTL, never by an idle timer.
 	TTL time.Duration
 }
 

@@ -81,7 +81,7 @@ type respondIn struct {
 // (see inLeg), acks them per leg after the receiver returns, heartbeats at
 // the host's interval, writes each leg's cancel when there is one
 // (cancelOnLeg), and ends the stream when the host is silent for three
-// intervals, failing the jobs of the legs it held (ReplyLegSilent).
+// intervals, failing the jobs of the legs it held (ResponseLegSilent).
 func (s *server) Respond(st pb.PeerService_RespondServer) error {
 	c, rcv, err := s.accept(st)
 	if err != nil {
@@ -140,7 +140,7 @@ func (rs *respondIn) start(open *pb.RespondOpen) {
 
 // release ends the reply stream's hold on its legs once it ended. After the
 // host went silent (and not the call itself), the receiver is told of each
-// leg (ReplyLegSilent). After the reply stream broke (the host's connection
+// leg (ResponseLegSilent). After the reply stream broke (the host's connection
 // closed or reset: a host killed, or a network fault), its legs wait for
 // the host to take them up on a new reply stream; those it has not taken up
 // once the host has been silent for as long — three intervals since its
@@ -215,7 +215,7 @@ func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, h
 	s.cfg.Logger.Warn("a consumer host went silent on its reply stream; reporting the jobs of its legs",
 		"from", from, "legs", len(legs), "heartbeat", hb)
 	for _, k := range legs {
-		rcv.ReplyLegSilent(from, k.job, k.gen)
+		rcv.ResponseLegSilent(from, k.job, k.gen)
 	}
 }
 
@@ -403,7 +403,7 @@ func (rd *respondReader) open(o *pb.RespondOpen) bool {
 	l := rs.s.attachLeg(rs.from, o, rs)
 	rd.legs[l.key] = l
 	rs.busy.Store(true) // the receiver's time is not the host's silence
-	rd.rcv.ReplyLegOpened(rs.from, l.key.job, l.key.gen)
+	rd.rcv.ResponseLegOpened(rs.from, l.key.job, l.key.gen)
 	rs.last.Store(time.Now().UnixNano())
 	rs.busy.Store(false)
 	return true

@@ -393,13 +393,13 @@ func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 	}
 }
 
-// silenceWatcher is a recorder that reports ReplyLegSilent.
+// silenceWatcher is a recorder that reports ResponseLegSilent.
 type silenceWatcher struct {
 	recorder
 	silent chan string
 }
 
-func (w *silenceWatcher) ReplyLegSilent(from, job string, gen uint64) {
+func (w *silenceWatcher) ResponseLegSilent(from, job string, gen uint64) {
 	w.silent <- fmt.Sprintf("%s/%s/%d", from, job, gen)
 }
 
@@ -680,7 +680,7 @@ type openWatcher struct {
 	opened map[string]time.Time
 }
 
-func (w *openWatcher) ReplyLegOpened(from, job string, gen uint64) {
+func (w *openWatcher) ResponseLegOpened(from, job string, gen uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.opened[job]; !ok {

@@ -63,8 +63,8 @@ func (r *recorder) Undeliverable(node string, m core.Message, reason string) {
 	}
 }
 
-func (r *recorder) ReplyLegOpened(string, string, uint64) {}
-func (r *recorder) ReplyLegSilent(string, string, uint64) {}
+func (r *recorder) ResponseLegOpened(string, string, uint64) {}
+func (r *recorder) ResponseLegSilent(string, string, uint64) {}
 
 func (r *recorder) messages() []received {
 	r.mu.Lock()
