@@ -415,9 +415,9 @@ func TestStalledReaderIsTerminatedThenResumes(t *testing.T) {
 }
 
 // One paced job does not slow another on the same worker session and the
-// same reply trunk: job A's reader (on n1) reads 8 KB/s, so A's worker
+// same reply stream: job A's reader (on n1) reads 8 KB/s, so A's worker
 // waits for credit; job B, on the same worker session (concurrency 2, on
-// n3) and the same trunk n3 → n1, emits an output every millisecond
+// n3) and the same reply stream n3 → n1, emits an output every millisecond
 // carrying the time it was sent, and its reader gets each one at once. B's
 // latency is printed beside that of the same job run alone first.
 func TestPacedJobDoesNotSlowAnother(t *testing.T) {
@@ -474,13 +474,13 @@ func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 	aBefore := aClock.blocked()
 	beside := ticks(2 * time.Second)
 	aWaited := aClock.blocked() - aBefore
-	t.Logf("job B alone: %s; beside job A paced by an 8 KB/s reader (same worker session, same trunk n3 → n1): %s; job A's worker spent %s of those 2s blocked in Send",
+	t.Logf("job B alone: %s; beside job A paced by an 8 KB/s reader (same worker session, same reply stream n3 → n1): %s; job A's worker spent %s of those 2s blocked in Send",
 		alone, beside, aWaited.Round(time.Millisecond))
 	if aWaited < time.Second {
 		t.Errorf("job A's worker was blocked %s of 2s: it was not paced", aWaited)
 	}
-	if trunks := metric(t, n3, "switchyard_peer_streams_open", map[string]string{"kind": "respond"}); trunks != 1 {
-		t.Errorf("n3 has %v reply trunks open, want the one both legs share", trunks)
+	if streams := metric(t, n3, "switchyard_peer_streams_open", map[string]string{"kind": "respond"}); streams != 1 {
+		t.Errorf("n3 has %v reply streams open, want the one both legs share", streams)
 	}
 }
 

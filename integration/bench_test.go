@@ -102,7 +102,7 @@ var (
 //     end one reply each back (docs/cluster.md);
 //   - cross-node-unary: the same from a third node with PeerForceUnary,
 //     whose peer messages all go by unary calls (its forward by a unary
-//     Forward instead of its lane's Deliver stream);
+//     Forward instead of its delivery stream's Deliver call);
 //   - relay-stream and relay-shared: the bare relay of the same shape
 //     (benchkit.Relay: HTTP → gRPC stream → gRPC stream → the same SDK
 //     worker and back, nothing else), with a gRPC stream per job, and with
@@ -192,7 +192,7 @@ func BenchmarkCluster(b *testing.B) {
 		}
 	}
 
-	// Warm every path: connections, lane streams, pools.
+	// Warm every path: connections, delivery streams, pools.
 	ctx := context.Background()
 	for _, s := range setups {
 		warmUp(b, client, s.name, s.target, body, warmup)

@@ -17,14 +17,14 @@ import (
 // Nodes restarted inside their lease, under load (docs/cluster.md,
 // "Incarnations"). kb and kc each host a worker (wb, wc) and one of them
 // dispatches queue inc; clients post to ka (which holds the embedded etcd)
-// in a closed loop, so the lanes to kb and kc always hold forwards and
-// deliveries in flight. kc, then kb, then kc, then kb is killed with
-// SIGKILL and started again at once under the same name, data directory
-// and addresses: the new process revokes the old lease and comes back
-// under a new incarnation while peers may still hold forwards and
-// deliveries for the old one (a lane resending what its dropped stream
-// held unacked). Those are dropped (switchyard_peer_stale_incarnation_total),
-// never taken as new. Expected, by the workers' own run records: no
+// in a closed loop, so the delivery streams to kb and kc always hold
+// forwards and deliveries in flight. kc, then kb, then kc, then kb is
+// killed with SIGKILL and started again at once under the same name, data
+// directory and addresses: the new process revokes the old lease and comes
+// back under a new incarnation while peers may still hold forwards and
+// deliveries for the old one (a delivery stream resending what its dropped
+// Deliver stream held unacked). Those are dropped
+// (switchyard_peer_stale_incarnation_total), never taken as new. Expected, by the workers' own run records: no
 // (job, generation) starts twice, no run starts while another of its job
 // runs, no job runs again after its requester saw output; every stream
 // ends with one terminal event.

@@ -20,17 +20,17 @@ import (
 	"github.com/switchyard/switchyard/worker"
 )
 
-// Reply legs end to end: the per-job Respond stream from the consumer host
+// Response legs end to end: the per-job Respond stream from the consumer host
 // to the ingress carries the outputs, and the cancel back.
 
 // Cancel mid-stream with ingress (n2), dispatcher (n1) and worker (n3) on
 // three nodes: the cancel (DELETE, or the client leaving) goes from the
-// ingress straight to the host on the job's reply leg, the worker's context
+// ingress straight to the host on the job's response leg, the worker's context
 // is cancelled, the job ends cancelled, and the leg and its goroutines end
 // (no respond stream stays open on the host; the package's leak check
 // covers the rest). Prints the propagation latency, cancel → worker
 // ctx.Done, p50/p99 over the runs.
-func TestReplyLegCancelThreeNodes(t *testing.T) {
+func TestResponseLegCancelThreeNodes(t *testing.T) {
 	const runs = 30
 	nodes := startCluster(t, 3, nil)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
@@ -109,13 +109,13 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 			return view.State == "cancelled"
 		})
 		// The job's leg ended on the host: its goroutine is gone (the
-		// trunk it rode stays open for the next job).
-		waitFor(t, 5*time.Second, "no reply leg open on n3", func() bool {
+		// reply stream it rode stays open for the next job).
+		waitFor(t, 5*time.Second, "no response leg open on n3", func() bool {
 			return metric(t, n3, "switchyard_peer_reply_legs_open", nil) == 0
 		})
 	}
 	if got := metric(t, n3, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}); got != runs {
-		t.Errorf("n3: reply legs ended by a cancel = %v, want %d", got, runs)
+		t.Errorf("n3: response legs ended by a cancel = %v, want %d", got, runs)
 	}
 	// Every cancel went from the ingress to the host, on the leg; none by
 	// way of the dispatcher.
@@ -134,7 +134,7 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 		len(lat), pct(0.50).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), lat[0].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 }
 
-// Slow ingress on the reply leg: the ingress node (kb, its own process) is
+// Slow ingress on the response leg: the ingress node (kb, its own process) is
 // stopped with SIGSTOP while a worker on kc streams outputs as fast as it
 // can to a requester on kb, then continued. While kb is stopped it grants
 // the job no output credit, so once the worker used its window its Send
@@ -145,7 +145,7 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 //
 // ka holds the embedded etcd so that stopping kb does not stop the catalog;
 // kb's lease (10s) outlives the pause.
-func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
+func TestResponseLegSlowIngressSIGSTOP(t *testing.T) {
 	const (
 		pause = 1500 * time.Millisecond
 		pad   = 200
@@ -157,7 +157,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 		// kb's client stream must carry every output, and the backlog
 		// arrives as a burst after the pause: bounds far above it, so that
 		// the test client is never terminated as a slow consumer (that is
-		// another test's subject; this one is the reply leg). The output
+		// another test's subject; this one is the response leg). The output
 		// window, half the stream bound unless set, is the default's: it
 		// is what stops the worker.
 		[]string{"--lease-ttl", "10s",
@@ -264,7 +264,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 
 // A silent consumer host: kc, its own process, is stopped with SIGSTOP
 // while its worker streams to a requester on kb. Its connections stay open
-// and nothing arrives on the job's reply leg: kb ends the leg after three
+// and nothing arrives on the job's response leg: kb ends the leg after three
 // heartbeat intervals without a frame and fails the job worker_lost, long
 // before kc's lease (10s here) could expire. Bound: 3 heartbeat intervals
 // from kc's last frame, plus one (kb's check interval and scheduling), plus
@@ -272,7 +272,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 // is not failed at silence: it waits for kc's death to be proven (its
 // lease gone), then runs once on a worker that registered on ka meanwhile,
 // and completes.
-func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
+func TestResponseLegSilentHostSIGSTOP(t *testing.T) {
 	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	ka, kb, kc := startKillClusterEach(t, bin, nil, nil, []string{"--lease-ttl", "10s"})
 	var outputs atomic.Int64
@@ -289,7 +289,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 			}
 		}
 	})
-	// A job that computes in silence: no output, so its reply leg carries
+	// A job that computes in silence: no output, so its response leg carries
 	// only the heartbeats of the leg the host opened when it offered it.
 	quietStarted := make(chan struct{}, 1)
 	startProcWorker(t, kc, worker.Config{Name: "quiet", Queue: "quiet"}, func(ctx context.Context, _ *worker.Job, _ *worker.Output) (any, error) {
@@ -342,7 +342,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 		t.Errorf("the job ran %d times on ka, want 1", n)
 	}
 	if got := procMetricLabels(t, kb, "switchyard_peer_reply_leg_silences_total", `side="ingress"`); got != 2 {
-		t.Errorf("kb: reply leg silences = %v, want 2", got)
+		t.Errorf("kb: response leg silences = %v, want 2", got)
 	}
 }
 

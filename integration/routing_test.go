@@ -498,7 +498,7 @@ func TestZoneChangeReroutes(t *testing.T) {
 	if second := <-started; second != "w3" {
 		t.Fatalf("second run on %s", second)
 	}
-	// n1's lane stream to n2 (the job's forward went on it) was opened
+	// n1's Deliver stream to n2 (the job's forward went on it) was opened
 	// under n2's old zone label: the zone test closed it.
 	waitFor(t, 5*time.Second, "n1 closing its stream to n2 for the zone change", func() bool {
 		return metric(t, nodes[0], "switchyard_peer_stream_zone_closes_total", nil) == 1

@@ -48,7 +48,7 @@ import (
 //     to B, sends the job, half-closes, and reads the job's answers from it;
 //     ModeSharedStream sends it on one long-lived stream that A opened at
 //     start and that carries every job, A demultiplexing the answers by job
-//     id to the waiting request (a lane-like shape).
+//     id to the waiting request (the shape of a delivery stream).
 //   - B sends the job to the worker as a NodeMessage on the worker's
 //     Connect stream and records, by job id, which A-stream answers it.
 //   - B's receive loop on the worker stream sends each Accept, Output and
