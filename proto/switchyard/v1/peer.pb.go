@@ -42,7 +42,7 @@ const (
 	// → dispatcher or consumer host: stop the job.
 	PeerMessage_KIND_CANCEL PeerMessage_Kind = 6
 	// ingress → consumer host: more output credit for a binding (its
-	// reader took some of its output), on the job's reply leg.
+	// reader took some of its output), on the job's response leg.
 	PeerMessage_KIND_GRANT PeerMessage_Kind = 7
 )
 
@@ -97,8 +97,8 @@ func (PeerMessage_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{11, 0}
 }
 
-// PeerLane names one ordered lane of routing messages from a sender to this
-// node: the messages of one queue. Every message of a job names its queue,
+// PeerLane names one delivery stream: the ordered routing messages of one
+// queue from a sender to this node. Every message of a job names its queue,
 // so a job's messages keep their order while unrelated queues never wait
 // on each other.
 type PeerLane struct {
@@ -431,12 +431,12 @@ func (x *QueueFigures) GetBound() uint32 {
 type ForwardRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Delivery *PeerDelivery          `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
-	// session, lane and seq are set when the forward is an item of a lane
-	// (the unary resend of a forward first sent on a Deliver stream, or one
-	// sent while the lane has no stream). The receiver then answers a seq it
-	// already handled with the verdict it gave then, without handling the
-	// job again. Absent lane: no such check (the dispatcher still takes a
-	// (job_id, generation) once).
+	// session, lane and seq are set when the forward is an item of a
+	// delivery stream (the unary resend of a forward first sent on a Deliver
+	// stream, or one sent while the delivery stream has no Deliver stream).
+	// The receiver then answers a seq it already handled with the verdict it
+	// gave then, without handling the job again. Absent lane: no such check
+	// (the dispatcher still takes a (job_id, generation) once).
 	Session       string    `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
 	Lane          *PeerLane `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
 	Seq           uint64    `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -638,12 +638,13 @@ type PostRequest struct {
 	FirstSeq uint64 `protobuf:"varint,2,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
 	// messages in the order the sender queued them.
 	Messages []*PeerMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
-	// lane is set when the batch is a lane's unary path (a resend after its
-	// stream was dropped, or a lane without a stream): the receiver then
-	// checks each message against that lane's numbers, shared with its
-	// Deliver streams, and seqs holds each message's number (a lane's
-	// numbers have gaps: one counter serves every lane of the session), so
-	// first_seq is unused. Absent: the sender's per-node order, numbered from
+	// lane is set when the batch is a delivery stream's unary path (a resend
+	// after its Deliver stream was dropped, or a delivery stream without
+	// one): the receiver then checks each message against that delivery
+	// stream's numbers, shared with its Deliver streams, and seqs holds each
+	// message's number (a delivery stream's numbers have gaps: one counter
+	// serves every delivery stream of the session), so first_seq is unused.
+	// Absent: the sender's unicast queue, in per-node order, numbered from
 	// first_seq, checked against the numbers of its other lane-less Posts.
 	Lane          *PeerLane `protobuf:"bytes,4,opt,name=lane,proto3" json:"lane,omitempty"`
 	Seqs          []uint64  `protobuf:"varint,5,rep,packed,name=seqs,proto3" json:"seqs,omitempty"`
@@ -790,8 +791,8 @@ type PeerMessage struct {
 	// outcome.
 	Code string `protobuf:"bytes,13,opt,name=code,proto3" json:"code,omitempty"`
 	// ttl_ns is, on a reply, what was left of the job's TTL when the host
-	// sent it, in nanoseconds: the job's reply leg lives no longer than that
-	// (plus a little slack). 0: not known.
+	// sent it, in nanoseconds: the job's response leg lives no longer than
+	// that (plus a little slack). 0: not known.
 	TtlNs int64 `protobuf:"varint,14,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
 	// Grant: the binding's output credit, cumulative (the outputs, and their
 	// data bytes, its worker may have sent in all): a late or repeated
@@ -1398,10 +1399,10 @@ func (*DeliverFrame_Item) isDeliverFrame_Body() {}
 
 func (*DeliverFrame_Heartbeat) isDeliverFrame_Body() {}
 
-// DeliverOpen names the stream's lane. The sender is the authenticated
-// caller; session is its routing incarnation (the same as its Posts'), so
-// the receiver checks items against the numbers the sender's unary calls
-// used for this lane.
+// DeliverOpen names the delivery stream the call carries. The sender is
+// the authenticated caller; session is its routing incarnation (the same as
+// its Posts'), so the receiver checks items against the numbers the
+// sender's unary calls used for this delivery stream.
 type DeliverOpen struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -1465,12 +1466,12 @@ func (x *DeliverOpen) GetHeartbeatIntervalNs() int64 {
 	return 0
 }
 
-// DeliverItem is one lane item: a routing message, or a forward whose ack
-// carries the dispatcher's verdict.
+// DeliverItem is one item of a delivery stream: a routing message, or a
+// forward whose ack carries the dispatcher's verdict.
 type DeliverItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// seq is the item's number in the sender's session; a lane's numbers
-	// only grow.
+	// seq is the item's number in the sender's session; a delivery stream's
+	// numbers only grow.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
@@ -1762,8 +1763,8 @@ func (x *DeliverHandled) GetError() string {
 }
 
 // RespondFrame is one frame of a Respond stream, from the consumer host.
-// A Respond stream is a reply trunk: the one stream a consumer host holds
-// to an ingress node, on which every job's reply leg to that node travels
+// A Respond stream is a reply stream: the one stream a consumer host holds
+// to an ingress node, on which every job's response leg to that node travels
 // (docs/cluster.md, "The response leg").
 type RespondFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2214,8 +2215,8 @@ type RespondControl_Cancel struct {
 type RespondControl_Grant struct {
 	// grant is a job's output credit (a PeerMessage of kind grant naming a
 	// leg's job and generation): the host passes it to the worker. Only
-	// the newest matters (grants are cumulative): a trunk that opens the
-	// leg again gets it again.
+	// the newest matters (grants are cumulative): a reply stream that
+	// opens the leg again gets it again.
 	Grant *PeerMessage `protobuf:"bytes,4,opt,name=grant,proto3,oneof"`
 }
 

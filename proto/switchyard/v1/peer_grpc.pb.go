@@ -46,24 +46,26 @@ const (
 // change to this protocol that an older node cannot read raises the
 // version; the range is where rolling upgrades will live.
 //
-// Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
-// stream: one per (sender, receiver, queue) lane, carrying forwards,
-// deliveries, cancels and unbinds, and the synchronous forward whose
-// caller must know the answer before it answers its own client. Forward
-// and Post are its unary fallback, used when a lane's stream stalls or
-// fails. Respond is the response leg: one stream, the reply trunk, from a
-// consumer host to an ingress, on which each job's reply leg carries its
-// replies and release in order and the job's cancel back. Post also
-// carries, in per-node order, a release or end that has no reply leg open
-// to ride on (nothing to overtake).
+// Routing (docs/cluster.md) uses four calls. Deliver carries the request
+// leg: one call per delivery stream (sender, receiver, queue), carrying
+// forwards, deliveries, cancels and unbinds, and the synchronous forward
+// whose caller must know the answer before it answers its own client.
+// Forward and Post are its unary fallback, used when a delivery stream's
+// Deliver stream stalls or fails. Respond carries the response legs: one
+// stream, the reply stream, from a consumer host to an ingress, on which
+// each job's response leg carries its replies and release in order and
+// the job's cancel back. Post also carries, as the sender's unicast queue
+// in per-node order, a release or end that has no response leg open to
+// ride on (nothing to overtake).
 //
-// A lane is one ordered sequence of messages, whichever call carries each
-// one: the sender numbers them within its session, and the receiver keeps,
-// per (sender, session, queue), the next number it expects, under one lock
-// shared by all three calls. It handles a message numbered at or above it
-// and skips one below it (handled already, through this call or another),
-// so a message resent on the unary path after its stream was dropped is
-// handled once, and never after a message the sender queued behind it.
+// A delivery stream is one ordered sequence of messages, whichever call
+// carries each one: the sender numbers them within its session, and the
+// receiver keeps, per (sender, session, queue), the next number it
+// expects, under one lock shared by all three calls. It handles a message
+// numbered at or above it and skips one below it (handled already, through
+// this call or another), so a message resent on the unary path after its
+// Deliver stream was dropped is handled once, and never after a message
+// the sender queued behind it.
 type PeerServiceClient interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
@@ -86,12 +88,13 @@ type PeerServiceClient interface {
 	// unchanged before anything queued after it, so messages from one node to
 	// another arrive in the order they were sent.
 	Post(ctx context.Context, in *PostRequest, opts ...grpc.CallOption) (*PostResponse, error)
-	// Deliver is one lane's stream, dialled by the sending node (the
-	// dispatcher dials the consumer host; the ingress dials the dispatcher).
-	// The first frame is an open naming the lane; each later frame is one
-	// numbered item or a heartbeat. The receiver handles items one by one, in
-	// order, and acks each once it is handled ("this node took it", not "the
-	// job is done"); a forward's ack carries the dispatcher's verdict.
+	// Deliver is one call carrying a delivery stream, dialled by the sending
+	// node (the dispatcher dials the consumer host; the ingress dials the
+	// dispatcher). The first frame is an open naming the delivery stream;
+	// each later frame is one numbered item or a heartbeat. The receiver
+	// handles items one by one, in order, and acks each once it is handled
+	// ("this node took it", not "the job is done"); a forward's ack carries
+	// the dispatcher's verdict.
 	//
 	// Both sides heartbeat at the interval the open announces, and each ends
 	// the stream when the other is silent (no frame of any kind) for three
@@ -100,9 +103,9 @@ type PeerServiceClient interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverFrame, DeliverAck], error)
-	// Respond is a reply trunk: the one stream a consumer host holds to an
-	// ingress node, dialled by the host, on which every job's reply leg to
-	// that node travels. A leg is the response stream of one binding (job,
+	// Respond is a reply stream: the one stream a consumer host holds to an
+	// ingress node, dialled by the host, on which every job's response leg
+	// to that node travels. A leg is the response stream of one binding (job,
 	// generation): its open, then its numbered replies and release in the
 	// order the host sent them. The ingress handles items one by one, in
 	// order, once each per (host session, job, generation, seq), and acks
@@ -111,14 +114,14 @@ type PeerServiceClient interface {
 	// A leg ends once its last message (end or release) is handled, on a
 	// cancel from the ingress, or at the job's TTL (an end frame); never
 	// because it is idle: a worker computing in silence is not dead, and both
-	// sides heartbeat while the trunk carries nothing. The host closes a
-	// trunk (half-close) that carried no leg for its idle interval. A trunk
-	// that fails is opened again by its legs, which resend what was not
-	// acked with the same numbers (the ingress skips what it handled
-	// already). The ingress ends a trunk on which nothing (no item and no
-	// heartbeat) arrived for three heartbeat intervals, and fails the job of
-	// every leg on it worker_lost: a host that went silent without closing
-	// its connection.
+	// sides heartbeat while the reply stream carries nothing. The host
+	// closes a reply stream (half-close) that carried no leg for its idle
+	// interval. A reply stream that fails is opened again by its legs, which
+	// resend what was not acked with the same numbers (the ingress skips
+	// what it handled already). The ingress ends a reply stream on which
+	// nothing (no item and no heartbeat) arrived for three heartbeat
+	// intervals, and fails the job of every leg on it worker_lost: a host
+	// that went silent without closing its connection.
 	//
 	// Flow control: the host keeps a bounded number of items unacked and a
 	// bounded queue behind them; when the queue is full it stops reading its
@@ -224,24 +227,26 @@ func (c *peerServiceClient) Figures(ctx context.Context, in *FiguresRequest, opt
 // change to this protocol that an older node cannot read raises the
 // version; the range is where rolling upgrades will live.
 //
-// Routing (docs/cluster.md) uses four calls. Deliver is the request leg's
-// stream: one per (sender, receiver, queue) lane, carrying forwards,
-// deliveries, cancels and unbinds, and the synchronous forward whose
-// caller must know the answer before it answers its own client. Forward
-// and Post are its unary fallback, used when a lane's stream stalls or
-// fails. Respond is the response leg: one stream, the reply trunk, from a
-// consumer host to an ingress, on which each job's reply leg carries its
-// replies and release in order and the job's cancel back. Post also
-// carries, in per-node order, a release or end that has no reply leg open
-// to ride on (nothing to overtake).
+// Routing (docs/cluster.md) uses four calls. Deliver carries the request
+// leg: one call per delivery stream (sender, receiver, queue), carrying
+// forwards, deliveries, cancels and unbinds, and the synchronous forward
+// whose caller must know the answer before it answers its own client.
+// Forward and Post are its unary fallback, used when a delivery stream's
+// Deliver stream stalls or fails. Respond carries the response legs: one
+// stream, the reply stream, from a consumer host to an ingress, on which
+// each job's response leg carries its replies and release in order and
+// the job's cancel back. Post also carries, as the sender's unicast queue
+// in per-node order, a release or end that has no response leg open to
+// ride on (nothing to overtake).
 //
-// A lane is one ordered sequence of messages, whichever call carries each
-// one: the sender numbers them within its session, and the receiver keeps,
-// per (sender, session, queue), the next number it expects, under one lock
-// shared by all three calls. It handles a message numbered at or above it
-// and skips one below it (handled already, through this call or another),
-// so a message resent on the unary path after its stream was dropped is
-// handled once, and never after a message the sender queued behind it.
+// A delivery stream is one ordered sequence of messages, whichever call
+// carries each one: the sender numbers them within its session, and the
+// receiver keeps, per (sender, session, queue), the next number it
+// expects, under one lock shared by all three calls. It handles a message
+// numbered at or above it and skips one below it (handled already, through
+// this call or another), so a message resent on the unary path after its
+// Deliver stream was dropped is handled once, and never after a message
+// the sender queued behind it.
 type PeerServiceServer interface {
 	// Ping is the peer port's liveness check: every node pings every other
 	// node in its catalog view each heartbeat interval, and a node that misses
@@ -264,12 +269,13 @@ type PeerServiceServer interface {
 	// unchanged before anything queued after it, so messages from one node to
 	// another arrive in the order they were sent.
 	Post(context.Context, *PostRequest) (*PostResponse, error)
-	// Deliver is one lane's stream, dialled by the sending node (the
-	// dispatcher dials the consumer host; the ingress dials the dispatcher).
-	// The first frame is an open naming the lane; each later frame is one
-	// numbered item or a heartbeat. The receiver handles items one by one, in
-	// order, and acks each once it is handled ("this node took it", not "the
-	// job is done"); a forward's ack carries the dispatcher's verdict.
+	// Deliver is one call carrying a delivery stream, dialled by the sending
+	// node (the dispatcher dials the consumer host; the ingress dials the
+	// dispatcher). The first frame is an open naming the delivery stream;
+	// each later frame is one numbered item or a heartbeat. The receiver
+	// handles items one by one, in order, and acks each once it is handled
+	// ("this node took it", not "the job is done"); a forward's ack carries
+	// the dispatcher's verdict.
 	//
 	// Both sides heartbeat at the interval the open announces, and each ends
 	// the stream when the other is silent (no frame of any kind) for three
@@ -278,9 +284,9 @@ type PeerServiceServer interface {
 	// resends every unacked item, in order, through Post and Forward with the
 	// same numbers. The sender closes an idle stream with nothing unacked.
 	Deliver(grpc.BidiStreamingServer[DeliverFrame, DeliverAck]) error
-	// Respond is a reply trunk: the one stream a consumer host holds to an
-	// ingress node, dialled by the host, on which every job's reply leg to
-	// that node travels. A leg is the response stream of one binding (job,
+	// Respond is a reply stream: the one stream a consumer host holds to an
+	// ingress node, dialled by the host, on which every job's response leg
+	// to that node travels. A leg is the response stream of one binding (job,
 	// generation): its open, then its numbered replies and release in the
 	// order the host sent them. The ingress handles items one by one, in
 	// order, once each per (host session, job, generation, seq), and acks
@@ -289,14 +295,14 @@ type PeerServiceServer interface {
 	// A leg ends once its last message (end or release) is handled, on a
 	// cancel from the ingress, or at the job's TTL (an end frame); never
 	// because it is idle: a worker computing in silence is not dead, and both
-	// sides heartbeat while the trunk carries nothing. The host closes a
-	// trunk (half-close) that carried no leg for its idle interval. A trunk
-	// that fails is opened again by its legs, which resend what was not
-	// acked with the same numbers (the ingress skips what it handled
-	// already). The ingress ends a trunk on which nothing (no item and no
-	// heartbeat) arrived for three heartbeat intervals, and fails the job of
-	// every leg on it worker_lost: a host that went silent without closing
-	// its connection.
+	// sides heartbeat while the reply stream carries nothing. The host
+	// closes a reply stream (half-close) that carried no leg for its idle
+	// interval. A reply stream that fails is opened again by its legs, which
+	// resend what was not acked with the same numbers (the ingress skips
+	// what it handled already). The ingress ends a reply stream on which
+	// nothing (no item and no heartbeat) arrived for three heartbeat
+	// intervals, and fails the job of every leg on it worker_lost: a host
+	// that went silent without closing its connection.
 	//
 	// Flow control: the host keeps a bounded number of items unacked and a
 	// bounded queue behind them; when the queue is full it stops reading its
