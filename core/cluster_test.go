@@ -1242,8 +1242,8 @@ func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	j := submitDeliveryHeld(net, n1)
 	n2.wantQueue(t, anyCount, 1, "now")
 
-	// n2 is declared dead with the deliver still in its outbox; the job
-	// goes to the new dispatcher n3, which is also b's node.
+	// n2 is declared dead with the deliver still held on its link to n3;
+	// the job goes to the new dispatcher n3, which is also b's node.
 	net.setAlive("n2", false)
 	net.setRoutable("n2", false)
 	net.setDispatcher("q", "n3")
