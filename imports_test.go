@@ -112,6 +112,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: free loopback addresses, a
 	// TCP relay that counts what it carries and fails on demand.
 	"internal/tcptest": {},
+	// Test plumbing, imported by tests only: a series of a Prometheus
+	// registry read by its name and labels.
+	"internal/promtest": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
