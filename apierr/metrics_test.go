@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // Server faults are logged at warn and counted as internal; refusals at
@@ -50,25 +51,12 @@ func TestReporter(t *testing.T) {
 // series with the value 1 and transport http ("" when none was counted).
 func counted(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	code := ""
-	for _, mf := range mfs {
-		if mf.GetName() != "switchyard_api_errors_total" {
-			continue
+	for _, s := range promtest.All(t, reg, "switchyard_api_errors_total") {
+		if code != "" || s.Labels["transport"] != "http" || s.Value != 1 {
+			t.Fatalf("unexpected series %v", s)
 		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if code != "" || labels["transport"] != "http" || m.GetCounter().GetValue() != 1 {
-				t.Fatalf("unexpected series %v", m)
-			}
-			code = labels["code"]
-		}
+		code = s.Labels["code"]
 	}
 	return code
 }

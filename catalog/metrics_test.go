@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // The catalog counts what it asks of etcd by op, the watch events it
@@ -30,8 +31,10 @@ func TestCatalogMetricsAndRelated(t *testing.T) {
 	for _, n := range []string{"node-a", "node-b", "node-d"} {
 		waitNodeState(t, a, n, core.StateOnline)
 	}
-	ops := func(op string) float64 { return gathered(t, reg, "switchyard_catalog_requests_total", op) }
-	events := func() float64 { return gathered(t, reg, "switchyard_catalog_watch_events_total", "") }
+	ops := func(op string) float64 {
+		return gathered(t, reg, "switchyard_catalog_requests_total", map[string]string{"op": op})
+	}
+	events := func() float64 { return gathered(t, reg, "switchyard_catalog_watch_events_total", nil) }
 	if ops("lease_grant") < 1 {
 		t.Errorf("lease_grant = %v after Open, want at least 1", ops("lease_grant"))
 	}
@@ -57,7 +60,7 @@ func TestCatalogMetricsAndRelated(t *testing.T) {
 	if dp, err := a.Elect(ctx, "mine", catalog.ClaimProducer); err != nil || dp.Dispatcher != "node-b" {
 		t.Fatalf("a's election of mine: %+v, %v; want node-b's record to stand", dp, err)
 	}
-	if got := gathered(t, reg, "switchyard_catalog_elections_total", ""); got != 1 {
+	if got := gathered(t, reg, "switchyard_catalog_elections_total", nil); got != 1 {
 		t.Errorf("a's elections = %v, want 1", got)
 	}
 	eventually(t, 5*time.Second, "a sees b dispatch mine and both consumers", func() bool {
@@ -78,24 +81,14 @@ func TestCatalogMetricsAndRelated(t *testing.T) {
 	}
 }
 
-// gathered is the value of counter name in reg: its series whose one
-// label has value label, or its only series (label "").
-func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+// gathered is the value of counter name in reg: its series with labels,
+// or its first series (nil). A series that is missing fails t: the
+// catalog registers every one of them at start.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := promtest.Value(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("%s%v not gathered", name, labels)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("%s{%s} not gathered", name, label)
-	return 0
+	return v
 }

@@ -91,7 +91,7 @@ func TestClusterSuspectedHostGetsNoOffers(t *testing.T) {
 		t.Fatalf("a suspected host was offered the job: %+v", o)
 	}
 	n1.wantQueue(t, 1, anyCount, "the job waiting")
-	if c := n1.metric("switchyard_queue_stalled_seconds"); c != 0 {
+	if c := n1.metric("switchyard_queue_stalled_seconds_count"); c != 0 {
 		t.Fatalf("stalled histogram count %v before any binding, want 0", c)
 	}
 
@@ -100,7 +100,7 @@ func TestClusterSuspectedHostGetsNoOffers(t *testing.T) {
 	o := waitOffers(t, fc, j.ID, 1)[0]
 	w.End(j.ID, o.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
-	if c := n1.metric("switchyard_queue_stalled_seconds"); c != 1 {
+	if c := n1.metric("switchyard_queue_stalled_seconds_count"); c != 1 {
 		t.Errorf("stalled histogram count %v, want 1 (one binding)", c)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // waitFor polls cond until it holds or timeout passes, then fails the test.
@@ -224,44 +225,21 @@ func (h *harness) view(id string) core.JobView {
 	return v
 }
 
-// metric returns the value of a counter or gauge with the given labels, or
-// -1 if the series does not exist.
+// metric returns the value of the series of name with the given labels
+// (name, value, ...), or -1 if the series does not exist: a test may ask
+// for a series that must be gone. A histogram is read as name_count or
+// name_sum.
 func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatalf("Gather: %v", err)
-	}
 	want := map[string]string{}
 	for i := 0; i+1 < len(labels); i += 2 {
 		want[labels[i]] = labels[i+1]
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(want) {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if want[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			if hist := m.GetHistogram(); hist != nil {
-				return float64(hist.GetSampleCount())
-			}
-		}
+	v, ok := promtest.Value(h.t, h.reg, name, want)
+	if !ok {
+		return -1
 	}
-	return -1
+	return v
 }
 
 // jobsTotal returns switchyard_jobs_total for each outcome.

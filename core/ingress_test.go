@@ -174,7 +174,7 @@ func TestSubmitRunComplete(t *testing.T) {
 		t.Errorf("final view = %+v", v)
 	}
 	wantJobsTotal(t, h, map[core.Outcome]float64{core.OutcomeCompleted: 1})
-	if n := h.metric("switchyard_time_to_first_output_seconds"); n != 1 {
+	if n := h.metric("switchyard_time_to_first_output_seconds_count"); n != 1 {
 		t.Errorf("time_to_first_output observations = %v, want 1", n)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // lastOfferConn is a core.WorkerConn that keeps only the last offer, so a
@@ -112,14 +113,6 @@ func BenchmarkEndedJobMemory(b *testing.B) {
 
 // retainedBytes reads switchyard_retention_bytes.
 func retainedBytes(tb testing.TB, reg *prometheus.Registry) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "switchyard_retention_bytes" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
+	v, _ := promtest.Value(tb, reg, "switchyard_retention_bytes", nil)
+	return v
 }

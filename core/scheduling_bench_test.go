@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // The scheduling benchmarks: one engine (the dispatcher's own code, its
@@ -184,13 +185,8 @@ func (b *bench) wait(done <-chan struct{}) {
 
 func (b *bench) affinityCounts() map[string]float64 {
 	out := map[string]float64{}
-	mfs, _ := b.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() == "switchyard_dispatch_affinity_total" {
-			for _, m := range mf.GetMetric() {
-				out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-			}
-		}
+	for _, s := range promtest.All(b.tb, b.reg, "switchyard_dispatch_affinity_total") {
+		out[s.Labels["result"]] = s.Value
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 )
 
 // A server fault is answered 500 internal without its text, logged at warn
@@ -47,21 +48,9 @@ func TestWriteError(t *testing.T) {
 			t.Errorf("%v: logged %q, want %s with the path", tc.err, logs.String(), tc.level)
 		}
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	counted := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() == "switchyard_api_errors_total" {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "code" {
-						counted[l.GetValue()] = m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
+	for _, s := range promtest.All(t, reg, "switchyard_api_errors_total") {
+		counted[s.Labels["code"]] = s.Value
 	}
 	if counted["internal"] != 1 || counted["queue_full"] != 1 {
 		t.Errorf("counted %v, want one internal and one queue_full", counted)

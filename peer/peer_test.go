@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/promtest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -135,44 +137,23 @@ func wantCounters(t *testing.T, reg *prometheus.Registry, want map[string]float6
 	}
 }
 
+// counter is the value of the first series of counter or gauge name in
+// reg whose labels include labels; 0 when there is none (a vector's series
+// appears with its first use).
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			if m.Counter != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	v, _ := promtest.Value(t, reg, name, labels)
+	return v
 }
 
+// series is the number of series of name in reg.
 func series(t *testing.T, reg *prometheus.Registry, name string) int {
 	t.Helper()
-	mfs, err := reg.Gather()
+	n, err := testutil.GatherAndCount(reg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return len(mf.GetMetric())
-		}
-	}
-	return 0
+	return n
 }
 
 func TestNewRefusesAShortSecret(t *testing.T) {
