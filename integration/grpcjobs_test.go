@@ -894,8 +894,8 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 			}
 			// Only the bound under test can have been passed, and promptly:
 			// above it, and at most twice it.
-			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events", map[string]string{"transport": "grpc"})
-			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes", map[string]string{"transport": "grpc"})
+			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events_sum", map[string]string{"transport": "grpc"})
+			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes_sum", map[string]string{"transport": "grpc"})
 			bound, lag := float64(b.maxEvents), lagE
 			if b.bound == "bytes" {
 				bound, lag = float64(b.maxBytes), lagB

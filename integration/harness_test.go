@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/promtest"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -249,39 +250,13 @@ func getJSON(tb testing.TB, url string, into any) int {
 }
 
 // metric reads the first series of name whose labels include labels: a
-// counter's or gauge's value, a histogram's sum, or, named as in the text
-// exposition (name_count), a histogram's sample count.
+// counter's or gauge's value, or, named as in the text exposition
+// (name_count, name_sum), a histogram's sample count or sum. A series that
+// is not there reads 0: a vector's series appears with its first use.
 func metric(tb testing.TB, n *switchyard.Node, name string, labels map[string]string) float64 {
 	tb.Helper()
-	mfs, err := n.Registry().Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		count := mf.GetName()+"_count" == name
-		if mf.GetName() != name && !count {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil && count:
-				return float64(m.Histogram.GetSampleCount())
-			case m.Histogram != nil:
-				return m.Histogram.GetSampleSum()
-			}
-		}
-	}
-	return 0
+	v, _ := promtest.Value(tb, n.Registry(), name, labels)
+	return v
 }
 
 // problem is an RFC 9457 problem details body as a node writes it.

@@ -58,7 +58,7 @@ func TestStreamEndToEnd(t *testing.T) {
 	if got := metric(t, n, "switchyard_job_duration_seconds_count", completed) - durations; got != 1 {
 		t.Errorf("switchyard_job_duration_seconds_count{completed} grew by %v, want 1", got)
 	}
-	if d := metric(t, n, "switchyard_job_duration_seconds", completed); d <= 0 {
+	if d := metric(t, n, "switchyard_job_duration_seconds_sum", completed); d <= 0 {
 		t.Errorf("switchyard_job_duration_seconds_sum{completed} = %v, want > 0", d)
 	}
 	// Co-located: ingress, dispatcher and consumer are this node, so the

@@ -284,8 +284,8 @@ func TestSlowConsumer(t *testing.T) {
 			if after := field[uint64](t, last, "resume_after_seq"); after != lastSeq {
 				t.Errorf("terminated says resume after %d, the last event received was %d", after, lastSeq)
 			}
-			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events", map[string]string{"transport": "sse"})
-			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes", map[string]string{"transport": "sse"})
+			lagE := metric(t, n, "switchyard_stream_slow_terminated_lag_events_sum", map[string]string{"transport": "sse"})
+			lagB := metric(t, n, "switchyard_stream_slow_terminated_lag_bytes_sum", map[string]string{"transport": "sse"})
 			if e, b := field[float64](t, last, "lag_events"), field[float64](t, last, "lag_bytes"); e != lagE || b != lagB {
 				t.Errorf("terminated event says %v events / %v bytes queued, the metric %v / %v", e, b, lagE, lagB)
 			}
