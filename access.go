@@ -4,6 +4,7 @@ import (
 	"net/url"
 
 	"github.com/switchyard/switchyard/auth"
+	"github.com/switchyard/switchyard/internal/netaddr"
 )
 
 // openAuth loads the node's API keys, and says in its log who may call it
@@ -15,14 +16,14 @@ func (n *Node) openAuth() (err error) {
 	}
 	switch {
 	case n.keys.Enabled():
-	case n.cfg.AllowAnonymous && !(loopbackAddr(n.cfg.HTTPAddr) && loopbackAddr(n.cfg.GRPCAddr)):
+	case n.cfg.AllowAnonymous && !(netaddr.IsLoopback(n.cfg.HTTPAddr) && netaddr.IsLoopback(n.cfg.GRPCAddr)):
 		log.Warn("no API keys and --allow-anonymous: anyone who reaches the HTTP or gRPC port may submit to, and serve, any queue",
 			"http", n.cfg.HTTPAddr, "grpc", n.cfg.GRPCAddr)
 	default:
 		log.Info("no API keys: anonymous calls are accepted, on loopback addresses only (--auth-file to check keys)")
 	}
 	for _, ep := range n.cfg.EtcdEndpoints {
-		if u, err := url.Parse(ep); err == nil && u.Scheme == "http" && !loopbackAddr(u.Host) {
+		if u, err := url.Parse(ep); err == nil && u.Scheme == "http" && !netaddr.IsLoopback(u.Host) {
 			n.log.Warn("an external etcd endpoint over http: the catalog (every node's and queue's record) travels in plaintext, and anyone who reaches the endpoint reads and writes it unless etcd checks users; use https:// (--etcd-tls-*)",
 				"system", "catalog", "endpoint", ep)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/grpcapi"
 	"github.com/switchyard/switchyard/httpapi"
+	"github.com/switchyard/switchyard/internal/netaddr"
 	"github.com/switchyard/switchyard/peer"
 	"github.com/switchyard/switchyard/tracing"
 )
@@ -254,7 +255,7 @@ func (c *Config) validateAnonymous() error {
 		return nil
 	}
 	for _, a := range []struct{ flag, addr string }{{"http-addr", c.HTTPAddr}, {"grpc-addr", c.GRPCAddr}} {
-		if !loopbackAddr(a.addr) {
+		if !netaddr.IsLoopback(a.addr) {
 			return &core.ConfigError{Field: a.flag, Value: a.addr, Err: errors.New(
 				"is not a loopback address and the node has no API keys: give it keys (--auth-file, or SWITCHYARD_AUTH_KEYS), or pass --allow-anonymous to accept anonymous calls from the network")}
 		}
@@ -273,26 +274,11 @@ func (c *Config) validateDebug() error {
 	if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
 		return &core.ConfigError{Field: "debug-addr", Value: c.DebugAddr, Err: errors.New("must be host:port (port 0 picks a free one)")}
 	}
-	if !c.DebugAllowRemote && !loopbackAddr(c.DebugAddr) {
+	if !c.DebugAllowRemote && !netaddr.IsLoopback(c.DebugAddr) {
 		return &core.ConfigError{Field: "debug-addr", Value: c.DebugAddr, Err: errors.New(
 			"is not a loopback address: pass --debug-allow-remote to serve profiles to the network (with API keys they need an admin key)")}
 	}
 	return nil
-}
-
-// loopbackAddr reports whether a listen address host:port binds loopback
-// only: 127.0.0.0/8, ::1 or localhost. An empty host, 0.0.0.0 and :: bind
-// every interface; any other name could resolve anywhere.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // outputWindow sets an output window left at 0 to half the streams'

@@ -59,11 +59,13 @@ var importRules = map[string]importRule{
 	// The domain: no transport types, no etcd. The engine and the token
 	// rules stand alone; the stream writer shared by the doors builds on
 	// both.
-	"core":        {neverDeps: noTransport, neverImports: []string{"net/http"}},
+	"core":        {may: []string{"core/internal/metric", "tracing/w3c"}, neverDeps: noTransport, neverImports: []string{"net/http"}},
 	"core/resume": {neverDeps: noTransport, neverImports: []string{"net/http"}},
-	"core/stream": {may: []string{"core", "core/resume"}, neverDeps: noTransport, neverImports: []string{"net/http"}},
+	"core/stream": {may: []string{"core", "core/resume", "core/internal/metric"}, neverDeps: noTransport, neverImports: []string{"net/http"}},
+	// The engine's and the stream's metric declarations: Prometheus only.
+	"core/internal/metric": {neverDeps: noTransport, neverImports: []string{"net/http"}},
 	// The etcd catalog serves the engine; it knows no transport.
-	"catalog": {may: []string{"core"}, neverDeps: []string{chiLib, sseLib}},
+	"catalog": {may: []string{"core", "internal/netaddr"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
 	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
@@ -95,19 +97,28 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
 	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
 	// set up from the node's config and the standard OTEL_* variables,
 	// and the log handler that puts a trace id on every log line. It knows
 	// nothing of the node.
 	"tracing": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
+	// A W3C trace context read as a span context, on the OpenTelemetry
+	// API alone: the engine and the worker SDK share it.
+	"tracing/w3c": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters, otelContrib}},
+	// What the node, the catalog and the binary decide alike about a
+	// host:port address (is it loopback): the standard library only.
+	"internal/netaddr": {},
+	// Test plumbing, imported by tests only: free loopback addresses, a
+	// TCP relay that counts what it carries and fails on demand.
+	"internal/tcptest": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
-	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing"}},
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing", "internal/netaddr"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
-	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing"}},
+	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing", "internal/netaddr"}},
 	// Tests see everything.
 	"integration": {any: true},
 	// The benchmarks' load generator, which the binary ships (`switchyard

@@ -496,7 +496,7 @@ func (n *Node) watchCluster(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
-			// Lane streams re-apply the zone test (a node's zone label may
+			// Delivery streams re-apply the zone test (a node's zone label may
 			// have changed), beside the engine's own test of its bindings.
 			n.peer.ZonesChanged()
 		case <-n.peersChanged:
@@ -510,7 +510,7 @@ func (n *Node) watchCluster(ctx context.Context) {
 // Close leaves the cluster gracefully, then stops the node: the engine
 // drains (core.Engine.Drain, bounded by DrainTimeout) while every server
 // keeps serving, the transport delivers what the drain sent (within
-// settleTimeout), then the servers stop and the catalog revokes the
+// awaitAcksTimeout), then the servers stop and the catalog revokes the
 // node's lease so its records vanish at once. What the drain does, step
 // by step, is docs/cluster.md, "Leaving the cluster (SIGTERM)". Close is
 // safe to call more than once; every call returns the first one's error.
@@ -523,8 +523,8 @@ func (n *Node) Close(ctx context.Context) error {
 			n.log.Warn("drain timeout; ended open jobs", "jobs", ended)
 		}
 		cancel()
-		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		if err := n.peer.Settle(sctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, awaitAcksTimeout)
+		if err := n.peer.AwaitAcks(sctx); err != nil {
 			n.log.Warn("closing with peer messages undelivered", "err", err)
 		}
 		cancel()
@@ -534,9 +534,9 @@ func (n *Node) Close(ctx context.Context) error {
 	return n.closeErr
 }
 
-// settleTimeout bounds how long Close waits, after the drain, for the
+// awaitAcksTimeout bounds how long Close waits, after the drain, for the
 // other nodes to acknowledge what this one sent them.
-const settleTimeout = 2 * time.Second
+const awaitAcksTimeout = 2 * time.Second
 
 func (n *Node) stop(ctx context.Context) error {
 	var errs []error

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -169,7 +168,7 @@ func (n *Node) relayTLS() (*tls.Config, error) {
 
 // peerTLS is the peer port's mutual TLS, server and client side; nil
 // without --peer-tls-cert. The server checks a client's certificate itself
-// (verifyPeerClient) so that it can log who was refused: the standard
+// (catalog.VerifyChain) so that it can log who was refused: the standard
 // check fails the handshake before any of our code sees it.
 func (n *Node) peerTLS() (server, client *tls.Config, err error) {
 	if n.cfg.PeerTLSCert == "" {
@@ -189,7 +188,7 @@ func (n *Node) peerTLS() (server, client *tls.Config, err error) {
 	server.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		c := base.Clone()
 		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			err := verifyPeerClient(pool, raw)
+			err := catalog.VerifyChain(pool, raw, x509.ExtKeyUsageClientAuth)
 			if err != nil {
 				log.Warn("peer TLS: a client certificate was refused", "remote", remoteOf(hello), "err", err)
 			}
@@ -206,31 +205,6 @@ func remoteOf(hello *tls.ClientHelloInfo) string {
 		return ""
 	}
 	return hello.Conn.RemoteAddr().String()
-}
-
-// verifyPeerClient checks a peer's certificate chain against the cluster
-// CA, for client authentication.
-func verifyPeerClient(pool *x509.CertPool, raw [][]byte) error {
-	if len(raw) == 0 {
-		return errors.New("no certificate")
-	}
-	certs := make([]*x509.Certificate, len(raw))
-	for i, b := range raw {
-		c, err := x509.ParseCertificate(b)
-		if err != nil {
-			return fmt.Errorf("certificate %d: %w", i, err)
-		}
-		certs[i] = c
-	}
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	if err != nil {
-		return fmt.Errorf("%s, issued by %s, is not of the cluster CA: %w", certs[0].Subject, certs[0].Issuer, err)
-	}
-	return nil
 }
 
 // validateTLS checks the TLS flags come in their sets.

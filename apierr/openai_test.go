@@ -34,15 +34,7 @@ func TestWriteOpenAIError(t *testing.T) {
 		t.Run(tc.code, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			apierr.WriteOpenAIError(rec, tc.err)
-			if rec.Code != tc.status {
-				t.Errorf("status %d, want %d", rec.Code, tc.status)
-			}
-			if got := rec.Header().Get("Content-Type"); got != "application/json" {
-				t.Errorf("Content-Type %q", got)
-			}
-			if got := rec.Header().Get("Retry-After"); got != tc.retryAfter {
-				t.Errorf("Retry-After %q, want %q", got, tc.retryAfter)
-			}
+			checkAnswer(t, rec, tc.status, "application/json", tc.retryAfter)
 			var body struct {
 				Error map[string]any `json:"error"`
 			}

@@ -38,15 +38,7 @@ func TestWriteProblem(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			apierr.WriteProblem(rec, httptest.NewRequest("POST", "/v1/queues/q/jobs", nil), tc.err)
-			if rec.Code != tc.status {
-				t.Errorf("status %d, want %d", rec.Code, tc.status)
-			}
-			if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
-				t.Errorf("Content-Type %q", ct)
-			}
-			if got := rec.Header().Get("Retry-After"); got != tc.retryAfter {
-				t.Errorf("Retry-After %q, want %q", got, tc.retryAfter)
-			}
+			checkAnswer(t, rec, tc.status, "application/problem+json", tc.retryAfter)
 			var got apierr.Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 				t.Fatal(err)
@@ -95,5 +87,20 @@ func TestWriteProblemFromStatusIsIdentical(t *testing.T) {
 			direct.Header().Get("Retry-After") != viaStatus.Header().Get("Retry-After") {
 			t.Errorf("%v:\n direct %d %s via status %d %s", err, direct.Code, direct.Body, viaStatus.Code, viaStatus.Body)
 		}
+	}
+}
+
+// checkAnswer checks an error answer's status, Content-Type and
+// Retry-After ("" for none).
+func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, status int, ctype, retryAfter string) {
+	t.Helper()
+	if rec.Code != status {
+		t.Errorf("status %d, want %d", rec.Code, status)
+	}
+	if got := rec.Header().Get("Content-Type"); got != ctype {
+		t.Errorf("Content-Type %q, want %q", got, ctype)
+	}
+	if got := rec.Header().Get("Retry-After"); got != retryAfter {
+		t.Errorf("Retry-After %q, want %q", got, retryAfter)
 	}
 }

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -134,6 +135,14 @@ func TestNoKeysIsAnonymous(t *testing.T) {
 	other, _ := s.Authenticate("Bearer someone-else")
 	if id.Caller() == other.Caller() {
 		t.Error("two credentials share a resume fingerprint")
+	}
+	// CallerOf: the identity's in a call a transport authenticated, else
+	// the anonymous caller's of the credential the call presents.
+	if auth.CallerOf(auth.NewContext(context.Background(), id), "Bearer someone-else") != id.Caller() {
+		t.Error("CallerOf ignores the call's identity")
+	}
+	if auth.CallerOf(context.Background(), "Bearer whatever") != id.Caller() {
+		t.Error("CallerOf without an identity is not the anonymous caller's")
 	}
 }
 

@@ -34,7 +34,11 @@ type Identity struct {
 // tokens stay bound to it, as they were before nodes knew keys, so a token
 // issued to one credential does not resume under another.
 func Anonymous(credential string) *Identity {
-	return &Identity{anonymous: true, roles: Submit | Work | Admin, queues: []string{"*"}, caller: resume.Fingerprint("authorization", credential)}
+	return &Identity{anonymous: true, roles: Submit | Work | Admin, queues: []string{"*"}, caller: anonymousCaller(credential)}
+}
+
+func anonymousCaller(credential string) [16]byte {
+	return resume.Fingerprint("authorization", credential)
 }
 
 // ReadToken is the identity of a read token's bearer: it may read the one
@@ -153,6 +157,17 @@ func FromContext(ctx context.Context) *Identity {
 		return id
 	}
 	return Anonymous("")
+}
+
+// CallerOf is the fingerprint resume tokens issued in the call ctx are
+// bound to: its identity's (Caller); in a call no transport authenticated
+// (a service used alone), that of the anonymous caller presenting
+// credential, as on a node without keys.
+func CallerOf(ctx context.Context, credential string) [16]byte {
+	if id, ok := Lookup(ctx); ok {
+		return id.caller
+	}
+	return anonymousCaller(credential)
 }
 
 // Lookup returns the identity in ctx, if a transport put one there.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 func mustCaps(t *testing.T, pairs ...string) core.Capabilities {
@@ -426,15 +427,15 @@ func TestOpenFailsFast(t *testing.T) {
 // must reload and follow the store again rather than freeze.
 func TestViewRecoversFromCompactedWatch(t *testing.T) {
 	a := open(t, embeddedConfig(t, "node-a"))
-	p := startProxy(t, a.ClientAddr())
-	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + p.Addr()}, LeaseTTL: 10 * time.Second})
+	p := tcptest.NewRelay(t, a.ClientAddr())
+	b := open(t, catalog.Config{Name: "node-b", Endpoints: []string{"https://" + p.Addr}, LeaseTTL: 10 * time.Second})
 	ctx := context.Background()
 	if err := a.PublishConsumer(ctx, core.ConsumerInfo{ID: "w1", Queue: "jobs"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "b sees w1", func() bool { return len(b.Consumers("jobs")) == 1 })
 
-	p.Block()
+	p.Refuse()
 	if err := a.WithdrawConsumer(ctx, "jobs", "w1"); err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +449,7 @@ func TestViewRecoversFromCompactedWatch(t *testing.T) {
 	if _, err := a.Client().Compact(ctx, resp.Header.Revision); err != nil {
 		t.Fatalf("Compact: %v", err)
 	}
-	p.Unblock()
+	p.Heal()
 	took := eventually(t, 15*time.Second, "b's view follows after the compaction", func() bool {
 		d, ok := b.Dispatch("jobs")
 		return ok && d.Dispatcher == "node-a" && slices.Equal(consumerIDs(b.Consumers("jobs")), []string{"w2"})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,32 +16,13 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // member is one node of an embedded cluster under test.
 type member struct {
 	cfg catalog.Config
 	cat *catalog.Catalog
-}
-
-// freeAddrs returns n distinct 127.0.0.1 addresses whose ports were free a
-// moment ago. Another process or test may take one before it is bound: the
-// caller retries on a bind error.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	lns := make([]net.Listener, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listen: %v", err)
-		}
-		lns[i], addrs[i] = ln, ln.Addr().String()
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
 }
 
 func isBindErr(err error) bool {
@@ -52,7 +32,7 @@ func isBindErr(err error) bool {
 // clusterConfigs returns the configurations of a new cluster of the named
 // members on fresh addresses and data directories.
 func clusterConfigs(t *testing.T, names ...string) []catalog.Config {
-	addrs := freeAddrs(t, 2*len(names))
+	addrs := tcptest.FreeAddrs(t, 2*len(names))
 	var ic []string
 	for i, name := range names {
 		ic = append(ic, name+"=https://"+addrs[2*i+1])
@@ -215,6 +195,29 @@ func catalogs(ms []*member) []*catalog.Catalog {
 		cs[i] = m.cat
 	}
 	return cs
+}
+
+// startOnline starts a cluster of three members, m1 to m3 (startCluster,
+// with mod), and sets every node online.
+func startOnline(t *testing.T, mod func(*catalog.Config)) []*member {
+	t.Helper()
+	ms := startCluster(t, mod, "m1", "m2", "m3")
+	for _, m := range ms {
+		setState(t, m.cat, core.StateOnline)
+	}
+	return ms
+}
+
+// startServing is startOnline with a consumer of queue "jobs" on every
+// node (w-<node>), seen by every node.
+func startServing(t *testing.T, mod func(*catalog.Config)) []*member {
+	t.Helper()
+	ms := startOnline(t, mod)
+	cs := catalogs(ms)
+	for _, c := range cs {
+		addConsumer(t, c, "jobs", "w-"+c.Name(), cs...)
+	}
+	return ms
 }
 
 func clientURLs(ms []*member) []string {
@@ -417,12 +420,7 @@ func TestEmbeddedClusterIsOneCatalog(t *testing.T) {
 // node's records, which its Close revoked. The closed node then restarts from
 // its data directory and catches up.
 func TestEmbeddedClusterLeaderClosed(t *testing.T) {
-	ms := startCluster(t, nil, "m1", "m2", "m3")
-	cs := catalogs(ms)
-	for _, c := range cs {
-		setState(t, c, core.StateOnline)
-		addConsumer(t, c, "jobs", "w-"+c.Name(), cs...)
-	}
+	ms := startServing(t, nil)
 	leader, survivors := leaderOf(t, ms)
 	gone := leader.cat.Name()
 	t.Logf("closing %s, the leader", gone)
@@ -580,19 +578,14 @@ func TestEmbeddedClusterLeaderCrash(t *testing.T) {
 }
 
 func testLeaderCrash(t *testing.T, fast bool) {
-	ms := startCluster(t, func(c *catalog.Config) {
+	ms := startServing(t, func(c *catalog.Config) {
 		c.FastElection = fast
 		if !fast {
 			// Long enough for a failover with etcd's default timing,
 			// as Open's warning asks (see logCluster).
 			c.LeaseTTL = 6 * time.Second
 		}
-	}, "m1", "m2", "m3")
-	cs := catalogs(ms)
-	for _, c := range cs {
-		setState(t, c, core.StateOnline)
-		addConsumer(t, c, "jobs", "w-"+c.Name(), cs...)
-	}
+	})
 	leader, survivors := leaderOf(t, ms)
 	gone := leader.cat.Name()
 
@@ -874,15 +867,6 @@ func TestClusterConfigValidate(t *testing.T) {
 		if cfg.ClusterState != before.ClusterState || cfg.ClusterToken != before.ClusterToken || cfg.PeerAddr != before.PeerAddr {
 			t.Errorf("%s: Validate modified the config", tc.name)
 		}
-		switch {
-		case tc.wantField == "" && err != nil:
-			t.Errorf("%s: Validate() = %v, want nil", tc.name, err)
-		case tc.wantField != "" && err == nil:
-			t.Errorf("%s: Validate() = nil, want an error naming %s", tc.name, tc.wantField)
-		case tc.wantField != "" && !containsField(err.Error(), tc.wantField):
-			t.Errorf("%s: Validate() = %q, want it to name %s", tc.name, err, tc.wantField)
-		default:
-			t.Logf("%s: %v", tc.name, err)
-		}
+		wantValidate(t, tc.name, err, tc.wantField)
 	}
 }

@@ -121,24 +121,31 @@ func issue(ca *x509.Certificate, caKey ed25519.PrivateKey, name string, hosts []
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}), nil
 }
 
+// issueDerived issues a certificate for name, valid for hosts, under the
+// CA derived from secret; it returns the CA with the certificate and its
+// key (PEM).
+func issueDerived(secret []byte, name string, hosts []string) (ca *x509.Certificate, certPEM, keyPEM []byte, err error) {
+	ca, caKey, err := derivedCA(secret)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	certPEM, keyPEM, err = issue(ca, caKey, name, hosts, time.Now())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ca, certPEM, keyPEM, nil
+}
+
 // writeDerivedTLS issues this member's certificate under the CA derived
 // from secret and writes it, its key and the CA to dir/tls (etcd reads its
 // TLS from files), readable by the node's user alone; it returns the files.
 func writeDerivedTLS(dir string, secret []byte, name string, hosts []string) (*TLSFiles, error) {
-	ca, caKey, err := derivedCA(secret)
-	if err != nil {
-		return nil, err
-	}
-	certPEM, keyPEM, err := issue(ca, caKey, name, hosts, time.Now())
-	if err != nil {
-		return nil, err
-	}
 	tlsDir := filepath.Join(dir, "tls")
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("catalog TLS: %w", err)
 	}
 	files := &TLSFiles{Cert: filepath.Join(tlsDir, "member.pem"), Key: filepath.Join(tlsDir, "member-key.pem"), CA: filepath.Join(tlsDir, "ca.pem")}
-	if err := writeTLSFiles(files, certPEM, keyPEM, ca); err != nil {
+	if err := writeDerived(files, secret, name, hosts); err != nil {
 		return nil, err
 	}
 	return files, nil
@@ -151,24 +158,21 @@ func writeDerivedTLS(dir string, secret []byte, name string, hosts []string) (*T
 // reach the members of a catalog whose certificates that secret derives.
 // A node's own <data-dir>/tls/member.pem serves as one too.
 func WriteClientTLS(dir string, secret []byte, name string) (*TLSFiles, error) {
-	ca, caKey, err := derivedCA(secret)
-	if err != nil {
-		return nil, err
-	}
-	certPEM, keyPEM, err := issue(ca, caKey, name, nil, time.Now())
-	if err != nil {
-		return nil, err
-	}
 	files := &TLSFiles{Cert: filepath.Join(dir, "client.pem"), Key: filepath.Join(dir, "client-key.pem"), CA: filepath.Join(dir, "ca.pem")}
-	if err := writeTLSFiles(files, certPEM, keyPEM, ca); err != nil {
+	if err := writeDerived(files, secret, name, nil); err != nil {
 		return nil, err
 	}
 	return files, nil
 }
 
-// writeTLSFiles writes a certificate, its key and its CA to files
+// writeDerived issues a certificate for name, valid for hosts, under the
+// CA derived from secret, and writes it, its key and the CA to files
 // (0600).
-func writeTLSFiles(files *TLSFiles, certPEM, keyPEM []byte, ca *x509.Certificate) error {
+func writeDerived(files *TLSFiles, secret []byte, name string, hosts []string) error {
+	ca, certPEM, keyPEM, err := issueDerived(secret, name, hosts)
+	if err != nil {
+		return err
+	}
 	for path, data := range map[string][]byte{
 		files.Cert: certPEM, files.Key: keyPEM,
 		files.CA: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}),
@@ -198,11 +202,7 @@ func writeFile0600(path string, data []byte) error {
 // CA, and takes a server's certificate if the CA signed it, whatever name
 // it carries (see the file's comment).
 func derivedClientTLS(secret []byte, name string) (*tls.Config, error) {
-	ca, caKey, err := derivedCA(secret)
-	if err != nil {
-		return nil, err
-	}
-	certPEM, keyPEM, err := issue(ca, caKey, name, nil, time.Now())
+	ca, certPEM, keyPEM, err := issueDerived(secret, name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -220,21 +220,28 @@ func derivedClientTLS(secret []byte, name string) (*tls.Config, error) {
 		// which would also compare names).
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return verifyChain(pool, raw, x509.ExtKeyUsageServerAuth)
+			if err := VerifyChain(pool, raw, x509.ExtKeyUsageServerAuth); err != nil {
+				return fmt.Errorf("catalog TLS (another cluster secret?): %w", err)
+			}
+			return nil
 		},
 	}, nil
 }
 
-// verifyChain checks that the leaf of raw chains to a CA in pool, for use.
-func verifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error {
+// VerifyChain checks that the leaf of raw (a peer's certificate chain as
+// the handshake received it, leaf first) chains to a CA in pool, the
+// cluster CA, for use. The node's peer port checks its clients with it as
+// the derived catalog TLS checks its members. An error names the leaf and
+// its issuer.
+func VerifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error {
 	if len(raw) == 0 {
-		return errors.New("catalog TLS: no certificate")
+		return errors.New("no certificate")
 	}
 	certs := make([]*x509.Certificate, len(raw))
 	for i, b := range raw {
 		c, err := x509.ParseCertificate(b)
 		if err != nil {
-			return fmt.Errorf("catalog TLS: certificate %d: %w", i, err)
+			return fmt.Errorf("certificate %d: %w", i, err)
 		}
 		certs[i] = c
 	}
@@ -243,7 +250,7 @@ func verifyChain(pool *x509.CertPool, raw [][]byte, use x509.ExtKeyUsage) error 
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
-		return fmt.Errorf("catalog TLS: %s is not of this cluster's catalog CA (another cluster secret?): %w", certs[0].Subject, err)
+		return fmt.Errorf("%s, issued by %s, is not of the cluster CA: %w", certs[0].Subject, certs[0].Issuer, err)
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func TestDerivedCA(t *testing.T) {
 	}{{a, true}, {other, false}} {
 		pool := x509.NewCertPool()
 		pool.AddCert(tc.ca)
-		if err := verifyChain(pool, pair.Certificate, x509.ExtKeyUsageClientAuth); (err == nil) != tc.want {
+		if err := VerifyChain(pool, pair.Certificate, x509.ExtKeyUsageClientAuth); (err == nil) != tc.want {
 			t.Errorf("verify against %s: %v, want ok %v", tc.ca.Subject, err, tc.want)
 		}
 	}

@@ -135,25 +135,19 @@ func startEmbedded(ctx context.Context, cfg Config) (*embed.Etcd, error) {
 // PeerAddr on every interface (which validateCluster allows only with
 // InitialCluster) this member's InitialCluster entry, which names the
 // same port on a host its peers reach.
-func peerURL(cfg Config, ms []clusterMember) url.URL {
-	host, _, _ := net.SplitHostPort(cfg.PeerAddr)
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		for _, m := range ms {
-			if m.name == cfg.Name {
-				return url.URL{Scheme: cfg.scheme(), Host: m.host}
-			}
-		}
-	}
-	return url.URL{Scheme: cfg.scheme(), Host: cfg.PeerAddr}
-}
+func peerURL(cfg Config, ms []clusterMember) url.URL { return advertisedURL(cfg, ms, cfg.PeerAddr) }
 
 // clientURL is the client URL the member advertises: ClientAddr, or with
 // ClientAddr on every interface the host of this member's InitialCluster
-// entry with ClientAddr's port, as for peerURL. The other members reach it
-// there for member changes made before a node's own member starts
-// (join.go).
-func clientURL(cfg Config, ms []clusterMember) url.URL {
-	host, port, _ := net.SplitHostPort(cfg.ClientAddr)
+// entry with ClientAddr's port. The other members reach it there for
+// member changes made before a node's own member starts (join.go).
+func clientURL(cfg Config, ms []clusterMember) url.URL { return advertisedURL(cfg, ms, cfg.ClientAddr) }
+
+// advertisedURL is the URL the member advertises for its listen address
+// addr: addr, or with addr on every interface (0.0.0.0, [::]) the host of
+// this member's InitialCluster entry with addr's port.
+func advertisedURL(cfg Config, ms []clusterMember, addr string) url.URL {
+	host, port, _ := net.SplitHostPort(addr)
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		for _, m := range ms {
 			if m.name == cfg.Name {
@@ -163,7 +157,7 @@ func clientURL(cfg Config, ms []clusterMember) url.URL {
 			}
 		}
 	}
-	return url.URL{Scheme: cfg.scheme(), Host: cfg.ClientAddr}
+	return url.URL{Scheme: cfg.scheme(), Host: addr}
 }
 
 // boundURL is u, advertised, with the port of bound when u's port is 0 (a

@@ -2,15 +2,12 @@ package catalog_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // TestExternalEndpointBlackholed: a node using three etcd members as an
@@ -26,12 +23,12 @@ func TestExternalEndpointBlackholed(t *testing.T) {
 		t.Skip("waits out a keepalive (about 15s)")
 	}
 	ms := startCluster(t, nil, "m1", "m2", "m3")
-	var holes []*blackhole
+	var holes []*tcptest.Relay
 	var endpoints []string
 	for _, m := range ms {
-		h := startBlackhole(t, m.cat.ClientAddr())
+		h := tcptest.NewRelay(t, m.cat.ClientAddr())
 		holes = append(holes, h)
-		endpoints = append(endpoints, "https://"+h.addr)
+		endpoints = append(endpoints, "https://"+h.Addr)
 	}
 	ext := open(t, catalog.Config{Name: "ext", Endpoints: endpoints, LeaseTTL: 10 * time.Second})
 	get := func(timeout time.Duration) error {
@@ -44,7 +41,7 @@ func TestExternalEndpointBlackholed(t *testing.T) {
 	eventually(t, 10*time.Second, "a connection through every endpoint", func() bool {
 		_ = get(time.Second)
 		for _, h := range holes {
-			if h.conns.Load() == 0 {
+			if h.Conns() == 0 {
 				return false
 			}
 		}
@@ -57,7 +54,7 @@ func TestExternalEndpointBlackholed(t *testing.T) {
 	}
 
 	const callTimeout, streak, limit = time.Second, 5 * time.Second, 40 * time.Second
-	holes[0].drop.Store(true)
+	holes[0].Blackhole()
 	cut := time.Now()
 	var failed int
 	var lastFailure time.Duration // end of the last failed call, from the cut
@@ -84,77 +81,4 @@ func TestExternalEndpointBlackholed(t *testing.T) {
 	if bound := catalog.ExternalKeepAliveTime + catalog.ExternalKeepAliveTimeout + 2*callTimeout + 3*time.Second; lastFailure > bound {
 		t.Errorf("failover took %v, above keepalive + its timeout + slack (%v)", lastFailure.Round(time.Millisecond), bound)
 	}
-}
-
-// blackhole is a TCP relay to target that, once drop is set, keeps its
-// connections open and discards everything either way: a peer that went
-// silent.
-type blackhole struct {
-	addr  string
-	drop  atomic.Bool
-	conns atomic.Int64
-}
-
-func startBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &blackhole{addr: ln.Addr().String()}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		open []net.Conn
-	)
-	pipe := func(dst io.Writer, src io.Reader) {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 && !h.drop.Load() {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if h.drop.Load() {
-				// A new connection gets no answer either.
-				mu.Lock()
-				open = append(open, c)
-				mu.Unlock()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			h.conns.Add(1)
-			mu.Lock()
-			open = append(open, c, up)
-			mu.Unlock()
-			wg.Go(func() { pipe(up, c); up.Close() })
-			wg.Go(func() { pipe(c, up); c.Close() })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return h
 }

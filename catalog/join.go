@@ -41,7 +41,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -54,6 +53,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
+
+	"github.com/switchyard/switchyard/internal/netaddr"
 )
 
 // peerMember is a member as etcd's peer API lists it (GET /members on a
@@ -365,16 +366,7 @@ func memberAnswers(ctx context.Context, cfg Config, peerURLs []string) (bool, er
 
 // isLoopbackURL reports whether raw's host is a loopback address or
 // localhost.
-func isLoopbackURL(raw string) bool {
-	host, _, err := net.SplitHostPort(hostOf(raw))
-	if err != nil {
-		return false
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback()
-	}
-	return host == "localhost"
-}
+func isLoopbackURL(raw string) bool { return netaddr.IsLoopback(hostOf(raw)) }
 
 // promote promotes the learner id, this member, once etcd lets it (it has
 // caught up with the leader), bounded by ctx.

@@ -113,10 +113,7 @@ func TestEmbeddedClusterSurvivesLeaderLoss(t *testing.T) {
 		t.Skip("elections with etcd's default timing take seconds")
 	}
 	cpuLoad(t)
-	ms := startCluster(t, clusterTiming, "m1", "m2", "m3")
-	for _, m := range ms {
-		setState(t, m.cat, core.StateOnline)
-	}
+	ms := startOnline(t, clusterTiming)
 	const rounds = 3
 	for round := 1; round <= rounds; round++ {
 		leader, survivors := leaderOf(t, ms)
@@ -165,27 +162,12 @@ func TestEmbeddedClusterSurvivesLeaderLoss(t *testing.T) {
 		if err := leader.cat.Close(context.Background()); err != nil {
 			t.Logf("close the stopped %s: %v", gone, err)
 		}
-		leader.cat = reopen(t, leader.cfg)
+		leader.cat = openPlain(t, leader.cfg)
 		setState(t, leader.cat, core.StateOnline)
 		for _, s := range survivors {
 			waitNodeState(t, s.cat, gone, core.StateOnline)
 		}
 	}
-}
-
-// reopen opens a catalog again on cfg's data directory (the member
-// rejoins its cluster); the cluster's cleanup closes it.
-func reopen(t *testing.T, cfg catalog.Config) *catalog.Catalog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	start := time.Now()
-	c, err := catalog.Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("reopen %s: %v", cfg.Name, err)
-	}
-	t.Logf("%s reopened in %v", cfg.Name, time.Since(start).Round(time.Millisecond))
-	return c
 }
 
 // TestEmbeddedClusterQuorumLossFencesAndRecovers: two of three members
@@ -199,10 +181,7 @@ func TestEmbeddedClusterQuorumLossFencesAndRecovers(t *testing.T) {
 		t.Skip("elections with etcd's default timing take seconds")
 	}
 	cpuLoad(t)
-	ms := startCluster(t, clusterTiming, "m1", "m2", "m3")
-	for _, m := range ms {
-		setState(t, m.cat, core.StateOnline)
-	}
+	ms := startOnline(t, clusterTiming)
 	left, stopped := ms[0], ms[1:]
 	addConsumer(t, left.cat, "jobs", "before", catalogs(ms)...)
 	before := left.cat.Incarnation()
@@ -240,7 +219,7 @@ func TestEmbeddedClusterQuorumLossFencesAndRecovers(t *testing.T) {
 		if err := m.cat.Close(context.Background()); err != nil {
 			t.Logf("close the stopped %s: %v", m.cat.Name(), err)
 		}
-		wg.Go(func() { m.cat = reopen(t, m.cfg) })
+		wg.Go(func() { m.cat = openPlain(t, m.cfg) })
 	}
 	wg.Wait()
 	back := time.Now()

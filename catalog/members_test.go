@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // memberLine is a member list as one log line: name(id,state).
@@ -51,19 +52,6 @@ func wantCode(t *testing.T, what string, err error, code core.Code) {
 	if !errors.As(err, &ce) || ce.Code != code {
 		t.Errorf("%s: got %v, want %s", what, err, code)
 	}
-}
-
-func reopenMember(t *testing.T, cfg catalog.Config) *catalog.Catalog {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	start := time.Now()
-	c, err := catalog.Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("reopen %s: %v", cfg.Name, err)
-	}
-	t.Logf("reopen %s took %v", cfg.Name, time.Since(start).Round(time.Millisecond))
-	return c
 }
 
 func healthyVoters(ms []core.Member) int {
@@ -117,7 +105,7 @@ func TestMembership(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(c.cfg.Dir, "etcd")); err != nil {
 		t.Fatal(err)
 	}
-	c.cat = reopenMember(t, c.cfg)
+	c.cat = openPlain(t, c.cfg)
 	got := members(t, a, "m3 replaced")
 	i := slices.IndexFunc(got, func(m core.Member) bool { return m.Name == "m3" })
 	if len(got) != 3 || i < 0 || got[i].ID == oldID || got[i].Learner || healthyVoters(got) != 3 {
@@ -131,10 +119,10 @@ func TestMembership(t *testing.T) {
 	if err := c.cat.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	newPeer := freeAddrs(t, 1)[0]
+	newPeer := tcptest.FreeAddrs(t, 1)[0]
 	c.cfg.InitialCluster = strings.Replace(c.cfg.InitialCluster, "m3=https://"+c.cfg.PeerAddr, "m3=https://"+newPeer, 1)
 	c.cfg.PeerAddr = newPeer
-	c.cat = reopenMember(t, c.cfg)
+	c.cat = openPlain(t, c.cfg)
 	got = members(t, a, "m3 moved")
 	i = slices.IndexFunc(got, func(m core.Member) bool { return m.Name == "m3" })
 	if i < 0 || !slices.Equal(got[i].PeerURLs, []string{"https://" + newPeer}) || healthyVoters(got) != 3 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // A node started alone, on ports chosen at start, grows as
@@ -25,7 +26,7 @@ func TestSingleMemberGrows(t *testing.T) {
 	cfg := embeddedConfig(t, "s1")
 	cfg.Logger = testLogger(t).With("node", "s1")
 	cfg.LeaseTTL = 6 * time.Second // see clusterConfigs
-	a := reopenMember(t, cfg)
+	a := openPlain(t, cfg)
 	got := members(t, a, "alone on port 0")
 	if len(got) != 1 || !slices.Equal(got[0].PeerURLs, []string{"https://" + a.PeerAddr()}) || !slices.Equal(got[0].ClientURLs, []string{"https://" + a.ClientAddr()}) {
 		t.Errorf("want s1 at its bound ports https://%s (peer), https://%s (client), got %s %v", a.PeerAddr(), a.ClientAddr(), memberLine(got), got[0].ClientURLs)
@@ -40,10 +41,10 @@ func TestSingleMemberGrows(t *testing.T) {
 	}
 
 	// The steps: explicit addresses, --initial-cluster naming itself.
-	addrs := freeAddrs(t, 4)
+	addrs := tcptest.FreeAddrs(t, 4)
 	cfg.ClientAddr, cfg.PeerAddr = addrs[0], addrs[1]
 	cfg.InitialCluster = "s1=https://" + addrs[1]
-	a = reopenMember(t, cfg)
+	a = openPlain(t, cfg)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	got = members(t, a, "restarted at explicit addresses")
 	if len(got) != 1 || !slices.Equal(got[0].PeerURLs, []string{"https://" + addrs[1]}) || !slices.Equal(got[0].ClientURLs, []string{"https://" + addrs[0]}) {
@@ -66,7 +67,7 @@ func TestSingleMemberGrows(t *testing.T) {
 	bcfg.ClientAddr, bcfg.PeerAddr = addrs[2], addrs[3]
 	bcfg.InitialCluster = cfg.InitialCluster + ",s2=https://" + addrs[3]
 	bcfg.ClusterState = catalog.ClusterStateExisting
-	b := reopenMember(t, bcfg)
+	b := openPlain(t, bcfg)
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
 	got = members(t, a, "s2 joined")
 	if len(got) != 2 || healthyVoters(got) != 2 {

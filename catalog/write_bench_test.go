@@ -3,7 +3,6 @@ package catalog_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // BenchmarkCatalogWrite is the cost of a catalog write (a node record put
@@ -19,19 +19,7 @@ import (
 // from a member's in-process client and from a node that uses the members
 // as a client (Endpoints), with p50/p99.
 func BenchmarkCatalogWrite(b *testing.B) {
-	var addrs []string
-	var lns []net.Listener
-	for range 6 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
+	addrs := tcptest.FreeAddrs(b, 6)
 	names := []string{"m1", "m2", "m3"}
 	var ic []string
 	for i, n := range names {

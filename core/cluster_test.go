@@ -119,10 +119,17 @@ type fakeNet struct {
 // ingress), n2 is queue q's dispatcher, n3 is a third node for a second
 // worker or a takeover.
 func threeNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
+	net, n1, n2 := twoNodes(t)
+	return net, n1, n2, net.add("n3", nil)
+}
+
+// twoNodes is threeNodes without n3: n1 the ingress, n2 queue q's
+// dispatcher.
+func twoNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode) {
 	net := newFakeNet(t)
-	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
+	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n2")
-	return net, n1, n2, n3
+	return net, n1, n2
 }
 
 // offerOne attaches worker "a" (one credit, queue q) on host, submits a
@@ -344,6 +351,21 @@ func (n *fakeNet) wantSent(t *testing.T, id string, want ...string) {
 	}
 }
 
+// wantForwards checks that the forwards of job id were exactly want (as
+// sentMsg.String renders them, with " gen N" after), in order.
+func (n *fakeNet) wantForwards(t *testing.T, id string, want ...string) {
+	t.Helper()
+	var got []string
+	for _, s := range n.sentFor(id) {
+		if s.Kind == core.MsgForward {
+			got = append(got, fmt.Sprintf("%s gen %d", s, s.Gen()))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("forwards of %s %q, want %q", id, got, want)
+	}
+}
+
 // clusterNode is one engine of the fake cluster.
 type clusterNode struct {
 	*harness
@@ -397,6 +419,48 @@ func (c *clusterNode) waitState(id string, state core.State) core.JobView {
 		return err == nil && v.State == state
 	})
 	return v
+}
+
+// cancelOnWorker cancels job id on this (its ingress) node and waits until
+// fc's worker is told.
+func (c *clusterNode) cancelOnWorker(t *testing.T, id string, fc *fakeConn) {
+	t.Helper()
+	if _, err := c.e.Cancel(id, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+}
+
+// submitDeliveryHeld submits a job at n1 that n2, q's dispatcher in
+// threeNodes, binds to a worker on n3, with the delivery held on its way
+// from n2 to n3 (net.unhold lets it go).
+func submitDeliveryHeld(net *fakeNet, n1 *clusterNode) *core.Job {
+	net.hold("n2", "n3")
+	j := n1.submit("q", env(clusterTTL))
+	net.settle()
+	return j
+}
+
+// offerAt waits for the one offer of job id that fc's worker gets and
+// checks it is of generation gen.
+func offerAt(t *testing.T, fc *fakeConn, id string, gen uint64) core.Offer {
+	t.Helper()
+	o := waitOffers(t, fc, id, 1)[0]
+	if o.Gen != gen {
+		t.Fatalf("job %s offered with gen %d, want %d", id, o.Gen, gen)
+	}
+	return o
+}
+
+// wantQueue checks this node's dispatcher view of queue q: depth jobs
+// waiting and bound jobs bound (anyCount: not checked). why says what the
+// test expects of the node at that point.
+func (c *clusterNode) wantQueue(t *testing.T, depth, bound int, why string) {
+	t.Helper()
+	s := c.queueStat("q")
+	if (depth != anyCount && s.Depth != depth) || (bound != anyCount && s.Bound != bound) {
+		t.Fatalf("%s, %s: queue q %+v, want depth %d, bound %d (%d: any)", c.name, why, s, depth, bound, anyCount)
+	}
 }
 
 // queueStat returns this node's dispatcher view of queue (zero if none).
@@ -623,9 +687,7 @@ const clusterTTL = 30 * time.Second
 // one reply per worker answer, and no accept message of its own (the
 // dispatcher is the host, so the accept rides on the first output).
 func TestClusterCrossNodeHappyPath(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 1)
 
 	j := n1.submit("q", env(clusterTTL))
@@ -661,9 +723,7 @@ func TestClusterCrossNodeHappyPath(t *testing.T) {
 		"reply n2>n1 output",
 		"reply n2>n1 end()",
 	)
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 queue after the job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "after the job")
 	wantJobsTotal(t, n1.harness, map[core.Outcome]float64{core.OutcomeCompleted: 1})
 	// The outcome is counted on the ingress only.
 	wantJobsTotal(t, n2.harness, map[core.Outcome]float64{})
@@ -684,9 +744,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 		if o.Gen != 1 || o.TTL <= 0 || o.TTL > clusterTTL {
 			t.Fatalf("offer %+v", o)
 		}
-		if s := n2.queueStat("q"); s.Bound != 1 || s.Depth != 0 {
-			t.Fatalf("n2 while the job is delivered: %+v, want 1 bound", s)
-		}
+		n2.wantQueue(t, 0, 1, "while the job is delivered")
 		w.Accept(j.ID, o.Gen)
 		v := n1.waitState(j.ID, core.StateRunning)
 		if v.HandledBy != w.ID || v.WorkerName != "b" {
@@ -705,9 +763,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 			"unbind n3>n2",
 			"reply n3>n1 end()",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 kept the credit after the unbind: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "kept the credit after the unbind")
 	})
 
 	t.Run("cancel goes to the host", func(t *testing.T) {
@@ -715,13 +771,8 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 		o := waitOffers(t, fc, j.ID, 1)[0]
 		w.Accept(j.ID, o.Gen)
 		n1.waitState(j.ID, core.StateRunning)
-		if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, 1, core.CodeCancelled}) {
-			t.Fatalf("worker cancels %+v", c)
-		}
+		n1.cancelOnWorker(t, j.ID, fc)
+		fc.wantCancels(t, cancelMsg{j.ID, 1, core.CodeCancelled})
 		w.End(j.ID, o.Gen, core.CodeCancelled, "stopped", nil) // the acknowledgement
 		net.settle()
 		wantEnded(t, n1.harness, j, core.OutcomeCancelled, core.CodeCancelled)
@@ -732,9 +783,7 @@ func TestClusterThirdPartyDispatcher(t *testing.T) {
 			"cancel n1>n3",
 			"unbind n3>n2",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 kept the credit after the cancelled job: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "kept the credit after the cancelled job")
 	})
 }
 
@@ -748,10 +797,7 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	b, fb := n3.worker("q", "b", 1) // arrives while a runs the job
 
 	a.Detach(context.Background())
-	ob := waitOffers(t, fb, j.ID, 1)[0]
-	if ob.Gen != oa.Gen+1 {
-		t.Fatalf("re-offered with gen %d, want %d", ob.Gen, oa.Gen+1)
-	}
+	ob := offerAt(t, fb, j.ID, oa.Gen+1)
 	b.Accept(j.ID, ob.Gen)
 	n1.waitState(j.ID, core.StateRunning)
 	net.settle()
@@ -794,9 +840,7 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	if c := fb.Cancels(); len(c) != 0 {
 		t.Fatalf("a gen-1 cancel reached the gen-2 worker: %+v", c)
 	}
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("a gen-1 unbind freed the gen-2 binding on the dispatcher: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 1, "a gen-1 unbind freed the gen-2 binding on the dispatcher")
 
 	b.Output(j.ID, ob.Gen, []byte(`"new"`))
 	b.End(j.ID, ob.Gen, "", "", nil)
@@ -816,19 +860,12 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 // nothing, worker_lost when it did.
 func TestClusterLostWorker(t *testing.T) {
 	t.Run("before output runs again", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1, n2 := net.add("n1", nil), net.add("n2", nil)
-		net.setDispatcher("q", "n2")
-		a, fa := n2.worker("q", "a", 1)
-		j := n1.submit("q", env(clusterTTL))
-		oa := waitOffers(t, fa, j.ID, 1)[0]
+		_, n1, n2 := twoNodes(t)
+		a, _, j, oa := offerOne(t, n1, n2)
 		a.Accept(j.ID, oa.Gen)
 		b, fb := n2.worker("q", "b", 1)
 		a.Detach(context.Background())
-		ob := waitOffers(t, fb, j.ID, 1)[0]
-		if ob.Gen != 2 {
-			t.Fatalf("re-offered with gen %d", ob.Gen)
-		}
+		ob := offerAt(t, fb, j.ID, 2)
 		b.Output(j.ID, ob.Gen, []byte(`1`))
 		b.End(j.ID, ob.Gen, "", "", nil)
 		n1.waitState(j.ID, core.StateCompleted)
@@ -840,9 +877,7 @@ func TestClusterLostWorker(t *testing.T) {
 	})
 
 	t.Run("after output fails worker_lost", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1, n2 := net.add("n1", nil), net.add("n2", nil)
-		net.setDispatcher("q", "n2")
+		net, n1, n2 := twoNodes(t)
 		a, fa := n2.worker("q", "a", 1)
 		_, fb := n2.worker("q", "b", 1)
 		j := n1.submit("q", env(clusterTTL))
@@ -872,10 +907,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 	j := n1.submit("q", env(clusterTTL))
 	oa := waitOffers(t, fa, j.ID, 1)[0] // local first
 	a.Reject(j.ID, oa.Gen, "not me")
-	ob := waitOffers(t, fb, j.ID, 1)[0]
-	if ob.Gen != 2 {
-		t.Fatalf("offered to b with gen %d, want 2", ob.Gen)
-	}
+	ob := offerAt(t, fb, j.ID, 2)
 	wantMetric(t, n2, 1, "switchyard_dispatch_rejects_total")
 	net.settle()
 	if o := fa.offersFor(j.ID); len(o) != 1 {
@@ -901,9 +933,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 		t.Fatalf("offers after both refused: a %d, b %d", len(fa.offersFor(j.ID)), len(fb.offersFor(j.ID)))
 	}
 	for _, n := range []*clusterNode{n2, n3} {
-		if s := n.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
-			t.Fatalf("%s still holds the job: %+v", n.name, s)
-		}
+		n.wantQueue(t, 0, 0, "still holds the job")
 	}
 	// Both workers are still there and free.
 	j2 := n1.submit("q", env(clusterTTL))
@@ -924,18 +954,14 @@ func TestClusterForwardIdempotent(t *testing.T) {
 	}
 	// The asynchronous leg too.
 	n2.e.HandleMessage("n1", core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: 1, Queue: "q", Delivery: &d})
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("after three forwards of one (job, gen): %+v, want depth 1", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "after three forwards of one (job, gen)")
 	// An older generation is not taken either.
 	old := d
 	old.Gen = 0
 	if err := n2.e.HandleForward("n1", old); err != nil {
 		t.Fatalf("HandleForward(old gen): %v", err)
 	}
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("an older generation was queued: %+v", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "an older generation was queued")
 	// Only the job's own ingress forwards it.
 	wantCode(t, n2.e.HandleForward("n3", d), core.CodeInvalidField)
 
@@ -944,9 +970,7 @@ func TestClusterForwardIdempotent(t *testing.T) {
 	if err := n2.e.HandleForward("n1", d); err != nil {
 		t.Fatalf("HandleForward after the bind: %v", err)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
-		t.Fatalf("after a retry of a bound job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 1, "after a retry of a bound job")
 	net.settle()
 	if o := fc.offersFor(d.JobID); len(o) != 1 {
 		t.Fatalf("offers %+v, want exactly one", o)
@@ -959,9 +983,7 @@ func TestClusterForwardIdempotent(t *testing.T) {
 // 6b. The same through Submit: the transport retries the Forward (its
 // response was lost) and the job still runs once.
 func TestClusterSubmitForwardRetried(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 2)
 	net.mu.Lock()
 	net.dupForward = true
@@ -974,19 +996,13 @@ func TestClusterSubmitForwardRetried(t *testing.T) {
 	if got := len(fc.offersFor(j.ID)); got != 1 {
 		t.Fatalf("%d offers", got)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after the job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "after the job")
 }
 
 // 7. A host that must treat its lease as lost forwards no worker answer.
 func TestClusterFencedHost(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
-	w, fc := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	o := waitOffers(t, fc, j.ID, 1)[0]
+	net, n1, n2 := twoNodes(t)
+	w, _, j, o := offerOne(t, n1, n2)
 
 	net.setLease("n2", false)
 	w.Accept(j.ID, o.Gen)
@@ -1015,9 +1031,7 @@ func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
 			name = "worker left before accepting"
 		}
 		t.Run(name, func(t *testing.T) {
-			net := newFakeNet(t)
-			n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-			net.setDispatcher("q", "n2")
+			net, n1, n2, n3 := threeNodes(t)
 			b, fb := n3.worker("q", "b", 1)
 			if !detach {
 				net.setLease("n3", false)
@@ -1063,24 +1077,13 @@ func TestClusterDispatcherDies(t *testing.T) {
 	n1.e.ClusterChanged()
 
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.Output(quiet.ID, oc.Gen, []byte(`"done"`))
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
 	wantKinds(t, quiet, core.EventAccepted, core.EventOutput, core.EventDone)
 	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
-	var fwd []string
-	for _, s := range net.sentFor(quiet.ID) {
-		if s.Kind == core.MsgForward {
-			fwd = append(fwd, fmt.Sprintf("%s gen %d", s, s.Gen()))
-		}
-	}
-	if want := []string{"forward n1>n2 (call) gen 1", "forward n1>n3 gen 2"}; !slices.Equal(fwd, want) {
-		t.Fatalf("forwards %q, want %q", fwd, want)
-	}
+	net.wantForwards(t, quiet.ID, "forward n1>n2 (call) gen 1", "forward n1>n3 gen 2")
 }
 
 // 8b. A remote consumer's record disappears: its dispatcher hands the job
@@ -1092,9 +1095,7 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 	j := n1.submit("q", env(clusterTTL))
 	waitOffers(t, fb, j.ID, 1)
 	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("n2 before: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 1, "before")
 
 	if err := net.cat.WithdrawConsumer(context.Background(), "q", b.ID); err != nil {
 		t.Fatal(err)
@@ -1111,9 +1112,7 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 		t.Fatalf("release %+v", rel)
 	}
 	wantMetric(t, n1, 1, "switchyard_dispatch_reclaims_total")
-	if s := n2.queueStat("q"); s.Bound != 0 || s.Depth != 1 {
-		t.Fatalf("n2 after: %+v, want the job waiting again", s)
-	}
+	n2.wantQueue(t, 1, 0, "after: the job waiting again")
 	if v := n1.view(j.ID); v.State != core.StateQueued || v.Generation != 2 {
 		t.Fatalf("ingress after: %+v", v)
 	}
@@ -1127,28 +1126,20 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 // 8c. The ingress dies: its job is cancelled on the worker running it, and
 // a job of it still waiting on the dispatcher is dropped.
 func TestClusterIngressDies(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	w, fc := n2.worker("q", "a", 1)
 	running := n1.submit("q", env(clusterTTL))
 	waiting := n1.submit("q", env(clusterTTL))
 	o := waitOffers(t, fc, running.ID, 1)[0]
 	w.Accept(running.ID, o.Gen)
-	if s := n2.queueStat("q"); s.Depth != 1 || s.Bound != 1 {
-		t.Fatalf("n2 before: %+v", s)
-	}
+	n2.wantQueue(t, 1, 1, "before")
 
 	net.kill("n1")
 	n2.e.ClusterChanged()
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{running.ID, 1, core.CodeCancelled}) {
-		t.Fatalf("worker cancels %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{running.ID, 1, core.CodeCancelled})
 	w.End(running.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after: %+v, want nothing left of the dead ingress's jobs", s)
-	}
+	n2.wantQueue(t, 0, 0, "after: nothing left of the dead ingress's jobs")
 	if o := fc.offersFor(waiting.ID); len(o) != 0 {
 		t.Fatalf("the dead ingress's waiting job was offered: %+v", o)
 	}
@@ -1180,9 +1171,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 		n1 := net.add("n1", func(c *core.Config) { c.Retention = 20 * time.Millisecond })
 		n2 := net.add("n2", nil)
 		net.setDispatcher("q", "n2")
-		w, fc := n2.worker("q", "a", 1)
-		j := n1.submit("q", env(clusterTTL))
-		o := waitOffers(t, fc, j.ID, 1)[0]
+		w, fc, j, o := offerOne(t, n1, n2)
 		w.Accept(j.ID, o.Gen)
 		// The cancel the ingress sends when the job ends is lost.
 		var once sync.Once
@@ -1219,9 +1208,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 			"reply n2>n1 output",
 			"cancel n1>n2",
 		)
-		if s := n2.queueStat("q"); s.Bound != 0 {
-			t.Fatalf("n2 still binds the job: %+v", s)
-		}
+		n2.wantQueue(t, anyCount, 0, "still binds the job")
 	})
 }
 
@@ -1231,20 +1218,13 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 	net := newFakeNet(t)
 	n1, n2 := net.add("n1", nil), net.add("n2", nil)
 	net.setDispatcher("q", "n1")
-	w, fc := n2.worker("q", "a", 1)
-	j := n1.submit("q", env(clusterTTL))
-	o := waitOffers(t, fc, j.ID, 1)[0]
+	w, fc, j, o := offerOne(t, n1, n2)
 	w.Output(j.ID, o.Gen, []byte(`1`))
 	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
-	if _, err := n1.e.Cancel(j.ID, "test"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) > 0 })
+	n1.cancelOnWorker(t, j.ID, fc)
 	w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.settle()
-	if s := n1.queueStat("q"); s.Bound != 0 {
-		t.Fatalf("n1 kept the credit: %+v", s)
-	}
+	n1.wantQueue(t, anyCount, 0, "kept the credit")
 	net.wantSent(t, j.ID,
 		"deliver n1>n2",
 		"reply n2>n1 output",
@@ -1259,12 +1239,8 @@ func TestClusterIngressDispatcherCancelOnce(t *testing.T) {
 func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
 	b, fb := n3.worker("q", "b", 2)
-	net.hold("n2", "n3")
-	j := n1.submit("q", env(clusterTTL))
-	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 1 {
-		t.Fatalf("n2: %+v", s)
-	}
+	j := submitDeliveryHeld(net, n1)
+	n2.wantQueue(t, anyCount, 1, "now")
 
 	// n2 is declared dead with the deliver still in its outbox; the job
 	// goes to the new dispatcher n3, which is also b's node.
@@ -1272,10 +1248,7 @@ func TestClusterLateDeliverDoesNotReplaceBinding(t *testing.T) {
 	net.setRoutable("n2", false)
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
-	o2 := waitOffers(t, fb, j.ID, 1)[0]
-	if o2.Gen != 2 {
-		t.Fatalf("gen %d", o2.Gen)
-	}
+	offerAt(t, fb, j.ID, 2)
 	// The zombie's deliver arrives now.
 	net.unhold("n2", "n3")
 	net.settle()
@@ -1297,10 +1270,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 
 	net.kill("n2") // the record still names n2, which is not routable
 	n1.e.ClusterChanged()
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("gen %d", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	if d, ok := (&fakePeer{net: net, node: "n3"}).CachedDispatcher("q"); !ok || d != "n1" {
 		t.Fatalf("dispatch record %q %v, want n1 elected", d, ok)
 	}
@@ -1314,9 +1284,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 		"reply n3>n1 output",
 		"reply n3>n1 end()",
 	)
-	if s := n1.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
-		t.Fatalf("n1 as dispatcher after the job: %+v", s)
-	}
+	n1.wantQueue(t, 0, 0, "as dispatcher after the job")
 }
 
 // A job whose TTL runs out while it waits on a remote dispatcher is failed
@@ -1331,16 +1299,12 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 	waitOffers(t, fb, busy.ID, 1)
 
 	j := n1.submit("q", env(150*time.Millisecond))
-	if s := n2.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("n2: %+v, want the job waiting", s)
-	}
+	n2.wantQueue(t, 1, anyCount, "the job waiting")
 	n1.waitState(j.ID, core.StateExpired)
 	wantEnded(t, n1.harness, j, core.OutcomeExpired, core.CodeExpired)
 	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)", "reply n2>n1 end(expired)")
-	if s := n2.queueStat("q"); s.Depth != 0 {
-		t.Fatalf("n2 after: %+v", s)
-	}
+	n2.wantQueue(t, 0, anyCount, "after")
 }
 
 // A remote dispatcher's refusal is the Submit's refusal, and leaves no job
@@ -1367,21 +1331,9 @@ func TestClusterForwardRefused(t *testing.T) {
 	// forward as draining. It took nothing, so the job is not refused: it
 	// is accepted and routed again a heartbeat later, here to n1 once the
 	// view names it.
-	net.setDispatcher("q", "n2")
-	net.setRoutable("n2", true)
-	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{IdempotencyKey: "k2"})
-	if err != nil {
-		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
-	}
-	net.setDispatcher("q", "n1")
-	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
-		v, err := n1.e.View(j.ID)
-		return err == nil && v.Generation >= 2 && !v.State.Terminal()
-	})
+	wantRoutedPastDrained(t, net, n1, core.SubmitOptions{IdempotencyKey: "k2"})
 
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "now")
 	if n := len(fc.Offers()); n != 1 {
 		t.Fatalf("%d offers", n)
 	}
@@ -1407,9 +1359,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	net.settle()
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
-		t.Fatalf("n2 after cancelling the waiting job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 1, "after cancelling the waiting job")
 	net.wantSent(t, waiting.ID, "forward n1>n2 (call)", "cancel n1>n2")
 
 	if _, err := n1.e.Cancel(bound.ID, "test"); err != nil {
@@ -1425,9 +1375,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 		"cancel n2>n3",
 		"unbind n3>n2",
 	)
-	if s := n2.queueStat("q"); s.Bound != 0 {
-		t.Fatalf("n2 kept the credit: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 0, "kept the credit")
 	if o := fc.offersFor(waiting.ID); len(o) != 0 {
 		t.Fatalf("the cancelled waiting job was offered: %+v", o)
 	}

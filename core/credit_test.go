@@ -33,8 +33,7 @@ func output(i int) []byte { return []byte(fmt.Sprintf(`{"i":%d}`, i)) } // 7 byt
 // stream wrote half the window, the worker is granted that much more,
 // cumulatively, and the wait is over.
 func TestCreditPacesAStreamedJobByItsReader(t *testing.T) {
-	h := newHarness(t, smallWindow)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, smallWindow)
 	j := h.submitStreamed("q")
 	o := fc.lastOffer(t)
 	if o.Credit != (core.OutputCredit{Events: 4, Bytes: 1000}) {
@@ -103,8 +102,7 @@ func TestCreditPacesAStreamedJobByItsReader(t *testing.T) {
 // taken once the ingress has it, so its worker is granted more as its
 // output arrives and never waits for anyone.
 func TestCreditJobForLaterIsTakenOnArrival(t *testing.T) {
-	h := newHarness(t, smallWindow)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, smallWindow)
 	j := h.submit("q", env(time.Minute))
 	o := fc.lastOffer(t)
 	for i := range 10 {
@@ -154,8 +152,7 @@ func TestCreditExceededFailsTheJobOnly(t *testing.T) {
 // One output may end past the byte window, so an output larger than the
 // whole window still goes (alone); the next waits for credit.
 func TestCreditBytesLetOneOutputPast(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 10, 100 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 10, 100 })
 	j := h.submitStreamed("q")
 	o := fc.lastOffer(t)
 	big := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
@@ -182,8 +179,7 @@ func TestCreditBytesLetOneOutputPast(t *testing.T) {
 
 // A wait for credit ends when the job is cancelled, not at the next grant.
 func TestCreditWaitEndsWithTheJob(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1, 1000 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1, 1000 })
 	j := h.submitStreamed("q")
 	o := fc.lastOffer(t)
 	if w.OutputOrWait(j.ID, o.Gen, output(0)) != nil {
@@ -212,8 +208,7 @@ func TestCreditWaitEndsWithTheJob(t *testing.T) {
 // A job that goes back to its queue (its worker left before any output)
 // is paced afresh: the new binding's offer carries the window again.
 func TestCreditStartsAgainWithANewBinding(t *testing.T) {
-	h := newHarness(t, smallWindow)
-	w1, fc1 := h.attach("q", 1)
+	h, w1, fc1 := oneWorker(t, smallWindow)
 	j := h.submitStreamed("q")
 	o1 := fc1.lastOffer(t)
 	w1.Accept(j.ID, o1.Gen)

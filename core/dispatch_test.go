@@ -12,8 +12,7 @@ import (
 )
 
 func TestQueueDepthCap(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.Limits.MaxQueueDepth = 2 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.Limits.MaxQueueDepth = 2 })
 	a := h.submit("q", env(time.Minute)) // bound: not counted in the depth
 	b := h.submit("q", env(time.Minute))
 	c := h.submit("q", env(time.Minute))
@@ -116,19 +115,10 @@ func TestQueueBytesCap(t *testing.T) {
 
 func TestQueuedJobExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		a := h.submit("q", env(time.Minute))
-		w.Accept(a.ID, fc.lastOffer(t).Gen)
+		h, w, fc := oneWorker(t, nil)
+		a, _ := h.running(w, fc)
 		b := h.submit("q", env(50*time.Millisecond))
-		time.Sleep(49 * time.Millisecond)
-		synctest.Wait()
-		if v := h.view(b.ID); v.State != core.StateQueued {
-			t.Fatalf("b is %s before its TTL", v.State)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, b, core.OutcomeExpired, core.CodeExpired)
+		wantEndsAt(t, h, b, 50*time.Millisecond, "its TTL", core.StateQueued, core.OutcomeExpired, core.CodeExpired)
 		if v := h.metric("switchyard_queue_depth", "queue", "q"); v != 0 {
 			t.Errorf("queue_depth = %v, want 0", v)
 		}
@@ -145,10 +135,8 @@ func TestQueuedJobExpires(t *testing.T) {
 
 // TestQueuedJobExpiresRealClock is the same rule on the real clock.
 func TestQueuedJobExpiresRealClock(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	a := h.submit("q", env(time.Minute))
-	w.Accept(a.ID, fc.lastOffer(t).Gen)
+	h, w, fc := oneWorker(t, nil)
+	a, _ := h.running(w, fc)
 	b := h.submit("q", env(50*time.Millisecond))
 	waitFor(t, 10*time.Second, "the queued job to expire", func() bool { return h.view(b.ID).State.Terminal() })
 	wantEnded(t, h, b, core.OutcomeExpired, core.CodeExpired)
@@ -160,10 +148,8 @@ func TestQueuedJobExpiresRealClock(t *testing.T) {
 
 func TestQueueTimeIsSubtracted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		a := h.submit("q", env(time.Minute))
-		w.Accept(a.ID, fc.lastOffer(t).Gen)
+		h, w, fc := oneWorker(t, nil)
+		a, _ := h.running(w, fc)
 		b := h.submit("q", env(time.Second))
 		time.Sleep(100 * time.Millisecond)
 		w.End(a.ID, fc.lastOffer(t).Gen, "", "", nil)
@@ -182,10 +168,8 @@ func TestQueueTimeIsSubtracted(t *testing.T) {
 // TestQueueTimeIsSubtractedRealClock: on the real clock, the offer's TTL is
 // at most the envelope's TTL less the time the job provably waited.
 func TestQueueTimeIsSubtractedRealClock(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	a := h.submit("q", env(time.Minute))
-	w.Accept(a.ID, fc.lastOffer(t).Gen)
+	h, w, fc := oneWorker(t, nil)
+	a, _ := h.running(w, fc)
 	const ttl = 30 * time.Second
 	beforeSubmit := time.Now()
 	b := h.submit("q", env(ttl))
@@ -287,8 +271,7 @@ func TestZoneScopedJobs(t *testing.T) {
 }
 
 func TestRejectGoesToAnotherWorker(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	w2, f2 := h.attach("q", 1)
 	j := h.submit("q", env(time.Minute))
 	o1 := f1.lastOffer(t)
@@ -329,8 +312,7 @@ func TestRejectGoesToAnotherWorker(t *testing.T) {
 }
 
 func TestRejectBySoleWorker(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	w.Reject(j.ID, fc.lastOffer(t).Gen, "unsupported model")
 	wantEnded(t, h, j, core.OutcomeFailed, core.CodeRejected)
@@ -350,12 +332,9 @@ func TestRejectBySoleWorker(t *testing.T) {
 }
 
 func TestRejectAfterAcceptIgnored(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	_, f2 := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
-	w.Accept(j.ID, gen)
+	j, gen := h.running(w, fc)
 	w.Reject(j.ID, gen, "changed my mind")
 	if v := h.view(j.ID); v.State != core.StateRunning || v.HandledBy != w.ID {
 		t.Fatalf("a reject after accept moved the job: %+v", v)
@@ -368,10 +347,8 @@ func TestRejectAfterAcceptIgnored(t *testing.T) {
 // TestRejectWhileOtherWorkerBusy: the job waits for the busy capable worker
 // rather than failing, and is offered to it once it frees up.
 func TestRejectWhileOtherWorkerBusy(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
-	a := h.submit("q", env(time.Minute))
-	w1.Accept(a.ID, f1.lastOffer(t).Gen)
+	h, w1, f1 := oneWorker(t, nil)
+	a, _ := h.running(w1, f1)
 	w2, f2 := h.attach("q", 1)
 	j := h.submit("q", env(time.Minute))
 	w2.Reject(j.ID, f2.lastOffer(t).Gen, "no")

@@ -115,14 +115,7 @@ func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
 
 	a.Output(j.ID, oa.Gen, []byte(`2`))
 	a.End(j.ID, oa.Gen, "", "", nil)
-	select {
-	case n := <-done:
-		if n != 0 {
-			t.Fatalf("Drain ended %d jobs, want 0", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return once the job ended")
-	}
+	wantDrained(t, done, 0)
 	n1.waitState(j.ID, core.StateCompleted)
 	if got := outputsOf(t, j); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("outputs %q", got)
@@ -140,14 +133,10 @@ func TestDrainFinishesJobsForOtherNodes(t *testing.T) {
 // jobs it keeps and dispatches to another node.
 func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	busy := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, busy.ID, 1)[0]
+	a, fa, busy, oa := offerOne(t, n1, n2)
 	waiting := n1.submit("q", env(clusterTTL))
 	own := n2.submit("q", env(clusterTTL))
-	if s := n2.queueStat("q"); s.Depth != 2 {
-		t.Fatalf("n2 before the drain: %+v, want 2 waiting", s)
-	}
+	n2.wantQueue(t, 2, anyCount, "before the drain")
 	// n3's consumer registers while n3 is not routable for n2, so both jobs
 	// keep waiting on n2 until the drain.
 	net.setRoutable("n3", false)
@@ -156,10 +145,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	net.setRoutable("n3", true)
 	done := n2.drain(time.Minute)
 	waitResigned(t, net, "n2")
-	oc := waitOffers(t, fc, waiting.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("the handed-back job was offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, waiting.ID, 2)
 	// n2 sends its own requester's job to n3's consumer itself.
 	ocOwn := waitOffers(t, fc, own.ID, 1)[0]
 
@@ -183,11 +169,7 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 		c.End(j.id, j.gen, "", "", nil)
 	}
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantDrained(t, done, anyCount)
 	net.settle()
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(late.ID, core.StateCompleted)
@@ -195,9 +177,27 @@ func TestDrainHandsBackWaitingJobs(t *testing.T) {
 	if got := fa.Offers(); len(got) != 1 {
 		t.Fatalf("the draining node's worker got %d offers, want only the first job's: %+v", len(got), got)
 	}
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 0 {
-		t.Fatalf("n2 after its drain: %+v", s)
+	n2.wantQueue(t, 0, 0, "after its drain")
+}
+
+// wantRoutedPastDrained submits a job on n1 while the view names n2, a
+// node that has drained, as q's dispatcher (and as routable): n2 refuses
+// the forward as draining, having taken nothing, so the job is accepted,
+// not refused, and routed again under a new generation once the view
+// names n1.
+func wantRoutedPastDrained(t *testing.T, net *fakeNet, n1 *clusterNode, opts core.SubmitOptions) {
+	t.Helper()
+	net.setDispatcher("q", "n2")
+	net.setRoutable("n2", true)
+	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), opts)
+	if err != nil {
+		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
 	}
+	net.setDispatcher("q", "n1")
+	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
+		v, err := n1.e.View(j.ID)
+		return err == nil && v.Generation >= 2 && !v.State.Terminal()
+	})
 }
 
 // At the drain's deadline a job the draining node's worker still runs for
@@ -229,10 +229,7 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 	wantEnded(t, n2.harness, own, core.OutcomeFailed, core.CodeNodeShutdown)
 	n1.waitState(loud.ID, core.StateFailed)
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
 	var reasons []core.Code
@@ -245,17 +242,7 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 	// A forward after the drain is refused as draining (the node is
 	// closing): the job is accepted all the same and routed again, never
 	// refused while a capable worker lives.
-	net.setDispatcher("q", "n2")
-	net.setRoutable("n2", true)
-	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
-	if err != nil {
-		t.Fatalf("Submit with a drained dispatcher in the view = %v, want the job accepted and routed again", err)
-	}
-	net.setDispatcher("q", "n1")
-	waitFor(t, 5*time.Second, "the refused job routed again under a new generation", func() bool {
-		v, err := n1.e.View(j.ID)
-		return err == nil && v.Generation >= 2 && !v.State.Terminal()
-	})
+	wantRoutedPastDrained(t, net, n1, core.SubmitOptions{})
 }
 
 // A job running on a worker of its own ingress node, dispatched by another
@@ -291,9 +278,7 @@ func TestDispatcherDeathSparesJobRunningAtIngress(t *testing.T) {
 func TestConsumerLeftIsNotARefusal(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
 	b, _ := n3.worker("q", "b", 1)
-	net.hold("n2", "n3")
-	j := n1.submit("q", env(clusterTTL))
-	net.settle()
+	j := submitDeliveryHeld(net, n1)
 	// b leaves with the delivery on its way: n2 has not seen it go yet.
 	b.Detach(context.Background())
 	net.unhold("n2", "n3")
@@ -338,9 +323,7 @@ func TestDrainRefusesWorkersWithoutARecord(t *testing.T) {
 // name it.
 func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	busy := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, busy.ID, 1)[0]
+	a, _, busy, oa := offerOne(t, n1, n2)
 	net.setRoutable("n3", false)
 	c, fc := n3.worker("q", "c", 1)
 	waiting := n1.submit("q", env(clusterTTL))
@@ -361,11 +344,7 @@ func TestDrainWithoutResignKeepsWaitingJobs(t *testing.T) {
 	}
 	c.End(waiting.ID, oc.Gen, "", "", nil)
 	a.End(busy.ID, oa.Gen, "", "", nil)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return")
-	}
+	wantDrained(t, done, anyCount)
 	n1.waitState(waiting.ID, core.StateCompleted)
 	n1.waitState(busy.ID, core.StateCompleted)
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -114,50 +113,36 @@ func DefaultConfig() Config {
 
 // Validate reports the first setting that cannot work.
 func (c *Config) Validate() error {
-	if !ValidName(c.Node) {
-		return &ConfigError{"name", c.Node, errors.New("must be 1-128 of [A-Za-z0-9._-]")}
-	}
-	if c.Zone != "" && !ValidName(c.Zone) {
-		return &ConfigError{"zone", c.Zone, errors.New("must be 1-128 of [A-Za-z0-9._-]")}
+	const validName = "must be 1-128 of [A-Za-z0-9._-]"
+	if err := firstBroken([]setting{
+		{!ValidName(c.Node), "name", c.Node, validName},
+		{c.Zone != "" && !ValidName(c.Zone), "zone", c.Zone, validName},
+	}); err != nil {
+		return err
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
-	switch {
-	case c.DispatchTimeoutFraction <= 0 || c.DispatchTimeoutFraction >= 1:
-		return &ConfigError{"dispatch-timeout-fraction", c.DispatchTimeoutFraction, errors.New("must be between 0 and 1")}
-	case c.DispatchTimeoutFloor <= 0:
-		return &ConfigError{"dispatch-timeout-floor", c.DispatchTimeoutFloor, errors.New("must be positive")}
-	case c.DispatchTimeoutCeiling < c.DispatchTimeoutFloor:
-		return &ConfigError{"dispatch-timeout", c.DispatchTimeoutCeiling, errors.New("must be at least the floor")}
-	case c.HistoryEvents < 1:
-		return &ConfigError{"history-events", c.HistoryEvents, errors.New("must be positive")}
-	case c.HistoryBytes < c.Limits.MaxInputBytes:
-		return &ConfigError{"history-bytes", c.HistoryBytes, errors.New("must be at least max-input-bytes")}
-	case c.OutputWindowEvents < 1:
-		return &ConfigError{"output-window-events", c.OutputWindowEvents, errors.New("must be positive")}
-	case c.OutputWindowBytes < 1:
-		return &ConfigError{"output-window-bytes", c.OutputWindowBytes, errors.New("must be positive")}
-	case c.Retention <= 0:
-		return &ConfigError{"retention", c.Retention, errors.New("must be positive")}
-	case c.RetainJobs < 1:
-		return &ConfigError{"retain-jobs", c.RetainJobs, errors.New("must be at least 1, or a job submitted for later could never be read after it ended")}
-	case c.RetainBytes < c.HistoryBytes:
-		return &ConfigError{"retain-bytes", c.RetainBytes, errors.New("must be at least history-bytes, or one ended job with a full history would evict every other")}
-	case c.QueueIdle <= 0:
-		return &ConfigError{"queue-idle", c.QueueIdle, errors.New("must be positive")}
-	case c.Cluster != nil && c.Catalog == nil:
-		return &ConfigError{"catalog", nil, errors.New("a cluster needs a catalog")}
-	case (c.Cluster == nil) != (c.Transport == nil):
-		return &ConfigError{"transport", nil, errors.New("a cluster and a transport come together")}
-	case c.PinStable <= 0:
-		return &ConfigError{"pin-stable", c.PinStable, errors.New("must be positive")}
-	case c.ForwardWait <= 0:
-		return &ConfigError{"forward-wait", c.ForwardWait, errors.New("must be positive")}
-	case c.DispatcherWait < c.ForwardWait:
-		return &ConfigError{"dispatcher-wait", c.DispatcherWait, errors.New("must be at least the forward wait")}
-	case c.ExpirySlack < 0:
-		return &ConfigError{"expiry-slack", c.ExpirySlack, errors.New("must not be negative")}
+	if err := firstBroken([]setting{
+		{c.DispatchTimeoutFraction <= 0 || c.DispatchTimeoutFraction >= 1, "dispatch-timeout-fraction", c.DispatchTimeoutFraction, "must be between 0 and 1"},
+		positive("dispatch-timeout-floor", c.DispatchTimeoutFloor),
+		{c.DispatchTimeoutCeiling < c.DispatchTimeoutFloor, "dispatch-timeout", c.DispatchTimeoutCeiling, "must be at least the floor"},
+		positive("history-events", c.HistoryEvents),
+		{c.HistoryBytes < c.Limits.MaxInputBytes, "history-bytes", c.HistoryBytes, "must be at least max-input-bytes"},
+		positive("output-window-events", c.OutputWindowEvents),
+		positive("output-window-bytes", c.OutputWindowBytes),
+		positive("retention", c.Retention),
+		{c.RetainJobs < 1, "retain-jobs", c.RetainJobs, "must be at least 1, or a job submitted for later could never be read after it ended"},
+		{c.RetainBytes < c.HistoryBytes, "retain-bytes", c.RetainBytes, "must be at least history-bytes, or one ended job with a full history would evict every other"},
+		positive("queue-idle", c.QueueIdle),
+		{c.Cluster != nil && c.Catalog == nil, "catalog", nil, "a cluster needs a catalog"},
+		{(c.Cluster == nil) != (c.Transport == nil), "transport", nil, "a cluster and a transport come together"},
+		positive("pin-stable", c.PinStable),
+		positive("forward-wait", c.ForwardWait),
+		{c.DispatcherWait < c.ForwardWait, "dispatcher-wait", c.DispatcherWait, "must be at least the forward wait"},
+		notNegative("expiry-slack", c.ExpirySlack),
+	}); err != nil {
+		return err
 	}
 	return c.Scheduling.Validate()
 }

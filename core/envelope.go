@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -238,25 +237,16 @@ func DefaultLimits() Limits {
 
 // Validate reports the first limit that cannot work, naming its flag.
 func (l Limits) Validate() error {
-	switch {
-	case l.MaxInputBytes <= 0:
-		return &ConfigError{"max-input-bytes", l.MaxInputBytes, errors.New("must be positive")}
-	case l.MaxQueueDepth <= 0:
-		return &ConfigError{"max-queue-depth", l.MaxQueueDepth, errors.New("must be positive")}
-	case l.MaxQueueBytes < l.MaxInputBytes:
-		return &ConfigError{"max-queue-bytes", l.MaxQueueBytes, errors.New("must be at least max-input-bytes, or no job could ever be queued")}
-	case l.MaxTTL < time.Millisecond:
-		return &ConfigError{"max-ttl", l.MaxTTL, errors.New("must be at least 1ms")}
-	case l.DefaultTTL <= 0 || l.DefaultTTL > l.MaxTTL:
-		return &ConfigError{"default-ttl", l.DefaultTTL, errors.New("must be positive and at most max-ttl")}
-	case l.MaxOutputBytes <= 0:
-		return &ConfigError{"max-output-bytes", l.MaxOutputBytes, errors.New("must be positive")}
-	case l.MaxGrace < 0:
-		return &ConfigError{"max-grace", l.MaxGrace, errors.New("must not be negative")}
-	case l.MaxRestarts < 0:
-		return &ConfigError{"max-restarts", l.MaxRestarts, errors.New("must not be negative")}
-	}
-	return nil
+	return firstBroken([]setting{
+		positive("max-input-bytes", l.MaxInputBytes),
+		positive("max-queue-depth", l.MaxQueueDepth),
+		{l.MaxQueueBytes < l.MaxInputBytes, "max-queue-bytes", l.MaxQueueBytes, "must be at least max-input-bytes, or no job could ever be queued"},
+		{l.MaxTTL < time.Millisecond, "max-ttl", l.MaxTTL, "must be at least 1ms"},
+		{l.DefaultTTL <= 0 || l.DefaultTTL > l.MaxTTL, "default-ttl", l.DefaultTTL, "must be positive and at most max-ttl"},
+		positive("max-output-bytes", l.MaxOutputBytes),
+		notNegative("max-grace", l.MaxGrace),
+		notNegative("max-restarts", l.MaxRestarts),
+	})
 }
 
 // RequestLimits are the limits an envelope asks for. Zero means "the node's".

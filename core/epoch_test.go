@@ -38,9 +38,7 @@ func TestClusterStaleEpochDeliveryHandedBack(t *testing.T) {
 	w.End(j.ID, o.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
 	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 0 || s.Depth != 0 {
-		t.Errorf("the replaced dispatcher still holds the job: %+v", s)
-	}
+	n2.wantQueue(t, 0, 0, "the replaced dispatcher still holds the job")
 }
 
 // A dispatcher whose record comes to name another node steps down: the
@@ -60,25 +58,18 @@ func TestClusterStepDownHandsBackWaitingJobs(t *testing.T) {
 	n2.e.ClusterChanged()
 	net.settle()
 	wantMetric(t, n2, 1, "switchyard_dispatch_step_downs_total")
-	if s := n2.queueStat("q"); s.Depth != 0 || s.Bound != 1 {
-		t.Fatalf("n2 after stepping down: %+v, want nothing waiting and the running job still bound", s)
-	}
+	n2.wantQueue(t, 0, 1, "after stepping down: nothing waiting and the running job still bound")
 	waitFor(t, 5*time.Second, "the waiting job on n3", func() bool { return n3.queueStat("q").Depth == 1 })
 
 	// The running job ends where it ran; the waiting one then runs, once,
 	// under its second generation.
 	w.End(running.ID, o1.Gen, "", "", nil)
 	n1.waitState(running.ID, core.StateCompleted)
-	o2 := waitOffers(t, fc, waiting.ID, 1)[0]
-	if o2.Gen != 2 {
-		t.Fatalf("waiting job offered under gen %d, want 2", o2.Gen)
-	}
+	o2 := offerAt(t, fc, waiting.ID, 2)
 	w.End(waiting.ID, o2.Gen, "", "", nil)
 	n1.waitState(waiting.ID, core.StateCompleted)
 	net.settle()
-	if s := n2.queueStat("q"); s.Bound != 0 {
-		t.Errorf("n2 still holds a binding: %+v", s)
-	}
+	n2.wantQueue(t, anyCount, 0, "still holds a binding")
 }
 
 // A suspected node is offered nothing new, by any dispatcher; its
@@ -99,9 +90,7 @@ func TestClusterSuspectedHostGetsNoOffers(t *testing.T) {
 	if o := fc.offersFor(j.ID); len(o) != 0 {
 		t.Fatalf("a suspected host was offered the job: %+v", o)
 	}
-	if s := n1.queueStat("q"); s.Depth != 1 {
-		t.Fatalf("queue on n1: %+v, want the job waiting", s)
-	}
+	n1.wantQueue(t, 1, anyCount, "the job waiting")
 	if c := n1.metric("switchyard_queue_stalled_seconds"); c != 0 {
 		t.Fatalf("stalled histogram count %v before any binding, want 0", c)
 	}

@@ -206,3 +206,38 @@ func (e *ConfigError) Error() string {
 }
 
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// setting is one rule a Validate checks: the flag and value of a setting,
+// and what it must be (the ConfigError's Err) when broken says it is not.
+type setting struct {
+	broken bool
+	flag   string
+	value  any
+	must   string
+}
+
+// number is what the positive and notNegative rules take.
+type number interface {
+	~int | ~int64 | ~float64
+}
+
+// positive is the rule that v, the value of flag, is above zero.
+func positive[T number](flag string, v T) setting {
+	return setting{v <= 0, flag, v, "must be positive"}
+}
+
+// notNegative is the rule that v, the value of flag, is zero or above.
+func notNegative[T number](flag string, v T) setting {
+	return setting{v < 0, flag, v, "must not be negative"}
+}
+
+// firstBroken is the ConfigError of the first broken setting, in order, or
+// nil when none is.
+func firstBroken(settings []setting) error {
+	for _, s := range settings {
+		if s.broken {
+			return &ConfigError{s.flag, s.value, errors.New(s.must)}
+		}
+	}
+	return nil
+}

@@ -74,6 +74,24 @@ func (r *running) endOldest() []string {
 	return r.started()
 }
 
+// fourSlots is a harness with one worker of four credits on queue q,
+// tracked by a running.
+func fourSlots(t *testing.T) (*harness, *core.Worker, *running) {
+	t.Helper()
+	h := newHarness(t, nil)
+	w, fc := h.attach("q", 4)
+	return h, w, newRunning(t, w, fc)
+}
+
+// submitSeries submits, on queue q, the jobs of subject owner (weight,
+// priority 0) named fmt.Sprintf(format, i) for i from from up to to.
+func (h *harness) submitSeries(owner string, weight int, format string, from, to int) {
+	h.t.Helper()
+	for i := from; i < to; i++ {
+		h.submitAs("q", owner, weight, 0, fmt.Sprintf(format, i))
+	}
+}
+
 // subjects of a sequence of job names: their first letter.
 func subjects(names []string) string {
 	var b strings.Builder
@@ -87,15 +105,9 @@ func subjects(names []string) string {
 // queue and one that posts 6 after it get the slots that free in turns
 // that keep their slots equal — not first come, first served.
 func TestFairShareEqualWeights(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 4)
-	r := newRunning(t, w, fc)
-	for i := range 12 {
-		h.submitAs("q", "heavy", 1, 0, fmt.Sprintf("H%d", i))
-	}
-	for i := range 6 {
-		h.submitAs("q", "light", 1, 0, fmt.Sprintf("L%d", i))
-	}
+	h, _, r := fourSlots(t)
+	h.submitSeries("heavy", 1, "H%d", 0, 12)
+	h.submitSeries("light", 1, "L%d", 0, 6)
 	if got := subjects(r.started()); got != "HHHH" {
 		t.Fatalf("first four slots went to %s", got)
 	}
@@ -128,15 +140,9 @@ func filter(names []string, prefix string) []string {
 // Weights 3:1: the subject of weight 3 holds three slots of four while
 // both wait, whoever posted more.
 func TestFairShareWeights(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 4)
-	r := newRunning(t, w, fc)
-	for i := range 20 {
-		h.submitAs("q", "heavy", 1, 0, fmt.Sprintf("H%02d", i))
-	}
-	for i := range 10 {
-		h.submitAs("q", "light", 3, 0, fmt.Sprintf("L%02d", i))
-	}
+	h, _, r := fourSlots(t)
+	h.submitSeries("heavy", 1, "H%02d", 0, 20)
+	h.submitSeries("light", 3, "L%02d", 0, 10)
 	r.started()
 	var next []string
 	for range 12 {
@@ -172,18 +178,10 @@ func stats(t *testing.T, h *harness, queue string) core.QueueStat {
 // run long keeps its half of the slots while the other's short jobs come
 // and go, and gets no more than its half however many of its jobs wait.
 func TestFairShareCountsSlotsNotDispatches(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 4)
-	r := newRunning(t, w, fc)
-	for i := range 2 {
-		h.submitAs("q", "long", 1, 0, fmt.Sprintf("A%d", i))
-	}
-	for i := range 20 {
-		h.submitAs("q", "short", 1, 0, fmt.Sprintf("B%02d", i))
-	}
-	for i := range 10 {
-		h.submitAs("q", "long", 1, 0, fmt.Sprintf("A%d", i+2))
-	}
+	h, w, r := fourSlots(t)
+	h.submitSeries("long", 1, "A%d", 0, 2)
+	h.submitSeries("short", 1, "B%02d", 0, 20)
+	h.submitSeries("long", 1, "A%d", 2, 12)
 	if got := subjects(r.started()); got != "AABB" {
 		t.Fatalf("first slots %s", got)
 	}
@@ -202,8 +200,7 @@ func TestFairShareCountsSlotsNotDispatches(t *testing.T) {
 
 // Priorities within a subject: higher first, arrival order among equals.
 func TestPriorityOrder(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	r := newRunning(t, w, fc)
 	h.submitAs("q", "s", 1, 0, "first")
 	for _, p := range []int{0, 5, -5, 2, 5} {
@@ -237,8 +234,7 @@ func TestPriorityAging(t *testing.T) {
 	} {
 		t.Run(tc.wait.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(c *core.Config) { c.Scheduling.PriorityAging = time.Second })
-				w, fc := h.attach("q", 1)
+				h, w, fc := oneWorker(t, func(c *core.Config) { c.Scheduling.PriorityAging = time.Second })
 				r := newRunning(t, w, fc)
 				h.submitAs("q", "s", 1, 0, "busy")
 				r.started() // accepted: the worker is not dropped as stalled
@@ -260,9 +256,7 @@ func TestReturnedJobGoesFirst(t *testing.T) {
 	h := newHarness(t, nil)
 	wa, fa := h.attach("q", 3)
 	wb, fb := h.attach("q", 1)
-	for i := range 4 {
-		h.submitAs("q", "x", 1, 0, fmt.Sprintf("x%d", i))
-	}
+	h.submitSeries("x", 1, "x%d", 0, 4)
 	if len(fa.Offers()) != 3 || len(fb.Offers()) != 1 {
 		t.Fatalf("offers %d and %d, want 3 and 1", len(fa.Offers()), len(fb.Offers()))
 	}

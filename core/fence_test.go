@@ -3,8 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -88,22 +86,11 @@ func TestClusterNewIncarnationIsDeath(t *testing.T) {
 	n1.e.ClusterChanged()
 
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)
-	oc := waitOffers(t, fc, quiet.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, quiet.ID, 2)
 	c.End(quiet.ID, oc.Gen, "", "", nil)
 	n1.waitState(quiet.ID, core.StateCompleted)
 	wantMetric(t, n1, 1, "switchyard_cluster_incarnations_replaced_total")
-	var fwd []string
-	for _, s := range net.sentFor(quiet.ID) {
-		if s.Kind == core.MsgForward {
-			fwd = append(fwd, fmt.Sprintf("%s gen %d", s, s.Gen()))
-		}
-	}
-	if want := []string{"forward n1>n2 (call) gen 1", "forward n1>n3 gen 2"}; !slices.Equal(fwd, want) {
-		t.Fatalf("forwards %q, want %q", fwd, want)
-	}
+	net.wantForwards(t, quiet.ID, "forward n1>n2 (call) gen 1", "forward n1>n3 gen 2")
 	// Seen once: the next view change releases nothing more.
 	n1.e.ClusterChanged()
 	wantMetric(t, n1, 1, "switchyard_cluster_incarnations_replaced_total")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,47 +66,60 @@ func (f *fakeConn) SendOffer(o core.Offer) error {
 }
 
 func (f *fakeConn) SendCancel(id string, gen uint64, reason core.Code) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cancels = append(f.cancels, cancelMsg{id, gen, reason})
+	record(f, &f.cancels, cancelMsg{id, gen, reason})
 	return nil
 }
 
 func (f *fakeConn) SendCredit(id string, gen uint64, c core.OutputCredit) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.credits = append(f.credits, creditMsg{id, gen, c})
+	record(f, &f.credits, creditMsg{id, gen, c})
 	return nil
 }
 
-func (f *fakeConn) Close(cause error) {
+func (f *fakeConn) Close(cause error) { record(f, &f.closes, cause) }
+
+func (f *fakeConn) Offers() []core.Offer { return recorded(f, &f.offers) }
+func (f *fakeConn) Cancels() []cancelMsg { return recorded(f, &f.cancels) }
+func (f *fakeConn) Credits() []creditMsg { return recorded(f, &f.credits) }
+func (f *fakeConn) Closes() []error      { return recorded(f, &f.closes) }
+
+// record appends v to one of f's records, under f's lock.
+func record[T any](f *fakeConn, to *[]T, v T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.closes = append(f.closes, cause)
+	*to = append(*to, v)
 }
 
-func (f *fakeConn) Offers() []core.Offer {
+// recorded is a copy of one of f's records, taken under f's lock.
+func recorded[T any](f *fakeConn, from *[]T) []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.offers)
+	return slices.Clone(*from)
 }
 
-func (f *fakeConn) Cancels() []cancelMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.cancels)
+// wantCancels checks that the worker was told to cancel exactly want, in
+// order (nothing, with no want).
+func (f *fakeConn) wantCancels(t *testing.T, want ...cancelMsg) {
+	t.Helper()
+	if c := f.Cancels(); !slices.Equal(c, want) {
+		t.Fatalf("worker cancels %+v, want %+v", c, want)
+	}
 }
 
-func (f *fakeConn) Credits() []creditMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.credits)
-}
-
-func (f *fakeConn) Closes() []error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.closes)
+// wantStalledAt, in a synctest bubble, checks that the worker is dropped
+// as stalled (one close, ErrStalled) after exactly d more: not a
+// millisecond sooner. what names the timeout (dispatch, cancel).
+func (f *fakeConn) wantStalledAt(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if len(f.Closes()) != 0 {
+		t.Fatalf("worker dropped before the %s timeout", what)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if closes := f.Closes(); len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
+		t.Fatalf("closes = %v, want one ErrStalled", closes)
+	}
 }
 
 // offersFor returns the offers this worker got for one job.
@@ -332,6 +346,52 @@ func wantEnded(t *testing.T, h *harness, j *core.Job, outcome core.Outcome, code
 	}
 }
 
+// wantLostNotRunAgain detaches w, which ran job j until an output, while
+// another worker is free on queue q: j fails worker_lost and the other
+// worker is offered nothing (at most once, or a restart bound reached).
+func wantLostNotRunAgain(t *testing.T, h *harness, w *core.Worker, j *core.Job) {
+	t.Helper()
+	_, other := h.attach("q", 1)
+	w.Detach(context.Background())
+	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
+	if n := len(other.Offers()); n != 0 {
+		t.Fatalf("job %s was offered again after its worker was lost (%d offers)", j.ID, n)
+	}
+}
+
+// wantEndsAt, in a synctest bubble, checks that job j, now in state
+// before, is still in it after d less a millisecond, and has ended with
+// outcome and code at d. what names the deadline d is.
+func wantEndsAt(t *testing.T, h *harness, j *core.Job, d time.Duration, what string, before core.State, outcome core.Outcome, code core.Code) {
+	t.Helper()
+	time.Sleep(d - time.Millisecond)
+	synctest.Wait()
+	if v := h.view(j.ID); v.State != before {
+		t.Fatalf("job %s is %s before %s, want %s: %+v", j.ID, v.State, what, before, v)
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	wantEnded(t, h, j, outcome, code)
+}
+
+// anyCount, as a count a check takes (wantQueue, wantDrained), leaves
+// that count unchecked.
+const anyCount = -1
+
+// wantDrained waits for the Drain that done answers to return, and checks
+// it ended want jobs (anyCount: any number).
+func wantDrained(t *testing.T, done <-chan int, want int) {
+	t.Helper()
+	select {
+	case n := <-done:
+		if want != anyCount && n != want {
+			t.Fatalf("Drain ended %d jobs, want %d", n, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return")
+	}
+}
+
 func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 	t.Helper()
 	if err == nil {
@@ -345,4 +405,30 @@ func wantCode(t *testing.T, err error, want core.Code) *core.Error {
 		t.Fatalf("code = %s (%v), want %s", ce.Code, err, want)
 	}
 	return ce
+}
+
+// oneWorker is a harness with one worker of one credit on queue q.
+func oneWorker(t *testing.T, adjust func(*core.Config)) (*harness, *core.Worker, *fakeConn) {
+	t.Helper()
+	h := newHarness(t, adjust)
+	w, fc := h.attach("q", 1)
+	return h, w, fc
+}
+
+// offered submits a job on q (a minute's TTL) and returns it with the
+// generation of fc's newest offer: the job's, when fc's worker is the one
+// it goes to.
+func (h *harness) offered(fc *fakeConn) (*core.Job, uint64) {
+	h.t.Helper()
+	j := h.submit("q", env(time.Minute))
+	return j, fc.lastOffer(h.t).Gen
+}
+
+// running submits a job on q (a minute's TTL) that w, whose connection is
+// fc, is offered and accepts; it returns the job and its generation.
+func (h *harness) running(w *core.Worker, fc *fakeConn) (*core.Job, uint64) {
+	h.t.Helper()
+	j, gen := h.offered(fc)
+	w.Accept(j.ID, gen)
+	return j, gen
 }

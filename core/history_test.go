@@ -177,30 +177,20 @@ func TestHistoryNewestAlwaysKept(t *testing.T) {
 
 func TestHistoryWakeClosesOnAppend(t *testing.T) {
 	h := core.NewHistory(10, 1<<20)
-	r, _, _ := h.Since(0, 10)
-	select {
-	case <-r.Wake:
-		t.Fatal("Wake closed before any append")
-	default:
-	}
-	h.Append(core.EventOutput, 1, []byte("a"))
-	select {
-	case <-r.Wake:
-	default:
-		t.Fatal("Wake not closed by Append")
-	}
-	// The next read gets a fresh channel that the next append closes.
-	r2, _, _ := h.Since(1, 10)
-	select {
-	case <-r2.Wake:
-		t.Fatal("fresh Wake already closed")
-	default:
-	}
-	h.Append(core.EventDone, 1, []byte("{}"))
-	select {
-	case <-r2.Wake:
-	default:
-		t.Fatal("Wake not closed by the terminal Append")
+	// Each read gets a fresh channel that the next append closes, the
+	// terminal one too.
+	for after, ev := range []struct {
+		kind core.EventKind
+		data string
+	}{{core.EventOutput, "a"}, {core.EventDone, "{}"}} {
+		r, _, _ := h.Since(uint64(after), 10)
+		if closed(r.Wake) {
+			t.Fatalf("Wake of a read after %d closed before the next append", after)
+		}
+		h.Append(ev.kind, 1, []byte(ev.data))
+		if !closed(r.Wake) {
+			t.Fatalf("Wake not closed by the Append of %s", ev.kind)
+		}
 	}
 }
 
@@ -350,6 +340,21 @@ func lagWait(h *core.History, after uint64, maxEvents int, maxBytes int64) (int,
 	return e, b, over, c
 }
 
+// wantWokenPast checks that wake is still open after n more appends (of
+// 10 bytes), which reach a LagFunc's bound of what (events, bytes), and
+// closed by the next one, which passes it.
+func wantWokenPast(t *testing.T, h *core.History, wake <-chan struct{}, n int, what string) {
+	t.Helper()
+	appendN(t, h, n, 10)
+	if closed(wake) {
+		t.Fatalf("woken at the %s bound, not past it", what)
+	}
+	appendN(t, h, 1, 10)
+	if !closed(wake) {
+		t.Fatalf("not woken past the %s bound", what)
+	}
+}
+
 // LagFunc agrees with Lag on the lag, and its func runs in the append
 // that takes the lag past a bound, not before.
 func TestHistoryLagFunc(t *testing.T) {
@@ -368,28 +373,14 @@ func TestHistoryLagFunc(t *testing.T) {
 	if over {
 		t.Fatal("over before the bound")
 	}
-	appendN(t, h, 2, 10) // seqs 6, 7: lag 4
-	if closed(wake) {
-		t.Fatal("woken at the bound, not past it")
-	}
-	appendN(t, h, 1, 10) // seq 8: lag 5
-	if !closed(wake) {
-		t.Fatal("not woken past the events bound")
-	}
+	wantWokenPast(t, h, wake, 2, "events") // seqs 6, 7: lag 4; seq 8: lag 5
 	if e, _, over, _ := lagWait(h, 3, 4, 1<<20); !over || e != 5 {
 		t.Errorf("LagFunc past the bound = %d, %v; want 5, over", e, over)
 	}
 
 	// By bytes: from the head (seq 8), 25 bytes pass with the third event.
 	_, _, _, wake = lagWait(h, 8, 100, 25)
-	appendN(t, h, 2, 10)
-	if closed(wake) {
-		t.Fatal("woken at 20 bytes for a bound of 25")
-	}
-	appendN(t, h, 1, 10)
-	if !closed(wake) {
-		t.Fatal("not woken past the bytes bound")
-	}
+	wantWokenPast(t, h, wake, 2, "bytes") // 20 bytes, then 30
 
 	// A stopped wait is never closed, and Append forgets it.
 	_, _, _, wake = lagWait(h, h.Head(), 1, 1<<20)
@@ -422,12 +413,5 @@ func TestHistoryLagFuncPastRetention(t *testing.T) {
 		stops[wake]()
 	}
 	_, _, _, wake := lagWait(h, 0, 4, 1<<20) // lag 3 (4..6)
-	appendN(t, h, 1, 10)
-	if closed(wake) {
-		t.Fatal("woken at the bound")
-	}
-	appendN(t, h, 1, 10)
-	if !closed(wake) {
-		t.Fatal("not woken past the bound")
-	}
+	wantWokenPast(t, h, wake, 1, "events")
 }

@@ -22,17 +22,7 @@ func TestStalledWorkerIsDropped(t *testing.T) {
 			t.Fatal("a bound job was offered to a second worker")
 		}
 		// min(max(2s×0.25, 50ms), 200ms, 1s) = 200ms.
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if len(f1.Closes()) != 0 {
-			t.Fatal("worker dropped before the dispatch timeout")
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		closes := f1.Closes()
-		if len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
-			t.Fatalf("closes = %v, want one ErrStalled", closes)
-		}
+		f1.wantStalledAt(t, 200*time.Millisecond, "dispatch")
 		w1.Detach(context.Background()) // what the transport does next
 		o2 := f2.lastOffer(t)
 		if o2.JobID != j.ID || o2.Gen != o1.Gen+1 {
@@ -70,8 +60,7 @@ func TestStalledWorkerIsDropped(t *testing.T) {
 
 // TestStalledWorkerRealClock is the stall on the real clock.
 func TestStalledWorkerRealClock(t *testing.T) {
-	h := newHarness(t, shortDispatch)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, shortDispatch)
 	_, f2 := h.attach("q", 1)
 	// Both free: the first attached gets the first pick. A long TTL keeps
 	// the accept window at the 200ms ceiling and the job alive however
@@ -92,8 +81,7 @@ func TestStalledWorkerRealClock(t *testing.T) {
 
 func TestAcceptedWorkerIsNotStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, shortDispatch)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, shortDispatch)
 		j := h.submit("q", env(5*time.Second))
 		w.Accept(j.ID, fc.lastOffer(t).Gen)
 		time.Sleep(4 * time.Second)
@@ -108,8 +96,7 @@ func TestAcceptedWorkerIsNotStalled(t *testing.T) {
 }
 
 func TestDetachBeforeOutputReoffers(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	o1 := f1.lastOffer(t)
 	w1.Accept(j.ID, o1.Gen)
@@ -153,8 +140,7 @@ func TestDetachBeforeOutputReoffers(t *testing.T) {
 }
 
 func TestDetachWithNoOtherWorkerRequeues(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	w1.Detach(context.Background())
 	if v := h.view(j.ID); v.State != core.StateQueued || v.HandledBy != "" {
@@ -170,18 +156,10 @@ func TestDetachWithNoOtherWorkerRequeues(t *testing.T) {
 }
 
 func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := f1.lastOffer(t).Gen
-	w1.Accept(j.ID, gen)
+	h, w1, f1 := oneWorker(t, nil)
+	j, gen := h.running(w1, f1)
 	w1.Output(j.ID, gen, []byte(`"partial"`))
-	_, f2 := h.attach("q", 1)
-	w1.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f2.Offers()); n != 0 {
-		t.Fatalf("a job that produced output was re-offered (%d offers): at-most-once broken", n)
-	}
+	wantLostNotRunAgain(t, h, w1, j)
 	if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output error]" {
 		t.Fatalf("events = %s", got)
 	}
@@ -194,8 +172,7 @@ func TestDetachAfterOutputFailsWorkerLost(t *testing.T) {
 }
 
 func TestSendOfferFailureDropsWorker(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	f1.mu.Lock()
 	f1.offerErr = errors.New("stream closed")
 	f1.mu.Unlock()
@@ -224,13 +201,9 @@ func TestShortTTLOfferDoesNotDropWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil) // floor 1s
 		w, fc := h.attach("q", 2)
-		a := h.submit("q", env(time.Minute))
-		ga := fc.lastOffer(t).Gen
-		w.Accept(a.ID, ga)
+		a, ga := h.running(w, fc)
 		w.Output(a.ID, ga, []byte(`"a is producing"`))
-		c := h.submit("q", env(time.Minute))
-		gc := fc.lastOffer(t).Gen
-		w.Accept(c.ID, gc)
+		c, gc := h.running(w, fc)
 		b := h.submit("q", env(time.Second)) // waits: no credit
 		time.Sleep(600 * time.Millisecond)
 		w.End(c.ID, gc, "", "", nil) // frees a credit: b is offered with 400ms left

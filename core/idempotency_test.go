@@ -59,8 +59,7 @@ func (m *memStore) movedTo(node string) {
 
 func TestIdempotencyAcrossTheCluster(t *testing.T) {
 	store := &memStore{recs: map[string]core.IdempotencyRecord{}}
-	h := newHarness(t, func(c *core.Config) { c.Node, c.Idempotency = "n1", store })
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, func(c *core.Config) { c.Node, c.Idempotency = "n1", store })
 	ctx := context.Background()
 	alice := core.SubmitOptions{IdempotencyKey: "k", Owner: "alice"}
 

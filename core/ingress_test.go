@@ -81,8 +81,7 @@ func TestSubmitWithoutCapableWorker(t *testing.T) {
 }
 
 func TestSubmitRefusesBadRequests(t *testing.T) {
-	h := newHarness(t, nil)
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, nil)
 	ctx := context.Background()
 	_, _, err := h.e.Submit(ctx, "bad/queue", env(time.Minute), core.SubmitOptions{})
 	wantCode(t, err, core.CodeInvalidQueueName)
@@ -199,8 +198,7 @@ func TestSubmitRunComplete(t *testing.T) {
 }
 
 func TestEndWithoutResultAndBeforeAccept(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := h.submit("q", env(time.Minute))
 	// An End before any Accept is allowed (offered → completed).
 	w.End(j.ID, fc.lastOffer(t).Gen, "", "", nil)
@@ -228,11 +226,8 @@ func TestEndCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, nil)
-			w, fc := h.attach("q", 1)
-			j := h.submit("q", env(time.Minute))
-			gen := fc.lastOffer(t).Gen
-			w.Accept(j.ID, gen)
+			h, w, fc := oneWorker(t, nil)
+			j, gen := h.running(w, fc)
 			w.End(j.ID, gen, tt.code, "detail", tt.result)
 			wantEnded(t, h, j, tt.outcome, tt.want)
 			wantJobsTotal(t, h, map[core.Outcome]float64{tt.outcome: 1})
@@ -244,8 +239,7 @@ func TestEndCodes(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
-	h := newHarness(t, nil)
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, nil)
 	_, _ = h.attach("other", 1)
 	ctx := context.Background()
 	opts := core.SubmitOptions{IdempotencyKey: "retry-1"}
@@ -283,8 +277,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestCancelRunningJob(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	a := h.submit("q", env(time.Minute))
 	b := h.submit("q", env(time.Minute))
 	oa := fc.lastOffer(t)
@@ -344,17 +337,14 @@ func TestCancelRunningJob(t *testing.T) {
 // it is told to the worker; the worker's reject then just frees the credit
 // (the job is not re-offered anywhere).
 func TestCancelOfferedJobThenReject(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	_, f2 := h.attach("q", 1)
 	a := h.submit("q", env(time.Minute))
 	oa := fc.lastOffer(t)
 	if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 		t.Fatal(err)
 	}
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{a.ID, oa.Gen, core.CodeCancelled}) {
-		t.Fatalf("cancels = %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{a.ID, oa.Gen, core.CodeCancelled})
 	w.Reject(a.ID, oa.Gen, "whatever")
 	wantEnded(t, h, a, core.OutcomeCancelled, core.CodeCancelled)
 	if len(f2.Offers()) != 0 || len(fc.offersFor(a.ID)) != 1 {
@@ -371,8 +361,7 @@ func TestCancelOfferedJobThenReject(t *testing.T) {
 }
 
 func TestCancelQueuedJob(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	a := h.submit("q", env(time.Minute))
 	b := h.submit("q", env(time.Minute))
 	if v := h.metric("switchyard_queue_depth", "queue", "q"); v != 1 {
@@ -399,22 +388,11 @@ func TestCancelUnacknowledgedDropsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, shortDispatch) // cancel acknowledgement: 200ms
 		w, fc := h.attach("q", 1)
-		a := h.submit("q", env(time.Minute))
-		w.Accept(a.ID, fc.lastOffer(t).Gen)
+		a, _ := h.running(w, fc)
 		if _, err := h.e.Cancel(a.ID, "stop"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if len(fc.Closes()) != 0 {
-			t.Fatal("worker dropped before the cancel timeout")
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		closes := fc.Closes()
-		if len(closes) != 1 || !errors.Is(closes[0], core.ErrStalled) {
-			t.Fatalf("closes = %v, want one ErrStalled", closes)
-		}
+		fc.wantStalledAt(t, 200*time.Millisecond, "cancel")
 		if v := h.metric("switchyard_dispatch_stalls_total"); v != 1 {
 			t.Errorf("stalls_total = %v", v)
 		}
@@ -435,9 +413,20 @@ func submitStreamed(h *harness, queue string, e *core.Envelope) *core.Job {
 	return j
 }
 
+// ownerGone submits a streamed job of envelope e that w, whose connection
+// is fc, accepts, then opens its owner stream and closes it: clientLeft
+// says the client left (else the node ended the stream).
+func ownerGone(h *harness, w *core.Worker, fc *fakeConn, e *core.Envelope, clientLeft bool) *core.Job {
+	h.t.Helper()
+	j := submitStreamed(h, "q", e)
+	w.Accept(j.ID, fc.lastOffer(h.t).Gen)
+	h.e.StreamOpened(j.ID, true)
+	h.e.StreamClosed(j.ID, true, clientLeft)
+	return j
+}
+
 func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := submitStreamed(h, "q", env(time.Minute))
 	w.Accept(j.ID, fc.lastOffer(t).Gen)
 	if !h.e.StreamOpened(j.ID, true) {
@@ -460,10 +449,8 @@ func TestOwnerStreamCloseWithoutGraceCancels(t *testing.T) {
 // A job not submitted as a stream (202) has no owner: no stream of it,
 // claimed or not, ends it.
 func TestUnstreamedJobHasNoOwner(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	w.Accept(j.ID, fc.lastOffer(t).Gen)
+	h, w, fc := oneWorker(t, nil)
+	j, _ := h.running(w, fc)
 	if h.e.StreamOpened(j.ID, true) {
 		t.Fatal("a stream of a job submitted without one owns it")
 	}
@@ -477,8 +464,7 @@ func TestUnstreamedJobHasNoOwner(t *testing.T) {
 // noticed its old connection was gone), the first one ending starts no
 // window; the last one does.
 func TestLastOwnerStreamStartsTheWindow(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	j := submitStreamed(h, "q", env(time.Minute))
 	w.Accept(j.ID, fc.lastOffer(t).Gen)
 	a, b := h.e.StreamOpened(j.ID, true), h.e.StreamOpened(j.ID, true)
@@ -504,10 +490,7 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		e.Grace = 200 * time.Millisecond
 
 		// Resumed within the window: not cancelled.
-		kept := submitStreamed(h, "q", e)
-		w.Accept(kept.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(kept.ID, true)
-		h.e.StreamClosed(kept.ID, true, true)
+		kept := ownerGone(h, w, fc, e, true)
 		time.Sleep(150 * time.Millisecond)
 		if !h.e.StreamOpened(kept.ID, true) {
 			t.Fatal("a resume with a valid token did not own the job")
@@ -522,18 +505,8 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 		}
 
 		// Not resumed: cancelled exactly when the window closes.
-		lost := submitStreamed(h, "q", e)
-		w.Accept(lost.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(lost.ID, true)
-		h.e.StreamClosed(lost.ID, true, true)
-		time.Sleep(199 * time.Millisecond)
-		synctest.Wait()
-		if v := h.view(lost.ID); v.State.Terminal() {
-			t.Fatalf("ended before the grace window closed: %+v", v)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, lost, core.OutcomeCancelled, core.CodeCancelled)
+		lost := ownerGone(h, w, fc, e, true)
+		wantEndsAt(t, h, lost, 200*time.Millisecond, "the grace window closed", core.StateRunning, core.OutcomeCancelled, core.CodeCancelled)
 		if v := h.metric("switchyard_stream_grace_saves_total"); v != 1 {
 			t.Errorf("grace_saves_total = %v, want still 1", v)
 		}
@@ -561,14 +534,10 @@ func TestOwnerStreamCloseGraceWindow(t *testing.T) {
 // closes while that stream is still reading.
 func TestWatcherDoesNotSaveFromGraceWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, nil)
 		e := env(time.Minute)
 		e.Grace = 200 * time.Millisecond
-		j := submitStreamed(h, "q", e)
-		w.Accept(j.ID, fc.lastOffer(t).Gen)
-		h.e.StreamOpened(j.ID, true)
-		h.e.StreamClosed(j.ID, true, true)
+		j := ownerGone(h, w, fc, e, true)
 		time.Sleep(100 * time.Millisecond)
 		if h.e.StreamOpened(j.ID, false) {
 			t.Fatal("a stream without a claim owns the job")
@@ -596,11 +565,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 			t.Helper()
 			e := env(time.Minute)
 			e.Grace = grace
-			j := submitStreamed(h, "q", e)
-			w.Accept(j.ID, fc.lastOffer(t).Gen)
-			h.e.StreamOpened(j.ID, true)
-			h.e.StreamClosed(j.ID, true, false)
-			return j
+			return ownerGone(h, w, fc, e, false)
 		}
 		noGrace := start(0)                       // window: MaxGrace
 		ownGrace := start(300 * time.Millisecond) // window: the envelope's
@@ -618,14 +583,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 		if !h.e.StreamOpened(resumed.ID, true) {
 			t.Fatal("a resume with a valid token did not own the job")
 		}
-		time.Sleep(maxGrace - 301*time.Millisecond)
-		synctest.Wait()
-		if v := h.view(noGrace.ID); v.State != core.StateRunning {
-			t.Fatalf("ended before MaxGrace passed: %+v", v)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, noGrace, core.OutcomeCancelled, core.CodeCancelled)
+		wantEndsAt(t, h, noGrace, maxGrace-300*time.Millisecond, "MaxGrace passed", core.StateRunning, core.OutcomeCancelled, core.CodeCancelled)
 		if d := h.view(noGrace.ID).Detail; !strings.Contains(d, "node ended") || !strings.Contains(d, "grace") {
 			t.Errorf("detail = %q, want it to say the node ended the stream and the grace window passed", d)
 		}
@@ -641,8 +599,7 @@ func TestNodeEndedOwnerStreamStartsGraceWindow(t *testing.T) {
 
 	t.Run("max grace 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h := newHarness(t, func(c *core.Config) { c.Limits.MaxGrace = 0 })
-			w, fc := h.attach("q", 1)
+			h, w, fc := oneWorker(t, func(c *core.Config) { c.Limits.MaxGrace = 0 })
 			j := submitStreamed(h, "q", env(time.Minute))
 			w.Accept(j.ID, fc.lastOffer(t).Gen)
 			h.e.StreamOpened(j.ID, true)
@@ -666,49 +623,32 @@ func TestIngressDeadlineBackstop(t *testing.T) {
 		j := h.submit("q", env(time.Second))
 		gen := fc.lastOffer(t).Gen
 		w.Accept(j.ID, gen)
-		time.Sleep(time.Second + 99*time.Millisecond)
-		synctest.Wait()
-		if v := h.view(j.ID); v.State != core.StateRunning {
-			t.Fatalf("state before TTL+slack = %s", v.State)
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		wantEnded(t, h, j, core.OutcomeExpired, core.CodeExpired)
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeExpired}) {
-			t.Fatalf("cancels = %+v, want the worker told the job expired", c)
-		}
+		wantEndsAt(t, h, j, time.Second+100*time.Millisecond, "TTL+slack", core.StateRunning, core.OutcomeExpired, core.CodeExpired)
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeExpired})
 		wantJobsTotal(t, h, map[core.Outcome]float64{core.OutcomeExpired: 1})
 	})
 }
 
 func TestOutputValidation(t *testing.T) {
 	t.Run("not JSON", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		j := h.submit("q", env(time.Minute))
-		gen := fc.lastOffer(t).Gen
+		h, w, fc := oneWorker(t, nil)
+		j, gen := h.offered(fc)
 		w.Output(j.ID, gen, []byte(`{"ok":1}`)) // output before accept counts as accept
 		w.Output(j.ID, gen, []byte(`not json`))
 		wantEnded(t, h, j, core.OutcomeFailed, core.CodeBadOutput)
 		if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output error]" {
 			t.Fatalf("events = %s", got)
 		}
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeBadOutput}) {
-			t.Fatalf("cancels = %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeBadOutput})
 	})
 	t.Run("two JSON values", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
-		j := h.submit("q", env(time.Minute))
-		gen := fc.lastOffer(t).Gen
-		w.Accept(j.ID, gen)
+		h, w, fc := oneWorker(t, nil)
+		j, gen := h.running(w, fc)
 		w.Output(j.ID, gen, []byte(`1 2`))
 		wantEnded(t, h, j, core.OutcomeFailed, core.CodeBadOutput)
 	})
 	t.Run("over max_output_bytes", func(t *testing.T) {
-		h := newHarness(t, nil)
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, nil)
 		e := env(time.Minute)
 		e.Limits.MaxOutputBytes = 10
 		j := h.submit("q", e)
@@ -721,9 +661,7 @@ func TestOutputValidation(t *testing.T) {
 		if got := fmt.Sprint(kinds(events(t, j))); got != "[accepted output output error]" {
 			t.Fatalf("events = %s", got)
 		}
-		if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{j.ID, gen, core.CodeOutputTooLarge}) {
-			t.Fatalf("cancels = %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, gen, core.CodeOutputTooLarge})
 		if v := h.view(j.ID); v.Outputs != 2 {
 			t.Errorf("Outputs = %d, want 2", v.Outputs)
 		}
@@ -731,10 +669,8 @@ func TestOutputValidation(t *testing.T) {
 }
 
 func TestStaleGenerationIgnored(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
+	h, w, fc := oneWorker(t, nil)
+	j, gen := h.offered(fc)
 	w.Accept(j.ID, gen+1) // wrong generation: not an accept
 	if v := h.view(j.ID); v.State != core.StateOffered {
 		t.Fatalf("state after a stale accept = %s", v.State)
@@ -767,11 +703,8 @@ func TestStaleGenerationIgnored(t *testing.T) {
 }
 
 func TestDrainEndsOpenJobs(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	running := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
-	w.Accept(running.ID, gen)
+	h, w, fc := oneWorker(t, nil)
+	running, gen := h.running(w, fc)
 	queued := h.submit("q", env(time.Minute))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -784,9 +717,7 @@ func TestDrainEndsOpenJobs(t *testing.T) {
 	}
 	wantEnded(t, h, running, core.OutcomeFailed, core.CodeNodeShutdown)
 	wantEnded(t, h, queued, core.OutcomeFailed, core.CodeNodeShutdown)
-	if c := fc.Cancels(); len(c) != 1 || c[0] != (cancelMsg{running.ID, gen, core.CodeNodeShutdown}) {
-		t.Fatalf("cancels = %+v", c)
-	}
+	fc.wantCancels(t, cancelMsg{running.ID, gen, core.CodeNodeShutdown})
 	_, _, err := h.e.Submit(context.Background(), "q", env(time.Minute), core.SubmitOptions{})
 	if !errors.Is(err, core.ErrDraining) {
 		t.Fatalf("Submit while draining = %v", err)
@@ -805,11 +736,8 @@ func TestDrainEndsOpenJobs(t *testing.T) {
 }
 
 func TestDrainWaitsForJobsToFinish(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	j := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
-	w.Accept(j.ID, gen)
+	h, w, fc := oneWorker(t, nil)
+	j, gen := h.running(w, fc)
 
 	result := make(chan int, 1)
 	go func() { result <- h.e.Drain(context.Background()) }()
@@ -822,14 +750,7 @@ func TestDrainWaitsForJobsToFinish(t *testing.T) {
 	// The bound job still runs to completion while draining.
 	w.Output(j.ID, gen, []byte(`"still here"`))
 	w.End(j.ID, gen, "", "", nil)
-	select {
-	case n := <-result:
-		if n != 0 {
-			t.Fatalf("Drain = %d, want 0 (the job finished by itself)", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Drain did not return after the last job ended")
-	}
+	wantDrained(t, result, 0) // the job finished by itself
 	wantEnded(t, h, j, core.OutcomeCompleted, "")
 }
 
@@ -841,11 +762,8 @@ func TestDrainWithNothingOpen(t *testing.T) {
 }
 
 func TestCloseEndsOpenJobs(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
-	running := h.submit("q", env(time.Minute))
-	gen := fc.lastOffer(t).Gen
-	w.Accept(running.ID, gen)
+	h, w, fc := oneWorker(t, nil)
+	running, gen := h.running(w, fc)
 	w.Output(running.ID, gen, []byte(`1`))
 	queued := h.submit("q", env(time.Minute))
 	queued2 := h.submit("q", env(time.Minute))

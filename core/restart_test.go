@@ -21,6 +21,19 @@ func restartEnv(ttl time.Duration, max int) *core.Envelope {
 	return e
 }
 
+// restartableWithOutput submits at ingress a job that may be restarted
+// (restartEnv, no bound) and has worker "a" on host run it until one
+// output, which the ingress has seen.
+func restartableWithOutput(t *testing.T, ingress, host *clusterNode) (*core.Worker, *core.Job, core.Offer) {
+	t.Helper()
+	a, fa := host.worker("q", "a", 1)
+	j := ingress.submit("q", restartEnv(clusterTTL, -1))
+	oa := waitOffers(t, fa, j.ID, 1)[0]
+	a.Output(j.ID, oa.Gen, []byte(`"a"`))
+	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return ingress.view(j.ID).Outputs == 1 })
+	return a, j, oa
+}
+
 // restartData returns the data of the job's restart events.
 func restartData(t *testing.T, j *core.Job) []map[string]any {
 	t.Helper()
@@ -43,8 +56,7 @@ func restartData(t *testing.T, j *core.Job) []map[string]any {
 // reason) opens stream generation 2 under the next binding generation,
 // then the new generation's events; the view lists both attempts.
 func TestRestartAfterOutputRunsAgain(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", restartEnv(time.Minute, -1))
 	g1 := f1.lastOffer(t).Gen
 	w1.Accept(j.ID, g1)
@@ -110,19 +122,13 @@ func TestRestartAfterOutputRunsAgain(t *testing.T) {
 // Without the opt-in ("fail", the default) a lost worker after output
 // still fails the job worker_lost, and nothing runs it again.
 func TestRestartNotWithoutOptIn(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	e := env(time.Minute)
 	e.OnWorkerLost = core.LostFail
 	j := h.submit("q", e)
 	g := f1.lastOffer(t).Gen
 	w1.Output(j.ID, g, []byte(`"a"`))
-	_, f2 := h.attach("q", 1)
-	w1.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f2.Offers()); n != 0 {
-		t.Fatalf("offered again %d times", n)
-	}
+	wantLostNotRunAgain(t, h, w1, j)
 	if got := h.metric("switchyard_job_restarts_total", "reason", "worker_lost"); got != 0 {
 		t.Errorf("job_restarts_total = %v", got)
 	}
@@ -132,8 +138,7 @@ func TestRestartNotWithoutOptIn(t *testing.T) {
 // worker_lost, saying why it did not restart. A node ceiling of 0 turns
 // restarts off.
 func TestRestartCeiling(t *testing.T) {
-	h := newHarness(t, nil)
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, nil)
 	j := h.submit("q", restartEnv(time.Minute, 1))
 	g := f1.lastOffer(t).Gen
 	w1.Output(j.ID, g, []byte(`"a"`))
@@ -141,12 +146,7 @@ func TestRestartCeiling(t *testing.T) {
 	w1.Detach(context.Background())
 	g = f2.lastOffer(t).Gen
 	w2.Output(j.ID, g, []byte(`"b"`))
-	_, f3 := h.attach("q", 1)
-	w2.Detach(context.Background())
-	wantEnded(t, h, j, core.OutcomeFailed, core.CodeWorkerLost)
-	if n := len(f3.Offers()); n != 0 {
-		t.Fatalf("restarted past its max_restarts (%d offers)", n)
-	}
+	wantLostNotRunAgain(t, h, w2, j)
 	if v := h.view(j.ID); !strings.Contains(v.Detail, "used its 1 restarts") || v.Restarts != 1 {
 		t.Fatalf("view = %+v", v)
 	}
@@ -162,8 +162,7 @@ func TestRestartCeiling(t *testing.T) {
 // A job whose TTL ran out is not restarted: it fails worker_lost (its
 // ingress deadline, later, would only have expired it).
 func TestRestartNotPastTTL(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.ExpirySlack = 10 * time.Second })
-	w1, f1 := h.attach("q", 1)
+	h, w1, f1 := oneWorker(t, func(c *core.Config) { c.ExpirySlack = 10 * time.Second })
 	j := h.submit("q", restartEnv(100*time.Millisecond, -1))
 	w1.Output(j.ID, f1.lastOffer(t).Gen, []byte(`"a"`))
 	_, f2 := h.attach("q", 1)
@@ -181,14 +180,8 @@ func TestRestartNotPastTTL(t *testing.T) {
 // A release that says the worker may still be running the job (its node
 // was only sent a cancel) never restarts it.
 func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	_, n1, n2 := twoNodes(t)
+	_, j, oa := restartableWithOutput(t, n1, n2)
 	n1.e.HandleMessage("n2", core.Message{Kind: core.MsgRelease, JobID: j.ID, Gen: oa.Gen, Queue: "q", Running: true, Reason: "left the zone"})
 	wantEnded(t, n1.harness, j, core.OutcomeFailed, core.CodeWorkerLost)
 	if v := n1.view(j.ID); !strings.Contains(v.Detail, "may still be running") {
@@ -201,11 +194,7 @@ func TestRestartNotWhileTheWorkerMayRun(t *testing.T) {
 // proven it restarts on another node, once; the stream says node_gone.
 func TestRestartSilentHostWaitsForProof(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	_, j, oa := restartableWithOutput(t, n1, n2)
 
 	c, fc := n3.worker("q", "c", 1)
 	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
@@ -222,10 +211,7 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 	net.kill("n2")
 	n1.e.ClusterChanged()
 	n1.e.ClusterChanged() // a second look changes nothing: restarted once
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != oa.Gen+1 {
-		t.Fatalf("restarted with gen %d, want %d", oc.Gen, oa.Gen+1)
-	}
+	oc := offerAt(t, fc, j.ID, oa.Gen+1)
 	c.Output(j.ID, oc.Gen, []byte(`"b"`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -244,14 +230,8 @@ func TestRestartSilentHostWaitsForProof(t *testing.T) {
 
 // A silent host that answers again goes on with the job: no restart.
 func TestRestartSilentHostThatComesBackGoesOn(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
-	a, fa := n2.worker("q", "a", 1)
-	j := n1.submit("q", restartEnv(clusterTTL, -1))
-	oa := waitOffers(t, fa, j.ID, 1)[0]
-	a.Output(j.ID, oa.Gen, []byte(`"a"`))
-	waitFor(t, 5*time.Second, "the output at the ingress", func() bool { return n1.view(j.ID).Outputs == 1 })
+	_, n1, n2 := twoNodes(t)
+	a, j, oa := restartableWithOutput(t, n1, n2)
 	n1.e.ReplyLegSilent("n2", j.ID, oa.Gen)
 	a.Output(j.ID, oa.Gen, []byte(`"b"`))
 	a.End(j.ID, oa.Gen, "", "", nil)

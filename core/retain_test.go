@@ -79,8 +79,7 @@ func (h *harness) wantRetained(jobs int, evicted map[core.EvictReason]float64) {
 // TestRetainCountBound: past RetainJobs ended jobs, the oldest ended ones
 // are evicted, one for one, and the trimmed record keeps no input.
 func TestRetainCountBound(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.RetainJobs = 3 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.RetainJobs = 3 })
 	var ids []string
 	for range 5 {
 		j := h.run(w, fc, core.SubmitOptions{}, `"a"`, `"b"`)
@@ -105,16 +104,23 @@ func TestRetainCountBound(t *testing.T) {
 	}
 }
 
-// TestRetainBytesBound: the ended jobs kept hold at most RetainBytes; the
-// oldest go first when a new one would pass it.
-func TestRetainBytesBound(t *testing.T) {
-	const limit = 64 << 10
-	h := newHarness(t, func(c *core.Config) {
+// retainingBytes is oneWorker on a node whose ended jobs are kept up to
+// limit bytes (RetainBytes), a job's history up to as many (HistoryBytes)
+// and inputs small (1 KiB), so the bound is in output.
+func retainingBytes(t *testing.T, limit int64) (*harness, *core.Worker, *fakeConn) {
+	t.Helper()
+	return oneWorker(t, func(c *core.Config) {
 		c.Limits.MaxInputBytes = 1 << 10
 		c.HistoryBytes = limit
 		c.RetainBytes = limit
 	})
-	w, fc := h.attach("q", 1)
+}
+
+// TestRetainBytesBound: the ended jobs kept hold at most RetainBytes; the
+// oldest go first when a new one would pass it.
+func TestRetainBytesBound(t *testing.T) {
+	const limit = 64 << 10
+	h, w, fc := retainingBytes(t, limit)
 	out := `"` + strings.Repeat("x", 6<<10) + `"`
 	first := h.run(w, fc, core.SubmitOptions{}, out)
 	_, per := h.e.Retained()
@@ -157,12 +163,7 @@ func TestRetainOldestEndedFirst(t *testing.T) {
 // readers streaming it now, even when that evicts every other.
 func TestRetainNewestKept(t *testing.T) {
 	const limit = 16 << 10
-	h := newHarness(t, func(c *core.Config) {
-		c.Limits.MaxInputBytes = 1 << 10
-		c.HistoryBytes = limit
-		c.RetainBytes = limit
-	})
-	w, fc := h.attach("q", 1)
+	h, w, fc := retainingBytes(t, limit)
 	small := h.run(w, fc, core.SubmitOptions{}, `"s"`)
 	big := h.run(w, fc, core.SubmitOptions{}, `"`+strings.Repeat("x", limit-200)+`"`)
 	if _, bytes := h.e.Retained(); bytes <= limit {
@@ -179,8 +180,7 @@ func TestRetainNewestKept(t *testing.T) {
 // TestRetainIdempotencyKeyGoesWithItsJob: while an ended job is kept its
 // key returns it; once the job is evicted the key is free for a new job.
 func TestRetainIdempotencyKeyGoesWithItsJob(t *testing.T) {
-	h := newHarness(t, func(c *core.Config) { c.RetainJobs = 1 })
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, func(c *core.Config) { c.RetainJobs = 1 })
 	keyed := h.run(w, fc, core.SubmitOptions{IdempotencyKey: "k1"}, `"a"`)
 	again, existing, err := h.e.Submit(context.Background(), "q", env(time.Minute), core.SubmitOptions{IdempotencyKey: "k1"})
 	if err != nil || !existing || again != keyed {
@@ -198,8 +198,7 @@ func TestRetainIdempotencyKeyGoesWithItsJob(t *testing.T) {
 // with one timer for all: jobs that ended together go together.
 func TestRetainRetention(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(c *core.Config) { c.Retention = time.Minute })
-		w, fc := h.attach("q", 1)
+		h, w, fc := oneWorker(t, func(c *core.Config) { c.Retention = time.Minute })
 		a := h.run(w, fc, core.SubmitOptions{IdempotencyKey: "ka"}, `"a"`)
 		time.Sleep(10 * time.Second)
 		b := h.run(w, fc, core.SubmitOptions{}, `"b"`)
@@ -227,8 +226,7 @@ func TestRetainRetention(t *testing.T) {
 // TestEndedHistoryReadable: a kept job's history, packed when the job
 // ended, reads exactly as it was written, from the start and from a cursor.
 func TestEndedHistoryReadable(t *testing.T) {
-	h := newHarness(t, nil)
-	w, fc := h.attach("q", 1)
+	h, w, fc := oneWorker(t, nil)
 	outs := []string{`"one"`, `{"two":2}`, `[3]`}
 	j := h.run(w, fc, core.SubmitOptions{}, outs...)
 	evs := events(t, j)

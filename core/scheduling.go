@@ -63,15 +63,11 @@ func DefaultSchedulingConfig() SchedulingConfig {
 
 // Validate reports the first setting that cannot work, naming its flag.
 func (c SchedulingConfig) Validate() error {
-	switch {
-	case !(c.AffinityLoadFactor >= 1) || c.AffinityLoadFactor > 100:
-		return &ConfigError{"affinity-load-factor", c.AffinityLoadFactor, errors.New("must be between 1 and 100")}
-	case c.AffinityWait < 0:
-		return &ConfigError{"affinity-wait", c.AffinityWait, errors.New("must not be negative")}
-	case c.PriorityAging <= 0:
-		return &ConfigError{"priority-aging", c.PriorityAging, errors.New("must be positive")}
-	}
-	return nil
+	return firstBroken([]setting{
+		{!(c.AffinityLoadFactor >= 1) || c.AffinityLoadFactor > 100, "affinity-load-factor", c.AffinityLoadFactor, "must be between 1 and 100"},
+		notNegative("affinity-wait", c.AffinityWait),
+		positive("priority-aging", c.PriorityAging),
+	})
 }
 
 // Share is what a submitter's API key says about its jobs' place in a

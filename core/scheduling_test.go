@@ -55,8 +55,7 @@ func TestParseEnvelopeScheduling(t *testing.T) {
 // A priority above the key's cap is refused and changes nothing; at the
 // cap it is taken.
 func TestPriorityCap(t *testing.T) {
-	h := newHarness(t, nil)
-	_, fc := h.attach("q", 1)
+	h, _, fc := oneWorker(t, nil)
 	capped := 0
 	share := core.Share{Weight: 1, MaxPriority: &capped}
 	e := env(time.Minute)

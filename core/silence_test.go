@@ -35,10 +35,7 @@ func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
 	n1.e.ClusterChanged() // a second look changes nothing: released once
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("re-offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	c.Output(j.ID, oc.Gen, []byte(`"done"`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -52,9 +49,7 @@ func TestSilentHostJobWithoutOutputRedeliveredOnProof(t *testing.T) {
 // A host that was only paused comes back and completes the job it held
 // with no output: silence threw nothing away.
 func TestSilentHostThatComesBackCompletes(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa, j, oa := offerOne(t, n1, n2)
 	a.Accept(j.ID, oa.Gen)
 
@@ -94,9 +89,7 @@ func TestSilentHostJobWithOutputFailsAtSilence(t *testing.T) {
 // workers and releases them to it: an ingress that comes back runs again
 // the job that had no output, and fails worker_lost the one that had.
 func TestSilentIngressStopsItsJobs(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	_, n1, n2 := twoNodes(t)
 	a, fa := n2.worker("q", "a", 2)
 	quiet, loud, oq, ol := quietAndLoud(t, n1, a, fa)
 
@@ -126,9 +119,7 @@ func TestSilentIngressStopsItsJobs(t *testing.T) {
 // A host offers nothing for an ingress it holds silent: the delivery goes
 // back to the ingress, which decides once it answers.
 func TestSilentIngressJobIsNotOffered(t *testing.T) {
-	net := newFakeNet(t)
-	n1, _, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, _, n3 := threeNodes(t)
 	_, fc := n3.worker("q", "c", 1)
 	n3.e.PeersSilent([]string{"n1"})
 	j := n1.submit("q", env(clusterTTL))
@@ -142,11 +133,12 @@ func TestSilentIngressJobIsNotOffered(t *testing.T) {
 	waitOffers(t, fc, j.ID, 1)
 }
 
-// A new job whose dispatcher does not answer (paused, or killed and its
-// record not gone yet) is accepted within ForwardWait, not refused; once
-// the dispatcher's death is proven it goes, under a new generation, to the
-// queue's new dispatcher, and runs once.
-func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
+// silentDispatcher is the cluster of threeNodes where no forward reaches
+// n2, q's dispatcher (paused, or killed and its record not gone yet), with
+// a worker on n2, worker c on n3, and n1 waiting 50ms for a forward's
+// verdict (ForwardWait).
+func silentDispatcher(t *testing.T) (*fakeNet, *clusterNode, *core.Worker, *fakeConn) {
+	t.Helper()
 	net := newFakeNet(t)
 	fast := func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond }
 	n1, n2, n3 := net.add("n1", fast), net.add("n2", nil), net.add("n3", nil)
@@ -156,6 +148,15 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 	net.mu.Lock()
 	net.silentForward = func(node string) bool { return node == "n2" }
 	net.mu.Unlock()
+	return net, n1, c, fc
+}
+
+// A new job whose dispatcher does not answer (paused, or killed and its
+// record not gone yet) is accepted within ForwardWait, not refused; once
+// the dispatcher's death is proven it goes, under a new generation, to the
+// queue's new dispatcher, and runs once.
+func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
+	net, n1, c, fc := silentDispatcher(t)
 
 	start := time.Now()
 	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{})
@@ -173,10 +174,7 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 	net.kill("n2")
 	net.setDispatcher("q", "n3")
 	n1.e.ClusterChanged()
-	oc := waitOffers(t, fc, j.ID, 1)[0]
-	if oc.Gen != 2 {
-		t.Fatalf("offered with gen %d, want 2", oc.Gen)
-	}
+	oc := offerAt(t, fc, j.ID, 2)
 	c.Output(j.ID, oc.Gen, []byte(`1`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
@@ -191,15 +189,7 @@ func TestForwardToSilentDispatcherWaitsForTheNext(t *testing.T) {
 // transport's "node not in the catalog") before this node's view acted:
 // the job is re-routed by the forward's verdict, once.
 func TestForwardFailsOnDeadDispatcherIsRerouted(t *testing.T) {
-	net := newFakeNet(t)
-	fast := func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond }
-	n1, n2, n3 := net.add("n1", fast), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
-	n2.worker("q", "a", 1)
-	c, fc := n3.worker("q", "c", 1)
-	net.mu.Lock()
-	net.silentForward = func(node string) bool { return node == "n2" }
-	net.mu.Unlock()
+	net, n1, c, fc := silentDispatcher(t)
 	j := n1.submit("q", env(clusterTTL))
 
 	net.kill("n2") // the forward fails; n1's view is not told
@@ -220,9 +210,7 @@ func TestForwardFailsOnDeadDispatcherIsRerouted(t *testing.T) {
 // back to its queue under a new generation, as for a dispatcher gone, and
 // runs once.
 func TestForwardToAReplacedIncarnationIsRerouted(t *testing.T) {
-	net := newFakeNet(t)
-	n1, _, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, _, n3 := threeNodes(t)
 	c, fc := n3.worker("q", "c", 1)
 	var once atomic.Bool
 	net.mu.Lock()
@@ -348,9 +336,7 @@ func TestJobsThatComeBackLineUpByTTLLeft(t *testing.T) {
 // error, and the job is cancelled behind it (its cancel follows the
 // forward to the dispatcher): nobody is left to read it.
 func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
-	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t)
 	n2.worker("q", "a", 1)
 	net.mu.Lock()
 	net.silentForward = func(node string) bool { return node == "n2" }
@@ -383,9 +369,7 @@ func TestForwardCallerLeavesBeforeAccepted(t *testing.T) {
 // while it has free slots, so this order is the order they run in.
 func TestAwaitingJobsLeaveReturnedFirstThenByTTL(t *testing.T) {
 	net, n1, n2, n3 := threeNodes(t)
-	a, fa := n2.worker("q", "a", 1)
-	held := n1.submit("q", env(clusterTTL))
-	oa := waitOffers(t, fa, held.ID, 1)[0]
+	a, _, held, oa := offerOne(t, n1, n2)
 	a.Accept(held.ID, oa.Gen)
 	net.settle()
 

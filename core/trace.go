@@ -9,8 +9,9 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchyard/switchyard/tracing/w3c"
 )
 
 // This file is a job's trace: the W3C trace context a job carries through
@@ -76,9 +77,6 @@ const (
 	AttrRejected    = attribute.Key("switchyard.rejected")
 )
 
-// traceContext is the W3C propagator of ParseTrace.
-var traceContext propagation.TraceContext
-
 // FormatTrace returns sc in its W3C text form: the traceparent and
 // tracestate header values ("" and "" for an invalid sc).
 func FormatTrace(sc trace.SpanContext) (traceparent, tracestate string) {
@@ -102,29 +100,8 @@ func FormatTrace(sc trace.SpanContext) (traceparent, tracestate string) {
 // context: the invalid SpanContext when traceparent is absent or
 // malformed (a malformed tracestate alone is dropped, as W3C asks).
 func ParseTrace(traceparent, tracestate string) trace.SpanContext {
-	if traceparent == "" {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), &traceCarrier{traceparent, tracestate}))
+	return w3c.Parse(traceparent, tracestate)
 }
-
-// traceCarrier is a W3C trace context as a propagator reads it: a
-// TextMapCarrier without a map (ParseTrace runs on every hop).
-type traceCarrier struct{ traceparent, tracestate string }
-
-func (c *traceCarrier) Get(key string) string {
-	switch key {
-	case "traceparent":
-		return c.traceparent
-	case "tracestate":
-		return c.tracestate
-	}
-	return ""
-}
-
-func (c *traceCarrier) Set(string, string) {}
-
-func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
 // newRootSpanContext starts a trace for a job that came with none, on a
 // node that records no spans: the job still has a trace id, for its logs

@@ -237,11 +237,9 @@ func (s *JobServer) fail(method string, err error) error {
 	return apierr.Status(err)
 }
 
-// streamJob serves a job's stream from after. claim marks a stream that is
-// the submitter's — the job's own Submit, or a resume with a valid token —
-// so that it owns a streamed job: when the last owner stream ends before
-// the terminal event, the job gets a grace window to be resumed in (see
-// core.Engine.StreamClosed).
+// streamJob serves a job's stream from after on gs. claim marks a stream
+// that is the submitter's — the job's own Submit, or a resume with a valid
+// token (stream.JobStream.Claim).
 func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) (stream.Result, error) {
 	s.wg.Add(1)
 	defer s.wg.Done()
@@ -256,24 +254,12 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 		snk.send()
 	}()
 
-	owner := s.e.StreamOpened(j.ID, claim)
-	s.m.Opened()
-	pol := s.cfg.Stream
-	pol.Slow = slow
-	caller, filterFP := callerFingerprint(ctx), filterFingerprint(filter)
-	res := stream.Run(ctx, stream.Request{
-		Job: j, After: after, Filter: filter, Policy: pol,
-		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },
-		Sent:  s.e.Pacer(j.ID, owner),
+	door := stream.Door{Engine: s.e, Resumes: s.resumes(), Policy: s.cfg.Stream}
+	res := door.Serve(ctx, stream.JobStream{
+		Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(ctx),
+		// The sender ends before the engine hears the stream closed.
+		Written: snk.stop,
 	}, snk)
-	snk.stop()
-	// The engine first: once the metrics show a stream closed, its job's
-	// grace window (if any) has started.
-	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
-	s.m.Closed(res)
-	if res.End == stream.EndSlow {
-		s.log.InfoContext(j.WithTrace(ctx), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
-	}
 	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
 		return res, s.fail("stream", err)
 	}

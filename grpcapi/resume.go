@@ -19,22 +19,14 @@ func (s *JobServer) resumes() stream.Resumes {
 }
 
 // callerFingerprint is who resume tokens are bound to: the identity the
-// guard found (its subject, or on a node without keys the credential
-// presented); without one (a service used alone), the "authorization"
-// metadata, as on a node without keys.
+// guard found; without one (a service used alone), the "authorization"
+// metadata's anonymous caller (auth.CallerOf).
 func callerFingerprint(ctx context.Context) [16]byte {
-	if id, ok := auth.Lookup(ctx); ok {
-		return id.Caller()
-	}
 	var credential string
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		credential = v[0]
 	}
-	return stream.CallerFingerprint(credential)
-}
-
-func filterFingerprint(filter map[core.EventKind]bool) [16]byte {
-	return stream.FilterFingerprint(filter)
+	return auth.CallerOf(ctx, credential)
 }
 
 func parseTypes(types []string) (map[core.EventKind]bool, error) { return stream.ParseTypes(types) }

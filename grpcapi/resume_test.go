@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
 func TestGRPCParseTypes(t *testing.T) {
@@ -33,12 +34,12 @@ func TestGRPCParseTypes(t *testing.T) {
 // The fingerprints are the ones httpapi computes: a token binds the same
 // caller and filter whichever transport issued it.
 func TestGRPCFingerprintsMatchHTTP(t *testing.T) {
-	if filterFingerprint(nil) != resume.Fingerprint("types", "*") {
+	if stream.FilterFingerprint(nil) != resume.Fingerprint("types", "*") {
 		t.Error("no filter")
 	}
 	f1, _ := parseTypes([]string{"output", "done"})
 	f2, _ := parseTypes([]string{"done", "output"})
-	if filterFingerprint(f1) != filterFingerprint(f2) || filterFingerprint(f1) != resume.Fingerprint("types", "done", "output") {
+	if stream.FilterFingerprint(f1) != stream.FilterFingerprint(f2) || stream.FilterFingerprint(f1) != resume.Fingerprint("types", "done", "output") {
 		t.Error("a filter's fingerprint depends on the order of its types")
 	}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer x"))

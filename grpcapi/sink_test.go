@@ -134,6 +134,23 @@ func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.
 	return ev
 }
 
+// sinkInSend starts a sink whose sender is blocked in Send on a first
+// output event, ev, taken under a write deadline of now plus deadline.
+func sinkInSend(t *testing.T, deadline time.Duration) (*sink, *fakeStream, core.Event) {
+	t.Helper()
+	j := testJob(t)
+	f := newFakeStream()
+	s := startSink(t, f, j)
+	ev := appendEv(t, j, core.EventOutput, `{}`)
+	f.block()
+	_ = s.SetWriteDeadline(time.Now().Add(deadline))
+	if err := s.Event(ev, ""); err != nil {
+		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
+	}
+	<-f.entered
+	return s, f, ev
+}
+
 func within(t *testing.T, what string, min, max time.Duration, f func()) {
 	t.Helper()
 	t0 := time.Now()
@@ -194,16 +211,7 @@ func TestGRPCSinkWritesInOrderThroughOneSender(t *testing.T) {
 // A Send blocked on a client that does not read cannot be interrupted;
 // the writer's wait for the handoff can, and fails at the write deadline.
 func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(80 * time.Millisecond))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
-	}
-	<-f.entered
+	s, _, ev := sinkInSend(t, 80*time.Millisecond)
 	within(t, "a write behind a blocked Send", 70*time.Millisecond, time.Second, func() {
 		if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("second event: %v, want a deadline error", err)
@@ -229,16 +237,7 @@ func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
 
 // Flush waits for what was handed over to be sent, under the deadline.
 func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, f, _ := sinkInSend(t, time.Second)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		f.unblock()
@@ -256,16 +255,7 @@ func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
 // Abort, from another goroutine, bounds the wait in progress by its
 // deadline, and every later one whatever SetWriteDeadline says.
 func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, _, ev := sinkInSend(t, time.Hour)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		s.Abort(time.Now().Add(50 * time.Millisecond))
@@ -291,16 +281,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 // A client that reads again within the abort's grace gets the blocked
 // write through, and the terminated event after it.
 func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-f.entered
+	s, f, ev := sinkInSend(t, time.Hour)
 	s.Abort(time.Now().Add(2 * time.Second))
 	go func() {
 		time.Sleep(30 * time.Millisecond)
@@ -387,22 +368,34 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	}
 }
 
-// A client that stopped reading: the writer fails at the write timeout
-// (no bound passed), and the call says write_failed.
-func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
+// runOnStoppedClient runs, with policy p, the stream of a job with an
+// accepted event over a sink whose client stops reading at its first Send;
+// outputs more events follow once that Send blocks. Run must end within
+// min..max.
+func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
+	t.Helper()
 	j := testJob(t)
 	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
 	s := startSink(t, f, j)
 	f.block()
 	var res stream.Result
-	within(t, "Run on a client that stopped reading", 150*time.Millisecond, 2*time.Second, func() {
+	within(t, what, min, max, func() {
 		go func() {
 			<-f.entered
-			appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+			for range outputs {
+				appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+			}
 		}()
-		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: policy()}, s)
+		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)
 	})
+	return res, s
+}
+
+// A client that stopped reading: the writer fails at the write timeout
+// (no bound passed), and the call says write_failed.
+func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
+	res, s := runOnStoppedClient(t, "Run on a client that stopped reading", policy(), 1, 150*time.Millisecond, 2*time.Second)
 	if res.End != stream.EndWriteFailed {
 		t.Fatalf("result %+v, want write_failed", res)
 	}
@@ -415,24 +408,10 @@ func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
 // The lag watcher aborts a writer blocked on a client that stopped reading
 // as soon as the stream's queue passes its bound; the stream ends slow.
 func TestGRPCRunWatcherAbortsABlockedWriter(t *testing.T) {
-	j := testJob(t)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	f := newFakeStream()
-	s := startSink(t, f, j)
-	f.block()
 	p := policy()
 	p.WriteTimeout = 4 * time.Second // the watcher, not the write timeout, must end it
 	p.MaxLagEvents = 3
-	var res stream.Result
-	within(t, "Run with a watcher", 0, 3*time.Second, func() {
-		go func() {
-			<-f.entered
-			for range 5 {
-				appendEv(t, j, core.EventOutput, `{"data":"a"}`)
-			}
-		}()
-		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)
-	})
+	res, s := runOnStoppedClient(t, "Run with a watcher", p, 5, 0, 3*time.Second)
 	if res.End != stream.EndSlow || res.LagEvents <= 3 {
 		t.Fatalf("result %+v, want slow past 3 events", res)
 	}

@@ -33,27 +33,15 @@ func (c offerConn) Close(error)                                        {}
 // test answers.
 func newBodyServer(t *testing.T, bodyTimeout time.Duration) (*Server, *httptest.Server, *core.Worker, chan core.Offer) {
 	t.Helper()
-	e, err := core.New(core.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	cfg := DefaultConfig()
 	cfg.BodyTimeout = bodyTimeout
-	s, err := New(e, cfg, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, e := newServerWith(t, core.DefaultConfig(), cfg, prometheus.NewRegistry())
 	offers := make(chan core.Offer, 8)
 	w, err := e.AttachWorker(context.Background(), core.WorkerSpec{Queue: "q", Name: "w", Concurrency: 4}, offerConn{offers})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(s)
-	ts.Config.ConnContext = ConnContext
-	ts.Start()
-	t.Cleanup(ts.Close)
-	return s, ts, w, offers
+	return s, serveConns(t, s), w, offers
 }
 
 // rawRequest writes head (a request line and headers) and then body on a

@@ -84,7 +84,7 @@ type SubjectShare struct {
 // the gateway.
 //
 //	@Summary		List nodes
-//	@Description	Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+//	@Description	Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare) as this node sees it. See docs/api.md#nodes-and-queues.
 //	@Tags			cluster
 //	@ID				listNodes
 //	@Produce		json
@@ -97,7 +97,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway
 // gateway.
 //
 //	@Summary		List queues
-//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 //	@Tags			cluster
 //	@ID				listQueues
 //	@Produce		json
@@ -110,7 +110,7 @@ func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) { s.gatewa
 // gateway.
 //
 //	@Summary		Get a queue
-//	@Description	One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+//	@Description	One queue, as in the list; a queue exists while it has jobs or consumers. See docs/api.md#nodes-and-queues.
 //	@Tags			cluster
 //	@ID				getQueue
 //	@Produce		json

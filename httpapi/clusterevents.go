@@ -81,7 +81,7 @@ const DefaultClusterEventsInterval = time.Second
 // goroutine.
 //
 //	@Summary		Watch the cluster
-//	@Description	The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
+//	@Description	The live cluster view: a snapshot event on connect, then another whenever it changed. See docs/api.md#the-live-cluster-view.
 //	@Tags			cluster
 //	@ID				clusterEvents
 //	@Produce		text/event-stream

@@ -74,11 +74,6 @@ func newClusterFixture(t *testing.T, mutate func(*Config)) *clusterFixture {
 	reg := prometheus.NewRegistry()
 	ecfg := core.DefaultConfig()
 	ecfg.Node, ecfg.Registerer = "n1", reg
-	e, err := core.New(ecfg)
-	if err != nil {
-		t.Fatalf("core.New: %v", err)
-	}
-	t.Cleanup(e.Close)
 	fx := &clusterFixture{
 		cluster: &fakeCluster{
 			nodes: []core.NodeInfo{{ID: "n1", Zone: "z1", State: core.StateOnline, HTTPAddr: "127.0.0.1:1"}},
@@ -98,10 +93,7 @@ func newClusterFixture(t *testing.T, mutate func(*Config)) *clusterFixture {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(e, cfg, reg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	s, _ := newServerWith(t, ecfg, cfg, reg)
 	fx.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { fx.handled <- struct{}{} }()
 		s.ServeHTTP(w, r)

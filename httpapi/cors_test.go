@@ -37,17 +37,9 @@ func TestValidateOrigins(t *testing.T) {
 // (the browser refuses it); without origins, OPTIONS is what it always
 // was.
 func TestCORSPreflight(t *testing.T) {
-	e, err := core.New(core.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	cfg := DefaultConfig()
 	cfg.CORSOrigins = []string{"http://app.test:8000"}
-	s, err := New(e, cfg, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newServerWith(t, core.DefaultConfig(), cfg, prometheus.NewRegistry())
 	preflight := func(s *Server, origin, path string) *http.Response {
 		r := httptest.NewRequest("OPTIONS", path, nil)
 		r.Header.Set("Origin", origin)

@@ -121,7 +121,7 @@ func links(id string) JobLinks {
 // or a DELETE.
 //
 //	@Summary		Submit a job
-//	@Description	Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+//	@Description	Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //	@Tags			jobs
 //	@ID				submitJob
 //	@Accept			json
@@ -210,7 +210,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 // handleGetJob is GET /v1/jobs/{id}: JobService.Get through the gateway.
 //
 //	@Summary		Get a job
-//	@Description	The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+//	@Description	The job's state and, once it ended, its outcome; kept for the node's --retention. See docs/api.md#a-jobs-document-and-its-cancel.
 //	@Tags			jobs
 //	@ID				getJob
 //	@Produce		json
@@ -227,7 +227,7 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) { s.gatewa
 // worker is told at once.
 //
 //	@Summary		Cancel a job
-//	@Description	Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+//	@Description	Ends the job as cancelled unless it already ended, tells its worker and answers the job's document. See docs/api.md#a-jobs-document-and-its-cancel.
 //	@Tags			jobs
 //	@ID				cancelJob
 //	@Produce		json
@@ -247,7 +247,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) { s.gatewa
 // without a token just watches.
 //
 //	@Summary		Stream a job's events
-//	@Description	The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+//	@Description	The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 //	@Tags			jobs
 //	@ID				jobEvents
 //	@Produce		text/event-stream

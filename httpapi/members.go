@@ -80,7 +80,7 @@ func (s *Server) members() (core.MemberAdmin, error) {
 // handleListMembers is GET /v1/cluster/members.
 //
 //	@Summary		List the catalog's members
-//	@Description	The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+//	@Description	The members of the catalog's etcd cluster, with the leader, the learners and whether each answers just now. See docs/membership.md.
 //	@Tags			cluster
 //	@ID				listMembers
 //	@Produce		json
@@ -111,7 +111,7 @@ func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) {
 // handleAddMember is POST /v1/cluster/members.
 //
 //	@Summary		Add a catalog member
-//	@Description	Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+//	@Description	Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //	@Tags			cluster
 //	@ID				addMember
 //	@Accept			json
@@ -162,7 +162,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 // handleRemoveMember is DELETE /v1/cluster/members/{member}.
 //
 //	@Summary		Remove a catalog member
-//	@Description	Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+//	@Description	Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //	@Tags			cluster
 //	@ID				removeMember
 //	@Produce		json

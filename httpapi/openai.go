@@ -49,7 +49,7 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 // handleChatCompletions creates a chat completion.
 //
 //	@Summary		Create a chat completion (OpenAI-compatible)
-//	@Description	The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+//	@Description	The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //	@Tags			openai
 //	@Accept			json
 //	@Produce		json
@@ -240,7 +240,7 @@ func openAIModel(name string) OpenAIModel {
 // handleModels lists the models workers offer right now.
 //
 //	@Summary		List models (OpenAI-compatible)
-//	@Description	Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+//	@Description	Every model declared by a worker on the front door's queue whose node is online, deduplicated and sorted. See docs/openai.md#models.
 //	@Tags			openai
 //	@Produce		json
 //	@ID				listModels

@@ -201,45 +201,81 @@ func controlError(c stream.Control, data map[string]any) *core.Error {
 // the job's text would not make sense after a hole.
 var errChatStreamCut = errors.New("httpapi: chat stream cut")
 
+// chatResponse is what a chat job's events become, step by step: a stream
+// of chunks (chatStreamSink) or one completion (chatCollector).
+type chatResponse interface {
+	start() error
+	text(delta string) error
+	restart(ev core.Event) error
+	end(finish string, usage ChatUsage) error
+	// fail takes the job's error, or an output no delta can be read from.
+	fail(err error) error
+}
+
+// chatEvents reads a chat job's events for a chatResponse, which the
+// sinks share: outputs counts the current attempt's deltas, the usage's
+// fallback at the end.
+type chatEvents struct {
+	outputs int64
+}
+
+func (c *chatEvents) event(r chatResponse, ev core.Event) error {
+	switch ev.Kind {
+	case core.EventAccepted:
+		return r.start()
+	case core.EventOutput:
+		text, err := chatDelta(ev)
+		if err != nil {
+			// The job still runs: ending the stream is what cancels it.
+			if werr := r.fail(err); werr != nil {
+				return werr
+			}
+			return errChatStreamCut
+		}
+		c.outputs++
+		return r.text(text)
+	case core.EventRestart:
+		// The usage counts the new attempt's output alone.
+		c.outputs = 0
+		return r.restart(ev)
+	}
+	finish, usage, err := chatEnd(ev, c.outputs)
+	if err != nil {
+		return r.fail(err)
+	}
+	return r.end(finish, usage)
+}
+
 // chatStreamSink writes a chat job's events as chat.completion.chunk
 // server-sent events: data lines only (no event names, no ids: an OpenAI
 // client neither resumes nor reads them), then data: [DONE].
 type chatStreamSink struct {
 	sseConn
+	chatEvents
 	meta         chatMeta
 	includeUsage bool
-	outputs      int64
 }
 
 var _ stream.Sink = (*chatStreamSink)(nil)
 
-func (s *chatStreamSink) Event(ev core.Event, _ string) error {
-	switch ev.Kind {
-	case core.EventAccepted:
-		empty := ""
-		return s.chunk(ChatCompletionDelta{Role: "assistant", Content: &empty}, nil)
-	case core.EventOutput:
-		text, err := chatDelta(ev)
-		if err != nil {
-			// The job still runs: ending the stream is what cancels it.
-			if werr := s.fail(err); werr != nil {
-				return werr
-			}
-			return errChatStreamCut
-		}
-		s.outputs++
-		return s.chunk(ChatCompletionDelta{Content: &text}, nil)
-	case core.EventRestart:
-		// What was sent cannot be taken back: the client is told, and the
-		// usage counts the new attempt's output alone.
-		s.outputs = 0
-		return s.write(ChatCompletionChunk{ID: s.meta.id, Object: "chat.completion.chunk", Created: s.meta.created, Model: s.meta.model,
-			Choices: []ChatCompletionChunkChoice{}, SwitchyardRestart: chatRestart(ev)})
-	}
-	finish, usage, err := chatEnd(ev, s.outputs)
-	if err != nil {
-		return s.fail(err)
-	}
+func (s *chatStreamSink) Event(ev core.Event, _ string) error { return s.event(s, ev) }
+
+func (s *chatStreamSink) start() error {
+	empty := ""
+	return s.chunk(ChatCompletionDelta{Role: "assistant", Content: &empty}, nil)
+}
+
+func (s *chatStreamSink) text(delta string) error {
+	return s.chunk(ChatCompletionDelta{Content: &delta}, nil)
+}
+
+// restart tells the client: what was sent cannot be taken back.
+func (s *chatStreamSink) restart(ev core.Event) error {
+	return s.write(ChatCompletionChunk{ID: s.meta.id, Object: "chat.completion.chunk", Created: s.meta.created, Model: s.meta.model,
+		Choices: []ChatCompletionChunkChoice{}, SwitchyardRestart: chatRestart(ev)})
+}
+
+func (s *chatStreamSink) end(finish string, usage ChatUsage) error {
 	if err := s.chunk(ChatCompletionDelta{}, &finish); err != nil {
 		return err
 	}
@@ -280,7 +316,7 @@ func (s *chatStreamSink) data(b []byte) error {
 }
 
 func (s *chatStreamSink) Control(c stream.Control, data map[string]any) error {
-	if err := s.write(apierr.OpenAIErrorResponse{Error: apierr.OpenAIErrorOf(controlError(c, data))}); err != nil {
+	if err := s.fail(controlError(c, data)); err != nil {
 		return err
 	}
 	if c == stream.Gap {
@@ -290,49 +326,43 @@ func (s *chatStreamSink) Control(c stream.Control, data map[string]any) error {
 	return nil
 }
 
-// Heartbeat writes an SSE comment: OpenAI's SDKs skip comment lines.
-func (s *chatStreamSink) Heartbeat() error {
-	m := &sse.Message{}
-	m.AppendComment("heartbeat")
-	_, err := m.WriteTo(s.w)
-	return err
-}
-
 // chatCollector gathers a chat job's events into one chat.completion. It
 // writes nothing, so heartbeats, flushes and deadlines are no-ops: the
 // response is written once the job has ended.
 type chatCollector struct {
-	meta    chatMeta
-	text    strings.Builder
-	outputs int64
-	finish  string
-	usage   ChatUsage
+	chatEvents
+	meta   chatMeta
+	buf    strings.Builder
+	finish string
+	usage  ChatUsage
 	// err is the job's error, or the reason the collection stopped.
 	err error
 }
 
 var _ stream.Sink = (*chatCollector)(nil)
 
-func (c *chatCollector) Event(ev core.Event, _ string) error {
-	switch ev.Kind {
-	case core.EventAccepted:
-		return nil
-	case core.EventOutput:
-		text, err := chatDelta(ev)
-		if err != nil {
-			c.err = err
-			return errChatStreamCut
-		}
-		c.outputs++
-		c.text.WriteString(text)
-		return nil
-	case core.EventRestart:
-		// The completion is the last attempt's.
-		c.outputs = 0
-		c.text.Reset()
-		return nil
-	}
-	c.finish, c.usage, c.err = chatEnd(ev, c.outputs)
+func (c *chatCollector) Event(ev core.Event, _ string) error { return c.event(c, ev) }
+
+func (c *chatCollector) start() error { return nil }
+
+func (c *chatCollector) text(delta string) error {
+	c.buf.WriteString(delta)
+	return nil
+}
+
+// restart drops the text so far: the completion is the last attempt's.
+func (c *chatCollector) restart(core.Event) error {
+	c.buf.Reset()
+	return nil
+}
+
+func (c *chatCollector) end(finish string, usage ChatUsage) error {
+	c.finish, c.usage = finish, usage
+	return nil
+}
+
+func (c *chatCollector) fail(err error) error {
+	c.err = err
 	return nil
 }
 
@@ -350,7 +380,7 @@ func (c *chatCollector) Abort(time.Time)                  {}
 func (c *chatCollector) completion() ChatCompletion {
 	return ChatCompletion{
 		ID: c.meta.id, Object: "chat.completion", Created: c.meta.created, Model: c.meta.model,
-		Choices: []ChatCompletionChoice{{Message: ChatCompletionMessage{Role: "assistant", Content: c.text.String()}, FinishReason: c.finish}},
+		Choices: []ChatCompletionChoice{{Message: ChatCompletionMessage{Role: "assistant", Content: c.buf.String()}, FinishReason: c.finish}},
 		Usage:   c.usage,
 	}
 }

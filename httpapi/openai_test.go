@@ -47,36 +47,34 @@ func newChatFixture(t *testing.T, cluster core.ClusterView) *chatFixture {
 
 func newChatFixtureWith(t *testing.T, cluster core.ClusterView, ecfg core.Config) *chatFixture {
 	t.Helper()
-	e, err := core.New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	cfg := DefaultConfig()
 	cfg.Cluster = cluster
-	s, err := New(e, cfg, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, e := newServerWith(t, ecfg, cfg, prometheus.NewRegistry())
 	conn := chatConn{offers: make(chan core.Offer, 8), cancels: make(chan string, 8)}
 	w, err := e.AttachWorker(context.Background(), core.WorkerSpec{Queue: DefaultOpenAIQueue, Name: "w", Capabilities: []string{"model=demo"}, Concurrency: 4}, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(s)
-	srv.Config.ConnContext = ConnContext
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return &chatFixture{s: s, srv: srv, w: w, conn: conn}
+	return &chatFixture{s: s, srv: serveConns(t, s), w: w, conn: conn}
 }
 
+// post posts a chat completion request.
 func (f *chatFixture) post(ctx context.Context, t *testing.T, body string, header map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.srv.URL+OpenAIPrefix+"/chat/completions", strings.NewReader(body))
+	return f.request(ctx, t, http.MethodPost, OpenAIPrefix+"/chat/completions", "application/json", body, header)
+}
+
+// request sends a request to the fixture's server; ctype "" sends no
+// Content-Type.
+func (f *chatFixture) request(ctx context.Context, t *testing.T, method, path, ctype, body string, header map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -99,6 +97,20 @@ func (f *chatFixture) offer(t *testing.T) core.Offer {
 		t.Fatal("no job offered")
 	}
 	return core.Offer{}
+}
+
+// cancelSent waits for the worker to be told to cancel o's job, and fails
+// the test with the message format, args if it is not.
+func (f *chatFixture) cancelSent(t *testing.T, o core.Offer, format string, args ...any) {
+	t.Helper()
+	select {
+	case id := <-f.conn.cancels:
+		if id != o.JobID {
+			t.Errorf("cancel for %s, want %s", id, o.JobID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf(format, args...)
+	}
 }
 
 // dataLines reads an SSE body to its end and returns its data: values. It
@@ -289,14 +301,7 @@ func TestChatBadOutputCancels(t *testing.T) {
 		go func() { done <- f.post(t.Context(), t, body, nil) }()
 		o := f.offer(t)
 		f.w.Output(o.JobID, o.Gen, []byte(`{"tokens":[1,2]}`))
-		select {
-		case id := <-f.conn.cancels:
-			if id != o.JobID {
-				t.Errorf("cancel for %s, want %s", id, o.JobID)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("stream %v: the worker was not told to cancel", stream)
-		}
+		f.cancelSent(t, o, "stream %v: the worker was not told to cancel", stream)
 		res := <-done
 		if stream {
 			lines := dataLines(t, res.Body)
@@ -336,14 +341,7 @@ func TestChatDisconnectCancels(t *testing.T) {
 		o := f.offer(t)
 		f.w.Output(o.JobID, o.Gen, []byte(`"one "`))
 		cancel()
-		select {
-		case id := <-f.conn.cancels:
-			if id != o.JobID {
-				t.Errorf("cancel for %s, want %s", id, o.JobID)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("stream %v: the client left and the worker was not told", stream)
-		}
+		f.cancelSent(t, o, "stream %v: the client left and the worker was not told", stream)
 	}
 }
 
@@ -374,21 +372,6 @@ func TestChatRefusals(t *testing.T) {
 		consumers: map[string][]core.ConsumerInfo{"chat": {{ID: "c2", Node: "n2", Capabilities: core.Capabilities{"model": {"big"}}}}},
 	}
 	f := newChatFixture(t, cluster)
-	req := func(method, path, ctype, body string, header map[string]string) *http.Response {
-		r, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
-		if ctype != "" {
-			r.Header.Set("Content-Type", ctype)
-		}
-		for k, v := range header {
-			r.Header.Set(k, v)
-		}
-		res, err := f.srv.Client().Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { res.Body.Close() })
-		return res
-	}
 	const path = OpenAIPrefix + "/chat/completions"
 	for _, tc := range []struct {
 		name, method, path, ctype, body string
@@ -414,7 +397,7 @@ func TestChatRefusals(t *testing.T) {
 		{"unknown model by name", "GET", OpenAIPrefix + "/models/nope", "", "", nil, 404, "model_not_found", "invalid_request_error", "model", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := req(tc.method, tc.path, tc.ctype, tc.body, tc.header)
+			res := f.request(t.Context(), t, tc.method, tc.path, tc.ctype, tc.body, tc.header)
 			code, typ, param := openAIError(t, res)
 			if res.StatusCode != tc.status || code != tc.code || typ != tc.typ || param != tc.param {
 				t.Errorf("%d %s %s %v, want %d %s %s %v", res.StatusCode, code, typ, param, tc.status, tc.code, tc.typ, tc.param)
@@ -429,7 +412,7 @@ func TestChatRefusals(t *testing.T) {
 		t.Errorf("a refused request created a job: %+v", o)
 	default:
 	}
-	if res := req("GET", "/v1/nope", "", "", nil); res.Header.Get("Content-Type") != "application/problem+json" {
+	if res := f.request(t.Context(), t, "GET", "/v1/nope", "", "", nil); res.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("our own 404 is %q, want problem+json", res.Header.Get("Content-Type"))
 	}
 }

@@ -3,7 +3,7 @@
 //
 //	@title			Switchyard API
 //	@version		1
-//	@description	A clustered transport for requested processes: post a job to a queue, stream its output as server-sent events, resume it, cancel it; serve a queue over HTTP. Refusals are application/problem+json with a stable code. docs/api.md says what this document promises and how its event streams are described.
+//	@description	A clustered transport for requested processes: post a job to a queue, stream its output as server-sent events, resume it, cancel it; serve a queue over HTTP. What this document promises, and how it describes event streams: docs/api.md.
 //	@license.name	see the repository
 //	@BasePath		/
 //	@securityDefinitions.apikey	BearerKey
@@ -13,7 +13,7 @@
 //	@securityDefinitions.apikey	ReadTokenQuery
 //	@in							query
 //	@name						read_token
-//	@description				A read token for one stream (an EventSource cannot send a header): from POST /v1/jobs/{id}/read-token (that job's events and document) or POST /v1/cluster/read-token (the live cluster view).
+//	@description				A read token for one stream, for an EventSource (it cannot send a header): from POST /v1/jobs/{id}/read-token or POST /v1/cluster/read-token. See docs/api.md#read-tokens.
 //	@tag.name		jobs
 //	@tag.description	Submit, read, stream and cancel jobs.
 //	@tag.name		cluster

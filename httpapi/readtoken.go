@@ -40,7 +40,7 @@ type ReadToken struct {
 // handleJobReadToken is POST /v1/jobs/{id}/read-token.
 //
 //	@Summary		A read token for a job's stream
-//	@Description	A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
+//	@Description	A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See docs/api.md#read-tokens.
 //	@Tags			jobs
 //	@ID				jobReadToken
 //	@Produce		json
@@ -68,7 +68,7 @@ func (s *Server) handleJobReadToken(w http.ResponseWriter, r *http.Request) {
 // handleClusterReadToken is POST /v1/cluster/read-token.
 //
 //	@Summary		A read token for the live cluster view
-//	@Description	A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
+//	@Description	A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See docs/api.md#read-tokens.
 //	@Tags			cluster
 //	@ID				clusterReadToken
 //	@Produce		json

@@ -34,18 +34,10 @@ func (s *Server) resumePosition(r *http.Request, j *core.Job, filter map[core.Ev
 }
 
 // callerFingerprint is who resume tokens are bound to: the identity
-// authenticate found (its subject; on a node without keys, the credential
-// presented); without one (a handler used alone), the Authorization header,
-// as on a node without keys.
+// authenticate found; without one (a handler used alone), the
+// Authorization header's anonymous caller (auth.CallerOf).
 func callerFingerprint(r *http.Request) [16]byte {
-	if id, ok := auth.Lookup(r.Context()); ok {
-		return id.Caller()
-	}
-	return stream.CallerFingerprint(r.Header.Get("Authorization"))
-}
-
-func filterFingerprint(filter map[core.EventKind]bool) [16]byte {
-	return stream.FilterFingerprint(filter)
+	return auth.CallerOf(r.Context(), r.Header.Get("Authorization"))
 }
 
 // parseFilter reads ?types=output,done.

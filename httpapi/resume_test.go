@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/core/stream"
 )
 
 // resumeFixture is one server, one job and the one request identity the
@@ -62,7 +63,7 @@ func (fx *resumeFixture) request(raw string, viaQuery bool) *http.Request {
 // sign returns a token for seq as the server signs it for a request with
 // the given Authorization and filter.
 func (fx *resumeFixture) sign(seq uint64, authorization string, filter map[core.EventKind]bool) string {
-	return fx.s.resumes().Token(fx.j, seq, resume.Fingerprint("authorization", authorization), filterFingerprint(filter))
+	return fx.s.resumes().Token(fx.j, seq, resume.Fingerprint("authorization", authorization), stream.FilterFingerprint(filter))
 }
 
 // position signs p with the server's own keyring, for positions s.token
@@ -70,7 +71,7 @@ func (fx *resumeFixture) sign(seq uint64, authorization string, filter map[core.
 func (fx *resumeFixture) position(tb testing.TB, p resume.Position, now time.Time) string {
 	tb.Helper()
 	p.Caller = resume.Fingerprint("authorization", fuzzCaller)
-	p.Filter = filterFingerprint(fx.filter)
+	p.Filter = stream.FilterFingerprint(fx.filter)
 	tok, err := fx.s.cfg.Keyring.Sign(p, now, time.Hour)
 	if err != nil {
 		tb.Fatalf("Sign: %v", err)
@@ -105,7 +106,7 @@ func (fx *resumeFixture) candidate(tb testing.TB, mode uint8, raw string, seq ui
 		}
 		p := pos
 		p.Caller = resume.Fingerprint("authorization", fuzzCaller)
-		p.Filter = filterFingerprint(fx.filter)
+		p.Filter = stream.FilterFingerprint(fx.filter)
 		tok, err := ring.Sign(p, time.Now(), time.Hour)
 		if err != nil {
 			tb.Fatal(err)
@@ -323,7 +324,7 @@ func TestParseFilter(t *testing.T) {
 	// The fingerprint depends on the set, not on the order it was asked in.
 	a, _ := parseFilter(httptest.NewRequest("GET", "/x?types=done,output", nil))
 	b, _ := parseFilter(httptest.NewRequest("GET", "/x?types=output,done,output", nil))
-	if filterFingerprint(a) != filterFingerprint(b) || filterFingerprint(a) == filterFingerprint(nil) {
+	if stream.FilterFingerprint(a) != stream.FilterFingerprint(b) || stream.FilterFingerprint(a) == stream.FilterFingerprint(nil) {
 		t.Errorf("filter fingerprints do not follow the set")
 	}
 }

@@ -332,7 +332,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 // are served under /ui/{version}/.
 //
 //	@Summary		The web page
-//	@Description	A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+//	@Description	A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`. See docs/web.md#serving.
 //	@Tags			node
 //	@ID				webPage
 //	@Produce		html
@@ -421,7 +421,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // handleMetrics is GET /metrics.
 //
 //	@Summary		Metrics
-//	@Description	The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+//	@Description	The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it. See docs/tracing.md#exemplars.
 //	@Tags			node
 //	@ID				metrics
 //	@Produce		plain

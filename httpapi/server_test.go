@@ -19,19 +19,11 @@ import (
 // A server fault is answered 500 internal without its text, logged at warn
 // and counted; a refusal keeps its code and is logged at debug.
 func TestWriteError(t *testing.T) {
-	e, err := core.New(core.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
 	var logs bytes.Buffer
 	cfg := DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
-	s, err := New(e, cfg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newServerWith(t, core.DefaultConfig(), cfg, reg)
 	for _, tc := range []struct {
 		err    error
 		status int

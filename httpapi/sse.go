@@ -96,15 +96,6 @@ func (s *sseSink) Control(c stream.Control, data map[string]any) error {
 	return err
 }
 
-// Heartbeat writes an SSE comment line: liveness only. Clients ignore
-// comments, so it can never be mistaken for an event or an acknowledgement.
-func (s *sseSink) Heartbeat() error {
-	m := &sse.Message{}
-	m.AppendComment("heartbeat")
-	_, err := m.WriteTo(s.w)
-	return err
-}
-
 // retry returns the reconnect hint for the first message, zero after.
 func (s *sseSink) retry() time.Duration {
 	if s.retrySent {
@@ -137,6 +128,16 @@ func (s *Server) newSSEConn(w http.ResponseWriter, r *http.Request) sseConn {
 }
 
 func (s *sseConn) Flush() error { return s.rc.Flush() }
+
+// Heartbeat writes an SSE comment line: liveness only. Clients ignore
+// comments (OpenAI's SDKs skip them too), so it can never be mistaken for
+// an event or an acknowledgement.
+func (s *sseConn) Heartbeat() error {
+	m := &sse.Message{}
+	m.AppendComment("heartbeat")
+	_, err := m.WriteTo(s.w)
+	return err
+}
 
 func (s *sseConn) SetWriteDeadline(t time.Time) error {
 	s.mu.Lock()
@@ -171,11 +172,9 @@ func (s *sseConn) Abort(deadline time.Time) {
 	}
 }
 
-// streamJob serves a job's stream from after. claim marks a stream that is
-// the submitter's — the job's own POST, or a resume with a valid token — so
-// that it owns a job streamed from its POST: when the last owner stream
-// ends before the terminal event, the job gets a grace window to be resumed
-// in (see core.Engine.StreamClosed).
+// streamJob serves a job's stream from after as server-sent events. claim
+// marks a stream that is the submitter's — the job's own POST, or a resume
+// with a valid token (stream.JobStream.Claim).
 func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) stream.Result {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -184,24 +183,10 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 	h.Set("X-Job-Id", j.ID)
 	w.WriteHeader(http.StatusOK)
 
-	owner := s.e.StreamOpened(j.ID, claim)
-	s.m.Opened()
-	pol := s.cfg.Stream
-	pol.Slow = slow
-	caller, filterFP := callerFingerprint(r), filterFingerprint(filter)
-	res := stream.Run(r.Context(), stream.Request{
-		Job: j, After: after, Filter: filter, Policy: pol,
-		Token: func(ev core.Event) string { return s.resumes().Token(j, ev.Seq, caller, filterFP) },
-		Sent:  s.e.Pacer(j.ID, owner),
+	door := stream.Door{Engine: s.e, Resumes: s.resumes(), Policy: s.cfg.Stream}
+	return door.Serve(r.Context(), stream.JobStream{
+		Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(r),
 	}, &sseSink{sseConn: s.newSSEConn(w, r), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
-	// The engine first: once the metrics show a stream closed, its job's
-	// grace window (if any) has started.
-	s.e.StreamClosed(j.ID, owner, res.End.ClientLeft())
-	s.m.Closed(res)
-	if res.End == stream.EndSlow {
-		s.log.InfoContext(j.WithTrace(r.Context()), "stream terminated as a slow consumer", "job", j.ID, "lag_events", res.LagEvents, "lag_bytes", res.LagBytes, "last_seq", res.LastSeq)
-	}
-	return res
 }
 
 // eventData is the JSON data of an event, shared with every transport.

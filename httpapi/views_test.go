@@ -170,18 +170,9 @@ func newViewServer(tb testing.TB) (*Server, *core.Engine) {
 	cfg := core.DefaultConfig()
 	cfg.Node = "test-node"
 	cfg.Registerer = prometheus.NewRegistry()
-	e, err := core.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(e.Close)
 	hc := DefaultConfig()
 	hc.Cluster = fixedView{}
-	s, err := New(e, hc, prometheus.NewRegistry())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s, e
+	return newServerWith(tb, cfg, hc, prometheus.NewRegistry())
 }
 
 type fixedView struct{}

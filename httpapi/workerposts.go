@@ -101,7 +101,7 @@ func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 // handleWorkerReject is POST /v1/workers/{session}/jobs/{job}/reject.
 //
 //	@Summary		Reject a job
-//	@Description	Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+//	@Description	Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //	@Tags			workers
 //	@ID				rejectJob
 //	@Accept			json
@@ -127,7 +127,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 // handleWorkerOutput is POST /v1/workers/{session}/jobs/{job}/output.
 //
 //	@Summary		Send output
-//	@Description	One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+//	@Description	One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //	@Tags			workers
 //	@ID				jobOutput
 //	@Accept			json
@@ -239,7 +239,7 @@ func (s *Server) handleWorkerFail(w http.ResponseWriter, r *http.Request) {
 // handleWorkerHeartbeat is POST /v1/workers/{session}/heartbeat.
 //
 //	@Summary		Heartbeat
-//	@Description	Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+//	@Description	Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for idle_timeout_ms ends (idle_timeout).
 //	@Tags			workers
 //	@ID				workerHeartbeat
 //	@Param			session	path	string	true	"the session"

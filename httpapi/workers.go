@@ -226,7 +226,7 @@ func (ss *workerSession) Close(cause error) {
 // handleWorkerSession is POST /v1/queues/{queue}/workers.
 //
 //	@Summary		Open a worker session
-//	@Description	Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+//	@Description	Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 //	@Tags			workers
 //	@ID				openWorkerSession
 //	@Accept			json

@@ -83,24 +83,10 @@ func bearer(key string) string {
 // keyed sends an HTTP request with key as its bearer ("" for none).
 func keyed(tb testing.TB, ctx context.Context, method, url, key, ctype, body string, header ...string) *http.Response {
 	tb.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if key != "" {
-		req.Header.Set("Authorization", bearer(key))
+		header = append([]string{"Authorization", bearer(key)}, header...)
 	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tb.Fatalf("%s %s: %v", method, url, err)
-	}
-	return res
+	return send(tb, ctx, http.DefaultClient, method, url, ctype, body, header...)
 }
 
 // submitAs posts a job for later streaming as key's subject and returns
@@ -127,7 +113,14 @@ func withKey(ctx context.Context, key string) context.Context {
 // test ends.
 func grpcConn(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	return dialPlain(tb, n.GRPCAddr(), opts...)
+}
+
+// dialPlain is a gRPC client connection to addr without TLS, closed when
+// the test ends.
+func dialPlain(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

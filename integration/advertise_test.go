@@ -2,17 +2,16 @@ package integration_test
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // TestBinaryAdvertise runs the real binary: a node bound to every
@@ -23,10 +22,7 @@ import (
 // be) is reached by its peers there, and a job crosses it; an advertised
 // address nobody could dial is refused at startup.
 func TestBinaryAdvertise(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds and runs the binary")
 
 	t.Run("refused", func(t *testing.T) {
 		for _, tc := range []struct{ flag, value, want string }{
@@ -47,38 +43,17 @@ func TestBinaryAdvertise(t *testing.T) {
 	// b's peer port: bound on every interface at a port chosen here, and
 	// advertised at the relay's address, which forwards to it.
 	peerPort := portOf(t, freeAddr(t))
-	relay := startRelay(t, "127.0.0.1:"+peerPort)
+	relay := tcptest.NewRelay(t, "127.0.0.1:"+peerPort)
 
 	etcdAddr := freeAddr(t)
 	everywhere := []string{"--http-addr", "0.0.0.0:0", "--grpc-addr", "[::]:0", "--peer-addr", "0.0.0.0:0", "--allow-anonymous"}
 	a := startProcNode(t, bin, "aa", append([]string{"--etcd-client-addr", etcdAddr}, everywhere...)...)
 	b := startProcNode(t, bin, "ab", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, append(everywhere,
-		"--peer-addr", "0.0.0.0:"+peerPort, "--advertise-peer-addr", relay.addr)...)...)
+		"--peer-addr", "0.0.0.0:"+peerPort, "--advertise-peer-addr", relay.Addr)...)...)
 
-	type node struct{ ID, State, HTTPAddr, GRPCAddr, PeerAddr string }
-	var nodes []node
-	waitFor(t, 20*time.Second, "aa and ab online in aa's view", func() bool {
-		var body struct {
-			Nodes []struct {
-				ID       string `json:"id"`
-				State    string `json:"state"`
-				HTTPAddr string `json:"http_addr"`
-				GRPCAddr string `json:"grpc_addr"`
-				PeerAddr string `json:"peer_addr"`
-			} `json:"nodes"`
-		}
-		if procGetJSON(a, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 2 {
-			return false
-		}
-		nodes = nodes[:0]
-		for _, n := range body.Nodes {
-			if n.State != "online" {
-				return false
-			}
-			nodes = append(nodes, node{n.ID, n.State, n.HTTPAddr, n.GRPCAddr, n.PeerAddr})
-		}
-		return true
-	})
+	var view procView
+	waitFor(t, 20*time.Second, "aa and ab online in aa's view", func() bool { return view.allOnline(a, 2) })
+	nodes := view.Nodes
 	bound := map[string]*procNode{"aa": a, "ab": b}
 	for _, n := range nodes {
 		t.Logf("%s: http_addr %s, grpc_addr %s, peer_addr %s (bound http %s, grpc %s)", n.ID, n.HTTPAddr, n.GRPCAddr, n.PeerAddr, bound[n.ID].http, bound[n.ID].grpc)
@@ -109,32 +84,26 @@ func TestBinaryAdvertise(t *testing.T) {
 		} else {
 			c.Close()
 		}
-		if n.ID == "ab" && n.PeerAddr != relay.addr {
-			t.Errorf("ab's peer_addr %q, want the advertised %s", n.PeerAddr, relay.addr)
+		if n.ID == "ab" && n.PeerAddr != relay.Addr {
+			t.Errorf("ab's peer_addr %q, want the advertised %s", n.PeerAddr, relay.Addr)
 		}
 	}
 
 	// A job posted to aa for a worker on ab: ab dispatches (its consumer's
 	// node claims the queue), so aa forwards the job over the peer
 	// transport to ab's advertised peer address, the relay.
-	before := relay.conns.Load()
-	wk := exec.Command(bin, "worker", "--server", b.grpc, "--queue", "adv", "--demo", "tokens", "--delay", "10ms")
-	wlog := &lockedBuffer{}
-	wk.Stderr = wlog
-	if err := wk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	before := relay.Conns()
+	_, wlog := startDemoWorker(t, bin, b.grpc, "adv", "10ms")
 	res := streamOnceServed(t, "http://"+a.http+"/v1/queues/adv/jobs", `{"input":"through the advertised peer address"}`)
 	evs := readAll(t, res.Body)
 	res.Body.Close()
 	if got := types(evs); len(got) == 0 || got[len(got)-1] != "done" || !slices.Contains(got, "output") {
 		t.Fatalf("job posted to aa, run on ab's worker: events %v, want outputs and done\nworker log:\n%s", got, wlog.String())
 	}
-	if relay.conns.Load() == 0 || relay.bytes.Load() == 0 {
-		t.Fatalf("the relay at ab's advertised peer address carried %d connections, %d bytes: aa did not dial it", relay.conns.Load(), relay.bytes.Load())
+	if relay.Conns() == 0 || relay.Bytes() == 0 {
+		t.Fatalf("the relay at ab's advertised peer address carried %d connections, %d bytes: aa did not dial it", relay.Conns(), relay.Bytes())
 	}
-	t.Logf("relay at ab's advertised peer address %s: %d connections (%d before the job), %d bytes", relay.addr, relay.conns.Load(), before, relay.bytes.Load())
+	t.Logf("relay at ab's advertised peer address %s: %d connections (%d before the job), %d bytes", relay.Addr, relay.Conns(), before, relay.Bytes())
 }
 
 func portOf(t *testing.T, addr string) string {
@@ -144,68 +113,4 @@ func portOf(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return port
-}
-
-// relay is a TCP forwarder: every connection to addr is joined to a new
-// one to its target. It counts connections and bytes, and stops with the
-// test.
-type relay struct {
-	addr         string
-	conns, bytes atomic.Int64
-}
-
-func startRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{addr: ln.Addr().String()}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		open  []net.Conn
-		count = func(dst io.Writer, src io.Reader) { _, _ = io.Copy(countingWriter{dst, &r.bytes}, src) }
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.conns.Add(1)
-			mu.Lock()
-			open = append(open, c, up)
-			mu.Unlock()
-			wg.Go(func() { count(up, c); up.Close() })
-			wg.Go(func() { count(c, up); c.Close() })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return r
-}
-
-// countingWriter adds what it writes to n as it goes.
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
 }

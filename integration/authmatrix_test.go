@@ -180,7 +180,10 @@ func TestAuthMatrix(t *testing.T) {
 			[columns]answer{unauthenticated, unauthenticated, denied, na, {status: 409, code: "job_not_held"}}}
 	}
 
-	ops := documentOperations(t)
+	ops, err := openapi.Operations()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, op := range ops {
 		if _, ok := rows[op]; !ok {
 			t.Errorf("the document's %s has no row in the auth matrix: add one", op)
@@ -191,20 +194,12 @@ func TestAuthMatrix(t *testing.T) {
 			t.Errorf("the auth matrix has a row for %s, which the document does not have", op)
 		}
 	}
-	table := []string{sprintRow(append([]string{"HTTP route"}, columnNames[:]...)...)}
-	for _, op := range slices.Sorted(maps.Keys(rows)) {
-		row := rows[op]
-		keys := [columns]string{"", keyUnknown, row.noRole, row.forbidden, row.right}
-		cells := []string{op}
-		for col := range columns {
-			want := row.want[col]
-			if want == na {
-				cells = append(cells, "-")
-				continue
-			}
+	table := runAuthMatrix(t, "HTTP route", rows, func(row httpRow) [columns]answer { return row.want },
+		func(op string, row httpRow, col int) (answer, bool) {
+			keys := [columns]string{"", keyUnknown, row.noRole, row.forbidden, row.right}
 			if keys[col] == "" && col != colNoKey && col != colRight {
 				t.Errorf("%s: column %q has an answer but no key", op, columnNames[col])
-				continue
+				return answer{}, false
 			}
 			key := keys[col]
 			if row.right == "" && col == colRight {
@@ -220,13 +215,8 @@ func TestAuthMatrix(t *testing.T) {
 			if res.StatusCode == 401 && res.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("%s, %s: 401 without WWW-Authenticate", op, columnNames[col])
 			}
-			if got != want {
-				t.Errorf("%s, %s: got %v, want %v", op, columnNames[col], got, want)
-			}
-			cells = append(cells, got.String())
-		}
-		table = append(table, sprintRow(cells...))
-	}
+			return got, true
+		})
 
 	// gRPC: every rpc of the public services.
 	conn := grpcConn(t, n)
@@ -311,27 +301,44 @@ func TestAuthMatrix(t *testing.T) {
 			t.Errorf("rpc %s has no row in the auth matrix: add one", rpc)
 		}
 	}
-	table = append(table, "", sprintRow(append([]string{"gRPC method"}, columnNames[:]...)...))
-	for _, rpc := range slices.Sorted(maps.Keys(grpcRows)) {
-		row := grpcRows[rpc]
-		keys := [columns]string{"", keyUnknown, row.noRole, row.forbidden, row.right}
-		cells := []string{rpc}
+	table = append(table, "")
+	table = append(table, runAuthMatrix(t, "gRPC method", grpcRows, func(row grpcRow) [columns]answer { return row.want },
+		func(_ string, row grpcRow, col int) (answer, bool) {
+			keys := [columns]string{"", keyUnknown, row.noRole, row.forbidden, row.right}
+			return grpcAnswer(row.call(withKey(ctx, keys[col]), col == colForbidden)), true
+		})...)
+	t.Logf("the auth matrix as it ran:\n%s", strings.Join(table, "\n"))
+}
+
+// runAuthMatrix runs a matrix's rows, by name in order: call answers a
+// row's call at a column (false: no answer to check, nor a cell), for every
+// column the row expects an answer at (want), and the test fails where the
+// answer is not the one expected. It returns the matrix as it ran: a row of
+// column names after title, then a row per row.
+func runAuthMatrix[R any](t *testing.T, title string, rows map[string]R, want func(R) [columns]answer, call func(name string, row R, col int) (answer, bool)) []string {
+	t.Helper()
+	table := []string{sprintRow(append([]string{title}, columnNames[:]...)...)}
+	for _, name := range slices.Sorted(maps.Keys(rows)) {
+		row := rows[name]
+		cells := []string{name}
 		for col := range columns {
-			want := row.want[col]
-			if want == na {
+			w := want(row)[col]
+			if w == na {
 				cells = append(cells, "-")
 				continue
 			}
-			err := row.call(withKey(ctx, keys[col]), col == colForbidden)
-			got := grpcAnswer(err)
-			if got != want {
-				t.Errorf("%s, %s: got %v, want %v", rpc, columnNames[col], got, want)
+			got, ok := call(name, row, col)
+			if !ok {
+				continue
+			}
+			if got != w {
+				t.Errorf("%s, %s: got %v, want %v", name, columnNames[col], got, w)
 			}
 			cells = append(cells, got.String())
 		}
 		table = append(table, sprintRow(cells...))
 	}
-	t.Logf("the auth matrix as it ran:\n%s", strings.Join(table, "\n"))
+	return table
 }
 
 // grpcAnswer is what a call ended with: OK, or its code and reason.
@@ -347,29 +354,6 @@ func grpcAnswer(err error) answer {
 		}
 	}
 	return a
-}
-
-// documentOperations are the "method path" of every operation of the
-// OpenAPI document.
-func documentOperations(tb testing.TB) []string {
-	tb.Helper()
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(openapi.JSON, &doc); err != nil {
-		tb.Fatal(err)
-	}
-	var ops []string
-	for path, methods := range doc.Paths {
-		for m := range methods {
-			switch m {
-			case "get", "put", "post", "delete", "patch", "head", "options":
-				ops = append(ops, m+" "+path)
-			}
-		}
-	}
-	slices.Sort(ops)
-	return ops
 }
 
 // readSession reads an HTTP worker session's registered event and returns

@@ -351,16 +351,7 @@ func TestStalledReaderIsTerminatedThenResumes(t *testing.T) {
 		c.HTTP.Stream.WriteTimeout = 2 * time.Second
 	})
 	var sent atomic.Int64
-	chunk := strings.Repeat("x", size)
-	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
-		for range outputs {
-			if err := out.Send(ctx, chunk); err != nil {
-				return nil, err
-			}
-			sent.Add(1)
-		}
-		return nil, nil
-	})
+	MustStartWorker(t, n, worker.Config{}, sendChunks(outputs, size, &sent))
 	res := post(t.Context(), t, n, "demo", `{"ttl_ms":120000,"input":"go"}`, true)
 	defer res.Body.Close()
 	id := res.Header.Get("X-Job-Id")
@@ -459,15 +450,7 @@ func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 		runs <- r
 		b := post(t.Context(), t, n1, "demo", `{"ttl_ms":60000,"input":"ticks"}`, true)
 		defer b.Body.Close()
-		type timed struct {
-			evs []timedEvent
-			err error
-		}
-		done := make(chan timed, 1)
-		go func() {
-			evs, err := readTimed(b.Body)
-			done <- timed{evs, err}
-		}()
+		done := readTimedAsync(b.Body)
 		close(r.start)
 		time.Sleep(d)
 		close(r.stop)
@@ -498,5 +481,20 @@ func TestPacedJobDoesNotSlowAnother(t *testing.T) {
 	}
 	if trunks := metric(t, n3, "switchyard_peer_streams_open", map[string]string{"kind": "respond"}); trunks != 1 {
 		t.Errorf("n3 has %v reply trunks open, want the one both legs share", trunks)
+	}
+}
+
+// sendChunks is a worker that sends outputs outputs of size bytes each as
+// fast as the stream takes them, counting those sent in sent.
+func sendChunks(outputs, size int, sent *atomic.Int64) worker.Handler {
+	chunk := strings.Repeat("x", size)
+	return func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
+		for range outputs {
+			if err := out.Send(ctx, chunk); err != nil {
+				return nil, err
+			}
+			sent.Add(1)
+		}
+		return nil, nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
@@ -135,15 +136,7 @@ func BenchmarkCluster(b *testing.B) {
 		warmup      = 200
 		retention   = 50 * time.Millisecond
 	)
-	var levels []int
-	for _, f := range strings.Split(*clusterLevels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || c < 1 {
-			b.Fatalf("-cluster.levels: %q is not a concurrency", f)
-		}
-		levels = append(levels, c)
-	}
-	jobs, rounds := max(*clusterJobs, 1), min(max(*clusterRounds, 1), max(*clusterJobs, 1))
+	plan := newRoundsPlan(b, "cluster", *clusterLevels, *clusterJobs, *clusterRounds)
 	// n1: the cross-node ingress; n2: the worker's node and the queue's
 	// dispatcher; n3: the cross-node ingress with PeerForceUnary.
 	nodes := startCluster(b, 3, func(i int, c *switchyard.Config) {
@@ -202,48 +195,89 @@ func BenchmarkCluster(b *testing.B) {
 	// Warm every path: connections, lane streams, pools.
 	ctx := context.Background()
 	for _, s := range setups {
-		if r := benchkit.Run(ctx, client, s.target, body, warmup, 64); r.Failed > 0 {
-			b.Fatalf("%s: warm-up: %d of %d jobs failed", s.name, r.Failed, warmup)
-		}
+		warmUp(b, client, s.name, s.target, body, warmup)
 	}
 
-	results := map[string]*benchkit.Result{}
 	traffic := map[string]peerTraffic{}
 	started := time.Now()
-	for _, c := range levels {
-		for round := range rounds {
-			count := jobs / rounds
+	results := runRounds(b, plan, setups, func(s benchSetup) string { return s.name }, func(s benchSetup, key string, count, c int) benchkit.Result {
+		before := clusterTraffic(b, nodes)
+		cpu := processCPU(b)
+		r := benchkit.Run(ctx, client, s.target, body, count, c)
+		r.CPU = processCPU(b) - cpu
+		if s.cluster {
+			// Let trailing messages (an unbind, a late reply) be counted
+			// and the last jobs be forgotten.
+			time.Sleep(retention + 150*time.Millisecond)
+			traffic[key] = traffic[key].add(clusterTraffic(b, nodes).sub(before))
+		}
+		return r
+	})
+	fmt.Print(clusterTable(setups, plan.levels, results, traffic, plan.jobs, plan.rounds, jobShape(input)))
+	fmt.Printf("measured in %s (cluster start and warm-up before that)\n", time.Since(started).Round(time.Millisecond))
+}
+
+// roundsPlan is how an interleaving benchmark spreads its jobs: for each
+// client concurrency level, every setup runs jobs jobs, split into rounds
+// rounds that interleave the setups (each round in a rotated order), so a
+// slow spell of a shared, noisy machine falls on all of them rather than on
+// whichever ran then.
+type roundsPlan struct {
+	levels       []int
+	jobs, rounds int
+}
+
+// newRoundsPlan reads the flags -PREFIX.levels (comma-separated
+// concurrency levels), -PREFIX.jobs and -PREFIX.rounds.
+func newRoundsPlan(b *testing.B, prefix, levels string, jobs, rounds int) roundsPlan {
+	p := roundsPlan{jobs: max(jobs, 1), rounds: min(max(rounds, 1), max(jobs, 1))}
+	for _, f := range strings.Split(levels, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			b.Fatalf("-%s.levels: %q is not a concurrency", prefix, f)
+		}
+		p.levels = append(p.levels, c)
+	}
+	return p
+}
+
+// runRounds runs plan over setups (named by name): runOne runs count jobs
+// of a setup at concurrency c (its figures pooled under key, "c=C/NAME")
+// from a collected heap. After each level, a sub-benchmark c=C/NAME per
+// setup reports that setup's pooled figures. It returns the pooled figures
+// by key.
+func runRounds[S any](b *testing.B, p roundsPlan, setups []S, name func(S) string, runOne func(s S, key string, count, c int) benchkit.Result) map[string]*benchkit.Result {
+	results := map[string]*benchkit.Result{}
+	for _, c := range p.levels {
+		for round := range p.rounds {
+			count := p.jobs / p.rounds
 			if round == 0 {
-				count += jobs % rounds
+				count += p.jobs % p.rounds
 			}
 			for k := range setups {
 				s := setups[(round+k)%len(setups)]
-				name := fmt.Sprintf("c=%d/%s", c, s.name)
-				if results[name] == nil {
-					results[name] = &benchkit.Result{}
+				key := fmt.Sprintf("c=%d/%s", c, name(s))
+				if results[key] == nil {
+					results[key] = &benchkit.Result{}
 				}
 				runtime.GC() // each run starts from a collected heap
-				before := clusterTraffic(b, nodes)
-				cpu := processCPU(b)
-				r := benchkit.Run(ctx, client, s.target, body, count, c)
-				r.CPU = processCPU(b) - cpu
-				results[name].Add(r)
-				if s.cluster {
-					// Let trailing messages (an unbind, a late reply) be
-					// counted and the last jobs be forgotten.
-					time.Sleep(retention + 150*time.Millisecond)
-					traffic[name] = traffic[name].add(clusterTraffic(b, nodes).sub(before))
-				}
+				results[key].Add(runOne(s, key, count, c))
 			}
 		}
 		for _, s := range setups {
-			name := fmt.Sprintf("c=%d/%s", c, s.name)
-			b.Run(name, func(b *testing.B) { reportLoad(b, *results[name]) })
+			key := fmt.Sprintf("c=%d/%s", c, name(s))
+			b.Run(strings.ReplaceAll(key, " ", "_"), func(b *testing.B) { reportLoad(b, *results[key]) })
 		}
 	}
-	// Straight to stdout: a parent benchmark's b.Log shows only under -v.
-	fmt.Print(clusterTable(setups, levels, results, traffic, jobs, rounds, jobShape(input)))
-	fmt.Printf("measured in %s (cluster start and warm-up before that)\n", time.Since(started).Round(time.Millisecond))
+	return results
+}
+
+// warmUp runs n jobs at concurrency 64 against target, and fails the
+// benchmark if any fails.
+func warmUp(b *testing.B, client *http.Client, name, target string, body []byte, n int) {
+	if r := benchkit.Run(context.Background(), client, target, body, n, 64); r.Failed > 0 {
+		b.Fatalf("%s: warm-up: %d of %d jobs failed", name, r.Failed, n)
+	}
 }
 
 // startRelayWorker runs a real SDK worker against the relay's B until the
@@ -314,6 +348,58 @@ func reportLoad(b *testing.B, r benchkit.Result) {
 	}
 }
 
+// loadColumns are the columns of the interleaving benchmarks' tables: a
+// setup's pooled latencies (µs), the process's CPU per job (µs), and, last,
+// its jobs/s.
+var loadColumns = []struct {
+	name string
+	of   func(benchkit.Result) float64
+}{
+	{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
+	{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
+	{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
+	{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
+	{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
+	{"jobs/s", benchkit.Result.JobsPerSec},
+}
+
+// writeLoadHeader writes the table's first column, width wide, and the
+// loadColumns' names; the caller ends the line.
+func writeLoadHeader(sb *strings.Builder, width int) {
+	fmt.Fprintf(sb, "  %-*s", width, "setup")
+	for _, m := range loadColumns {
+		fmt.Fprintf(sb, " %10s", m.name)
+	}
+}
+
+// writeLoadRow writes label, width wide, and r's figures in the
+// loadColumns; the caller ends the line.
+func writeLoadRow(sb *strings.Builder, width int, label string, r benchkit.Result) {
+	fmt.Fprintf(sb, "  %-*s", width, label)
+	for _, m := range loadColumns {
+		fmt.Fprintf(sb, " %10.0f", m.of(r))
+	}
+}
+
+// writeRatioRow writes a line: label, width wide, and per loadColumn a's
+// figure over b's ("-" where b's is 0). The jobs/s ratio is inverted (b's
+// over a's), so every ratio reads "a costs this many times b".
+func writeRatioRow(sb *strings.Builder, width int, label string, a, b benchkit.Result) {
+	fmt.Fprintf(sb, "  %-*s", width, label)
+	for i, m := range loadColumns {
+		x, y := m.of(a), m.of(b)
+		if i == len(loadColumns)-1 {
+			x, y = y, x // jobs/s: inverted, a time ratio
+		}
+		if y == 0 {
+			fmt.Fprintf(sb, " %10s", "-")
+			continue
+		}
+		fmt.Fprintf(sb, " %9.2fx", x/y)
+	}
+	sb.WriteString("\n")
+}
+
 // clusterTable lays the results out per concurrency level, with the
 // ratios the issue asks for. Latency ratios are a/b of the times; the
 // jobs/s ratio is inverted (b's jobs/s over a's), so every ratio reads
@@ -325,18 +411,6 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 	for _, s := range setups {
 		fmt.Fprintf(&sb, "  %-17s %s\n", s.name, s.what)
 	}
-	type metric struct {
-		name string
-		of   func(benchkit.Result) float64
-	}
-	metrics := []metric{
-		{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
-		{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
-		{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
-		{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
-		{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
-		{"jobs/s", benchkit.Result.JobsPerSec},
-	}
 	ratios := [][2]string{
 		{"cross-node", "co-located"}, {"cross-node", "relay-stream"}, {"cross-node", "relay-shared"},
 		{"co-located", "relay-stream"}, {"cross-node", "cross-node-unary"},
@@ -344,20 +418,14 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 	for _, c := range levels {
 		key := func(setup string) string { return fmt.Sprintf("c=%d/%s", c, setup) }
 		fmt.Fprintf(&sb, "\nconcurrency %d (µs; cpu/job: the whole process's CPU µs per job; jobs/s)\n", c)
-		fmt.Fprintf(&sb, "  %-30s", "setup")
-		for _, m := range metrics {
-			fmt.Fprintf(&sb, " %10s", m.name)
-		}
+		writeLoadHeader(&sb, 30)
 		fmt.Fprintf(&sb, " %7s %7s\n", "jobs", "failed")
 		for _, s := range setups {
 			r, ok := results[key(s.name)]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&sb, "  %-30s", s.name)
-			for _, m := range metrics {
-				fmt.Fprintf(&sb, " %10.0f", m.of(*r))
-			}
+			writeLoadRow(&sb, 30, s.name, *r)
 			fmt.Fprintf(&sb, " %7d %7d\n", len(r.Last)+r.Failed, r.Failed)
 		}
 		for _, rt := range ratios {
@@ -366,19 +434,7 @@ func clusterTable(setups []benchSetup, levels []int, results map[string]*benchki
 			if !okA || !okB {
 				continue
 			}
-			fmt.Fprintf(&sb, "  %-30s", rt[0]+" / "+rt[1])
-			for i, m := range metrics {
-				x, y := m.of(*a), m.of(*bb)
-				if i == len(metrics)-1 {
-					x, y = y, x // jobs/s: inverted, a time ratio
-				}
-				if y == 0 {
-					fmt.Fprintf(&sb, " %10s", "-")
-					continue
-				}
-				fmt.Fprintf(&sb, " %9.2fx", x/y)
-			}
-			sb.WriteString("\n")
+			writeRatioRow(&sb, 30, rt[0]+" / "+rt[1], *a, *bb)
 		}
 		for _, s := range setups {
 			if t, ok := traffic[key(s.name)]; ok {

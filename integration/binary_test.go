@@ -23,14 +23,7 @@ import (
 // drains, ends a job that outlives the drain with node_shutdown, and exits
 // 0), and `switchyard demo` (Ctrl-C stops it without a reconnect warning).
 func TestBinarySmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "switchyard")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/switchyard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildOrSkip(t, "builds the binary")
 	t.Run("node and worker", func(t *testing.T) { testBinaryNodeAndWorker(t, bin) })
 	t.Run("demo stops quietly", func(t *testing.T) { testBinaryDemoStops(t, bin) })
 }
@@ -44,24 +37,10 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	dir := t.TempDir()
 	node := exec.Command(bin, "node", "--name", "smoke", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(dir, "data"), "--drain-timeout", "1s")
-	stderr, err := node.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer node.Process.Kill() //nolint:errcheck // no-op once it exited
-	httpAddr, grpcAddr, logs := awaitServing(t, stderr)
+	httpAddr, grpcAddr, logs := startServing(t, node)
 	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 
-	wk := exec.Command(bin, "worker", "--server", grpcAddr, "--queue", "demo", "--demo", "tokens", "--delay", "100ms")
-	wlog := &lockedBuffer{}
-	wk.Stderr = wlog
-	if err := wk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer wk.Process.Kill() //nolint:errcheck // no-op once it exited
+	wk, wlog := startDemoWorker(t, bin, grpcAddr, "demo", "100ms")
 
 	// The worker registers asynchronously: the node answers 503 until then.
 	res := streamOnceServed(t, jobsURL, `{"input":"hello smoke test"}`)
@@ -117,16 +96,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 	if len(terminal) != 1 || terminal[0].Type != "error" || field[string](t, terminal[0], "code") != "node_shutdown" {
 		t.Fatalf("drained stream %v, want it to end with one terminal event, error node_shutdown\n%s", types(evs), logs())
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- node.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("node exit: %v\n%s", err, logs())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("node did not exit after SIGTERM\n%s", logs())
-	}
+	awaitExit(t, node, "node", "SIGTERM", logs)
 
 	if err := wk.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -145,15 +115,7 @@ func testBinaryNodeAndWorker(t *testing.T, bin string) {
 func testBinaryDemoStops(t *testing.T, bin string) {
 	demo := exec.Command(bin, "demo", "--name", "demo", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms")
-	stderr, err := demo.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer demo.Process.Kill() //nolint:errcheck // no-op once it exited
-	httpAddr, _, logs := awaitServing(t, stderr)
+	httpAddr, _, logs := startServing(t, demo)
 
 	// A job proves the worker attached before the signal.
 	res := streamOnceServed(t, "http://"+httpAddr+"/v1/queues/demo/jobs", `{"input":"hi"}`)
@@ -168,16 +130,7 @@ func testBinaryDemoStops(t *testing.T, bin string) {
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- demo.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("demo exit: %v\n%s", err, logs())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("demo did not exit after SIGINT\n%s", logs())
-	}
+	awaitExit(t, demo, "demo", "SIGINT", logs)
 	all := logs()
 	if !strings.Contains(all, `msg="worker stopped" system=demo-worker`) || strings.Contains(all, "reconnecting") {
 		t.Errorf("want the demo worker stopped without a reconnect warning:\n%s", all)
@@ -211,6 +164,53 @@ func mustStream(ctx context.Context, tb testing.TB, url, body string) *http.Resp
 }
 
 var servingLine = regexp.MustCompile(`msg="node serving".* http=(\S+) grpc=(\S+)`)
+
+// startDemoWorker starts `switchyard worker --demo tokens` against the
+// gRPC address server, for queue, with delay before each output. Its log
+// collects in wlog; it is killed when the test ends, if it has not exited.
+func startDemoWorker(t *testing.T, bin, server, queue, delay string) (wk *exec.Cmd, wlog *lockedBuffer) {
+	t.Helper()
+	wk = exec.Command(bin, "worker", "--server", server, "--queue", queue, "--demo", "tokens", "--delay", delay)
+	wlog = &lockedBuffer{}
+	wk.Stderr = wlog
+	if err := wk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	return wk, wlog
+}
+
+// awaitExit waits up to 15s for cmd (what: "node") to exit after sig,
+// and fails the test, with the process's logs, unless it exits 0.
+func awaitExit(t *testing.T, cmd *exec.Cmd, what, sig string, logs func() string) {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("%s exit: %v\n%s", what, err, logs())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not exit after %s\n%s", what, sig, logs())
+	}
+}
+
+// startServing starts cmd, a node (or demo) process, and waits until it
+// logs its bound addresses (awaitServing). The process is killed when the
+// test ends, if it has not exited by then.
+func startServing(t *testing.T, cmd *exec.Cmd) (httpAddr, grpcAddr string, logs func() string) {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // no-op once it exited
+	return awaitServing(t, stderr)
+}
 
 // awaitServing reads the node's log until the line that names the bound
 // addresses; it keeps draining the log afterwards so the node never blocks.

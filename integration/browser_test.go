@@ -200,24 +200,6 @@ func (w tLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lockedBuffer collects the browser's output, written from chromedp's goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A real browser's EventSource, its connection dropped twice mid-job by a
 // proxy — in the middle of an event, at two different positions — resumes
 // by itself with the signed tokens the node put in the SSE ids, each time

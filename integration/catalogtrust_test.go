@@ -9,12 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard"
@@ -147,59 +145,7 @@ func TestDefaultNodeCatalogIsClosed(t *testing.T) {
 // and peer ports refuse anonymous access, and a node still writes and
 // routes through them.
 func TestEmbeddedClusterCatalogIsClosed(t *testing.T) {
-	before := goleak.IgnoreCurrent()
-	var addrs []string
-	var lns []net.Listener
-	for range 6 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	ic := fmt.Sprintf("a=https://%s,b=https://%s,c=https://%s", addrs[1], addrs[3], addrs[5])
-	nodes := make([]*switchyard.Node, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i, name := range []string{"a", "b", "c"} {
-		wg.Go(func() {
-			cfg := switchyard.DefaultConfig()
-			cfg.Name, cfg.ClusterSecret = name, testSecret
-			cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-			cfg.DataDir, cfg.DrainTimeout, cfg.Logger = t.TempDir(), 2*time.Second, testLogger()
-			cfg.EtcdClientAddr, cfg.EtcdPeerAddr, cfg.EtcdInitialCluster = addrs[2*i], addrs[2*i+1], ic
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = switchyard.Open(ctx, cfg)
-		})
-	}
-	wg.Wait()
-	// Close the nodes together (each member waits for a quorum), then wait
-	// out the members' raft connections, as TestJobCrossesEmbeddedMembers
-	// does.
-	t.Cleanup(func() {
-		var cw sync.WaitGroup
-		for _, n := range nodes {
-			if n != nil {
-				cw.Go(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					_ = n.Close(ctx)
-				})
-			}
-		}
-		cw.Wait()
-		waitGoroutinesGone(t, before)
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("open node %d: %v", i, err)
-		}
-	}
+	nodes, addrs := startEmbeddedCluster(t, "a", "b", "c")
 	for i, n := range nodes {
 		for _, line := range anonymousCatalogAccess(t, addrs[2*i]) {
 			t.Logf("%s client port %s, %s", n.Catalog().Name(), addrs[2*i], line)

@@ -11,9 +11,7 @@ import (
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard"
@@ -290,11 +288,7 @@ func TestGatewayAndChiAgreeOnErrors(t *testing.T) {
 	problemOf(t, "chi", s.HTTPResponse, s.Body, err, 400, "invalid_queue_name")
 	same("invalid_queue_name", q.Body, s.Body)
 
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n.GRPCAddr())
 	for _, tc := range []struct {
 		call func(context.Context) error
 		code codes.Code

@@ -1,10 +1,8 @@
 package integration_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,13 +20,7 @@ import (
 // for a person to look at (bin/artifacts/docs.png, or
 // $SWITCHYARD_ARTIFACTS/docs.png), never committed.
 func TestDocsPageInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("chromium is not on PATH (%v): CI must install it (.ci/run)", err)
-		}
-		t.Skipf("chromium is not on PATH: %v", err)
-	}
+	b := mustStartBrowser(t) // logs the browser's output if the test fails
 	n := MustStartNode(t, nil)
 
 	var doc struct {
@@ -48,36 +40,12 @@ func TestDocsPageInBrowser(t *testing.T) {
 	}
 	slices.Sort(wantOps)
 
-	var browserOut strings.Builder
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true), // as root
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("no-default-browser-check", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 1024),
-		chromedp.CombinedOutput(&browserOut),
-	)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
-	defer cancel()
+	ctx := b.step(30 * time.Second)
 	if err := chromedp.Do(ctx, chromedp.Navigate(baseURL(n)+"/docs")); err != nil {
-		t.Fatalf("load /docs: %v\n%s", err, browserOut.String())
+		t.Fatalf("load /docs: %v", err)
 	}
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(".opblock")); err != nil {
-		t.Fatalf("no operation rendered: %v\n%s", err, browserOut.String())
+		t.Fatalf("no operation rendered: %v", err)
 	}
 	type page struct {
 		Ops     []string `json:"ops"`

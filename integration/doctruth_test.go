@@ -79,21 +79,7 @@ type truthRun struct {
 // do sends a request through the check; header is name, value pairs.
 func (tr *truthRun) do(method, path, ctype, body string, header ...string) *http.Response {
 	tr.t.Helper()
-	req, err := http.NewRequestWithContext(tr.t.Context(), method, tr.base+path, strings.NewReader(body))
-	if err != nil {
-		tr.t.Fatal(err)
-	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := tr.hc.Do(req)
-	if err != nil {
-		tr.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return res
+	return send(tr.t, tr.t.Context(), tr.hc, method, tr.base+path, ctype, body, header...)
 }
 
 // want sends a request and fails unless it is answered status; it

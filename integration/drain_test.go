@@ -66,13 +66,8 @@ func TestDrainOnClose(t *testing.T) {
 	if last := s[len(s)-1]; last.Type != "error" || field[string](t, last, "code") != "node_shutdown" {
 		t.Errorf("the stuck job ended with %s %s, want error node_shutdown", last.Type, last.Data)
 	}
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("close did not return")
+	if err := recvWithin(t, closed, 10*time.Second, "close to return"); err != nil {
+		t.Fatalf("close: %v", err)
 	}
 }
 
@@ -153,12 +148,7 @@ func TestDrainKeepsHTTPWorkerForOtherNodes(t *testing.T) {
 	if got := strings.Join(types(evs), ","); got != "accepted,output,output,done" {
 		t.Fatalf("the draining node's job: %s", got)
 	}
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("close: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return once the job ended")
+	if err := recvWithin(t, closed, 10*time.Second, "Close to return once the job ended"); err != nil {
+		t.Fatalf("close: %v", err)
 	}
 }

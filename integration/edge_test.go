@@ -37,27 +37,14 @@ const edgeEnvelope = `{"input":"edge case"}`
 // printed, not asserted, except for generous bounds that show the cut
 // happened.
 func TestHTTPEdge(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "switchyard")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/switchyard").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildOrSkip(t, "builds the binary")
 	demo := exec.Command(bin, "demo", "--name", "edge", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms", "--http-body-timeout", edgeBodyTimeout.String())
-	stderr, err := demo.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
+	httpAddr, _, logs := startServing(t, demo)
 	defer func() {
 		_ = demo.Process.Signal(syscall.SIGINT)
 		_ = demo.Wait()
 	}()
-	httpAddr, _, logs := awaitServing(t, stderr)
 	jobsURL := "http://" + httpAddr + "/v1/queues/demo/jobs"
 	res := streamOnceServed(t, jobsURL, edgeEnvelope) // the demo worker is attached
 	readAll(t, res.Body)

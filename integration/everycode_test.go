@@ -46,7 +46,7 @@ var needsAFault = map[string]string{
 	"internal":               "a server fault: httpapi TestWriteError, apierr TestStatusHidesServerFaults",
 	"catalog_unavailable":    "etcd refusing a write: grpcapi TestRegisterRefusals, TestUpdateCapabilitiesCatalogFailure",
 	"dispatcher_unavailable": "a dispatcher node that cannot be reached or elected: no test provokes it yet (a fault test's job)",
-	"too_large":              "a message over the peer size limit between two nodes: peer TestLaneUndeliverableIsNotSentNorRetried",
+	"too_large":              "a message over the peer size limit between two nodes: peer TestDeliveryUndeliverableIsNotSentNorRetried",
 	"quorum_at_risk":         "a cluster with members down: catalog TestMembership removes a member while a quorum is down",
 	"write_failed":           "a gRPC client whose transport stops taking writes (its Submit stream stalls): TestGRPCOwnerIsPaced",
 }
@@ -117,11 +117,7 @@ func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 		c.Workers.SetupTimeout = 300 * time.Millisecond
 		c.HTTP.BodyTimeout = 300 * time.Millisecond
 	})
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialPlain(t, n.GRPCAddr())
 	return &codeProbe{
 		t: t, ctx: t.Context(), doc: doc, seen: map[string]bool{}, n: n, conn: conn,
 		jobs: pb.NewJobServiceClient(conn), cluster: pb.NewClusterServiceClient(conn),
@@ -227,18 +223,7 @@ func (p *codeProbe) closed(code string, hw *httpWorker) {
 // raw sends a request to the probe's node; header is name, value pairs.
 func (p *codeProbe) raw(method, path, ctype, body string, header ...string) *http.Response {
 	p.t.Helper()
-	req, _ := http.NewRequestWithContext(p.ctx, method, baseURL(p.n)+path, strings.NewReader(body))
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return res
+	return send(p.t, p.ctx, http.DefaultClient, method, baseURL(p.n)+path, ctype, body, header...)
 }
 
 func (p *codeProbe) submit(queue, env string, header ...string) *http.Response {
@@ -456,14 +441,7 @@ func (p *codeProbe) grpcWorkers() {
 	s = connect()
 	register(s, "g4")
 	bad := p.submit("g4", `{"input":"x","ttl_ms":20000}`, "Accept", "text/event-stream")
-	var offer *pb.Job
-	for offer == nil {
-		m, err := s.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		offer = m.GetJob()
-	}
+	offer := nextOf(p.t, s, (*pb.NodeMessage).GetJob)
 	_ = s.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: offer.JobId, Generation: offer.Generation, Data: []byte("not json")}}})
 	p.ended("bad_output", readAll(p.t, bad.Body))
 	bad.Body.Close()
@@ -473,28 +451,14 @@ func (p *codeProbe) grpcWorkers() {
 	g5 := connect()
 	register(g5, "g5")
 	id := p.unread("g5")
-	var job *pb.Job
-	for job == nil {
-		m, err := g5.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		job = m.GetJob()
-	}
+	job := nextOf(p.t, g5, (*pb.NodeMessage).GetJob)
 	if c := job.GetOutputCredit(); c.GetEvents() != probeWindow || c.GetJobId() != id {
 		p.t.Fatalf("offer's output credit %v, want the window of %d outputs for %s", c, probeWindow, id)
 	}
 	for range probeWindow + 1 {
 		_ = g5.Send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: job.JobId, Generation: job.Generation, Data: []byte(`"x"`)}}})
 	}
-	var cancel *pb.Cancel
-	for cancel == nil {
-		m, err := g5.Recv()
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		cancel = m.GetCancel()
-	}
+	cancel := nextOf(p.t, g5, (*pb.NodeMessage).GetCancel)
 	if cancel.GetReason() != "credit_exceeded" {
 		p.t.Errorf("cancel %v, want reason credit_exceeded", cancel)
 	}
@@ -627,11 +591,7 @@ func (p *codeProbe) drain() {
 	}
 	closeDone := make(chan error, 1)
 	go func() { closeDone <- d.Close(context.Background()) }()
-	dconn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer dconn.Close()
+	dconn := dialPlain(p.t, d.GRPCAddr())
 	waitFor(p.t, 5*time.Second, "the node draining", func() bool {
 		res, err := http.Get(baseURL(d) + "/readyz")
 		if err != nil {
@@ -702,4 +662,19 @@ func jobIDOf(tb testing.TB, res *http.Response) string {
 		tb.Fatalf("no job id in %d %s", res.StatusCode, b)
 	}
 	return j.JobID
+}
+
+// nextOf reads a worker session until a message that get finds something
+// in (an offer, a cancel), and returns that.
+func nextOf[T any](tb testing.TB, s pb.WorkerService_ConnectClient, get func(*pb.NodeMessage) *T) *T {
+	tb.Helper()
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if v := get(m); v != nil {
+			return v
+		}
+	}
 }

@@ -1,13 +1,11 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -129,7 +127,7 @@ func startExample(tb testing.TB, n *switchyard.Node, argv []string, env ...strin
 	tb.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), append([]string{"SWITCHYARD_URL=" + baseURL(n), "QUEUE=demo"}, env...)...)
-	var out syncBuffer
+	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -150,22 +148,4 @@ func startExample(tb testing.TB, n *switchyard.Node, argv []string, env ...strin
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the two writers exec gives it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -352,11 +352,5 @@ func (o *observer) history(node string, since time.Time) string {
 // timeout. (waitFor polls every 5ms: too often for HTTP on two cores.)
 func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitEvery(t, 100*time.Millisecond, timeout, what, cond)
 }

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -30,16 +29,16 @@ import (
 // when the test ends (before the node, which was started earlier).
 func jobsClient(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) pb.JobServiceClient {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return pb.NewJobServiceClient(conn)
+	return pb.NewJobServiceClient(grpcConn(tb, n, opts...))
 }
 
 // recvAll reads a job stream to its end; err is nil when the call ended OK.
 func recvAll(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error) {
+	return recvPaced(st, 0)
+}
+
+// recvPaced is recvAll reading one event per pace.
+func recvPaced(st grpc.ServerStreamingClient[pb.JobEvent], pace time.Duration) ([]*pb.JobEvent, error) {
 	var evs []*pb.JobEvent
 	for {
 		ev, err := st.Recv()
@@ -50,6 +49,9 @@ func recvAll(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error)
 			return evs, err
 		}
 		evs = append(evs, ev)
+		if pace > 0 {
+			time.Sleep(pace)
+		}
 	}
 }
 
@@ -467,15 +469,6 @@ func TestGRPCInvalidResumeTokens(t *testing.T) {
 	}
 	kid, rest, _ := strings.Cut(tokA, ".")
 	payload, mac, _ := strings.Cut(rest, ".")
-	flip := func(s string, i int) string {
-		b := []byte(s)
-		if b[i] == 'A' {
-			b[i] = 'B'
-		} else {
-			b[i] = 'A'
-		}
-		return string(b)
-	}
 
 	cases := []struct {
 		name  string
@@ -484,8 +477,8 @@ func TestGRPCInvalidResumeTokens(t *testing.T) {
 		types []string
 		job   string
 	}{
-		{"tampered mac", alice, kid + "." + payload + "." + flip(mac, 3), nil, jobA},
-		{"tampered payload", alice, kid + "." + flip(payload, len(payload)/2) + "." + mac, nil, jobA},
+		{"tampered mac", alice, kid + "." + payload + "." + flipByte(mac, 3), nil, jobA},
+		{"tampered payload", alice, kid + "." + flipByte(payload, len(payload)/2) + "." + mac, nil, jobA},
 		{"truncated", alice, tokA[:len(tokA)-4], nil, jobA},
 		{"garbage", alice, "not-a-token", nil, jobA},
 		{"empty segments", alice, "..", nil, jobA},
@@ -857,18 +850,7 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 		// Reads one event per pace while the worker produces several: the
 		// terminated event gets through, and the call ends OK.
 		{"reads slowly", func(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error) {
-			var evs []*pb.JobEvent
-			for {
-				ev, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					return evs, nil
-				}
-				if err != nil {
-					return evs, err
-				}
-				evs = append(evs, ev)
-				time.Sleep(b.pace)
-			}
+			return recvPaced(st, b.pace)
 		}},
 		// Stops reading until the node has ended the stream: the
 		// terminated event cannot get through, so the call says so.
@@ -1032,16 +1014,7 @@ func TestGRPCOwnerIsPaced(t *testing.T) {
 		c.Engine.Limits.MaxOutputBytes = 256 << 20
 	})
 	var sent atomic.Int64
-	chunk := strings.Repeat("x", size)
-	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
-		for range outputs {
-			if err := out.Send(ctx, chunk); err != nil {
-				return nil, err
-			}
-			sent.Add(1)
-		}
-		return nil, nil
-	})
+	MustStartWorker(t, n, worker.Config{}, sendChunks(outputs, size, &sent))
 	// A fixed 64 KiB window: no BDP growth, so not reading stalls the
 	// stream after about a hundred KiB.
 	c := jobsClient(t, n, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))

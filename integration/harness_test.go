@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -87,6 +88,25 @@ func MustStartWorker(tb testing.TB, n *switchyard.Node, cfg worker.Config, h wor
 	return stop
 }
 
+// lockedBuffer is a bytes.Buffer safe for concurrent writers (a process's
+// output, a node's log) and readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // waitGoroutinesGone waits, up to a generous bound, until every goroutine
 // that was not running when ignore was taken (goleak.IgnoreCurrent) has
 // ended, and fails the test if some are left.
@@ -106,16 +126,45 @@ func waitGoroutinesGone(tb testing.TB, ignore goleak.Option) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond every 5ms until it holds or the deadline passes.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	waitEvery(tb, 5*time.Millisecond, timeout, what, cond)
+}
+
+// waitEvery checks cond every interval until it holds, failing the test
+// after timeout.
+func waitEvery(tb testing.TB, every, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
+}
+
+// send sends an HTTP request through hc and fails the test on a transport
+// error; ctype, if not empty, is its Content-Type, and header is further
+// name, value pairs.
+func send(tb testing.TB, ctx context.Context, hc *http.Client, method, url, ctype, body string, header ...string) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return res
 }
 
 func baseURL(n *switchyard.Node) string { return "http://" + n.HTTPAddr() }

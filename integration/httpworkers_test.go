@@ -92,6 +92,19 @@ func (hw *httpWorker) offer() client.JobOffer {
 	return o
 }
 
+// submitAndAccept submits env to n's queue (no stream), and accepts the
+// offer of it that hw reads next.
+func (hw *httpWorker) submitAndAccept(ctx context.Context, n *switchyard.Node, queue, env string) (client.Job, client.JobOffer) {
+	hw.tb.Helper()
+	var job client.Job
+	if err := json.Unmarshal(readBody(hw.tb, post(ctx, hw.tb, n, queue, env, false)), &job); err != nil {
+		hw.tb.Fatal(err)
+	}
+	o := hw.offer()
+	hw.accept(o)
+	return job, o
+}
+
 func (hw *httpWorker) accept(o client.JobOffer) {
 	hw.tb.Helper()
 	r, err := hw.c.AcceptJobWithResponse(context.Background(), hw.session, o.JobId, client.JobMessage{Generation: o.Generation})
@@ -283,13 +296,7 @@ func TestHTTPWorkerBadInput(t *testing.T) {
 	}
 
 	hw := openHTTPWorker(t, n, "demo", client.WorkerRequest{Capabilities: &[]string{"model=demo"}})
-	res := post(ctx, t, n, "demo", `{"input":"a","ttl_ms":30000}`, false)
-	var job client.Job
-	if err := json.Unmarshal(readBody(t, res), &job); err != nil {
-		t.Fatal(err)
-	}
-	o := hw.offer()
-	hw.accept(o)
+	job, o := hw.submitAndAccept(ctx, n, "demo", `{"input":"a","ttl_ms":30000}`)
 	postRaw := func(session, job, action, ctype, body string) (*http.Response, []byte, error) {
 		req, err := http.NewRequestWithContext(ctx, "POST", baseURL(n)+"/v1/workers/"+session+"/jobs/"+job+"/"+action, strings.NewReader(body))
 		if err != nil {

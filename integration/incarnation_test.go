@@ -29,10 +29,7 @@ import (
 // runs, no job runs again after its requester saw output; every stream
 // ends with one terminal event.
 func TestRestartInsideLeaseRunsNothingTwice(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
 	const lease = 6 * time.Second // every restart comes well inside it

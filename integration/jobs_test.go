@@ -108,16 +108,11 @@ func TestSubmitWithoutStreamThenGet(t *testing.T) {
 	}
 }
 
-// A client that opened the stream with its POST and leaves cancels the job;
-// the worker's context is cancelled within milliseconds.
-func TestCancelOnClientDisconnect(t *testing.T) {
-	n := MustStartNode(t, nil)
-	started := make(chan string, 1)
-	cancelled := make(chan time.Time, 1)
-	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-		if string(job.Input) == `"warm-up"` {
-			return "ok", nil
-		}
+// outputThenAwaitCancel is a worker that sends one output ("first"), then
+// reports the job's id on started and waits for the job's context to end,
+// reporting when on cancelled.
+func outputThenAwaitCancel(started chan<- string, cancelled chan<- time.Time) worker.Handler {
+	return func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		if err := out.Send(ctx, "first"); err != nil {
 			return nil, err
 		}
@@ -125,6 +120,21 @@ func TestCancelOnClientDisconnect(t *testing.T) {
 		<-ctx.Done()
 		cancelled <- time.Now()
 		return nil, ctx.Err()
+	}
+}
+
+// A client that opened the stream with its POST and leaves cancels the job;
+// the worker's context is cancelled within milliseconds.
+func TestCancelOnClientDisconnect(t *testing.T) {
+	n := MustStartNode(t, nil)
+	started := make(chan string, 1)
+	cancelled := make(chan time.Time, 1)
+	untilCancelled := outputThenAwaitCancel(started, cancelled)
+	MustStartWorker(t, n, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+		if string(job.Input) == `"warm-up"` {
+			return "ok", nil
+		}
+		return untilCancelled(ctx, job, out)
 	})
 
 	// Whatever the job starts, here and in the worker, must end with it.

@@ -48,10 +48,7 @@ const (
 //   - no (job, generation) starts twice, each requester sees output from one
 //     generation only, and every stream ends with exactly one terminal event.
 func TestKillConsumerHostMidStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "kill1"
 	runs := &runLog{}
@@ -163,10 +160,7 @@ func TestKillConsumerHostMidStream(t *testing.T) {
 //   - the three pending jobs run once, on wb, and complete;
 //   - invariants as above.
 func TestKillDispatcherWithPendingJobs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "kill2"
 	runs := &runLog{}
@@ -272,26 +266,23 @@ func startKillCluster(t *testing.T, bin string) (a, b, c *procNode) {
 // that override the kill tests' (a flag given twice takes its last value).
 func startKillClusterWith(t *testing.T, bin string, flags ...string) (a, b, c *procNode) {
 	t.Helper()
+	return startKillClusterEach(t, bin, flags, flags, flags)
+}
+
+// startKillClusterEach is startKillCluster with flags of ka's (aFlags),
+// kb's and kc's own that override the kill tests'.
+func startKillClusterEach(t *testing.T, bin string, aFlags, bFlags, cFlags []string) (a, b, c *procNode) {
+	t.Helper()
 	// Runs after every node is killed: no keep-alive connection outlives
 	// the test.
 	t.Cleanup(killHTTP.CloseIdleConnections)
 	etcdAddr := freeAddr(t)
-	a = startProcNode(t, bin, "ka", append([]string{"--etcd-client-addr", etcdAddr}, flags...)...)
-	b = startProcNode(t, bin, "kb", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, flags...)...)
-	c = startProcNode(t, bin, "kc", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, flags...)...)
+	a = startProcNode(t, bin, "ka", append([]string{"--etcd-client-addr", etcdAddr}, aFlags...)...)
+	b = startProcNode(t, bin, "kb", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, bFlags...)...)
+	c = startProcNode(t, bin, "kc", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, cFlags...)...)
 	for _, n := range []*procNode{a, b, c} {
-		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
-			var body struct{ Nodes []struct{ ID, State string } }
-			if procGetJSON(n, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 3 {
-				return false
-			}
-			for _, nd := range body.Nodes {
-				if nd.State != "online" {
-					return false
-				}
-			}
-			return true
-		})
+		var v procView
+		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool { return v.allOnline(n, 3) })
 	}
 	return a, b, c
 }
@@ -366,12 +357,7 @@ func collectStreams(t *testing.T, streams []*sseStream, timeout time.Duration) [
 	deadline := time.Now().Add(timeout)
 	var ends []streamEnd
 	for i, s := range streams {
-		evs, err := s.wait(time.Until(deadline))
-		if err != nil {
-			got, _ := s.snapshot()
-			t.Fatalf("stream %d: %v; events so far: %s", i, err, strings.Join(types(got), ","))
-		}
-		_, at := s.snapshot()
+		evs, at := s.mustEnd(t, fmt.Sprintf("stream %d", i), time.Until(deadline))
 		e := streamEnd{evs: evs}
 		terminals := 0
 		for j, ev := range evs {

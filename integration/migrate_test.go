@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/worker"
+	sse "github.com/tmaxmax/go-sse"
 )
 
 // A job that opted into restarts (on_worker_lost: restart) moves when its
@@ -32,10 +33,7 @@ import (
 //   - a resume token from generation 1 still resumes, exactly after its
 //     event, through the restart to the end.
 func TestMigrateAfterHostKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "migrate1"
 	runs := &runLog{}
@@ -51,20 +49,14 @@ func TestMigrateAfterHostKilled(t *testing.T) {
 
 	killAt := b.kill9()
 	t.Logf("killed kb (SIGKILL) with the job streaming on wb")
-	evs, err := s.wait(killLostBound + 30*time.Second)
-	if err != nil {
-		got, _ := s.snapshot()
-		t.Fatalf("stream: %v; events so far: %s", err, strings.Join(types(got), ","))
-	}
-	_, at := s.snapshot()
+	evs, at := s.mustEnd(t, "stream", killLostBound+30*time.Second)
 	id := field[string](t, evs[0], "job_id")
 
 	// The stream, event by event.
-	var seq []string
+	logEventSequence(t, evs)
 	restartAt, restarts, terminals := -1, 0, 0
 	for i, ev := range evs {
 		gen, sq := field[uint64](t, ev, "gen"), field[uint64](t, ev, "seq")
-		seq = append(seq, fmt.Sprintf("%s(seq %d, gen %d, attempt %d)", ev.Type, sq, gen, field[uint64](t, ev, "attempt")))
 		if sq != uint64(i+1) {
 			t.Errorf("event %d has seq %d: the stream skipped or repeated", i, sq)
 		}
@@ -86,7 +78,6 @@ func TestMigrateAfterHostKilled(t *testing.T) {
 			t.Errorf("event %d (%s) in stream generation %d, want %d", i, ev.Type, gen, want)
 		}
 	}
-	t.Logf("event sequence (%d events): %s", len(evs), strings.Join(seq, " "))
 	if restarts != 1 || terminals != 1 || evs[len(evs)-1].Type != "done" {
 		t.Fatalf("%d restart events, %d terminal, last %s: want one restart and one done, last", restarts, terminals, evs[len(evs)-1].Type)
 	}
@@ -166,10 +157,7 @@ func TestMigrateAfterHostKilled(t *testing.T) {
 // job completes on wc behind one restart event (reason worker_lost), and
 // the workers' records show wb's run ended before wc's began.
 func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	a, b, c := startKillCluster(t, bin)
 	const queue = "migrate2"
 	runs := &runLog{}
@@ -193,17 +181,11 @@ func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
 	stoppedAt := time.Now()
 	stopWB()
 	<-wbDone
-	evs, err := s.wait(30 * time.Second)
-	if err != nil {
-		got, _ := s.snapshot()
-		t.Fatalf("stream: %v; events so far: %s", err, strings.Join(types(got), ","))
-	}
-	_, at := s.snapshot()
+	evs, at := s.mustEnd(t, "stream", 30*time.Second)
 	id := field[string](t, evs[0], "job_id")
-	var seq []string
+	logEventSequence(t, evs)
 	restarts := 0
 	for i, ev := range evs {
-		seq = append(seq, fmt.Sprintf("%s(seq %d, gen %d, attempt %d)", ev.Type, field[uint64](t, ev, "seq"), field[uint64](t, ev, "gen"), field[uint64](t, ev, "attempt")))
 		if ev.Type == "restart" {
 			restarts++
 			if field[string](t, ev, "reason") != "worker_lost" || field[uint64](t, ev, "max_restarts") != 1 {
@@ -212,7 +194,6 @@ func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
 			t.Logf("worker stopped → restart event %v", at[i].Sub(stoppedAt).Round(time.Millisecond))
 		}
 	}
-	t.Logf("event sequence (%d events): %s", len(evs), strings.Join(seq, " "))
 	if restarts != 1 || evs[len(evs)-1].Type != "done" || types(evs)[len(evs)-12] != "restart" {
 		t.Errorf("want one restart, then wc's 10 outputs, then done")
 	}
@@ -225,4 +206,15 @@ func TestMigrateAfterWorkerSessionEnds(t *testing.T) {
 	} else {
 		t.Logf("runs: %v ended stop+%v; %v started stop+%v", rs[0], rs[0].end.Sub(stoppedAt).Round(time.Millisecond), rs[1], rs[1].start.Sub(stoppedAt).Round(time.Millisecond))
 	}
+}
+
+// logEventSequence logs a job's stream event by event: each event's type,
+// seq, stream generation and attempt.
+func logEventSequence(t *testing.T, evs []sse.Event) {
+	t.Helper()
+	var seq []string
+	for _, ev := range evs {
+		seq = append(seq, fmt.Sprintf("%s(seq %d, gen %d, attempt %d)", ev.Type, field[uint64](t, ev, "seq"), field[uint64](t, ev, "gen"), field[uint64](t, ev, "attempt")))
+	}
+	t.Logf("event sequence (%d events): %s", len(evs), strings.Join(seq, " "))
 }

@@ -22,6 +22,16 @@ import (
 // be killed with SIGKILL, paused with SIGSTOP and restarted under the same
 // name, which an in-process node cannot.
 
+// buildOrSkip skips the test in -short mode, with why (what it runs) as
+// the reason; otherwise it builds cmd/switchyard for it (buildSwitchyard).
+func buildOrSkip(t *testing.T, why string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	return buildSwitchyard(t)
+}
+
 // buildSwitchyard builds cmd/switchyard into a temporary directory.
 func buildSwitchyard(t *testing.T) string {
 	t.Helper()
@@ -199,6 +209,34 @@ func (n *procNode) restart(t *testing.T) time.Time {
 		t.Fatal(err)
 	}
 	return at
+}
+
+// procView is a node process's cluster view (/v1/cluster/nodes).
+type procView struct {
+	Nodes []procViewNode `json:"nodes"`
+}
+
+type procViewNode struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	HTTPAddr string `json:"http_addr"`
+	GRPCAddr string `json:"grpc_addr"`
+	PeerAddr string `json:"peer_addr"`
+}
+
+// allOnline reads n's view into v and reports whether it holds size
+// nodes, every one online.
+func (v *procView) allOnline(n *procNode, size int) bool {
+	*v = procView{}
+	if procGetJSON(n, "/v1/cluster/nodes", v) != nil || len(v.Nodes) != size {
+		return false
+	}
+	for _, nd := range v.Nodes {
+		if nd.State != "online" {
+			return false
+		}
+	}
+	return true
 }
 
 // freeAddr returns a loopback address with a port free a moment ago.

@@ -16,9 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/switchyard/switchyard/integration/benchkit"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -97,11 +94,7 @@ func BenchmarkProcesses(b *testing.B) {
 		profileURL []string // name=debug URL, for -procs.profile
 	}
 	jobsURL := func(addr string) string { return "http://" + addr + "/v1/queues/demo/jobs" }
-	conn, err := grpc.NewClient(ad["a"].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
+	conn := dialPlain(b, ad["a"].grpc)
 	jobs := pb.NewJobServiceClient(conn)
 	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
 	setups := []setup{

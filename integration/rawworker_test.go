@@ -52,6 +52,17 @@ func (w *rawWorker) send(m *pb.WorkerMessage) {
 	}
 }
 
+// accept takes the job the node offers next (what names it) and accepts it.
+func (w *rawWorker) accept(what string) *pb.Job {
+	w.tb.Helper()
+	job := w.recv().GetJob()
+	if job == nil {
+		w.tb.Fatalf("%s: the raw worker was not offered the job", what)
+	}
+	w.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: job.JobId, Generation: job.Generation}}})
+	return job
+}
+
 // recv returns the next non-heartbeat message.
 func (w *rawWorker) recv() *pb.NodeMessage {
 	w.tb.Helper()
@@ -116,8 +127,7 @@ func TestWorkerLostBeforeOutputRequeues(t *testing.T) {
 	raw := dialRaw(t, n, "demo")
 	res := post(t.Context(), t, n, "demo", `{"input":"a b"}`, true)
 	defer res.Body.Close()
-	job := raw.recv().GetJob()
-	raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: job.JobId, Generation: job.Generation}}})
+	raw.accept("the job")
 	raw.close()
 	waitFor(t, 2*time.Second, "raw worker withdrawn", func() bool {
 		return metric(t, n, "switchyard_workers_connected", nil) == 0
@@ -138,8 +148,7 @@ func TestWorkerLostAfterOutputFails(t *testing.T) {
 	raw := dialRaw(t, n, "demo")
 	res := post(t.Context(), t, n, "demo", `{"input":"a b"}`, true)
 	defer res.Body.Close()
-	job := raw.recv().GetJob()
-	raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: job.JobId, Generation: job.Generation}}})
+	job := raw.accept("the job")
 	raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: job.JobId, Generation: job.Generation, Data: []byte(`"a "`)}}})
 	// A stale generation is refused, not appended.
 	raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: job.JobId, Generation: job.Generation + 7, Data: []byte(`"forged"`)}}})
@@ -161,11 +170,7 @@ func TestWorkerLostAfterOutputFails(t *testing.T) {
 // declaration is InvalidArgument and registers nothing.
 func TestWorkerRegistrationErrors(t *testing.T) {
 	n := MustStartNode(t, func(c *switchyard.Config) { c.Workers.SetupTimeout = 200 * time.Millisecond })
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n.GRPCAddr())
 	c := pb.NewWorkerServiceClient(conn)
 	for _, tc := range []struct {
 		name string

@@ -26,7 +26,7 @@ func TestFencedNodeRecovers(t *testing.T) {
 		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 5
 	})
 	proxy := startEtcdProxy(t, a.Catalog().ClientAddr())
-	logs := &zombieLogBuffer{}
+	logs := &lockedBuffer{}
 	b := startZombieNode(t, "rb", proxy.Addr(), logs)
 	online := func(want func(inc string) bool) func() bool {
 		return func() bool {

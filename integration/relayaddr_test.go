@@ -5,13 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -23,10 +19,7 @@ import (
 // answered with the same job, over HTTP and over gRPC: relays dial the
 // record's relay addresses (advertise.go), not the client-facing ones.
 func TestBinaryRelayAddress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds and runs the binary")
 	dead := func() []string {
 		return []string{"--advertise-http-addr", freeAddr(t), "--advertise-grpc-addr", freeAddr(t), "--allow-anonymous"}
 	}
@@ -35,25 +28,8 @@ func TestBinaryRelayAddress(t *testing.T) {
 	b := startProcNode(t, bin, "rb", append([]string{"--etcd-endpoints", "https://" + etcdAddr}, dead()...)...)
 
 	// The premise: the advertised addresses in b's view answer nothing.
-	var view struct {
-		Nodes []struct {
-			ID       string `json:"id"`
-			State    string `json:"state"`
-			HTTPAddr string `json:"http_addr"`
-			GRPCAddr string `json:"grpc_addr"`
-		} `json:"nodes"`
-	}
-	waitFor(t, 20*time.Second, "ra and rb online in rb's view", func() bool {
-		if procGetJSON(b, "/v1/cluster/nodes", &view) != nil || len(view.Nodes) != 2 {
-			return false
-		}
-		for _, n := range view.Nodes {
-			if n.State != "online" {
-				return false
-			}
-		}
-		return true
-	})
+	var view procView
+	waitFor(t, 20*time.Second, "ra and rb online in rb's view", func() bool { return view.allOnline(b, 2) })
 	for _, n := range view.Nodes {
 		for _, addr := range []string{n.HTTPAddr, n.GRPCAddr} {
 			if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
@@ -65,13 +41,7 @@ func TestBinaryRelayAddress(t *testing.T) {
 
 	// A slow job made on ra (its worker is there, so ra dispatches), with
 	// a key; it runs for a while, so its key stays on ra.
-	wk := exec.Command(bin, "worker", "--server", a.grpc, "--queue", "relayed", "--demo", "tokens", "--delay", "300ms")
-	wlog := &lockedBuffer{}
-	wk.Stderr = wlog
-	if err := wk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wk.Process.Kill(); _ = wk.Wait() })
+	_, wlog := startDemoWorker(t, bin, a.grpc, "relayed", "300ms")
 	const env = `{"input":"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty","ttl_ms":120000}`
 	submit := func(n *procNode) (int, string, []byte) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+n.http+"/v1/queues/relayed/jobs", strings.NewReader(env))
@@ -103,11 +73,7 @@ func TestBinaryRelayAddress(t *testing.T) {
 	t.Logf("HTTP retry through rb: %d, job %s (made on ra)", status, jobID)
 
 	// And over gRPC: rb relays the Submit to ra's gRPC API.
-	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, b.grpc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "relayed", EnvelopeJson: []byte(env), IdempotencyKey: "relay-me"})

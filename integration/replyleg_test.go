@@ -46,15 +46,7 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 	started := make(chan string, 1)
 	cancelled := make(chan time.Time, 1)
 	MustStartWorker(t, n3, worker.Config{Name: "y", Queue: "rl", Capabilities: []string{"model=y"}, Concurrency: 4},
-		func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
-			if err := out.Send(ctx, "first"); err != nil {
-				return nil, err
-			}
-			started <- job.ID
-			<-ctx.Done()
-			cancelled <- time.Now()
-			return nil, ctx.Err()
-		})
+		outputThenAwaitCancel(started, cancelled))
 	for _, nd := range nodes {
 		waitFor(t, 5*time.Second, "both consumers of rl in "+name(nd)+"'s view", func() bool { return len(nd.Catalog().Consumers("rl")) == 2 })
 		waitFor(t, 5*time.Second, "n1 still dispatches rl in "+name(nd)+"'s view", func() bool { return dispatcherOf(nd, "rl") == "n1" })
@@ -154,48 +146,29 @@ func TestReplyLegCancelThreeNodes(t *testing.T) {
 // ka holds the embedded etcd so that stopping kb does not stop the catalog;
 // kb's lease (10s) outlives the pause.
 func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
 	const (
 		pause = 1500 * time.Millisecond
 		pad   = 200
 		// Bounded by the job's default max output (64 MiB).
 		maxOutputs = 150_000
 	)
-	bin := buildSwitchyard(t)
-	t.Cleanup(killHTTP.CloseIdleConnections)
-	etcdAddr := freeAddr(t)
-	ka := startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	// kb's client stream must carry every output, and the backlog arrives
-	// as a burst after the pause: bounds far above it, so that the test
-	// client is never terminated as a slow consumer (that is another
-	// test's subject; this one is the reply leg). The output window, half
-	// the stream bound unless set, is the default's: it is what stops the
-	// worker.
-	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr, "--lease-ttl", "10s",
-		"--stream-max-events", "200000", "--history-events", "400000",
-		"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456",
-		"--output-window-events", "512", "--output-window-bytes", "2097152")
-	// A host stops the jobs of an ingress that missed its pings (a silent
-	// ingress: nobody may be reading them). kb's pause is a slow ingress,
-	// not a silent one, only while it is shorter than kc's silence bound
-	// for it: 30 pings (3s) here, twice the pause.
-	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr, "--peer-failure-threshold", "30")
-	for _, n := range []*procNode{ka, kb, kc} {
-		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
-			var body struct{ Nodes []struct{ ID, State string } }
-			if procGetJSON(n, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 3 {
-				return false
-			}
-			for _, nd := range body.Nodes {
-				if nd.State != "online" {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
+	_, kb, kc := startKillClusterEach(t, bin, nil,
+		// kb's client stream must carry every output, and the backlog
+		// arrives as a burst after the pause: bounds far above it, so that
+		// the test client is never terminated as a slow consumer (that is
+		// another test's subject; this one is the reply leg). The output
+		// window, half the stream bound unless set, is the default's: it
+		// is what stops the worker.
+		[]string{"--lease-ttl", "10s",
+			"--stream-max-events", "200000", "--history-events", "400000",
+			"--stream-max-bytes", "134217728", "--history-bytes", "268435456", "--retain-bytes", "268435456",
+			"--output-window-events", "512", "--output-window-bytes", "2097152"},
+		// A host stops the jobs of an ingress that missed its pings (a
+		// silent ingress: nobody may be reading them). kb's pause is a slow
+		// ingress, not a silent one, only while it is shorter than kc's
+		// silence bound for it: 30 pings (3s) here, twice the pause.
+		[]string{"--peer-failure-threshold", "30"})
 
 	var produced atomic.Int64
 	stopAt := atomic.Int64{}
@@ -261,10 +234,7 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 		t.Errorf("the worker produced %d outputs in the last second of the stop: it should be blocked by then", lastSecond)
 	}
 
-	evs, err := s.wait(30 * time.Second)
-	if err != nil {
-		t.Fatalf("the requester's stream did not end: %v", err)
-	}
+	evs, _ := s.mustEnd(t, "the requester's stream", 30*time.Second)
 	total := int(produced.Load())
 	var got []int
 	for _, ev := range evs {
@@ -303,29 +273,8 @@ func TestReplyLegSlowIngressSIGSTOP(t *testing.T) {
 // lease gone), then runs once on a worker that registered on ka meanwhile,
 // and completes.
 func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
-	t.Cleanup(killHTTP.CloseIdleConnections)
-	etcdAddr := freeAddr(t)
-	ka := startProcNode(t, bin, "ka", "--etcd-client-addr", etcdAddr)
-	kb := startProcNode(t, bin, "kb", "--etcd-endpoints", "https://"+etcdAddr)
-	kc := startProcNode(t, bin, "kc", "--etcd-endpoints", "https://"+etcdAddr, "--lease-ttl", "10s")
-	for _, n := range []*procNode{ka, kb, kc} {
-		waitFor(t, 15*time.Second, "ka, kb, kc online in "+n.name+"'s view", func() bool {
-			var body struct{ Nodes []struct{ ID, State string } }
-			if procGetJSON(n, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != 3 {
-				return false
-			}
-			for _, nd := range body.Nodes {
-				if nd.State != "online" {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
+	ka, kb, kc := startKillClusterEach(t, bin, nil, nil, []string{"--lease-ttl", "10s"})
 	var outputs atomic.Int64
 	startProcWorker(t, kc, worker.Config{Name: "busy", Queue: "silent"}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		for i := 0; ; i++ {
@@ -360,11 +309,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 	}
 	stoppedAt := time.Now()
 	t.Cleanup(func() { _ = kc.cmd.Process.Signal(syscall.SIGCONT) })
-	evs, err := s.wait(15 * time.Second)
-	if err != nil {
-		t.Fatalf("the requester's stream did not end: %v", err)
-	}
-	_, at := s.snapshot()
+	evs, at := s.mustEnd(t, "the requester's stream", 15*time.Second)
 	last := evs[len(evs)-1]
 	took := at[len(at)-1].Sub(stoppedAt)
 	if last.Type != "error" || field[string](t, last, "code") != "worker_lost" {
@@ -383,11 +328,7 @@ func TestReplyLegSilentHostSIGSTOP(t *testing.T) {
 		again.Add(1)
 		return map[string]any{"by": "ka"}, nil
 	})
-	qevs, err := sq.wait(30 * time.Second)
-	if err != nil {
-		t.Fatalf("the silent job's stream did not end: %v", err)
-	}
-	_, qat := sq.snapshot()
+	qevs, qat := sq.mustEnd(t, "the silent job's stream", 30*time.Second)
 	qlast := qevs[len(qevs)-1]
 	qtook := qat[len(qat)-1].Sub(stoppedAt)
 	if qlast.Type != "done" {

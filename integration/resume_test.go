@@ -269,16 +269,11 @@ func TestBadResumeTokensAllLookTheSame(t *testing.T) {
 	n := MustStartNode(t, nil)
 	MustStartWorker(t, n, worker.Config{}, worker.Tokens(0))
 	streamed := func(auth string) (id string, evs []sse.Event) {
-		req, _ := http.NewRequest(http.MethodPost, baseURL(n)+"/v1/queues/demo/jobs", strings.NewReader(`{"input":"a b c"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
+		header := []string{"Accept", "text/event-stream"}
 		if auth != "" {
-			req.Header.Set("Authorization", auth)
+			header = append(header, "Authorization", auth)
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := send(t, t.Context(), http.DefaultClient, http.MethodPost, baseURL(n)+"/v1/queues/demo/jobs", "application/json", `{"input":"a b c"}`, header...)
 		defer res.Body.Close()
 		return res.Header.Get("X-Job-Id"), readAll(t, res.Body)
 	}
@@ -289,17 +284,14 @@ func TestBadResumeTokensAllLookTheSame(t *testing.T) {
 		t.Fatalf("event id %q", tok)
 	}
 	get := func(job, lastID, auth, query string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, baseURL(n)+"/v1/jobs/"+job+"/events"+query, nil)
+		var header []string
 		if lastID != "" {
-			req.Header.Set("Last-Event-ID", lastID)
+			header = append(header, "Last-Event-ID", lastID)
 		}
 		if auth != "" {
-			req.Header.Set("Authorization", auth)
+			header = append(header, "Authorization", auth)
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := send(t, t.Context(), http.DefaultClient, http.MethodGet, baseURL(n)+"/v1/jobs/"+job+"/events"+query, "", "", header...)
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
@@ -315,19 +307,10 @@ func TestBadResumeTokensAllLookTheSame(t *testing.T) {
 		t.Fatalf("resume after seq 2 began with %v", types(rest))
 	}
 
-	flip := func(s string, i int) string {
-		b := []byte(s)
-		if b[i] == 'A' {
-			b[i] = 'B'
-		} else {
-			b[i] = 'A'
-		}
-		return string(b)
-	}
 	dot := strings.Index(tok, ".")
 	bad := map[string]struct{ job, tok, auth, query string }{
-		"payload byte flipped": {id, flip(tok, dot+3), "Bearer alice", ""},
-		"mac byte flipped":     {id, flip(tok, len(tok)-3), "Bearer alice", ""},
+		"payload byte flipped": {id, flipByte(tok, dot+3), "Bearer alice", ""},
+		"mac byte flipped":     {id, flipByte(tok, len(tok)-3), "Bearer alice", ""},
 		"truncated":            {id, tok[:len(tok)-5], "Bearer alice", ""},
 		"extra segment":        {id, tok + ".AAAA", "Bearer alice", ""},
 		"wrong caller":         {id, tok, "Bearer mallory", ""},
@@ -783,4 +766,16 @@ func TestHeartbeatOnSilentJob(t *testing.T) {
 	if evs := readAll(t, strings.NewReader(string(b))); len(evs) != 1 || evs[0].Type != "accepted" {
 		t.Fatalf("heartbeats must not be events: %v", types(evs))
 	}
+}
+
+// flipByte changes s's byte i to another base64url character: a token
+// tampered with in one place.
+func flipByte(s string, i int) string {
+	b := []byte(s)
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
 }

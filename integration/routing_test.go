@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/worker"
@@ -363,67 +360,7 @@ func TestQueueReaperReleasesRecord(t *testing.T) {
 // Cluster formation with three nodes that each embed an etcd member
 // (--initial-cluster): a job posted to n1 runs on a worker connected to n3.
 func TestJobCrossesEmbeddedMembers(t *testing.T) {
-	before := goleak.IgnoreCurrent()
-	var addrs []string
-	var lns []net.Listener
-	for range 6 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	ic := fmt.Sprintf("n1=https://%s,n2=https://%s,n3=https://%s", addrs[1], addrs[3], addrs[5])
-	nodes := make([]*switchyard.Node, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() {
-			cfg := switchyard.DefaultConfig()
-			cfg.Name, cfg.ClusterSecret = fmt.Sprintf("n%d", i+1), testSecret
-			cfg.HTTPAddr, cfg.GRPCAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-			cfg.DataDir = t.TempDir()
-			// No FastCatalog: its election timeout (100 ms) passes by itself
-			// between three members on a loaded machine, and the leader
-			// changes under the catalog's first writes and the job. etcd's
-			// own timing (1 s) costs a second at start.
-			cfg.DrainTimeout = 2 * time.Second
-			cfg.Logger = testLogger()
-			cfg.EtcdClientAddr, cfg.EtcdPeerAddr, cfg.EtcdInitialCluster = addrs[2*i], addrs[2*i+1], ic
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			nodes[i], errs[i] = switchyard.Open(ctx, cfg)
-		})
-	}
-	wg.Wait()
-	// Close the nodes together: each embedded member waits for a quorum.
-	t.Cleanup(func() {
-		var cw sync.WaitGroup
-		for _, n := range nodes {
-			if n != nil {
-				cw.Go(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					_ = n.Close(ctx)
-				})
-			}
-		}
-		cw.Wait()
-		// The members' raft HTTP connections outlive Close by up to etcd's
-		// peer read timeout (5s: its conn renews the read deadline net/http
-		// sets to abort them). Wait them out here, so that goleak in
-		// TestMain does not fail when this test runs last or alone.
-		waitGoroutinesGone(t, before)
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("open n%d: %v", i+1, err)
-		}
-	}
+	nodes, _ := startEmbeddedCluster(t, "n1", "n2", "n3")
 	MustStartWorker(t, nodes[2], worker.Config{Name: "w3", Queue: "em"}, named("w3"))
 	waitFor(t, 10*time.Second, "n1 sees n3 dispatching em", func() bool { return dispatcherOf(nodes[0], "em") == "n3" })
 	// The TTL bounds a job that went astray, not how fast it runs.

@@ -94,18 +94,8 @@ func (c *scaleCluster) grow(size int) time.Duration {
 	}
 	c.nodes = append(c.nodes, added...)
 	for _, n := range c.nodes {
-		waitFor(c.t, 60*time.Second, fmt.Sprintf("%d nodes online in %s's view", size, n.name), func() bool {
-			var body struct{ Nodes []struct{ ID, State string } }
-			if procGetJSON(n, "/v1/cluster/nodes", &body) != nil || len(body.Nodes) != size {
-				return false
-			}
-			for _, x := range body.Nodes {
-				if x.State != "online" {
-					return false
-				}
-			}
-			return true
-		})
+		var v procView
+		waitFor(c.t, 60*time.Second, fmt.Sprintf("%d nodes online in %s's view", size, n.name), func() bool { return v.allOnline(n, size) })
 	}
 	return time.Since(start)
 }

@@ -114,6 +114,23 @@ func readTimed(r io.Reader) ([]timedEvent, error) {
 	return evs, nil
 }
 
+// timedRead is what readTimed returned.
+type timedRead struct {
+	evs []timedEvent
+	err error
+}
+
+// readTimedAsync runs readTimed on its own goroutine; the channel gets its
+// result.
+func readTimedAsync(r io.Reader) <-chan timedRead {
+	done := make(chan timedRead, 1)
+	go func() {
+		evs, err := readTimed(r)
+		done <- timedRead{evs, err}
+	}()
+	return done
+}
+
 // getStream opens an SSE GET and checks that it was accepted.
 func getStream(t *testing.T, url string) *http.Response {
 	t.Helper()
@@ -188,15 +205,7 @@ func TestSlowConsumer(t *testing.T) {
 			var fast atomic.Bool
 			slowDone := make(chan []byte, 1)
 			go func() { slowDone <- slowReader(slowRes.Body, 4<<10, 20*time.Millisecond, &fast) }()
-			type timed struct {
-				evs []timedEvent
-				err error
-			}
-			tickDone := make(chan timed, 1)
-			go func() {
-				evs, err := readTimed(tickRes.Body)
-				tickDone <- timed{evs, err}
-			}()
+			tickDone := readTimedAsync(tickRes.Body)
 
 			t0 := time.Now()
 			close(start)

@@ -116,13 +116,7 @@ func TestStrictJSONAtEveryDoor(t *testing.T) {
 		answer("POST workers", "concurrency twice", p.Status, string(p.Code), deref(p.Detail))
 
 		hw := openHTTPWorker(t, n, "hq", client.WorkerRequest{Capabilities: &[]string{"model=demo"}})
-		sub := post(ctx, t, n, "hq", `{"input":"a","ttl_ms":30000}`, false)
-		var job client.Job
-		if err := json.Unmarshal(readBody(t, sub), &job); err != nil {
-			t.Fatal(err)
-		}
-		o := hw.offer()
-		hw.accept(o)
+		job, o := hw.submitAndAccept(ctx, n, "hq", `{"input":"a","ttl_ms":30000}`)
 		for _, tc := range []struct{ name, action, body string }{
 			{"invalid UTF-8 output", "output", "{\"generation\":1,\"data\":\"\xed\xa0\x80\"}"},
 			{"lone surrogate output", "output", `{"generation":1,"data":{"text":"\ud83d"}}`},
@@ -167,11 +161,7 @@ func TestStrictJSONAtEveryDoor(t *testing.T) {
 			}},
 		} {
 			res := post(ctx, t, n, "demo", `{"input":"a","ttl_ms":30000}`, true)
-			job := raw.recv().GetJob()
-			if job == nil {
-				t.Fatalf("%s: the raw worker was not offered the job", tc.name)
-			}
-			raw.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: job.JobId, Generation: job.Generation}}})
+			job := raw.accept(tc.name)
 			raw.send(tc.send(job.JobId, job.Generation))
 			evs := readAll(t, res.Body)
 			res.Body.Close()

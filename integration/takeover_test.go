@@ -36,10 +36,7 @@ import (
 // time from the pause to the first start on wb of a job posted after it,
 // and the longest gap between run starts while kc is paused.
 func TestDispatcherTakeoverOnPause(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs three node processes")
-	}
-	bin := buildSwitchyard(t)
+	bin := buildOrSkip(t, "builds the binary and runs three node processes")
 	for _, paused := range []time.Duration{2500 * time.Millisecond, 8 * time.Second} {
 		t.Run(fmt.Sprintf("paused-%v", paused), func(t *testing.T) { testTakeoverOnPause(t, bin, paused) })
 	}

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -64,11 +63,7 @@ func TestTLSPublicPorts(t *testing.T) {
 		t.Error("a client without the CA completed a handshake")
 	}
 	// Plaintext gRPC to the TLS port.
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n.GRPCAddr())
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	if _, err := pb.NewJobServiceClient(conn).Get(ctx, &pb.GetJobRequest{JobId: "j_x"}); err == nil || grpcAnswer(err).code != "" {
@@ -147,11 +142,7 @@ func TestPeerMutualTLS(t *testing.T) {
 		t.Fatal("etcd answered a client whose certificate another CA signed")
 	}
 	// The peer port to a plaintext client: no handshake, no answer.
-	pconn, err := grpc.NewClient(n1.PeerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pconn.Close()
+	pconn := dialPlain(t, n1.PeerAddr())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := pb.NewPeerServiceClient(pconn).Ping(ctx, &pb.PingRequest{}); err == nil {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,15 +56,7 @@ func BenchmarkTracing(b *testing.B) {
 		warmup    = 200
 		retention = 50 * time.Millisecond
 	)
-	var levels []int
-	for _, f := range strings.Split(*tracingLevels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || c < 1 {
-			b.Fatalf("-tracing.levels: %q is not a concurrency", f)
-		}
-		levels = append(levels, c)
-	}
-	jobs, rounds := max(*tracingJobs, 1), min(max(*tracingRounds, 1), max(*tracingJobs, 1))
+	plan := newRoundsPlan(b, "tracing", *tracingLevels, *tracingJobs, *tracingRounds)
 	recv := startOTLPReceiver(b, true)
 	type mode struct {
 		name, what string
@@ -120,9 +110,7 @@ func BenchmarkTracing(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, s := range setups {
-		if r := benchkit.Run(ctx, client, s.target, body, warmup, 64); r.Failed > 0 {
-			b.Fatalf("%s: warm-up: %d of %d jobs failed", s.name, r.Failed, warmup)
-		}
+		warmUp(b, client, s.name, s.target, body, warmup)
 	}
 	flushAll := func() {
 		for _, c := range clusters {
@@ -138,72 +126,35 @@ func BenchmarkTracing(b *testing.B) {
 		return n
 	}
 
-	results := map[string]*benchkit.Result{}
 	spans := map[string]int{}
 	started := time.Now()
-	for _, c := range levels {
-		for round := range rounds {
-			count := jobs / rounds
-			if round == 0 {
-				count += jobs % rounds
-			}
-			for k := range setups {
-				s := setups[(round+k)%len(setups)]
-				key := fmt.Sprintf("c=%d/%s", c, s.name)
-				if results[key] == nil {
-					results[key] = &benchkit.Result{}
-				}
-				runtime.GC()
-				// The spans of the jobs before are exported first, so what
-				// the receiver counts during the run is this run's.
-				flushAll()
-				before := spansOf(s)
-				cpu := processCPU(b)
-				r := benchkit.Run(ctx, client, s.target, body, count, c)
-				// The export is part of a traced job's cost.
-				flushAll()
-				r.CPU = processCPU(b) - cpu
-				results[key].Add(r)
-				spans[key] += spansOf(s) - before
-			}
-		}
-		for _, s := range setups {
-			key := fmt.Sprintf("c=%d/%s", c, s.name)
-			b.Run(strings.ReplaceAll(key, " ", "_"), func(b *testing.B) { reportLoad(b, *results[key]) })
-		}
-	}
+	results := runRounds(b, plan, setups, func(s setup) string { return s.name }, func(s setup, key string, count, c int) benchkit.Result {
+		// The spans of the jobs before are exported first, so what the
+		// receiver counts during the run is this run's.
+		flushAll()
+		before := spansOf(s)
+		cpu := processCPU(b)
+		r := benchkit.Run(ctx, client, s.target, body, count, c)
+		// The export is part of a traced job's cost.
+		flushAll()
+		r.CPU = processCPU(b) - cpu
+		spans[key] += spansOf(s) - before
+		return r
+	})
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nBenchmarkTracing: the demo tokens job (4 outputs, no delay) on three 2-node clusters;\n"+
-		"%d jobs per setup and level, in %d interleaved rounds; POSTs carry no traceparent\n", jobs, rounds)
+		"%d jobs per setup and level, in %d interleaved rounds; POSTs carry no traceparent\n", plan.jobs, plan.rounds)
 	for _, m := range modes {
 		fmt.Fprintf(&sb, "  %-5s %s\n", m.name, m.what)
 	}
-	type metric struct {
-		name string
-		of   func(benchkit.Result) float64
-	}
-	metrics := []metric{
-		{"first p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 50)) }},
-		{"first p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.First, 99)) }},
-		{"last p50", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 50)) }},
-		{"last p99", func(r benchkit.Result) float64 { return us(benchkit.Percentile(r.Last, 99)) }},
-		{"cpu/job", func(r benchkit.Result) float64 { return us(r.CPUPerJob()) }},
-		{"jobs/s", benchkit.Result.JobsPerSec},
-	}
-	for _, c := range levels {
+	for _, c := range plan.levels {
 		fmt.Fprintf(&sb, "\nconcurrency %d (µs; cpu/job: the whole process's CPU µs per job; jobs/s; spans exported per job)\n", c)
-		fmt.Fprintf(&sb, "  %-24s", "setup")
-		for _, m := range metrics {
-			fmt.Fprintf(&sb, " %10s", m.name)
-		}
+		writeLoadHeader(&sb, 24)
 		fmt.Fprintf(&sb, " %10s %6s\n", "spans/job", "failed")
 		for _, s := range setups {
 			r := results[fmt.Sprintf("c=%d/%s", c, s.name)]
-			fmt.Fprintf(&sb, "  %-24s", s.name)
-			for _, m := range metrics {
-				fmt.Fprintf(&sb, " %10.0f", m.of(*r))
-			}
+			writeLoadRow(&sb, 24, s.name, *r)
 			n := len(r.Last) + r.Failed
 			fmt.Fprintf(&sb, " %10.2f %6d\n", float64(spans[fmt.Sprintf("c=%d/%s", c, s.name)])/float64(max(n, 1)), r.Failed)
 		}
@@ -213,19 +164,7 @@ func BenchmarkTracing(b *testing.B) {
 			}
 			path := strings.TrimPrefix(s.name, s.mode+" ")
 			a, off := results[fmt.Sprintf("c=%d/%s", c, s.name)], results[fmt.Sprintf("c=%d/off %s", c, path)]
-			fmt.Fprintf(&sb, "  %-24s", s.name+" / off")
-			for i, m := range metrics {
-				x, y := m.of(*a), m.of(*off)
-				if i == len(metrics)-1 {
-					x, y = y, x // jobs/s inverted: a time ratio, like the others
-				}
-				if y == 0 {
-					fmt.Fprintf(&sb, " %10s", "-")
-					continue
-				}
-				fmt.Fprintf(&sb, " %9.2fx", x/y)
-			}
-			sb.WriteString("\n")
+			writeRatioRow(&sb, 24, s.name+" / off", *a, *off)
 		}
 	}
 	fmt.Print(sb.String())

@@ -16,8 +16,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard"
@@ -188,11 +186,7 @@ func TestTraceAcrossCluster(t *testing.T) {
 
 	// The gRPC JobService reads the caller's traceparent from its metadata.
 	tidG := "8bf92f3577b34da6a3ce929d0e0e473a"
-	conn, err := grpc.NewClient(n1.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n1.GRPCAddr())
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tidG+"-"+caller+"-01")
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"tokens"}`)})
 	if err != nil {
@@ -262,11 +256,7 @@ func TestTracePropagatesWithExportOff(t *testing.T) {
 	}
 
 	// The gRPC JobService reads it from the call's metadata.
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialPlain(t, n.GRPCAddr())
 	tidG := "abf92f3577b34da6a3ce929d0e0e473c"
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tidG+"-00f067aa0ba902b7-01")
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":1}`)})

@@ -116,7 +116,7 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 	name, queue := fmt.Sprintf("zb%d", seed), fmt.Sprintf("zq%d", seed)
 
 	proxy := startEtcdProxy(t, a.Catalog().ClientAddr())
-	logs := &zombieLogBuffer{}
+	logs := &lockedBuffer{}
 	b := startZombieNode(t, name, proxy.Addr(), logs)
 
 	waitFor(t, 10*time.Second, name+" online in A's view and A in "+name+"'s", func() bool {
@@ -547,6 +547,21 @@ func (s *sseStream) wait(timeout time.Duration) ([]sse.Event, error) {
 	}
 }
 
+// mustEnd waits up to timeout for the stream to end and returns its events
+// and their arrival times; a stream that does not end in time, or ends in a
+// transport error, fails the test (what names the stream) with the events
+// so far.
+func (s *sseStream) mustEnd(t *testing.T, what string, timeout time.Duration) ([]sse.Event, []time.Time) {
+	t.Helper()
+	evs, err := s.wait(timeout)
+	if err != nil {
+		got, _ := s.snapshot()
+		t.Fatalf("%s: %v; events so far: %s", what, err, strings.Join(types(got), ","))
+	}
+	_, at := s.snapshot()
+	return evs, at
+}
+
 // awaitNoGoroutine waits until no goroutine's stack mentions fn.
 func awaitNoGoroutine(t *testing.T, fn string, timeout time.Duration) {
 	t.Helper()
@@ -575,22 +590,4 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// zombieLogBuffer collects a node's log, written from its goroutines.
-type zombieLogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *zombieLogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *zombieLogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -7,7 +7,11 @@
 // documents by hand: CI regenerates them and fails on a difference.
 package openapi
 
-import _ "embed"
+import (
+	_ "embed"
+	"encoding/json"
+	"slices"
+)
 
 // JSON is the document as JSON.
 //
@@ -18,3 +22,26 @@ var JSON []byte
 //
 //go:embed openapi.yaml
 var YAML []byte
+
+// Operations are the "method path" of every operation of the document
+// ("get /v1/jobs/{id}", …), sorted: what the tests hold the router and the
+// auth matrix to.
+func Operations() ([]string, error) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(JSON, &doc); err != nil {
+		return nil, err
+	}
+	var ops []string
+	for path, methods := range doc.Paths {
+		for m := range methods {
+			switch m {
+			case "get", "put", "post", "delete", "patch", "head", "options":
+				ops = append(ops, m+" "+path)
+			}
+		}
+	}
+	slices.Sort(ops)
+	return ops, nil
+}

@@ -13,7 +13,7 @@ import (
 
 // Activity is when this node last exchanged a routing message with each
 // peer, either way: a call, or a message on a stream (a stream's own
-// heartbeats count, so an open delivery stream or reply leg keeps its
+// heartbeats count, so an open delivery stream or response leg keeps its
 // peer active). Pings and Figures calls do not count: they are the
 // tracker's and the cluster view's, not traffic. The tracker pings every
 // heartbeat only the peers this node has business with, these among them

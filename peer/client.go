@@ -112,10 +112,10 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 	opts = append(opts,
 		grpc.WithTransportCredentials(transport),
 		c.version,
-		// The router resends what a failed call carried itself, in order
-		// (a lane's fallback, lane_stall.go; a reply leg's connect,
-		// leg_send.go); gRPC's transparent retry would only buffer every
-		// message of every stream for a replay it never needs.
+		// The router resends what a failed call carried itself, in order (a
+		// delivery stream's fallback, delivery_stall.go; a response leg's
+		// connect, leg_send.go); gRPC's transparent retry would only buffer
+		// every message of every stream for a replay it never needs.
 		grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(c.cfg.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),

@@ -81,6 +81,32 @@ func wire[T proto.Message](t *testing.T, p T) T {
 	return out
 }
 
+// roundTrip converts in to its wire form and back, once directly and once
+// through the encoded bytes (wire), and fails t unless each time gives
+// want. It returns what each gave, by whether it went through the bytes.
+func roundTrip[T any, P proto.Message](t *testing.T, in, want T, toPB func(T) (P, error), fromPB func(P) (T, error)) map[bool]T {
+	t.Helper()
+	out := map[bool]T{}
+	for _, viaWire := range []bool{false, true} {
+		p, err := toPB(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if viaWire {
+			p = wire(t, p)
+		}
+		got, err := fromPB(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("wire=%v:\n got %#v\nwant %#v", viaWire, got, want)
+		}
+		out[viaWire] = got
+	}
+	return out
+}
+
 func TestDeliveryRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -108,19 +134,7 @@ func TestDeliveryRoundTrip(t *testing.T) {
 			if want.JobID == "" {
 				want = tc.in
 			}
-			for _, viaWire := range []bool{false, true} {
-				p := peer.DeliveryToPB(tc.in)
-				if viaWire {
-					p = wire(t, p)
-				}
-				got, err := peer.DeliveryFromPB(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("wire=%v:\n got %#v\nwant %#v", viaWire, got, want)
-				}
-			}
+			roundTrip(t, tc.in, want, func(d core.Delivery) (*pb.PeerDelivery, error) { return peer.DeliveryToPB(d), nil }, peer.DeliveryFromPB)
 		})
 	}
 }
@@ -175,21 +189,7 @@ func TestMessageRoundTrip(t *testing.T) {
 			if tc.want != nil {
 				want = *tc.want
 			}
-			for _, viaWire := range []bool{false, true} {
-				p, err := peer.MessageToPB(tc.in)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if viaWire {
-					p = wire(t, p)
-				}
-				got, err := peer.MessageFromPB(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("wire=%v:\n got %#v\nwant %#v", viaWire, got, want)
-				}
+			for viaWire, got := range roundTrip(t, tc.in, want, peer.MessageToPB, peer.MessageFromPB) {
 				if (got.End == nil) != (want.End == nil) || (got.Delivery == nil) != (want.Delivery == nil) {
 					t.Errorf("wire=%v: presence of End or Delivery changed", viaWire)
 				}

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/peer"
@@ -42,11 +40,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 	b := startNode(t, "b", "127.0.0.1:0", h, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	plain, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := dialBare(t, b.addr)
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("a"))
 	oldCredential := metadata.NewOutgoingContext(ctx, metadata.Pairs(
@@ -56,9 +50,9 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"no handshake", func() error { _, err := pb.NewPeerServiceClient(plain).Ping(ctx, &pb.PingRequest{}); return err }},
+		{"no handshake", func() error { _, err := plain.Ping(ctx, &pb.PingRequest{}); return err }},
 		{"no handshake, a's credential in metadata", func() error {
-			_, err := pb.NewPeerServiceClient(plain).Ping(oldCredential, &pb.PingRequest{})
+			_, err := plain.Ping(oldCredential, &pb.PingRequest{})
 			return err
 		}},
 		{"another secret", func() error {
@@ -89,7 +83,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 			return counter(t, b.reg, "switchyard_peer_auth_failures_total", nil) >= float64(i+1)
 		})
 	}
-	_, err = newClient(t, "a", secret).Ping(ctx, "c", b.addr)
+	_, err := newClient(t, "a", secret).Ping(ctx, "c", b.addr)
 	if err == nil || !strings.Contains(err.Error(), `the other end is node \"b\", not \"c\"`) {
 		t.Errorf("a client meaning node c at b's address: %v, want it to refuse b", err)
 	}

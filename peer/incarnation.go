@@ -63,10 +63,10 @@ func (it *item) stampOf() string {
 	return it.msg.GetDelivery().GetIncarnation()
 }
 
-// fresh returns the items that may still be sent to the lane's node: it
-// drops (and counts) those stamped for an incarnation of it the view no
-// longer names. A dropped forward fails with core.ErrNodeReplaced.
-func (l *lane) fresh(items []*item) []*item {
+// fresh returns the items that may still be sent to the delivery stream's
+// node: it drops (and counts) those stamped for an incarnation of it the
+// view no longer names. A dropped forward fails with core.ErrNodeReplaced.
+func (l *deliveryStream) fresh(items []*item) []*item {
 	r := l.r
 	ok := items[:0]
 	var dropped int

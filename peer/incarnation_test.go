@@ -22,13 +22,7 @@ type incarnations struct {
 	m  map[string]string
 }
 
-func newIncarnations(kv ...string) *incarnations {
-	in := &incarnations{m: map[string]string{}}
-	for i := 0; i+1 < len(kv); i += 2 {
-		in.m[kv[i]] = kv[i+1]
-	}
-	return in
-}
+func newIncarnations(kv ...string) *incarnations { return &incarnations{m: pairs(kv...)} }
 
 func (in *incarnations) of(node string) string {
 	in.mu.Lock()
@@ -117,12 +111,13 @@ func joined(s []string) string {
 }
 
 // The failure this fences (docs/cluster.md, "Incarnations"): a node is
-// restarted while a peer's lane holds deliveries for it unacked; the
-// lane's stream is dropped and its unacked items resent by unary calls.
-// The resend keeps each item's stamp, the incarnation it was queued for,
-// so the node's new incarnation drops them (the sender's view still names
-// the old one), or the sender does (its view names the new one already).
-// A job queued once the view names the new incarnation is taken.
+// restarted while a peer's delivery stream holds deliveries for it unacked;
+// the delivery stream's Deliver stream is dropped and its unacked items
+// resent by unary calls. The resend keeps each item's stamp, the
+// incarnation it was queued for, so the node's new incarnation drops them
+// (the sender's view still names the old one), or the sender does (its view
+// names the new one already). A job queued once the view names the new
+// incarnation is taken.
 func TestResentItemKeepsItsIncarnation(t *testing.T) {
 	for _, c := range []struct {
 		name       string
@@ -150,7 +145,7 @@ func TestResentItemKeepsItsIncarnation(t *testing.T) {
 			view := newIncarnations("b", "inc-1")
 			const ack = 200 * time.Millisecond
 			r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(cfg *peer.Config) {
-				fastLanes(ack, 10*ack, 50*time.Millisecond)(cfg)
+				fastDeliveries(ack, 10*ack, 50*time.Millisecond)(cfg)
 				cfg.Incarnation = view.of
 			})
 
@@ -159,9 +154,9 @@ func TestResentItemKeepsItsIncarnation(t *testing.T) {
 				r.Send("b", deliverMsg("q", "j", i))
 			}
 			<-held
-			// gen 0 was taken by inc-1, and its handler holds the lane while
-			// the node "restarts" as inc-2: the stream misses its ack
-			// deadline and 1..4 are resent.
+			// gen 0 was taken by inc-1, and its handler holds the delivery
+			// stream while the node "restarts" as inc-2: the stream misses
+			// its ack deadline and 1..4 are resent.
 			self.set("b", "inc-2")
 			if c.viewMoved {
 				view.set("b", "inc-2")

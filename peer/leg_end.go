@@ -9,12 +9,12 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// How a reply leg ends: its last message acked, a cancel (on the leg, or by
-// another path), its TTL, its ingress gone or refusing it, or Close; and
-// how it carries on when its trunk fails (it joins the next one, unless the
-// failure is for good).
+// How a response leg ends: its last message acked, a cancel (on the leg, or
+// by another path), its TTL, its ingress gone or refusing it, or Close; and
+// how it carries on when its reply stream fails (it joins the next one,
+// unless the failure is for good).
 
-// Why a reply leg ended: the reason label of
+// Why a response leg ended: the reason label of
 // switchyard_peer_reply_legs_ended_total.
 const (
 	legEndDone   = "end"     // its last message (end or release) was acked
@@ -27,7 +27,7 @@ const (
 
 // finish ends the leg once its last message was acked and nothing is
 // queued behind it. False while the leg goes on.
-func (l *replyLeg) finish() bool {
+func (l *responseLeg) finish() bool {
 	r := l.r
 	if !l.finalAcked || len(l.unacked) > 0 {
 		return false
@@ -37,7 +37,7 @@ func (l *replyLeg) finish() bool {
 		// leg and is told to forget it while the leg is still the
 		// binding's, so a leg opened after it for the same binding opens
 		// after that end frame (see end). Something queued meanwhile is
-		// sent on a trunk joined again.
+		// sent on a reply stream joined again.
 		l.leave()
 	}
 	r.mu.Lock()
@@ -53,8 +53,8 @@ func (l *replyLeg) finish() bool {
 }
 
 // end ends the leg for why: what it holds is dropped and counted. The
-// ingress is told on the trunk, if the leg is open on one.
-func (l *replyLeg) end(why string) {
+// ingress is told on the reply stream, if the leg is open on one.
+func (l *responseLeg) end(why string) {
 	r := l.r
 	if why != legEndClosed {
 		// The end frame goes while the leg is still the binding's in
@@ -79,15 +79,15 @@ func (l *replyLeg) end(why string) {
 		if why == legEndCancel || why == legEndClosed {
 			lvl = slog.LevelDebug // nobody wants them any more
 		}
-		r.log.Log(context.Background(), lvl, "reply leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
+		r.log.Log(context.Background(), lvl, "response leg ended with messages unsent", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "why", why, "messages", len(items))
 	}
 	r.m.legsEnded.WithLabelValues(why).Inc()
 }
 
-// leave takes the leg off its trunk, if it is open on one. If the ingress
-// holds it there (it did not forget it at its last item), an end frame
-// tells it to forget it.
-func (l *replyLeg) leave() {
+// leave takes the leg off its reply stream, if it is open on one. If the
+// ingress holds it there (it did not forget it at its last item), an end
+// frame tells it to forget it.
+func (l *responseLeg) leave() {
 	t := l.t
 	if t == nil {
 		return
@@ -101,7 +101,7 @@ func (l *replyLeg) leave() {
 
 // removeLocked takes l out of the router's maps (once): later messages
 // of its binding open a new leg.
-func (l *replyLeg) removeLocked() {
+func (l *responseLeg) removeLocked() {
 	r := l.r
 	if l.removed {
 		return
@@ -129,7 +129,7 @@ func (l *replyLeg) removeLocked() {
 // it before the leg opened, or on the leg): the engine has marked the
 // binding cancelling, so nothing more is sent on them. Called by the
 // node's server with the lock of the path the cancel came by held (an
-// inbox's or a laneInbox's mu), never server.mu.
+// unicastInbox's or a deliveryInbox's mu), never server.mu.
 func (r *router) legCancelled(job string, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -143,12 +143,12 @@ func (r *router) legCancelled(job string, gen uint64) {
 // takeCancel hands the ingress's cancel to the node's receiver, once, and
 // ends the leg: the engine has marked the binding cancelling by the time
 // HandleMessage returns, so it sends nothing more for it.
-func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
+func (l *responseLeg) takeCancel(p *pb.PeerMessage) {
 	r := l.r
 	m, err := MessageFromPB(p)
 	if err != nil || m.Kind != core.MsgCancel || m.JobID != l.key.job || m.Gen != l.key.gen {
 		r.m.invalid.Inc()
-		r.log.Warn("skipped an invalid cancel on a reply leg", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "err", err)
+		r.log.Warn("skipped an invalid cancel on a response leg", "node", l.key.node, "job", l.key.job, "gen", l.key.gen, "err", err)
 		return
 	}
 	if !l.cancelled.CompareAndSwap(false, true) {
@@ -157,7 +157,7 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 	if rcv, err := r.srv.receiver(); err == nil {
 		rcv.HandleMessage(l.key.node, m)
 	} else {
-		r.log.Error("a cancel came on a reply leg before routing started", "node", l.key.node, "job", l.key.job)
+		r.log.Error("a cancel came on a response leg before routing started", "node", l.key.node, "job", l.key.job)
 	}
 	l.stopOnce.Do(func() { close(l.stop) })
 }
@@ -166,12 +166,12 @@ func (l *replyLeg) takeCancel(p *pb.PeerMessage) {
 // receiver, which passes it to the binding's worker if it still runs the
 // job here: the leg the grant came on may have ended since (its last
 // message acked), and the engine knows best.
-func (t *replyTrunk) takeGrant(p *pb.PeerMessage) {
+func (t *replyStream) takeGrant(p *pb.PeerMessage) {
 	r := t.r
 	m, err := MessageFromPB(p)
 	if err != nil || m.Kind != core.MsgGrant {
 		r.m.invalid.Inc()
-		r.log.Warn("skipped an invalid grant on a reply trunk", "node", t.node, "job", p.GetJobId(), "err", err)
+		r.log.Warn("skipped an invalid grant on a reply stream", "node", t.node, "job", p.GetJobId(), "err", err)
 		return
 	}
 	if rcv, err := r.srv.receiver(); err == nil {
@@ -179,9 +179,10 @@ func (t *replyTrunk) takeGrant(p *pb.PeerMessage) {
 	}
 }
 
-// dropTrunk leaves the leg's failed trunk, applies the acks read before
-// its end, and decides: "" to open the leg again, else why it ends.
-func (l *replyLeg) dropTrunk() string {
+// dropReplyStream leaves the leg's failed reply stream, applies the acks
+// read before its end, and decides: "" to open the leg again, else why it
+// ends.
+func (l *responseLeg) dropReplyStream() string {
 	r := l.r
 	t := l.t
 	l.t = nil
@@ -198,18 +199,18 @@ func (l *replyLeg) dropTrunk() string {
 	return l.failed(t.st.err)
 }
 
-// failed decides, after a failed trunk (or attempt to open one): "" to try
-// again, else why the leg ends.
-func (l *replyLeg) failed(err error) string {
+// failed decides, after a failed reply stream (or attempt to open one): ""
+// to try again, else why the leg ends.
+func (l *responseLeg) failed(err error) string {
 	r := l.r
 	if errors.Is(err, ErrClosed) {
 		return legEndClosed
 	}
 	if permanent(err) {
-		r.log.Error("the ingress refused a reply leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
+		r.log.Error("the ingress refused a response leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
 		return legEndRefuse
 	}
-	r.log.Debug("reply leg lost its trunk; opening it again", "node", l.key.node, "job", l.key.job,
+	r.log.Debug("response leg lost its reply stream; opening it again", "node", l.key.node, "job", l.key.job,
 		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
 	return ""
 }

@@ -13,14 +13,14 @@ import (
 )
 
 // The response leg, sending side (the consumer host): Transport.Send, which
-// picks each message's path, and Transport.Expect; one reply leg per
+// picks each message's path, and Transport.Expect; one response leg per
 // binding, which carries the binding's replies and release in order on the
-// node's reply trunk to the job's ingress (trunk_send.go). The receiving
-// side is leg_recv.go and trunk_recv.go. Off this path: the leg's window
+// node's reply stream to the job's ingress (reply_send.go). The receiving
+// side is leg_recv.go and reply_recv.go. Off this path: the leg's window
 // and acks (leg_window.go), and how a leg ends or carries on after its
-// trunk failed (leg_end.go).
+// reply stream failed (leg_end.go).
 
-// Reply leg timings and sizes (its window bounds: leg_window.go).
+// Response leg timings and sizes (its window bounds: leg_window.go).
 const (
 	// openDelay is how long a leg opened by Expect waits for its first
 	// reply before it sends its open frame alone (at most a quarter of the
@@ -50,16 +50,17 @@ type legItem struct {
 	final bool
 }
 
-// A replyLeg is the consumer host's side of one binding's reply leg: the
-// binding's replies and release, in order, to the job's ingress, on the
-// node's reply trunk to it (trunk_send.go), with at most replyInFlight
+// A responseLeg is the consumer host's side of one binding's response leg:
+// the binding's replies and release, in order, to the job's ingress, on the
+// node's reply stream to it (reply_send.go), with at most replyInFlight
 // (and replyInFlightBytes) unacked and a queue behind them that the job's
-// output credit bounds. Expect or the binding's first reply opens it. It ends once its
-// last message is acked, on a cancel, at the job's TTL plus legTTLSlack,
-// or when its ingress is gone or refuses it; never for being idle. When a
-// trunk fails, the leg joins the next one and resends what is unacked,
-// numbers unchanged. docs/cluster.md, "Response leg", has the why.
-type replyLeg struct {
+// output credit bounds. Expect or the binding's first reply opens it. It
+// ends once its last message is acked, on a cancel, at the job's TTL plus
+// legTTLSlack, or when its ingress is gone or refuses it; never for being
+// idle. When a reply stream fails, the leg joins the next one and resends
+// what is unacked, numbers unchanged. docs/cluster.md, "Response leg", has
+// the why.
+type responseLeg struct {
 	r        *router
 	key      legKey
 	deadline time.Time
@@ -74,10 +75,11 @@ type replyLeg struct {
 
 	stop     chan struct{} // closed when the job was cancelled
 	stopOnce sync.Once
-	// cancelled: a cancel came on the leg (handled once, whichever trunk).
+	// cancelled: a cancel came on the leg (handled once, whichever reply
+	// stream).
 	cancelled atomic.Bool
 	// acked is the highest seq the ingress acked (-1: none); ackc says it
-	// moved. Written by the trunk's reader.
+	// moved. Written by the reply stream's reader.
 	acked atomic.Int64
 	ackc  chan struct{}
 
@@ -89,8 +91,8 @@ type replyLeg struct {
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
-	t            *replyTrunk // the trunk the leg is open on, nil while none
-	failures     int         // trunk attempts failed in a row
+	t            *replyStream // the reply stream the leg is open on, nil while none
+	failures     int          // reply stream attempts failed in a row
 	// held: the ingress holds the leg on l.t (its open went out, and no
 	// final item since, after which the ingress forgets the leg); else the
 	// next item carries the leg's open. openDue: the leg joined l.t and
@@ -105,12 +107,12 @@ type replyLeg struct {
 // It never blocks on the network, so the engine calls it with its lock
 // held. Each message takes one of three paths (see router), and the
 // messages of one path to one node are sent in the order they were
-// queued: a reply or release goes by its binding's reply leg (replyLocked)
-// or, when it is the binding's only message, by the node's Post FIFO
-// (post_send.go); a cancel for a job whose reply leg from node this node
+// queued: a reply or release goes by its binding's response leg (replyLocked)
+// or, when it is the binding's only message, by the node's unicast queue
+// (unicast_send.go); a cancel for a job whose response leg from node this node
 // holds goes back on that leg (cancelOnLeg, leg_recv.go), and so does a
 // grant of output credit (grantOnLeg); every other kind goes by its
-// queue's lane (deliver_send.go).
+// queue's delivery stream (delivery_send.go).
 func (t *Transport) Send(node string, m core.Message) {
 	r := t.rt
 	p, err := MessageToPB(m)
@@ -120,12 +122,12 @@ func (t *Transport) Send(node string, m core.Message) {
 		r.m.dropped.WithLabelValues(string(m.Kind)).Inc()
 		return
 	}
-	if err == nil && !laned(m.Kind) {
+	if err == nil && !onDeliveryStream(m.Kind) {
 		r.replyLocked(node, m, p)
 		return
 	}
 	if err == nil && m.Kind == core.MsgCancel && r.srv.cancelOnLeg(node, m.JobID, m.Gen, p) {
-		// The job's reply leg from node is open here: the cancel goes back
+		// The job's response leg from node is open here: the cancel goes back
 		// on it, and is counted when written.
 		return
 	}
@@ -138,7 +140,7 @@ func (t *Transport) Send(node string, m core.Message) {
 	}
 	it := &item{kind: string(m.Kind), msg: p, timeout: r.ackTimeout(m)}
 	if err != nil {
-		// No wire form: reported by the lane's goroutine, off the
+		// No wire form: reported by the delivery stream's goroutine, off the
 		// engine's lock.
 		c := m
 		it.bad, it.badErr = &c, err
@@ -146,20 +148,20 @@ func (t *Transport) Send(node string, m core.Message) {
 	r.enqueueLocked(node, m.Queue, it)
 }
 
-// laned reports whether messages of kind go by their queue's lane rather
-// than the response leg.
-func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
+// onDeliveryStream reports whether messages of kind go by their queue's
+// delivery stream rather than the response leg.
+func onDeliveryStream(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 // replyLocked queues a reply or release p (m's wire form) for node: on the
 // binding's leg, opening one if m is not the binding's last message, else
-// on the node's Post FIFO.
+// on the node's unicast queue.
 func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	k := legKey{node, m.JobID, m.Gen}
 	l := r.legs[k]
 	final := m.Kind == core.MsgRelease || m.End != nil
 	if l == nil {
 		if final || r.cfg.ForceUnary {
-			r.postLocked(node, p)
+			r.unicastLocked(node, p)
 			return
 		}
 		l = r.startLegLocked(k, m.Queue, m.TTL, false)
@@ -173,7 +175,7 @@ func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 	}
 }
 
-// Expect is core.Transport.Expect: it opens the reply leg of binding (job,
+// Expect is core.Transport.Expect: it opens the response leg of binding (job,
 // gen) to its ingress node before the binding's first message. The host
 // calls it when it offers a remote ingress's job to its worker, so the
 // ingress learns where the job runs and hears the host's heartbeats while
@@ -195,8 +197,8 @@ func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.
 }
 
 // startLegLocked opens leg k and starts its goroutine.
-func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *replyLeg {
-	l := &replyLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *responseLeg {
+	l := &responseLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
 	l.queued = r.m.queue.WithLabelValues(k.node)
@@ -209,9 +211,9 @@ func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 	return l
 }
 
-// run is the leg's goroutine: it sends what is queued, as the trunk and
+// run is the leg's goroutine: it sends what is queued, as the reply stream and
 // the in-flight bound allow, until the leg ends.
-func (l *replyLeg) run() {
+func (l *responseLeg) run() {
 	defer l.r.wg.Done()
 	ttl := time.NewTimer(time.Until(l.deadline))
 	defer ttl.Stop()
@@ -237,7 +239,7 @@ func (l *replyLeg) run() {
 // awaitFirstReply holds a leg that Expect opened back for up to openDelay
 // (a quarter of the heartbeat at most), so that its open goes out with
 // the job's first reply: false when the job's TTL passed meanwhile.
-func (l *replyLeg) awaitFirstReply(ttl <-chan time.Time) bool {
+func (l *responseLeg) awaitFirstReply(ttl <-chan time.Time) bool {
 	t := time.NewTimer(min(openDelay, l.r.cfg.Heartbeat/4))
 	defer t.Stop()
 	select {
@@ -254,7 +256,7 @@ func (l *replyLeg) awaitFirstReply(ttl <-chan time.Time) bool {
 
 // step sends what it can, then waits for something to change: "" to go
 // on, legEndDone once the leg finished, else why it must end.
-func (l *replyLeg) step(ttl <-chan time.Time) string {
+func (l *responseLeg) step(ttl <-chan time.Time) string {
 	if why := l.stopped(ttl); why != "" {
 		return why
 	}
@@ -274,7 +276,7 @@ func (l *replyLeg) step(ttl <-chan time.Time) string {
 
 // stopped is why the leg must end now: Close, a cancel or its TTL; "" for
 // none.
-func (l *replyLeg) stopped(ttl <-chan time.Time) string {
+func (l *responseLeg) stopped(ttl <-chan time.Time) string {
 	select {
 	case <-l.r.ctx.Done():
 		return legEndClosed
@@ -288,8 +290,8 @@ func (l *replyLeg) stopped(ttl <-chan time.Time) string {
 }
 
 // wait waits for something to send, an ack, a reason to stop, or the
-// trunk to fail: as step.
-func (l *replyLeg) wait(ttl <-chan time.Time) string {
+// reply stream to fail: as step.
+func (l *responseLeg) wait(ttl <-chan time.Time) string {
 	var done <-chan struct{}
 	if l.t != nil {
 		done = l.t.st.done
@@ -302,10 +304,10 @@ func (l *replyLeg) wait(ttl <-chan time.Time) string {
 	case <-l.wake:
 	case <-l.ackc:
 	case <-done:
-		if why := l.dropTrunk(); why != "" {
+		if why := l.dropReplyStream(); why != "" {
 			return why
 		}
-		// The acks read before the trunk ended may have covered the
+		// The acks read before the reply stream ended may have covered the
 		// leg's last message: then it is done, not to be opened again.
 		if l.finish() {
 			return legEndDone
@@ -314,10 +316,10 @@ func (l *replyLeg) wait(ttl <-chan time.Time) string {
 	return ""
 }
 
-// connect opens the leg on its ingress's trunk, opening the trunk if it
-// has none, after a backoff when the last attempt failed, and resends what
-// is unacked: "" once open, else why the leg ends.
-func (l *replyLeg) connect(ttl <-chan time.Time) string {
+// connect opens the leg on its ingress's reply stream, opening the reply
+// stream if it has none, after a backoff when the last attempt failed, and
+// resends what is unacked: "" once open, else why the leg ends.
+func (l *responseLeg) connect(ttl <-chan time.Time) string {
 	r := l.r
 	for {
 		if l.failures > 0 {
@@ -343,7 +345,7 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 		if !ok {
 			return legEndGone
 		}
-		t, err := r.trunkFor(l.key.node, addr)
+		t, err := r.replyStreamFor(l.key.node, addr)
 		if err == nil {
 			l.t = t
 			break
@@ -365,7 +367,7 @@ func (l *replyLeg) connect(ttl <-chan time.Time) string {
 // fill sends queued messages while the in-flight bounds allow: what was
 // queued since the leg last sent goes in as few frames as it can (see
 // RespondItems; a fast worker queues several outputs while one is sent).
-func (l *replyLeg) fill() {
+func (l *responseLeg) fill() {
 	r := l.r
 	if l.t == nil {
 		return
@@ -388,16 +390,18 @@ func (l *replyLeg) fill() {
 		l.unacked = append(l.unacked, it)
 		l.unackedBytes += it.size
 	}
-	// What a failed send leaves unsent is unacked: the next trunk gets it.
+	// What a failed send leaves unsent is unacked: the next reply stream
+	// gets it.
 	l.sendRun(l.unacked[from:])
 }
 
-// sendRun sends items, in order, on the leg's trunk: as many to a frame as
-// the peer message limit allows. False once the trunk failed.
-func (l *replyLeg) sendRun(items []*legItem) bool {
+// sendRun sends items, in order, on the leg's reply stream: as many to a
+// frame as the peer message limit allows. False once the reply stream
+// failed.
+func (l *responseLeg) sendRun(items []*legItem) bool {
 	for len(items) > 0 {
 		n, size := 0, 0
-		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxPost) {
+		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxUnicast) {
 			size += items[n].size + respondOverhead
 			n++
 		}
@@ -412,7 +416,7 @@ func (l *replyLeg) sendRun(items []*legItem) bool {
 // sendFrame sends items in one frame, each with the leg's open if the
 // ingress does not hold the leg when it comes to it (the first, or one
 // after a final item: the ingress forgot the leg there).
-func (l *replyLeg) sendFrame(items []*legItem) bool {
+func (l *responseLeg) sendFrame(items []*legItem) bool {
 	held := l.held
 	fs := make([]*pb.RespondItem, len(items))
 	for i, it := range items {
@@ -431,9 +435,9 @@ func (l *replyLeg) sendFrame(items []*legItem) bool {
 	return true
 }
 
-// sendOpen sends the leg's open frame alone on the trunk it joined, if it
-// had no item to carry it.
-func (l *replyLeg) sendOpen() {
+// sendOpen sends the leg's open frame alone on the reply stream it joined,
+// if it had no item to carry it.
+func (l *responseLeg) sendOpen() {
 	if l.t == nil || !l.openDue {
 		return
 	}
@@ -444,7 +448,7 @@ func (l *replyLeg) sendOpen() {
 }
 
 // openOf is the leg's open.
-func (l *replyLeg) openOf() *pb.RespondOpen {
+func (l *responseLeg) openOf() *pb.RespondOpen {
 	r := l.r
 	return &pb.RespondOpen{
 		Session: r.session, JobId: l.key.job, Generation: l.key.gen, Queue: l.queueName,

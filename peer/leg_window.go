@@ -1,13 +1,13 @@
 package peer
 
-// A reply leg's window on the consumer host: what the leg takes from its
+// A response leg's window on the consumer host: what the leg takes from its
 // queue within its in-flight bounds, and what the ingress's acks free
 // again. What bounds the queue itself is the job's output credit: the
 // worker sends no more than its window past what the job's reader took
 // (core/credit.go), so a slow ingress, or a slow reader behind it, stops
 // the job's worker, and no other job's.
 
-// Reply leg in-flight bounds: what a leg has sent and not yet seen acked
+// Response leg in-flight bounds: what a leg has sent and not yet seen acked
 // (a message larger than replyInFlightBytes goes alone). Past them the leg
 // stops sending, and what the worker produces next waits in the leg's
 // queue, within the job's output credit. The ingress handles each item as
@@ -21,7 +21,7 @@ const (
 // take removes the next queued message and numbers it: nil when none, or
 // when it would take the bytes in flight past replyInFlightBytes (a
 // message goes alone when nothing is in flight).
-func (l *replyLeg) take() *legItem {
+func (l *responseLeg) take() *legItem {
 	r := l.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -44,7 +44,7 @@ func (l *replyLeg) take() *legItem {
 
 // applyAcks drops what the ingress acked from unacked, counting each
 // message sent.
-func (l *replyLeg) applyAcks() {
+func (l *responseLeg) applyAcks() {
 	r := l.r
 	a := l.acked.Load()
 	n := 0

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/peer"
@@ -95,6 +97,33 @@ func newClient(t *testing.T, node string, secret []byte) *peer.Client {
 	return c
 }
 
+// runTracker runs a Tracker of cfg until the test ends.
+func runTracker(t *testing.T, cfg peer.TrackerConfig) *peer.Tracker {
+	t.Helper()
+	tr, err := peer.NewTracker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { tr.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return tr
+}
+
+// rawClient is node a's client of b's peer service, for a test that
+// speaks the wire protocol itself, and a context that bounds its calls.
+func rawClient(t *testing.T, b tnode) (pb.PeerServiceClient, context.Context) {
+	t.Helper()
+	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return pb.NewPeerServiceClient(cc), ctx
+}
+
 // wantCounters fails t for each unlabelled metric in want whose value in reg
 // is not the one given.
 func wantCounters(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
@@ -165,7 +194,19 @@ func asConfigError(err error, ce **core.ConfigError) bool {
 // protocol version: a call names its own).
 func dialPeer(t *testing.T, addr, node, server string, key []byte) pb.PeerServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(peer.Credentials(peer.CredentialsConfig{Secret: key, Node: node, Peer: server})))
+	return dial(t, addr, peer.Credentials(peer.CredentialsConfig{Secret: key, Node: node, Peer: server}))
+}
+
+// dialBare is a PeerService client without the cluster handshake: plain
+// gRPC, as anyone who reaches the port could dial.
+func dialBare(t *testing.T, addr string) pb.PeerServiceClient {
+	t.Helper()
+	return dial(t, addr, insecure.NewCredentials())
+}
+
+func dial(t *testing.T, addr string, creds credentials.TransportCredentials) pb.PeerServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,18 +269,11 @@ func TestTrackerTurnsSilentPeersSpare(t *testing.T) {
 	)
 	reg := prometheus.NewRegistry()
 	const interval, threshold = 50 * time.Millisecond, 3
-	tr, err := peer.NewTracker(peer.TrackerConfig{
+	tr := runTracker(t, peer.TrackerConfig{
 		Self: "a", Interval: interval, Threshold: threshold, View: view,
 		Client: newClient(t, "a", secret), Metrics: peer.NewMetrics(reg),
 		Related: func() map[string]bool { return map[string]bool{"b": true, "c": true} },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { tr.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
 
 	waitFor(t, 5*time.Second, "b pinged", func() bool {
 		return counter(t, b.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"}) >= 2
@@ -287,19 +321,12 @@ func TestTrackerSuspectsBeforeSpare(t *testing.T) {
 	view.set(core.NodeInfo{ID: "b", PeerAddr: b.addr, State: core.StateOnline})
 	const interval, threshold = 50 * time.Millisecond, 20
 	var changes atomic.Int64
-	tr, err := peer.NewTracker(peer.TrackerConfig{
+	tr := runTracker(t, peer.TrackerConfig{
 		Self: "a", Interval: interval, Threshold: threshold, View: view,
 		Client: newClient(t, "a", secret), OnChange: func() { changes.Add(1) },
 		Related: func() map[string]bool { return map[string]bool{"b": true} },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nb := peer.NodeAddr{ID: "b", PeerAddr: b.addr}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { tr.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
 	waitFor(t, 5*time.Second, "b pinged", func() bool {
 		return counter(t, b.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"}) >= 1
 	})
@@ -344,17 +371,10 @@ func TestTrackerPingsOnlyPeersItWorksWith(t *testing.T) {
 	const interval, threshold = 50 * time.Millisecond, 3
 	reg := prometheus.NewRegistry()
 	metrics := peer.NewMetrics(reg)
-	tr, err := peer.NewTracker(peer.TrackerConfig{
+	tr := runTracker(t, peer.TrackerConfig{
 		Self: "a", Interval: interval, Threshold: threshold, View: view,
 		Client: newClient(t, "a", secret), Metrics: metrics,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { tr.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
 	pings := func(s tnode) float64 {
 		return counter(t, s.reg, "switchyard_peer_messages_total", map[string]string{"kind": "ping"})
 	}
@@ -431,14 +451,7 @@ func TestTrackerRefusesAnImpostorAddress(t *testing.T) {
 	b := startServer(t, "b")
 	view := &fakeView{}
 	view.set(core.NodeInfo{ID: "c", PeerAddr: b.addr, State: core.StateOnline})
-	tr, err := peer.NewTracker(peer.TrackerConfig{Self: "a", Interval: 20 * time.Millisecond, Threshold: 2, View: view, Client: newClient(t, "a", secret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { tr.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	tr := runTracker(t, peer.TrackerConfig{Self: "a", Interval: 20 * time.Millisecond, Threshold: 2, View: view, Client: newClient(t, "a", secret)})
 	waitFor(t, 5*time.Second, "c spare", func() bool { return tr.States()["c"] == core.StateSpare })
 }
 

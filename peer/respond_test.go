@@ -15,8 +15,8 @@ import (
 	"github.com/switchyard/switchyard/peer"
 )
 
-// Tests of reply legs: one per binding, from the consumer host ("a" here)
-// to the job's ingress ("b"), all multiplexed on a's reply trunk to b (one
+// Tests of response legs: one per binding, from the consumer host ("a" here)
+// to the job's ingress ("b"), all multiplexed on a's reply stream to b (one
 // Respond stream). Real servers over loopback, real authentication.
 
 // out is the i-th output of binding (job, gen 1).
@@ -85,11 +85,11 @@ func startLegPair(t *testing.T, hb time.Duration, bAddr func(tnode) string, twea
 	p := &legPair{ha: &gatedRecorder{}, hb: &gatedRecorder{}}
 	bookA, bookB := newBook(), newBook()
 	p.b = startNode(t, "b", "127.0.0.1:0", p.hb, func(c *peer.Config) {
-		fastLanes(5*time.Second, 15*time.Second, hb)(c)
+		fastDeliveries(5*time.Second, 15*time.Second, hb)(c)
 		c.Addr = bookB.Addr
 	})
 	p.a = startNode(t, "a", "127.0.0.1:0", p.ha, func(c *peer.Config) {
-		fastLanes(5*time.Second, 15*time.Second, hb)(c)
+		fastDeliveries(5*time.Second, 15*time.Second, hb)(c)
 		c.Addr = bookA.Addr
 		if tweak != nil {
 			tweak(c)
@@ -105,18 +105,18 @@ func startLegPair(t *testing.T, hb time.Duration, bAddr func(tnode) string, twea
 	return p
 }
 
-// legsOpen is how many reply legs r has open.
+// legsOpen is how many response legs r has open.
 func legsOpen(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_reply_legs_open", nil)
 }
 
-// trunksOpen is how many reply trunks (Respond streams) r has open.
-func trunksOpen(t *testing.T, r tnode) float64 {
+// replyStreamsOpen is how many reply streams (Respond streams) r has open.
+func replyStreamsOpen(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "respond"})
 }
 
-// trunksOpened is how many reply trunks r opened.
-func trunksOpened(t *testing.T, r tnode) float64 {
+// replyStreamsOpened is how many reply streams r opened.
+func replyStreamsOpened(t *testing.T, r tnode) float64 {
 	return counter(t, r.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "respond"})
 }
 
@@ -124,7 +124,8 @@ func trunksOpened(t *testing.T, r tnode) float64 {
 // once; the leg closes once the end is acked.
 func TestRespondOrderThenEnd(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count trunks, and a trunk taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	const n = 500
 	for _, job := range []string{"j1", "j2"} {
@@ -147,18 +148,19 @@ func TestRespondOrderThenEnd(t *testing.T) {
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
 		t.Errorf("legs ended by their end = %v, want 2", got)
 	}
-	if got := trunksOpened(t, p.ra); got != 1 {
-		t.Errorf("reply trunks opened = %v, want 1 (both legs on one)", got)
+	if got := replyStreamsOpened(t, p.ra); got != 1 {
+		t.Errorf("reply streams opened = %v, want 1 (both legs on one)", got)
 	}
-	if got := trunksOpen(t, p.ra); got != 1 {
-		t.Errorf("reply trunks open = %v, want 1 (a trunk outlives its legs until idle)", got)
+	if got := replyStreamsOpen(t, p.ra); got != 1 {
+		t.Errorf("reply streams open = %v, want 1 (a reply stream outlives its legs until idle)", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != 2*(n+1) {
 		t.Errorf("replies counted = %v, want %d", got, 2*(n+1))
 	}
-	// The ingress forgot both legs: a cancel for either goes by the lane.
+	// The ingress forgot both legs: a cancel for either goes by the
+	// delivery stream.
 	p.rb.Send("a", cancelOf("j1"))
-	waitFor(t, 5*time.Second, "the cancel by the lane", func() bool { return len(p.ha.messages()) == 1 })
+	waitFor(t, 5*time.Second, "the cancel by the delivery stream", func() bool { return len(p.ha.messages()) == 1 })
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 1 {
 		t.Errorf("deliver streams opened by the ingress = %v, want 1", got)
 	}
@@ -169,7 +171,8 @@ func TestRespondOrderThenEnd(t *testing.T) {
 // opening no stream.
 func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count trunks, and a trunk taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	p.hb.block = func(m core.Message) {
 		if m.Output != nil {
@@ -189,7 +192,7 @@ func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 	p.ra.Send("b", release("alone"))
 	p.ra.Send("b", end("alone too"))
 	waitFor(t, 5*time.Second, "the lone release and end", func() bool { return len(p.hb.messages()) == n+3 })
-	if got := trunksOpened(t, p.ra); got != 1 {
+	if got := replyStreamsOpened(t, p.ra); got != 1 {
 		t.Errorf("respond streams opened = %v, want 1: a binding's only message goes by Post", got)
 	}
 	// Counted when the Post's answer is back, which may be just after the
@@ -200,8 +203,8 @@ func TestRespondReleaseNeverOvertakesOutputs(t *testing.T) {
 }
 
 // A cancel from the ingress for a job whose leg it holds goes back on the
-// leg (not by a lane): the host's Handler gets it from the ingress, and the
-// leg ends, dropping the outputs nobody wants any more.
+// leg (not by a delivery stream): the host's Handler gets it from the
+// ingress, and the leg ends, dropping the outputs nobody wants any more.
 func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, nil)
 	release := make(chan struct{})
@@ -228,7 +231,7 @@ func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 			legsOpen(t, p.ra) == 0
 	})
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 0 {
-		t.Errorf("the ingress opened %v deliver streams: the cancel took the lane", got)
+		t.Errorf("the ingress opened %v deliver streams: the cancel took the delivery stream", got)
 	}
 	if got := counter(t, p.b.reg, "switchyard_peer_messages_total", map[string]string{"kind": "cancel"}); got != 1 {
 		t.Errorf("cancels counted at the ingress = %v, want 1", got)
@@ -238,13 +241,14 @@ func TestRespondCancelTravelsBackOnTheLeg(t *testing.T) {
 	}
 }
 
-// A cancel that reaches the host's Handler by another path (a lane) ends
-// the job's leg there too: the engine sends nothing more on it.
-func TestRespondCancelByLaneEndsTheLeg(t *testing.T) {
+// A cancel that reaches the host's Handler by another path (a delivery
+// stream) ends the job's leg there too: the engine sends nothing more on
+// it.
+func TestRespondCancelByDeliveryStreamEndsTheLeg(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, nil)
 	p.ra.Send("b", out("j", 0))
 	waitFor(t, 5*time.Second, "the output", func() bool { return len(p.hb.messages()) == 1 })
-	// A third node (the dispatcher) passes a cancel on, by its lane.
+	// A third node (the dispatcher) passes a cancel on, by its delivery stream.
 	rc := newRouter(t, "c", secret, newBook("a", p.a.addr).Addr, nil)
 	rc.Send("a", cancelOf("j"))
 	waitFor(t, 5*time.Second, "the leg ended", func() bool {
@@ -273,8 +277,8 @@ func TestRespondLegIdleIsNotClosed(t *testing.T) {
 	waitFor(t, 5*time.Second, "the rest", func() bool { return len(p.hb.messages()) == 3 })
 	checkLeg(t, p.hb.messages(), "a", "j", 2, &e)
 	waitFor(t, 5*time.Second, "the leg closed", func() bool { return legsOpen(t, p.ra) == 0 })
-	if got := trunksOpened(t, p.ra); got != 1 {
-		t.Errorf("reply trunks opened = %v, want 1 (none re-opened)", got)
+	if got := replyStreamsOpened(t, p.ra); got != 1 {
+		t.Errorf("reply streams opened = %v, want 1 (none re-opened)", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) +
 		counter(t, p.b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 0 {
@@ -334,7 +338,7 @@ func TestRespondStreamFailureResends(t *testing.T) {
 	}
 	<-held // output 10 is being handled; 11.. are in flight, unacked
 	px.cut()
-	waitFor(t, 5*time.Second, "the leg re-opened", func() bool { return trunksOpened(t, p.ra) >= 2 })
+	waitFor(t, 5*time.Second, "the leg re-opened", func() bool { return replyStreamsOpened(t, p.ra) >= 2 })
 	time.Sleep(100 * time.Millisecond) // the resend of 10.. waits behind the handler
 	close(gate)
 	p.ra.Send("b", end("j"))
@@ -356,8 +360,8 @@ func TestRespondStreamFailureResends(t *testing.T) {
 }
 
 // A leg whose last item the ingress handled, but whose ack the host never
-// got (the trunk failed with it on the way), is resent whole on the next
-// trunk: the ingress still knows the leg's numbers and handles nothing
+// got (the reply stream failed with it on the way), is resent whole on the next
+// reply stream: the ingress still knows the leg's numbers and handles nothing
 // twice, and acks the resend, which ends the leg at the host.
 func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 	p, px := proxiedLegPair(t)
@@ -373,7 +377,7 @@ func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 	close(gate)
 	e := end("j")
 	waitFor(t, 5*time.Second, "the end handled", func() bool { return len(p.hb.messages()) == n+1 })
-	waitFor(t, 5*time.Second, "the host gave up on the trunk", func() bool {
+	waitFor(t, 5*time.Second, "the host gave up on the reply stream", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
 	})
 	px.cut()
@@ -381,8 +385,8 @@ func TestRespondResentLegAfterItsLastItemIsNotHandledAgain(t *testing.T) {
 	waitFor(t, 5*time.Second, "the leg resent and ended", func() bool { return legsOpen(t, p.ra) == 0 })
 	time.Sleep(100 * time.Millisecond) // a duplicate would land now
 	checkLeg(t, p.hb.messages(), "a", "j", n, &e)
-	if got := trunksOpened(t, p.ra); got < 2 {
-		t.Errorf("reply trunks opened = %v: the leg was never resent", got)
+	if got := replyStreamsOpened(t, p.ra); got < 2 {
+		t.Errorf("reply streams opened = %v: the leg was never resent", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 1 {
 		t.Errorf("legs ended by their end = %v, want 1", got)
@@ -404,10 +408,10 @@ func grantOf(job string, events, bytes int64) core.Message {
 }
 
 // A job's grants of output credit go from the ingress back to the host on
-// the job's leg while a trunk holds it, as cancels do, and leave the leg
-// open; the newest is written again on the next trunk that opens the leg
+// the job's leg while a reply stream holds it, as cancels do, and leave the leg
+// open; the newest is written again on the next reply stream that opens the leg
 // (grants are cumulative: an older one would change nothing); with no leg
-// held, a grant takes its queue's lane.
+// held, a grant takes its queue's delivery stream.
 func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 	var px *proxy
 	p := startLegPair(t, 50*time.Millisecond, func(b tnode) string {
@@ -433,35 +437,36 @@ func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 		return len(gs) > 0 && equalMessage(gs[len(gs)-1], grantOf("j", 20, 2000))
 	})
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 0 {
-		t.Errorf("the ingress opened %v deliver streams: a grant took the lane", got)
+		t.Errorf("the ingress opened %v deliver streams: a grant took the delivery stream", got)
 	}
 	if got := legsOpen(t, p.ra); got != 1 {
 		t.Errorf("legs open after the grants = %v, want 1", got)
 	}
 
 	// The second may replace the first before it is written: a grant is
-	// counted once it is, whatever the trunks it is written on after.
+	// counted once it is, whatever the reply streams it is written on after.
 	counted := counter(t, p.rb.reg, "switchyard_peer_messages_total", map[string]string{"kind": "grant"})
 	if counted != 1 && counted != 2 {
 		t.Errorf("grants counted at the ingress = %v, want 1 or 2", counted)
 	}
 
-	// The trunk fails: the host opens the leg on a new one, and gets the
+	// The reply stream fails: the host opens the leg on a new one, and gets the
 	// newest grant again there.
 	before := len(grants())
 	px.cut()
 	p.ra.Send("b", out("j", 1))
-	waitFor(t, 5*time.Second, "the leg on a new trunk, and the grant again", func() bool {
+	waitFor(t, 5*time.Second, "the leg on a new reply stream, and the grant again", func() bool {
 		gs := grants()
 		return len(p.hb.messages()) == 2 && len(gs) > before && equalMessage(gs[len(gs)-1], grantOf("j", 20, 2000))
 	})
 	if got := counter(t, p.rb.reg, "switchyard_peer_messages_total", map[string]string{"kind": "grant"}); got != counted {
-		t.Errorf("grants counted at the ingress = %v after the second trunk, want still %v (each once, however often written)", got, counted)
+		t.Errorf("grants counted at the ingress = %v after the second reply stream, want still %v (each once, however often written)", got, counted)
 	}
 
-	// No leg of k is held at the ingress: its grant goes by the lane.
+	// No leg of k is held at the ingress: its grant goes by the delivery
+	// stream.
 	p.rb.Send("a", grantOf("k", 5, 500))
-	waitFor(t, 5*time.Second, "the lane's grant", func() bool {
+	waitFor(t, 5*time.Second, "the delivery stream's grant", func() bool {
 		gs := grants()
 		return equalMessage(gs[len(gs)-1], grantOf("k", 5, 500))
 	})
@@ -472,41 +477,17 @@ func TestRespondGrantTravelsBackOnTheLeg(t *testing.T) {
 // A host whose frames stop arriving without its connection closing (a
 // proxy that stops forwarding) is reported to the ingress's receiver
 // within three heartbeat intervals plus the check's interval, once for
-// each leg its trunk held — not for one that had ended; the host notices
+// each leg its reply stream held — not for one that had ended; the host notices
 // the silence too, and tries its legs again.
 func TestRespondSilentHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
-	w := &silenceWatcher{silent: make(chan string, 4)}
-	var smu sync.Mutex
-	var suspected []string
-	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
-		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
-	})
-	px := startProxy(t, b.addr)
-	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
-	r.Send("b", out("j", 0))
-	r.Send("b", out("k", 0))
-	r.Send("b", out("m", 0))
-	r.Send("b", end("m"))
-	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
-	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
+	h := startHostOfTwoLegs(t, hb)
 	time.Sleep(2 * hb) // a frame or two more each way
-	px.pause(true)
+	h.px.pause(true)
 	paused := time.Now()
-	reported := map[string]bool{}
-	for len(reported) < 2 {
-		select {
-		case who := <-w.silent:
-			reported[who] = true
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the ingress reported %v, not both open legs", reported)
-		}
-	}
+	h.awaitReported(t)
 	took := time.Since(paused)
 	t.Logf("silent host reported %s after its frames stopped (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
-	if !reported["a/j/1"] || !reported["a/k/1"] {
-		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
-	}
 	// Three intervals from the last frame (up to 1.5 intervals of heartbeat
 	// spacing before the pause, more on a loaded machine whose host
 	// heartbeats late), plus the half-interval check, plus scheduling
@@ -514,29 +495,23 @@ func TestRespondSilentHostIsReported(t *testing.T) {
 	if took < hb || took > 3*hb+2*hb+200*time.Millisecond {
 		t.Errorf("reported after %s, want about 3-4 heartbeat intervals (%s each)", took, hb)
 	}
-	if got := counter(t, b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
+	if got := counter(t, h.b.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "ingress"}); got != 2 {
 		t.Errorf("ingress silences = %v, want 2 (one per leg)", got)
 	}
-	smu.Lock()
-	if len(suspected) == 0 || suspected[0] != "a" {
-		t.Errorf("Config.Suspect heard %v, want the silent host a", suspected)
+	if s := h.suspected(); len(s) == 0 || s[0] != "a" {
+		t.Errorf("Config.Suspect heard %v, want the silent host a", s)
 	}
-	smu.Unlock()
 	waitFor(t, 5*time.Second, "the host noticing", func() bool {
-		return counter(t, r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
+		return counter(t, h.r.reg, "switchyard_peer_reply_leg_silences_total", map[string]string{"side": "host"}) >= 1
 	})
-	select {
-	case again := <-w.silent:
-		t.Errorf("reported twice: %s", again)
-	case <-time.After(10 * hb):
-	}
+	h.noSecondReport(t)
 }
 
-// Legs to one ingress share one trunk: a cancel for one of them ends that
-// leg alone while the others carry on, in order; the trunk outlives its
-// legs until it has had none for the stream idle interval, and the next
-// leg opens a new one.
-func TestRespondLegsShareATrunk(t *testing.T) {
+// Legs to one ingress share one reply stream: a cancel for one of them ends
+// that leg alone while the others carry on, in order; the reply stream
+// outlives its legs until it has had none for the stream idle interval, and
+// the next leg opens a new one.
+func TestRespondLegsShareAReplyStream(t *testing.T) {
 	p := startLegPair(t, 50*time.Millisecond, nil, func(c *peer.Config) {
 		c.AckTimeoutCeiling, c.StreamIdle = 100*time.Millisecond, 400*time.Millisecond
 	})
@@ -551,8 +526,8 @@ func TestRespondLegsShareATrunk(t *testing.T) {
 	if got := legsOpen(t, p.ra); got != 3 {
 		t.Fatalf("legs open = %v, want 3", got)
 	}
-	if got := trunksOpen(t, p.ra); got != 1 {
-		t.Fatalf("reply trunks open = %v, want 1 for three legs", got)
+	if got := replyStreamsOpen(t, p.ra); got != 1 {
+		t.Fatalf("reply streams open = %v, want 1 for three legs", got)
 	}
 	p.rb.Send("a", cancelOf("j2"))
 	waitFor(t, 5*time.Second, "j2's leg ended by its cancel", func() bool {
@@ -578,23 +553,23 @@ func TestRespondLegsShareATrunk(t *testing.T) {
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != 2 {
 		t.Errorf("legs ended by their end = %v, want 2", got)
 	}
-	if got := trunksOpened(t, p.ra); got != 1 {
-		t.Errorf("reply trunks opened = %v, want 1", got)
+	if got := replyStreamsOpened(t, p.ra); got != 1 {
+		t.Errorf("reply streams opened = %v, want 1", got)
 	}
 	// The ingress forgot the legs the host ended: a cancel for one now
-	// goes by the lane.
+	// goes by the delivery stream.
 	p.rb.Send("a", cancelOf("j1"))
-	waitFor(t, 5*time.Second, "j1's cancel by the lane", func() bool { return len(p.ha.messages()) == 2 })
+	waitFor(t, 5*time.Second, "j1's cancel by the delivery stream", func() bool { return len(p.ha.messages()) == 2 })
 	if got := counter(t, p.rb.reg, "switchyard_peer_streams_opened_total", map[string]string{"kind": "deliver"}); got != 1 {
 		t.Errorf("deliver streams opened by the ingress = %v, want 1 (j1's cancel)", got)
 	}
-	waitFor(t, 5*time.Second, "the idle trunk closed", func() bool {
-		return trunksOpen(t, p.ra) == 0 && counter(t, p.ra.reg, "switchyard_peer_reply_trunk_idle_closes_total", nil) == 1
+	waitFor(t, 5*time.Second, "the idle reply stream closed", func() bool {
+		return replyStreamsOpen(t, p.ra) == 0 && counter(t, p.ra.reg, "switchyard_peer_reply_trunk_idle_closes_total", nil) == 1
 	})
 	p.ra.Send("b", out("j4", 0))
 	waitFor(t, 5*time.Second, "j4's output", func() bool { return len(p.hb.messages()) == 3*n/2+n+3 })
-	if got := trunksOpened(t, p.ra); got != 2 {
-		t.Errorf("reply trunks opened = %v, want 2 (a new one after the idle close)", got)
+	if got := replyStreamsOpened(t, p.ra); got != 2 {
+		t.Errorf("reply streams opened = %v, want 2 (a new one after the idle close)", got)
 	}
 }
 
@@ -602,7 +577,7 @@ func TestRespondLegsShareATrunk(t *testing.T) {
 // counted; one whose job's TTL passes ends too, however it is doing.
 func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	bk := newBook("b", freeAddr(t))
-	r := newRouter(t, "a", secret, bk.Addr, fastLanes(5*time.Second, 15*time.Second, 20*time.Millisecond))
+	r := newRouter(t, "a", secret, bk.Addr, fastDeliveries(5*time.Second, 15*time.Second, 20*time.Millisecond))
 	for i := range 3 {
 		r.Send("b", out("j", i))
 	}
@@ -634,7 +609,7 @@ func TestRespondLegEndsWhenGoneOrExpired(t *testing.T) {
 	waitFor(t, 5*time.Second, "the stream closed", func() bool { return legsOpen(t, r) == 0 })
 }
 
-// ForceUnary sends replies by Post, as before reply legs.
+// ForceUnary sends replies by Post, as before response legs.
 func TestRespondForceUnary(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
@@ -646,7 +621,7 @@ func TestRespondForceUnary(t *testing.T) {
 	e := end("j")
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 11 })
 	checkLeg(t, h.messages(), "a", "j", 10, &e)
-	if got := trunksOpened(t, r); got != 0 {
+	if got := replyStreamsOpened(t, r); got != 0 {
 		t.Errorf("respond streams opened = %v with ForceUnary", got)
 	}
 }
@@ -729,7 +704,7 @@ func TestRespondExpectOpensTheLeg(t *testing.T) {
 	const hb = 80 * time.Millisecond
 	w := &openWatcher{opened: map[string]time.Time{}}
 	b := startServerOn(t, "127.0.0.1:0", "b", w)
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
 
 	expected := time.Now()
 	r.Expect("b", "silent", 1, "q", time.Minute)
@@ -770,17 +745,18 @@ func TestRespondExpectOpensTheLeg(t *testing.T) {
 			t.Fatalf("%s: no open seen at the ingress", job)
 		}
 	}
-	if got := trunksOpened(t, r); got != 1 {
-		t.Errorf("reply trunks opened = %v, want 1", got)
+	if got := replyStreamsOpened(t, r); got != 1 {
+		t.Errorf("reply streams opened = %v, want 1", got)
 	}
 }
 
-// Legs that reply at the same time take turns at their trunk's stream:
+// Legs that reply at the same time take turns at their reply stream's stream:
 // every leg's messages still arrive once each and in order, under many
-// concurrent senders, on one trunk.
+// concurrent senders, on one reply stream.
 func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
 	// A heartbeat far above a loaded machine's scheduling delays: these
-	// tests count trunks, and a trunk taken for silent would be another.
+	// tests count reply streams, and a reply stream taken for silent would
+	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	const legs, n = 24, 200
 	var wg sync.WaitGroup
@@ -804,8 +780,8 @@ func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != legs {
 		t.Errorf("legs ended by their end = %v, want %d", got, legs)
 	}
-	if got := trunksOpened(t, p.ra); got != 1 {
-		t.Errorf("reply trunks opened = %v, want 1", got)
+	if got := replyStreamsOpened(t, p.ra); got != 1 {
+		t.Errorf("reply streams opened = %v, want 1", got)
 	}
 	if got := counter(t, p.ra.reg, "switchyard_peer_messages_total", map[string]string{"kind": "reply"}); got != legs*(n+1) {
 		t.Errorf("replies counted = %v, want %d", got, legs*(n+1))
@@ -846,49 +822,81 @@ func TestRespondQueuedMessagesShareFrames(t *testing.T) {
 	}
 }
 
-// A host whose connection closes and that never opens a new trunk (a
+// A host whose connection closes and that never opens a new reply stream (a
 // process killed: its legs are not taken up again) is reported to the
 // ingress's receiver like a silent one, within three heartbeat intervals
 // of its last frame — a crash and a pause end the same jobs in the same
 // bound. A leg that had ended is not reported.
 func TestRespondKilledHostIsReported(t *testing.T) {
 	const hb = 50 * time.Millisecond
-	w := &silenceWatcher{silent: make(chan string, 4)}
-	var smu sync.Mutex
-	var suspected []string
-	b := startNode(t, "b", "127.0.0.1:0", w, func(c *peer.Config) {
-		c.Suspect = func(node string) { smu.Lock(); suspected = append(suspected, node); smu.Unlock() }
-	})
-	px := startProxy(t, b.addr)
-	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
-	r.Send("b", out("j", 0))
-	r.Send("b", out("k", 0))
-	r.Send("b", out("m", 0))
-	r.Send("b", end("m"))
-	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(w.messages()) == 4 })
-	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, r) == 2 })
-	px.close() // every connection closed, and none accepted again
+	h := startHostOfTwoLegs(t, hb)
+	h.px.close() // every connection closed, and none accepted again
 	killed := time.Now()
+	h.awaitReported(t)
+	took := time.Since(killed)
+	t.Logf("killed host reported %s after its connection closed (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
+	if took > 3*hb+2*hb+200*time.Millisecond {
+		t.Errorf("reported after %s, want within about 3 heartbeat intervals (%s each) of the last frame", took, hb)
+	}
+	h.noSecondReport(t)
+}
+
+// hostOfTwoLegs is a consumer host a (r) whose reply stream to ingress b
+// runs through px, with the legs of jobs j and k open on it and m's
+// ended: the case of a host that goes silent or dies.
+type hostOfTwoLegs struct {
+	w    *silenceWatcher
+	b, r tnode
+	px   *proxy
+	hb   time.Duration
+
+	mu   sync.Mutex
+	susp []string // what b's Config.Suspect heard
+}
+
+func startHostOfTwoLegs(t *testing.T, hb time.Duration) *hostOfTwoLegs {
+	h := &hostOfTwoLegs{w: &silenceWatcher{silent: make(chan string, 4)}, hb: hb}
+	h.b = startNode(t, "b", "127.0.0.1:0", h.w, func(c *peer.Config) {
+		c.Suspect = func(node string) { h.mu.Lock(); h.susp = append(h.susp, node); h.mu.Unlock() }
+	})
+	h.px = startProxy(t, h.b.addr)
+	h.r = newRouter(t, "a", secret, newBook("b", h.px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
+	h.r.Send("b", out("j", 0))
+	h.r.Send("b", out("k", 0))
+	h.r.Send("b", out("m", 0))
+	h.r.Send("b", end("m"))
+	waitFor(t, 5*time.Second, "the outputs", func() bool { return len(h.w.messages()) == 4 })
+	waitFor(t, 5*time.Second, "m's leg ended", func() bool { return legsOpen(t, h.r) == 2 })
+	return h
+}
+
+func (h *hostOfTwoLegs) suspected() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.susp...)
+}
+
+// awaitReported waits until b reported both open legs, and only those.
+func (h *hostOfTwoLegs) awaitReported(t *testing.T) {
 	reported := map[string]bool{}
 	for len(reported) < 2 {
 		select {
-		case who := <-w.silent:
+		case who := <-h.w.silent:
 			reported[who] = true
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the ingress reported %v, not both open legs", reported)
 		}
 	}
-	took := time.Since(killed)
-	t.Logf("killed host reported %s after its connection closed (heartbeat %s: %.1f intervals)", took, hb, float64(took)/float64(hb))
 	if !reported["a/j/1"] || !reported["a/k/1"] {
 		t.Errorf("reported %v, want a/j/1 and a/k/1", reported)
 	}
-	if took > 3*hb+2*hb+200*time.Millisecond {
-		t.Errorf("reported after %s, want within about 3 heartbeat intervals (%s each) of the last frame", took, hb)
-	}
+}
+
+// noSecondReport fails t if b reports a leg again within ten intervals.
+func (h *hostOfTwoLegs) noSecondReport(t *testing.T) {
 	select {
-	case again := <-w.silent:
+	case again := <-h.w.silent:
 		t.Errorf("reported twice: %s", again)
-	case <-time.After(10 * hb):
+	case <-time.After(10 * h.hb):
 	}
 }

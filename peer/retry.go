@@ -12,9 +12,9 @@ import (
 )
 
 // Resending after a failure: which failures another attempt may cure, and
-// the backoff between attempts, for Forward, a lane's and the Post FIFO's
-// Posts, and a reply leg whose trunk failed; and the error a Forward ends
-// with when its attempts do.
+// the backoff between attempts, for Forward, a delivery stream's and the
+// unicast queue's Posts, and a response leg whose reply stream failed; and
+// the error a Forward ends with when its attempts do.
 
 // transient reports whether a failed attempt may succeed if made again:
 // the peer was unreachable or not ready, the attempt timed out, or its

@@ -20,19 +20,19 @@ import (
 // paths (docs/cluster.md, "Peer streams"):
 //
 //   - the request leg's kinds (forward, deliver, cancel, unbind) and
-//     synchronous Forwards by their queue's lane to the node
-//     (deliver_send.go), except a cancel for a job whose reply leg from
+//     synchronous Forwards by their queue's delivery stream to the node
+//     (delivery_send.go), except a cancel for a job whose response leg from
 //     that node this node's server holds: it goes back on the leg;
-//   - a binding's replies and release by its reply leg (leg_send.go), the
-//     legs to one node multiplexed on its reply trunk (trunk_send.go);
+//   - a binding's replies and release by its response leg (leg_send.go), the
+//     legs to one node multiplexed on its reply stream (reply_send.go);
 //   - a binding's only message (an end or a release with no leg open) by
-//     the node's Post FIFO (post_send.go).
+//     the node's unicast queue (unicast_send.go).
 //
-// Every message carries the router's session and a number from one
-// counter, so a receiver skips what it handled already whichever path
-// resent it. Lane queues and the Post FIFO are unbounded: they hold
+// Every message carries the router's session and a number from one counter,
+// so a receiver skips what it handled already whichever path resent it.
+// Delivery stream queues and the unicast queue are unbounded: they hold
 // control messages, and a node that stops answering either comes back or
-// loses its lease; outputs ride reply legs, which their jobs' output
+// loses its lease; outputs ride response legs, which their jobs' output
 // credit bounds (a grant is a control message too).
 type router struct {
 	cfg     Config
@@ -43,33 +43,33 @@ type router struct {
 
 	// srv is this node's server: a cancel or grant for a job whose reply
 	// leg it holds goes back on that leg, and one that comes back on a
-	// reply leg here is handed to its receiver.
+	// response leg here is handed to its receiver.
 	srv *server
 
 	ctx    context.Context // ends at close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards what follows and each lane's, leg's and outbox's queue. It
-	// is taken under Engine.mu (Send, Expect) and takes server.mu
-	// (cancelOnLeg, grantOnLeg); never the other way round.
-	mu        sync.Mutex
-	closed    bool
-	seq       uint64
-	outbox    map[string]*outbox     // by node id, while its sender runs
-	lanes     map[laneKey]*lane      // while their goroutine runs
-	legs      map[legKey]*replyLeg   // reply legs, while open
-	jobLegs   map[string][]*replyLeg // legs by job id (legCancelled)
-	trunks    map[string]*replyTrunk // reply trunks by node id, while open
-	trunkOpen map[string]*sync.Mutex // held while a node's trunk is being opened
-	senders   map[string]int         // outboxes, lanes and legs per node id
-	maxPost   int                    // bytes of messages in one Post (or one frame)
+	// mu guards what follows and each delivery stream's, leg's and
+	// unicastQueue's queue. It is taken under Engine.mu (Send, Expect) and
+	// takes server.mu (cancelOnLeg, grantOnLeg); never the other way round.
+	mu              sync.Mutex
+	closed          bool
+	seq             uint64
+	unicastQueue    map[string]*unicastQueue        // by node id, while its sender runs
+	deliveries      map[deliveryKey]*deliveryStream // while their goroutine runs
+	legs            map[legKey]*responseLeg         // response legs, while open
+	jobLegs         map[string][]*responseLeg       // legs by job id (legCancelled)
+	replyStreams    map[string]*replyStream         // reply streams by node id, while open
+	replyStreamOpen map[string]*sync.Mutex          // held while a node's reply stream is being opened
+	senders         map[string]int                  // unicast queues, delivery streams and legs per node id
+	maxUnicast      int                             // bytes of messages in one Post (or one frame)
 }
 
-// postOverhead is what a PostRequest, ForwardRequest or DeliverFrame adds
-// around its messages (session, sequence numbers, lane, field tags), with
-// room to spare.
-const postOverhead = 1 << 10
+// unicastOverhead is what a PostRequest, ForwardRequest or DeliverFrame
+// adds around its messages (session, sequence numbers, delivery stream,
+// field tags), with room to spare.
+const unicastOverhead = 1 << 10
 
 // newRouter returns a router; it starts goroutines only as messages are
 // sent, and close stops them. cfg has its defaults.
@@ -78,10 +78,10 @@ func newRouter(cfg Config, client *Client) *router {
 	return &router{
 		cfg: cfg, client: client, m: cfg.Metrics, log: cfg.Logger, session: crand.Text(),
 		ctx: ctx, cancel: cancel,
-		outbox: map[string]*outbox{}, lanes: map[laneKey]*lane{}, senders: map[string]int{},
-		legs: map[legKey]*replyLeg{}, jobLegs: map[string][]*replyLeg{},
-		trunks: map[string]*replyTrunk{}, trunkOpen: map[string]*sync.Mutex{},
-		maxPost: max(cfg.MaxMessageBytes-postOverhead, 1),
+		unicastQueue: map[string]*unicastQueue{}, deliveries: map[deliveryKey]*deliveryStream{}, senders: map[string]int{},
+		legs: map[legKey]*responseLeg{}, jobLegs: map[string][]*responseLeg{},
+		replyStreams: map[string]*replyStream{}, replyStreamOpen: map[string]*sync.Mutex{},
+		maxUnicast: max(cfg.MaxMessageBytes-unicastOverhead, 1),
 	}
 }
 
@@ -110,16 +110,17 @@ func (r *router) ackTimeout(m core.Message) time.Duration {
 }
 
 // wireCheck reports why a message of size bytes-to-be, or delivery p,
-// cannot be carried by any transport: the reason label and the error.
-// extra is what its frame adds beyond the message (a lane's queue name).
+// cannot be carried by any transport: the reason label and the error. extra
+// is what its frame adds beyond the message (a delivery stream's queue
+// name).
 func (r *router) wireCheck(p proto.Message, extra int) (string, error) {
 	return r.wireCheckSize(p, proto.Size(p)+extra)
 }
 
 // wireCheckSize is wireCheck for a message whose frame is n bytes.
 func (r *router) wireCheckSize(p proto.Message, n int) (string, error) {
-	if n > r.maxPost {
-		return ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", n, r.maxPost)
+	if n > r.maxUnicast {
+		return ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", n, r.maxUnicast)
 	}
 	if err := wireValid(p); err != nil {
 		return ReasonEncoding, err
@@ -156,8 +157,8 @@ func (r *router) undeliverable(node string, p *pb.PeerMessage, orig *core.Messag
 	}
 }
 
-// refLocked counts a sender (outbox or lane) for node; unrefLocked forgets
-// it, and the node's queue gauge with the last one.
+// refLocked counts a sender (unicastQueue or delivery stream) for node;
+// unrefLocked forgets it, and the node's queue gauge with the last one.
 func (r *router) refLocked(node string) { r.senders[node]++ }
 
 func (r *router) unrefLocked(node string) {
@@ -169,3 +170,16 @@ func (r *router) unrefLocked(node string) {
 
 // kindOf is the metrics label of a queued message.
 func kindOf(p *pb.PeerMessage) string { return string(kindFromPB[p.GetKind()]) }
+
+// awaitEnd waits, after a stream's half-close, for the receiver to end it
+// (done): at most silentIntervals heartbeat intervals, and not past the
+// router's close.
+func (r *router) awaitEnd(done <-chan struct{}) {
+	t := time.NewTimer(silentIntervals * r.cfg.Heartbeat)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+}

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -86,12 +84,15 @@ type book struct {
 	addrs map[string]string
 }
 
-func newBook(kv ...string) *book {
-	b := &book{addrs: map[string]string{}}
+func newBook(kv ...string) *book { return &book{addrs: pairs(kv...)} }
+
+// pairs is the map of kv's keys and values, in turn.
+func pairs(kv ...string) map[string]string {
+	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
-		b.addrs[kv[i]] = kv[i+1]
+		m[kv[i]] = kv[i+1]
 	}
-	return b
+	return m
 }
 
 func (b *book) Addr(node string) (string, bool) {
@@ -139,17 +140,17 @@ func freeAddr(t *testing.T) string {
 
 var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
 
-// msg is the i-th test message of job: its kind cycles. A laned kind's
-// Gen is i. The response kinds are what one binding of the job sends its
-// ingress, so they share Gen 0 and a TTL: replies (each opens the
-// binding's reply leg if none is open) and releases, each right after a
+// msg is the i-th test message of job: its kind cycles. A onDeliveryStream
+// kind's Gen is i. The response kinds are what one binding of the job sends
+// its ingress, so they share Gen 0 and a TTL: replies (each opens the
+// binding's response leg if none is open) and releases, each right after a
 // reply, so it rides that reply's leg and ends it.
 func msg(job string, i int) core.Message {
 	m := core.Message{Kind: kinds[i%len(kinds)], JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Output: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
 	if m.Kind == core.MsgForward || m.Kind == core.MsgDeliver {
 		m.Delivery = &core.Delivery{JobID: job, Gen: uint64(i), Queue: "q", TTL: time.Duration(i)}
 	}
-	if !laned(m.Kind) {
+	if !onDeliveryStream(m.Kind) {
 		m.Gen, m.TTL = 0, time.Minute
 	} else if i%7 == 0 {
 		m.End = &core.End{}
@@ -158,7 +159,7 @@ func msg(job string, i int) core.Message {
 }
 
 // final is the i-th release of job, under generation i: each is a
-// binding's only message, so each goes by the node's Post FIFO.
+// binding's only message, so each goes by the node's unicast queue.
 func final(job string, i int) core.Message {
 	return core.Message{Kind: core.MsgRelease, JobID: job, Gen: uint64(i), Queue: "q", Consumer: "c", Reason: fmt.Sprint("r", i)}
 }
@@ -167,39 +168,31 @@ func final(job string, i int) core.Message {
 // order.
 func checkFinals(t *testing.T, got []received, job string, n int) {
 	t.Helper()
-	var gens []uint64
 	for _, r := range got {
-		if r.m.JobID == job {
-			if want := final(job, int(r.m.Gen)); !equalMessage(r.m, want) {
-				t.Fatalf("got %+v, want %+v", r.m, want)
-			}
-			gens = append(gens, r.m.Gen)
+		if r.m.JobID != job {
+			continue
+		}
+		if want := final(job, int(r.m.Gen)); !equalMessage(r.m, want) {
+			t.Fatalf("got %+v, want %+v", r.m, want)
 		}
 	}
-	if len(gens) != n {
-		t.Fatalf("job %s: %d messages handled, want %d: %v", job, len(gens), n, gens)
-	}
-	for i, g := range gens {
-		if g != uint64(i) {
-			t.Fatalf("job %s: message %d is gen %d: %v", job, i, g, gens)
-		}
-	}
+	checkOnceInOrder(t, got, job, n)
 }
 
 // checkOrder fails unless got holds, for each job, messages 0..n-1, each
 // intact and from node from, in order within each of the router's paths:
-// the job's reply legs (reply, release) and the queue's lane (the other
-// kinds). The two paths are not ordered with each other.
+// the job's response legs (reply, release) and the queue's delivery stream
+// (the other kinds). The two paths are not ordered with each other.
 func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string) {
 	t.Helper()
 	type path struct {
-		job   string
-		laned bool
+		job              string
+		onDeliveryStream bool
 	}
 	next := map[path][]int{}
 	expect := func(job string) {
 		for i := range n {
-			k := path{job, laned(msg(job, i).Kind)}
+			k := path{job, onDeliveryStream(msg(job, i).Kind)}
 			next[k] = append(next[k], i)
 		}
 	}
@@ -212,19 +205,19 @@ func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string
 			t.Fatalf("message from %q, want %q", r.from, from)
 		}
 		seen[r.m.JobID] = true
-		k := path{r.m.JobID, laned(r.m.Kind)}
+		k := path{r.m.JobID, onDeliveryStream(r.m.Kind)}
 		if len(next[k]) == 0 {
 			t.Fatalf("job %s: unexpected message %+v", r.m.JobID, r.m)
 		}
 		i := next[k][0]
 		next[k] = next[k][1:]
 		if want := msg(r.m.JobID, i); !equalMessage(r.m, want) {
-			t.Fatalf("job %s (laned %v): message %d is %+v, want %+v", r.m.JobID, k.laned, i, r.m, want)
+			t.Fatalf("job %s (onDeliveryStream %v): message %d is %+v, want %+v", r.m.JobID, k.onDeliveryStream, i, r.m, want)
 		}
 	}
 	for k, left := range next {
 		if len(left) > 0 {
-			t.Fatalf("job %s (laned %v): %d messages did not arrive", k.job, k.laned, len(left))
+			t.Fatalf("job %s (onDeliveryStream %v): %d messages did not arrive", k.job, k.onDeliveryStream, len(left))
 		}
 	}
 	if len(seen) != len(jobs) {
@@ -232,9 +225,9 @@ func checkOrder(t *testing.T, got []received, from string, n int, jobs ...string
 	}
 }
 
-// laned reports whether the router sends messages of kind by their
-// queue's lane (else by the response leg).
-func laned(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
+// onDeliveryStream reports whether the router sends messages of kind by their
+// queue's delivery stream (else by the response leg).
+func onDeliveryStream(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
 func equalMessage(a, b core.Message) bool {
 	ja, _ := json.Marshal(a)
@@ -263,7 +256,7 @@ func sum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // Messages from one node to another arrive in the order they were sent,
 // under concurrent senders and to several nodes at once, each counted once
 // by its kind on the sending side.
-func TestRouterPostsInOrder(t *testing.T) {
+func TestRouterUnicastsInOrder(t *testing.T) {
 	hb, hc := &recorder{}, &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", hb)
 	c := startServerOn(t, "127.0.0.1:0", "c", hc)
@@ -326,7 +319,7 @@ func TestRouterSplitsBatchesAtTheSizeLimit(t *testing.T) {
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) { c.MaxMessageBytes = 8 << 10 })
 
-	// Ends with no reply leg open go by Post.
+	// Ends with no response leg open go by Post.
 	chunk := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
 	const n = 100
 	for i := range n {
@@ -429,7 +422,7 @@ func TestForwardUndecidedIsRetriedUntilTheDeadline(t *testing.T) {
 // Forward retries while the dispatcher's peer port is down, and succeeds
 // once it is up; messages sent meanwhile wait and arrive in order. A node
 // that is up but not routing yet answers Unavailable, and is retried too.
-func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
+func TestForwardAndUnicastRetryUntilThePeerIsUp(t *testing.T) {
 	addr := freeAddr(t)
 	r := newRouter(t, "a", secret, newBook("b", addr).Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -472,7 +465,7 @@ func TestForwardAndPostRetryUntilThePeerIsUp(t *testing.T) {
 
 // A Post attempt that times out while the receiver is still handling it is
 // resent; the receiver handles each message once, in order.
-func TestPostResendIsHandledOnce(t *testing.T) {
+func TestUnicastResendIsHandledOnce(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	h := &slowRecorder{gate: func() { once.Do(func() { <-release }) }}
@@ -510,18 +503,42 @@ func (s *slowRecorder) HandleMessage(from string, m core.Message) {
 	s.recorder.HandleMessage(from, m)
 }
 
-// Messages for a node that left the catalog (its lease is gone: it is
-// dead) are dropped and counted, not retried forever; its sender exits.
-func TestSendToAVanishedNodeIsDropped(t *testing.T) {
+// closeEndsTheForward closes r, which must take under two seconds and end
+// the Forward in flight, whose error ferr yields, with ErrClosed.
+func closeEndsTheForward(t *testing.T, r *peer.Transport, ferr <-chan error) {
+	t.Helper()
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s", took)
+	}
+	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
+		t.Errorf("forward in flight at Close: got %v, want ErrClosed", err)
+	}
+}
+
+// sendToADownNode is a router a that sent messages 0..n-1 of job j to
+// node b, whose address nothing listens on, and failed a first attempt.
+func sendToADownNode(t *testing.T, n int) (*book, tnode) {
+	t.Helper()
 	bk := newBook("b", freeAddr(t))
 	r := newRouter(t, "a", secret, bk.Addr, nil)
-	const n = 5
 	for i := range n {
 		r.Send("b", msg("j", i))
 	}
 	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
 		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
 	})
+	return bk, r
+}
+
+// Messages for a node that left the catalog (its lease is gone: it is
+// dead) are dropped and counted, not retried forever; its sender exits.
+func TestSendToAVanishedNodeIsDropped(t *testing.T) {
+	const n = 5
+	bk, r := sendToADownNode(t, n)
 	if got := counter(t, r.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}); got != n {
 		t.Errorf("queue gauge = %v while undeliverable, want %d", got, n)
 	}
@@ -550,12 +567,7 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare := pb.NewPeerServiceClient(raw)
+	bare := dialBare(t, b.addr)
 	p, _ := peer.MessageToPB(msg("j", 0))
 	if _, err := bare.Post(ctx, &pb.PostRequest{Messages: []*pb.PeerMessage{p}}); err == nil {
 		t.Error("bare Post served")
@@ -586,16 +598,10 @@ func TestRoutingCallsAreAuthenticated(t *testing.T) {
 // The receiver skips what it handled already (same session, lower
 // sequence numbers) and messages no handler could act on, which it counts,
 // and handles the rest of the batch in order.
-func TestPostSkipsDuplicatesAndInvalidMessages(t *testing.T) {
+func TestUnicastSkipsDuplicatesAndInvalidMessages(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 	batch := func(session string, first int, n int) *pb.PostRequest {
 		req := &pb.PostRequest{Session: session, FirstSeq: uint64(first)}
 		for i := first; i < first+n; i++ {
@@ -716,16 +722,7 @@ func TestCloseStopsEverySender(t *testing.T) {
 	go func() { ferr <- r.Forward(fctx, "hung", core.Delivery{JobID: "f"}) }()
 	time.Sleep(100 * time.Millisecond)
 
-	start := time.Now()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Close took %s", took)
-	}
-	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
-		t.Errorf("forward in flight at Close: got %v, want ErrClosed", err)
-	}
+	closeEndsTheForward(t, r.Transport, ferr)
 	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 3 {
 		t.Errorf("dropped at Close = %v, want 3", got)
 	}
@@ -743,16 +740,9 @@ func TestCloseStopsEverySender(t *testing.T) {
 
 // The node's address is resolved again on every attempt: a node that
 // moved (restarted on another port) gets what was queued for it.
-func TestPostFollowsANodeThatMoved(t *testing.T) {
-	bk := newBook("b", freeAddr(t))
-	r := newRouter(t, "a", secret, bk.Addr, nil)
+func TestUnicastFollowsANodeThatMoved(t *testing.T) {
 	const n = 10
-	for i := range n {
-		r.Send("b", msg("j", i))
-	}
-	waitFor(t, 5*time.Second, "a failed attempt", func() bool {
-		return counter(t, r.reg, "switchyard_peer_send_failures_total", nil) >= 1
-	})
+	bk, _ := sendToADownNode(t, n)
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	bk.set("b", b.addr)

@@ -25,21 +25,22 @@ type server struct {
 	grpc *grpc.Server
 	rcv  atomic.Pointer[receiverBox]
 	// router is this node's router: told of every cancel the receiver
-	// took, so it ends the job's reply leg here (legCancelled).
+	// took, so it ends the job's response leg here (legCancelled).
 	router *router
 
 	// mu guards what follows. It is the last lock taken: under router.mu
-	// (cancelOnLeg), and by callers that hold an inbox's, a laneInbox's or
-	// an inLeg's mu; it takes none.
-	mu        sync.Mutex
-	senders   map[string]*inbox // by sending node id: lane-less Posts
-	lanes     map[laneKey]*laneInbox
-	swept     time.Time // when lanes was last swept of forgotten lanes
-	inLegs    map[inLegKey]*inLeg
-	finished  []finishedLeg // done legs in inLegs, oldest first (finishLeg)
-	legsSwept time.Time     // when inLegs was last swept
-	epochs    atomic.Uint64 // respondStream.epoch
-	// orphanWatches are the timers of broken trunks' legs (watchOrphans).
+	// (cancelOnLeg), and by callers that hold an unicastInbox's, a
+	// deliveryInbox's or an inLeg's mu; it takes none.
+	mu         sync.Mutex
+	senders    map[string]*unicastInbox // by sending node id: Posts naming no delivery stream
+	deliveries map[deliveryKey]*deliveryInbox
+	swept      time.Time // when delivery streams was last swept of forgotten delivery streams
+	inLegs     map[inLegKey]*inLeg
+	finished   []finishedLeg // done legs in inLegs, oldest first (finishLeg)
+	legsSwept  time.Time     // when inLegs was last swept
+	epochs     atomic.Uint64 // respondIn.epoch
+	// orphanWatches are the timers of broken reply streams' legs
+	// (watchOrphans).
 	orphanWatches map[*time.Timer]struct{}
 	stopped       bool // stop began: no stream goroutine starts
 	wg            sync.WaitGroup
@@ -54,7 +55,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 // has its defaults.
 func newServer(cfg Config) *server {
 	a := &authenticator{metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
-	s := &server{cfg: cfg, senders: map[string]*inbox{}, lanes: map[laneKey]*laneInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
+	s := &server{cfg: cfg, senders: map[string]*unicastInbox{}, deliveries: map[deliveryKey]*deliveryInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
 	s.grpc = grpc.NewServer(
 		serverCreds(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -170,22 +171,60 @@ func heartbeatOf(ns int64) time.Duration {
 	return min(max(hb, minHeartbeat), maxHeartbeat)
 }
 
-// endStatus is the status a server stream ends with once ctx, derived from
-// the call's context call, is done: the call's own end (the client went
-// away), else why ctx was cancelled, as a status (Unavailable unless it is
-// one already).
-func endStatus(call, ctx context.Context) error {
-	if err := call.Err(); err != nil {
+// sweep deletes the entries of m that gone reports, at most once per
+// every: *last is when it last did.
+func sweep[K comparable, V any](m map[K]V, last *time.Time, every time.Duration, now time.Time, gone func(V) bool) {
+	if now.Sub(*last) < every {
+		return
+	}
+	*last = now
+	for k, v := range m {
+		if gone(v) {
+			delete(m, k)
+		}
+	}
+}
+
+// inCall is what a stream handler (Deliver, Respond) keeps of its call:
+// the authenticated sender, and ctx, derived from the call's context, which
+// the handler cancels with the cause the stream ends for.
+type inCall struct {
+	s      *server
+	from   string
+	call   context.Context // the gRPC call's own
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// accept begins a stream handler: the caller must be authenticated and the
+// engine started. The handler defers c.cancel(nil).
+func (s *server) accept(st grpc.ServerStream) (c inCall, rcv core.Receiver, err error) {
+	from, ok := Caller(st.Context())
+	if !ok {
+		return inCall{}, nil, errUnauthenticated
+	}
+	if rcv, err = s.receiver(); err != nil {
+		return inCall{}, nil, err
+	}
+	ctx, cancel := context.WithCancelCause(st.Context())
+	return inCall{s: s, from: from, call: st.Context(), ctx: ctx, cancel: cancel}, rcv, nil
+}
+
+// end is the status the stream ends with once c.ctx is done: the call's own
+// end (the client went away), else why c.ctx was cancelled, as a status
+// (Unavailable unless it is one already).
+func (c *inCall) end() error {
+	if err := c.call.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	err := context.Cause(ctx)
+	err := context.Cause(c.ctx)
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// handleMessage hands m to rcv; a cancel then ends the job's reply leg on
+// handleMessage hands m to rcv; a cancel then ends the job's response leg on
 // this node, if it has one (the engine has marked the binding cancelling,
 // so it sends nothing more on it).
 func (s *server) handleMessage(rcv core.Receiver, from string, m core.Message) {

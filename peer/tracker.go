@@ -319,7 +319,7 @@ func (t *Tracker) suspectedLocked(id string, m miss) bool {
 }
 
 // Suspect is the transport's evidence that node is gone: a stream from it
-// broke and no new one took its place, or its reply legs went silent. The
+// broke and no new one took its place, or its response legs went silent. The
 // node is suspected until it answers a ping sent after this call. It
 // calls OnChange when node was not suspected before.
 func (t *Tracker) Suspect(node string) {

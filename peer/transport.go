@@ -29,10 +29,10 @@ type Config struct {
 	// peers' own limit does (node config; default 4 MiB).
 	MaxMessageBytes int
 	// MaxConcurrentStreams bounds the calls in flight on one incoming
-	// connection, Deliver streams included (one per lane, that is per
-	// (sending node, queue) with recent traffic) and Respond streams (one
-	// reply trunk per sending node): set it well above the number of queues
-	// one peer may be sending for at once (0: unlimited).
+	// connection, Deliver streams included (one per delivery stream, that
+	// is per (sending node, queue) with recent traffic) and Respond streams
+	// (one reply stream per sending node): set it well above the number of
+	// queues one peer may be sending for at once (0: unlimited).
 	MaxConcurrentStreams uint32
 	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
 	// back is reached again within about this long (default 5s).
@@ -68,51 +68,52 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between attempts (default
 	// 50ms and 2s): it doubles from RetryMin up to RetryMax, with jitter.
 	RetryMin, RetryMax time.Duration
-	// IdleTimeout is how long a node's Post FIFO sender (releases and ends
-	// with no reply leg open) waits for a new message before it exits
-	// (default 30s); the next Send to that node starts another. Reply legs
+	// IdleTimeout is how long a node's unicast queue sender (releases and ends
+	// with no response leg open) waits for a new message before it exits
+	// (default 30s); the next Send to that node starts another. Response legs
 	// never idle out: they end with their job.
 	IdleTimeout time.Duration
-	// StreamIdle is how long a lane (one node, one queue) may send nothing,
-	// with nothing unacked, before its Deliver stream is closed and its
-	// goroutine exits, and how long a reply trunk may carry no leg before
-	// it is closed (default 30s); the next message starts them again. It
-	// must be at least 3 × AckTimeoutCeiling (else ErrStreamIdleTooShort),
-	// so a stall is diagnosed long before an idle close could hide it.
+	// StreamIdle is how long a delivery stream (one node, one queue) may
+	// send nothing, with nothing unacked, before its Deliver stream is
+	// closed and its goroutine exits, and how long a reply stream may carry
+	// no leg before it is closed (default 30s); the next message starts
+	// them again. It must be at least 3 × AckTimeoutCeiling (else
+	// ErrStreamIdleTooShort), so a stall is diagnosed long before an idle
+	// close could hide it.
 	StreamIdle time.Duration
-	// AckTimeout is how long the receiver may take to ack a lane message
-	// sent on a stream, counted from when it was sent or the message before
-	// it was acked, whichever is later. Missing it drops the stream for the
-	// unary path. The node passes a fraction of the job's remaining TTL for
-	// forward and deliver (core.DispatchTimeout) and the ceiling for kinds
-	// without a TTL. Results are clamped to AckTimeoutCeiling; a
-	// non-positive one means the ceiling. Nil: the ceiling for every
-	// message. Send calls it with the engine's lock held: it must be quick
-	// and must not call the engine.
+	// AckTimeout is how long the receiver may take to ack a delivery stream
+	// message sent on a stream, counted from when it was sent or the
+	// message before it was acked, whichever is later. Missing it drops the
+	// stream for the unary path. The node passes a fraction of the job's
+	// remaining TTL for forward and deliver (core.DispatchTimeout) and the
+	// ceiling for kinds without a TTL. Results are clamped to
+	// AckTimeoutCeiling; a non-positive one means the ceiling. Nil: the
+	// ceiling for every message. Send calls it with the engine's lock held:
+	// it must be quick and must not call the engine.
 	AckTimeout func(m core.Message) time.Duration
 	// AckTimeoutCeiling bounds AckTimeout, and how long opening a stream
 	// may take (default 5s).
 	AckTimeoutCeiling time.Duration
 	// Heartbeat is how often each end of a Deliver or Respond stream sends
 	// a frame when it has nothing else to send (default 1s). A stream that
-	// receives nothing for three intervals is dropped (a reply leg's
+	// receives nothing for three intervals is dropped (a response leg's
 	// ingress fails the job), so three intervals must be shorter than
 	// ClientKeepaliveTime (else ErrHeartbeatTooLong).
 	Heartbeat time.Duration
-	// ForceUnary sends every lane message by unary Post and Forward calls,
-	// and every reply and release by the node's Post FIFO, with no Deliver
-	// or Respond stream: a benchmark baseline, and an operator's switch
-	// should streams misbehave. A job's grants of output credit then go
-	// by its queue's lane.
+	// ForceUnary sends every delivery stream message by unary Post and
+	// Forward calls, and every reply and release by the node's unicast
+	// queue, with no Deliver or Respond stream: a benchmark baseline, and
+	// an operator's switch should streams misbehave. A job's grants of
+	// output credit then go by its queue's delivery stream.
 	ForceUnary bool
 	// Figures reads this node's live figures, for a peer's cluster view
 	// (the Figures call); nil answers Figures Unavailable. It is called on
 	// a gRPC handler's goroutine and must not block.
 	Figures func() core.NodeFigures
 	// Suspect, if set, is told of the transport's evidence that a node is
-	// gone: a reply trunk from it broke and no new one took up its legs
+	// gone: a reply stream from it broke and no new one took up its legs
 	// within a heartbeat (a live host reopens one within milliseconds),
-	// or its reply legs went silent. It is the peer tracker's Suspect. It
+	// or its response legs went silent. It is the peer tracker's Suspect. It
 	// is called holding none of the transport's locks and must not block.
 	Suspect func(node string)
 
@@ -188,10 +189,10 @@ func (c Config) withDefaults() (Config, error) {
 // until Start); Start hands it the engine, and routing begins; Close stops
 // it all.
 //
-// Its core.Transport methods are written where their work is done:
-// Forward with the lanes that carry it (deliver_send.go), Send and Expect
-// with the reply legs (leg_send.go); ZonesChanged with the zone test
-// (lane_zone.go).
+// Its core.Transport methods are written where their work is done: Forward
+// with the delivery streams that carry it (delivery_send.go), Send and
+// Expect with the response legs (leg_send.go); ZonesChanged with the zone
+// test (delivery_zone.go).
 type Transport struct {
 	client *Client
 	srv    *server
@@ -210,9 +211,9 @@ func New(cfg Config) (*Transport, error) {
 	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, TLS: cfg.ClientTLS, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay, Activity: cfg.Metrics.activity,
 		IdleTimeout: activeRounds * cfg.Heartbeat})
 	srv, rt := newServer(cfg), newRouter(cfg, client)
-	// Cancels cross between them: one for a job whose reply leg the
+	// Cancels cross between them: one for a job whose response leg the
 	// server holds goes back on that leg, and one the server's receiver
-	// took by any path ends the job's reply leg the router holds here.
+	// took by any path ends the job's response leg the router holds here.
 	srv.router, rt.srv = rt, srv
 	return &Transport{client: client, srv: srv, rt: rt}, nil
 }

@@ -17,14 +17,14 @@ func zoned(job, zone string, i int) core.Message {
 	return m
 }
 
-// A lane's stream passes the zone test when it opens and again whenever
-// zones change: once its node's label changes, the stream is closed; an
-// unacked delivery scoped to the old zone goes back to the engine
-// (ReasonZone) instead of being resent, an unscoped one behind it is
+// A delivery stream's Deliver stream passes the zone test when it opens and
+// again whenever zones change: once its node's label changes, the stream is
+// closed; an unacked delivery scoped to the old zone goes back to the
+// engine (ReasonZone) instead of being resent, an unscoped one behind it is
 // resent; from then on a delivery for the old zone is never sent, one for
 // the new zone opens a new stream, and a node with no label takes no
 // zone-scoped delivery at all.
-func TestLaneZoneTest(t *testing.T) {
+func TestDeliveryZoneTest(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	h := &gatedRecorder{block: func(m core.Message) {
@@ -37,7 +37,7 @@ func TestLaneZoneTest(t *testing.T) {
 	zone := "z1"
 	var reports []string
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) {
-		fastLanes(5*time.Second, 30*time.Second, time.Second)(c)
+		fastDeliveries(5*time.Second, 30*time.Second, time.Second)(c)
 		c.Zone = func(node string) (string, bool) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+	"github.com/switchyard/switchyard/tracing/w3c"
 )
 
 // Session end causes.
@@ -394,7 +395,9 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		Traceparent:    pj.GetTraceparent(),
 		Tracestate:     pj.GetTracestate(),
 	}
-	sc := parseTrace(job.Traceparent, job.Tracestate)
+	// The offer's trace context; with none, or one that does not parse,
+	// the worker's span starts a trace of its own.
+	sc := w3c.Parse(job.Traceparent, job.Tracestate)
 	if sc.IsValid() {
 		job.TraceID = sc.TraceID().String()
 	}

@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -17,33 +16,6 @@ const (
 	spanRun   = "switchyard.worker.run"
 	scopeName = "github.com/switchyard/switchyard/worker"
 )
-
-// parseTrace reads the W3C trace context of an offer: the invalid
-// SpanContext when the node sent none or one that does not parse (the
-// worker's span then starts a trace of its own).
-func parseTrace(traceparent, tracestate string) trace.SpanContext {
-	if traceparent == "" {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &offerCarrier{traceparent, tracestate}))
-}
-
-// offerCarrier is an offer's trace context as the propagator reads it.
-type offerCarrier struct{ traceparent, tracestate string }
-
-func (c *offerCarrier) Get(key string) string {
-	switch key {
-	case "traceparent":
-		return c.traceparent
-	case "tracestate":
-		return c.tracestate
-	}
-	return ""
-}
-
-func (c *offerCarrier) Set(string, string) {}
-
-func (c *offerCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
 // runSpanOptions are built once: an option is an allocation.
 var runSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}

@@ -42,26 +42,26 @@ Run 'switchyard <command> -h' for its flags. Every flag can also be set as
 SWITCHYARD_<FLAG> in the environment (dashes become underscores).
 `
 
+// commands are the subcommands that take flags, by name.
+var commands = map[string]func(ctx context.Context, args []string) error{
+	"node":    runNode,
+	"worker":  runWorker,
+	"demo":    runDemo,
+	"submit":  runSubmit,
+	"bench":   runBench,
+	"health":  runHealth,
+	"members": runMembers,
+}
+
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return flag.ErrHelp
 	}
+	if cmd, ok := commands[args[0]]; ok {
+		return cmd(ctx, args[1:])
+	}
 	switch args[0] {
-	case "node":
-		return runNode(ctx, args[1:])
-	case "worker":
-		return runWorker(ctx, args[1:])
-	case "demo":
-		return runDemo(ctx, args[1:])
-	case "submit":
-		return runSubmit(ctx, args[1:])
-	case "bench":
-		return runBench(ctx, args[1:])
-	case "health":
-		return runHealth(ctx, args[1:])
-	case "members":
-		return runMembers(ctx, args[1:])
 	case "version":
 		fmt.Println(Version)
 		return nil

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/netaddr"
 	"github.com/switchyard/switchyard/tracing"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -100,12 +101,8 @@ func shutdownTracing(tp *tracing.Provider, log *slog.Logger) {
 // serveWorkerDebug serves net/http/pprof on addr, which must be a loopback
 // address (the worker has no API keys to guard it with), until stop.
 func serveWorkerDebug(ctx context.Context, addr string, log *slog.Logger) (stop func(), err error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-addr %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("--debug-addr %q: want a loopback address", addr)
+	if !netaddr.IsLoopback(addr) {
+		return nil, fmt.Errorf("--debug-addr %q: want a loopback host:port, e.g. 127.0.0.1:6061", addr)
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {

@@ -1,6 +1,10 @@
 package stream
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/core/internal/metric"
+)
 
 // Metrics are the client-stream collectors of one node, shared by every
 // transport and told apart by a transport label ("sse", "grpc").
@@ -17,36 +21,20 @@ type Metrics struct {
 // NewMetrics creates the stream collectors and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "open",
-			Help: "Client job streams open on this node.",
-		}, []string{"transport"}),
-		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "ended_total",
-			Help: "Client job streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).",
-		}, []string{"transport", "reason"}),
-		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "drop_oldest_gaps_total",
-			Help: "Gaps announced on drop-oldest streams that fell behind (skipping ahead, or past the retained history). The gap a stream read from the start gets for events no longer retained is not counted.",
-		}, []string{"transport"}),
-		resumesAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_accepted_total",
-			Help: "Streams resumed from a valid resume token.",
-		}, []string{"transport"}),
-		resumesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "resumes_refused_total",
-			Help: "Resume tokens refused, by internal reason (clients always see one identical error).",
-		}, []string{"transport", "reason"}),
-		slowLagEvents: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_events",
-			Help:    "Events queued for a stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
-		}, []string{"transport"}),
-		slowLagBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "switchyard", Subsystem: "stream", Name: "slow_terminated_lag_bytes",
-			Help:    "Bytes queued for a stream when it was terminated as a slow consumer.",
-			Buckets: prometheus.ExponentialBuckets(4096, 2, 16),
-		}, []string{"transport"}),
+		open: metric.GaugeVec("stream", "open",
+			"Client job streams open on this node.", "transport"),
+		ended: metric.CounterVec("stream", "ended_total",
+			"Client job streams ended, by reason: terminal, client_gone, write_failed, slow (terminated as a slow consumer), idle, max_duration, resync (full resync required).", "transport", "reason"),
+		gaps: metric.CounterVec("stream", "drop_oldest_gaps_total",
+			"Gaps announced on drop-oldest streams that fell behind (skipping ahead, or past the retained history). The gap a stream read from the start gets for events no longer retained is not counted.", "transport"),
+		resumesAccepted: metric.CounterVec("stream", "resumes_accepted_total",
+			"Streams resumed from a valid resume token.", "transport"),
+		resumesRefused: metric.CounterVec("stream", "resumes_refused_total",
+			"Resume tokens refused, by internal reason (clients always see one identical error).", "transport", "reason"),
+		slowLagEvents: metric.HistogramVec("stream", "slow_terminated_lag_events",
+			"Events queued for a stream when it was terminated as a slow consumer.", prometheus.ExponentialBuckets(16, 2, 14), "transport"),
+		slowLagBytes: metric.HistogramVec("stream", "slow_terminated_lag_bytes",
+			"Bytes queued for a stream when it was terminated as a slow consumer.", prometheus.ExponentialBuckets(4096, 2, 16), "transport"),
 	}
 	reg.MustRegister(m.open, m.ended, m.gaps, m.resumesAccepted, m.resumesRefused, m.slowLagEvents, m.slowLagBytes)
 	return m

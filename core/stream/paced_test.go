@@ -36,8 +36,7 @@ func (p *positions) all() []uint64 {
 // reports its position after the flushes that moved it, in order, up to
 // the terminal event.
 func TestPacedStreamIsNotJudgedByLag(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	b := newBlocker(2)
 	sink := &fakeSink{onEvent: b.onEvent}
 	p := shortClocks()
@@ -79,8 +78,7 @@ func TestPacedStreamIsNotJudgedByLag(t *testing.T) {
 // no progress for the stall timeout — a slow consumer, with the resume
 // hint — however little is queued behind it.
 func TestPacedStreamStalls(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	sink := &fakeSink{}
 	sink.onEvent = func(ev core.Event) error {
 		if ev.Seq >= 3 {
@@ -104,10 +102,7 @@ func TestPacedStreamStalls(t *testing.T) {
 	if took < p.Stall {
 		t.Errorf("terminated after %s, before the stall timeout %s", took, p.Stall)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "slow_consumer" || num(t, data, "resume_after_seq") != 2 {
-		t.Errorf("terminated %v, want slow_consumer resuming after 2", data)
-	}
+	wantTerminated(t, sink, "slow_consumer", 2)
 	// 2 was written in the batch whose flush never came: it may not be
 	// reported; 3 never got through.
 	if got := pos.all(); len(got) > 0 && got[len(got)-1] > 2 {
@@ -119,8 +114,7 @@ func TestPacedStreamStalls(t *testing.T) {
 // job is quiet: the stall clock runs only while something waits to be
 // written.
 func TestPacedStreamQuietJobIsNotStalled(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	sink := &fakeSink{}
 	p := shortClocks()
 	p.Stall = 20 * time.Millisecond

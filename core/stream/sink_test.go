@@ -100,23 +100,19 @@ func (s *fakeSink) Control(c stream.Control, data map[string]any) error {
 	return nil
 }
 
-func (s *fakeSink) Heartbeat() error {
-	if s.onHeartbeat != nil {
-		if err := s.onHeartbeat(); err != nil {
-			return err
-		}
-	}
-	s.record(call{Op: "heartbeat"})
-	return nil
-}
+func (s *fakeSink) Heartbeat() error { return s.bare("heartbeat", s.onHeartbeat) }
 
-func (s *fakeSink) Flush() error {
-	if s.onFlush != nil {
-		if err := s.onFlush(); err != nil {
+func (s *fakeSink) Flush() error { return s.bare("flush", s.onFlush) }
+
+// bare is a call of op that carries nothing: its hook, if set, may fail
+// it (then nothing is recorded).
+func (s *fakeSink) bare(op string, hook func() error) error {
+	if hook != nil {
+		if err := hook(); err != nil {
 			return err
 		}
 	}
-	s.record(call{Op: "flush"})
+	s.record(call{Op: op})
 	return nil
 }
 

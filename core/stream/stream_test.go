@@ -19,6 +19,15 @@ func newJob(maxEvents int, maxBytes int64) *core.Job {
 	return &core.Job{ID: testJobID, History: core.NewHistory(maxEvents, maxBytes)}
 }
 
+// acceptedJob is a job keeping maxEvents events (and 1 MiB) of history,
+// its accepted event appended.
+func acceptedJob(t *testing.T, maxEvents int) *core.Job {
+	t.Helper()
+	j := newJob(maxEvents, 1<<20)
+	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	return j
+}
+
 func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
 	t.Helper()
 	ev, ok := j.History.Append(kind, 1, []byte(data))
@@ -89,6 +98,21 @@ func onlyControl(t *testing.T, s *fakeSink, c stream.Control) map[string]any {
 		t.Errorf("%s control job_id = %v, want %s", c, ctls[0].Data["job_id"], testJobID)
 	}
 	return ctls[0].Data
+}
+
+// wantTerminated checks that the one control sink got is terminated, for
+// reason, telling the client to resume after seq resumeAfter; it returns
+// the control's data.
+func wantTerminated(t *testing.T, sink *fakeSink, reason string, resumeAfter uint64) map[string]any {
+	t.Helper()
+	data := onlyControl(t, sink, stream.Terminated)
+	if data["reason"] != reason {
+		t.Errorf("reason = %v, want %s", data["reason"], reason)
+	}
+	if got := num(t, data, "resume_after_seq"); got != resumeAfter {
+		t.Errorf("resume_after_seq = %d, want %d", got, resumeAfter)
+	}
+	return data
 }
 
 func TestPolicyValidate(t *testing.T) {
@@ -162,8 +186,7 @@ func TestEndClientLeft(t *testing.T) {
 }
 
 func TestReplayAfterPosition(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	appendOutputs(t, j, 4)
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 
@@ -200,8 +223,7 @@ func TestReplayAfterPosition(t *testing.T) {
 }
 
 func TestReplayFromStartWithoutTokens(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	appendOutputs(t, j, 150) // more than one read batch
 	appendEv(t, j, core.EventError, `{"code":"x"}`)
 
@@ -223,8 +245,7 @@ func TestReplayFromStartWithoutTokens(t *testing.T) {
 }
 
 func TestLiveEvents(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	wait := runAsync(t, context.Background(), stream.Request{
 		Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens,
@@ -268,8 +289,7 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendEv(t, j, core.EventOutput, `{"data":1}`)
 			appendEv(t, j, core.EventOutput, `{"data":2}`)
 			// A kind outside the filter set between two that are in it.
@@ -331,18 +351,28 @@ func waitChan(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
-func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
-	j := newJob(1000, 1<<20)
+// blockedOnSecond streams j with policy p (and seqTokens) to a sink that
+// blocks on seq 2: it appends j's accepted event and its first output,
+// and returns once the sink blocks on that output. The blocker is
+// released when the test ends, before runAsync's cleanup waits for the
+// stream.
+func blockedOnSecond(t *testing.T, j *core.Job, p stream.Policy) (*blocker, *fakeSink, func() stream.Result) {
+	t.Helper()
 	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
 	b := newBlocker(2)
 	sink := &fakeSink{onEvent: b.onEvent}
-	p := stream.DefaultPolicy()
-	p.MaxLagEvents = 5
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 	t.Cleanup(b.Release) // runs before runAsync's cleanup
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2: the sink blocks on it
+	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the sink to block", b.blocked)
+	return b, sink, wait
+}
+
+func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
+	j := newJob(1000, 1<<20)
+	p := stream.DefaultPolicy()
+	p.MaxLagEvents = 5
+	b, sink, wait := blockedOnSecond(t, j, p)
 	appendOutputs(t, j, 10) // seqs 3..12 pile up behind the stream
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
 	b.Release()
@@ -354,13 +384,7 @@ func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
 	if got := seqsOf(sink.events()); !equalSeqs(got, []uint64{1, 2}) {
 		t.Fatalf("seqs = %v, want 1, 2 and nothing after the bound was passed", got)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "slow_consumer" {
-		t.Errorf("reason = %v, want slow_consumer", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 2 {
-		t.Errorf("resume_after_seq = %d, want 2", got)
-	}
+	data := wantTerminated(t, sink, "slow_consumer", 2)
 	// The watcher may catch the queue anywhere past the bound while the
 	// appends are still coming; the writer's own check sees all 11.
 	if got := num(t, data, "lag_events"); got <= 5 || got > 11 {
@@ -387,17 +411,10 @@ func TestLagAtTheBoundIsNotSlow(t *testing.T) {
 
 func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
 	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	b := newBlocker(2)
-	sink := &fakeSink{onEvent: b.onEvent}
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 100
 	p.MaxLagBytes = 1000
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
-	t.Cleanup(b.Release)
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2: the sink blocks on it
-	waitChan(t, "the sink to block", b.blocked)
+	b, sink, wait := blockedOnSecond(t, j, p)
 	big := `{"data":"` + strings.Repeat("x", 600) + `"}`
 	appendEv(t, j, core.EventOutput, big)
 	appendEv(t, j, core.EventOutput, big) // 1200 bytes queued: over the byte bound, far under the event bound
@@ -468,17 +485,10 @@ func TestFreshStreamOnTrimmedHistory(t *testing.T) {
 
 func TestDropOldestLive(t *testing.T) {
 	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	b := newBlocker(2)
-	sink := &fakeSink{onEvent: b.onEvent}
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 6
 	p.Slow = stream.DropOldest
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
-	t.Cleanup(b.Release)
-
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`) // seq 2 blocks
-	waitChan(t, "the sink to block", b.blocked)
+	b, sink, wait := blockedOnSecond(t, j, p)
 	appendOutputs(t, j, 20)                                   // 3..22
 	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // 23
 	b.Release()
@@ -557,8 +567,7 @@ func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 }
 
 func TestHeartbeatAfterSilence(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -591,8 +600,7 @@ func TestHeartbeatAfterSilence(t *testing.T) {
 }
 
 func TestIdleTerminates(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -605,21 +613,14 @@ func TestIdleTerminates(t *testing.T) {
 	if elapsed < p.Idle || elapsed >= p.MaxDuration {
 		t.Errorf("idle fired after %v, want between %v and %v", elapsed, p.Idle, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "idle" {
-		t.Errorf("reason = %v, want idle", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != 1 {
-		t.Errorf("resume_after_seq = %d, want 1", got)
-	}
+	wantTerminated(t, sink, "idle", 1)
 	if sink.count("heartbeat") == 0 {
 		t.Errorf("no heartbeats before idle: heartbeats must not reset the idle clock, but they must be sent")
 	}
 }
 
 func TestMaxDurationTerminatesBusyStream(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 	p := shortClocks()
 	sink := &fakeSink{}
 	start := time.Now()
@@ -653,21 +654,14 @@ func TestMaxDurationTerminatesBusyStream(t *testing.T) {
 	if elapsed < p.MaxDuration {
 		t.Errorf("max duration fired after %v, want >= %v", elapsed, p.MaxDuration)
 	}
-	data := onlyControl(t, sink, stream.Terminated)
-	if data["reason"] != "max_duration" {
-		t.Errorf("reason = %v, want max_duration", data["reason"])
-	}
-	if got := num(t, data, "resume_after_seq"); got != res.LastSeq {
-		t.Errorf("resume_after_seq = %d, want the last seq written %d", got, res.LastSeq)
-	}
+	wantTerminated(t, sink, "max_duration", res.LastSeq)
 	if n := len(sink.events()); n < 10 {
 		t.Errorf("only %d events on a busy stream", n)
 	}
 }
 
 func TestContextCancelIsClientGone(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -710,8 +704,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := newJob(100, 1<<20)
-			appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+			j := acceptedJob(t, 100)
 			appendOutputs(t, j, 2) // no terminal: only the failure ends the stream
 			sink := tt.sink()
 			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: tt.policy}, sink)
@@ -730,8 +723,7 @@ func TestSinkErrorsAreWriteFailed(t *testing.T) {
 }
 
 func TestWriteDeadlines(t *testing.T) {
-	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 100)
 	p := stream.DefaultPolicy()
 	p.Setup = 3 * time.Second
 	p.WriteTimeout = time.Second
@@ -774,8 +766,7 @@ func TestWriteDeadlines(t *testing.T) {
 }
 
 func TestSlowSinkDoesNotDelayOtherStreams(t *testing.T) {
-	j := newJob(1000, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	j := acceptedJob(t, 1000)
 
 	b := newBlocker(2)
 	slow := &fakeSink{onEvent: b.onEvent}

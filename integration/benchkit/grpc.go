@@ -23,22 +23,16 @@ func GRPCJob(client pb.JobServiceClient, queue string, envelope []byte) JobFunc 
 		if err != nil {
 			return 0, 0, false
 		}
-		for {
-			ev, err := st.Recv()
-			if err != nil {
-				return 0, 0, false // io.EOF too: the stream ended without a terminal event
-			}
-			switch ev.Kind {
-			case "output":
-				if first == 0 {
-					first = time.Since(t0)
+		kinds := func(yield func(string, error) bool) {
+			for {
+				ev, err := st.Recv()
+				// io.EOF too: the stream ended without a terminal event.
+				if !yield(ev.GetKind(), err) || err != nil {
+					return
 				}
-			case "done":
-				return first, time.Since(t0), true
-			case "error", "terminated", "resync":
-				return 0, 0, false
 			}
 		}
+		return timeStream(t0, kinds, "error", "terminated", "resync")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"iter"
 	"net/http"
 	"slices"
 	"strings"
@@ -141,18 +142,33 @@ func Job(ctx context.Context, client *http.Client, target string, body []byte) (
 	if res.StatusCode != http.StatusOK {
 		return 0, 0, false
 	}
-	for ev, err := range sse.Read(res.Body, nil) {
+	kinds := func(yield func(string, error) bool) {
+		for ev, err := range sse.Read(res.Body, nil) {
+			if !yield(ev.Type, err) {
+				return
+			}
+		}
+	}
+	return timeStream(t0, kinds, "error")
+}
+
+// timeStream times a job's stream, read as its events' kinds, from t0:
+// first is the time to the first "output" (0 when the job had none), last
+// the time to "done"; ok is false when the stream broke, ended without
+// "done", or carried one of the kinds fails.
+func timeStream(t0 time.Time, kinds iter.Seq2[string, error], fails ...string) (first, last time.Duration, ok bool) {
+	for kind, err := range kinds {
 		if err != nil {
 			return 0, 0, false
 		}
-		switch ev.Type {
-		case "output":
+		switch {
+		case kind == "output":
 			if first == 0 {
 				first = time.Since(t0)
 			}
-		case "done":
+		case kind == "done":
 			return first, time.Since(t0), true
-		case "error":
+		case slices.Contains(fails, kind):
 			return 0, 0, false
 		}
 	}

@@ -346,13 +346,7 @@ func (s *sharedStream) receive() {
 			return
 		}
 		id, terminal := answerOf(m)
-		s.mu.Lock()
-		ch := s.waiting[id]
-		if terminal {
-			delete(s.waiting, id)
-		}
-		s.mu.Unlock()
-		if ch != nil {
+		if ch := take(&s.mu, &s.waiting, id, terminal); ch != nil {
 			ch <- m
 			if terminal {
 				close(ch)
@@ -635,14 +629,21 @@ func (s relayWorkerService) Connect(stream grpc.BidiStreamingServer[pb.WorkerMes
 		if id == "" {
 			continue // heartbeat, or nothing the relay carries
 		}
-		w.mu.Lock()
-		js := w.jobs[id]
-		if terminal {
-			delete(w.jobs, id)
-		}
-		w.mu.Unlock()
-		if js != nil {
+		if js := take(&w.mu, &w.jobs, id, terminal); js != nil {
 			js.answer(m, terminal)
 		}
 	}
+}
+
+// take looks up whom the answer to job id goes to in *m, under mu (which
+// guards the map and the variable), and forgets them when the answer is the
+// job's last (terminal).
+func take[V any](mu *sync.Mutex, m *map[string]V, id string, terminal bool) V {
+	mu.Lock()
+	defer mu.Unlock()
+	v := (*m)[id]
+	if terminal {
+		delete(*m, id)
+	}
+	return v
 }

@@ -240,11 +240,7 @@ func testRestart(t *testing.T, name, fault string, restart func(*cluster) (time.
 ) time.Duration {
 	c := startCluster(t, name)
 	old := consumerOn(t, c, "node-1")
-	l := startLoad(c,
-		clientSpec{kind: "large", model: "large", clients: 6, ingresses: []string{"node-2", "node-3"}},
-		clientSpec{kind: "small", model: "small", clients: 8, ingresses: []string{"node-2", "node-3"}})
-	waitBusy(t, l, "large", 4, 0)
-	waitBusy(t, l, "small", 6, 0)
+	l := startMixedLoad(t, c, "node-2", "node-3")
 
 	at, started := restart(c)
 	back, backErr := poll(2*leaseTTL, func() error {

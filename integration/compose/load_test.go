@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
@@ -115,6 +116,18 @@ func startLoad(c *cluster, specs ...clientSpec) *load {
 	}
 	l.Start(len(clients), 250*time.Millisecond, func(k int) { clients[k]() })
 	c.t.Cleanup(l.Halt)
+	return l
+}
+
+// startMixedLoad starts 6 clients of large jobs and 8 of small ones on
+// ingresses, and waits until 4 large and 6 small jobs stream.
+func startMixedLoad(t *testing.T, c *cluster, ingresses ...string) *load {
+	t.Helper()
+	l := startLoad(c,
+		clientSpec{kind: "large", model: "large", clients: 6, ingresses: ingresses},
+		clientSpec{kind: "small", model: "small", clients: 8, ingresses: ingresses})
+	waitBusy(t, l, "large", 4, 0)
+	waitBusy(t, l, "small", 6, 0)
 	return l
 }
 

@@ -29,11 +29,7 @@ func TestComposeReplaceVolume(t *testing.T) {
 	}
 	before := members("at the start")
 	old := consumerOn(t, c, "node-3")
-	l := startLoad(c,
-		clientSpec{kind: "large", model: "large", clients: 6, ingresses: []string{"node-1", "node-2"}},
-		clientSpec{kind: "small", model: "small", clients: 8, ingresses: []string{"node-1", "node-2"}})
-	waitBusy(t, l, "large", 4, 0)
-	waitBusy(t, l, "small", 6, 0)
+	l := startMixedLoad(t, c, "node-1", "node-2")
 
 	at := time.Now()
 	c.mustCompose("rm", "-sf", "node-3")

@@ -2654,7 +2654,7 @@ type ClientInterface interface {
 
 	// WebPage The web page
 	//
-	// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+	// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`. See docs/web.md#serving.
 	//
 	// Corresponds with GET / (the `WebPage` operationId).
 	WebPage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2680,14 +2680,14 @@ type ClientInterface interface {
 
 	// Metrics Metrics
 	//
-	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+	// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it. See docs/tracing.md#exemplars.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2696,7 +2696,7 @@ type ClientInterface interface {
 
 	// CreateChatCompletion Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2705,7 +2705,7 @@ type ClientInterface interface {
 
 	// ListModels List models (OpenAI-compatible)
 	//
-	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+	// Every model declared by a worker on the front door's queue whose node is online, deduplicated and sorted. See docs/openai.md#models.
 	//
 	// Corresponds with GET /openai/v1/models (the `ListModels` operationId).
 	ListModels(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2740,21 +2740,21 @@ type ClientInterface interface {
 
 	// ClusterEvents Watch the cluster
 	//
-	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed. See docs/api.md#the-live-cluster-view.
 	//
 	// Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 	ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMembers List the catalog's members
 	//
-	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+	// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers just now. See docs/membership.md.
 	//
 	// Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
 	ListMembers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// AddMemberWithBody Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2763,7 +2763,7 @@ type ClientInterface interface {
 
 	// AddMember Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2772,70 +2772,70 @@ type ClientInterface interface {
 
 	// RemoveMember Remove a catalog member
 	//
-	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
 	RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListNodes List nodes
 	//
-	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+	// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare) as this node sees it. See docs/api.md#nodes-and-queues.
 	//
 	// Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 	ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ClusterReadToken A read token for the live cluster view
 	//
-	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See docs/api.md#read-tokens.
 	//
 	// Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 	ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CancelJob Cancel a job
 	//
-	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+	// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document. See docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// Corresponds with DELETE /v1/jobs/{id} (the `CancelJob` operationId).
 	CancelJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetJob Get a job
 	//
-	// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+	// The job's state and, once it ended, its outcome; kept for the node's --retention. See docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 	GetJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobEvents Stream a job's events
 	//
-	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 	//
 	// Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 	JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobReadToken A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See docs/api.md#read-tokens.
 	//
 	// Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 	JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueues List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 	//
 	// Corresponds with GET /v1/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetQueue Get a queue
 	//
-	// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+	// One queue, as in the list; a queue exists while it has jobs or consumers. See docs/api.md#nodes-and-queues.
 	//
 	// Corresponds with GET /v1/queues/{queue} (the `GetQueue` operationId).
 	GetQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SubmitJobWithBody Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2844,7 +2844,7 @@ type ClientInterface interface {
 
 	// SubmitJob Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2853,7 +2853,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSessionWithBody Open a worker session
 	//
-	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2862,7 +2862,7 @@ type ClientInterface interface {
 
 	// OpenWorkerSession Open a worker session
 	//
-	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2871,7 +2871,7 @@ type ClientInterface interface {
 
 	// WorkerHeartbeat Heartbeat
 	//
-	// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+	// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for idle_timeout_ms ends (idle_timeout).
 	//
 	// Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
 	WorkerHeartbeat(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2932,7 +2932,7 @@ type ClientInterface interface {
 
 	// JobOutputWithBody Send output
 	//
-	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2941,7 +2941,7 @@ type ClientInterface interface {
 
 	// JobOutput Send output
 	//
-	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2950,7 +2950,7 @@ type ClientInterface interface {
 
 	// RejectJobWithBody Reject a job
 	//
-	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2959,7 +2959,7 @@ type ClientInterface interface {
 
 	// RejectJob Reject a job
 	//
-	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2969,7 +2969,7 @@ type ClientInterface interface {
 
 // WebPage The web page
 //
-// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`. See docs/web.md#serving.
 //
 // Corresponds with GET / (the `WebPage` operationId).
 func (c *Client) WebPage(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3035,7 +3035,7 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // Metrics Metrics
 //
-// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it. See docs/tracing.md#exemplars.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3052,7 +3052,7 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3071,7 +3071,7 @@ func (c *Client) CreateChatCompletionWithBody(ctx context.Context, params *Creat
 
 // CreateChatCompletion Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3090,7 +3090,7 @@ func (c *Client) CreateChatCompletion(ctx context.Context, params *CreateChatCom
 
 // ListModels List models (OpenAI-compatible)
 //
-// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+// Every model declared by a worker on the front door's queue whose node is online, deduplicated and sorted. See docs/openai.md#models.
 //
 // Corresponds with GET /openai/v1/models (the `ListModels` operationId).
 func (c *Client) ListModels(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3175,7 +3175,7 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 
 // ClusterEvents Watch the cluster
 //
-// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
+// The live cluster view: a snapshot event on connect, then another whenever it changed. See docs/api.md#the-live-cluster-view.
 //
 // Corresponds with GET /v1/cluster/events (the `ClusterEvents` operationId).
 func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3192,7 +3192,7 @@ func (c *Client) ClusterEvents(ctx context.Context, reqEditors ...RequestEditorF
 
 // ListMembers List the catalog's members
 //
-// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers just now. See docs/membership.md.
 //
 // Corresponds with GET /v1/cluster/members (the `ListMembers` operationId).
 func (c *Client) ListMembers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3209,7 +3209,7 @@ func (c *Client) ListMembers(ctx context.Context, reqEditors ...RequestEditorFn)
 
 // AddMemberWithBody Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3228,7 +3228,7 @@ func (c *Client) AddMemberWithBody(ctx context.Context, contentType string, body
 
 // AddMember Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3247,7 +3247,7 @@ func (c *Client) AddMember(ctx context.Context, body AddMemberJSONRequestBody, r
 
 // RemoveMember Remove a catalog member
 //
-// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //
 // Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
 func (c *Client) RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3264,7 +3264,7 @@ func (c *Client) RemoveMember(ctx context.Context, member string, reqEditors ...
 
 // ListNodes List nodes
 //
-// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare) as this node sees it. See docs/api.md#nodes-and-queues.
 //
 // Corresponds with GET /v1/cluster/nodes (the `ListNodes` operationId).
 func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3281,7 +3281,7 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // ClusterReadToken A read token for the live cluster view
 //
-// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See docs/api.md#read-tokens.
 //
 // Corresponds with POST /v1/cluster/read-token (the `ClusterReadToken` operationId).
 func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3298,7 +3298,7 @@ func (c *Client) ClusterReadToken(ctx context.Context, reqEditors ...RequestEdit
 
 // CancelJob Cancel a job
 //
-// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document. See docs/api.md#a-jobs-document-and-its-cancel.
 //
 // Corresponds with DELETE /v1/jobs/{id} (the `CancelJob` operationId).
 func (c *Client) CancelJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3315,7 +3315,7 @@ func (c *Client) CancelJob(ctx context.Context, id string, reqEditors ...Request
 
 // GetJob Get a job
 //
-// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+// The job's state and, once it ended, its outcome; kept for the node's --retention. See docs/api.md#a-jobs-document-and-its-cancel.
 //
 // Corresponds with GET /v1/jobs/{id} (the `GetJob` operationId).
 func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3332,7 +3332,7 @@ func (c *Client) GetJob(ctx context.Context, id string, reqEditors ...RequestEdi
 
 // JobEvents Stream a job's events
 //
-// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 //
 // Corresponds with GET /v1/jobs/{id}/events (the `JobEvents` operationId).
 func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3349,7 +3349,7 @@ func (c *Client) JobEvents(ctx context.Context, id string, params *JobEventsPara
 
 // JobReadToken A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See docs/api.md#read-tokens.
 //
 // Corresponds with POST /v1/jobs/{id}/read-token (the `JobReadToken` operationId).
 func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3366,7 +3366,7 @@ func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...Requ
 
 // ListQueues List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 //
 // Corresponds with GET /v1/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3383,7 +3383,7 @@ func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetQueue Get a queue
 //
-// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+// One queue, as in the list; a queue exists while it has jobs or consumers. See docs/api.md#nodes-and-queues.
 //
 // Corresponds with GET /v1/queues/{queue} (the `GetQueue` operationId).
 func (c *Client) GetQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3400,7 +3400,7 @@ func (c *Client) GetQueue(ctx context.Context, queue string, reqEditors ...Reque
 
 // SubmitJobWithBody Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3419,7 +3419,7 @@ func (c *Client) SubmitJobWithBody(ctx context.Context, queue string, params *Su
 
 // SubmitJob Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3438,7 +3438,7 @@ func (c *Client) SubmitJob(ctx context.Context, queue string, params *SubmitJobP
 
 // OpenWorkerSessionWithBody Open a worker session
 //
-// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3457,7 +3457,7 @@ func (c *Client) OpenWorkerSessionWithBody(ctx context.Context, queue string, co
 
 // OpenWorkerSession Open a worker session
 //
-// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3476,7 +3476,7 @@ func (c *Client) OpenWorkerSession(ctx context.Context, queue string, body OpenW
 
 // WorkerHeartbeat Heartbeat
 //
-// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for idle_timeout_ms ends (idle_timeout).
 //
 // Corresponds with POST /v1/workers/{session}/heartbeat (the `WorkerHeartbeat` operationId).
 func (c *Client) WorkerHeartbeat(ctx context.Context, session string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3607,7 +3607,7 @@ func (c *Client) FailJob(ctx context.Context, session string, job string, body F
 
 // JobOutputWithBody Send output
 //
-// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3626,7 +3626,7 @@ func (c *Client) JobOutputWithBody(ctx context.Context, session string, job stri
 
 // JobOutput Send output
 //
-// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3645,7 +3645,7 @@ func (c *Client) JobOutput(ctx context.Context, session string, job string, body
 
 // RejectJobWithBody Reject a job
 //
-// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3664,7 +3664,7 @@ func (c *Client) RejectJobWithBody(ctx context.Context, session string, job stri
 
 // RejectJob Reject a job
 //
-// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4961,7 +4961,7 @@ type ClientWithResponsesInterface interface {
 
 	// WebPageWithResponse The web page
 	//
-	// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+	// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`. See docs/web.md#serving.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4995,7 +4995,7 @@ type ClientWithResponsesInterface interface {
 
 	// MetricsWithResponse Metrics
 	//
-	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+	// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it. See docs/tracing.md#exemplars.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5004,7 +5004,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5013,7 +5013,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5022,7 +5022,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListModelsWithResponse List models (OpenAI-compatible)
 	//
-	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+	// Every model declared by a worker on the front door's queue whose node is online, deduplicated and sorted. See docs/openai.md#models.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5067,7 +5067,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterEventsWithResponse Watch the cluster
 	//
-	// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed. See docs/api.md#the-live-cluster-view.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5076,7 +5076,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListMembersWithResponse List the catalog's members
 	//
-	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+	// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers just now. See docs/membership.md.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5085,7 +5085,7 @@ type ClientWithResponsesInterface interface {
 
 	// AddMemberWithBodyWithResponse Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5094,7 +5094,7 @@ type ClientWithResponsesInterface interface {
 
 	// AddMemberWithResponse Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5103,7 +5103,7 @@ type ClientWithResponsesInterface interface {
 
 	// RemoveMemberWithResponse Remove a catalog member
 	//
-	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5112,7 +5112,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListNodesWithResponse List nodes
 	//
-	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+	// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare) as this node sees it. See docs/api.md#nodes-and-queues.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5121,7 +5121,7 @@ type ClientWithResponsesInterface interface {
 
 	// ClusterReadTokenWithResponse A read token for the live cluster view
 	//
-	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See docs/api.md#read-tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5130,7 +5130,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelJobWithResponse Cancel a job
 	//
-	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+	// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document. See docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5139,7 +5139,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetJobWithResponse Get a job
 	//
-	// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+	// The job's state and, once it ended, its outcome; kept for the node's --retention. See docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5148,7 +5148,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobEventsWithResponse Stream a job's events
 	//
-	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5157,7 +5157,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobReadTokenWithResponse A read token for a job's stream
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See docs/api.md#read-tokens.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5166,7 +5166,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5175,7 +5175,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetQueueWithResponse Get a queue
 	//
-	// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+	// One queue, as in the list; a queue exists while it has jobs or consumers. See docs/api.md#nodes-and-queues.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5184,7 +5184,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithBodyWithResponse Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5193,7 +5193,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithResponse Submit a job
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5202,7 +5202,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithBodyWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5211,7 +5211,7 @@ type ClientWithResponsesInterface interface {
 
 	// OpenWorkerSessionWithResponse Open a worker session
 	//
-	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+	// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5220,7 +5220,7 @@ type ClientWithResponsesInterface interface {
 
 	// WorkerHeartbeatWithResponse Heartbeat
 	//
-	// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+	// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for idle_timeout_ms ends (idle_timeout).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5283,7 +5283,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithBodyWithResponse Send output
 	//
-	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5292,7 +5292,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithResponse Send output
 	//
-	// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5301,7 +5301,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectJobWithBodyWithResponse Reject a job
 	//
-	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5310,7 +5310,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectJobWithResponse Reject a job
 	//
-	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7725,7 +7725,7 @@ func (r RejectJobResponse) ContentType() string {
 
 // WebPageWithResponse The web page
 //
-// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page itself is revalidated on every load.
+// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`. See docs/web.md#serving.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7783,7 +7783,7 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 
 // MetricsWithResponse Metrics
 //
-// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it. See docs/tracing.md#exemplars.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7798,7 +7798,7 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 
 // CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7813,7 +7813,7 @@ func (c *ClientWithResponses) CreateChatCompletionWithBodyWithResponse(ctx conte
 
 // CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job on the front door's queue for a worker declaring model=<model>. Without stream: one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7828,7 +7828,7 @@ func (c *ClientWithResponses) CreateChatCompletionWithResponse(ctx context.Conte
 
 // ListModelsWithResponse List models (OpenAI-compatible)
 //
-// Every value of the model capability declared by a worker on the front door's queue (--openai-queue) whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog keeps no date.
+// Every model declared by a worker on the front door's queue whose node is online, deduplicated and sorted. See docs/openai.md#models.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7903,7 +7903,7 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // ClusterEventsWithResponse Watch the cluster
 //
-// The live cluster view: a snapshot event on connect (with the load of every node), then another whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live cluster view.
+// The live cluster view: a snapshot event on connect, then another whenever it changed. See docs/api.md#the-live-cluster-view.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7918,7 +7918,7 @@ func (c *ClientWithResponses) ClusterEventsWithResponse(ctx context.Context, req
 
 // ListMembersWithResponse List the catalog's members
 //
-// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the leader and the learners. docs/membership.md.
+// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers just now. See docs/membership.md.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7933,7 +7933,7 @@ func (c *ClientWithResponses) ListMembersWithResponse(ctx context.Context, reqEd
 
 // AddMemberWithBodyWithResponse Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7948,7 +7948,7 @@ func (c *ClientWithResponses) AddMemberWithBodyWithResponse(ctx context.Context,
 
 // AddMemberWithResponse Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change); start the new node with the flags in the answer and it joins, catches up and promotes itself to a voting member. One learner at a time. docs/membership.md.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7963,7 +7963,7 @@ func (c *ClientWithResponses) AddMemberWithResponse(ctx context.Context, body Ad
 
 // RemoveMemberWithResponse Remove a catalog member
 //
-// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still answers (stop its node first: the leader is always a running member) and when the voting members left that answer would be fewer than their quorum. docs/membership.md.
+// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7978,7 +7978,7 @@ func (c *ClientWithResponses) RemoveMemberWithResponse(ctx context.Context, memb
 
 // ListNodesWithResponse List nodes
 //
-// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress, online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare) as this node sees it. See docs/api.md#nodes-and-queues.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7993,7 +7993,7 @@ func (c *ClientWithResponses) ListNodesWithResponse(ctx context.Context, reqEdit
 
 // ClusterReadTokenWithResponse A read token for the live cluster view
 //
-// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md, Read tokens.
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See docs/api.md#read-tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8008,7 +8008,7 @@ func (c *ClientWithResponses) ClusterReadTokenWithResponse(ctx context.Context, 
 
 // CancelJobWithResponse Cancel a job
 //
-// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document. See docs/api.md#a-jobs-document-and-its-cancel.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8023,7 +8023,7 @@ func (c *ClientWithResponses) CancelJobWithResponse(ctx context.Context, id stri
 
 // GetJobWithResponse Get a job
 //
-// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they end. Served by grpc-gateway (JobService.Get).
+// The job's state and, once it ended, its outcome; kept for the node's --retention. See docs/api.md#a-jobs-document-and-its-cancel.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8038,7 +8038,7 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id string,
 
 // JobEventsWithResponse Stream a job's events
 //
-// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8053,7 +8053,7 @@ func (c *ClientWithResponses) JobEventsWithResponse(ctx context.Context, id stri
 
 // JobReadTokenWithResponse A read token for a job's stream
 //
-// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. docs/api.md, Read tokens.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See docs/api.md#read-tokens.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8068,7 +8068,7 @@ func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id s
 
 // ListQueuesWithResponse List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8083,7 +8083,7 @@ func (c *ClientWithResponses) ListQueuesWithResponse(ctx context.Context, reqEdi
 
 // GetQueueWithResponse Get a queue
 //
-// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway (ClusterService.GetQueue).
+// One queue, as in the list; a queue exists while it has jobs or consumers. See docs/api.md#nodes-and-queues.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8098,7 +8098,7 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue st
 
 // SubmitJobWithBodyWithResponse Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8113,7 +8113,7 @@ func (c *ClientWithResponses) SubmitJobWithBodyWithResponse(ctx context.Context,
 
 // SubmitJobWithResponse Submit a job
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal enqueues nothing. docs/api.md, Submitting a job.
+// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8128,7 +8128,7 @@ func (c *ClientWithResponses) SubmitJobWithResponse(ctx context.Context, queue s
 
 // OpenWorkerSessionWithBodyWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8143,7 +8143,7 @@ func (c *ClientWithResponses) OpenWorkerSessionWithBodyWithResponse(ctx context.
 
 // OpenWorkerSessionWithResponse Open a worker session
 //
-// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+// Registers a worker on a queue and streams its session: registered, then job offers and cancels, closed when the node ends it. See docs/workers.md#the-session.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8158,7 +8158,7 @@ func (c *ClientWithResponses) OpenWorkerSessionWithResponse(ctx context.Context,
 
 // WorkerHeartbeatWithResponse Heartbeat
 //
-// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for idle_timeout_ms ends (idle_timeout).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8263,7 +8263,7 @@ func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session s
 
 // JobOutputWithBodyWithResponse Send output
 //
-// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8278,7 +8278,7 @@ func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context,
 
 // JobOutputWithResponse Send output
 //
-// One chunk of output, appended in the order the posts were answered. Past the job's output window the answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8293,7 +8293,7 @@ func (c *ClientWithResponses) JobOutputWithResponse(ctx context.Context, session
 
 // RejectJobWithBodyWithResponse Reject a job
 //
-// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8308,7 +8308,7 @@ func (c *ClientWithResponses) RejectJobWithBodyWithResponse(ctx context.Context,
 
 // RejectJobWithResponse Reject a job
 //
-// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet accepted can be rejected.
+// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -28,6 +28,24 @@ func problemCodes(doc *openapi3.T) error {
 	return nil
 }
 
+// errorAnswer returns a maker of answers in the error shape of path's
+// routes: a problem document, or under /openai/ OpenAI's error object.
+func errorAnswer(doc *openapi3.T, path string) (func(desc string) *openapi3.ResponseRef, error) {
+	name, ctype := "Problem", mediaProblem
+	if strings.HasPrefix(path, "/openai/") {
+		name, ctype = "OpenAIErrorResponse", mediaJSON
+	}
+	schema, err := schemaRef(doc, name)
+	if err != nil {
+		return nil, err
+	}
+	return func(desc string) *openapi3.ResponseRef {
+		return &openapi3.ResponseRef{Value: openapi3.NewResponse().
+			WithDescription(desc).
+			WithContent(openapi3.Content{ctype: openapi3.NewMediaType().WithSchemaRef(schema)})}
+	}, nil
+}
+
 // errorAnswers gives every operation the errors any route can answer
 // with, in the error shape of its routes: 500 internal (a server fault,
 // its cause only in the node's log), and a default answer for every other
@@ -36,18 +54,9 @@ func problemCodes(doc *openapi3.T) error {
 // request_timeout for a body that does not arrive in time.
 func errorAnswers(doc *openapi3.T) error {
 	return operations(doc, func(path, _ string, op *openapi3.Operation) error {
-		name, ctype := "Problem", mediaProblem
-		if strings.HasPrefix(path, "/openai/") {
-			name, ctype = "OpenAIErrorResponse", mediaJSON
-		}
-		schema, err := schemaRef(doc, name)
+		answer, err := errorAnswer(doc, path)
 		if err != nil {
 			return err
-		}
-		answer := func(desc string) *openapi3.ResponseRef {
-			return &openapi3.ResponseRef{Value: openapi3.NewResponse().
-				WithDescription(desc).
-				WithContent(openapi3.Content{ctype: openapi3.NewMediaType().WithSchemaRef(schema)})}
 		}
 		if op.Responses.Status(http.StatusInternalServerError) == nil {
 			op.Responses.Set("500", answer("internal: a server fault; the node logs its cause and the answer says no more. "+

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 )
@@ -35,11 +34,7 @@ func security(doc *openapi3.T) error {
 			return nil
 		}
 		*op.Security = append(*op.Security, openapi3.SecurityRequirement{})
-		name, ctype := "Problem", mediaProblem
-		if strings.HasPrefix(path, "/openai/") {
-			name, ctype = "OpenAIErrorResponse", mediaJSON
-		}
-		schema, err := schemaRef(doc, name)
+		answer, err := errorAnswer(doc, path)
 		if err != nil {
 			return err
 		}
@@ -50,9 +45,7 @@ func security(doc *openapi3.T) error {
 			if op.Responses.Status(status) != nil {
 				continue
 			}
-			op.Responses.Set(fmt.Sprint(status), &openapi3.ResponseRef{Value: openapi3.NewResponse().
-				WithDescription(desc).
-				WithContent(openapi3.Content{ctype: openapi3.NewMediaType().WithSchemaRef(schema)})})
+			op.Responses.Set(fmt.Sprint(status), answer(desc))
 		}
 		return nil
 	})

@@ -191,31 +191,29 @@ type Invoker interface {
 	AcceptJob(ctx context.Context, request *JobMessage, params AcceptJobParams) (AcceptJobRes, error)
 	// AddMember invokes addMember operation.
 	//
-	// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change);
-	// start the new node with the flags in the answer and it joins, catches up and promotes itself to a
-	// voting member. One learner at a time. docs/membership.md.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the
+	// answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// POST /v1/cluster/members
 	AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error)
 	// CancelJob invokes cancelJob operation.
 	//
-	// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at
-	// once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+	// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document.
+	// See docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// DELETE /v1/jobs/{id}
 	CancelJob(ctx context.Context, params CancelJobParams) (CancelJobRes, error)
 	// ClusterEvents invokes clusterEvents operation.
 	//
-	// The live cluster view: a snapshot event on connect (with the load of every node), then another
-	// whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live
-	// cluster view.
+	// The live cluster view: a snapshot event on connect, then another whenever it changed. See
+	// docs/api.md#the-live-cluster-view.
 	//
 	// GET /v1/cluster/events
 	ClusterEvents(ctx context.Context) (ClusterEventsRes, error)
 	// ClusterReadToken invokes clusterReadToken operation.
 	//
-	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md,
-	// Read tokens.
+	// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See
+	// docs/api.md#read-tokens.
 	//
 	// POST /v1/cluster/read-token
 	ClusterReadToken(ctx context.Context) (ClusterReadTokenRes, error)
@@ -228,9 +226,8 @@ type Invoker interface {
 	CompleteJob(ctx context.Context, request *CompleteMessage, params CompleteJobParams) (CompleteJobRes, error)
 	// CreateChatCompletion invokes createChatCompletion operation.
 	//
-	// The request becomes a job on the front door's queue for a worker declaring model=. Without stream:
-	// one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then
-	// [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+	// The request becomes a job for a worker declaring model=: one chat.completion, or with stream: true a
+	// text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// POST /openai/v1/chat/completions
 	CreateChatCompletion(ctx context.Context, request *ChatCompletionRequest, params CreateChatCompletionParams) (CreateChatCompletionRes, error)
@@ -249,15 +246,15 @@ type Invoker interface {
 	FailJob(ctx context.Context, request *FailMessage, params FailJobParams) (FailJobRes, error)
 	// GetJob invokes getJob operation.
 	//
-	// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they
-	// end. Served by grpc-gateway (JobService.Get).
+	// The job's state and, once it ended, its outcome; kept for the node's --retention. See
+	// docs/api.md#a-jobs-document-and-its-cancel.
 	//
 	// GET /v1/jobs/{id}
 	GetJob(ctx context.Context, params GetJobParams) (GetJobRes, error)
 	// GetQueue invokes getQueue operation.
 	//
-	// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway
-	// (ClusterService.GetQueue).
+	// One queue, as in the list; a queue exists while it has jobs or consumers. See
+	// docs/api.md#nodes-and-queues.
 	//
 	// GET /v1/queues/{queue}
 	GetQueue(ctx context.Context, params GetQueueParams) (GetQueueRes, error)
@@ -270,65 +267,63 @@ type Invoker interface {
 	// JobEvents invokes jobEvents operation.
 	//
 	// The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no
-	// duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+	// duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 	//
 	// GET /v1/jobs/{id}/events
 	JobEvents(ctx context.Context, params JobEventsParams) (JobEventsRes, error)
 	// JobOutput invokes jobOutput operation.
 	//
-	// One chunk of output, appended in the order the posts were answered. Past the job's output window the
-	// answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+	// One chunk of output, appended in the order the posts were answered; past the job's output window the
+	// answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// POST /v1/workers/{session}/jobs/{job}/output
 	JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error)
 	// JobReadToken invokes jobReadToken operation.
 	//
-	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=.
-	// docs/api.md, Read tokens.
+	// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See
+	// docs/api.md#read-tokens.
 	//
 	// POST /v1/jobs/{id}/read-token
 	JobReadToken(ctx context.Context, params JobReadTokenParams) (JobReadTokenRes, error)
 	// ListMembers invokes listMembers operation.
 	//
-	// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the
-	// leader and the learners. docs/membership.md.
+	// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers
+	// just now. See docs/membership.md.
 	//
 	// GET /v1/cluster/members
 	ListMembers(ctx context.Context) (ListMembersRes, error)
 	// ListModels invokes listModels operation.
 	//
-	// Every value of the model capability declared by a worker on the front door's queue (--openai-queue)
-	// whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog
-	// keeps no date.
+	// Every model declared by a worker on the front door's queue whose node is online, deduplicated and
+	// sorted. See docs/openai.md#models.
 	//
 	// GET /openai/v1/models
 	ListModels(ctx context.Context) (ListModelsRes, error)
 	// ListNodes invokes listNodes operation.
 	//
-	// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress,
-	// online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+	// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare)
+	// as this node sees it. See docs/api.md#nodes-and-queues.
 	//
 	// GET /v1/cluster/nodes
 	ListNodes(ctx context.Context) (ListNodesRes, error)
 	// ListQueues invokes listQueues operation.
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on
-	// every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share
-	// (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and,
+	// where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 	//
 	// GET /v1/queues
 	ListQueues(ctx context.Context) (ListQueuesRes, error)
 	// Metrics invokes metrics operation.
 	//
-	// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of
-	// sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+	// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it.
+	// See docs/tracing.md#exemplars.
 	//
 	// GET /metrics
 	Metrics(ctx context.Context) (MetricsRes, error)
 	// OpenWorkerSession invokes openWorkerSession operation.
 	//
 	// Registers a worker on a queue and streams its session: registered, then job offers and cancels,
-	// closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+	// closed when the node ends it. See docs/workers.md#the-session.
 	//
 	// POST /v1/queues/{queue}/workers
 	OpenWorkerSession(ctx context.Context, request *WorkerRequest, params OpenWorkerSessionParams) (OpenWorkerSessionRes, error)
@@ -353,17 +348,15 @@ type Invoker interface {
 	Readyz(ctx context.Context) (ReadyzRes, error)
 	// RejectJob invokes rejectJob operation.
 	//
-	// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never
-	// back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet
-	// accepted can be rejected.
+	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the
+	// session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// POST /v1/workers/{session}/jobs/{job}/reject
 	RejectJob(ctx context.Context, request *RejectMessage, params RejectJobParams) (RejectJobRes, error)
 	// RemoveMember invokes removeMember operation.
 	//
-	// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still
-	// answers (stop its node first: the leader is always a running member) and when the voting members
-	// left that answer would be fewer than their quorum. docs/membership.md.
+	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would
+	// be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// DELETE /v1/cluster/members/{member}
 	RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error)
@@ -375,17 +368,15 @@ type Invoker interface {
 	RetrieveModel(ctx context.Context, params RetrieveModelParams) (RetrieveModelRes, error)
 	// SubmitJob invokes submitJob operation.
 	//
-	// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is
-	// the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal
-	// enqueues nothing. docs/api.md, Submitting a job.
+	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream,
+	// otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// POST /v1/queues/{queue}/jobs
 	SubmitJob(ctx context.Context, request *Envelope, params SubmitJobParams) (SubmitJobRes, error)
 	// WebPage invokes webPage operation.
 	//
-	// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and
-	// JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page
-	// itself is revalidated on every load.
+	// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`.
+	// See docs/web.md#serving.
 	//
 	// GET /
 	WebPage(ctx context.Context) (WebPageRes, error)
@@ -397,8 +388,8 @@ type Invoker interface {
 	WebPageHead(ctx context.Context) (WebPageHeadRes, error)
 	// WorkerHeartbeat invokes workerHeartbeat operation.
 	//
-	// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for
-	// idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+	// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for
+	// idle_timeout_ms ends (idle_timeout).
 	//
 	// POST /v1/workers/{session}/heartbeat
 	WorkerHeartbeat(ctx context.Context, params WorkerHeartbeatParams) (WorkerHeartbeatRes, error)
@@ -565,9 +556,8 @@ func (c *Client) sendAcceptJob(ctx context.Context, request *JobMessage, params 
 
 // AddMember invokes addMember operation.
 //
-// Adds a learner to the catalog's etcd cluster (it does not vote, so the quorum does not change);
-// start the new node with the flags in the answer and it joins, catches up and promotes itself to a
-// voting member. One learner at a time. docs/membership.md.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the
+// answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
 //
 // POST /v1/cluster/members
 func (c *Client) AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error) {
@@ -647,8 +637,8 @@ func (c *Client) sendAddMember(ctx context.Context, request *MemberAddRequest) (
 
 // CancelJob invokes cancelJob operation.
 //
-// Ends the job as cancelled unless it already ended (then nothing changes), and tells its worker at
-// once. Answers the job's document afterwards. Served by grpc-gateway (JobService.Cancel).
+// Ends the job as cancelled unless it already ended, tells its worker and answers the job's document.
+// See docs/api.md#a-jobs-document-and-its-cancel.
 //
 // DELETE /v1/jobs/{id}
 func (c *Client) CancelJob(ctx context.Context, params CancelJobParams) (CancelJobRes, error) {
@@ -743,9 +733,8 @@ func (c *Client) sendCancelJob(ctx context.Context, params CancelJobParams) (res
 
 // ClusterEvents invokes clusterEvents operation.
 //
-// The live cluster view: a snapshot event on connect (with the load of every node), then another
-// whenever it changed: at once for a catalog change, else at most one a second. docs/api.md, The live
-// cluster view.
+// The live cluster view: a snapshot event on connect, then another whenever it changed. See
+// docs/api.md#the-live-cluster-view.
 //
 // GET /v1/cluster/events
 func (c *Client) ClusterEvents(ctx context.Context) (ClusterEventsRes, error) {
@@ -892,8 +881,8 @@ func (c *Client) sendClusterEvents(ctx context.Context) (res ClusterEventsRes, e
 
 // ClusterReadToken invokes clusterReadToken operation.
 //
-// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. docs/api.md,
-// Read tokens.
+// A short-lived token that reads GET /v1/cluster/events?read_token= and nothing else. See
+// docs/api.md#read-tokens.
 //
 // POST /v1/cluster/read-token
 func (c *Client) ClusterReadToken(ctx context.Context) (ClusterReadTokenRes, error) {
@@ -1089,9 +1078,8 @@ func (c *Client) sendCompleteJob(ctx context.Context, request *CompleteMessage, 
 
 // CreateChatCompletion invokes createChatCompletion operation.
 //
-// The request becomes a job on the front door's queue for a worker declaring model=. Without stream:
-// one chat.completion once the job ended; with stream: true, a text/event-stream of chunks, then
-// [DONE]. Errors are OpenAI's {"error": {...}}. docs/openai.md.
+// The request becomes a job for a worker declaring model=: one chat.completion, or with stream: true a
+// text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // POST /openai/v1/chat/completions
 func (c *Client) CreateChatCompletion(ctx context.Context, request *ChatCompletionRequest, params CreateChatCompletionParams) (CreateChatCompletionRes, error) {
@@ -1449,8 +1437,8 @@ func (c *Client) sendFailJob(ctx context.Context, request *FailMessage, params F
 
 // GetJob invokes getJob operation.
 //
-// The job's state and, once it ended, its outcome. Jobs are kept for the node's --retention after they
-// end. Served by grpc-gateway (JobService.Get).
+// The job's state and, once it ended, its outcome; kept for the node's --retention. See
+// docs/api.md#a-jobs-document-and-its-cancel.
 //
 // GET /v1/jobs/{id}
 func (c *Client) GetJob(ctx context.Context, params GetJobParams) (GetJobRes, error) {
@@ -1557,8 +1545,8 @@ func (c *Client) sendGetJob(ctx context.Context, params GetJobParams) (res GetJo
 
 // GetQueue invokes getQueue operation.
 //
-// One queue, as in the list. Queues exist while they have jobs or consumers. Served by grpc-gateway
-// (ClusterService.GetQueue).
+// One queue, as in the list; a queue exists while it has jobs or consumers. See
+// docs/api.md#nodes-and-queues.
 //
 // GET /v1/queues/{queue}
 func (c *Client) GetQueue(ctx context.Context, params GetQueueParams) (GetQueueRes, error) {
@@ -1697,7 +1685,7 @@ func (c *Client) sendHealthz(ctx context.Context) (res HealthzRes, err error) {
 // JobEvents invokes jobEvents operation.
 //
 // The job's events from the first, or after a resume token (Last-Event-ID or ?last_event_id=): no
-// duplicate, no gap. 204 when nothing is left. docs/api.md, A job's event stream.
+// duplicate, no gap. See docs/api.md#a-jobs-event-stream.
 //
 // GET /v1/jobs/{id}/events
 func (c *Client) JobEvents(ctx context.Context, params JobEventsParams) (JobEventsRes, error) {
@@ -1933,8 +1921,8 @@ func (c *Client) sendJobEvents(ctx context.Context, params JobEventsParams) (res
 
 // JobOutput invokes jobOutput operation.
 //
-// One chunk of output, appended in the order the posts were answered. Past the job's output window the
-// answer waits, then may be 429 reader_behind: post it again. docs/workers.md.
+// One chunk of output, appended in the order the posts were answered; past the job's output window the
+// answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // POST /v1/workers/{session}/jobs/{job}/output
 func (c *Client) JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error) {
@@ -2052,8 +2040,8 @@ func (c *Client) sendJobOutput(ctx context.Context, request *OutputMessage, para
 
 // JobReadToken invokes jobReadToken operation.
 //
-// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=.
-// docs/api.md, Read tokens.
+// A short-lived token that reads this job's events and document, for an EventSource: ?read_token=. See
+// docs/api.md#read-tokens.
 //
 // POST /v1/jobs/{id}/read-token
 func (c *Client) JobReadToken(ctx context.Context, params JobReadTokenParams) (JobReadTokenRes, error) {
@@ -2149,8 +2137,8 @@ func (c *Client) sendJobReadToken(ctx context.Context, params JobReadTokenParams
 
 // ListMembers invokes listMembers operation.
 //
-// The members of the catalog's etcd cluster, each asked for its status just now (healthy), with the
-// leader and the learners. docs/membership.md.
+// The members of the catalog's etcd cluster, with the leader, the learners and whether each answers
+// just now. See docs/membership.md.
 //
 // GET /v1/cluster/members
 func (c *Client) ListMembers(ctx context.Context) (ListMembersRes, error) {
@@ -2227,9 +2215,8 @@ func (c *Client) sendListMembers(ctx context.Context) (res ListMembersRes, err e
 
 // ListModels invokes listModels operation.
 //
-// Every value of the model capability declared by a worker on the front door's queue (--openai-queue)
-// whose node is online, from the catalog view; deduplicated and sorted. created is 0: the catalog
-// keeps no date.
+// Every model declared by a worker on the front door's queue whose node is online, deduplicated and
+// sorted. See docs/openai.md#models.
 //
 // GET /openai/v1/models
 func (c *Client) ListModels(ctx context.Context) (ListModelsRes, error) {
@@ -2306,8 +2293,8 @@ func (c *Client) sendListModels(ctx context.Context) (res ListModelsRes, err err
 
 // ListNodes invokes listNodes operation.
 //
-// Every node of the catalog with its zone, addresses and state as this node sees it (in_progress,
-// online, draining, spare). Served by grpc-gateway (ClusterService.ListNodes).
+// Every node of the catalog with its zone, addresses and state (in_progress, online, draining, spare)
+// as this node sees it. See docs/api.md#nodes-and-queues.
 //
 // GET /v1/cluster/nodes
 func (c *Client) ListNodes(ctx context.Context) (ListNodesRes, error) {
@@ -2384,9 +2371,8 @@ func (c *Client) sendListNodes(ctx context.Context) (res ListNodesRes, err error
 
 // ListQueues invokes listQueues operation.
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers on
-// every node and, where this node holds it, its depth and each subject's waiting jobs, slots and share
-// (docs/scheduling.md). Served by grpc-gateway (ClusterService.ListQueues).
+// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and,
+// where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
 //
 // GET /v1/queues
 func (c *Client) ListQueues(ctx context.Context) (ListQueuesRes, error) {
@@ -2463,8 +2449,8 @@ func (c *Client) sendListQueues(ctx context.Context) (res ListQueuesRes, err err
 
 // Metrics invokes metrics operation.
 //
-// The node's Prometheus metrics, in the text exposition format; in OpenMetrics, with the trace ids of
-// sampled jobs as exemplars, to a scraper whose Accept asks for application/openmetrics-text.
+// The node's Prometheus metrics; OpenMetrics, with exemplars, to a scraper whose Accept asks for it.
+// See docs/tracing.md#exemplars.
 //
 // GET /metrics
 func (c *Client) Metrics(ctx context.Context) (MetricsRes, error) {
@@ -2542,7 +2528,7 @@ func (c *Client) sendMetrics(ctx context.Context) (res MetricsRes, err error) {
 // OpenWorkerSession invokes openWorkerSession operation.
 //
 // Registers a worker on a queue and streams its session: registered, then job offers and cancels,
-// closed when the node ends it. Answer each offer with accept or reject. docs/workers.md.
+// closed when the node ends it. See docs/workers.md#the-session.
 //
 // POST /v1/queues/{queue}/workers
 func (c *Client) OpenWorkerSession(ctx context.Context, request *WorkerRequest, params OpenWorkerSessionParams) (OpenWorkerSessionRes, error) {
@@ -2829,9 +2815,8 @@ func (c *Client) sendReadyz(ctx context.Context) (res ReadyzRes, err error) {
 
 // RejectJob invokes rejectJob operation.
 //
-// Refuses an offered job: the worker keeps its session and the job goes to a different worker, never
-// back to this one (rejected when none is left). A reject is not a stall. Only an offer not yet
-// accepted can be rejected.
+// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the
+// session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // POST /v1/workers/{session}/jobs/{job}/reject
 func (c *Client) RejectJob(ctx context.Context, request *RejectMessage, params RejectJobParams) (RejectJobRes, error) {
@@ -2949,9 +2934,8 @@ func (c *Client) sendRejectJob(ctx context.Context, request *RejectMessage, para
 
 // RemoveMember invokes removeMember operation.
 //
-// Removes a member of the catalog's etcd cluster, by name or hex id. Refused while the member still
-// answers (stop its node first: the leader is always a running member) and when the voting members
-// left that answer would be fewer than their quorum. docs/membership.md.
+// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would
+// be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //
 // DELETE /v1/cluster/members/{member}
 func (c *Client) RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error) {
@@ -3141,9 +3125,8 @@ func (c *Client) sendRetrieveModel(ctx context.Context, params RetrieveModelPara
 
 // SubmitJob invokes submitJob operation.
 //
-// Posts an envelope to a queue (created on first use). With `Accept: text/event-stream` the answer is
-// the job's event stream, and leaving it cancels the job; otherwise 202 and the job's links. A refusal
-// enqueues nothing. docs/api.md, Submitting a job.
+// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream,
+// otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // POST /v1/queues/{queue}/jobs
 func (c *Client) SubmitJob(ctx context.Context, request *Envelope, params SubmitJobParams) (SubmitJobRes, error) {
@@ -3330,9 +3313,8 @@ func (c *Client) sendSubmitJob(ctx context.Context, request *Envelope, params Su
 
 // WebPage invokes webPage operation.
 //
-// A playground (submit, stream, cancel, resume a job) and a live cluster view, in plain HTML, CSS and
-// JavaScript embedded in the binary. Its assets are under `/ui/{version}/`, cached for good; the page
-// itself is revalidated on every load.
+// A playground and a live cluster view, embedded in the binary; its assets are under `/ui/{version}/`.
+// See docs/web.md#serving.
 //
 // GET /
 func (c *Client) WebPage(ctx context.Context) (WebPageRes, error) {
@@ -3418,8 +3400,8 @@ func (c *Client) sendWebPageHead(ctx context.Context) (res WebPageHeadRes, err e
 
 // WorkerHeartbeat invokes workerHeartbeat operation.
 //
-// Shows the worker alive when it has nothing else to post: a session the node hears nothing from for
-// idle_timeout_ms ends (idle_timeout). Liveness only; the body is ignored.
+// Shows the worker alive when it has nothing else to post; the body is ignored. A session silent for
+// idle_timeout_ms ends (idle_timeout).
 //
 // POST /v1/workers/{session}/heartbeat
 func (c *Client) WorkerHeartbeat(ctx context.Context, params WorkerHeartbeatParams) (WorkerHeartbeatRes, error) {

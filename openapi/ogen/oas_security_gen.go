@@ -16,9 +16,8 @@ type SecuritySource interface {
 	// and queue patterns say what it may do.
 	BearerKey(ctx context.Context, operationName OperationName) (BearerKey, error)
 	// ReadTokenQuery provides ReadTokenQuery security value.
-	// A read token for one stream (an EventSource cannot send a header): from POST
-	// /v1/jobs/{id}/read-token (that job's events and document) or POST /v1/cluster/read-token (the live
-	// cluster view).
+	// A read token for one stream, for an EventSource (it cannot send a header): from POST
+	// /v1/jobs/{id}/read-token or POST /v1/cluster/read-token. See docs/api.md#read-tokens.
 	ReadTokenQuery(ctx context.Context, operationName OperationName) (ReadTokenQuery, error)
 }
 

@@ -10,20 +10,20 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The response leg's stream, sending end: the consumer host's reply trunk
-// to each ingress, on which its reply legs (leg_send.go) travel. The
-// receiving end is trunk_recv.go.
+// The response leg's stream, sending end: the consumer host's reply stream
+// to each ingress, on which its response legs (leg_send.go) travel. The
+// receiving end is reply_recv.go.
 
-// kindRespond is the switchyard_peer_streams_open kind of a reply trunk.
+// kindRespond is the switchyard_peer_streams_open kind of a reply stream.
 const kindRespond = "respond"
 
 var (
-	errLegSilent  = errors.New("peer: nothing received on the reply trunk for three heartbeat intervals")
-	errLegDropped = errors.New("peer: reply trunk dropped")
+	errLegSilent  = errors.New("peer: nothing received on the reply stream for three heartbeat intervals")
+	errLegDropped = errors.New("peer: reply stream dropped")
 )
 
-// trunkStream is one Respond call: a trunk's stream.
-type trunkStream struct {
+// respondCall is one Respond call: a reply stream's stream.
+type respondCall struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	cs      pb.PeerService_RespondClient
@@ -35,7 +35,7 @@ type trunkStream struct {
 	wg      sync.WaitGroup
 }
 
-func (st *trunkStream) fail(err error) {
+func (st *respondCall) fail(err error) {
 	st.once.Do(func() {
 		st.err = err
 		close(st.done)
@@ -43,7 +43,7 @@ func (st *trunkStream) fail(err error) {
 	st.cancel(err)
 }
 
-func (st *trunkStream) isDone() bool {
+func (st *respondCall) isDone() bool {
 	select {
 	case <-st.done:
 		return true
@@ -52,19 +52,19 @@ func (st *trunkStream) isDone() bool {
 	}
 }
 
-// A replyTrunk is the one Respond stream this node holds to an ingress
-// node: every reply leg to that node is multiplexed on it, each as its
+// A replyStream is the one Respond stream this node holds to an ingress
+// node: every response leg to that node is multiplexed on it, each as its
 // open and its numbered items (why not a stream per leg: docs/cluster.md,
-// "Legs ride a trunk"). The legs' goroutines send on it under sendMu, one
-// frame at a time; its reader hands each ack and cancel to the leg it
-// names; its own goroutine heartbeats while nothing else went out for half
-// an interval, and closes it once no leg used it for Config.StreamIdle. It
-// fails as a whole (a send or receive error, or three silent intervals),
-// and its legs move to the next one.
-type replyTrunk struct {
+// "Legs ride a reply stream"). The legs' goroutines send on it under
+// sendMu, one frame at a time; its reader hands each ack and cancel to the
+// leg it names; its own goroutine heartbeats while nothing else went out
+// for half an interval, and closes it once no leg used it for
+// Config.StreamIdle. It fails as a whole (a send or receive error, or three
+// silent intervals), and its legs move to the next one.
+type replyStream struct {
 	r      *router
 	node   string
-	st     *trunkStream
+	st     *respondCall
 	sendMu sync.Mutex
 	// lastSend is when a frame last went out, UnixNano.
 	lastSend atomic.Int64
@@ -77,39 +77,39 @@ type replyTrunk struct {
 	closing   bool      // idle: no leg may join it
 }
 
-// trunkFor is node's trunk, opened if it has none (or only a failed or
-// closing one), with the caller counted as one of its legs.
-func (r *router) trunkFor(node, addr string) (*replyTrunk, error) {
+// replyStreamFor is node's reply stream, opened if it has none (or only a
+// failed or closing one), with the caller counted as one of its legs.
+func (r *router) replyStreamFor(node, addr string) (*replyStream, error) {
 	r.mu.Lock()
-	mu := r.trunkOpen[node]
+	mu := r.replyStreamOpen[node]
 	if mu == nil {
 		mu = new(sync.Mutex)
-		r.trunkOpen[node] = mu
+		r.replyStreamOpen[node] = mu
 	}
 	r.mu.Unlock()
 	// One opening per node at a time: the legs that wait for it join it.
 	mu.Lock()
 	defer mu.Unlock()
 	r.mu.Lock()
-	if t := r.trunks[node]; t != nil && !t.closing && !t.st.isDone() {
+	if t := r.replyStreams[node]; t != nil && !t.closing && !t.st.isDone() {
 		t.users++
 		r.mu.Unlock()
 		return t, nil
 	}
 	r.mu.Unlock()
-	return r.openTrunk(node, addr)
+	return r.openReplyStream(node, addr)
 }
 
-// openTrunk opens a trunk to node, with one leg, and starts its reader and
-// its goroutine. It does not wait for the ingress: the first open frame
-// and items go out with the call's headers.
-func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
+// openReplyStream opens a reply stream to node, with one leg, and starts
+// its reader and its goroutine. It does not wait for the ingress: the first
+// open frame and items go out with the call's headers.
+func (r *router) openReplyStream(node, addr string) (*replyStream, error) {
 	cc, err := r.client.Conn(node, addr)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(r.ctx)
-	st := &trunkStream{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	st := &respondCall{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	// Armed before the call: a connection being made holds it up.
 	st.silence = time.AfterFunc(silentIntervals*r.cfg.Heartbeat, func() { st.fail(errLegSilent) })
 	cs, err := pb.NewPeerServiceClient(cc).Respond(ctx)
@@ -122,7 +122,7 @@ func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
 		return nil, err
 	}
 	st.cs = cs
-	t := &replyTrunk{r: r, node: node, st: st, users: 1}
+	t := &replyStream{r: r, node: node, st: st, users: 1}
 	t.lastSend.Store(time.Now().UnixNano())
 	r.mu.Lock()
 	if r.closed {
@@ -131,7 +131,7 @@ func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
 		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
-	r.trunks[node] = t
+	r.replyStreams[node] = t
 	r.wg.Add(1)
 	r.mu.Unlock()
 	r.m.streamsOpen.WithLabelValues(kindRespond).Inc()
@@ -143,7 +143,7 @@ func (r *router) openTrunk(node, addr string) (*replyTrunk, error) {
 }
 
 // leave takes a leg off t; the last one starts its idle time.
-func (t *replyTrunk) leave() {
+func (t *replyStream) leave() {
 	r := t.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -152,9 +152,9 @@ func (t *replyTrunk) leave() {
 	}
 }
 
-// send sends f on the trunk: false when the trunk failed (its legs then
-// see st.done).
-func (t *replyTrunk) send(f *pb.RespondFrame) bool {
+// send sends f on the reply stream: false when the reply stream failed (its
+// legs then see st.done).
+func (t *replyStream) send(f *pb.RespondFrame) bool {
 	st := t.st
 	if st.isDone() {
 		return false
@@ -181,9 +181,9 @@ func (t *replyTrunk) send(f *pb.RespondFrame) bool {
 }
 
 // run heartbeats while nothing else went out for half an interval, closes
-// the trunk once no leg used it for StreamIdle, and cleans up after it
+// the reply stream once no leg used it for StreamIdle, and cleans up after it
 // failed.
-func (t *replyTrunk) run() {
+func (t *replyStream) run() {
 	r := t.r
 	defer r.wg.Done()
 	hb := r.cfg.Heartbeat
@@ -217,35 +217,29 @@ func (t *replyTrunk) run() {
 	}
 }
 
-// close ends an idle trunk cleanly: it half-closes, waits a bounded while
-// for the ingress to end the stream, then drops it.
-func (t *replyTrunk) close() {
+// close ends an idle reply stream cleanly: it half-closes, waits a bounded
+// while for the ingress to end the stream, then drops it.
+func (t *replyStream) close() {
 	st := t.st
 	t.idled.Store(true)
 	t.sendMu.Lock()
 	err := st.cs.CloseSend()
 	t.sendMu.Unlock()
 	if err == nil {
-		tm := time.NewTimer(silentIntervals * t.r.cfg.Heartbeat)
-		select {
-		case <-st.done:
-		case <-tm.C:
-		case <-t.r.ctx.Done():
-		}
-		tm.Stop()
+		t.r.awaitEnd(st.done)
 	}
-	t.r.m.trunkIdle.Inc()
+	t.r.m.replyStreamIdle.Inc()
 	st.fail(errLegDropped)
 	t.retire()
 }
 
-// retire forgets a trunk that ended: it waits for its reader and stops its
-// timer.
-func (t *replyTrunk) retire() {
+// retire forgets a reply stream that ended: it waits for its reader and
+// stops its timer.
+func (t *replyStream) retire() {
 	r := t.r
 	r.mu.Lock()
-	if r.trunks[t.node] == t {
-		delete(r.trunks, t.node)
+	if r.replyStreams[t.node] == t {
+		delete(r.replyStreams, t.node)
 	}
 	r.mu.Unlock()
 	t.st.wg.Wait()
@@ -255,12 +249,12 @@ func (t *replyTrunk) retire() {
 		if errors.Is(err, errLegSilent) {
 			r.m.legSilences.WithLabelValues("host").Inc()
 		}
-		r.log.Warn("reply trunk failed; its legs open the next one", "node", t.node, "err", err)
+		r.log.Warn("reply stream failed; its legs open the next one", "node", t.node, "err", err)
 	}
 }
 
 // leg is the open leg of binding (job, gen) to t's node, nil if none.
-func (t *replyTrunk) leg(job string, gen uint64) *replyLeg {
+func (t *replyStream) leg(job string, gen uint64) *responseLeg {
 	t.r.mu.Lock()
 	defer t.r.mu.Unlock()
 	return t.r.legs[legKey{t.node, job, gen}]
@@ -269,7 +263,7 @@ func (t *replyTrunk) leg(job string, gen uint64) *replyLeg {
 // read reads the ingress's frames: each ack to its leg, a cancel or a
 // grant to the node's receiver (at once: the legs may be blocked in Send).
 // Every frame proves the ingress alive.
-func (t *replyTrunk) read() {
+func (t *replyStream) read() {
 	st := t.st
 	defer st.wg.Done()
 	r := t.r
@@ -288,7 +282,7 @@ func (t *replyTrunk) read() {
 			if l == nil {
 				continue // it ended meanwhile
 			}
-			// CAS: a failed trunk's reader may still apply an older ack.
+			// CAS: a failed reply stream's reader may still apply an older ack.
 			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
 			}
 			select {

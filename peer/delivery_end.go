@@ -1,14 +1,13 @@
 package peer
 
-import "time"
+// How a delivery stream ends: after StreamIdle with nothing to send (its
+// stream is closed cleanly), when its node leaves the catalog, or at Close.
+// What it still holds then is dropped and counted, and its forwards fail.
 
-// How a lane ends: after StreamIdle with nothing to send (its stream is
-// closed cleanly), when its node leaves the catalog, or at Close. What it
-// still holds then is dropped and counted, and its forwards fail.
-
-// idleOut ends the lane after StreamIdle without traffic, unless something
-// is unacked or was queued meanwhile: true when the goroutine must exit.
-func (l *lane) idleOut() bool {
+// idleOut ends the delivery stream after StreamIdle without traffic, unless
+// something is unacked or was queued meanwhile: true when the goroutine
+// must exit.
+func (l *deliveryStream) idleOut() bool {
 	r := l.r
 	if len(l.unacked) > 0 {
 		return false
@@ -18,7 +17,7 @@ func (l *lane) idleOut() bool {
 		r.mu.Unlock()
 		return false
 	}
-	delete(r.lanes, l.key)
+	delete(r.deliveries, l.key)
 	r.unrefLocked(l.key.node)
 	r.mu.Unlock()
 	if l.st != nil {
@@ -28,25 +27,19 @@ func (l *lane) idleOut() bool {
 	return true
 }
 
-// closeStream closes the lane's stream cleanly (nothing is unacked): it
-// half-closes, waits a little for the receiver to end the stream, then
-// ends it anyway.
-func (l *lane) closeStream() {
+// closeStream closes the delivery stream's Deliver stream cleanly (nothing
+// is unacked): it half-closes, waits a little for the receiver to end the
+// stream, then ends it anyway.
+func (l *deliveryStream) closeStream() {
 	st := l.st
 	close(st.closec)
-	t := time.NewTimer(silentIntervals * l.r.cfg.Heartbeat)
-	select {
-	case <-st.done:
-	case <-t.C:
-	case <-l.r.ctx.Done():
-	}
-	t.Stop()
+	l.r.awaitEnd(st.done)
 	l.dropStream()
 }
 
-// gone drops items and everything else the lane holds: its node left the
-// catalog (its lease is gone: it is dead).
-func (l *lane) gone(items []*item) {
+// gone drops items and everything else the delivery stream holds: its node
+// left the catalog (its lease is gone: it is dead).
+func (l *deliveryStream) gone(items []*item) {
 	all := append(append(append([]*item(nil), items...), l.unacked...), l.take(-1)...)
 	l.unacked = nil
 	l.ackTimer.Stop()
@@ -57,8 +50,8 @@ func (l *lane) gone(items []*item) {
 	l.r.log.Warn("dropped routing messages to a node that left the catalog", "node", l.key.node, "queue", l.key.queue, "messages", len(all))
 }
 
-// shutdown ends the lane at Close: what it holds is dropped.
-func (l *lane) shutdown() {
+// shutdown ends the delivery stream at Close: what it holds is dropped.
+func (l *deliveryStream) shutdown() {
 	r := l.r
 	if l.st != nil {
 		l.dropStream()
@@ -66,7 +59,7 @@ func (l *lane) shutdown() {
 	r.mu.Lock()
 	pending := l.pending
 	l.pending = nil
-	delete(r.lanes, l.key)
+	delete(r.deliveries, l.key)
 	r.mu.Unlock()
 	l.drop(append(append([]*item(nil), l.unacked...), pending...), ErrClosed)
 	l.unacked = nil
@@ -77,7 +70,7 @@ func (l *lane) shutdown() {
 
 // drop gives up on items: messages are counted as dropped, forwards fail
 // with err.
-func (l *lane) drop(items []*item, err error) {
+func (l *deliveryStream) drop(items []*item, err error) {
 	r := l.r
 	var n int
 	for _, it := range items {

@@ -7,15 +7,16 @@ import (
 	"time"
 )
 
-// A lane's stream that stalls (its oldest item's ack deadline passes),
-// fails, goes silent or cannot be opened is dropped, and what it held
-// unacked is resent by unary calls (lane_unary.go) before anything newer,
-// numbers unchanged (docs/cluster.md, "Stall → fallback").
+// A delivery stream's Deliver stream that stalls (its oldest item's ack
+// deadline passes), fails, goes silent or cannot be opened is dropped, and
+// what it held unacked is resent by unary calls (delivery_unary.go) before
+// anything newer, numbers unchanged (docs/cluster.md, "Stall → fallback").
 
-// openStream opens the lane's stream for n items about to be sent. One
-// that cannot be opened leaves them to the unary path, logged once until a
-// stream opens again. False when the lane's node left the catalog.
-func (l *lane) openStream(n int) bool {
+// openStream opens the delivery stream's Deliver stream for n items about
+// to be sent. One that cannot be opened leaves them to the unary path,
+// logged once until a stream opens again. False when the delivery stream's
+// node left the catalog.
+func (l *deliveryStream) openStream(n int) bool {
 	r := l.r
 	err := l.open()
 	switch {
@@ -37,8 +38,8 @@ func (l *lane) openStream(n int) bool {
 }
 
 // ackDue runs when the ack timer fires: the oldest unacked item whose ack
-// is past its deadline (lane_acks.go) is a stall.
-func (l *lane) ackDue() {
+// is past its deadline (delivery_acks.go) is a stall.
+func (l *deliveryStream) ackDue() {
 	r := l.r
 	// An ack already read counts: apply those first (acked re-arms
 	// the timer for the new oldest item).
@@ -52,19 +53,19 @@ func (l *lane) ackDue() {
 
 // silenceCheck runs on the stream's tick: a receiver that sent nothing,
 // not even a heartbeat, for three intervals is silent.
-func (l *lane) silenceCheck() {
+func (l *deliveryStream) silenceCheck() {
 	if silent := time.Since(l.st.lastRecv()); silent > silentIntervals*l.r.cfg.Heartbeat {
 		l.fallback("the peer went silent", fmt.Errorf("nothing received for %s", silent.Round(time.Millisecond)))
 	}
 }
 
-// warnEvery rate-limits a lane's fallback warnings: a peer that keeps
-// stalling would otherwise log one per message.
+// warnEvery rate-limits a delivery stream's fallback warnings: a peer that
+// keeps stalling would otherwise log one per message.
 const warnEvery = time.Minute
 
 // fallback drops the stream and resends every unacked item, in order, by
 // unary calls, before anything newer is sent.
-func (l *lane) fallback(why string, err error) {
+func (l *deliveryStream) fallback(why string, err error) {
 	r := l.r
 	if r.ctx.Err() != nil {
 		return // Close: shutdown drops what is left
@@ -82,10 +83,10 @@ func (l *lane) fallback(why string, err error) {
 	l.unary(items)
 }
 
-// dropStream ends the lane's stream at once and waits for its goroutines.
-// Acks that arrived before the end are applied; the items still unacked
-// stay in l.unacked.
-func (l *lane) dropStream() {
+// dropStream ends the delivery stream's Deliver stream at once and waits
+// for its goroutines. Acks that arrived before the end are applied; the
+// items still unacked stay in l.unacked.
+func (l *deliveryStream) dropStream() {
 	st := l.st
 	st.fail(errStreamDropped)
 	st.wg.Wait()

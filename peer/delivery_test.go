@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -24,9 +22,9 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// Tests of lanes: per-(node, queue) Deliver streams, their unary fallback,
-// and the receiver's dedup shared by both paths. Real servers over
-// loopback, real authentication.
+// Tests of delivery streams: per-(node, queue) Deliver streams, their unary
+// fallback, and the receiver's dedup shared by both paths. Real servers
+// over loopback, real authentication.
 
 // deliverMsg is the i-th deliver of job on queue.
 func deliverMsg(queue, job string, i int) core.Message {
@@ -55,6 +53,16 @@ func (g *gatedRecorder) HandleForward(from string, d core.Delivery) error {
 	return g.recorder.HandleForward(from, d)
 }
 
+// holdUntil is a gatedRecorder's block that holds up each message held
+// reports until release is closed.
+func holdUntil(release <-chan struct{}, held func(core.Message) bool) func(core.Message) {
+	return func(m core.Message) {
+		if held(m) {
+			<-release
+		}
+	}
+}
+
 // checkOnceInOrder fails unless got holds gens 0..n-1 of job, once each,
 // in order.
 func checkOnceInOrder(t *testing.T, got []received, job string, n int) {
@@ -75,8 +83,8 @@ func checkOnceInOrder(t *testing.T, got []received, job string, n int) {
 	}
 }
 
-// fastLanes shortens a router's stream timings for tests.
-func fastLanes(ack, idle, hb time.Duration) func(*peer.Config) {
+// fastDeliveries shortens a router's stream timings for tests.
+func fastDeliveries(ack, idle, hb time.Duration) func(*peer.Config) {
 	return func(c *peer.Config) {
 		c.AckTimeoutCeiling, c.StreamIdle, c.Heartbeat = ack, idle, hb
 	}
@@ -86,7 +94,7 @@ func fastLanes(ack, idle, hb time.Duration) func(*peer.Config) {
 // dropped; its unacked messages are resent by unary Post, in order, and
 // each is handled exactly once (the receiver skips the stream's copy, or
 // the Post's); the next message opens a new stream.
-func TestLaneStallFallsBackInOrder(t *testing.T) {
+func TestDeliveryStallFallsBackInOrder(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	h := &gatedRecorder{block: func(m core.Message) {
@@ -98,7 +106,7 @@ func TestLaneStallFallsBackInOrder(t *testing.T) {
 	const ack = 200 * time.Millisecond
 	var asked atomic.Int64
 	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) {
-		fastLanes(ack, 10*ack, 50*time.Millisecond)(c)
+		fastDeliveries(ack, 10*ack, 50*time.Millisecond)(c)
 		c.AckTimeout = func(m core.Message) time.Duration {
 			asked.Add(1)
 			if m.Delivery == nil || m.Delivery.TTL != time.Minute {
@@ -149,18 +157,14 @@ func TestLaneStallFallsBackInOrder(t *testing.T) {
 	}
 }
 
-// One queue's lane held up by a slow receiver does not hold up another
-// queue's.
-func TestLanesOfUnrelatedQueuesDoNotWait(t *testing.T) {
+// One queue's delivery stream held up by a slow receiver does not hold up
+// another queue's.
+func TestDeliveriesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "slow" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.Queue == "slow" })}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	t.Cleanup(func() { close(release) })
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(5*time.Second, 15*time.Second, 50*time.Millisecond))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(5*time.Second, 15*time.Second, 50*time.Millisecond))
 
 	r.Send("b", deliverMsg("slow", "s", 0))
 	for i := range 10 {
@@ -168,7 +172,7 @@ func TestLanesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the fast queue's messages", func() bool { return len(h.messages()) == 10 })
 	checkOnceInOrder(t, h.messages(), "f", 10)
-	waitFor(t, 5*time.Second, "one stream per lane", func() bool {
+	waitFor(t, 5*time.Second, "one stream per delivery stream", func() bool {
 		return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "deliver"}) == 2
 	})
 }
@@ -178,7 +182,7 @@ func TestLanesOfUnrelatedQueuesDoNotWait(t *testing.T) {
 // (from a router goroutine), no fallback is counted, and the messages
 // around it go. A Forward that cannot be carried fails with
 // ErrUndeliverable.
-func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
+func TestDeliveryUndeliverableIsNotSentNorRetried(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	type report struct {
@@ -210,26 +214,26 @@ func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 	waitFor(t, 5*time.Second, "the reports", func() bool { mu.Lock(); defer mu.Unlock(); return len(reports) == 4 })
 	waitSent(t, r, "b")
 	checkOnceInOrder(t, h.messages(), "j", 2)
-	// The lane's reports in its order; the reply's, which goes by its
-	// reply leg, at any point.
+	// The delivery stream's reports in its order; the reply's, which goes
+	// by its response leg, at any point.
 	mu.Lock()
-	var lane, fifo []report
+	var onDelivery, onLeg []report
 	for _, rp := range reports {
 		if rp.kind == core.MsgReply {
-			fifo = append(fifo, rp)
+			onLeg = append(onLeg, rp)
 		} else {
-			lane = append(lane, rp)
+			onDelivery = append(onDelivery, rp)
 		}
 	}
 	mu.Unlock()
-	if got, want := fmt.Sprint(lane), fmt.Sprint([]report{
+	if got, want := fmt.Sprint(onDelivery), fmt.Sprint([]report{
 		{"b", "huge", peer.ReasonTooLarge, core.MsgDeliver},
 		{"b", "bad", peer.ReasonEncoding, core.MsgCancel},
 		{"b", "unknown", peer.ReasonEncoding, "teleport"},
 	}); got != want {
-		t.Errorf("lane reports = %v, want %v", got, want)
+		t.Errorf("delivery stream reports = %v, want %v", got, want)
 	}
-	if got, want := fmt.Sprint(fifo), fmt.Sprint([]report{{"b", "big-output", peer.ReasonTooLarge, core.MsgReply}}); got != want {
+	if got, want := fmt.Sprint(onLeg), fmt.Sprint([]report{{"b", "big-output", peer.ReasonTooLarge, core.MsgReply}}); got != want {
 		t.Errorf("response reports = %v, want %v", got, want)
 	}
 
@@ -262,13 +266,14 @@ func TestLaneUndeliverableIsNotSentNorRetried(t *testing.T) {
 	}
 }
 
-// A lane's stream closes after the idle interval with nothing unacked, and
-// the lane's goroutine exits; the next message opens a new one.
-func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
+// A delivery stream's Deliver stream closes after the idle interval with
+// nothing unacked, and the delivery stream's goroutine exits; the next
+// message opens a new one.
+func TestDeliveryStreamClosesWhenIdleAndReopens(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	const idle = 300 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(idle/3, idle, 20*time.Millisecond))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, 20*time.Millisecond))
 	open := func() float64 {
 		return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "deliver"})
 	}
@@ -283,7 +288,7 @@ func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 		if took := time.Since(start); took < idle {
 			t.Errorf("round %d: closed after %s, before the idle interval %s", round, took, idle)
 		}
-		waitFor(t, 5*time.Second, "the lane gone", func() bool { return series(t, r.reg, "switchyard_peer_queue_messages") == 0 })
+		waitFor(t, 5*time.Second, "the delivery stream gone", func() bool { return series(t, r.reg, "switchyard_peer_queue_messages") == 0 })
 	}
 	wantCounters(t, r.reg, map[string]float64{
 		"switchyard_peer_streams_opened_total":      2,
@@ -294,19 +299,20 @@ func TestLaneStreamClosesWhenIdleAndReopens(t *testing.T) {
 	checkOnceInOrder(t, h.messages(), "j", 2)
 }
 
-// A lane bursty at a period below the idle interval keeps one stream: the
-// idle timer restarts with every message.
-func TestBurstyLaneDoesNotChurn(t *testing.T) {
+// A delivery stream bursty at a period below the idle interval keeps one
+// stream: the idle timer restarts with every message.
+func TestBurstyDeliveryStreamDoesNotChurn(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	// Only the idle timer is under test. The ack ceiling (at most idle/3)
 	// and the silence limit (3 heartbeats) are stall detectors: kept tight
 	// (a 100 ms ceiling, 60 ms of silence) they fired on a loaded machine
-	// (2 CPUs, another go test running), so this lane has room for pauses
-	// of hundreds of milliseconds. A burst still comes every idle/2, so a
-	// timer that did not restart would close the stream every idle.
+	// (2 CPUs, another go test running), so this delivery stream has room
+	// for pauses of hundreds of milliseconds. A burst still comes every
+	// idle/2, so a timer that did not restart would close the stream every
+	// idle.
 	const idle = 1200 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(idle/3, idle, idle/4))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, idle/4))
 	const bursts = 8 // over 4 idle intervals in all
 	for i := range bursts {
 		for k := range 5 {
@@ -323,14 +329,14 @@ func TestBurstyLaneDoesNotChurn(t *testing.T) {
 	})
 }
 
-// Heartbeats keep a lane's stream alive while its receiver is busy with a
-// message for many heartbeat intervals (within the ack deadline), and
-// while the lane has nothing to send.
-func TestHeartbeatsKeepABusyLaneAlive(t *testing.T) {
+// Heartbeats keep a delivery stream's Deliver stream alive while its
+// receiver is busy with a message for many heartbeat intervals (within the
+// ack deadline), and while the delivery stream has nothing to send.
+func TestHeartbeatsKeepABusyDeliveryStreamAlive(t *testing.T) {
 	const hb = 20 * time.Millisecond
 	h := &gatedRecorder{block: func(core.Message) { time.Sleep(15 * hb) }}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(2*time.Second, 6*time.Second, hb))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(2*time.Second, 6*time.Second, hb))
 	for i := range 3 {
 		r.Send("b", deliverMsg("q", "j", i))
 	}
@@ -451,7 +457,7 @@ func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	px := startProxy(t, b.addr)
 	const hb = 50 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastLanes(5*time.Second, 15*time.Second, hb))
+	r := newRouter(t, "a", secret, newBook("b", px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
 
 	r.Send("b", deliverMsg("q", "j", 0))
 	waitFor(t, 5*time.Second, "the first delivery", func() bool { return len(h.messages()) == 1 })
@@ -485,17 +491,11 @@ func TestSilentPeerFallsBackWithinThreeHeartbeats(t *testing.T) {
 }
 
 // The receiver ends a stream whose sender goes silent for three heartbeat
-// intervals, and one that does not open with its lane.
+// intervals, and one that does not open with its delivery stream.
 func TestReceiverEndsASilentStream(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 
 	const hb = 20 * time.Millisecond
 	st, err := cl.Deliver(ctx)
@@ -540,34 +540,28 @@ func TestReceiverEndsASilentStream(t *testing.T) {
 	}
 }
 
-// The receiver's dedup is per (sender, session, lane), shared by Deliver,
-// Post and Forward: an item handled on one path is skipped on another, a
-// resent forward gets the verdict it got first without the dispatcher
-// being asked again, and a new session starts afresh.
+// The receiver's dedup is per (sender, session, delivery stream), shared by
+// Deliver, Post and Forward: an item handled on one path is skipped on
+// another, a resent forward gets the verdict it got first without the
+// dispatcher being asked again, and a new session starts afresh.
 func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	h := &recorder{verdict: func(d core.Delivery) error {
 		return &core.Error{Code: core.CodeQueueFull, Detail: "full " + d.JobID}
 	}}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	cc, err := newClient(t, "a", secret).Conn("b", b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := pb.NewPeerServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	cl, ctx := rawClient(t, b)
 	item := func(seq uint64, m core.Message) *pb.DeliverFrame {
 		p, _ := peer.MessageToPB(m)
 		return &pb.DeliverFrame{Body: &pb.DeliverFrame_Item{Item: &pb.DeliverItem{Seq: seq, Body: &pb.DeliverItem_Message{Message: p}}}}
 	}
-	lane := &pb.PeerLane{Queue: "q"}
+	pl := &pb.PeerLane{Queue: "q"}
 
-	// Stream: items 0..4 of lane q, 2 of them a forward.
+	// Stream: items 0..4 of delivery stream q, 2 of them a forward.
 	st, err := cl.Deliver(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames := []*pb.DeliverFrame{{Body: &pb.DeliverFrame_Open{Open: &pb.DeliverOpen{Session: "s1", Lane: lane}}}}
+	frames := []*pb.DeliverFrame{{Body: &pb.DeliverFrame_Open{Open: &pb.DeliverOpen{Session: "s1", Lane: pl}}}}
 	for i := range 5 {
 		if i == 2 {
 			frames = append(frames, &pb.DeliverFrame{Body: &pb.DeliverFrame_Item{Item: &pb.DeliverItem{Seq: 2,
@@ -605,7 +599,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		t.Fatalf("acked through %d with forward verdict %v, want 4 and queue_full", acked, verdict)
 	}
 
-	// Post on the same lane: 3 and 4 were handled by the stream.
+	// Post on the same delivery stream: 3 and 4 were handled by the stream.
 	post := func(session string, q string, seqs ...uint64) {
 		t.Helper()
 		req := &pb.PostRequest{Session: session, Lane: &pb.PeerLane{Queue: q}, Seqs: seqs}
@@ -619,7 +613,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	}
 	post("s1", "q", 3, 4, 7, 9)
 	// Forward resent by the unary path: the first verdict, no second ask.
-	res, err := cl.Forward(ctx, &pb.ForwardRequest{Session: "s1", Lane: lane, Seq: 2,
+	res, err := cl.Forward(ctx, &pb.ForwardRequest{Session: "s1", Lane: pl, Seq: 2,
 		Delivery: peer.DeliveryToPB(core.Delivery{JobID: "f", Queue: "q"})})
 	if err != nil || res.GetRefusal().GetDetail() != "full f" {
 		t.Fatalf("resent forward: %v, %v; want the first verdict", res, err)
@@ -627,7 +621,7 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	if got := len(h.forwarded()); got != 1 {
 		t.Errorf("dispatcher asked %d times, want once", got)
 	}
-	post("s1", "other", 3) // another lane has its own numbers
+	post("s1", "other", 3) // another delivery stream has its own numbers
 	post("s2", "q", 0)     // a new session starts afresh
 	var got []string
 	for _, r := range h.messages() {
@@ -637,18 +631,13 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 		t.Errorf("handled %v, want %v", got, want)
 	}
 
-	// A lane Post must number each message.
+	// A delivery stream's Post must number each message.
 	p, _ := peer.MessageToPB(deliverMsg("q", "j", 1))
-	if _, err := cl.Post(ctx, &pb.PostRequest{Session: "s1", Lane: lane, Messages: []*pb.PeerMessage{p}}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("lane Post without numbers: got %v, want InvalidArgument", err)
+	if _, err := cl.Post(ctx, &pb.PostRequest{Session: "s1", Lane: pl, Messages: []*pb.PeerMessage{p}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("delivery stream Post without numbers: got %v, want InvalidArgument", err)
 	}
 	// And a stream's connection needs the handshake like every other.
-	raw, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	bare, err := pb.NewPeerServiceClient(raw).Deliver(ctx)
+	bare, err := dialBare(t, b.addr).Deliver(ctx)
 	if err == nil {
 		_, err = bare.Recv()
 	}
@@ -660,10 +649,11 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	}
 }
 
-// A forward travels its lane's stream and comes back with the verdict in
-// the ack; one whose ack is late falls back to a unary Forward, which
-// returns the verdict of the first handling: the dispatcher is asked once.
-func TestForwardOverTheLane(t *testing.T) {
+// A forward travels its delivery stream's Deliver stream and comes back
+// with the verdict in the ack; one whose ack is late falls back to a unary
+// Forward, which returns the verdict of the first handling: the dispatcher
+// is asked once.
+func TestForwardOverTheDeliveryStream(t *testing.T) {
 	slow := make(chan struct{})
 	h := &gatedRecorder{fwd: func(d core.Delivery) {
 		if d.JobID == "slow" {
@@ -678,7 +668,7 @@ func TestForwardOverTheLane(t *testing.T) {
 	}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	const ack = 200 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastLanes(ack, 10*ack, 50*time.Millisecond))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(ack, 10*ack, 50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -721,8 +711,8 @@ func TestForwardOverTheLane(t *testing.T) {
 	}
 }
 
-// With ForceUnary every lane message and forward goes by unary calls, in
-// order, and no stream is opened.
+// With ForceUnary every delivery stream message and forward goes by unary
+// calls, in order, and no stream is opened.
 func TestForceUnary(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
@@ -750,7 +740,7 @@ func TestForceUnary(t *testing.T) {
 // New refuses a stream idle interval not well above the ack timeout
 // ceiling, and a heartbeat whose silence bound is not below gRPC's
 // keepalive; the peer server accepts the pool's keepalive pings.
-func TestLaneConfigIsValidated(t *testing.T) {
+func TestDeliveryConfigIsValidated(t *testing.T) {
 	cfg := peer.Config{Node: "a", Secret: secret, Addr: func(string) (string, bool) { return "", false }}
 	var ce *core.ConfigError
 	c := cfg
@@ -775,21 +765,20 @@ func TestLaneConfigIsValidated(t *testing.T) {
 	}
 }
 
-// Close stops every lane, stream and stream goroutine, with a stream
-// mid-message, a forward waiting for its verdict and a lane backing off
-// from a peer that is down, and leaks nothing.
-func TestLaneCloseLeaksNothing(t *testing.T) {
+// Close stops every delivery stream, stream and stream goroutine, with a
+// stream mid-message, a forward waiting for its verdict and a delivery
+// stream backing off from a peer that is down, and leaks nothing.
+func TestDeliveryCloseLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.Queue == "held" {
-			<-release
-		}
-	}, fwd: func(d core.Delivery) {
-		if d.Queue == "held" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{
+		block: holdUntil(release, func(m core.Message) bool { return m.Queue == "held" }),
+		fwd: func(d core.Delivery) {
+			if d.Queue == "held" {
+				<-release
+			}
+		},
+	}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	r, err := peer.New(peer.Config{Node: "a", Secret: secret, MaxReconnectDelay: 50 * time.Millisecond,
 		Addr:     newBook("b", b.addr, "down", freeAddr(t)).Addr,
@@ -808,16 +797,7 @@ func TestLaneCloseLeaksNothing(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "the open streams", func() bool { return len(h.messages()) == 3 })
 
-	start := time.Now()
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Close took %s", took)
-	}
-	if err := <-ferr; !errors.Is(err, peer.ErrClosed) {
-		t.Errorf("forward at Close: got %v, want ErrClosed", err)
-	}
+	closeEndsTheForward(t, r, ferr)
 	close(release)
 	b.stop()
 	goleak.VerifyNone(t, before)

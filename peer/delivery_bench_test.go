@@ -34,7 +34,7 @@ func benchPair(b *testing.B, forceUnary bool) (tnode, *signaller) {
 // BenchmarkDeliver measures one delivery at a time from one node to
 // another (the latency of a hop, not a pipelined throughput): a deliver
 // sent by Send until the receiver's handler has it, and a synchronous
-// Forward until its verdict is back, each over a lane's Deliver stream
+// Forward until its verdict is back, each over a delivery stream's gRPC stream
 // ("streamed") and over unary calls ("unary", Config.ForceUnary).
 // It reports µs per delivery.
 func BenchmarkDeliver(b *testing.B) {

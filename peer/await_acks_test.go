@@ -9,16 +9,12 @@ import (
 	"github.com/switchyard/switchyard/core"
 )
 
-// Settle returns once every message sent has been acknowledged — the
+// AwaitAcks returns once every message sent has been acknowledged — the
 // receiver handled it — and, at its deadline, says what a receiver that
 // holds a message up has not acknowledged yet.
-func TestSettle(t *testing.T) {
+func TestAwaitAcks(t *testing.T) {
 	release := make(chan struct{})
-	h := &gatedRecorder{block: func(m core.Message) {
-		if m.JobID == "held" {
-			<-release
-		}
-	}}
+	h := &gatedRecorder{block: holdUntil(release, func(m core.Message) bool { return m.JobID == "held" })}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
 	a := newRouter(t, "a", secret, newBook("b", b.addr).Addr, nil)
 
@@ -28,21 +24,21 @@ func TestSettle(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := a.Settle(ctx); err != nil {
-		t.Fatalf("Settle: %v", err)
+	if err := a.AwaitAcks(ctx); err != nil {
+		t.Fatalf("AwaitAcks: %v", err)
 	}
 	if got := len(h.messages()); got != n {
-		t.Fatalf("Settle returned with %d of %d messages handled", got, n)
+		t.Fatalf("AwaitAcks returned with %d of %d messages handled", got, n)
 	}
 
 	a.Send("b", deliverMsg("other", "held", 0))
 	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancelShort()
-	if err := a.Settle(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Settle with a message held up = %v, want the deadline", err)
+	if err := a.AwaitAcks(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AwaitAcks with a message held up = %v, want the deadline", err)
 	}
 	close(release)
-	if err := a.Settle(ctx); err != nil {
-		t.Fatalf("Settle once the receiver let go: %v", err)
+	if err := a.AwaitAcks(ctx); err != nil {
+		t.Fatalf("AwaitAcks once the receiver let go: %v", err)
 	}
 }

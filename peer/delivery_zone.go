@@ -15,7 +15,7 @@ import (
 // other item passes: forwards go to a dispatcher, whose zone does not
 // matter (only where a job runs does), and a cancel or unbind must reach a
 // job wherever it is.
-func (l *lane) inZone(it *item) bool {
+func (l *deliveryStream) inZone(it *item) bool {
 	zone := it.msg.GetDelivery().GetZone()
 	if it.fwd != nil || it.msg.GetKind() != pb.PeerMessage_KIND_DELIVER || zone == "" {
 		return true
@@ -24,7 +24,7 @@ func (l *lane) inZone(it *item) bool {
 	return ok && nz == zone
 }
 
-func (l *lane) zoneErr(it *item) error {
+func (l *deliveryStream) zoneErr(it *item) error {
 	nz, ok := l.r.zoneOf(l.key.node)
 	if !ok {
 		nz = "none"
@@ -32,13 +32,14 @@ func (l *lane) zoneErr(it *item) error {
 	return fmt.Errorf("job %s is scoped to zone %q; node %s is in zone %q", jobOf(it), it.msg.GetDelivery().GetZone(), l.key.node, nz)
 }
 
-// zoneCheck applies the zone test to the lane's stream again after zones
-// changed in the catalog view. A stream opened while its node had another
-// zone label (or none) no longer passes: it is closed, its unacked
-// deliveries that fail the test now go back to the engine to be routed
-// again (ReasonZone), and the rest are resent by unary calls, in order, as
-// after a stall; the next item opens a stream under the node's new label.
-func (l *lane) zoneCheck() {
+// zoneCheck applies the zone test to the delivery stream's Deliver stream
+// again after zones changed in the catalog view. A stream opened while its
+// node had another zone label (or none) no longer passes: it is closed, its
+// unacked deliveries that fail the test now go back to the engine to be
+// routed again (ReasonZone), and the rest are resent by unary calls, in
+// order, as after a stall; the next item opens a stream under the node's
+// new label.
+func (l *deliveryStream) zoneCheck() {
 	r := l.r
 	st := l.st
 	if st == nil || r.ctx.Err() != nil {
@@ -77,13 +78,13 @@ func (r *router) zoneOf(node string) (string, bool) {
 // ZonesChanged applies the zone test again to every open Deliver stream:
 // one opened while its node had another zone label is closed, and what it
 // held is sent again under the node's new label (or handed back to the
-// engine; see lane.zoneCheck). The node calls it on every change of its
-// catalog view; it never blocks.
+// engine; see delivery stream.zoneCheck). The node calls it on every change
+// of its catalog view; it never blocks.
 func (t *Transport) ZonesChanged() {
 	r := t.rt
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range r.lanes {
+	for _, l := range r.deliveries {
 		select {
 		case l.rezone <- struct{}{}:
 		default:

@@ -16,44 +16,41 @@ import (
 )
 
 // The response leg's stream, receiving end: the Respond handler, one per
-// reply trunk from a consumer host. The sending end is trunk_send.go; what
-// the ingress remembers of each leg across trunks is leg_recv.go.
+// reply stream from a consumer host. The sending end is reply_send.go; what
+// the ingress remembers of each leg across reply streams is leg_recv.go.
 
 // Errors a Respond stream ends with.
 var (
 	errRespondOpen        = status.Error(codes.InvalidArgument, "a Respond stream must open with a leg, and a leg must name its job")
 	errRespondFrame       = status.Error(codes.InvalidArgument, "a Respond frame must be an open, items, an end or a heartbeat")
-	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply trunk for %d heartbeat intervals", silentIntervals)
+	errRespondSilent      = status.Errorf(codes.Unavailable, "the consumer host sent nothing on the reply stream for %d heartbeat intervals", silentIntervals)
 	errRespondOpenTimeout = status.Error(codes.DeadlineExceeded, "the host did not open its Respond stream in time")
 )
 
 // ackEvery and ackBytes are how many items, or bytes of output, a reply
-// trunk handles between the acks it sends at once; they must stay well
+// reply stream handles between the acks it sends at once; they must stay well
 // under the host's in-flight window per leg (256 items, 4 MiB).
 const (
 	ackEvery = 32
 	ackBytes = 1 << 20
 )
 
-// respondStream is one Respond call: a reply trunk from one host, which
+// respondIn is one Respond call: a reply stream from one host, which
 // carries any number of its legs to this node. Its reader goroutine
-// (trunkReader) reads every frame and hands each item to the receiver as
+// (respondReader) reads every frame and hands each item to the receiver as
 // it reads it, under its leg's mu: no hand-off per reply, which is safe
 // because the receiver never blocks, and time in it is not the host's
-// silence. The handler's goroutine (trunkWriter) writes acks, heartbeats
+// silence. The handler's goroutine (respondWriter) writes acks, heartbeats
 // and cancels, and decides when the stream ends. Silence is watched by a
 // timer. The reader is the only Recv caller and ends once the handler
 // returned; server.stop waits for it.
-type respondStream struct {
-	s       *server
+type respondIn struct {
+	inCall
 	st      pb.PeerService_RespondServer
-	from    string
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
 	hb      time.Duration
 	session string // the host's session, from the first open
 	// epoch orders the server's streams by when they started: a leg held
-	// by a newer trunk is never taken back by an older one still reading
+	// by a newer reply stream is never taken back by an older one still reading
 	// frames the host sent before it gave up on it.
 	epoch uint64
 
@@ -75,30 +72,24 @@ type respondStream struct {
 	unsentBytes int
 
 	// Under server.mu.
-	held    map[inLegKey]*inLeg // the legs this trunk holds
-	cancels []*inLeg            // legs whose cancel is to be written on it
-	grants  []*inLeg            // legs whose grant is to be written on it
+	held    map[inLegKey]*inLeg // the legs this reply stream holds
+	pending [nControls][]*inLeg // by control: legs whose control is to be written on it
 }
 
-// Respond receives one host's reply trunk: it handles each leg's replies
-// and release in order, once each across the trunks that carry the leg
+// Respond receives one host's reply stream: it handles each leg's replies
+// and release in order, once each across the reply streams that carry the leg
 // (see inLeg), acks them per leg after the receiver returns, heartbeats at
 // the host's interval, writes each leg's cancel when there is one
 // (cancelOnLeg), and ends the stream when the host is silent for three
 // intervals, failing the jobs of the legs it held (ReplyLegSilent).
 func (s *server) Respond(st pb.PeerService_RespondServer) error {
-	from, ok := Caller(st.Context())
-	if !ok {
-		return errUnauthenticated
-	}
-	rcv, err := s.receiver()
+	c, rcv, err := s.accept(st)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(st.Context())
-	defer cancel(nil)
-	rs := &respondStream{
-		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
+	defer c.cancel(nil)
+	rs := &respondIn{
+		inCall: c, st: st,
 		opened: make(chan *pb.RespondOpen, 1),
 		ready:  make(chan struct{}),
 		kick:   make(chan struct{}, 1),
@@ -115,19 +106,16 @@ func (s *server) Respond(st pb.PeerService_RespondServer) error {
 		return rs.end()
 	}
 	rs.start(open)
-	err = (&trunkWriter{rs: rs}).run()
+	err = (&respondWriter{rs: rs}).run()
 	rs.silence.Stop()
-	cancel(err)
+	c.cancel(err)
 	rs.release(rcv)
 	return err
 }
 
-// end is the status the stream ends with once rs.ctx is done.
-func (rs *respondStream) end() error { return endStatus(rs.st.Context(), rs.ctx) }
-
 // awaitOpen waits, at most openTimeout, for the reader to hand over the
-// trunk's first open: nil when the stream ended first.
-func (rs *respondStream) awaitOpen() *pb.RespondOpen {
+// reply stream's first open: nil when the stream ended first.
+func (rs *respondIn) awaitOpen() *pb.RespondOpen {
 	t := time.AfterFunc(openTimeout, func() { rs.cancel(errRespondOpenTimeout) })
 	defer t.Stop()
 	select {
@@ -138,9 +126,9 @@ func (rs *respondStream) awaitOpen() *pb.RespondOpen {
 	}
 }
 
-// start sets the trunk up from its first open (the host's heartbeat
+// start sets the reply stream up from its first open (the host's heartbeat
 // interval and session) and arms the silence watch: legs may open now.
-func (rs *respondStream) start(open *pb.RespondOpen) {
+func (rs *respondIn) start(open *pb.RespondOpen) {
 	rs.hb = heartbeatOf(open.GetHeartbeatIntervalNs())
 	rs.session = open.GetSession()
 	now := time.Now()
@@ -150,15 +138,15 @@ func (rs *respondStream) start(open *pb.RespondOpen) {
 	close(rs.ready)
 }
 
-// release ends the trunk's hold on its legs once it ended. After the host
-// went silent (and not the call itself), the receiver is told of each leg
-// (ReplyLegSilent). After the trunk broke (the host's connection closed
-// or reset: a host killed, or a network fault), its legs wait for the host
-// to take them up on a new trunk; those it has not taken up once the host
-// has been silent for as long — three intervals since its last frame —
-// are reported the same way (watchOrphans): a crash and a pause end the
-// same jobs in the same bound.
-func (rs *respondStream) release(rcv core.Receiver) {
+// release ends the reply stream's hold on its legs once it ended. After the
+// host went silent (and not the call itself), the receiver is told of each
+// leg (ReplyLegSilent). After the reply stream broke (the host's connection
+// closed or reset: a host killed, or a network fault), its legs wait for
+// the host to take them up on a new reply stream; those it has not taken up
+// once the host has been silent for as long — three intervals since its
+// last frame — are reported the same way (watchOrphans): a crash and a
+// pause end the same jobs in the same bound.
+func (rs *respondIn) release(rcv core.Receiver) {
 	silent := errors.Is(context.Cause(rs.ctx), errRespondSilent) && rs.st.Context().Err() == nil
 	legs := rs.s.detachAll(rs)
 	if len(legs) == 0 {
@@ -169,7 +157,7 @@ func (rs *respondStream) release(rcv core.Receiver) {
 		// already, this node is the one that did not read (it stalled:
 		// its own silence watch would have fired otherwise): the host
 		// gets one interval from now, and answering a ping proves it
-		// alive (it may be in its backoff before a new trunk).
+		// alive (it may be in its backoff before a new reply stream).
 		last := time.Unix(0, rs.last.Load())
 		due, stalled := last.Add(silentIntervals*rs.hb), false
 		if soon := time.Now().Add(rs.hb); due.Before(soon) {
@@ -185,10 +173,10 @@ func (rs *respondStream) release(rcv core.Receiver) {
 }
 
 // suspectAfterBreak tells Config.Suspect of host if, one heartbeat after
-// its trunk broke, one of the trunk's legs (not done) is still on no
-// trunk: a live host reopens a failed trunk within milliseconds, so the
-// host is suspected (offered nothing new, its queues taken over) long
-// before its legs are reported silent.
+// its reply stream broke, one of the reply stream's legs (not done) is
+// still on no reply stream: a live host reopens a failed reply stream
+// within milliseconds, so the host is suspected (offered nothing new, its
+// queues taken over) long before its legs are reported silent.
 func (s *server) suspectAfterBreak(from string, legs []inLegKey, hb time.Duration) {
 	if s.cfg.Suspect == nil {
 		return
@@ -224,22 +212,22 @@ func (s *server) reportSilent(rcv core.Receiver, from string, legs []inLegKey, h
 		s.cfg.Suspect(from)
 	}
 	s.cfg.Metrics.legSilences.WithLabelValues("ingress").Add(float64(len(legs)))
-	s.cfg.Logger.Warn("a consumer host went silent on its reply trunk; reporting the jobs of its legs",
+	s.cfg.Logger.Warn("a consumer host went silent on its reply stream; reporting the jobs of its legs",
 		"from", from, "legs", len(legs), "heartbeat", hb)
 	for _, k := range legs {
 		rcv.ReplyLegSilent(from, k.job, k.gen)
 	}
 }
 
-// watchOrphans looks, at due, at the legs of a broken trunk from host that
-// no trunk has taken up since and that are not done, and reports them:
-// their host has been silent for three intervals. After this node
-// stalled (ping), it pings the host first: one that answers is alive (in
-// its backoff before opening a new trunk) and is given three more
-// intervals. Not otherwise: a trunk that broke while this node was
-// reading is a host that crashed or lost its link, and a host restarted
-// under the same name would answer the ping for the old process. A
-// server that stops reports nothing.
+// watchOrphans looks, at due, at the legs of a broken reply stream from
+// host that no reply stream has taken up since and that are not done, and
+// reports them: their host has been silent for three intervals. After this
+// node stalled (ping), it pings the host first: one that answers is alive
+// (in its backoff before opening a new reply stream) and is given three
+// more intervals. Not otherwise: a reply stream that broke while this node
+// was reading is a host that crashed or lost its link, and a host restarted
+// under the same name would answer the ping for the old process. A server
+// that stops reports nothing.
 func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, due time.Time, hb time.Duration, ping bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,12 +276,12 @@ func (s *server) answers(node string, timeout time.Duration) bool {
 // (each handled as it is read), ends and heartbeats. It closes finish once
 // the host closed its side with every item handled, and cancels the
 // stream on anything wrong.
-func (rs *respondStream) read(rcv core.Receiver) {
+func (rs *respondIn) read(rcv core.Receiver) {
 	f, ok := rs.readFirst()
 	if !ok {
 		return
 	}
-	rd := &trunkReader{rs: rs, rcv: rcv, legs: map[inLegKey]*inLeg{}}
+	rd := &respondReader{rs: rs, rcv: rcv, legs: map[inLegKey]*inLeg{}}
 	for rd.frame(f) {
 		var err error
 		if f, err = rs.st.Recv(); errors.Is(err, io.EOF) {
@@ -307,12 +295,12 @@ func (rs *respondStream) read(rcv core.Receiver) {
 	}
 }
 
-// readFirst reads up to the frame that opens the trunk's first leg (an
+// readFirst reads up to the frame that opens the reply stream's first leg (an
 // open, or items whose first carries one), hands the open to the handler
 // and waits until the stream is set up: that frame, or false when the
 // stream is to end. A heartbeat may come first (a host whose first leg was
 // slow to send): it says the host is alive, nothing more.
-func (rs *respondStream) readFirst() (*pb.RespondFrame, bool) {
+func (rs *respondIn) readFirst() (*pb.RespondFrame, bool) {
 	f, err := rs.st.Recv()
 	for err == nil && f.GetHeartbeat() != nil {
 		f, err = rs.st.Recv()
@@ -349,7 +337,7 @@ func (rs *respondStream) readFirst() (*pb.RespondFrame, bool) {
 // of output went unacked, so every leg's in-flight window keeps moving (a
 // few large outputs fill it long before 32 items); the rest go with the
 // next heartbeat tick.
-func (rs *respondStream) noteHandled(k inLegKey, seq uint64, bytes int, final bool) bool {
+func (rs *respondIn) noteHandled(k inLegKey, seq uint64, bytes int, final bool) bool {
 	rs.ackMu.Lock()
 	defer rs.ackMu.Unlock()
 	if seq >= rs.acks[k] {
@@ -365,23 +353,23 @@ func (rs *respondStream) noteHandled(k inLegKey, seq uint64, bytes int, final bo
 }
 
 // wake asks the writer to write what is due (acks, cancels).
-func (rs *respondStream) wake() {
+func (rs *respondIn) wake() {
 	select {
 	case rs.kick <- struct{}{}:
 	default:
 	}
 }
 
-// trunkReader is the reader goroutine's own state of a trunk: the legs
+// respondReader is the reader goroutine's own state of a reply stream: the legs
 // opened on it.
-type trunkReader struct {
-	rs   *respondStream
+type respondReader struct {
+	rs   *respondIn
 	rcv  core.Receiver
 	legs map[inLegKey]*inLeg
 }
 
 // frame acts on one frame: false when the reader must stop.
-func (rd *trunkReader) frame(f *pb.RespondFrame) bool {
+func (rd *respondReader) frame(f *pb.RespondFrame) bool {
 	switch b := f.GetBody().(type) {
 	case *pb.RespondFrame_Items:
 		for _, it := range b.Items.GetItems() {
@@ -404,9 +392,9 @@ func (rd *trunkReader) frame(f *pb.RespondFrame) bool {
 	return true
 }
 
-// open opens a leg on the trunk and tells the receiver where the job runs:
-// false (the stream cancelled) when it names no job.
-func (rd *trunkReader) open(o *pb.RespondOpen) bool {
+// open opens a leg on the reply stream and tells the receiver where the job
+// runs: false (the stream cancelled) when it names no job.
+func (rd *respondReader) open(o *pb.RespondOpen) bool {
 	rs := rd.rs
 	if o.GetJobId() == "" {
 		rs.cancel(errRespondOpen)
@@ -423,10 +411,10 @@ func (rd *trunkReader) open(o *pb.RespondOpen) bool {
 
 // item handles one item, after the open it carries: false when the reader
 // must stop.
-func (rd *trunkReader) item(it *pb.RespondItem) bool {
+func (rd *respondReader) item(it *pb.RespondItem) bool {
 	rs := rd.rs
 	if rs.ctx.Err() != nil {
-		// Not handled: the host resends it on its next trunk.
+		// Not handled: the host resends it on its next reply stream.
 		return false
 	}
 	if o := it.GetOpen(); o != nil && !rd.open(o) {
@@ -437,7 +425,7 @@ func (rd *trunkReader) item(it *pb.RespondItem) bool {
 	leg := rd.legs[k]
 	if leg == nil {
 		rs.s.cfg.Metrics.invalid.Inc()
-		rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply trunk", "from", rs.from, "job", k.job, "gen", k.gen)
+		rs.s.cfg.Logger.Warn("skipped an item of a leg not open on the reply stream", "from", rs.from, "job", k.job, "gen", k.gen)
 		return true
 	}
 	rs.busy.Store(true)
@@ -450,8 +438,8 @@ func (rd *trunkReader) item(it *pb.RespondItem) bool {
 	// if nothing came after it: what did is a newer opening of the leg.
 	if final && latest {
 		// Nothing of the leg comes after its last item (a host with more
-		// sends a new open first): it is done on this trunk. Its ack is on
-		// its way.
+		// sends a new open first): it is done on this reply stream. Its ack
+		// is on its way.
 		delete(rd.legs, k)
 		rs.s.finishLeg(rs, leg)
 	}
@@ -462,7 +450,7 @@ func (rd *trunkReader) item(it *pb.RespondItem) bool {
 }
 
 // end forgets a leg the host ended without its last item.
-func (rd *trunkReader) end(e *pb.RespondLegEnd) {
+func (rd *respondReader) end(e *pb.RespondLegEnd) {
 	k := inLegKey{rd.rs.from, e.GetJobId(), e.GetGeneration()}
 	if leg := rd.legs[k]; leg != nil {
 		delete(rd.legs, k)
@@ -470,12 +458,12 @@ func (rd *trunkReader) end(e *pb.RespondLegEnd) {
 	}
 }
 
-// trunkWriter is the handler goroutine's own state of a trunk: it writes
-// acks as items are handled (per leg, cumulative: the latest covers the
-// rest), each leg's cancel once per trunk, and a heartbeat when nothing
-// else went out for half an interval.
-type trunkWriter struct {
-	rs       *respondStream
+// respondWriter is the handler goroutine's own state of a reply stream: it
+// writes acks as items are handled (per leg, cumulative: the latest covers
+// the rest), each leg's cancel once per reply stream, and a heartbeat when
+// nothing else went out for half an interval.
+type respondWriter struct {
+	rs       *respondIn
 	lastSend time.Time
 	acks     []pendingAck // reused between flushes
 }
@@ -487,7 +475,7 @@ type pendingAck struct {
 
 // run writes until the stream ends (its status) or the host closed its
 // side with every item handled (nil, after the last acks).
-func (w *trunkWriter) run() error {
+func (w *respondWriter) run() error {
 	rs := w.rs
 	tick := time.NewTicker(rs.hb)
 	defer tick.Stop()
@@ -519,18 +507,23 @@ func (w *trunkWriter) run() error {
 	}
 }
 
-// flush writes the cancels due on the trunk, then every leg's ack: false
-// once a send failed.
-func (w *trunkWriter) flush() bool {
-	rs := w.rs
-	for _, p := range rs.s.cancelsFor(rs) {
-		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}) {
-			return false
-		}
+// controlFrame is the frame that writes p, a control c.
+func controlFrame(c control, p *pb.PeerMessage) *pb.RespondControl {
+	if c == ctlGrant {
+		return &pb.RespondControl{Body: &pb.RespondControl_Grant{Grant: p}}
 	}
-	for _, p := range rs.s.grantsFor(rs) {
-		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Grant{Grant: p}}) {
-			return false
+	return &pb.RespondControl{Body: &pb.RespondControl_Cancel{Cancel: p}}
+}
+
+// flush writes the controls due on the reply stream (cancels, then grants),
+// then every leg's ack: false once a send failed.
+func (w *respondWriter) flush() bool {
+	rs := w.rs
+	for c := range nControls {
+		for _, p := range rs.s.controlsFor(rs, c) {
+			if !w.send(controlFrame(c, p)) {
+				return false
+			}
 		}
 	}
 	rs.ackMu.Lock()
@@ -551,7 +544,7 @@ func (w *trunkWriter) flush() bool {
 }
 
 // send sends c: false (the stream cancelled) when that failed.
-func (w *trunkWriter) send(c *pb.RespondControl) bool {
+func (w *respondWriter) send(c *pb.RespondControl) bool {
 	if err := w.rs.st.Send(c); err != nil {
 		w.rs.cancel(err)
 		return false
@@ -567,7 +560,7 @@ func (w *trunkWriter) send(c *pb.RespondControl) bool {
 // the host's frames may be waiting unread, so its count starts again
 // rather than the job fail for this node's own stall; so does a check
 // that finds the reader in the receiver.
-func (rs *respondStream) watchSilence() {
+func (rs *respondIn) watchSilence() {
 	if rs.ctx.Err() != nil {
 		return
 	}

@@ -9,21 +9,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// settlePoll is how often Settle looks again: it runs once, at shutdown.
-const settlePoll = 10 * time.Millisecond
+// awaitAcksPoll is how often AwaitAcks looks again: it runs once, at shutdown.
+const awaitAcksPoll = 10 * time.Millisecond
 
-// Settle waits until nothing this node's transport queued is waiting to be
-// acknowledged — no lane item, reply-leg message or Post — or until ctx is
-// done. A message for a node that left the catalog counts as settled: it
-// is dropped with its node. A node calls it after its drain and before
-// Close, which drops what is still queued: so the last outputs and ends of
-// the jobs its workers ran for other nodes' requesters, and the jobs it
-// handed back, reach their nodes.
+// AwaitAcks waits until nothing this node's transport queued is waiting to
+// be acknowledged — no delivery stream item, response-leg message or Post —
+// or until ctx is done. A message for a node that left the catalog counts
+// as acknowledged: it is dropped with its node. A node calls it after its
+// drain and before Close, which drops what is still queued: so the last
+// outputs and ends of the jobs its workers ran for other nodes' requesters,
+// and the jobs it handed back, reach their nodes.
 //
 // What it counts is switchyard_peer_queue_messages, summed over nodes: the
 // gauge the paths keep of exactly that.
-func (t *Transport) Settle(ctx context.Context) error {
-	tick := time.NewTicker(settlePoll)
+func (t *Transport) AwaitAcks(ctx context.Context) error {
+	tick := time.NewTicker(awaitAcksPoll)
 	defer tick.Stop()
 	for {
 		n := gaugeSum(t.rt.m.queue)

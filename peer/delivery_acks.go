@@ -9,12 +9,12 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A lane's acks: what an ack settles (the messages it covers are counted
-// sent, a forward gets its verdict), and the ack deadline of the oldest
-// unacked item, whose passing is a stall (lane_stall.go).
+// A delivery stream's acks: what an ack settles (the messages it covers are
+// counted sent, a forward gets its verdict), and the ack deadline of the
+// oldest unacked item, whose passing is a stall (delivery_stall.go).
 
 // acked applies an ack: every unacked item up to its number is handled.
-func (l *lane) acked(a *pb.DeliverHandled) {
+func (l *deliveryStream) acked(a *pb.DeliverHandled) {
 	r := l.r
 	n := 0
 	for n < len(l.unacked) && l.unacked[n].seq <= a.GetSeq() {
@@ -63,8 +63,8 @@ func (l *lane) acked(a *pb.DeliverHandled) {
 
 // deadline is when the oldest unacked item's ack is due: its ack timeout
 // after it was sent or became the oldest, whichever is later (the
-// receiver handles a lane's items one at a time).
-func (l *lane) deadline() time.Time {
+// receiver handles a delivery stream's items one at a time).
+func (l *deliveryStream) deadline() time.Time {
 	head := l.unacked[0]
 	since := head.sentAt
 	if l.headSince.After(since) {
@@ -74,7 +74,7 @@ func (l *lane) deadline() time.Time {
 }
 
 // armAck sets the ack timer to the oldest unacked item's deadline.
-func (l *lane) armAck(now time.Time) {
+func (l *deliveryStream) armAck(now time.Time) {
 	if len(l.unacked) == 0 {
 		l.ackTimer.Stop()
 		return
@@ -83,7 +83,7 @@ func (l *lane) armAck(now time.Time) {
 }
 
 // drainAcks applies the acks the stream's reader has already read.
-func (l *lane) drainAcks() {
+func (l *deliveryStream) drainAcks() {
 	if l.st == nil {
 		return
 	}

@@ -7,13 +7,13 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A lane's unary path: its items as Post and Forward calls, one call at a
-// time, when it has no stream (ForceUnary, an open that failed) and to
-// resend what a dropped stream held unacked.
+// A delivery stream's unary path: its items as Post and Forward calls, one
+// call at a time, when it has no stream (ForceUnary, an open that failed)
+// and to resend what a dropped stream held unacked.
 
 // unary sends items in order by unary calls: runs of messages as Posts
 // (each resent until handed over), forwards as one Forward attempt each.
-func (l *lane) unary(items []*item) {
+func (l *deliveryStream) unary(items []*item) {
 	r := l.r
 	// A resend (after a dropped stream) may hold jobs for an incarnation
 	// of the node the view no longer names.
@@ -29,15 +29,15 @@ func (l *lane) unary(items []*item) {
 			continue
 		}
 		n, size := 0, 0
-		for n < len(items) && items[n].fwd == nil && (n == 0 || size+items[n].cost <= r.maxPost) {
+		for n < len(items) && items[n].fwd == nil && (n == 0 || size+items[n].cost <= r.maxUnicast) {
 			size += items[n].cost
 			n++
 		}
-		switch l.post(items[:n]) {
-		case postGone:
+		switch l.unicast(items[:n]) {
+		case unicastGone:
 			l.gone(items)
 			return
-		case postClosed:
+		case unicastClosed:
 			l.drop(items, ErrClosed)
 			return
 		}
@@ -45,20 +45,20 @@ func (l *lane) unary(items []*item) {
 	}
 }
 
-type postOutcome int
+type unicastOutcome int
 
 const (
-	postSent postOutcome = iota
-	postRefused
-	postGone
-	postClosed
+	unicastSent unicastOutcome = iota
+	unicastRefused
+	unicastGone
+	unicastClosed
 )
 
-// post sends one run of messages as a Post naming the lane, resending it
-// unchanged until it is handed over, the node leaves the catalog (postGone:
-// nothing dropped yet), the peer refuses it for good (dropped), or the
-// router closes (postClosed: nothing dropped yet).
-func (l *lane) post(items []*item) postOutcome {
+// unicast sends one run of messages as a Post naming the delivery stream,
+// resending it unchanged until it is handed over, the node leaves the
+// catalog (unicastGone: nothing dropped yet), the peer refuses it for good
+// (dropped), or the router closes (unicastClosed: nothing dropped yet).
+func (l *deliveryStream) unicast(items []*item) unicastOutcome {
 	r := l.r
 	req := &pb.PostRequest{Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue},
 		Messages: make([]*pb.PeerMessage, len(items)), Seqs: make([]uint64, len(items))}
@@ -68,24 +68,24 @@ func (l *lane) post(items []*item) postOutcome {
 	for attempt := 0; ; attempt++ {
 		addr, ok := r.cfg.Addr(l.key.node)
 		if !ok {
-			return postGone
+			return unicastGone
 		}
-		err := r.postOnce(l.key.node, addr, req)
+		err := r.unicastOnce(l.key.node, addr, req)
 		if err == nil {
 			for _, it := range items {
 				r.m.messages.WithLabelValues(it.kind).Inc()
 			}
 			r.m.queue.WithLabelValues(l.key.node).Sub(float64(len(items)))
-			return postSent
+			return unicastSent
 		}
 		if r.ctx.Err() != nil {
-			return postClosed
+			return unicastClosed
 		}
 		r.m.sendFailures.Inc()
 		if permanent(err) {
 			r.log.Error("dropped routing messages the peer refused", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "err", err)
 			l.drop(items, err)
-			return postRefused
+			return unicastRefused
 		}
 		lvl := slog.LevelDebug
 		if attempt == 0 {
@@ -93,7 +93,7 @@ func (l *lane) post(items []*item) postOutcome {
 		}
 		r.log.Log(r.ctx, lvl, "post to peer failed; resending", "node", l.key.node, "queue", l.key.queue, "addr", addr, "messages", len(items), "attempt", attempt+1, "err", err)
 		if !r.sleep(r.ctx, attempt) {
-			return postClosed
+			return unicastClosed
 		}
 	}
 }
@@ -101,7 +101,7 @@ func (l *lane) post(items []*item) postOutcome {
 // forwardOnce makes one unary Forward attempt for a forward item and
 // hands its outcome to the caller, who tries again as a new item if it
 // was transient.
-func (l *lane) forwardOnce(it *item) {
+func (l *deliveryStream) forwardOnce(it *item) {
 	r := l.r
 	if err := it.ctx.Err(); err != nil {
 		it.finish(nil, err)

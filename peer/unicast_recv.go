@@ -7,15 +7,15 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The per-node Post FIFO, receiving side: the Post handler, which skips
-// what a resent batch carries again. A Post naming a lane is a lane's
-// unary path (postLane, deliver_recv.go).
+// The per-node unicast queue, receiving side: the Post handler, which skips
+// what a resent batch carries again. A Post naming a delivery stream is a
+// delivery stream's unary path (unaryDelivery, delivery_recv.go).
 
-// inbox is what a server remembers of one sending node's Posts: it
+// unicastInbox is what a server remembers of one sending node's Posts: it
 // serialises them (a resend may arrive while the attempt it replaces is
 // still being handled) and skips what it already handled. One per node id
 // that ever posted; a node that restarts reuses its entry.
-type inbox struct {
+type unicastInbox struct {
 	mu      sync.Mutex
 	session string
 	next    uint64
@@ -40,9 +40,9 @@ func (s *server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 		return nil, err
 	}
 	if req.GetLane() != nil {
-		return s.postLane(from, rcv, req)
+		return s.unaryDelivery(from, rcv, req)
 	}
-	in := s.inbox(from)
+	in := s.unicastInbox(from)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	session, seq := req.GetSession(), req.GetFirstSeq()
@@ -64,12 +64,12 @@ func (s *server) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRespons
 	return &pb.PostResponse{}, nil
 }
 
-func (s *server) inbox(from string) *inbox {
+func (s *server) unicastInbox(from string) *unicastInbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := s.senders[from]
 	if in == nil {
-		in = &inbox{}
+		in = &unicastInbox{}
 		s.senders[from] = in
 	}
 	return in

@@ -16,18 +16,19 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The request leg, sending side: Transport.Forward, the lane per (node,
-// queue) that carries it and the request leg's messages, and the lane's
-// Deliver stream. The receiving side is deliver_recv.go. Off this path,
-// each in its own file: what an ack settles and the ack deadline
-// (lane_acks.go), the fallback to unary calls when a stream stalls, fails
-// or goes silent (lane_stall.go), the unary path itself (lane_unary.go),
-// the zone test (lane_zone.go), how a lane ends (lane_end.go), and the
-// backoff between attempts (retry.go).
+// The request leg, sending side: Transport.Forward, the delivery stream per
+// (node, queue) that carries it and the request leg's messages, and the
+// delivery stream's Deliver stream. The receiving side is delivery_recv.go.
+// Off this path, each in its own file: what an ack settles and the ack
+// deadline (delivery_acks.go), the fallback to unary calls when a stream
+// stalls, fails or goes silent (delivery_stall.go), the unary path itself
+// (delivery_unary.go), the zone test (delivery_zone.go), how a delivery
+// stream ends (delivery_end.go), and the backoff between attempts
+// (retry.go).
 
-// laneWindow bounds the items a lane has sent on its stream and not yet
-// seen acked; more wait in its queue until acks come back.
-const laneWindow = 256
+// deliveryWindow bounds the items a delivery stream has sent on its stream
+// and not yet seen acked; more wait in its queue until acks come back.
+const deliveryWindow = 256
 
 // seqOverhead is what an item's sequence number adds to its frame or Post,
 // at most.
@@ -42,11 +43,11 @@ const seqOverhead = 1 + 10
 // transiently (Unavailable, or an attempt that timed out). Retrying is
 // safe: the dispatcher takes a (job id, generation) once.
 //
-// The forward is an item of its queue's lane: sent on the lane's stream
-// and answered by its ack, or by a unary Forward call when the lane has no
-// stream or dropped it (the receiver answers a resent item with the
-// verdict it gave first). An attempt that got no verdict is made again as
-// a new item, after a backoff.
+// The forward is an item of its queue's delivery stream: sent on the
+// delivery stream's Deliver stream and answered by its ack, or by a unary
+// Forward call when the delivery stream has no stream or dropped it (the
+// receiver answers a resent item with the verdict it gave first). An
+// attempt that got no verdict is made again as a new item, after a backoff.
 func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
 	r := t.rt
 	ctx, cancel := context.WithCancel(ctx)
@@ -94,9 +95,9 @@ type forwardCall struct {
 	last error
 }
 
-// attempt makes one attempt: the forward as a new item of its lane. It
-// returns the verdict, or the error the forward ends with, or neither
-// when a transient failure (in last) is worth another attempt.
+// attempt makes one attempt: the forward as a new item of its delivery
+// stream. It returns the verdict, or the error the forward ends with, or
+// neither when a transient failure (in last) is worth another attempt.
 func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.ForwardResponse, error) {
 	r := c.r
 	if r.ctx.Err() != nil {
@@ -134,19 +135,19 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 	return nil, nil
 }
 
-// A lane is the ordered path of one queue's messages from this node to one
-// node: the request leg's kinds (forward, deliver, cancel, unbind) and
-// synchronous Forwards. Its goroutine sends its items in sequence order by
-// one path at a time: its Deliver stream, with at most laneWindow unacked,
-// or unary calls while it has none. A stream that stalls (an ack misses
-// its deadline), fails or goes silent is dropped, and what it held unacked
-// is resent by unary calls before anything newer, numbers unchanged; the
-// receiver's lane memory skips what it handled already, so each item is
-// handled once and in order whichever path carried it (the argument is in
-// docs/cluster.md, "Stall → fallback").
-type lane struct {
+// A delivery stream is the ordered path of one queue's messages from this
+// node to one node: the request leg's kinds (forward, deliver, cancel,
+// unbind) and synchronous Forwards. Its goroutine sends its items in
+// sequence order by one path at a time: its Deliver stream, with at most
+// deliveryWindow unacked, or unary calls while it has none. A stream that
+// stalls (an ack misses its deadline), fails or goes silent is dropped, and
+// what it held unacked is resent by unary calls before anything newer,
+// numbers unchanged; the receiver's delivery stream memory skips what it
+// handled already, so each item is handled once and in order whichever path
+// carried it (the argument is in docs/cluster.md, "Stall → fallback").
+type deliveryStream struct {
 	r      *router
-	key    laneKey
+	key    deliveryKey
 	wake   chan struct{} // capacity 1: "something was queued"
 	rezone chan struct{} // capacity 1: "zones changed in the catalog view"
 
@@ -157,12 +158,13 @@ type lane struct {
 	unacked     []*item   // sent on st, oldest first
 	headSince   time.Time // when unacked[0] became the oldest unacked
 	ackTimer    *time.Timer
-	st          *laneStream
+	st          *deliverCall
 	openFailing bool      // the last open failed (logged once until one succeeds)
 	warned      time.Time // the last fallback logged at warn level
 }
 
-// item is one lane item: a message from Send or a forward from Forward.
+// item is one delivery stream item: a message from Send or a forward from
+// Forward.
 type item struct {
 	seq     uint64
 	kind    string
@@ -194,7 +196,7 @@ func (it *item) finish(res *pb.ForwardResponse, err error) {
 	}
 }
 
-// enqueue queues it on node's lane for queue: false after Close.
+// enqueue queues it on node's delivery stream for queue: false after Close.
 func (r *router) enqueue(node, queue string, it *item) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -205,14 +207,14 @@ func (r *router) enqueue(node, queue string, it *item) bool {
 	return true
 }
 
-// enqueueLocked numbers it and queues it on node's lane for queue,
-// starting the lane's goroutine if it has none.
+// enqueueLocked numbers it and queues it on node's delivery stream for queue,
+// starting the delivery stream's goroutine if it has none.
 func (r *router) enqueueLocked(node, queue string, it *item) {
-	k := laneKey{node, queue}
-	l := r.lanes[k]
+	k := deliveryKey{node, queue}
+	l := r.deliveries[k]
 	if l == nil {
-		l = &lane{r: r, key: k, wake: make(chan struct{}, 1), rezone: make(chan struct{}, 1)}
-		r.lanes[k] = l
+		l = &deliveryStream{r: r, key: k, wake: make(chan struct{}, 1), rezone: make(chan struct{}, 1)}
+		r.deliveries[k] = l
 		r.refLocked(node)
 		r.wg.Add(1)
 		go l.run()
@@ -229,8 +231,8 @@ func (r *router) enqueueLocked(node, queue string, it *item) {
 	}
 }
 
-// run is the lane's goroutine.
-func (l *lane) run() {
+// run is the delivery stream's goroutine.
+func (l *deliveryStream) run() {
 	r := l.r
 	defer r.wg.Done()
 	idle := time.NewTimer(r.cfg.StreamIdle)
@@ -279,11 +281,11 @@ func (l *lane) run() {
 
 // flush sends what is queued, as far as the stream's window allows:
 // false when nothing was taken.
-func (l *lane) flush() bool {
+func (l *deliveryStream) flush() bool {
 	streaming := !l.r.cfg.ForceUnary
 	limit := -1
 	if streaming {
-		if limit = laneWindow - len(l.unacked); limit <= 0 {
+		if limit = deliveryWindow - len(l.unacked); limit <= 0 {
 			return false
 		}
 	}
@@ -307,9 +309,9 @@ func (l *lane) flush() bool {
 	return true
 }
 
-// stream sends items on the lane's stream; the first of them to be the
-// oldest unacked arms the ack deadline.
-func (l *lane) stream(items []*item) {
+// stream sends items on the delivery stream's Deliver stream; the first of
+// them to be the oldest unacked arms the ack deadline.
+func (l *deliveryStream) stream(items []*item) {
 	now := time.Now()
 	for _, it := range items {
 		l.st.push(it, now)
@@ -322,7 +324,7 @@ func (l *lane) stream(items []*item) {
 }
 
 // take removes up to limit queued items (all for a negative limit).
-func (l *lane) take(limit int) []*item {
+func (l *deliveryStream) take(limit int) []*item {
 	l.r.mu.Lock()
 	defer l.r.mu.Unlock()
 	n := len(l.pending)
@@ -344,7 +346,7 @@ func (l *lane) take(limit int) []*item {
 
 // check returns the items that can be sent: it reports those no transport
 // can carry, and finishes forwards whose caller gave up.
-func (l *lane) check(items []*item) []*item {
+func (l *deliveryStream) check(items []*item) []*item {
 	r := l.r
 	items = l.fresh(items)
 	ok := items[:0]
@@ -374,15 +376,16 @@ func (l *lane) check(items []*item) []*item {
 	return ok
 }
 
-// laneStream is a lane's Deliver stream on the sending side. Two
+// deliverCall is a delivery stream's gRPC stream on the sending side. Two
 // goroutines own the gRPC stream: a writer (the open frame, items as the
-// lane pushes them, a heartbeat every interval) and a reader (acks to the
-// lane; every frame, heartbeats included, proves the receiver alive). The
-// lane never blocks on them: it pushes at most laneWindow unacked items,
-// the capacity of frames and of acks. Both end when ctx does, which
-// dropStream and Transport.Close cause, or when the stream fails; the lane
-// waits for them before it goes on.
-type laneStream struct {
+// delivery stream pushes them, a heartbeat every interval) and a reader
+// (acks to the delivery stream; every frame, heartbeats included, proves
+// the receiver alive). The delivery stream never blocks on them: it pushes
+// at most deliveryWindow unacked items, the capacity of frames and of acks.
+// Both end when ctx does, which dropStream and Transport.Close cause, or
+// when the stream fails; the delivery stream waits for them before it goes
+// on.
+type deliverCall struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	frames chan *pb.DeliverFrame   // pushed, not yet written
@@ -392,10 +395,10 @@ type laneStream struct {
 	once   sync.Once
 	closec chan struct{} // idle close: the writer half-closes
 	last   atomic.Int64  // when a frame last arrived, UnixNano
-	tick   *time.Ticker  // the lane's silence check
+	tick   *time.Ticker  // the delivery stream's silence check
 	wg     sync.WaitGroup
-	// The zone label of the lane's node when the stream opened: the zone
-	// test it passed (lane.zoneCheck).
+	// The zone label of the delivery stream's node when the stream opened:
+	// the zone test it passed (delivery stream.zoneCheck).
 	zone  string
 	zoned bool
 }
@@ -405,10 +408,10 @@ var (
 	errOpenStalled   = errors.New("peer: opening a deliver stream took longer than the ack timeout ceiling")
 )
 
-// open opens the lane's stream. It does not wait for the receiver: the
-// open frame and the first items go out together, and a receiver that
-// refuses the stream fails it at once.
-func (l *lane) open() error {
+// open opens the delivery stream's Deliver stream. It does not wait for the
+// receiver: the open frame and the first items go out together, and a
+// receiver that refuses the stream fails it at once.
+func (l *deliveryStream) open() error {
 	r := l.r
 	addr, ok := r.cfg.Addr(l.key.node)
 	if !ok {
@@ -429,10 +432,10 @@ func (l *lane) open() error {
 		cancel(err)
 		return err
 	}
-	st := &laneStream{
+	st := &deliverCall{
 		ctx: ctx, cancel: cancel,
-		frames: make(chan *pb.DeliverFrame, laneWindow),
-		acks:   make(chan *pb.DeliverHandled, laneWindow),
+		frames: make(chan *pb.DeliverFrame, deliveryWindow),
+		acks:   make(chan *pb.DeliverHandled, deliveryWindow),
 		done:   make(chan struct{}),
 		closec: make(chan struct{}),
 		tick:   time.NewTicker(r.cfg.Heartbeat),
@@ -452,7 +455,7 @@ func (l *lane) open() error {
 }
 
 // push hands it to the writer; the window guarantees room.
-func (st *laneStream) push(it *item, now time.Time) {
+func (st *deliverCall) push(it *item, now time.Time) {
 	it.sentAt = now
 	f := &pb.DeliverItem{Seq: it.seq}
 	if it.fwd != nil {
@@ -464,7 +467,7 @@ func (st *laneStream) push(it *item, now time.Time) {
 }
 
 // fail records why the stream ended (the first reason) and ends it.
-func (st *laneStream) fail(err error) {
+func (st *deliverCall) fail(err error) {
 	st.once.Do(func() {
 		st.err = err
 		close(st.done)
@@ -472,9 +475,9 @@ func (st *laneStream) fail(err error) {
 	st.cancel(err)
 }
 
-func (st *laneStream) lastRecv() time.Time { return time.Unix(0, st.last.Load()) }
+func (st *deliverCall) lastRecv() time.Time { return time.Unix(0, st.last.Load()) }
 
-func (st *laneStream) write(cs pb.PeerService_DeliverClient, open *pb.DeliverFrame, hb time.Duration) {
+func (st *deliverCall) write(cs pb.PeerService_DeliverClient, open *pb.DeliverFrame, hb time.Duration) {
 	defer st.wg.Done()
 	if err := cs.Send(open); err != nil {
 		st.fail(err)
@@ -507,7 +510,7 @@ func (st *laneStream) write(cs pb.PeerService_DeliverClient, open *pb.DeliverFra
 	}
 }
 
-func (st *laneStream) read(cs pb.PeerService_DeliverClient) {
+func (st *deliverCall) read(cs pb.PeerService_DeliverClient) {
 	defer st.wg.Done()
 	for {
 		a, err := cs.Recv()

@@ -12,25 +12,26 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// The per-node Post FIFO, sending side: a binding's only message (an end
-// or a release with no reply leg open: nothing of it went before, so it
+// The per-node unicast queue, sending side: a binding's only message (an end
+// or a release with no response leg open: nothing of it went before, so it
 // overtakes nothing) goes to its node in order with the others, as batched
 // Posts, one in flight per node, a failed batch resent unchanged before
-// anything behind it. The receiving side is post_recv.go.
+// anything behind it. The receiving side is unicast_recv.go.
 
-// outbox is one node's FIFO and its sender's wake-up.
-type outbox struct {
+// unicastQueue is one node's queue, first in first out, and its sender's
+// wake-up.
+type unicastQueue struct {
 	node string
 	msgs []*pb.PeerMessage
 	wake chan struct{} // capacity 1: "something was queued"
 }
 
-// postLocked queues p on node's Post FIFO.
-func (r *router) postLocked(node string, p *pb.PeerMessage) {
-	ob := r.outbox[node]
+// unicastLocked queues p on node's unicast queue.
+func (r *router) unicastLocked(node string, p *pb.PeerMessage) {
+	ob := r.unicastQueue[node]
 	if ob == nil {
-		ob = &outbox{node: node, wake: make(chan struct{}, 1)}
-		r.outbox[node] = ob
+		ob = &unicastQueue{node: node, wake: make(chan struct{}, 1)}
+		r.unicastQueue[node] = ob
 		r.refLocked(node)
 		r.wg.Add(1)
 		go r.run(ob)
@@ -43,10 +44,10 @@ func (r *router) postLocked(node string, p *pb.PeerMessage) {
 	}
 }
 
-// run is one node's Post FIFO sender: it posts what is queued, batch by
+// run is one node's unicast queue sender: it posts what is queued, batch by
 // batch, and exits when the queue stayed empty for IdleTimeout or at
 // Close.
-func (r *router) run(ob *outbox) {
+func (r *router) run(ob *unicastQueue) {
 	defer r.wg.Done()
 	idle := time.NewTimer(r.cfg.IdleTimeout)
 	defer idle.Stop()
@@ -82,7 +83,7 @@ func (r *router) run(ob *outbox) {
 			r.undeliverable(ob.node, u.p, nil, u.reason, u.err)
 		}
 		if req != nil {
-			r.post(ob, req)
+			r.unicast(ob, req)
 		}
 	}
 }
@@ -95,18 +96,18 @@ type rejected struct {
 }
 
 // takeLocked removes the next batch from ob: every queued message, up to
-// maxPost bytes, numbered from the router's counter. A message that alone
-// exceeds maxPost, or has no valid wire form, can never be sent: it is
+// maxUnicast bytes, numbered from the router's counter. A message that alone
+// exceeds maxUnicast, or has no valid wire form, can never be sent: it is
 // taken out and returned in bad, to be reported. Nil when only such
 // messages were queued.
-func (r *router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
+func (r *router) takeLocked(ob *unicastQueue) (req *pb.PostRequest, bad []rejected) {
 	var size, n int
 	for n < len(ob.msgs) {
 		p := ob.msgs[n]
 		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
 		reason, err := "", error(nil)
-		if cost > r.maxPost {
-			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxPost)
+		if cost > r.maxUnicast {
+			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxUnicast)
 		} else if err = wireValid(p); err != nil {
 			reason = ReasonEncoding
 		}
@@ -119,7 +120,7 @@ func (r *router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
 			ob.msgs = ob.msgs[1:]
 			continue
 		}
-		if size+cost > r.maxPost {
+		if size+cost > r.maxUnicast {
 			break
 		}
 		size += cost
@@ -139,10 +140,10 @@ func (r *router) takeLocked(ob *outbox) (req *pb.PostRequest, bad []rejected) {
 	return req, bad
 }
 
-// post sends one batch to ob's node, resending it unchanged until it is
+// unicast sends one batch to ob's node, resending it unchanged until it is
 // handed over, the node leaves the catalog, the peer refuses it for good,
 // or the router closes. The batch counts in the queue gauge until then.
-func (r *router) post(ob *outbox, req *pb.PostRequest) {
+func (r *router) unicast(ob *unicastQueue, req *pb.PostRequest) {
 	for attempt := 0; ; attempt++ {
 		addr, ok := r.cfg.Addr(ob.node)
 		if !ok {
@@ -155,7 +156,7 @@ func (r *router) post(ob *outbox, req *pb.PostRequest) {
 			r.log.Warn("dropped routing messages to a node that left the catalog", "node", ob.node, "messages", n)
 			return
 		}
-		err := r.postOnce(ob.node, addr, req)
+		err := r.unicastOnce(ob.node, addr, req)
 		if err == nil {
 			r.mu.Lock()
 			for _, p := range req.Messages {
@@ -191,7 +192,7 @@ func (r *router) post(ob *outbox, req *pb.PostRequest) {
 	}
 }
 
-func (r *router) postOnce(node, addr string, req *pb.PostRequest) error {
+func (r *router) unicastOnce(node, addr string, req *pb.PostRequest) error {
 	cc, err := r.client.Conn(node, addr)
 	if err != nil {
 		return err
@@ -203,7 +204,7 @@ func (r *router) postOnce(node, addr string, req *pb.PostRequest) error {
 }
 
 // dropLocked counts msgs, no longer queued for ob's node, as dropped.
-func (r *router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
+func (r *router) dropLocked(ob *unicastQueue, msgs []*pb.PeerMessage) {
 	for _, p := range msgs {
 		r.m.dropped.WithLabelValues(kindOf(p)).Inc()
 	}
@@ -213,7 +214,7 @@ func (r *router) dropLocked(ob *outbox, msgs []*pb.PeerMessage) {
 }
 
 // removeLocked forgets ob, whose queue is empty and whose sender exits.
-func (r *router) removeLocked(ob *outbox) {
-	delete(r.outbox, ob.node)
+func (r *router) removeLocked(ob *unicastQueue) {
+	delete(r.unicastQueue, ob.node)
 	r.unrefLocked(ob.node)
 }

@@ -16,61 +16,55 @@ import (
 )
 
 // The request leg, receiving side: the Deliver handler, which receives a
-// lane's stream, and what the server remembers of each sender's lane
-// (laneInbox), which the stream shares with the unary calls that carry a
-// lane's items (Forward, and Post naming a lane) so each item is handled
-// once and in order whichever call carried it. The sending side is
-// deliver_send.go.
+// delivery stream's Deliver stream, and what the server remembers of each
+// sender's delivery stream (deliveryInbox), which the stream shares with
+// the unary calls that carry a delivery stream's items (Forward, and Post
+// naming a delivery stream) so each item is handled once and in order
+// whichever call carried it. The sending side is delivery_send.go.
 
 // Errors a Deliver stream ends with.
 var (
-	errNoOpen       = status.Error(codes.InvalidArgument, "a Deliver stream must open with its lane, once")
+	errNoOpen       = status.Error(codes.InvalidArgument, "a Deliver stream must open with its delivery stream, once")
 	errDeliverFrame = status.Error(codes.InvalidArgument, "a Deliver frame must be an item or a heartbeat")
 	errClientSilent = status.Errorf(codes.Unavailable, "the sender sent nothing for %d heartbeat intervals", silentIntervals)
 	errOpenTimeout  = status.Error(codes.DeadlineExceeded, "the sender did not open its Deliver stream in time")
 )
 
-// deliverStream is one Deliver call: the receiving end of a lane's
+// deliverIn is one Deliver call: the receiving end of a delivery stream's
 // stream. Its reader goroutine reads every frame and handles each item as
-// it reads it, under the lane's lock (the receiver never blocks; time in it
-// is not the sender's silence); the handler's goroutine writes acks and
-// heartbeats and decides when the stream ends. The reader is the only Recv
-// caller and ends once the handler returned; server.stop waits for it.
-type deliverStream struct {
-	s      *server
-	st     pb.PeerService_DeliverServer
-	from   string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+// it reads it, under the delivery stream's lock (the receiver never blocks;
+// time in it is not the sender's silence); the handler's goroutine writes
+// acks and heartbeats and decides when the stream ends. The reader is the
+// only Recv caller and ends once the handler returned; server.stop waits
+// for it.
+type deliverIn struct {
+	inCall
+	st pb.PeerService_DeliverServer
 
 	hb      atomic.Int64            // the sender's heartbeat interval (ns), once its open came
 	opened  chan *pb.DeliverOpen    // the open frame, once
-	ready   chan *laneInbox         // the lane, once the handler acquired it
+	ready   chan *deliveryInbox     // the delivery stream, once the handler acquired it
 	acks    chan *pb.DeliverHandled // handled, not yet acked; closed when the sender closed its side
 	silence *time.Timer             // watchSilence
 	busy    atomic.Bool             // the reader is in the receiver
 }
 
-// Deliver receives one lane's stream: it handles items in order, once each
-// across every call of the lane (see laneInbox), acks each after the
-// receiver returns, heartbeats at the sender's interval, and ends the
-// stream when the sender is silent for three intervals.
+// Deliver receives one Deliver stream of a delivery stream: it handles
+// items in order, once each across every call of the delivery stream (see
+// deliveryInbox), acks each after the receiver returns, heartbeats at the
+// sender's interval, and ends the stream when the sender is silent for
+// three intervals.
 func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
-	from, ok := Caller(st.Context())
-	if !ok {
-		return errUnauthenticated
-	}
-	rcv, err := s.receiver()
+	c, rcv, err := s.accept(st)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(st.Context())
-	defer cancel(nil)
-	ds := &deliverStream{
-		s: s, st: st, from: from, ctx: ctx, cancel: cancel,
+	defer c.cancel(nil)
+	ds := &deliverIn{
+		inCall: c, st: st,
 		opened: make(chan *pb.DeliverOpen, 1),
-		ready:  make(chan *laneInbox, 1),
-		acks:   make(chan *pb.DeliverHandled, laneWindow),
+		ready:  make(chan *deliveryInbox, 1),
+		acks:   make(chan *pb.DeliverHandled, deliveryWindow),
 	}
 	ds.silence = time.AfterFunc(openTimeout, ds.watchSilence)
 	defer ds.silence.Stop()
@@ -81,24 +75,21 @@ func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
 	var open *pb.DeliverOpen
 	select {
 	case open = <-ds.opened:
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		return ds.end()
 	}
-	l := s.acquireLane(from, open.GetLane().GetQueue())
-	defer s.releaseLane(l)
+	l := s.acquireDelivery(c.from, open.GetLane().GetQueue())
+	defer s.releaseDelivery(l)
 	ds.ready <- l
 	err = ds.write(heartbeatOf(open.GetHeartbeatIntervalNs()))
-	cancel(err)
+	c.cancel(err)
 	return err
 }
-
-// end is the status the stream ends with once ds.ctx is done.
-func (ds *deliverStream) end() error { return endStatus(ds.st.Context(), ds.ctx) }
 
 // watchSilence ends the stream when its open did not come in time, or when
 // the sender was silent for three intervals; time the reader spends in the
 // receiver is this node's, not the sender's silence: it looks again later.
-func (ds *deliverStream) watchSilence() {
+func (ds *deliverIn) watchSilence() {
 	hb := time.Duration(ds.hb.Load())
 	switch {
 	case hb == 0:
@@ -111,14 +102,14 @@ func (ds *deliverStream) watchSilence() {
 }
 
 // heard restarts the silence count: something came from the sender.
-func (ds *deliverStream) heard() {
+func (ds *deliverIn) heard() {
 	ds.silence.Reset(silentIntervals * time.Duration(ds.hb.Load()))
 }
 
 // read reads every frame: the open first, then items, each handled as it
 // is read, and heartbeats. It closes acks once the sender closed its side
 // with every item handled, and cancels the stream on anything wrong.
-func (ds *deliverStream) read(rcv core.Receiver) {
+func (ds *deliverIn) read(rcv core.Receiver) {
 	l, session, ok := ds.readOpen()
 	if !ok {
 		return
@@ -153,9 +144,9 @@ func (ds *deliverStream) read(rcv core.Receiver) {
 }
 
 // readOpen reads the first frame, which must be the open, hands it to the
-// handler and waits for the lane it acquires: the lane and the sender's
-// session, or false when the stream is to end.
-func (ds *deliverStream) readOpen() (*laneInbox, string, bool) {
+// handler and waits for the delivery stream it acquires: the delivery
+// stream and the sender's session, or false when the stream is to end.
+func (ds *deliverIn) readOpen() (*deliveryInbox, string, bool) {
 	f, err := ds.st.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -185,7 +176,7 @@ func (ds *deliverStream) readOpen() (*laneInbox, string, bool) {
 }
 
 // handle handles one item and queues its ack: false once the stream ended.
-func (ds *deliverStream) handle(rcv core.Receiver, l *laneInbox, session string, it *pb.DeliverItem) bool {
+func (ds *deliverIn) handle(rcv core.Receiver, l *deliveryInbox, session string, it *pb.DeliverItem) bool {
 	if ds.ctx.Err() != nil {
 		// Not handled: its sender resends it by a unary call.
 		return false
@@ -202,9 +193,9 @@ func (ds *deliverStream) handle(rcv core.Receiver, l *laneInbox, session string,
 	}
 }
 
-// handleItem hands one item to the receiver, unless the lane handled it
-// already, and returns its ack.
-func (ds *deliverStream) handleItem(rcv core.Receiver, l *laneInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
+// handleItem hands one item to the receiver, unless the delivery stream
+// handled it already, and returns its ack.
+func (ds *deliverIn) handleItem(rcv core.Receiver, l *deliveryInbox, session string, it *pb.DeliverItem) *pb.DeliverHandled {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.syncLocked(session)
@@ -234,7 +225,7 @@ func (ds *deliverStream) handleItem(rcv core.Receiver, l *laneInbox, session str
 // A send blocks only when the sender stops reading while it keeps the
 // connection open; the handler then waits here until the connection's
 // keepalive gives up on it.
-func (ds *deliverStream) write(hb time.Duration) error {
+func (ds *deliverIn) write(hb time.Duration) error {
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
 	heartbeat := &pb.DeliverAck{Body: &pb.DeliverAck_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
@@ -262,7 +253,7 @@ func (ds *deliverStream) write(hb time.Duration) error {
 // a run of message acks goes as its last one; a forward's ack is always
 // sent, for its verdict. It returns whether acks is still open, and false
 // once a send failed.
-func (ds *deliverStream) sendAcks(a *pb.DeliverHandled, open bool) (stillOpen, ok bool) {
+func (ds *deliverIn) sendAcks(a *pb.DeliverHandled, open bool) (stillOpen, ok bool) {
 	var plain *pb.DeliverHandled
 	for a != nil {
 		if a.GetVerdict() != nil || a.GetErrorCode() != 0 {
@@ -287,12 +278,12 @@ func (ds *deliverStream) sendAcks(a *pb.DeliverHandled, open bool) (stillOpen, o
 	return open, true
 }
 
-func (ds *deliverStream) sendAck(a *pb.DeliverHandled) bool {
+func (ds *deliverIn) sendAck(a *pb.DeliverHandled) bool {
 	return ds.send(&pb.DeliverAck{Body: &pb.DeliverAck_Handled{Handled: a}})
 }
 
 // send sends m: false (the stream cancelled) when that failed.
-func (ds *deliverStream) send(m *pb.DeliverAck) bool {
+func (ds *deliverIn) send(m *pb.DeliverAck) bool {
 	if err := ds.st.Send(m); err != nil {
 		ds.cancel(err)
 		return false
@@ -300,32 +291,32 @@ func (ds *deliverStream) send(m *pb.DeliverAck) bool {
 	return true
 }
 
-// What a receiver remembers of each lane.
+// What a receiver remembers of each delivery stream.
 const (
-	// verdictMemory is how many forward verdicts a lane remembers, so a
-	// forward resent on the unary path after its stream ack was lost is
-	// answered as it was the first time.
+	// verdictMemory is how many forward verdicts a delivery stream
+	// remembers, so a forward resent on the unary path after its stream ack
+	// was lost is answered as it was the first time.
 	verdictMemory = 64
-	// laneForget: lane state unused this long is dropped (swept at most
-	// every laneSweep). Nothing is in flight on a lane by then: its sender
-	// closes an idle stream after tens of seconds and gives up on a Post
-	// long before.
-	laneForget = 10 * time.Minute
-	laneSweep  = time.Minute
+	// deliveryForget: delivery stream state unused this long is dropped
+	// (swept at most every deliverySweep). Nothing is in flight on a
+	// delivery stream by then: its sender closes an idle stream after tens
+	// of seconds and gives up on a Post long before.
+	deliveryForget = 10 * time.Minute
+	deliverySweep  = time.Minute
 )
 
-// laneKey names a lane: the messages of one queue between two nodes (on
-// the sending side node is the receiver, on the receiving side the
-// sender).
-type laneKey struct{ node, queue string }
+// deliveryKey names a delivery stream: the messages of one queue between
+// two nodes (on the sending side node is the receiver, on the receiving
+// side the sender).
+type deliveryKey struct{ node, queue string }
 
-// laneInbox is what a server knows of one sender's lane: the next sequence
-// number it expects and the verdicts of its recent forwards. Its mutex
-// serialises everything that handles the lane's items (Deliver streams, an
-// old one still draining beside a new one, and Post and Forward resends),
-// so the lane's items are handled one at a time in sequence order and each
-// at most once, whichever call carried it.
-type laneInbox struct {
+// deliveryInbox is what a server knows of one sender's delivery stream: the
+// next sequence number it expects and the verdicts of its recent forwards.
+// Its mutex serialises everything that handles the delivery stream's items
+// (Deliver streams, an old one still draining beside a new one, and Post
+// and Forward resends), so the delivery stream's items are handled one at a
+// time in sequence order and each at most once, whichever call carried it.
+type deliveryInbox struct {
 	mu       sync.Mutex
 	session  string
 	next     uint64
@@ -343,8 +334,9 @@ type verdict struct {
 }
 
 // syncLocked starts afresh when session is a new sender process (or the
-// first call on the lane): the last one's numbers say nothing about it.
-func (l *laneInbox) syncLocked(session string) {
+// first call on the delivery stream): the last one's numbers say nothing
+// about it.
+func (l *deliveryInbox) syncLocked(session string) {
 	if session != l.session {
 		l.session, l.next, l.nv = session, 0, 0
 		clear(l.verdicts[:])
@@ -353,17 +345,17 @@ func (l *laneInbox) syncLocked(session string) {
 
 // seenLocked reports whether item seq was handled already (or skipped
 // past: a sender never sends a lower number after a higher one).
-func (l *laneInbox) seenLocked(seq uint64) bool { return seq < l.next }
+func (l *deliveryInbox) seenLocked(seq uint64) bool { return seq < l.next }
 
 // doneLocked records that every item up to seq was handled.
-func (l *laneInbox) doneLocked(seq uint64) { l.next = max(l.next, seq+1) }
+func (l *deliveryInbox) doneLocked(seq uint64) { l.next = max(l.next, seq+1) }
 
-func (l *laneInbox) rememberLocked(seq uint64, res *pb.ForwardResponse) {
+func (l *deliveryInbox) rememberLocked(seq uint64, res *pb.ForwardResponse) {
 	l.verdicts[l.nv%verdictMemory] = verdict{seq: seq, res: res}
 	l.nv++
 }
 
-func (l *laneInbox) verdictLocked(seq uint64) (*pb.ForwardResponse, bool) {
+func (l *deliveryInbox) verdictLocked(seq uint64) (*pb.ForwardResponse, bool) {
 	for i := range min(l.nv, verdictMemory) {
 		if v := l.verdicts[i]; v.seq == seq && v.res != nil {
 			return v.res, true
@@ -372,47 +364,42 @@ func (l *laneInbox) verdictLocked(seq uint64) (*pb.ForwardResponse, bool) {
 	return nil, false
 }
 
-// acquireLane returns the sender from's lane for queue, held until
-// releaseLane.
-func (s *server) acquireLane(from, queue string) *laneInbox {
+// acquireDelivery returns the sender from's delivery stream for queue, held
+// until releaseDelivery.
+func (s *server) acquireDelivery(from, queue string) *deliveryInbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if now.Sub(s.swept) >= laneSweep {
-		s.swept = now
-		for k, l := range s.lanes {
-			if l.users == 0 && now.Sub(l.used) >= laneForget {
-				delete(s.lanes, k)
-			}
-		}
-	}
-	k := laneKey{from, queue}
-	l := s.lanes[k]
+	sweep(s.deliveries, &s.swept, deliverySweep, now, func(l *deliveryInbox) bool {
+		return l.users == 0 && now.Sub(l.used) >= deliveryForget
+	})
+	k := deliveryKey{from, queue}
+	l := s.deliveries[k]
 	if l == nil {
-		l = &laneInbox{}
-		s.lanes[k] = l
+		l = &deliveryInbox{}
+		s.deliveries[k] = l
 	}
 	l.users++
 	l.used = now
 	return l
 }
 
-func (s *server) releaseLane(l *laneInbox) {
+func (s *server) releaseDelivery(l *deliveryInbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l.users--
 	l.used = time.Now()
 }
 
-// forwardLocked is a forward item of lane l numbered seq: the verdict it
-// got the first time when it was handled already, else the receiver's;
-// NotFound when it was meant for another incarnation of this node. A
-// forward seen before whose verdict is no longer remembered (or that got
-// none: the dispatcher could not decide) is handed to the receiver again,
-// which the core.Receiver contract makes safe: a dispatcher takes a (job,
-// generation) once. The error is the gRPC status Forward answers with when
-// there is no verdict.
-func (s *server) forwardLocked(from string, rcv core.Receiver, l *laneInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
+// forwardLocked is a forward item of delivery stream l numbered seq: the
+// verdict it got the first time when it was handled already, else the
+// receiver's; NotFound when it was meant for another incarnation of this
+// node. A forward seen before whose verdict is no longer remembered (or
+// that got none: the dispatcher could not decide) is handed to the receiver
+// again, which the core.Receiver contract makes safe: a dispatcher takes a
+// (job, generation) once. The error is the gRPC status Forward answers with
+// when there is no verdict.
+func (s *server) forwardLocked(from string, rcv core.Receiver, l *deliveryInbox, seq uint64, p *pb.PeerDelivery) (*pb.ForwardResponse, error) {
 	if s.stale(from, string(core.MsgForward), p) {
 		// Checked first: a verdict this process gave under the incarnation
 		// the forward was meant for no longer holds (it fenced since).
@@ -439,9 +426,9 @@ func (s *server) forwardLocked(from string, rcv core.Receiver, l *laneInbox, seq
 	return res, nil
 }
 
-// messageLocked handles a message item of lane l numbered seq, unless it
-// was handled already.
-func (s *server) messageLocked(from string, rcv core.Receiver, l *laneInbox, seq uint64, p *pb.PeerMessage) {
+// messageLocked handles a message item of delivery stream l numbered seq,
+// unless it was handled already.
+func (s *server) messageLocked(from string, rcv core.Receiver, l *deliveryInbox, seq uint64, p *pb.PeerMessage) {
 	if l.seenLocked(seq) {
 		return
 	}
@@ -484,9 +471,10 @@ func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 		return nil, err
 	}
 	if req.GetLane() != nil && req.GetSession() != "" {
-		// A lane's item: checked against the lane's numbers, in its order.
-		l := s.acquireLane(from, req.GetLane().GetQueue())
-		defer s.releaseLane(l)
+		// A delivery stream's item: checked against the delivery stream's
+		// numbers, in its order.
+		l := s.acquireDelivery(from, req.GetLane().GetQueue())
+		defer s.releaseDelivery(l)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.syncLocked(req.GetSession())
@@ -503,15 +491,16 @@ func (s *server) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.Forwa
 	return res, nil
 }
 
-// postLane is Post for a lane's unary path: each message is checked
-// against the lane's numbers, shared with its Deliver streams and Forwards.
-func (s *server) postLane(from string, rcv core.Receiver, req *pb.PostRequest) (*pb.PostResponse, error) {
+// unaryDelivery is Post for a delivery stream's unary path: each message is
+// checked against the delivery stream's numbers, shared with its Deliver
+// streams and Forwards.
+func (s *server) unaryDelivery(from string, rcv core.Receiver, req *pb.PostRequest) (*pb.PostResponse, error) {
 	msgs, seqs, session := req.GetMessages(), req.GetSeqs(), req.GetSession()
 	if len(seqs) != len(msgs) {
-		return nil, status.Errorf(codes.InvalidArgument, "a lane's Post numbers each message: %d numbers for %d messages", len(seqs), len(msgs))
+		return nil, status.Errorf(codes.InvalidArgument, "a delivery stream's Post numbers each message: %d numbers for %d messages", len(seqs), len(msgs))
 	}
-	l := s.acquireLane(from, req.GetLane().GetQueue())
-	defer s.releaseLane(l)
+	l := s.acquireDelivery(from, req.GetLane().GetQueue())
+	defer s.releaseDelivery(l)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.syncLocked(session)

@@ -1,0 +1,26 @@
+package netaddr
+
+import "testing"
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080":   true,
+		"127.1.2.3:0":      true,
+		"[::1]:9090":       true,
+		"localhost:6060":   true,
+		"0.0.0.0:8080":     false,
+		"[::]:8080":        false,
+		"10.0.0.1:8080":    false,
+		"example.com:80":   false,
+		"127.0.0.1":        false, // no port
+		"localhost":        false,
+		"":                 false,
+		"[::1]":            false,
+		"localhost.:80":    false,
+		"127.0.0.1:8080:1": false,
+	} {
+		if got := IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
