@@ -137,6 +137,16 @@ func (r *Relay) closeOpen() {
 // is dropped, and a new connection is held and never answered.
 func (r *Relay) Blackhole() { r.drop.Store(true) }
 
+// Cut closes every connection the relay holds and goes silent: a new
+// connection is accepted and never answered, until Heal (a peer that was
+// lost, then is not even refusing: behind a blackhole route).
+func (r *Relay) Cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drop.Store(true)
+	r.closeOpen()
+}
+
 // Refuse closes every connection the relay holds, and a new one at once,
 // until Heal.
 func (r *Relay) Refuse() {
