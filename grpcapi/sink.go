@@ -223,6 +223,15 @@ func (s *sink) wait(o *op, done <-chan struct{}) error {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return timeoutErr
 		}
+		// The sender usually waits already (its last Send returned): then
+		// the hand-off needs no timer.
+		select {
+		case ops <- v:
+			return nil
+		case <-done:
+			return nil
+		default:
+		}
 		timeout, stop := s.timerFor(deadline)
 		select {
 		case ops <- v:

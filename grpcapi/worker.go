@@ -60,10 +60,12 @@ const maxPendingUpdates = 4
 // stream into calls on a core.Engine.
 //
 // Each session has four goroutines, all ended by the stream: the handler
-// (setup, inbound messages, liveness), a reader (the stream's only Recv
-// caller), a writer (its only Send caller, fed by a queue bounded by count
-// and by bytes) and an updater (capability updates, which write to the
-// catalog and so must not hold up the handler's accepts and ends). The
+// (setup, liveness), a reader (the stream's only Recv caller, which hands
+// the first message to the handler and handles every later one itself, as
+// it reads it: no hand-off per output), a writer (its only Send caller,
+// fed by a queue bounded by count and by bytes) and an updater (capability
+// updates, which write to the catalog and so must not hold up the reader's
+// accepts and ends). The
 // engine never blocks on a worker: it queues, and a full queue drops the
 // session exactly as a stall would. Nor does the node ever stop reading a
 // worker: its output is paced per job by output credit, so one job whose
@@ -104,6 +106,7 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 		s:       s,
 		stream:  stream,
 		in:      make(chan *pb.WorkerMessage),
+		worker:  make(chan *core.Worker, 1),
 		recvErr: make(chan error, 1),
 		updates: make(chan []string, maxPendingUpdates),
 		credits: map[creditKey]core.OutputCredit{},
@@ -169,10 +172,19 @@ func (s *WorkerServer) end(err error) error {
 
 // session is one worker stream; it implements core.WorkerConn.
 type session struct {
-	s       *WorkerServer
-	stream  pb.WorkerService_ConnectServer
-	in      chan *pb.WorkerMessage
+	s      *WorkerServer
+	stream pb.WorkerService_ConnectServer
+	// in hands the first message (the register) to the handler; worker
+	// hands the registered worker to the reader, which then handles every
+	// later message itself.
+	in     chan *pb.WorkerMessage
+	worker chan *core.Worker
+	// recvErr is why the reader stopped: the stream's error, or a message
+	// that ends the session (handle's error).
 	recvErr chan error
+	// ended is set once serve returned: the reader handles nothing more
+	// (the worker is being detached).
+	ended atomic.Bool
 	// out is the writer's queue.
 	out *core.Outbox[*pb.NodeMessage]
 	// updates feeds the updater: capability lists in the order received.
@@ -201,8 +213,33 @@ type creditKey struct {
 
 func (ss *session) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
 
-// read is the stream's only Recv caller. It ends when the stream does.
+// read is the stream's only Recv caller. It ends when the stream does, or
+// when a message ends the session. It hands the first message to the
+// handler (awaitRegister) and, once the session is registered, handles
+// each later one in the order read, on this goroutine: the worker's
+// outputs go to the engine without a goroutine hop each.
 func (ss *session) read(ctx context.Context) {
+	m, err := ss.stream.Recv()
+	if err != nil {
+		ss.recvErr <- err
+		return
+	}
+	ss.touch()
+	select {
+	case ss.in <- m:
+	case <-ss.done:
+		return
+	case <-ctx.Done():
+		return
+	}
+	var w *core.Worker
+	select {
+	case w = <-ss.worker:
+	case <-ss.done:
+		return
+	case <-ctx.Done():
+		return
+	}
 	for {
 		m, err := ss.stream.Recv()
 		if err != nil {
@@ -210,11 +247,11 @@ func (ss *session) read(ctx context.Context) {
 			return
 		}
 		ss.touch()
-		select {
-		case ss.in <- m:
-		case <-ss.done:
+		if ss.ended.Load() {
 			return
-		case <-ctx.Done():
+		}
+		if err := ss.handle(w, m); err != nil {
+			ss.recvErr <- err
 			return
 		}
 	}
@@ -239,18 +276,17 @@ func (ss *session) awaitRegister(ctx context.Context) (*pb.Register, error) {
 	}
 }
 
-// serve handles inbound messages and liveness until the session ends. It
-// returns nil when the worker closed its side, a *core.Error when the node
-// ends the session, and otherwise the stream's or the context's error.
+// serve hands w to the reader, which handles the inbound messages, and
+// watches liveness until the session ends. It returns nil when the worker
+// closed its side, a *core.Error when the node ends the session or a
+// message does, and otherwise the stream's or the context's error.
 func (ss *session) serve(ctx context.Context, w *core.Worker) error {
+	defer ss.ended.Store(true)
+	ss.worker <- w
 	tick := time.NewTicker(ss.s.cfg.HeartbeatInterval / 2)
 	defer tick.Stop()
 	for {
 		select {
-		case m := <-ss.in:
-			if err := ss.handle(w, m); err != nil {
-				return err
-			}
 		case err := <-ss.recvErr:
 			if errors.Is(err, io.EOF) {
 				return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/tcptest"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -25,9 +26,9 @@ func TestFencedNodeRecovers(t *testing.T) {
 		c.Name, c.ClusterSecret = "ra", testSecret
 		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 5
 	})
-	proxy := startEtcdProxy(t, a.Catalog().ClientAddr())
+	proxy := tcptest.NewRelay(t, a.Catalog().ClientAddr())
 	logs := &lockedBuffer{}
-	b := startZombieNode(t, "rb", proxy.Addr(), logs)
+	b := startZombieNode(t, "rb", proxy.Addr, logs)
 	online := func(want func(inc string) bool) func() bool {
 		return func() bool {
 			nb, ok := a.Catalog().Node("rb")
@@ -65,7 +66,7 @@ func TestFencedNodeRecovers(t *testing.T) {
 	// into a blackhole stays open after the heal, and the client waits out
 	// gRPC's connect timeout (20s) on it, which is the etcd client's
 	// business, not the recovery's.
-	proxy.Cut(false)
+	proxy.Refuse()
 	select {
 	case <-b.Catalog().LeaseLost():
 	case <-time.After(zombieTTL):

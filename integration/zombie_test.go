@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/tcptest"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -115,9 +115,9 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 	}
 	name, queue := fmt.Sprintf("zb%d", seed), fmt.Sprintf("zq%d", seed)
 
-	proxy := startEtcdProxy(t, a.Catalog().ClientAddr())
+	proxy := tcptest.NewRelay(t, a.Catalog().ClientAddr())
 	logs := &lockedBuffer{}
-	b := startZombieNode(t, name, proxy.Addr(), logs)
+	b := startZombieNode(t, name, proxy.Addr, logs)
 
 	waitFor(t, 10*time.Second, name+" online in A's view and A in "+name+"'s", func() bool {
 		nb, ok1 := a.Catalog().Node(name)
@@ -237,7 +237,11 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 	renew := (zombieTTL - zombieTTL/3) / 4
 	time.Sleep(time.Duration(rng.Int64N(int64(renew))))
 	cutAt := time.Now()
-	proxy.Cut(blackhole)
+	if blackhole {
+		proxy.Cut()
+	} else {
+		proxy.Refuse()
+	}
 	// Once the run is decided the partition heals and W1 leaves while B is
 	// still open. (Its session's Detach withdraws W1's consumer record in
 	// etcd, for up to the catalog's RequestTimeout while B's etcd client is
@@ -372,117 +376,6 @@ func startZombieNode(t *testing.T, name, etcdAddr string, logs io.Writer) *switc
 		}
 	})
 	return n
-}
-
-// etcdProxy forwards TCP to an etcd client address until Cut: then every
-// open connection is closed and new ones are refused (accepted and closed at
-// once) or blackholed (accepted and never answered).
-type etcdProxy struct {
-	ln     net.Listener
-	target string
-
-	mu        sync.Mutex
-	cut       bool
-	blackhole bool
-	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
-}
-
-func startEtcdProxy(tb testing.TB, target string) *etcdProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &etcdProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	tb.Cleanup(p.close)
-	return p
-}
-
-func (p *etcdProxy) Addr() string { return p.ln.Addr().String() }
-
-// track registers c, or closes it and reports false once the proxy is cut
-// (or closed) and c may not carry traffic.
-func (p *etcdProxy) track(c net.Conn, hold bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil || (p.cut && !hold) {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *etcdProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		cut, blackhole := p.cut, p.blackhole
-		p.mu.Unlock()
-		if cut {
-			if blackhole && p.track(c, true) {
-				// Read and drop everything, answer nothing.
-				p.wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
-			} else {
-				c.Close()
-			}
-			continue
-		}
-		p.wg.Go(func() {
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				return
-			}
-			if !p.track(c, false) {
-				up.Close()
-				return
-			}
-			if !p.track(up, false) {
-				c.Close()
-				return
-			}
-			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			_, _ = io.Copy(c, up)
-			c.Close()
-		})
-	}
-}
-
-// Cut closes every connection and refuses (or, with blackhole, swallows)
-// every new one.
-func (p *etcdProxy) Cut(blackhole bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut, p.blackhole = true, blackhole
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-// Heal lets new connections through again.
-func (p *etcdProxy) Heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-func (p *etcdProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // sseStream reads a job's SSE stream in the background, stamping each event

@@ -32,11 +32,11 @@ func FreeAddrs(t testing.TB, n int) []string {
 
 // Relay is a TCP forwarder on loopback: every connection to Addr is joined
 // to a new one to its target. It counts the connections and bytes it
-// carries, and fails on demand, one of two ways: blackholed, a peer gone
-// silent (packets dropped, no FIN, no RST, as behind a blackhole route or
-// on a paused host); refusing, a peer that is down (every connection
-// closed, a new one closed at once). Heal ends either. It closes with the
-// test.
+// carries, and fails on demand: blackholed, a peer gone silent (packets
+// dropped, no FIN, no RST, as behind a blackhole route or on a paused
+// host); refusing, a peer that is down (every connection closed, a new one
+// closed at once); cut, the two in turn (every connection closed, a new
+// one never answered). Heal ends any of them. It closes with the test.
 type Relay struct {
 	// Addr is the relay's address, host:port on 127.0.0.1.
 	Addr string
@@ -136,6 +136,16 @@ func (r *Relay) closeOpen() {
 // Blackhole makes the relay go silent until Heal: what either side sends
 // is dropped, and a new connection is held and never answered.
 func (r *Relay) Blackhole() { r.drop.Store(true) }
+
+// Cut closes every connection the relay holds and goes silent: a new
+// connection is accepted and never answered, until Heal (a peer that was
+// lost, then is not even refusing: behind a blackhole route).
+func (r *Relay) Cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drop.Store(true)
+	r.closeOpen()
+}
 
 // Refuse closes every connection the relay holds, and a new one at once,
 // until Heal.

@@ -106,6 +106,27 @@ func TestRelayRefuse(t *testing.T) {
 	}
 }
 
+// Cut, a relay closes what it holds and answers no new connection;
+// healed, it joins new ones again.
+func TestRelayCut(t *testing.T) {
+	r := NewRelay(t, echoServer(t))
+	c := dial(t, r.Addr)
+	if err := echo(c); err != nil {
+		t.Fatalf("through the relay: %v", err)
+	}
+	r.Cut()
+	if err := echo(c); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("cut, on a held connection: %v, want it closed", err)
+	}
+	if err := echo(dial(t, r.Addr)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("cut, on a new connection: %v, want a timeout", err)
+	}
+	r.Heal()
+	if err := echo(dial(t, r.Addr)); err != nil {
+		t.Errorf("healed, on a new connection: %v", err)
+	}
+}
+
 func TestFreeAddrs(t *testing.T) {
 	addrs := FreeAddrs(t, 3)
 	seen := map[string]bool{}
