@@ -218,6 +218,13 @@ func (w *writer) run(ctx context.Context) {
 // resync, a verdict of slow), or waits for the history to grow. Like every
 // method below that returns over, it reports whether the stream ended.
 func (w *writer) step(ctx context.Context) (over bool) {
+	if e, b, ok := w.overflow.get(); ok {
+		// The lag watcher judged the stream slow while the writer was in a
+		// write (or its flush): the queue is what it measured the moment
+		// the bound was passed, not what it grew to while that write
+		// finished.
+		return w.slow(e, b)
+	}
 	rd, oldest, err := w.h.Since(w.cursor, readBatch)
 	if errors.Is(err, core.ErrHistoryGone) {
 		return w.historyGone(oldest)
@@ -265,6 +272,9 @@ func (w *writer) historyGone(oldest uint64) (over bool) {
 // bound.
 func (w *writer) behind(lagEvents int, lagBytes int64) (over bool) {
 	if w.p.Slow == Terminate {
+		if e, b, ok := w.overflow.get(); ok {
+			lagEvents, lagBytes = e, b // the watcher's verdict, if it just gave one (see step)
+		}
 		return w.slow(lagEvents, lagBytes)
 	}
 	to := w.h.SkipTo(max(w.cursor, w.base), w.p.MaxLagEvents/2+1, w.p.MaxLagBytes/2+1)
