@@ -1,15 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Job is one job offered to this worker.
@@ -161,13 +158,13 @@ func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
 	if !json.Valid(data) {
 		return errors.New("worker: output is not valid JSON")
 	}
-	return o.send(ctx, bytes.Clone(data))
+	return o.send(ctx, data)
 }
 
+// send sends data, one valid JSON value, as one chunk. It is encoded (and
+// so copied) before send returns or waits: the caller may reuse data.
 func (o *Output) send(ctx context.Context, data []byte) error {
-	m := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{
-		JobId: o.job.ID, Generation: o.job.Generation, Data: data,
-	}}}
+	f := jobFrame(fieldOutput, o.job.ID, o.job.Generation, data, "")
 	for {
 		// The lock is held while queueing so that end, which takes it
 		// too, cannot let the terminal message overtake a chunk being
@@ -191,12 +188,12 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 				o.sent.events++
 				o.sent.bytes += uint64(len(data))
 				o.mu.Unlock()
-				if err := o.s.sendHeld(m); err != nil {
+				if err := o.s.sendHeld(f); err != nil {
 					return fmt.Errorf("%w: %w", ErrJobEnded, err)
 				}
 				return nil
 			}
-			err := o.queueLocked(ctx, m, uint64(len(data)))
+			err := o.queueLocked(ctx, f, uint64(len(data)))
 			o.mu.Unlock()
 			return err
 		}
@@ -212,12 +209,12 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 	}
 }
 
-// queueLocked queues m, a chunk of size bytes, for the stream, and counts
+// queueLocked queues f, a chunk of size bytes, for the stream, and counts
 // it against the job's credit once it is queued.
-func (o *Output) queueLocked(ctx context.Context, m *pb.WorkerMessage, size uint64) error {
+func (o *Output) queueLocked(ctx context.Context, f frame, size uint64) error {
 	o.s.queued.Add(1)
 	select {
-	case o.s.out <- m:
+	case o.s.out <- f:
 		o.sent.events++
 		o.sent.bytes += size
 		return nil

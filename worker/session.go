@@ -64,9 +64,9 @@ type session struct {
 	stream grpc.BidiStreamingClient[pb.WorkerMessage, pb.NodeMessage]
 	// out feeds the writer. sendMu serializes the stream's sends: the
 	// writer's, and those a job makes itself when nothing is queued
-	// (trySend). queued counts the messages in out or being sent by the
+	// (tryLock). queued counts the frames in out or being sent by the
 	// writer: while it is not zero, a job queues too, behind them.
-	out    chan *pb.WorkerMessage
+	out    chan frame
 	sendMu sync.Mutex
 	queued atomic.Int64
 	hb     time.Duration
@@ -112,7 +112,7 @@ func (r *runner) session(ctx context.Context) error {
 		log:     r.log,
 		ctx:     sctx,
 		cancel:  cancel,
-		out:     make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
+		out:     make(chan frame, r.cfg.Concurrency*4+16),
 		jobs:    make(map[jobKey]*runningJob),
 		capSlot: make(chan struct{}, 1),
 	}
@@ -159,7 +159,7 @@ func (r *runner) session(ctx context.Context) error {
 func (s *session) handshake(c pb.WorkerServiceClient) (*pb.Registered, error) {
 	t := time.AfterFunc(handshakeTimeout, func() { s.cancel(errHandshakeTimeout) })
 	defer t.Stop()
-	stream, err := c.Connect(s.ctx)
+	stream, err := c.Connect(s.ctx, withFrames())
 	if err != nil {
 		return nil, s.handshakeErr("connect", err)
 	}
@@ -206,20 +206,20 @@ func (s *session) handshakeErr(step string, err error) error {
 func (s *session) write() {
 	t := time.NewTimer(s.hb)
 	defer t.Stop()
-	heartbeat := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	for {
-		var m *pb.WorkerMessage
+		var f frame
+		beat := false
 		select {
 		case <-s.ctx.Done():
 			return
-		case m = <-s.out:
+		case f = <-s.out:
 		case <-t.C:
-			m = heartbeat
+			f, beat = heartbeatFrame, true
 		}
 		s.sendMu.Lock()
-		err := s.stream.Send(m)
+		err := s.stream.SendMsg(f)
 		s.sendMu.Unlock()
-		if m != heartbeat {
+		if !beat {
 			s.queued.Add(-1)
 		}
 		if err != nil {
@@ -234,15 +234,15 @@ func (s *session) write() {
 	}
 }
 
-// enqueue sends m, or queues it for the writer when the stream is busy,
+// enqueue sends f, or queues it for the writer when the stream is busy,
 // waiting while the queue is full.
-func (s *session) enqueue(m *pb.WorkerMessage) error {
+func (s *session) enqueue(f frame) error {
 	if s.tryLock() {
-		return s.sendHeld(m)
+		return s.sendHeld(f)
 	}
 	s.queued.Add(1)
 	select {
-	case s.out <- m:
+	case s.out <- f:
 		return nil
 	case <-s.ctx.Done():
 		s.queued.Add(-1)
@@ -271,9 +271,9 @@ func (s *session) tryLock() bool {
 	return true
 }
 
-// sendHeld sends m with the send lock tryLock took, and releases it.
-func (s *session) sendHeld(m *pb.WorkerMessage) error {
-	err := s.stream.Send(m)
+// sendHeld sends f with the send lock tryLock took, and releases it.
+func (s *session) sendHeld(f frame) error {
+	err := s.stream.SendMsg(f)
 	s.sendMu.Unlock()
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
@@ -333,9 +333,13 @@ func (s *session) setCapabilities(ctx context.Context, caps []string) error {
 	s.mu.Lock()
 	s.capPending = &capUpdate{caps: caps, done: done}
 	s.mu.Unlock()
-	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_UpdateCapabilities{
+	f, err := messageFrame(&pb.WorkerMessage{Msg: &pb.WorkerMessage_UpdateCapabilities{
 		UpdateCapabilities: &pb.UpdateCapabilities{Capabilities: caps},
-	}}); err != nil {
+	}})
+	if err != nil {
+		return fmt.Errorf("worker: set capabilities: %w", err)
+	}
+	if err := s.enqueue(f); err != nil {
 		return errSessionGone
 	}
 	select {
@@ -423,9 +427,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	}
 	if reason != "" {
 		log.Info("job rejected", "reason", reason)
-		_ = s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Reject{Reject: &pb.Reject{
-			JobId: job.ID, Generation: job.Generation, Reason: reason,
-		}}})
+		_ = s.enqueue(jobFrame(fieldReject, job.ID, job.Generation, reason, ""))
 		return
 	}
 
@@ -440,9 +442,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
-	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{
-		JobId: job.ID, Generation: job.Generation,
-	}}}); err != nil {
+	if err := s.enqueue(jobFrame(fieldAccept, job.ID, job.Generation, "", "")); err != nil {
 		s.forget(key)
 		cancelDeadline()
 		cancel(err)
@@ -506,7 +506,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	// the handler returned: a cancelled job is acknowledged as cancelled
 	// whatever the handler said, because that acknowledgement is what
 	// releases this worker's credit on the node.
-	var end *pb.WorkerMessage
+	var end frame
 	outcome, code := outcomeCompleted, ""
 	cause := context.Cause(jctx)
 	var ce *cancelledError
@@ -537,9 +537,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 				break
 			}
 		}
-		end = &pb.WorkerMessage{Msg: &pb.WorkerMessage_Complete{Complete: &pb.Complete{
-			JobId: job.ID, Generation: job.Generation, Result: data,
-		}}}
+		end = jobFrame(fieldComplete, job.ID, job.Generation, data, "")
 	}
 
 	out.end()
@@ -575,10 +573,8 @@ func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jo
 	return s.r.h(ctx, job, out)
 }
 
-func failMsg(job *Job, code, message string) *pb.WorkerMessage {
-	return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Fail{Fail: &pb.Fail{
-		JobId: job.ID, Generation: job.Generation, Code: code, Message: message,
-	}}}
+func failMsg(job *Job, code, message string) frame {
+	return jobFrame(fieldFail, job.ID, job.Generation, code, message)
 }
 
 // jobLog logs about one job: the session's logger with the job's id,
