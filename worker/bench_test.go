@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/proto"
@@ -63,7 +64,11 @@ func benchSDKJob(b *testing.B, c, outputs, size int) {
 	b.ResetTimer()
 	cpu0 := processCPU(b)
 	go func() {
-		ran <- worker.Run(ctx, worker.Config{Server: lis.Addr().String(), Queue: "q", Concurrency: c}, worker.Tokens(0))
+		// As `switchyard worker --demo tokens --delay 0s` runs without an
+		// OTLP endpoint: a no-op tracer provider.
+		ran <- worker.Run(ctx, worker.Config{
+			Server: lis.Addr().String(), Queue: "q", Concurrency: c, TracerProvider: noop.NewTracerProvider(),
+		}, worker.Tokens(0))
 	}()
 	select {
 	case <-n.done:

@@ -180,22 +180,19 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			return o.jobEnded()
 		}
 		if o.allowsLocked() {
-			if o.s.tryLock() {
-				// Sent from here, outside the job's lock (the receive
-				// loop takes it to grant credit), but inside the send
-				// lock, which end's terminal message needs too: nothing
-				// of this job overtakes it.
-				o.sent.events++
-				o.sent.bytes += uint64(len(data))
+			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
 				o.mu.Unlock()
-				if err := o.s.sendHeld(f); err != nil {
-					return fmt.Errorf("%w: %w", ErrJobEnded, err)
-				}
-				return nil
+				return o.gaveUp(ctx)
 			}
-			err := o.queueLocked(ctx, f, uint64(len(data)))
+			o.sent.events++
+			o.sent.bytes += uint64(len(data))
 			o.mu.Unlock()
-			return err
+			// Flushed outside the job's lock, which the receive loop
+			// takes to grant credit.
+			if err := o.s.sq.flush(flushLimit); err != nil {
+				return fmt.Errorf("%w: %w", ErrJobEnded, err)
+			}
+			return nil
 		}
 		moved := o.moved
 		o.mu.Unlock()
@@ -206,24 +203,6 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 		case <-ctx.Done():
 			return o.gaveUp(ctx)
 		}
-	}
-}
-
-// queueLocked queues f, a chunk of size bytes, for the stream, and counts
-// it against the job's credit once it is queued.
-func (o *Output) queueLocked(ctx context.Context, f frame, size uint64) error {
-	o.s.queued.Add(1)
-	select {
-	case o.s.out <- f:
-		o.sent.events++
-		o.sent.bytes += size
-		return nil
-	case <-o.jctx.Done():
-		o.s.queued.Add(-1)
-		return o.jobEnded()
-	case <-ctx.Done():
-		o.s.queued.Add(-1)
-		return o.gaveUp(ctx)
 	}
 }
 

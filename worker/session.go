@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -55,20 +54,14 @@ type jobKey struct {
 
 // session is one Connect stream: register, serve, end. Its goroutines are
 // the caller's (the receive loop), one writer and one per running job; all
-// have ended when run returns.
+// have ended when run returns. Every frame goes out through sq.
 type session struct {
 	r      *runner
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stream grpc.BidiStreamingClient[pb.WorkerMessage, pb.NodeMessage]
-	// out feeds the writer. sendMu serializes the stream's sends: the
-	// writer's, and those a job makes itself when nothing is queued
-	// (tryLock). queued counts the frames in out or being sent by the
-	// writer: while it is not zero, a job queues too, behind them.
-	out    chan frame
-	sendMu sync.Mutex
-	queued atomic.Int64
+	sq     *sendQueue
 	hb     time.Duration
 
 	wg   sync.WaitGroup // the writer and the job goroutines
@@ -112,7 +105,6 @@ func (r *runner) session(ctx context.Context) error {
 		log:     r.log,
 		ctx:     sctx,
 		cancel:  cancel,
-		out:     make(chan frame, r.cfg.Concurrency*4+16),
 		jobs:    make(map[jobKey]*runningJob),
 		capSlot: make(chan struct{}, 1),
 	}
@@ -120,6 +112,13 @@ func (r *runner) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.sq = newSendQueue(r.cfg.Concurrency*4+16, func(f *frame) error { return s.stream.SendMsg(f) }, func(err error) {
+		// On io.EOF the stream is over and Recv is about to return the
+		// node's status: let that be the session's cause.
+		if !errors.Is(err, io.EOF) {
+			s.cancel(fmt.Errorf("send: %w", err))
+		}
+	})
 	registeredAt := time.Now()
 	defer func() {
 		// Only a session that stayed up a while proves the node healthy; one
@@ -200,85 +199,34 @@ func (s *session) handshakeErr(step string, err error) error {
 	return err
 }
 
-// write sends what is queued, in order. A heartbeat goes out whenever the
-// writer sent nothing for an interval (sends a job made itself do not
-// count: a heartbeat more is only liveness).
+// write is the writer goroutine: it sends what a flusher left (the queue
+// kicks it) and, after an interval in which nothing was sent, a heartbeat.
 func (s *session) write() {
 	t := time.NewTimer(s.hb)
 	defer t.Stop()
 	for {
-		var f frame
-		beat := false
 		select {
 		case <-s.ctx.Done():
 			return
-		case f = <-s.out:
+		case <-s.sq.kick:
 		case <-t.C:
-			f, beat = heartbeatFrame, true
-		}
-		s.sendMu.Lock()
-		err := s.stream.SendMsg(f)
-		s.sendMu.Unlock()
-		if !beat {
-			s.queued.Add(-1)
-		}
-		if err != nil {
-			// On io.EOF the stream is over and Recv is about to return the
-			// node's status: let that be the session's cause.
-			if !errors.Is(err, io.EOF) {
-				s.cancel(fmt.Errorf("send: %w", err))
+			if !s.sq.sent.Swap(false) && !s.sq.put(heartbeatFrame, s.ctx.Done(), nil) {
+				return
 			}
+			t.Reset(s.hb)
+		}
+		if s.sq.flush(0) != nil {
 			return
 		}
-		t.Reset(s.hb)
 	}
 }
 
-// enqueue sends f, or queues it for the writer when the stream is busy,
-// waiting while the queue is full.
-func (s *session) enqueue(f frame) error {
-	if s.tryLock() {
-		return s.sendHeld(f)
-	}
-	s.queued.Add(1)
-	select {
-	case s.out <- f:
-		return nil
-	case <-s.ctx.Done():
-		s.queued.Add(-1)
+// enqueue queues f, waiting while the queue is full, and flushes.
+func (s *session) enqueue(f *frame) error {
+	if !s.sq.put(f, s.ctx.Done(), nil) {
 		return fmt.Errorf("session ended: %w", context.Cause(s.ctx))
 	}
-}
-
-// tryLock takes the stream's send lock when nothing is queued and no other
-// send is in progress, so the caller may send from its own goroutine
-// (sendHeld): the hand-off to the writer and its wake-up were a good part
-// of what a worker paid per output. Otherwise it reports false and the
-// caller queues. Order holds: a message queued earlier is counted in
-// queued until it was sent, and a job's own messages are never sent
-// concurrently (Output takes the lock under its own; Accept precedes the
-// handler, the end follows it). gRPC's flow control makes a Send wait only
-// when the node has not read for a whole window; the session's end ends
-// it.
-func (s *session) tryLock() bool {
-	if s.queued.Load() != 0 || !s.sendMu.TryLock() {
-		return false
-	}
-	if s.queued.Load() != 0 {
-		s.sendMu.Unlock()
-		return false
-	}
-	return true
-}
-
-// sendHeld sends f with the send lock tryLock took, and releases it.
-func (s *session) sendHeld(f frame) error {
-	err := s.stream.SendMsg(f)
-	s.sendMu.Unlock()
-	if err != nil {
-		if !errors.Is(err, io.EOF) {
-			s.cancel(fmt.Errorf("send: %w", err))
-		}
+	if err := s.sq.flush(flushLimit); err != nil {
 		return fmt.Errorf("session ended: %w", err)
 	}
 	return nil
@@ -506,7 +454,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	// the handler returned: a cancelled job is acknowledged as cancelled
 	// whatever the handler said, because that acknowledgement is what
 	// releases this worker's credit on the node.
-	var end frame
+	var end *frame
 	outcome, code := outcomeCompleted, ""
 	cause := context.Cause(jctx)
 	var ce *cancelledError
@@ -573,7 +521,7 @@ func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jo
 	return s.r.h(ctx, job, out)
 }
 
-func failMsg(job *Job, code, message string) frame {
+func failMsg(job *Job, code, message string) *frame {
 	return jobFrame(fieldFail, job.ID, job.Generation, code, message)
 }
 

@@ -11,11 +11,39 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// A frame is one WorkerMessage already encoded for the stream: a
-// mem.SliceBuffer, which the session's codec sends as it is. A session
-// sends frames only; it encodes each message once, when it is sent or
-// queued, with no message structs and no reflection.
-type frame = mem.Buffer
+// A frame is one WorkerMessage already encoded for the stream, which the
+// session's codec sends as it is. A session sends frames only; it encodes
+// each message once, when it is put in the queue, with no message structs
+// and no reflection. A frame is immutable once made (gRPC may still be
+// writing it after the send returned) and may be sent again, as the
+// heartbeat is.
+type frame struct {
+	// buf is what the codec hands gRPC: data, by pointer (no allocation
+	// for the interface).
+	buf  [1]mem.Buffer
+	data mem.SliceBuffer
+	// small holds data when it fits: a usual output is then one
+	// allocation, the frame (128 bytes in all).
+	small [88]byte
+}
+
+// newFrame returns a frame of n bytes, for the caller to fill in data.
+func newFrame(n int) *frame {
+	f := new(frame)
+	if n <= len(f.small) {
+		f.data = f.small[:0:n]
+	} else {
+		f.data = make([]byte, 0, n)
+	}
+	return f
+}
+
+// done seals f once data is written.
+func (f *frame) done(data []byte) *frame {
+	f.data = data
+	f.buf[0] = &f.data
+	return f
+}
 
 // WorkerMessage's oneof fields.
 const (
@@ -31,12 +59,13 @@ const (
 // generation = 2, then up to two string or bytes fields, 3 and 4. It
 // encodes as proto.Marshal does, a zero field left out, so the bytes are
 // those of the equivalent message struct.
-func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, f3 T, f4 string) frame {
+func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, f3 T, f4 string) *frame {
 	n := sizeLen(1, len(id)) + sizeLen(3, len(f3)) + sizeLen(4, len(f4))
 	if gen != 0 {
 		n += protowire.SizeTag(2) + protowire.SizeVarint(gen)
 	}
-	b := make([]byte, 0, protowire.SizeTag(field)+protowire.SizeBytes(n))
+	f := newFrame(protowire.SizeTag(field) + protowire.SizeBytes(n))
+	b := f.data
 	b = protowire.AppendTag(b, field, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	b = appendLen(b, 1, id)
@@ -45,7 +74,7 @@ func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, 
 	}
 	b = appendLen(b, 3, f3)
 	b = appendLen(b, 4, f4)
-	return mem.SliceBuffer(b)
+	return f.done(b)
 }
 
 // sizeLen is the size of a string or bytes field of n bytes; 0 for an
@@ -68,12 +97,12 @@ func appendLen[T string | []byte](b []byte, num protowire.Number, v T) []byte {
 
 // messageFrame encodes any WorkerMessage (the rare ones: capability
 // updates, heartbeats).
-func messageFrame(m *pb.WorkerMessage) (frame, error) {
+func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 	b, err := protobuf.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	return mem.SliceBuffer(b), nil
+	return new(frame).done(b), nil
 }
 
 // frameCodec is the session stream's codec: a frame goes out as it is,
@@ -82,8 +111,8 @@ func messageFrame(m *pb.WorkerMessage) (frame, error) {
 type frameCodec struct{ encoding.CodecV2 }
 
 func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if f, ok := v.(frame); ok {
-		return mem.BufferSlice{f}, nil
+	if f, ok := v.(*frame); ok {
+		return f.buf[:], nil
 	}
 	return c.CodecV2.Marshal(v)
 }
@@ -94,7 +123,7 @@ func withFrames() grpc.CallOption {
 }
 
 // heartbeatFrame is a Heartbeat, encoded once.
-var heartbeatFrame = func() frame {
+var heartbeatFrame = func() *frame {
 	f, err := messageFrame(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}})
 	if err != nil {
 		panic(err)

@@ -28,7 +28,7 @@ func TestJobFramesMatchProtoMarshal(t *testing.T) {
 	} {
 		for _, x := range []struct {
 			name string
-			got  frame
+			got  *frame
 			want *pb.WorkerMessage
 		}{
 			{"accept", jobFrame(fieldAccept, c.id, c.gen, "", ""),
@@ -46,7 +46,7 @@ func TestJobFramesMatchProtoMarshal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := x.got.ReadOnlyData(); !bytes.Equal(got, want) {
+			if got := x.got.buf[0].ReadOnlyData(); !bytes.Equal(got, want) {
 				t.Errorf("%s %q/%d: encoded %x, proto.Marshal %x", x.name, c.id, c.gen, got, want)
 			}
 		}
