@@ -64,7 +64,9 @@ type session struct {
 	sq     *sendQueue
 	hb     time.Duration
 
-	wg   sync.WaitGroup // the writer and the job goroutines
+	wg sync.WaitGroup // the writer and the job goroutines
+	// idle hands an accepted job to a job goroutine waiting for one.
+	idle chan jobRun
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob
 
@@ -106,6 +108,7 @@ func (r *runner) session(ctx context.Context) error {
 		ctx:     sctx,
 		cancel:  cancel,
 		jobs:    make(map[jobKey]*runningJob),
+		idle:    make(chan jobRun),
 		capSlot: make(chan struct{}, 1),
 	}
 	reg, err := s.handshake(pb.NewWorkerServiceClient(conn))
@@ -399,13 +402,48 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	if log.enabled(slog.LevelInfo) {
 		log.Info("job accepted", "ttl", job.Deadline.Sub(received))
 	}
+	s.start(jobRun{jctx, cancel, cancelDeadline, job, out, log})
+}
+
+// jobRun is an accepted job, for a job goroutine to run.
+type jobRun struct {
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
+	cancelDeadline context.CancelFunc
+	job            *Job
+	out            *Output
+	log            jobLog
+}
+
+// start runs j on an idle job goroutine, or on a new one. A job goroutine
+// outlives its job and waits for the next one until the session ends: the
+// stack the first job grew serves the next ones, where a new goroutine's
+// would grow, by copying, on every job. There are never more of them
+// than jobs ran at once.
+func (s *session) start(j jobRun) {
+	select {
+	case s.idle <- j:
+		return
+	default:
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer cancel(nil)
-		defer cancelDeadline()
-		s.run(jctx, job, out, log)
+		for {
+			s.runJob(j)
+			select {
+			case j = <-s.idle:
+			case <-s.ctx.Done():
+				return
+			}
+		}
 	}()
+}
+
+func (s *session) runJob(j jobRun) {
+	defer j.cancel(nil)
+	defer j.cancelDeadline()
+	s.run(j.ctx, j.job, j.out, j.log)
 }
 
 // credit raises a running job's output credit. A credit for a job not
