@@ -141,6 +141,8 @@ func (n *benchNode) connect(st grpc.ServerStream) error {
 			err := st.SendMsg(&pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: &pb.Job{
 				JobId: "j" + strconv.FormatInt(id, 10), Generation: 1, Queue: "q", Input: n.input, TtlMs: 60_000,
 				OutputCredit: &pb.OutputCredit{Events: 1 << 20, Bytes: 1 << 30},
+				// A node sends its offer's trace context with every job.
+				Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			}}})
 			if err != nil {
 				sendErr <- err
