@@ -32,8 +32,11 @@ func Tokens(delay time.Duration) Handler {
 			return nil, err
 		}
 		words := strings.Fields(text)
-		t := time.NewTimer(d)
-		defer t.Stop()
+		var t *time.Timer // at d > 0 only: a timer is an allocation per job
+		if d > 0 {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		}
 		var chunk []byte // one word's output, encoded; Output.send copies it
 		for i, w := range words {
 			if d > 0 {
