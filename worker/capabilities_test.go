@@ -18,14 +18,7 @@ import (
 // stops it.
 func startHandle(t *testing.T, addr string, cfg worker.Config) (*worker.Worker, *runningWorker) {
 	t.Helper()
-	cfg.Server = addr
-	if cfg.Queue == "" {
-		cfg.Queue = "q"
-	}
-	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = 20 * time.Millisecond
-	}
-	w, err := worker.New(cfg, blockUntilCancelled(nil, nil))
+	w, err := worker.New(testConfig(cfg, addr), blockUntilCancelled(nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +31,16 @@ func startHandle(t *testing.T, addr string, cfg worker.Config) (*worker.Worker, 
 		}
 	})
 	return w, rw
+}
+
+// startDeclaringA starts a Worker declaring model=a on a fake node and
+// returns the node, the worker and its session.
+func startDeclaringA(t *testing.T) (*fakeNode, *worker.Worker, *fakeSession) {
+	t.Helper()
+	f := newFakeNode()
+	addr := f.start(t)
+	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
+	return f, w, f.nextSession(t)
 }
 
 // setAsync calls SetCapabilities in a goroutine and delivers its result.
@@ -71,10 +74,7 @@ func (s *fakeSession) answerUpdate(t *testing.T, a *pb.CapabilitiesUpdated) {
 // SetCapabilities sends the new set on the live session, returns once the
 // node accepts it, and a reconnect registers with it.
 func TestSetCapabilitiesAccepted(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	f, w, s := startDeclaringA(t)
 	if !slices.Equal(s.reg.Capabilities, []string{"model=a"}) {
 		t.Fatalf("register capabilities = %v", s.reg.Capabilities)
 	}
@@ -104,10 +104,7 @@ func TestSetCapabilitiesAccepted(t *testing.T) {
 
 // A refusal is a *CapabilitiesError, keeps the old set and the session.
 func TestSetCapabilitiesRefused(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	f, w, s := startDeclaringA(t)
 	res := setAsync(w, "bad")
 	s.expectUpdate(t)
 	s.answerUpdate(t, &pb.CapabilitiesUpdated{Code: "invalid_worker", Message: `capability "bad": want key=value`})
@@ -134,10 +131,7 @@ func TestSetCapabilitiesRefused(t *testing.T) {
 // Concurrent calls go out one at a time: the second only after the first
 // was answered.
 func TestSetCapabilitiesOneInFlight(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	_, w, s := startDeclaringA(t)
 	r1, r2 := setAsync(w, "model=b"), setAsync(w, "model=c")
 	first := s.expectUpdate(t)
 	select {
@@ -161,10 +155,7 @@ func TestSetCapabilitiesOneInFlight(t *testing.T) {
 // An update the session took down with it is sent again on the next
 // session, which registered with the old set.
 func TestSetCapabilitiesResentAfterReconnect(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	f, w, s := startDeclaringA(t)
 	res := setAsync(w, "model=b")
 	s.expectUpdate(t)
 	close(s.drop)
@@ -184,10 +175,7 @@ func TestSetCapabilitiesResentAfterReconnect(t *testing.T) {
 // A node that ends the session over the update (one that does not know the
 // message answers InvalidArgument) gets it once, not on every reconnect.
 func TestSetCapabilitiesNodeEndsSession(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	f, w, s := startDeclaringA(t)
 	res := setAsync(w, "model=b")
 	s.expectUpdate(t)
 	s.endWith <- status.Error(codes.InvalidArgument, "unknown worker message")
@@ -209,10 +197,7 @@ func TestSetCapabilitiesNodeEndsSession(t *testing.T) {
 // When ctx ends after the update went out, SetCapabilities returns, and the
 // node's later answer still decides what the worker declares.
 func TestSetCapabilitiesContextEndsAfterSend(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	w, _ := startHandle(t, addr, worker.Config{Capabilities: []string{"model=a"}})
-	s := f.nextSession(t)
+	_, w, s := startDeclaringA(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() { res <- w.SetCapabilities(ctx, []string{"model=b"}) }()

@@ -158,25 +158,13 @@ func (f *fakeNode) start(t *testing.T) string {
 
 func (f *fakeNode) nextSession(t *testing.T) *fakeSession {
 	t.Helper()
-	select {
-	case s := <-f.sessions:
-		return s
-	case <-time.After(wait):
-		t.Fatal("no worker session")
-		return nil
-	}
+	return recv(t, f.sessions, "a worker session")
 }
 
 // next returns the next non-heartbeat message the worker sent.
 func (s *fakeSession) next(t *testing.T) *pb.WorkerMessage {
 	t.Helper()
-	select {
-	case m := <-s.msgs:
-		return m
-	case <-time.After(wait):
-		t.Fatal("no message from the worker")
-		return nil
-	}
+	return recv(t, s.msgs, "a message from the worker")
 }
 
 func (s *fakeSession) send(t *testing.T, m *pb.NodeMessage) {
@@ -233,15 +221,9 @@ type runningWorker struct {
 // startWorker runs worker.Run against addr; the test's cleanup stops it.
 func startWorker(t *testing.T, addr string, cfg worker.Config, h worker.Handler) *runningWorker {
 	t.Helper()
-	cfg.Server = addr
-	if cfg.Queue == "" {
-		cfg.Queue = "q"
-	}
-	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = 20 * time.Millisecond
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &runningWorker{cancel: cancel, done: make(chan error, 1)}
+	cfg = testConfig(cfg, addr)
 	go func() { w.done <- worker.Run(ctx, cfg, h) }()
 	t.Cleanup(func() {
 		if err := w.stop(); err != nil {
@@ -249,6 +231,39 @@ func startWorker(t *testing.T, addr string, cfg worker.Config, h worker.Handler)
 		}
 	})
 	return w
+}
+
+// testConfig is cfg for a test's worker on addr: queue "q" and a short
+// reconnect backoff unless cfg says otherwise.
+func testConfig(cfg worker.Config, addr string) worker.Config {
+	cfg.Server = addr
+	if cfg.Queue == "" {
+		cfg.Queue = "q"
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 20 * time.Millisecond
+	}
+	return cfg
+}
+
+// cancelledPromptly runs job, which h keeps busy for seconds, cancels it,
+// and checks that its end comes at once, as cancelled.
+func cancelledPromptly(t *testing.T, h worker.Handler, job *pb.Job) {
+	t.Helper()
+	f := newFakeNode()
+	addr := f.start(t)
+	startWorker(t, addr, worker.Config{}, h)
+	s := f.nextSession(t)
+	s.sendJob(t, job)
+	s.expectAccept(t, job.JobId, job.Generation)
+	start := time.Now()
+	s.sendCancel(t, job.JobId, job.Generation, "cancelled")
+	if fl := s.expectFail(t, job.JobId, job.Generation); fl.Code != "cancelled" {
+		t.Fatalf("code = %q, want cancelled", fl.Code)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("cancel took %s: the handler's wait was not interrupted", d)
+	}
 }
 
 // stop cancels Run and returns its result.

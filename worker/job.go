@@ -1,15 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Job is one job offered to this worker.
@@ -161,13 +158,13 @@ func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
 	if !json.Valid(data) {
 		return errors.New("worker: output is not valid JSON")
 	}
-	return o.send(ctx, bytes.Clone(data))
+	return o.send(ctx, data)
 }
 
+// send sends data, one valid JSON value, as one chunk. It is encoded (and
+// so copied) before send returns or waits: the caller may reuse data.
 func (o *Output) send(ctx context.Context, data []byte) error {
-	m := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{
-		JobId: o.job.ID, Generation: o.job.Generation, Data: data,
-	}}}
+	f := jobFrame(fieldOutput, o.job.ID, o.job.Generation, data, "")
 	for {
 		// The lock is held while queueing so that end, which takes it
 		// too, cannot let the terminal message overtake a chunk being
@@ -183,22 +180,19 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			return o.jobEnded()
 		}
 		if o.allowsLocked() {
-			if o.s.tryLock() {
-				// Sent from here, outside the job's lock (the receive
-				// loop takes it to grant credit), but inside the send
-				// lock, which end's terminal message needs too: nothing
-				// of this job overtakes it.
-				o.sent.events++
-				o.sent.bytes += uint64(len(data))
+			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
 				o.mu.Unlock()
-				if err := o.s.sendHeld(m); err != nil {
-					return fmt.Errorf("%w: %w", ErrJobEnded, err)
-				}
-				return nil
+				return o.gaveUp(ctx)
 			}
-			err := o.queueLocked(ctx, m, uint64(len(data)))
+			o.sent.events++
+			o.sent.bytes += uint64(len(data))
 			o.mu.Unlock()
-			return err
+			// Flushed outside the job's lock, which the receive loop
+			// takes to grant credit.
+			if err := o.s.sq.flush(flushLimit); err != nil {
+				return fmt.Errorf("%w: %w", ErrJobEnded, err)
+			}
+			return nil
 		}
 		moved := o.moved
 		o.mu.Unlock()
@@ -209,24 +203,6 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 		case <-ctx.Done():
 			return o.gaveUp(ctx)
 		}
-	}
-}
-
-// queueLocked queues m, a chunk of size bytes, for the stream, and counts
-// it against the job's credit once it is queued.
-func (o *Output) queueLocked(ctx context.Context, m *pb.WorkerMessage, size uint64) error {
-	o.s.queued.Add(1)
-	select {
-	case o.s.out <- m:
-		o.sent.events++
-		o.sent.bytes += size
-		return nil
-	case <-o.jctx.Done():
-		o.s.queued.Add(-1)
-		return o.jobEnded()
-	case <-ctx.Done():
-		o.s.queued.Add(-1)
-		return o.gaveUp(ctx)
 	}
 }
 

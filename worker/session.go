@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -56,23 +55,19 @@ type jobKey struct {
 
 // session is one Connect stream: register, serve, end. Its goroutines are
 // the caller's (the receive loop), one writer and one per running job; all
-// have ended when run returns.
+// have ended when run returns. Every frame goes out through sq.
 type session struct {
 	r      *runner
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stream grpc.BidiStreamingClient[pb.WorkerMessage, pb.NodeMessage]
-	// out feeds the writer. sendMu serializes the stream's sends: the
-	// writer's, and those a job makes itself when nothing is queued
-	// (trySend). queued counts the messages in out or being sent by the
-	// writer: while it is not zero, a job queues too, behind them.
-	out    chan *pb.WorkerMessage
-	sendMu sync.Mutex
-	queued atomic.Int64
+	sq     *sendQueue
 	hb     time.Duration
 
-	wg   sync.WaitGroup // the writer and the job goroutines
+	wg sync.WaitGroup // the writer and the job goroutines
+	// idle hands an accepted job to a job goroutine waiting for one.
+	idle chan jobRun
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob
 
@@ -113,14 +108,21 @@ func (r *runner) session(ctx context.Context) error {
 		log:     r.log,
 		ctx:     sctx,
 		cancel:  cancel,
-		out:     make(chan *pb.WorkerMessage, r.cfg.Concurrency*4+16),
 		jobs:    make(map[jobKey]*runningJob),
+		idle:    make(chan jobRun),
 		capSlot: make(chan struct{}, 1),
 	}
 	reg, err := s.handshake(pb.NewWorkerServiceClient(conn))
 	if err != nil {
 		return err
 	}
+	s.sq = newSendQueue(r.cfg.Concurrency*4+16, func(f *frame) error { return s.stream.SendMsg(f) }, func(err error) {
+		// On io.EOF the stream is over and Recv is about to return the
+		// node's status: let that be the session's cause.
+		if !errors.Is(err, io.EOF) {
+			s.cancel(fmt.Errorf("send: %w", err))
+		}
+	})
 	registeredAt := time.Now()
 	defer func() {
 		// Only a session that stayed up a while proves the node healthy; one
@@ -160,7 +162,7 @@ func (r *runner) session(ctx context.Context) error {
 func (s *session) handshake(c pb.WorkerServiceClient) (*pb.Registered, error) {
 	t := time.AfterFunc(handshakeTimeout, func() { s.cancel(errHandshakeTimeout) })
 	defer t.Stop()
-	stream, err := c.Connect(s.ctx)
+	stream, err := c.Connect(s.ctx, withFrames())
 	if err != nil {
 		return nil, s.handshakeErr("connect", err)
 	}
@@ -201,85 +203,34 @@ func (s *session) handshakeErr(step string, err error) error {
 	return err
 }
 
-// write sends what is queued, in order. A heartbeat goes out whenever the
-// writer sent nothing for an interval (sends a job made itself do not
-// count: a heartbeat more is only liveness).
+// write is the writer goroutine: it sends what a flusher left (the queue
+// kicks it) and, after an interval in which nothing was sent, a heartbeat.
 func (s *session) write() {
 	t := time.NewTimer(s.hb)
 	defer t.Stop()
-	heartbeat := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	for {
-		var m *pb.WorkerMessage
 		select {
 		case <-s.ctx.Done():
 			return
-		case m = <-s.out:
+		case <-s.sq.kick:
 		case <-t.C:
-			m = heartbeat
-		}
-		s.sendMu.Lock()
-		err := s.stream.Send(m)
-		s.sendMu.Unlock()
-		if m != heartbeat {
-			s.queued.Add(-1)
-		}
-		if err != nil {
-			// On io.EOF the stream is over and Recv is about to return the
-			// node's status: let that be the session's cause.
-			if !errors.Is(err, io.EOF) {
-				s.cancel(fmt.Errorf("send: %w", err))
+			if !s.sq.sent.Swap(false) && !s.sq.put(heartbeatFrame, s.ctx.Done(), nil) {
+				return
 			}
+			t.Reset(s.hb)
+		}
+		if s.sq.flush(0) != nil {
 			return
 		}
-		t.Reset(s.hb)
 	}
 }
 
-// enqueue sends m, or queues it for the writer when the stream is busy,
-// waiting while the queue is full.
-func (s *session) enqueue(m *pb.WorkerMessage) error {
-	if s.tryLock() {
-		return s.sendHeld(m)
-	}
-	s.queued.Add(1)
-	select {
-	case s.out <- m:
-		return nil
-	case <-s.ctx.Done():
-		s.queued.Add(-1)
+// enqueue queues f, waiting while the queue is full, and flushes.
+func (s *session) enqueue(f *frame) error {
+	if !s.sq.put(f, s.ctx.Done(), nil) {
 		return fmt.Errorf("session ended: %w", context.Cause(s.ctx))
 	}
-}
-
-// tryLock takes the stream's send lock when nothing is queued and no other
-// send is in progress, so the caller may send from its own goroutine
-// (sendHeld): the hand-off to the writer and its wake-up were a good part
-// of what a worker paid per output. Otherwise it reports false and the
-// caller queues. Order holds: a message queued earlier is counted in
-// queued until it was sent, and a job's own messages are never sent
-// concurrently (Output takes the lock under its own; Accept precedes the
-// handler, the end follows it). gRPC's flow control makes a Send wait only
-// when the node has not read for a whole window; the session's end ends
-// it.
-func (s *session) tryLock() bool {
-	if s.queued.Load() != 0 || !s.sendMu.TryLock() {
-		return false
-	}
-	if s.queued.Load() != 0 {
-		s.sendMu.Unlock()
-		return false
-	}
-	return true
-}
-
-// sendHeld sends m with the send lock tryLock took, and releases it.
-func (s *session) sendHeld(m *pb.WorkerMessage) error {
-	err := s.stream.Send(m)
-	s.sendMu.Unlock()
-	if err != nil {
-		if !errors.Is(err, io.EOF) {
-			s.cancel(fmt.Errorf("send: %w", err))
-		}
+	if err := s.sq.flush(flushLimit); err != nil {
 		return fmt.Errorf("session ended: %w", err)
 	}
 	return nil
@@ -334,9 +285,13 @@ func (s *session) setCapabilities(ctx context.Context, caps []string) error {
 	s.mu.Lock()
 	s.capPending = &capUpdate{caps: caps, done: done}
 	s.mu.Unlock()
-	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_UpdateCapabilities{
+	f, err := messageFrame(&pb.WorkerMessage{Msg: &pb.WorkerMessage_UpdateCapabilities{
 		UpdateCapabilities: &pb.UpdateCapabilities{Capabilities: caps},
-	}}); err != nil {
+	}})
+	if err != nil {
+		return fmt.Errorf("worker: set capabilities: %w", err)
+	}
+	if err := s.enqueue(f); err != nil {
 		return errSessionGone
 	}
 	select {
@@ -426,9 +381,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	}
 	if reason != "" {
 		log.Info("job rejected", "reason", reason)
-		_ = s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Reject{Reject: &pb.Reject{
-			JobId: job.ID, Generation: job.Generation, Reason: reason,
-		}}})
+		_ = s.enqueue(jobFrame(fieldReject, job.ID, job.Generation, reason, ""))
 		return
 	}
 
@@ -443,9 +396,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
-	if err := s.enqueue(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{
-		JobId: job.ID, Generation: job.Generation,
-	}}}); err != nil {
+	if err := s.enqueue(jobFrame(fieldAccept, job.ID, job.Generation, "", "")); err != nil {
 		s.forget(key)
 		cancelDeadline()
 		cancel(err)
@@ -454,13 +405,48 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	if log.enabled(slog.LevelInfo) {
 		log.Info("job accepted", "ttl", job.Deadline.Sub(received))
 	}
+	s.start(jobRun{jctx, cancel, cancelDeadline, job, out, log})
+}
+
+// jobRun is an accepted job, for a job goroutine to run.
+type jobRun struct {
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
+	cancelDeadline context.CancelFunc
+	job            *Job
+	out            *Output
+	log            jobLog
+}
+
+// start runs j on an idle job goroutine, or on a new one. A job goroutine
+// outlives its job and waits for the next one until the session ends: the
+// stack the first job grew serves the next ones, where a new goroutine's
+// would grow, by copying, on every job. There are never more of them
+// than jobs ran at once.
+func (s *session) start(j jobRun) {
+	select {
+	case s.idle <- j:
+		return
+	default:
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer cancel(nil)
-		defer cancelDeadline()
-		s.run(jctx, job, out, log)
+		for {
+			s.runJob(j)
+			select {
+			case j = <-s.idle:
+			case <-s.ctx.Done():
+				return
+			}
+		}
 	}()
+}
+
+func (s *session) runJob(j jobRun) {
+	defer j.cancel(nil)
+	defer j.cancelDeadline()
+	s.run(j.ctx, j.job, j.out, j.log)
 }
 
 // credit raises a running job's output credit. A credit for a job not
@@ -509,7 +495,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	// the handler returned: a cancelled job is acknowledged as cancelled
 	// whatever the handler said, because that acknowledgement is what
 	// releases this worker's credit on the node.
-	var end *pb.WorkerMessage
+	var end *frame
 	outcome, code := outcomeCompleted, ""
 	cause := context.Cause(jctx)
 	var ce *cancelledError
@@ -540,9 +526,7 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 				break
 			}
 		}
-		end = &pb.WorkerMessage{Msg: &pb.WorkerMessage_Complete{Complete: &pb.Complete{
-			JobId: job.ID, Generation: job.Generation, Result: data,
-		}}}
+		end = jobFrame(fieldComplete, job.ID, job.Generation, data, "")
 	}
 
 	out.end()
@@ -578,10 +562,8 @@ func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jo
 	return s.r.h(ctx, job, out)
 }
 
-func failMsg(job *Job, code, message string) *pb.WorkerMessage {
-	return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Fail{Fail: &pb.Fail{
-		JobId: job.ID, Generation: job.Generation, Code: code, Message: message,
-	}}}
+func failMsg(job *Job, code, message string) *frame {
+	return jobFrame(fieldFail, job.ID, job.Generation, code, message)
 }
 
 // jobLog logs about one job: the session's logger with the job's id,

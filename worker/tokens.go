@@ -32,8 +32,12 @@ func Tokens(delay time.Duration) Handler {
 			return nil, err
 		}
 		words := strings.Fields(text)
-		t := time.NewTimer(d)
-		defer t.Stop()
+		var t *time.Timer // at d > 0 only: a timer is an allocation per job
+		if d > 0 {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		}
+		var chunk []byte // one word's output, encoded; Output.send copies it
 		for i, w := range words {
 			if d > 0 {
 				// A timer, not time.Sleep: a cancelled job must stop now,
@@ -49,10 +53,8 @@ func Tokens(delay time.Duration) Handler {
 				// cancelled job still stops before its next word.
 				return nil, fmt.Errorf("tokens: stopped after %d of %d words: %w", i, len(words), context.Cause(ctx))
 			}
-			if i < len(words)-1 {
-				w += " "
-			}
-			if err := out.Send(ctx, w); err != nil {
+			chunk = appendWord(chunk[:0], w, i < len(words)-1)
+			if err := out.send(ctx, chunk); err != nil {
 				return nil, fmt.Errorf("tokens: send word %d: %w", i, err)
 			}
 		}
@@ -64,7 +66,43 @@ type tokensResult struct {
 	Words int `json:"words"`
 }
 
+// appendWord appends w, followed by a space if space is set, as a JSON
+// string, exactly as json.Marshal encodes it (HTML characters escaped, as
+// its default is): as it is between quotes when it has nothing to escape,
+// the usual case, by json.Marshal otherwise.
+func appendWord(dst []byte, w string, space bool) []byte {
+	if !jsonPlain(w) {
+		if space {
+			w += " "
+		}
+		b, _ := json.Marshal(w) // a string always marshals
+		return append(dst, b...)
+	}
+	dst = append(append(dst, '"'), w...)
+	if space {
+		dst = append(dst, ' ')
+	}
+	return append(dst, '"')
+}
+
+// jsonPlain reports whether s is printable ASCII that encoding/json
+// writes unescaped in a string: no quote, backslash or HTML character.
+func jsonPlain[T string | []byte](s T) bool {
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
 func tokensText(input json.RawMessage) (string, error) {
+	// The usual input, a string with nothing escaped in it, is its bytes
+	// between the quotes.
+	if in := bytes.Trim(input, " \t\r\n"); len(in) >= 2 && in[0] == '"' && in[len(in)-1] == '"' && jsonPlain(in[1:len(in)-1]) {
+		return string(in[1 : len(in)-1]), nil
+	}
 	var v any
 	if json.Unmarshal(input, &v) != nil {
 		return "", Fail("bad_input", `input is not JSON: want a JSON string ("hello world") or an object {"text": "..."}`)

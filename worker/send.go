@@ -1,0 +1,143 @@
+package worker
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// flushLimit is the most frames a job's goroutine, or the receive loop,
+// sends for others in one go before it leaves the rest to the writer: a
+// handler pays for its own output, not for long for everybody's.
+const flushLimit = 32
+
+// sendQueue is a session's way out, a bounded FIFO of frames. Whoever puts
+// a frame then flushes: it sends what is queued, its own frame and those
+// put meanwhile, unless another goroutine is sending, which then sends
+// them (flat combining). A job's output goes out from the job's goroutine,
+// with no hand-off to another goroutine and no wake-up per frame, and in
+// the order it was put: a job's frames (its Accept, its outputs, its end)
+// are put one after the other, so they go out in that order.
+//
+// Every frame put is sent: a flusher that finds the queue not empty after
+// releasing the send lock takes it again, or, past its flushLimit, kicks
+// the writer goroutine, which flushes without a limit.
+type sendQueue struct {
+	// send sends one frame on the stream; fail ends the session after a
+	// send failed.
+	send func(*frame) error
+	fail func(error)
+
+	sendMu sync.Mutex // held by the one goroutine sending
+
+	mu   sync.Mutex
+	q    []*frame // q[head:] is queued
+	head int
+	max  int
+	// room, when not nil, is closed once a frame leaves a full queue.
+	room chan struct{}
+
+	kick chan struct{} // buffered 1: the writer has frames to send
+	// sent is set by each flush that sent something; the writer's
+	// heartbeat goes out only after an interval in which none did.
+	sent atomic.Bool
+}
+
+func newSendQueue(max int, send func(*frame) error, fail func(error)) *sendQueue {
+	return &sendQueue{send: send, fail: fail, max: max, kick: make(chan struct{}, 1)}
+}
+
+// put queues f. While the queue is full it waits for room, or until stop
+// or stop2 (nil: never) is closed, and then reports false.
+func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) bool {
+	q.mu.Lock()
+	for len(q.q)-q.head >= q.max {
+		if q.room == nil {
+			q.room = make(chan struct{})
+		}
+		room := q.room
+		q.mu.Unlock()
+		// A full queue has a flusher, or the writer was kicked.
+		select {
+		case <-room:
+		case <-stop:
+			return false
+		case <-stop2:
+			return false
+		}
+		q.mu.Lock()
+	}
+	if len(q.q) == cap(q.q) && q.head > 0 {
+		n := copy(q.q, q.q[q.head:])
+		clear(q.q[n:])
+		q.q, q.head = q.q[:n], 0
+	}
+	q.q = append(q.q, f)
+	q.mu.Unlock()
+	return true
+}
+
+// pop takes the oldest frame queued; nil when there is none.
+func (q *sendQueue) pop() *frame {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.q) {
+		return nil
+	}
+	f := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
+	return f
+}
+
+func (q *sendQueue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head == len(q.q)
+}
+
+// flush sends what is queued unless another goroutine is sending. It
+// sends at most limit frames (0: no limit) and kicks the writer for the
+// rest. It returns the error of a failed send, which ended the session.
+func (q *sendQueue) flush(limit int) error {
+	budget := limit
+	for q.sendMu.TryLock() {
+		sent := false
+		for limit == 0 || budget > 0 {
+			f := q.pop()
+			if f == nil {
+				break
+			}
+			if err := q.send(f); err != nil {
+				q.sendMu.Unlock()
+				q.fail(err)
+				return err
+			}
+			sent = true
+			budget--
+		}
+		q.sendMu.Unlock()
+		if sent {
+			q.sent.Store(true)
+		}
+		if q.empty() {
+			return nil
+		}
+		// Frames were put while the lock was held, by goroutines that
+		// could not take it.
+		if limit != 0 && budget <= 0 {
+			select {
+			case q.kick <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+	}
+	return nil
+}
