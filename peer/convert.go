@@ -155,34 +155,42 @@ func credit(events, bytes uint64) core.OutputCredit {
 // MessageToPB returns m in its wire form. It fails on a kind the wire does
 // not know: that is a bug in the caller, never a peer's doing.
 func MessageToPB(m core.Message) (*pb.PeerMessage, error) {
+	p := new(pb.PeerMessage)
+	if err := messageIntoPB(m, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// messageIntoPB is MessageToPB into p, a zero message: the response leg
+// allocates a reply's wire form with its item.
+func messageIntoPB(m core.Message, p *pb.PeerMessage) error {
 	k, ok := kindToPB[m.Kind]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown kind %q", errInvalidMessage, m.Kind)
+		return fmt.Errorf("%w: unknown kind %q", errInvalidMessage, m.Kind)
 	}
-	p := &pb.PeerMessage{
-		Kind:         k,
-		JobId:        m.JobID,
-		Generation:   m.Gen,
-		Queue:        m.Queue,
-		Consumer:     m.Consumer,
-		WorkerName:   m.WorkerName,
-		Accepted:     m.Accepted,
-		Output:       rawBytes(m.Output),
-		Rejected:     m.Rejected,
-		Running:      m.Running,
-		Reason:       m.Reason,
-		Code:         string(m.Code),
-		TtlNs:        int64(m.TTL),
-		CreditEvents: uint64(max(m.Credit.Events, 0)),
-		CreditBytes:  uint64(max(m.Credit.Bytes, 0)),
-	}
+	p.Kind = k
+	p.JobId = m.JobID
+	p.Generation = m.Gen
+	p.Queue = m.Queue
+	p.Consumer = m.Consumer
+	p.WorkerName = m.WorkerName
+	p.Accepted = m.Accepted
+	p.Output = rawBytes(m.Output)
+	p.Rejected = m.Rejected
+	p.Running = m.Running
+	p.Reason = m.Reason
+	p.Code = string(m.Code)
+	p.TtlNs = int64(m.TTL)
+	p.CreditEvents = uint64(max(m.Credit.Events, 0))
+	p.CreditBytes = uint64(max(m.Credit.Bytes, 0))
 	if m.Delivery != nil {
 		p.Delivery = DeliveryToPB(*m.Delivery)
 	}
 	if m.End != nil {
 		p.End = &pb.PeerEnd{Code: string(m.End.Code), Detail: m.End.Detail, Result: rawBytes(m.End.Result)}
 	}
-	return p, nil
+	return nil
 }
 
 // MessageFromPB returns the message p carries. It fails, wrapping

@@ -41,13 +41,19 @@ type legKey struct {
 	gen       uint64
 }
 
-// legItem is one message of a leg.
+// legItem is one message of a leg. wire is its item in a RespondFrame,
+// allocated with it: sendFrame fills in its number and open each time the
+// item is sent.
 type legItem struct {
 	seq   uint64
 	kind  string
 	msg   *pb.PeerMessage
 	size  int
 	final bool
+	wire  pb.RespondItem
+	// body is msg's storage when the item was made with its message
+	// (Send, for a reply or release).
+	body pb.PeerMessage
 }
 
 // A responseLeg is the consumer host's side of one binding's response leg:
@@ -88,6 +94,10 @@ type responseLeg struct {
 	removed bool // no longer in r.legs
 
 	// The goroutine's own.
+	// frame is the frame sendFrame sends, reused: a frame is encoded
+	// before Send returns, and nothing keeps it after.
+	frame        pb.RespondFrame
+	frameItems   pb.RespondItems
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
@@ -115,7 +125,19 @@ type responseLeg struct {
 // queue's delivery stream (delivery_send.go).
 func (t *Transport) Send(node string, m core.Message) {
 	r := t.rt
-	p, err := MessageToPB(m)
+	var (
+		p   *pb.PeerMessage
+		err error
+		li  *legItem
+	)
+	if onDeliveryStream(m.Kind) {
+		p, err = MessageToPB(m)
+	} else {
+		// A reply or release: made with the leg's item that carries it (a
+		// binding's only message, which goes unicast, wastes the rest).
+		li = new(legItem)
+		p, err = &li.body, messageIntoPB(m, &li.body)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -123,7 +145,7 @@ func (t *Transport) Send(node string, m core.Message) {
 		return
 	}
 	if err == nil && !onDeliveryStream(m.Kind) {
-		r.replyLocked(node, m, p)
+		r.replyLocked(node, m, li)
 		return
 	}
 	if err == nil && m.Kind == core.MsgCancel && r.srv.cancelOnLeg(node, m.JobID, m.Gen, p) {
@@ -152,10 +174,11 @@ func (t *Transport) Send(node string, m core.Message) {
 // delivery stream rather than the response leg.
 func onDeliveryStream(k core.MessageKind) bool { return k != core.MsgReply && k != core.MsgRelease }
 
-// replyLocked queues a reply or release p (m's wire form) for node: on the
-// binding's leg, opening one if m is not the binding's last message, else
-// on the node's unicast queue.
-func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
+// replyLocked queues a reply or release m for node, as it (made by Send
+// with m's wire form): on the binding's leg, opening one if m is not the
+// binding's last message, else on the node's unicast queue.
+func (r *router) replyLocked(node string, m core.Message, it *legItem) {
+	p := &it.body
 	k := legKey{node, m.JobID, m.Gen}
 	l := r.legs[k]
 	final := m.Kind == core.MsgRelease || m.End != nil
@@ -166,7 +189,7 @@ func (r *router) replyLocked(node string, m core.Message, p *pb.PeerMessage) {
 		}
 		l = r.startLegLocked(k, m.Queue, m.TTL, false)
 	}
-	it := &legItem{kind: string(m.Kind), msg: p, size: proto.Size(p), final: final}
+	it.kind, it.msg, it.size, it.final = string(m.Kind), p, proto.Size(p), final
 	l.pending = append(l.pending, it)
 	l.queued.Inc()
 	select {
@@ -373,22 +396,28 @@ func (l *responseLeg) fill() {
 		return
 	}
 	from := len(l.unacked)
-	for len(l.unacked) < replyInFlight {
-		it := l.take()
-		if it == nil {
+	for {
+		run := l.takeRun()
+		if run == nil {
 			break
 		}
-		if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
-			r.undeliverable(l.key.node, it.msg, nil, reason, err)
-			if it.final {
-				// Nothing of the leg is to come after it: the leg ends
-				// once what went before is acked, not at its TTL.
-				l.finalAcked = true
+		kept := len(l.unacked) - len(run)
+		for _, it := range run {
+			if reason, err := r.wireCheckSize(it.msg, it.size+respondOverhead); err != nil {
+				r.undeliverable(l.key.node, it.msg, nil, reason, err)
+				if it.final {
+					// Nothing of the leg is to come after it: the leg ends
+					// once what went before is acked, not at its TTL.
+					l.finalAcked = true
+				}
+				continue
 			}
-			continue
+			l.unacked[kept] = it
+			kept++
+			l.unackedBytes += it.size
 		}
-		l.unacked = append(l.unacked, it)
-		l.unackedBytes += it.size
+		clear(l.unacked[kept:])
+		l.unacked = l.unacked[:kept]
 	}
 	// What a failed send leaves unsent is unacked: the next reply stream
 	// gets it.
@@ -418,16 +447,24 @@ func (l *responseLeg) sendRun(items []*legItem) bool {
 // after a final item: the ingress forgot the leg there).
 func (l *responseLeg) sendFrame(items []*legItem) bool {
 	held := l.held
-	fs := make([]*pb.RespondItem, len(items))
-	for i, it := range items {
-		fs[i] = &pb.RespondItem{Seq: it.seq, Message: it.msg}
+	fs := l.frameItems.Items[:0]
+	for _, it := range items {
+		w := &it.wire
+		w.Seq, w.Message, w.Open = it.seq, it.msg, nil
 		if !held {
-			fs[i].Open = l.openOf()
+			w.Open = l.openOf()
 		}
 		held = !it.final
+		fs = append(fs, w)
 	}
 	l.openDue = false
-	if !l.t.send(&pb.RespondFrame{Body: &pb.RespondFrame_Items{Items: &pb.RespondItems{Items: fs}}}) {
+	l.frameItems.Items = fs
+	if l.frame.Body == nil {
+		l.frame.Body = &pb.RespondFrame_Items{Items: &l.frameItems}
+	}
+	ok := l.t.send(&l.frame)
+	clear(fs)
+	if !ok {
 		return false
 	}
 	l.r.m.replyFrames.Inc()

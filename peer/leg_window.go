@@ -18,28 +18,35 @@ const (
 	replyInFlightBytes = 4 << 20
 )
 
-// take removes the next queued message and numbers it: nil when none, or
-// when it would take the bytes in flight past replyInFlightBytes (a
-// message goes alone when nothing is in flight).
-func (l *responseLeg) take() *legItem {
+// takeRun moves the queued messages that the in-flight bounds allow, in
+// order, to the end of l.unacked and numbers them (a message goes alone
+// when nothing is in flight); it returns them, nil when none. One lock for
+// the run: the engine queues with r.mu held, the leg takes what came while
+// it sent its last frame.
+func (l *responseLeg) takeRun() []*legItem {
 	r := l.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(l.pending) == 0 {
+	from, n, bytes := len(l.unacked), 0, l.unackedBytes
+	for n < len(l.pending) && from+n < replyInFlight {
+		it := l.pending[n]
+		if bytes > 0 && bytes+it.size > replyInFlightBytes {
+			break
+		}
+		bytes += it.size
+		it.seq = r.seq
+		r.seq++
+		n++
+	}
+	if n == 0 {
 		return nil
 	}
-	it := l.pending[0]
-	if l.unackedBytes > 0 && l.unackedBytes+it.size > replyInFlightBytes {
-		return nil
-	}
-	l.pending[0] = nil
-	l.pending = l.pending[1:]
-	if len(l.pending) == 0 {
-		l.pending = nil
-	}
-	it.seq = r.seq
-	r.seq++
-	return it
+	l.unacked = append(l.unacked, l.pending[:n]...)
+	// The queue keeps its array: the engine appends to it again.
+	rest := copy(l.pending, l.pending[n:])
+	clear(l.pending[rest:])
+	l.pending = l.pending[:rest]
+	return l.unacked[from:]
 }
 
 // applyAcks drops what the ingress acked from unacked, counting each
@@ -61,9 +68,8 @@ func (l *responseLeg) applyAcks() {
 		return
 	}
 	l.queued.Sub(float64(n))
-	clear(l.unacked[:n])
-	l.unacked = l.unacked[n:]
-	if len(l.unacked) == 0 {
-		l.unacked = nil
-	}
+	// unacked keeps its array: takeRun appends to it again.
+	rest := copy(l.unacked, l.unacked[n:])
+	clear(l.unacked[rest:])
+	l.unacked = l.unacked[:rest]
 }
