@@ -99,16 +99,9 @@ func (g *loadGen) do(j *loadJob, n *procNode, input string) time.Duration {
 		return 100 * time.Millisecond
 	}
 	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		code, wait := loadgen.Refusal(res)
-		g.Mu.Lock()
-		j.Refused(res.StatusCode, code)
-		g.Mu.Unlock()
+	if ok, wait := g.Answer(&j.Job, res); !ok {
 		return wait
 	}
-	g.Mu.Lock()
-	j.Accepted(res.StatusCode, res.Header.Get("X-Job-Id"))
-	g.Mu.Unlock()
 	for ev, err := range sse.Read(res.Body, nil) {
 		now := time.Now()
 		if err != nil {

@@ -139,17 +139,10 @@ func (l *load) do(j *loadJob) time.Duration {
 		l.Mu.Unlock()
 		return 200 * time.Millisecond
 	}
-	if res.StatusCode != http.StatusOK {
-		code, wait := loadgen.Refusal(res)
+	if ok, wait := l.Answer(&j.Job, res); !ok {
 		res.Body.Close()
-		l.Mu.Lock()
-		j.Refused(res.StatusCode, code)
-		l.Mu.Unlock()
 		return wait
 	}
-	l.Mu.Lock()
-	j.Accepted(res.StatusCode, res.Header.Get("X-Job-Id"))
-	l.Mu.Unlock()
 	last, err := l.read(j, res)
 	for err == nil && j.Terminals == 0 && j.resumes < 3 && j.ID != "" {
 		// Ended without its terminal event: resume after the last event

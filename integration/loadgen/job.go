@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"encoding/json"
+	"net/http"
 	"slices"
 	"time"
 )
@@ -97,13 +98,13 @@ func (j *Job) PostFailed(err error, halted bool) {
 	}
 }
 
-// Refused records a non-200 answer and its problem code (Refusal).
-func (j *Job) Refused(status int, code string) {
+// refused records a non-200 answer and its problem code (Refusal).
+func (j *Job) refused(status int, code string) {
 	j.Status, j.Refusal, j.EndAt = status, code, time.Now()
 }
 
-// Accepted records a 200 answer and the job id it names.
-func (j *Job) Accepted(status int, id string) { j.Status, j.ID = status, id }
+// accepted records a 200 answer and the job id it names.
+func (j *Job) accepted(status int, id string) { j.Status, j.ID = status, id }
 
 // Ended reports whether the stream had ended by t (zero t: at all).
 func (j *Job) Ended(t time.Time) bool {
@@ -138,4 +139,22 @@ func (j *Job) Clone() Job {
 	c := *j
 	c.Events = slices.Clone(j.Events)
 	return c
+}
+
+// Answer records a POST's answer to j under Mu: a refusal (its problem
+// code, read with Refusal) or the accepted job's id. It returns whether
+// the job was accepted and, if not, how long the client waits before its
+// next job. It closes nothing.
+func (l *Loop[J]) Answer(j *Job, res *http.Response) (accepted bool, wait time.Duration) {
+	if res.StatusCode != http.StatusOK {
+		code, wait := Refusal(res)
+		l.Mu.Lock()
+		j.refused(res.StatusCode, code)
+		l.Mu.Unlock()
+		return false, wait
+	}
+	l.Mu.Lock()
+	j.accepted(res.StatusCode, res.Header.Get("X-Job-Id"))
+	l.Mu.Unlock()
+	return true, 0
 }
