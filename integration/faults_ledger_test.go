@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/switchyard/switchyard/integration/loadgen"
 	"github.com/switchyard/switchyard/integration/stall"
 )
 
@@ -122,7 +123,7 @@ func newLedger(fx *faultRun) *ledger {
 	l.lostOut.limit, l.orphans.limit = b.lostOut.d+faultSlack, b.lostOut.d+faultSlack
 	l.redeliver.limit = b.redeliver.d + faultSlack
 	for i := range l.jobs {
-		if id := l.jobs[i].id; id != "" {
+		if id := l.jobs[i].ID; id != "" {
 			l.jobByID[id] = &l.jobs[i]
 		}
 	}
@@ -133,7 +134,7 @@ func newLedger(fx *faultRun) *ledger {
 		j := &l.jobs[i]
 		l.count(j)
 		l.judgeStream(j)
-		if j.submitAt.Before(fx.faultAt) && !j.ended(fx.faultAt) {
+		if j.SubmitAt.Before(fx.faultAt) && !j.Ended(fx.faultAt) {
 			l.judgeInflight(j)
 		}
 		l.judgeOutcome(j)
@@ -151,24 +152,24 @@ func newLedger(fx *faultRun) *ledger {
 func (l *ledger) count(j *loadJob) {
 	l.submitted++
 	switch {
-	case j.postErr != "":
+	case j.PostErr != "":
 		l.postErrs++
-	case j.status != 200:
-		l.refused[j.refusal]++
+	case j.Status != 200:
+		l.refused[j.Refusal]++
 	default:
 		l.accepted++
 	}
 	switch {
-	case j.terminal == "done":
+	case j.Terminal == "done":
 		l.completed++
 		l.ended["completed"]++
-	case j.terminal == "error":
-		l.ended[j.code]++
+	case j.Terminal == "error":
+		l.ended[j.Code]++
 	}
-	if j.broken != "" {
+	if j.Broken != "" {
 		l.broken++
 	}
-	if j.open {
+	if j.Open {
 		l.open++
 	}
 }
@@ -178,38 +179,38 @@ func (l *ledger) count(j *loadJob) {
 // events in sequence; outputs from one generation, each once, in order, all
 // of them when it completed.
 func (l *ledger) judgeStream(j *loadJob) {
-	if (j.postErr != "" || j.broken != "") && !slices.Contains(l.fx.killed, j.ingress) {
+	if (j.PostErr != "" || j.Broken != "") && !slices.Contains(l.fx.killed, j.Ingress) {
 		l.brokenLive = append(l.brokenLive, l.describe(j))
 	}
-	if j.status != 200 {
+	if j.Status != 200 {
 		return
 	}
 	switch {
-	case j.open, j.terminals == 0 && j.broken == "":
+	case j.Open, j.Terminals == 0 && j.Broken == "":
 		l.noTerminal = append(l.noTerminal, l.describe(j))
-	case j.terminals > 1 || slices.ContainsFunc(j.events, func(e loadEvent) bool { return e.afterTerminal }):
+	case j.Terminals > 1 || slices.ContainsFunc(j.Events, func(e loadgen.Event) bool { return e.AfterTerminal }):
 		l.noTerminal = append(l.noTerminal, "more than one terminal event, or events after it: "+l.describe(j))
 	}
 	var last uint64
 	next := 0
-	for _, e := range j.events {
-		if e.seq != 0 && e.seq <= last {
-			l.disorder = append(l.disorder, fmt.Sprintf("seq %d after %d: %s", e.seq, last, l.describe(j)))
+	for _, e := range j.Events {
+		if e.Seq != 0 && e.Seq <= last {
+			l.disorder = append(l.disorder, fmt.Sprintf("seq %d after %d: %s", e.Seq, last, l.describe(j)))
 			return
 		}
-		last = max(last, e.seq)
-		if e.kind != "output" {
+		last = max(last, e.Seq)
+		if e.Kind != "output" {
 			continue
 		}
-		if e.i != next {
-			l.disorder = append(l.disorder, fmt.Sprintf("output %d where %d was due: %s", e.i, next, l.describe(j)))
+		if e.I != next {
+			l.disorder = append(l.disorder, fmt.Sprintf("output %d where %d was due: %s", e.I, next, l.describe(j)))
 			return
 		}
 		next++
 	}
-	if as := j.attempts(); len(as) > 1 {
+	if as := j.Attempts(); len(as) > 1 {
 		l.disorder = append(l.disorder, fmt.Sprintf("output from generations %v: %s", as, l.describe(j)))
-	} else if j.terminal == "done" && next != jobOutputs {
+	} else if j.Terminal == "done" && next != jobOutputs {
 		l.disorder = append(l.disorder, fmt.Sprintf("completed with %d of %d outputs: %s", next, jobOutputs, l.describe(j)))
 	}
 }
@@ -219,22 +220,22 @@ func (l *ledger) judgeStream(j *loadJob) {
 func (l *ledger) judgeInflight(j *loadJob) {
 	fx := l.fx
 	l.inflight++
-	if j.ended(time.Time{}) {
-		l.inflightEnd.add(j.endAt.Sub(fx.faultAt), nil)
+	if j.Ended(time.Time{}) {
+		l.inflightEnd.add(j.EndAt.Sub(fx.faultAt), nil)
 	} else {
 		l.inflightEnd.miss(nil)
 	}
 	// Output after the fault counts when it came from the faulted node's
 	// run: a node that lost only its etcd member streams on until it fences.
-	dep, withOut := l.depends(j), j.outputBefore(fx.faultAt) || l.outputFromFaulted(j)
+	dep, withOut := l.depends(j), j.OutputBefore(fx.faultAt) || l.outputFromFaulted(j)
 	switch {
 	case !dep:
 		l.indep++
 	case withOut:
 		l.depOut++
 		what := func() string { return l.describe(j) }
-		if j.ended(time.Time{}) {
-			l.lostOut.add(j.endAt.Sub(fx.faultAt), what)
+		if j.Ended(time.Time{}) {
+			l.lostOut.add(j.EndAt.Sub(fx.faultAt), what)
 		} else {
 			l.lostOut.miss(what)
 		}
@@ -244,12 +245,12 @@ func (l *ledger) judgeInflight(j *loadJob) {
 			return // its requester is gone with the ingress
 		}
 		what := func() string { return l.describe(j) }
-		if r, ok := l.firstRunAfter(j.id, fx.faultAt); ok {
+		if r, ok := l.firstRunAfter(j.ID, fx.faultAt); ok {
 			l.redeliver.add(r.start.Sub(fx.faultAt), what)
-		} else if j.terminal != "done" {
+		} else if j.Terminal != "done" {
 			l.redeliver.miss(what)
 		}
-		if j.terminal != "done" {
+		if j.Terminal != "done" {
 			l.notRedone = append(l.notRedone, l.describe(j))
 		}
 	}
@@ -257,11 +258,11 @@ func (l *ledger) judgeInflight(j *loadJob) {
 
 func (l *ledger) depends(j *loadJob) bool {
 	fx := l.fx
-	if slices.Contains(fx.faulted, j.ingress) {
+	if slices.Contains(fx.faulted, j.Ingress) {
 		return true
 	}
 	var last *jobRun
-	for _, r := range l.byJob[j.id] {
+	for _, r := range l.byJob[j.ID] {
 		if r.start.Before(fx.faultAt) {
 			last = &r
 		}
@@ -287,12 +288,12 @@ func (l *ledger) firstRunAfter(id string, t time.Time) (jobRun, bool) {
 // (worker_lost is then the right end).
 func (l *ledger) judgeOutcome(j *loadJob) {
 	fx := l.fx
-	outage := fx.c.noQuorum && j.submitAt.Before(fx.recoverAt.Add(faultBounds(fx).back.d+faultSlack))
+	outage := fx.c.noQuorum && j.SubmitAt.Before(fx.recoverAt.Add(faultBounds(fx).back.d+faultSlack))
 	switch {
 	case outage:
-	case j.status != 0 && j.status != 200:
+	case j.Status != 0 && j.Status != 200:
 		l.refusedLive = append(l.refusedLive, l.describe(j))
-	case j.terminal == "error" && !l.outputFromFaulted(j):
+	case j.Terminal == "error" && !l.outputFromFaulted(j):
 		l.failed = append(l.failed, l.describe(j))
 	}
 }
@@ -300,8 +301,8 @@ func (l *ledger) judgeOutcome(j *loadJob) {
 // outputFromFaulted: the requester saw output from a run on a faulted node
 // that started before the recovery (not from the node once it is back).
 func (l *ledger) outputFromFaulted(j *loadJob) bool {
-	for _, a := range j.attempts() {
-		for _, r := range l.byJob[j.id] {
+	for _, a := range j.Attempts() {
+		for _, r := range l.byJob[j.ID] {
 			if r.gen == a && r.start.Before(l.fx.recoverAt) && slices.Contains(l.fx.faulted, l.fx.workerNode[r.worker]) {
 				return true
 			}
@@ -319,12 +320,12 @@ func (l *ledger) judgeRuns() {
 		j := l.jobByID[id]
 		var attempts []uint64
 		if j != nil {
-			attempts = j.attempts()
+			attempts = j.Attempts()
 		}
 		vs := runViolations(attempts, rs)
 		for _, r := range rs {
-			if j != nil && j.terminals > 0 && r.start.After(j.endAt) {
-				vs = append(vs, fmt.Sprintf("run %v started %v after its requester's terminal event", r, r.start.Sub(j.endAt).Round(time.Millisecond)))
+			if j != nil && j.Terminals > 0 && r.start.After(j.EndAt) {
+				vs = append(vs, fmt.Sprintf("run %v started %v after its requester's terminal event", r, r.start.Sub(j.EndAt).Round(time.Millisecond)))
 			}
 		}
 		if len(vs) > 0 {
@@ -361,8 +362,8 @@ func (l *ledger) measureNewDone() {
 	o := l.fx.origin()
 	first := time.Duration(-1)
 	for _, j := range l.jobs {
-		if j.terminal == "done" && !j.submitAt.Before(o) {
-			if d := j.endAt.Sub(o); first < 0 || d < first {
+		if j.Terminal == "done" && !j.SubmitAt.Before(o) {
+			if d := j.EndAt.Sub(o); first < 0 || d < first {
 				first = d
 			}
 		}
@@ -414,7 +415,7 @@ func (l *ledger) tookWork(node string) (at time.Time, hosts bool) {
 		if fx.workerNode[r.worker] != node {
 			continue
 		}
-		if j := l.jobByID[r.id]; j != nil && !j.submitAt.Before(fx.recoverAt) && (at.IsZero() || r.start.Before(at)) {
+		if j := l.jobByID[r.id]; j != nil && !j.SubmitAt.Before(fx.recoverAt) && (at.IsZero() || r.start.Before(at)) {
 			at = r.start
 		}
 	}

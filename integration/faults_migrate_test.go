@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // The migrate case (issue 24): a job posted with "on_worker_lost":
@@ -35,7 +37,7 @@ func (m *migration) ended() bool {
 		return true
 	}
 	j := m.g.view(m.job)
-	return j.ended(time.Time{})
+	return j.Ended(time.Time{})
 }
 
 // requireRestartField skips the case unless the nodes read the envelope's
@@ -84,11 +86,11 @@ func (fx *faultRun) killUnderMigratingJob() {
 		var run jobRun
 		poll(fx.t, jobTTL, "a run of the job that opted into restarts", func() bool {
 			v := g.view(j)
-			if !v.endAt.IsZero() && v.id == "" {
-				fx.t.Fatalf("the job that opted into restarts was not accepted: %d %s %s", v.status, v.refusal, v.postErr)
+			if !v.EndAt.IsZero() && v.ID == "" {
+				fx.t.Fatalf("the job that opted into restarts was not accepted: %d %s %s", v.Status, v.Refusal, v.PostErr)
 			}
-			rs := fx.runs.byJob()[v.id]
-			if v.id == "" || len(rs) == 0 {
+			rs := fx.runs.byJob()[v.ID]
+			if v.ID == "" || len(rs) == 0 {
 				return false
 			}
 			run = rs[0]
@@ -100,8 +102,8 @@ func (fx *faultRun) killUnderMigratingJob() {
 		}
 		poll(fx.t, jobRunTime, "3 outputs of the job that opted into restarts at its requester", func() bool {
 			n := 0
-			for _, e := range g.view(j).events {
-				if e.kind == "output" {
+			for _, e := range g.view(j).Events {
+				if e.Kind == "output" {
 					n++
 				}
 			}
@@ -131,27 +133,27 @@ type migrationVerdict struct {
 func (l *ledger) judgeMigration(m *migration) migrationVerdict {
 	fx := l.fx
 	j := m.g.view(m.job)
-	rs := l.byJob[j.id]
-	v := migrationVerdict{id: j.id, sequence: l.eventSequence(j), runs: l.describeRuns(rs), elsewhere: m.elsewhere}
+	rs := l.byJob[j.ID]
+	v := migrationVerdict{id: j.ID, sequence: l.eventSequence(j), runs: l.describeRuns(rs), elsewhere: m.elsewhere}
 	bad := func(format string, args ...any) { v.problems = append(v.problems, fmt.Sprintf(format, args...)) }
 	// A job is never restarted while its worker may still run it: not at
 	// the host's silence, only once its death is proven, as a job without
 	// output is redelivered (the same bound).
 	v.restartAt.limit = faultBounds(fx).redeliver.d + faultSlack
-	if j.status != 200 {
-		bad("refused: %d %s %s", j.status, j.refusal, j.postErr)
+	if j.Status != 200 {
+		bad("refused: %d %s %s", j.Status, j.Refusal, j.PostErr)
 		return v
 	}
 	var restarts []int
-	for i, e := range j.events {
-		if e.kind == "restart" {
+	for i, e := range j.Events {
+		if e.Kind == "restart" {
 			restarts = append(restarts, i)
 		}
 	}
 	switch {
 	case len(restarts) == 0:
-		if j.ended(time.Time{}) {
-			bad("no restart event; the stream ended %s %s", j.terminal, j.code)
+		if j.Ended(time.Time{}) {
+			bad("no restart event; the stream ended %s %s", j.Terminal, j.Code)
 		} else {
 			bad("no restart event, and the stream is still open")
 		}
@@ -161,53 +163,53 @@ func (l *ledger) judgeMigration(m *migration) migrationVerdict {
 		bad("%d restart events", len(restarts))
 	}
 	r := restarts[0]
-	rv := j.events[r]
+	rv := j.Events[r]
 	if r == 0 {
 		bad("the restart event came first")
 		return v
 	}
-	v.restartAt.add(rv.at.Sub(fx.faultAt), nil)
+	v.restartAt.add(rv.At.Sub(fx.faultAt), nil)
 	var last uint64
-	for _, e := range j.events {
-		if e.seq <= last {
-			bad("seq %d after %d", e.seq, last)
+	for _, e := range j.Events {
+		if e.Seq <= last {
+			bad("seq %d after %d", e.Seq, last)
 			break
 		}
-		last = e.seq
+		last = e.Seq
 	}
 	// The old generation: outputs from 0, in order, of one generation.
-	old := outputEvents(j.events[:r])
+	old := outputEvents(j.Events[:r])
 	if len(old) == 0 {
 		bad("no output before the restart event")
 	}
 	oldGen, oldAttempt := uint64(0), uint64(0)
 	for k, e := range old {
 		if k == 0 {
-			oldGen, oldAttempt = e.gen, e.attempt
+			oldGen, oldAttempt = e.Gen, e.Attempt
 		}
-		if e.i != k || e.gen != oldGen || e.attempt != oldAttempt {
-			bad("before the restart: output %d (gen %d, attempt %d) where %d of gen %d, attempt %d was due", e.i, e.gen, e.attempt, k, oldGen, oldAttempt)
+		if e.I != k || e.Gen != oldGen || e.Attempt != oldAttempt {
+			bad("before the restart: output %d (gen %d, attempt %d) where %d of gen %d, attempt %d was due", e.I, e.Gen, e.Attempt, k, oldGen, oldAttempt)
 			break
 		}
 	}
-	if rv.gen != oldGen+1 || rv.attempt <= oldAttempt || rv.reason == "" || rv.lastSeq != j.events[r-1].seq {
+	if rv.Gen != oldGen+1 || rv.Attempt <= oldAttempt || rv.Reason == "" || rv.LastSeq != j.Events[r-1].Seq {
 		bad("restart event gen %d, attempt %d, reason %q, last_seq %d; want gen %d, an attempt above %d, a reason, last_seq %d",
-			rv.gen, rv.attempt, rv.reason, rv.lastSeq, oldGen+1, oldAttempt, j.events[r-1].seq)
+			rv.Gen, rv.Attempt, rv.Reason, rv.LastSeq, oldGen+1, oldAttempt, j.Events[r-1].Seq)
 	}
 	// The new generation: every output, in order, then one done, last.
-	rest := j.events[r+1:]
+	rest := j.Events[r+1:]
 	outs := outputEvents(rest)
 	for k, e := range outs {
-		if e.i != k || e.gen != rv.gen || e.attempt != outs[0].attempt {
-			bad("after the restart: output %d (gen %d, attempt %d) where %d of gen %d was due", e.i, e.gen, e.attempt, k, rv.gen)
+		if e.I != k || e.Gen != rv.Gen || e.Attempt != outs[0].Attempt {
+			bad("after the restart: output %d (gen %d, attempt %d) where %d of gen %d was due", e.I, e.Gen, e.Attempt, k, rv.Gen)
 			break
 		}
 	}
 	if len(outs) != jobOutputs {
 		bad("the new generation sent %d of %d outputs", len(outs), jobOutputs)
 	}
-	if j.terminals != 1 || j.terminal != "done" || len(rest) == 0 || rest[len(rest)-1].kind != "done" {
-		bad("ended %s %s with %d terminal events; want one done, last", j.terminal, j.code, j.terminals)
+	if j.Terminals != 1 || j.Terminal != "done" || len(rest) == 0 || rest[len(rest)-1].Kind != "done" {
+		bad("ended %s %s with %d terminal events; want one done, last", j.Terminal, j.Code, j.Terminals)
 	}
 	// The workers' record: its first run on the killed host's worker, never
 	// two runs at once, each binding generation once, the last completed on
@@ -235,10 +237,10 @@ func (l *ledger) judgeMigration(m *migration) migrationVerdict {
 	return v
 }
 
-func outputEvents(es []loadEvent) []loadEvent {
-	var out []loadEvent
+func outputEvents(es []loadgen.Event) []loadgen.Event {
+	var out []loadgen.Event
 	for _, e := range es {
-		if e.kind == "output" {
+		if e.Kind == "output" {
 			out = append(out, e)
 		}
 	}
@@ -249,26 +251,26 @@ func outputEvents(es []loadEvent) []loadEvent {
 // attempt folded into one entry, times from the fault.
 func (l *ledger) eventSequence(j loadJob) string {
 	var parts []string
-	for k := 0; k < len(j.events); {
-		e := j.events[k]
-		at := fmtOffset(e.at.Sub(l.fx.faultAt))
-		switch e.kind {
+	for k := 0; k < len(j.Events); {
+		e := j.Events[k]
+		at := fmtOffset(e.At.Sub(l.fx.faultAt))
+		switch e.Kind {
 		case "output":
 			n := k
-			for n+1 < len(j.events) && j.events[n+1].kind == "output" && j.events[n+1].gen == e.gen && j.events[n+1].attempt == e.attempt {
+			for n+1 < len(j.Events) && j.Events[n+1].Kind == "output" && j.Events[n+1].Gen == e.Gen && j.Events[n+1].Attempt == e.Attempt {
 				n++
 			}
-			f := j.events[n]
+			f := j.Events[n]
 			parts = append(parts, fmt.Sprintf("output seq %d..%d i %d..%d (gen %d, attempt %d, by %s) %s..%s",
-				e.seq, f.seq, e.i, f.i, e.gen, e.attempt, e.by, at, fmtOffset(f.at.Sub(l.fx.faultAt))))
+				e.Seq, f.Seq, e.I, f.I, e.Gen, e.Attempt, e.By, at, fmtOffset(f.At.Sub(l.fx.faultAt))))
 			k = n + 1
 			continue
 		case "restart":
-			parts = append(parts, fmt.Sprintf("restart seq %d {gen %d, attempt %d, reason %s, last_seq %d} %s", e.seq, e.gen, e.attempt, e.reason, e.lastSeq, at))
+			parts = append(parts, fmt.Sprintf("restart seq %d {gen %d, attempt %d, reason %s, last_seq %d} %s", e.Seq, e.Gen, e.Attempt, e.Reason, e.LastSeq, at))
 		case "error":
-			parts = append(parts, fmt.Sprintf("error %s seq %d %s", e.code, e.seq, at))
+			parts = append(parts, fmt.Sprintf("error %s seq %d %s", e.Code, e.Seq, at))
 		default:
-			parts = append(parts, fmt.Sprintf("%s seq %d %s", e.kind, e.seq, at))
+			parts = append(parts, fmt.Sprintf("%s seq %d %s", e.Kind, e.Seq, at))
 		}
 		k++
 	}

@@ -92,9 +92,9 @@ func (fx *faultRun) warmUp() {
 		done, running := 0, 0
 		for _, j := range fx.load.snapshot() {
 			switch {
-			case j.terminal == "done":
+			case j.Terminal == "done":
 				done++
-			case j.status == 200 && j.endAt.IsZero():
+			case j.Status == 200 && j.EndAt.IsZero():
 				running++
 			}
 		}

@@ -64,9 +64,9 @@ func (l *ledger) measureStall() {
 	toRun := func(r jobRun) stall.Run { return stall.Run{Worker: r.worker, Start: r.start, End: r.end} }
 	var jobs []stall.Job
 	for _, j := range l.jobs {
-		sj := stall.Job{ID: j.id, Posted: j.submitAt, Ended: j.endAt}
-		for _, r := range l.byJob[j.id] {
-			if j.id != "" {
+		sj := stall.Job{ID: j.ID, Posted: j.SubmitAt, Ended: j.EndAt}
+		for _, r := range l.byJob[j.ID] {
+			if j.ID != "" {
 				sj.Runs = append(sj.Runs, toRun(r))
 			}
 		}

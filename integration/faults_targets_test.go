@@ -391,31 +391,31 @@ func (l *ledger) describe(j *loadJob) string {
 		return fmtOffset(t.Sub(l.fx.faultAt))
 	}
 	out := 0
-	for _, e := range j.events {
-		if e.kind == "output" {
+	for _, e := range j.Events {
+		if e.Kind == "output" {
 			out++
 		}
 	}
-	s := fmt.Sprintf("job %q via %s posted %s", j.id, j.ingress, at(j.submitAt))
+	s := fmt.Sprintf("job %q via %s posted %s", j.ID, j.Ingress, at(j.SubmitAt))
 	switch {
-	case j.postErr != "":
-		s += fmt.Sprintf(", POST failed %s: %s", at(j.endAt), j.postErr)
-	case j.status != 200:
-		s += fmt.Sprintf(", refused %s: %d %s", at(j.endAt), j.status, j.refusal)
+	case j.PostErr != "":
+		s += fmt.Sprintf(", POST failed %s: %s", at(j.EndAt), j.PostErr)
+	case j.Status != 200:
+		s += fmt.Sprintf(", refused %s: %d %s", at(j.EndAt), j.Status, j.Refusal)
 	default:
-		s += fmt.Sprintf(", %d outputs (generations %v)", out, j.attempts())
+		s += fmt.Sprintf(", %d outputs (generations %v)", out, j.Attempts())
 		switch {
-		case j.terminal != "":
-			s += fmt.Sprintf(", %s %s %s", j.terminal, j.code, at(j.endAt))
-		case j.broken != "":
-			s += fmt.Sprintf(", broke %s: %s", at(j.endAt), j.broken)
-		case j.open:
+		case j.Terminal != "":
+			s += fmt.Sprintf(", %s %s %s", j.Terminal, j.Code, at(j.EndAt))
+		case j.Broken != "":
+			s += fmt.Sprintf(", broke %s: %s", at(j.EndAt), j.Broken)
+		case j.Open:
 			s += ", still open at the end"
 		default:
-			s += fmt.Sprintf(", body ended %s with no terminal event", at(j.endAt))
+			s += fmt.Sprintf(", body ended %s with no terminal event", at(j.EndAt))
 		}
 	}
-	return s + "; runs " + l.describeRuns(l.byJob[j.id])
+	return s + "; runs " + l.describeRuns(l.byJob[j.ID])
 }
 
 func (l *ledger) describeRuns(rs []jobRun) string {
@@ -458,12 +458,12 @@ func (l *ledger) firstAnswers() string {
 	var which string
 	for i := range l.jobs {
 		j := &l.jobs[i]
-		if j.submitAt.Before(l.fx.faultAt) || j.status != 200 || len(j.events) == 0 {
+		if j.SubmitAt.Before(l.fx.faultAt) || j.Status != 200 || len(j.Events) == 0 {
 			continue
 		}
 		n++
-		if d := j.events[0].at.Sub(j.submitAt); d > slowest {
-			slowest, which = d, fmt.Sprintf(" (%s, posted at %s)", j.id, fmtOffset(j.submitAt.Sub(l.fx.faultAt)))
+		if d := j.Events[0].At.Sub(j.SubmitAt); d > slowest {
+			slowest, which = d, fmt.Sprintf(" (%s, posted at %s)", j.ID, fmtOffset(j.SubmitAt.Sub(l.fx.faultAt)))
 		}
 	}
 	if n == 0 {

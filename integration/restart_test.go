@@ -255,37 +255,37 @@ func newRestartLedger(jobs []loadJob, runs []jobRun, steps []restartStep, start,
 	}
 	for i := range jobs {
 		j := &jobs[i]
-		w := rl.windowOf(j.submitAt)
+		w := rl.windowOf(j.SubmitAt)
 		w.submitted++
 		switch {
-		case j.postErr != "":
-			w.postErrs[j.ingress]++
-		case j.status != 200:
-			w.refused[j.refusal]++
-		case j.terminal == "done":
+		case j.PostErr != "":
+			w.postErrs[j.Ingress]++
+		case j.Status != 200:
+			w.refused[j.Refusal]++
+		case j.Terminal == "done":
 			w.done++
-		case j.terminal == "error":
-			w.failed[j.code]++
-			rl.failedJobs = append(rl.failedJobs, fmt.Sprintf("%s %s (%s, window %s)", j.id, j.code, j.input, w.name))
+		case j.Terminal == "error":
+			w.failed[j.Code]++
+			rl.failedJobs = append(rl.failedJobs, fmt.Sprintf("%s %s (%s, window %s)", j.ID, j.Code, j.input, w.name))
 		}
-		if j.broken != "" {
-			w.broken[j.ingress]++
+		if j.Broken != "" {
+			w.broken[j.Ingress]++
 		}
-		if j.status == 200 && (j.open || j.terminals != 1) {
+		if j.Status == 200 && (j.Open || j.Terminals != 1) {
 			w.noTerminal++
-			rl.noTerminal = append(rl.noTerminal, fmt.Sprintf("%s: %d terminal events, open %v, broken %q", j.id, j.terminals, j.open, j.broken))
+			rl.noTerminal = append(rl.noTerminal, fmt.Sprintf("%s: %d terminal events, open %v, broken %q", j.ID, j.Terminals, j.Open, j.Broken))
 		}
-		if rs := byJob[j.id]; j.id != "" && len(rs) > 1 {
+		if rs := byJob[j.ID]; j.ID != "" && len(rs) > 1 {
 			w.ranTwice++
-			rl.twice = append(rl.twice, fmt.Sprintf("%s ran %d times: %v", j.id, len(rs), rs))
+			rl.twice = append(rl.twice, fmt.Sprintf("%s ran %d times: %v", j.ID, len(rs), rs))
 		}
-		if j.status != 200 {
+		if j.Status != 200 {
 			if rs := byInput[j.input]; len(rs) > 0 {
-				rl.refusedRan = append(rl.refusedRan, fmt.Sprintf("%s refused (%s%s) yet ran: %v", j.input, j.refusal, j.postErr, rs))
+				rl.refusedRan = append(rl.refusedRan, fmt.Sprintf("%s refused (%s%s) yet ran: %v", j.input, j.Refusal, j.PostErr, rs))
 			}
 		}
 		for k, s := range steps {
-			if j.status == 200 && j.submitAt.Before(s.sigterm) && !j.ended(s.sigterm) {
+			if j.Status == 200 && j.SubmitAt.Before(s.sigterm) && !j.Ended(s.sigterm) {
 				rl.inflight[k][outcomeOf(j)]++
 			}
 		}
@@ -295,11 +295,11 @@ func newRestartLedger(jobs []loadJob, runs []jobRun, steps []restartStep, start,
 
 func outcomeOf(j *loadJob) string {
 	switch {
-	case j.terminal == "done":
+	case j.Terminal == "done":
 		return "completed"
-	case j.terminal == "error":
-		return j.code
-	case j.broken != "":
+	case j.Terminal == "error":
+		return j.Code
+	case j.Broken != "":
 		return "broken"
 	}
 	return "no terminal event"

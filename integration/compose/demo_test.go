@@ -15,6 +15,8 @@ import (
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // The demo as docs/compose.md, "Run the demo cluster", tells it: every node serves
@@ -90,15 +92,15 @@ func TestComposeDemo(t *testing.T) {
 		{"a model=large job from node-1", large, "worker-3"},
 		{"a model=small job in zone z2 from node-1", zoned, "worker-2"},
 	} {
-		outputs := slices.IndexFunc(tc.j.events, func(e loadEvent) bool { return e.kind == "output" })
-		if tc.j.terminal != "done" || outputs < 0 {
-			t.Errorf("%s: %s %s %s%s, want output then done", tc.what, tc.j.terminal, tc.j.code, tc.j.refusal, tc.j.postErr)
+		outputs := slices.IndexFunc(tc.j.Events, func(e loadgen.Event) bool { return e.Kind == "output" })
+		if tc.j.Terminal != "done" || outputs < 0 {
+			t.Errorf("%s: %s %s %s%s, want output then done", tc.what, tc.j.Terminal, tc.j.Code, tc.j.Refusal, tc.j.PostErr)
 		}
-		if rs := runs[tc.j.id]; len(rs) != 1 || rs[0].worker != tc.worker {
+		if rs := runs[tc.j.ID]; len(rs) != 1 || rs[0].worker != tc.worker {
 			t.Errorf("%s ran %v, want once on %s", tc.what, rs, tc.worker)
 		} else {
-			t.Logf("%s: %d events, ran once on %s, %v from POST to done", tc.what, len(tc.j.events), rs[0].worker,
-				tc.j.endAt.Sub(tc.j.submitAt).Round(time.Millisecond))
+			t.Logf("%s: %d events, ran once on %s, %v from POST to done", tc.what, len(tc.j.Events), rs[0].worker,
+				tc.j.EndAt.Sub(tc.j.SubmitAt).Round(time.Millisecond))
 		}
 	}
 }

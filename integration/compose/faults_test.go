@@ -29,7 +29,7 @@ const slack = 2 * time.Second
 // untilTTL is the bound of a job that had no output at the fault: it may
 // wait for a worker, at most until its TTL.
 func untilTTL(j loadJob, at time.Time) time.Duration {
-	return j.submitAt.Add(jobTTL).Sub(at) + slack
+	return j.SubmitAt.Add(jobTTL).Sub(at) + slack
 }
 
 // Kill the container of a busy worker mid-stream. worker-3 runs 8 large
@@ -60,7 +60,7 @@ func TestComposeKillBusyWorker(t *testing.T) {
 	led.note("worker-3 started again %v after the kill; the first large job submitted after that completed %v later",
 		back.Sub(at).Round(time.Millisecond), again.Round(time.Millisecond))
 	led.check(t, func(j loadJob) time.Duration {
-		if j.outputBy(at) {
+		if j.OutputBy(at) {
 			return workerIdle + slack
 		}
 		return untilTTL(j, at)
@@ -84,7 +84,7 @@ func TestComposeKillWorkerNode(t *testing.T) {
 	// ended (its old lease has expired by then): those waiting for a
 	// worker get to run on worker-3 once it is back.
 	_, _ = poll(leaseTTL+10*time.Second, func() error {
-		if n := l.count(func(j *loadJob) bool { return j.submitAt.Before(at) && j.endAt.IsZero() && j.outputBy(at) }); n > 0 {
+		if n := l.count(func(j *loadJob) bool { return j.SubmitAt.Before(at) && j.EndAt.IsZero() && j.OutputBy(at) }); n > 0 {
 			return fmt.Errorf("%d streams with output open", n)
 		}
 		return nil
@@ -104,7 +104,7 @@ func TestComposeKillWorkerNode(t *testing.T) {
 	led.note("node-3 started %v after the kill, rejoined (ready, online in every view, worker-3 registered anew) %v later; the first large job submitted after that completed %v after the start",
 		back.Sub(at).Round(time.Millisecond), online.Round(time.Millisecond), again.Round(time.Millisecond))
 	last, _ := led.check(t, func(j loadJob) time.Duration {
-		if j.outputBy(at) {
+		if j.OutputBy(at) {
 			return leaseTTL + 2*peerHeartbeat + slack
 		}
 		return untilTTL(j, at)
@@ -157,11 +157,11 @@ func TestComposeDisconnect(t *testing.T) {
 	around := map[string]int{}
 	routed, missed := 0, 0
 	for _, j := range jobs {
-		if j.kind == "small" && !j.submitAt.Before(at) && j.submitAt.Before(back) {
+		if j.kind == "small" && !j.SubmitAt.Before(at) && j.SubmitAt.Before(back) {
 			routed++
-			if j.terminal != "done" {
+			if j.Terminal != "done" {
 				missed++
-				around[fmt.Sprintf("status %d %s%s%s", j.status, j.refusal, j.postErr, j.code)]++
+				around[fmt.Sprintf("status %d %s%s%s", j.Status, j.Refusal, j.PostErr, j.Code)]++
 			}
 		}
 	}
@@ -173,7 +173,7 @@ func TestComposeDisconnect(t *testing.T) {
 		return j.kind == "small"
 	})
 	led.check(t, func(j loadJob) time.Duration {
-		if j.kind == "large" && j.outputBy(at) {
+		if j.kind == "large" && j.OutputBy(at) {
 			return 4*peerHeartbeat + slack
 		}
 		return untilTTL(j, at)
@@ -198,9 +198,9 @@ func TestComposeRestart(t *testing.T) {
 			return at, time.Now()
 		},
 		"jobs in flight with output (bound jobs finish while node-1 drains)",
-		func(j loadJob, at time.Time, _ []jobRun) bool { return j.outputBy(at) },
+		func(j loadJob, at time.Time, _ []jobRun) bool { return j.OutputBy(at) },
 		func(j loadJob, at time.Time) time.Duration {
-			if j.outputBy(at) {
+			if j.OutputBy(at) {
 				return drainTimeout + slack
 			}
 			return untilTTL(j, at)
@@ -220,9 +220,9 @@ func TestComposeRestartCrash(t *testing.T) {
 			return at, c.start("node-1")
 		},
 		"jobs in flight with output on worker-2 and worker-3 (their hosts live)",
-		func(j loadJob, at time.Time, rs []jobRun) bool { return j.outputBy(at) && lastWorker(rs) != "worker-1" },
+		func(j loadJob, at time.Time, rs []jobRun) bool { return j.OutputBy(at) && lastWorker(rs) != "worker-1" },
 		func(j loadJob, at time.Time) time.Duration {
-			if j.outputBy(at) {
+			if j.OutputBy(at) {
 				return leaseTTL + 2*peerHeartbeat + slack
 			}
 			return untilTTL(j, at)
@@ -259,14 +259,14 @@ func testRestart(t *testing.T, name, fault string, restart func(*cluster) (time.
 	led.note("node-1 started again %v after the fault; %v later it was ready, every view had three nodes online, one online dispatcher, and worker-1 registered anew (not %s)",
 		started.Sub(at).Round(time.Millisecond), back.Round(time.Millisecond), old)
 	for _, p := range probes {
-		led.note("a %s job posted to node-1 afterwards: %s %s %s%s", p.kind, p.terminal, p.code, p.refusal, p.postErr)
-		if p.terminal != "done" {
-			t.Errorf("a %s job posted to node-1 after its restart did not complete: status %d %s%s %s %s", p.kind, p.status, p.refusal, p.postErr, p.code, p.detail)
+		led.note("a %s job posted to node-1 afterwards: %s %s %s%s", p.kind, p.Terminal, p.Code, p.Refusal, p.PostErr)
+		if p.Terminal != "done" {
+			t.Errorf("a %s job posted to node-1 after its restart did not complete: status %d %s%s %s %s", p.kind, p.Status, p.Refusal, p.PostErr, p.Code, p.Detail)
 		}
 	}
 	refused := 0
 	for _, j := range led.jobs {
-		if j.status != 0 && j.status != 200 && !j.submitAt.Before(at) {
+		if j.Status != 0 && j.Status != 200 && !j.SubmitAt.Before(at) {
 			refused++
 		}
 	}
@@ -286,9 +286,9 @@ func testRestart(t *testing.T, name, fault string, restart func(*cluster) (time.
 func waitBusy(t *testing.T, l *load, kind string, streaming, waiting int) {
 	t.Helper()
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d %s jobs streaming and %d waiting", streaming, kind, waiting), func() error {
-		s := l.count(func(j *loadJob) bool { return j.kind == kind && j.endAt.IsZero() && j.outputBy(time.Now()) })
+		s := l.count(func(j *loadJob) bool { return j.kind == kind && j.EndAt.IsZero() && j.OutputBy(time.Now()) })
 		w := l.count(func(j *loadJob) bool {
-			return j.kind == kind && j.status == 200 && j.endAt.IsZero() && !j.outputBy(time.Now())
+			return j.kind == kind && j.Status == 200 && j.EndAt.IsZero() && !j.OutputBy(time.Now())
 		})
 		if s < streaming || w < waiting {
 			return fmt.Errorf("%d streaming, %d waiting", s, w)
@@ -300,7 +300,7 @@ func waitBusy(t *testing.T, l *load, kind string, streaming, waiting int) {
 // completedAfter is nil once a job of kind submitted after t has completed.
 func completedAfter(l *load, kind string, t time.Time) func() error {
 	return func() error {
-		if l.count(func(j *loadJob) bool { return j.kind == kind && j.submitAt.After(t) && j.terminal == "done" }) == 0 {
+		if l.count(func(j *loadJob) bool { return j.kind == kind && j.SubmitAt.After(t) && j.Terminal == "done" }) == 0 {
 			return errNotYet
 		}
 		return nil
@@ -314,7 +314,7 @@ func probe(c *cluster, svc, model string) loadJob { return probeIn(c, svc, model
 func probeIn(c *cluster, svc, model, zone string) loadJob {
 	l := &load{c: c, Loop: loadgen.NewLoop[loadJob](1)}
 	defer l.Halt()
-	j := &loadJob{kind: model, ingress: svc, model: model, zone: zone}
+	j := &loadJob{Job: loadgen.Job{Ingress: svc}, kind: model, model: model, zone: zone}
 	l.do(j)
 	return *j
 }

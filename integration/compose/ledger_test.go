@@ -55,7 +55,7 @@ func (l *ledger) note(format string, args ...any) {
 func (l *ledger) inFlight() []loadJob {
 	var out []loadJob
 	for _, j := range l.jobs {
-		if j.status == 200 && j.submitAt.Before(l.at) && !j.ended(l.at) {
+		if j.Status == 200 && j.SubmitAt.Before(l.at) && !j.Ended(l.at) {
 			out = append(out, j)
 		}
 	}
@@ -71,25 +71,25 @@ type tally struct {
 func (l *ledger) tally(kind string) tally {
 	t := tally{refused: map[string]int{}, failed: map[string]int{}}
 	for _, j := range l.jobs {
-		if kind != "" && j.kind != kind || j.open && j.status == 0 {
+		if kind != "" && j.kind != kind || j.Open && j.Status == 0 {
 			continue // another kind, or a POST cut by the test's own end
 		}
 		t.submitted++
 		switch {
-		case j.postErr != "":
+		case j.PostErr != "":
 			t.postErrors++
-		case j.status != 200:
-			t.refused[j.refusal]++
-		case j.terminals == 0:
+		case j.Status != 200:
+			t.refused[j.Refusal]++
+		case j.Terminals == 0:
 			t.unknown++
-		case j.terminal == "done":
+		case j.Terminal == "done":
 			t.completed++
-		case j.code == "cancelled":
+		case j.Code == "cancelled":
 			t.cancelled++
-		case j.code == "expired":
+		case j.Code == "expired":
 			t.expired++
 		default:
-			t.failed[j.code]++
+			t.failed[j.Code]++
 		}
 	}
 	return t
@@ -99,11 +99,11 @@ func (l *ledger) tally(kind string) tally {
 func (l *ledger) violations() map[string][]string {
 	out := map[string][]string{}
 	for _, j := range l.jobs {
-		if j.id == "" {
+		if j.ID == "" {
 			continue
 		}
-		if v := runViolations(j.attempts(), l.runs[j.id], l.killed); len(v) > 0 {
-			out[j.id] = v
+		if v := runViolations(j.Attempts(), l.runs[j.ID], l.killed); len(v) > 0 {
+			out[j.ID] = v
 		}
 	}
 	return out
@@ -114,14 +114,14 @@ func (l *ledger) violations() map[string][]string {
 func (l *ledger) disordered() []string {
 	var out []string
 	for _, j := range l.jobs {
-		for i := 1; i < len(j.events); i++ {
-			if j.events[i].seq <= j.events[i-1].seq {
-				out = append(out, fmt.Sprintf("%s: seq %d after %d", j.id, j.events[i].seq, j.events[i-1].seq))
+		for i := 1; i < len(j.Events); i++ {
+			if j.Events[i].Seq <= j.Events[i-1].Seq {
+				out = append(out, fmt.Sprintf("%s: seq %d after %d", j.ID, j.Events[i].Seq, j.Events[i-1].Seq))
 				break
 			}
 		}
-		if j.terminals > 1 {
-			out = append(out, fmt.Sprintf("%s: %d terminal events", j.id, j.terminals))
+		if j.Terminals > 1 {
+			out = append(out, fmt.Sprintf("%s: %d terminal events", j.ID, j.Terminals))
 		}
 	}
 	return out
@@ -189,20 +189,20 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 	var over []string
 	for _, j := range flight {
 		k := 0
-		if j.outputBy(l.at) {
+		if j.OutputBy(l.at) {
 			k = 1
 		}
 		n[k]++
-		d := j.endAt.Sub(l.at)
-		if j.terminals == 0 {
+		d := j.EndAt.Sub(l.at)
+		if j.Terminals == 0 {
 			continue // counted as unknown
 		}
 		if d > last[k] {
-			last[k], worst[k] = d, fmt.Sprintf("%s %s", j.terminal, j.code)
+			last[k], worst[k] = d, fmt.Sprintf("%s %s", j.Terminal, j.Code)
 		}
 		if bd := bound(j); d > bd {
 			over = append(over, fmt.Sprintf("%s (%s, output before the fault: %v): terminal %s %s after %v, bound %v",
-				j.id, j.kind, k == 1, j.terminal, j.code, d.Round(time.Millisecond), bd))
+				j.ID, j.kind, k == 1, j.Terminal, j.Code, d.Round(time.Millisecond), bd))
 		}
 	}
 	fmt.Fprintf(&b, "  in flight at the fault: %d; fault -> last terminal event: %v\n", len(flight), max(last[0], last[1]).Round(time.Millisecond))
@@ -219,8 +219,8 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 	if u := tallies[0].unknown; u > 0 {
 		var ids []string
 		for _, j := range l.jobs {
-			if j.status == 200 && j.terminals == 0 {
-				ids = append(ids, fmt.Sprintf("%s (broken: %q, open: %v)", j.id, j.broken, j.open))
+			if j.Status == 200 && j.Terminals == 0 {
+				ids = append(ids, fmt.Sprintf("%s (broken: %q, open: %v)", j.ID, j.Broken, j.Open))
 			}
 		}
 		t.Errorf("%d streams without a terminal event: %v", u, ids)
@@ -247,18 +247,18 @@ func (l *ledger) failures() []string {
 	type count struct{ n, output, after int }
 	m := map[key]*count{}
 	for _, j := range l.jobs {
-		if j.terminal != "error" || j.code == "cancelled" || j.code == "expired" {
+		if j.Terminal != "error" || j.Code == "cancelled" || j.Code == "expired" {
 			continue
 		}
-		k := key{j.code, j.detail}
+		k := key{j.Code, j.Detail}
 		if m[k] == nil {
 			m[k] = &count{}
 		}
 		m[k].n++
-		if j.outputBy(l.at) {
+		if j.OutputBy(l.at) {
 			m[k].output++
 		}
-		if !j.submitAt.Before(l.at) {
+		if !j.SubmitAt.Before(l.at) {
 			m[k].after++
 		}
 	}
@@ -277,9 +277,9 @@ func (l *ledger) failures() []string {
 func (l *ledger) lostWithoutOutput() []string {
 	var out []string
 	for _, j := range l.jobs {
-		if j.code == "worker_lost" && !j.outputBy(j.endAt) {
+		if j.Code == "worker_lost" && !j.OutputBy(j.EndAt) {
 			out = append(out, fmt.Sprintf("%s (%s, ingress %s, ran on %s, ended +%v after the fault): %s",
-				j.id, j.kind, j.ingress, lastWorker(l.runs[j.id]), j.endAt.Sub(l.at).Round(time.Millisecond), j.detail))
+				j.ID, j.kind, j.Ingress, lastWorker(l.runs[j.ID]), j.EndAt.Sub(l.at).Round(time.Millisecond), j.Detail))
 		}
 	}
 	return out
@@ -292,16 +292,16 @@ func (l *ledger) mustComplete(t *testing.T, what string, pick func(j loadJob, ru
 	t.Helper()
 	n, done := 0, 0
 	for _, j := range l.inFlight() {
-		if !pick(j, l.runs[j.id]) {
+		if !pick(j, l.runs[j.ID]) {
 			continue
 		}
 		n++
-		if j.terminal == "done" {
+		if j.Terminal == "done" {
 			done++
 			continue
 		}
-		t.Errorf("%s: job %s (%s, ingress %s, ran on %s) ended %s %s after %v: %s", what, j.id, j.kind, j.ingress, lastWorker(l.runs[j.id]), j.terminal, j.code,
-			j.endAt.Sub(l.at).Round(time.Millisecond), j.detail)
+		t.Errorf("%s: job %s (%s, ingress %s, ran on %s) ended %s %s after %v: %s", what, j.ID, j.kind, j.Ingress, lastWorker(l.runs[j.ID]), j.Terminal, j.Code,
+			j.EndAt.Sub(l.at).Round(time.Millisecond), j.Detail)
 	}
 	l.note("%s: %d, completed %d", what, n, done)
 }

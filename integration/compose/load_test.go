@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,55 +43,13 @@ type clientSpec struct {
 	ingresses []string
 }
 
-// loadJob is one POST and its stream.
+// loadJob is one POST and its stream: its clients' kind, what it
+// requires, and how many times its stream was resumed.
 type loadJob struct {
-	kind, ingress string
-	model, zone   string // what the job requires
-	submitAt      time.Time
-	// status is the HTTP answer (0: none); refusal the problem code of a
-	// non-200 one; postErr a transport error before any answer.
-	status  int
-	refusal string
-	postErr string
-	id      string
-	events  []loadEvent
-	// terminal is done or error, code the error's code; terminals counts
-	// terminal events (more than one is a bug).
-	terminal, code string
-	detail         string // the error event's detail
-	terminals      int
-	endAt          time.Time
-	// broken: the stream ended without a terminal event and could not be
-	// resumed; open: still open when the test stopped waiting.
-	broken  string
-	open    bool
-	resumes int
-}
-
-type loadEvent struct {
-	kind         string
-	at           time.Time
-	seq, attempt uint64
-	code         string
-}
-
-// ended reports whether the stream had ended by t.
-func (j *loadJob) ended(t time.Time) bool { return !j.endAt.IsZero() && !j.endAt.After(t) }
-
-// outputBy reports whether the requester had seen an output by t.
-func (j *loadJob) outputBy(t time.Time) bool {
-	return slices.ContainsFunc(j.events, func(e loadEvent) bool { return e.kind == "output" && !e.at.After(t) })
-}
-
-// attempts are the distinct generations the job's outputs came from.
-func (j *loadJob) attempts() []uint64 {
-	var out []uint64
-	for _, e := range j.events {
-		if e.kind == "output" && !slices.Contains(out, e.attempt) {
-			out = append(out, e.attempt)
-		}
-	}
-	return out
+	loadgen.Job
+	kind        string
+	model, zone string // what the job requires
+	resumes     int
 }
 
 type load struct {
@@ -134,11 +91,11 @@ func startMixedLoad(t *testing.T, c *cluster, ingresses ...string) *load {
 func (l *load) runClient(s clientSpec, i int) {
 	ing := i % len(s.ingresses)
 	for !l.Stopping.Load() {
-		j := &loadJob{kind: s.kind, ingress: s.ingresses[ing], model: s.model, zone: s.zone}
+		j := &loadJob{Job: loadgen.Job{Ingress: s.ingresses[ing]}, kind: s.kind, model: s.model, zone: s.zone}
 		l.Add(j)
 		pause := l.do(j)
 		l.Mu.Lock()
-		failover := j.postErr != ""
+		failover := j.PostErr != ""
 		l.Mu.Unlock()
 		if failover {
 			ing = (ing + 1) % len(s.ingresses)
@@ -165,9 +122,9 @@ func (l *load) do(j *loadJob) time.Duration {
 		env["zone"] = j.zone
 	}
 	body, _ := json.Marshal(env)
-	base, err := l.c.url(j.ingress)
+	base, err := l.c.url(j.Ingress)
 	l.Mu.Lock()
-	j.submitAt = time.Now()
+	j.SubmitAt = time.Now()
 	l.Mu.Unlock()
 	var res *http.Response
 	if err == nil {
@@ -178,34 +135,22 @@ func (l *load) do(j *loadJob) time.Duration {
 	}
 	if err != nil {
 		l.Mu.Lock()
-		j.endAt = time.Now()
-		if l.Halted.Load() {
-			j.open = true
-		} else {
-			j.postErr = err.Error()
-		}
+		j.PostFailed(err, l.Halted.Load())
 		l.Mu.Unlock()
 		return 200 * time.Millisecond
 	}
-	if res.StatusCode != http.StatusOK {
-		code, wait := loadgen.Refusal(res)
+	if ok, wait := l.Answer(&j.Job, res); !ok {
 		res.Body.Close()
-		l.Mu.Lock()
-		j.status, j.refusal, j.endAt = res.StatusCode, code, time.Now()
-		l.Mu.Unlock()
 		return wait
 	}
-	l.Mu.Lock()
-	j.status, j.id = res.StatusCode, res.Header.Get("X-Job-Id")
-	l.Mu.Unlock()
 	last, err := l.read(j, res)
-	for err == nil && j.terminals == 0 && j.resumes < 3 && j.id != "" {
+	for err == nil && j.Terminals == 0 && j.resumes < 3 && j.ID != "" {
 		// Ended without its terminal event: resume after the last event
 		// seen, as an EventSource would.
 		l.Mu.Lock()
 		j.resumes++
 		l.Mu.Unlock()
-		req, _ := http.NewRequestWithContext(l.Ctx, http.MethodGet, base+"/v1/jobs/"+j.id+"/events", nil)
+		req, _ := http.NewRequestWithContext(l.Ctx, http.MethodGet, base+"/v1/jobs/"+j.ID+"/events", nil)
 		req.Header.Set("Last-Event-ID", last)
 		if res, err = l.HTTP.Do(req); err == nil {
 			if res.StatusCode != http.StatusOK {
@@ -219,16 +164,16 @@ func (l *load) do(j *loadJob) time.Duration {
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
 	switch {
-	case j.terminals > 0:
+	case j.Terminals > 0:
 	case l.Halted.Load():
-		j.open = true
+		j.Open = true
 	case err != nil:
-		j.broken = err.Error()
+		j.Broken = err.Error()
 	default:
-		j.broken = "stream ended without a terminal event"
+		j.Broken = "stream ended without a terminal event"
 	}
-	if j.endAt.IsZero() {
-		j.endAt = time.Now()
+	if j.EndAt.IsZero() {
+		j.EndAt = time.Now()
 	}
 	return 0
 }
@@ -246,23 +191,8 @@ func (l *load) read(j *loadJob, res *http.Response) (string, error) {
 		if ev.LastEventID != "" {
 			last = ev.LastEventID
 		}
-		var d struct {
-			JobID        string `json:"job_id"`
-			Seq, Attempt uint64
-			Code, Detail string
-		}
-		_ = json.Unmarshal([]byte(ev.Data), &d)
 		l.Mu.Lock()
-		if j.id == "" {
-			j.id = d.JobID
-		}
-		j.events = append(j.events, loadEvent{kind: ev.Type, at: now, seq: d.Seq, attempt: d.Attempt, code: d.Code})
-		if ev.Type == "done" || ev.Type == "error" {
-			j.terminals++
-			if j.terminals == 1 {
-				j.terminal, j.code, j.detail, j.endAt = ev.Type, d.Code, d.Detail, now
-			}
-		}
+		j.Record(ev.Type, ev.Data, now)
 		l.Mu.Unlock()
 	}
 	return last, nil
@@ -279,7 +209,7 @@ func (l *load) drain(timeout time.Duration) {
 func (l *load) snapshot() []loadJob {
 	return l.Snapshot(func(j *loadJob) loadJob {
 		c := *j
-		c.events = slices.Clone(j.events)
+		c.Job = j.Job.Clone()
 		return c
 	})
 }

@@ -60,9 +60,9 @@ func TestComposeReplaceVolume(t *testing.T) {
 	led := newLedger(c, "replace-volume", "docker compose rm -sf node-3, docker volume rm, docker compose up -d node-3", at, l.snapshot(), nil)
 	led.note("node-3 removed (drained) %v after the fault, started on an empty volume %v after, back (ready, three nodes online in every view, worker-3 registered anew) %v later",
 		removed.Sub(at).Round(time.Millisecond), started.Sub(removed).Round(time.Millisecond), back.Round(time.Millisecond))
-	led.mustComplete(t, "jobs in flight with output (they finish while node-3 drains)", func(j loadJob, _ []jobRun) bool { return j.outputBy(at) })
+	led.mustComplete(t, "jobs in flight with output (they finish while node-3 drains)", func(j loadJob, _ []jobRun) bool { return j.OutputBy(at) })
 	led.check(t, func(j loadJob) time.Duration {
-		if j.outputBy(at) {
+		if j.OutputBy(at) {
 			return drainTimeout + slack
 		}
 		return untilTTL(j, at)

@@ -98,7 +98,7 @@ func testStall(t *testing.T, sc stallCase) {
 	led.note("%s", stallLine(res))
 	faulted := "worker-" + strings.TrimPrefix(sc.node, "node-")
 	led.mustComplete(t, "small jobs in flight with output on the worker whose host lived", func(j loadJob, rs []jobRun) bool {
-		return j.outputBy(at) && lastWorker(rs) != faulted && lastWorker(rs) != ""
+		return j.OutputBy(at) && lastWorker(rs) != faulted && lastWorker(rs) != ""
 	})
 	// Issue 24 (and 12): nothing is refused, and no job fails, while a
 	// capable worker lives — one small worker lives throughout. A job that
@@ -107,19 +107,19 @@ func testStall(t *testing.T, sc stallCase) {
 	// fault is not.
 	var turnedAway []string
 	for _, j := range led.jobs {
-		if j.submitAt.Before(at) {
+		if j.SubmitAt.Before(at) {
 			continue
 		}
 		switch {
-		case j.status != 0 && j.status != 200:
-			turnedAway = append(turnedAway, fmt.Sprintf("%s refused %d %s", j.ingress, j.status, j.refusal))
-		case j.terminal == "error" && !(j.code == "worker_lost" && j.outputBy(j.endAt) && lastWorker(led.runs[j.id]) == faulted):
-			turnedAway = append(turnedAway, fmt.Sprintf("%s failed %s: %s", j.id, j.code, j.detail))
+		case j.Status != 0 && j.Status != 200:
+			turnedAway = append(turnedAway, fmt.Sprintf("%s refused %d %s", j.Ingress, j.Status, j.Refusal))
+		case j.Terminal == "error" && !(j.Code == "worker_lost" && j.OutputBy(j.EndAt) && lastWorker(led.runs[j.ID]) == faulted):
+			turnedAway = append(turnedAway, fmt.Sprintf("%s failed %s: %s", j.ID, j.Code, j.Detail))
 		}
 	}
 	led.note("jobs posted after the fault refused or failed while worker-%s lived (must be 0): %d", map[bool]string{true: "2", false: "1"}[sc.dispatcher], len(turnedAway))
 	led.check(t, func(j loadJob) time.Duration {
-		if j.outputBy(at) {
+		if j.OutputBy(at) {
 			return leaseTTL + 2*peerHeartbeat + slack
 		}
 		return untilTTL(j, at)
@@ -169,9 +169,9 @@ func (l *ledger) stall(from, to time.Time, kind string, hosts map[string]string,
 		if j.kind != kind {
 			continue
 		}
-		sj := stall.Job{ID: j.id, Posted: j.submitAt, Ended: j.endAt}
-		if j.id != "" {
-			for _, r := range l.runs[j.id] {
+		sj := stall.Job{ID: j.ID, Posted: j.SubmitAt, Ended: j.EndAt}
+		if j.ID != "" {
+			for _, r := range l.runs[j.ID] {
 				sj.Runs = append(sj.Runs, toRun(r))
 			}
 		}

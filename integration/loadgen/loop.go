@@ -2,9 +2,10 @@
 // fault suite's and the rolling restart's (integration) and the compose
 // tests' (integration/compose). Each posts streamed jobs from clients in a
 // closed loop and records every job as its client saw it; this package
-// holds the loop's lifetime (stop, drain, halt), its record of jobs, and
-// how a client reads a refusal. What a job is, and how it is posted and
-// read, is each suite's.
+// holds the loop's lifetime (stop, drain, halt), its record of jobs (Job:
+// the answer and the stream as the client saw them), and how a client
+// reads an answer. What a job is (its input, what it requires), and how it
+// is posted and its stream read, is each suite's.
 package loadgen
 
 import (
