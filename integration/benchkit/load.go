@@ -204,3 +204,43 @@ func (r *Result) Add(o Result) {
 	r.Wall += o.Wall
 	r.CPU += o.CPU
 }
+
+// FrameJob is Job for the opaque relay floor (FrameIngress): it posts body
+// and reads the stream with the same SSE parser, expecting frames events
+// and then the stream's end. first is the time to the first event, last to
+// the frames-th; ok is false when the stream carried an "error" event,
+// broke, or ended with another count.
+func FrameJob(client *http.Client, url string, body []byte, frames int) JobFunc {
+	return func(ctx context.Context) (first, last time.Duration, ok bool) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return 0, 0, false
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		t0 := time.Now()
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, 0, false
+		}
+		defer res.Body.Close()
+		defer io.Copy(io.Discard, res.Body) //nolint:errcheck // drain for connection reuse
+		if res.StatusCode != http.StatusOK {
+			return 0, 0, false
+		}
+		n := 0
+		for ev, err := range sse.Read(res.Body, nil) {
+			if err != nil || ev.Type == "error" {
+				return 0, 0, false
+			}
+			n++
+			if n == 1 {
+				first = time.Since(t0)
+			}
+			if n == frames {
+				last = time.Since(t0)
+			}
+		}
+		return first, last, n == frames
+	}
+}

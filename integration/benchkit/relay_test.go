@@ -1,7 +1,9 @@
 package benchkit_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -68,4 +70,96 @@ func TestRelay(t *testing.T) {
 			t.Fatalf("%s: %d failed, %d done", mode, r1.Failed, len(r1.Last))
 		}
 	}
+}
+
+// The opaque relay floor carries a job's envelope to the frame worker and
+// streams back the frames of the job's shape as SSE events, ids in order,
+// the response ending after the last; a job with no worker ends with an
+// error event; the load generator counts jobs right; nothing is left
+// running.
+func TestFrameRelay(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	n, err := benchkit.StartFrameNode("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	in, err := benchkit.StartFrameIngress("127.0.0.1:0", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	client := benchkit.NewClient()
+	defer client.CloseIdleConnections()
+	body, _ := json.Marshal(map[string]any{"input": "ignored", "options": benchkit.BareShape{Outputs: 5, Bytes: 7}})
+
+	// No worker yet: the job fails at once.
+	res, err := client.Post(in.URL(), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, _, data := readEvents(t, res)
+	if strings.Join(types, ",") != "error" || data[0] != "no worker" {
+		t.Fatalf("without a worker: events %q %q", types, data)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- benchkit.RunFrameWorker(ctx, n.Addr()) }()
+	defer func() { cancel(); <-done }()
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := n.WaitWorker(wctx); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err = client.Post(in.URL(), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	types, ids, data := readEvents(t, res)
+	if got := strings.Join(ids, ","); got != "0,1,2,3,4" {
+		t.Fatalf("ids %s (types %q)", got, types)
+	}
+	for i, d := range data {
+		if types[i] != "" || d != "abcdefg" {
+			t.Fatalf("event %d: type %q data %q", i, types[i], d)
+		}
+	}
+
+	// Two shapes at once, as the bench's warm-up and rounds do.
+	other, _ := json.Marshal(map[string]any{"options": benchkit.BareShape{Outputs: 16, Bytes: 32}})
+	for _, c := range []struct {
+		body   []byte
+		frames int
+	}{{body, 5}, {other, 16}} {
+		r := benchkit.RunJobs(ctx, benchkit.FrameJob(client, in.URL(), c.body, c.frames), 50, 8)
+		if r.Failed != 0 || len(r.Last) != 50 || r.First[0] <= 0 || r.Last[0] < r.First[0] {
+			t.Fatalf("%d frames: %d failed, %d done, first %v last %v", c.frames, r.Failed, len(r.Last), r.First[:1], r.Last[:1])
+		}
+	}
+	// The wrong count is a failure, not a job done.
+	if r := benchkit.RunJobs(ctx, benchkit.FrameJob(client, in.URL(), body, 6), 1, 1); r.Failed != 1 {
+		t.Fatalf("6 frames expected, 5 sent: %d failed", r.Failed)
+	}
+}
+
+// readEvents reads an SSE response to its end: each event's type, id and
+// data.
+func readEvents(t *testing.T, res *http.Response) (types, ids, data []string) {
+	t.Helper()
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	for ev, err := range sse.Read(res.Body, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		types, ids, data = append(types, ev.Type), append(ids, ev.LastEventID), append(data, ev.Data)
+	}
+	return types, ids, data
 }
