@@ -22,21 +22,32 @@ import (
 
 // BenchmarkProcesses measures what a user runs: the real binary as the
 // README's 3-node cluster (a, b, c, each an embedded etcd member), its demo
-// tokens worker (the Go worker SDK) in a process of its own on c, and the
-// bare relay floor as three processes of its own (ingress A, middle B and a
-// bare worker that answers from pre-encoded messages: benchkit.Relay split
-// in two, benchkit.RunBareWorker), all on loopback. The load generator is
-// this process. Setups, each driven closed-loop for -procs.dur per round:
+// tokens worker (the Go worker SDK) in a process of its own on c, and two
+// bare relay floors of three processes each (ingress A, middle B, a bare
+// worker), all on loopback. The load generator is this process. Setups,
+// each driven closed-loop for -procs.dur per round:
 //
 //   - cross: POST to a, dispatched and run on c (two peer hops, as the
 //     relay's two gRPC hops); HTTP/SSE at both ends;
 //   - colo: POST to c, where the worker is (no peer hop);
 //   - grpc: the gRPC JobService at a (no HTTP edge), the job as in cross;
-//   - relay: the floor, POST to A.
+//   - relay: the floor every ratio is to: opaque frames end to end
+//     (benchkit.FrameIngress, FrameNode, RunFrameWorker), each hop reading
+//     an 11-byte header to route, the ingress writing "id: seq / data:
+//     payload" SSE events, the worker answering from pre-encoded frames —
+//     the shape of the reference kit's relay (../shared/bench, issue 31),
+//     so the two agree on the floor. Its job is 16 events (the outputs),
+//     where a Switchyard job's stream has 18 (accepted and done too), as
+//     the kit's is;
+//   - relay (worker protocol): the same path speaking Switchyard's
+//     messages (benchkit.Relay split in two, benchkit.RunBareWorker: Job
+//     and WorkerMessage protobufs, JSON SSE events of Switchyard's types),
+//     shown to separate what the protocol costs from what the relaying
+//     does; its ratios are to the opaque floor too.
 //
 // CPU comes from /proc for each process and is split between the nodes
-// (a+b+c; the relay's A+B) and the worker. Ratios are to the relay of the
-// same shape and concurrency in the same round; rounds interleave the
+// (a+b+c; a relay's A+B) and the worker. Ratios are to the opaque relay of
+// the same shape and concurrency in the same round; rounds interleave the
 // setups so the machine's load hits them alike.
 //
 //	go test -run '^$' -bench '^BenchmarkProcesses$' -benchtime 1x ./integration/ -args -procs.rounds 2
@@ -79,12 +90,16 @@ func BenchmarkProcesses(b *testing.B) {
 		"--delay", "0s", "--concurrency", "256", "--debug-addr", sdkDebug, "--log-level", "warn")
 	startProcess(b, sdk)
 
-	// The relay floor: B, its bare worker, A.
+	// The opaque relay floor: B, its frame worker, A.
+	frameB, frameA, frameDebug := freeAddr(b), freeAddr(b), freeAddr(b)
+	fb := reexec(b, "frame-node", frameB)
+	fw := reexec(b, "frame-worker", frameB, frameDebug)
+	fa := reexec(b, "frame-ingress", frameA, frameB)
+	// The worker-protocol relay: B, its bare worker, A.
 	relayB, relayA, bareDebug := freeAddr(b), freeAddr(b), freeAddr(b)
 	rb := reexec(b, "relay-node", relayB)
 	bare := reexec(b, "bare-worker", relayB, bareDebug)
 	ra := reexec(b, "relay-ingress", relayA, relayB)
-	relayNodes, relayWorker := []int{rb, ra}, bare
 
 	type setup struct {
 		name       string
@@ -92,19 +107,24 @@ func BenchmarkProcesses(b *testing.B) {
 		nodes      []int
 		worker     int
 		profileURL []string // name=debug URL, for -procs.profile
+		bare       bool     // a relay: its bare worker reads the shape from the envelope's options
 	}
+	const floor = "relay" // the setup every ratio is to
 	jobsURL := func(addr string) string { return "http://" + addr + "/v1/queues/demo/jobs" }
 	conn := dialPlain(b, ad["a"].grpc)
 	jobs := pb.NewJobServiceClient(conn)
 	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
 	setups := []setup{
 		{"cross", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["a"].http), body) }, nodePids, sdk.Process.Pid,
-			[]string{"a=" + ad["a"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}},
-		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid, nil},
-		{"grpc", grpcJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}},
-		{"relay", func(body []byte) benchkit.JobFunc {
+			[]string{"a=" + ad["a"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}, false},
+		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid, nil, false},
+		{"grpc", grpcJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}, false},
+		{floor, func(body []byte) benchkit.JobFunc {
+			return benchkit.FrameJob(client, "http://"+frameA+"/job", body, 16)
+		}, []int{fb, fa}, fw, []string{"frame=" + frameDebug}, true},
+		{"relay (worker protocol)", func(body []byte) benchkit.JobFunc {
 			return benchkit.HTTPJob(client, "http://"+relayA+"/"+benchkit.ModeSharedStream+"/v1/queues/demo/jobs", body)
-		}, relayNodes, relayWorker, []string{"bare=" + bareDebug}},
+		}, []int{rb, ra}, bare, []string{"bare=" + bareDebug}, true},
 	}
 
 	type shape struct{ outputs, size int }
@@ -125,8 +145,8 @@ func BenchmarkProcesses(b *testing.B) {
 		levels = append(levels, c)
 	}
 	// The same envelope everywhere, but for the bare worker's shape in the
-	// relay's options (the demo tokens worker takes its shape from the
-	// input, which the bare worker ignores).
+	// relays' options (the demo tokens worker takes its shape from the
+	// input, which the bare workers ignore).
 	bodyOf := func(s shape, relay bool) []byte {
 		env := map[string]any{"ttl_ms": 30000, "input": benchkit.Input(s.outputs, s.size)}
 		if relay {
@@ -138,7 +158,7 @@ func BenchmarkProcesses(b *testing.B) {
 	// Warm up each setup until jobs complete (the worker registered, the
 	// dispatcher claimed, the connections open).
 	for _, st := range setups {
-		job := st.job(bodyOf(shapes[0], st.name == "relay"))
+		job := st.job(bodyOf(shapes[0], st.bare))
 		waitFor(b, 60*time.Second, st.name+" answering", func() bool { _, _, ok := job(b.Context()); return ok })
 		benchkit.RunJobs(b.Context(), job, 200, 16)
 	}
@@ -157,7 +177,7 @@ func BenchmarkProcesses(b *testing.B) {
 		for _, sh := range shapes {
 			for _, c := range levels {
 				for _, st := range setups {
-					job := st.job(bodyOf(sh, st.name == "relay"))
+					job := st.job(bodyOf(sh, st.bare))
 					var prof func()
 					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
@@ -180,23 +200,23 @@ func BenchmarkProcesses(b *testing.B) {
 		}
 	}
 
-	fmt.Printf("\nBenchmarkProcesses: separate processes (3 nodes + SDK worker; relay A + B + bare worker), %d round(s) × %s per setup\n", *procsRounds, *procsDur)
-	fmt.Printf("  %-22s %9s %9s %9s %10s %10s %8s %8s %8s %8s %6s\n", "setup", "jobs/s", "first p50", "last p50",
+	fmt.Printf("\nBenchmarkProcesses: separate processes (3 nodes + SDK worker; each relay A + B + bare worker; ratios to the opaque relay), %d round(s) × %s per setup\n", *procsRounds, *procsDur)
+	fmt.Printf("  %-38s %9s %9s %9s %10s %10s %8s %8s %8s %8s %6s\n", "setup", "jobs/s", "first p50", "last p50",
 		"nodes µs", "worker µs", "jobs×", "first×", "nodes×", "worker×", "failed")
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	for _, sh := range shapes {
 		for _, c := range levels {
-			relay := rows[key{"relay", sh, c}]
+			relay := rows[key{floor, sh, c}]
 			for _, st := range setups {
 				r := rows[key{st.name, sh, c}]
 				jobs := float64(len(r.res.Last))
 				if jobs == 0 {
-					fmt.Printf("  %-22s no job completed (%d failed)\n", st.name, r.res.Failed)
+					fmt.Printf("  %-38s no job completed (%d failed)\n", st.name, r.res.Failed)
 					continue
 				}
 				nodes, worker := us(r.nodes)/jobs, us(r.worker)/jobs
 				rj := float64(len(relay.res.Last))
-				fmt.Printf("  %-22s %9.0f %9.0f %9.0f %10.0f %10.0f %7.2fx %7.2fx %7.2fx %7.2fx %6d\n",
+				fmt.Printf("  %-38s %9.0f %9.0f %9.0f %10.0f %10.0f %7.2fx %7.2fx %7.2fx %7.2fx %6d\n",
 					fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), r.res.JobsPerSec(),
 					us(benchkit.Percentile(r.res.First, 50)), us(benchkit.Percentile(r.res.Last, 50)), nodes, worker,
 					r.res.JobsPerSec()/relay.res.JobsPerSec(),
@@ -217,8 +237,9 @@ var (
 )
 
 // benchRoleEnv re-executes the test binary as one of the relay's processes
-// (TestMain): "relay-node ADDR", "relay-ingress ADDR NODE" or
-// "bare-worker NODE DEBUG".
+// (TestMain): the opaque floor's "frame-node ADDR", "frame-ingress ADDR
+// NODE", "frame-worker NODE DEBUG", or the worker-protocol relay's
+// "relay-node ADDR", "relay-ingress ADDR NODE", "bare-worker NODE DEBUG".
 const benchRoleEnv = "SWITCHYARD_BENCH_ROLE"
 
 // reexec starts the test binary as a relay process and returns its pid.
@@ -234,6 +255,26 @@ func reexec(b *testing.B, role ...string) int {
 func runBenchRole(role string) error {
 	f := strings.Fields(role)
 	switch {
+	case len(f) == 2 && f[0] == "frame-node":
+		if _, err := benchkit.StartFrameNode(f[1]); err != nil {
+			return err
+		}
+	case len(f) == 3 && f[0] == "frame-ingress":
+		for { // B may not listen yet
+			_, err := benchkit.StartFrameIngress(f[1], f[2])
+			if err == nil {
+				break
+			}
+			fmt.Fprintln(os.Stderr, "frame ingress:", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	case len(f) == 3 && f[0] == "frame-worker":
+		go servePprof(f[2])
+		for {
+			err := benchkit.RunFrameWorker(context.Background(), f[1])
+			fmt.Fprintln(os.Stderr, "frame worker:", err)
+			time.Sleep(100 * time.Millisecond) // B may not listen yet
+		}
 	case len(f) == 2 && f[0] == "relay-node":
 		_, err := benchkit.StartRelayNode(f[1], 0)
 		if err != nil {
@@ -285,7 +326,8 @@ func startProfiles(b *testing.B, setup string, urls []string, d time.Duration) f
 				return
 			}
 			defer res.Body.Close()
-			f, err := os.Create(filepath.Join(*procsProfile, setup+"-"+name+".pprof"))
+			file := strings.Join(strings.FieldsFunc(setup, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
+			f, err := os.Create(filepath.Join(*procsProfile, file+"-"+name+".pprof"))
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "profile", err)
 				return
