@@ -77,10 +77,11 @@ fuzz:
 	done
 
 ## bench: first what a user runs (BenchmarkProcesses, docs/perf.md): the
-## 3-node cluster, its SDK worker and the bare relay floor, each a process,
+## 3-node cluster, its SDK worker and two bare relay floors (opaque frames,
+## the reference kit's shape; the worker protocol), each a process,
 ## cross-node, co-located and over the gRPC JobService, 16 outputs of 32 B
 ## and of 4 KiB at concurrency 1 and 64, CPU split between nodes and
-## workers, ratios to the relay; then a node with a demo worker, driven by
+## workers, ratios to the opaque relay; then a node with a demo worker, driven by
 ## `switchyard bench` (4 outputs;
 ## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the in-process
 ## cluster benchmark (co-located vs cross-node vs a bare relay, all in one
