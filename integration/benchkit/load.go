@@ -1,8 +1,9 @@
 // Package benchkit holds what Switchyard's benchmarks share: the HTTP load
 // generator behind `switchyard bench` and the cluster benchmark
 // (integration/bench_test.go), so every figure they print is measured by
-// the same client code, and the bare relay that benchmark compares a
-// cross-node job with.
+// the same client code, and the bare relay floors Switchyard is compared
+// with: opaque frames in the reference kit's shape (FrameNode) and the
+// worker protocol (Relay).
 //
 // It is benchmark tooling, not part of a node. Nothing here fails on a
 // time: it measures and reports.
