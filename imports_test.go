@@ -115,6 +115,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a series of a Prometheus
 	// registry read by its name and labels.
 	"internal/promtest": {},
+	// Test plumbing, imported by tests only: a buffer that goroutines
+	// write and the test reads at once (logs, a process's output).
+	"internal/syncbuf": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
