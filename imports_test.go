@@ -118,6 +118,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a buffer that goroutines
 	// write and the test reads at once (logs, a process's output).
 	"internal/syncbuf": {},
+	// Test plumbing, imported by tests only: a gRPC server on loopback
+	// for the test's lifetime.
+	"internal/grpctest": {},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.

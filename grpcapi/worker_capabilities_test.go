@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -102,21 +102,15 @@ func startTestNode(t *testing.T) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	pb.RegisterWorkerServiceServer(gs, srv)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = gs.Serve(lis) }()
+	// After the gRPC server stops (grpctest's cleanup, registered later,
+	// runs first): the sessions' goroutines, then the engine.
 	t.Cleanup(func() {
-		gs.Stop()
-		<-served
 		srv.Wait()
 		e.Close()
 	})
-	return &testNode{e: e, cat: cat, addr: lis.Addr().String()}
+	gs := grpc.NewServer()
+	pb.RegisterWorkerServiceServer(gs, srv)
+	return &testNode{e: e, cat: cat, addr: grpctest.Serve(t, gs)}
 }
 
 // testWorker is a worker session spoken by hand. A reader goroutine moves

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -136,22 +136,9 @@ func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
 // start serves f on loopback and returns its address.
 func (f *fakeNode) start(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	pb.RegisterWorkerServiceServer(srv, f)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
-	return lis.Addr().String()
+	return grpctest.Serve(t, srv)
 }
 
 func (f *fakeNode) nextSession(t *testing.T) *fakeSession {
