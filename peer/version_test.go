@@ -17,6 +17,15 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
+// firstRecvErr is a stream's refusal: the error of opening it (err), else
+// of its first Recv. Called as firstRecvErr(c.Deliver(ctx)).
+func firstRecvErr[T any](st interface{ Recv() (T, error) }, err error) error {
+	if err == nil {
+		_, err = st.Recv()
+	}
+	return err
+}
+
 // A caller of a protocol version the node does not serve, or naming none,
 // is refused on every call (unary and stream) with FailedPrecondition,
 // after authentication; the refusal is counted, and logged once a minute
@@ -49,22 +58,8 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 	}{
 		{"ping of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Ping(ctx, &pb.PingRequest{}); return err }},
 		{"post of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Post(ctx, post); return err }},
-		{"deliver of version 2", func() error {
-			ctx, c := as("a", "2")
-			st, err := c.Deliver(ctx)
-			if err == nil {
-				_, err = st.Recv()
-			}
-			return err
-		}},
-		{"respond of version 0", func() error {
-			ctx, c := as("a", "0")
-			st, err := c.Respond(ctx)
-			if err == nil {
-				_, err = st.Recv()
-			}
-			return err
-		}},
+		{"deliver of version 2", func() error { ctx, c := as("a", "2"); return firstRecvErr(c.Deliver(ctx)) }},
+		{"respond of version 0", func() error { ctx, c := as("a", "0"); return firstRecvErr(c.Respond(ctx)) }},
 		{"post naming no version", func() error { ctx, c := as("c"); _, err := c.Post(ctx, post); return err }},
 		{"post naming two", func() error { ctx, c := as("c", "1", "1"); _, err := c.Post(ctx, post); return err }},
 	}
