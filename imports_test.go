@@ -121,6 +121,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime.
 	"internal/grpctest": {},
+	// Test plumbing, imported by tests only: an in-memory core.Catalog,
+	// events appended to a job's history.
+	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
