@@ -4,78 +4,19 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
-
-// recordingCatalog is a core.Catalog that keeps records in memory.
-type recordingCatalog struct {
-	mu        sync.Mutex
-	consumers map[string]core.ConsumerInfo
-	// incarnations, when set, are the node records Nodes returns (node →
-	// incarnation).
-	incarnations map[string]string
-}
-
-// setIncarnation records node's incarnation, as a node record published
-// by a (re)started or recovered node would.
-func (c *recordingCatalog) setIncarnation(node, inc string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.incarnations == nil {
-		c.incarnations = map[string]string{}
-	}
-	c.incarnations[node] = inc
-}
-
-var _ core.Catalog = (*recordingCatalog)(nil)
-
-func (c *recordingCatalog) PublishConsumer(_ context.Context, ci core.ConsumerInfo) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.consumers[ci.ID] = ci
-	return nil
-}
-
-func (c *recordingCatalog) WithdrawConsumer(_ context.Context, _, id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.consumers, id)
-	return nil
-}
-
-func (c *recordingCatalog) Consumers(queue string) []core.ConsumerInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []core.ConsumerInfo
-	for _, ci := range c.consumers {
-		if ci.Queue == queue {
-			out = append(out, ci)
-		}
-	}
-	return out
-}
-
-func (c *recordingCatalog) Nodes() []core.NodeInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []core.NodeInfo
-	for id, inc := range c.incarnations {
-		out = append(out, core.NodeInfo{ID: id, State: core.StateOnline, Incarnation: inc})
-	}
-	return out
-}
 
 // A worker's registration is published with this node and zone and
 // withdrawn on detach; a consumer on another node does not make a job
 // acceptable while this node cannot route to it.
 func TestCatalogRecordsAndRemoteConsumers(t *testing.T) {
-	cat := &recordingCatalog{consumers: map[string]core.ConsumerInfo{}}
+	cat := &coretest.Catalog{}
 	cfg := testConfig(prometheus.NewRegistry())
 	cfg.Node, cfg.Zone, cfg.Catalog = "n1", "z1", cat
 	e, err := core.New(cfg)
@@ -104,24 +45,11 @@ func TestCatalogRecordsAndRemoteConsumers(t *testing.T) {
 	}
 }
 
-// failingCatalog is a recordingCatalog whose writes fail while fail is set.
-type failingCatalog struct {
-	recordingCatalog
-	fail atomic.Bool
-}
-
-func (c *failingCatalog) PublishConsumer(ctx context.Context, ci core.ConsumerInfo) error {
-	if c.fail.Load() {
-		return errors.New("etcdserver: request timed out")
-	}
-	return c.recordingCatalog.PublishConsumer(ctx, ci)
-}
-
 // A catalog write that fails refuses the registration or the update with
 // catalog_unavailable, a code the caller may retry on; the catalog's own
 // error stays on the node. A caller that left gets its context's error.
 func TestCatalogWriteFailureIsCatalogUnavailable(t *testing.T) {
-	cat := &failingCatalog{recordingCatalog: recordingCatalog{consumers: map[string]core.ConsumerInfo{}}}
+	cat := &coretest.Catalog{}
 	cfg := testConfig(prometheus.NewRegistry())
 	cfg.Node, cfg.Catalog = "n1", cat
 	e, err := core.New(cfg)
@@ -135,7 +63,7 @@ func TestCatalogWriteFailureIsCatalogUnavailable(t *testing.T) {
 	}
 	defer w.Detach(t.Context())
 
-	cat.fail.Store(true)
+	cat.SetPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcdserver: request timed out") })
 	unavailable := &core.Error{Code: core.CodeCatalogUnavailable}
 	for name, err := range map[string]error{
 		"attach": func() error {

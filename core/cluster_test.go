@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 // This file runs several engines in one process, joined by fakeNet: an
@@ -62,7 +63,7 @@ func (s sentMsg) Gen() uint64 { return s.Msg.Gen }
 // and the message transport.
 type fakeNet struct {
 	t   *testing.T
-	cat *recordingCatalog
+	cat *coretest.Catalog
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -161,7 +162,7 @@ func newFakeNet(t *testing.T) *fakeNet {
 	t.Helper()
 	n := &fakeNet{
 		t:         t,
-		cat:       &recordingCatalog{consumers: map[string]core.ConsumerInfo{}},
+		cat:       &coretest.Catalog{},
 		nodes:     map[string]*clusterNode{},
 		dispatch:  map[string]string{},
 		epochs:    map[string]uint64{},
@@ -311,13 +312,7 @@ func (n *fakeNet) kill(node string) {
 	n.mu.Lock()
 	n.alive[node], n.routable[node], n.lease[node] = false, false, false
 	n.mu.Unlock()
-	n.cat.mu.Lock()
-	for id, c := range n.cat.consumers {
-		if c.Node == node {
-			delete(n.cat.consumers, id)
-		}
-	}
-	n.cat.mu.Unlock()
+	n.cat.Withdraw(func(c core.ConsumerInfo) bool { return c.Node == node })
 }
 
 // sent returns every message sent so far, in order.

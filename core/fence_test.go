@@ -28,9 +28,7 @@ func TestUnfenceTakesJobsAgain(t *testing.T) {
 		t.Fatal("Submit on a fenced node = nil")
 	}
 	// The fence's records go with its lease.
-	net.cat.mu.Lock()
-	clear(net.cat.consumers)
-	net.cat.mu.Unlock()
+	net.cat.Withdraw(func(core.ConsumerInfo) bool { return true })
 
 	net.setLease("n1", true)
 	if err := n1.e.Unfence(context.Background()); err != nil {
@@ -70,7 +68,7 @@ func TestClusterNewIncarnationIsDeath(t *testing.T) {
 	net := newFakeNet(t)
 	n1, n2, n3 := net.add("n1", nil), net.add("n2", nil), net.add("n3", nil)
 	for _, n := range []string{"n1", "n2", "n3"} {
-		net.cat.setIncarnation(n, "1")
+		net.cat.SetIncarnation(n, "1")
 	}
 	n1.e.ClusterChanged()
 	net.setDispatcher("q", "n2")
@@ -82,7 +80,7 @@ func TestClusterNewIncarnationIsDeath(t *testing.T) {
 
 	// n2 comes back: same name, still online and routable, new incarnation.
 	net.setDispatcher("q", "n3")
-	net.cat.setIncarnation("n2", "2")
+	net.cat.SetIncarnation("n2", "2")
 	n1.e.ClusterChanged()
 
 	wantEnded(t, n1.harness, loud, core.OutcomeFailed, core.CodeWorkerLost)

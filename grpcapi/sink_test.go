@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/internal/coretest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -125,15 +126,6 @@ func testJob(t *testing.T) *core.Job {
 	return &core.Job{ID: "j_test", History: core.NewHistory(1000, 1<<20)}
 }
 
-func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
-	t.Helper()
-	ev, ok := j.History.Append(kind, 1, []byte(data))
-	if !ok {
-		t.Fatalf("append %s refused", kind)
-	}
-	return ev
-}
-
 // sinkInSend starts a sink whose sender is blocked in Send on a first
 // output event, ev, taken under a write deadline of now plus deadline.
 func sinkInSend(t *testing.T, deadline time.Duration) (*sink, *fakeStream, core.Event) {
@@ -141,7 +133,7 @@ func sinkInSend(t *testing.T, deadline time.Duration) (*sink, *fakeStream, core.
 	j := testJob(t)
 	f := newFakeStream()
 	s := startSink(t, f, j)
-	ev := appendEv(t, j, core.EventOutput, `{}`)
+	ev := coretest.Append(t, j, core.EventOutput, `{}`)
 	f.block()
 	_ = s.SetWriteDeadline(time.Now().Add(deadline))
 	if err := s.Event(ev, ""); err != nil {
@@ -168,7 +160,7 @@ func TestGRPCSinkWritesInOrderThroughOneSender(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	ev := appendEv(t, j, core.EventOutput, `{"data":"hi"}`)
+	ev := coretest.Append(t, j, core.EventOutput, `{"data":"hi"}`)
 	for _, err := range []error{
 		s.Event(ev, "tok-1"),
 		s.Heartbeat(),
@@ -312,7 +304,7 @@ func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 	f.mu.Lock()
 	f.sendErr = boom
 	f.mu.Unlock()
-	ev := appendEv(t, j, core.EventOutput, `{}`)
+	ev := coretest.Append(t, j, core.EventOutput, `{}`)
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
 	if err := s.Event(ev, ""); err != nil {
 		t.Fatalf("handoff: %v", err)
@@ -338,9 +330,9 @@ func policy() stream.Policy {
 
 func TestGRPCRunOverTheSink(t *testing.T) {
 	j := testJob(t)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
-	appendEv(t, j, core.EventOutput, `{"data":"a"}`)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	f := newFakeStream()
 	s := startSink(t, f, j)
 	res := stream.Run(context.Background(), stream.Request{
@@ -375,7 +367,7 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
 	t.Helper()
 	j := testJob(t)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
 	s := startSink(t, f, j)
 	f.block()
@@ -384,7 +376,7 @@ func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int,
 		go func() {
 			<-f.entered
 			for range outputs {
-				appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+				coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 			}
 		}()
 		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,80 +15,31 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // wait bounds every wait for something that should happen promptly.
 const wait = 5 * time.Second
 
-// fakeCatalog keeps consumer records in memory. publish, when set, runs
-// before an update is stored and may fail or block it.
-type fakeCatalog struct {
-	mu      sync.Mutex
-	records map[string]core.ConsumerInfo
-	publish func(ctx context.Context, c core.ConsumerInfo) error
-}
-
-func (f *fakeCatalog) setPublish(fn func(ctx context.Context, c core.ConsumerInfo) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.publish = fn
-}
-
-func (f *fakeCatalog) PublishConsumer(ctx context.Context, c core.ConsumerInfo) error {
-	f.mu.Lock()
-	fn := f.publish
-	f.mu.Unlock()
-	if fn != nil {
-		if err := fn(ctx, c); err != nil {
-			return err
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.records[c.ID] = c
-	return nil
-}
-
-func (f *fakeCatalog) WithdrawConsumer(_ context.Context, _, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.records, id)
-	return nil
-}
-
-func (f *fakeCatalog) Consumers(queue string) []core.ConsumerInfo {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []core.ConsumerInfo
-	for _, c := range f.records {
-		if c.Queue == queue {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func (f *fakeCatalog) Nodes() []core.NodeInfo { return nil }
-
 // recordCaps returns the published capabilities of consumer id.
-func (f *fakeCatalog) recordCaps(id string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.records[id].Capabilities.Strings(), ",")
+func recordCaps(cat *coretest.Catalog, id string) string {
+	ci, _ := cat.Consumer(id)
+	return strings.Join(ci.Capabilities.Strings(), ",")
 }
 
 // testNode is an engine with a fake catalog behind a WorkerService on
 // loopback.
 type testNode struct {
 	e    *core.Engine
-	cat  *fakeCatalog
+	cat  *coretest.Catalog
 	addr string
 }
 
 func startTestNode(t *testing.T) *testNode {
 	t.Helper()
-	cat := &fakeCatalog{records: map[string]core.ConsumerInfo{}}
+	cat := &coretest.Catalog{}
 	cfg := core.DefaultConfig()
 	cfg.Node = "n1"
 	cfg.Catalog = cat
@@ -102,21 +51,15 @@ func startTestNode(t *testing.T) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	pb.RegisterWorkerServiceServer(gs, srv)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = gs.Serve(lis) }()
+	// After the gRPC server stops (grpctest's cleanup, registered later,
+	// runs first): the sessions' goroutines, then the engine.
 	t.Cleanup(func() {
-		gs.Stop()
-		<-served
 		srv.Wait()
 		e.Close()
 	})
-	return &testNode{e: e, cat: cat, addr: lis.Addr().String()}
+	gs := grpc.NewServer()
+	pb.RegisterWorkerServiceServer(gs, srv)
+	return &testNode{e: e, cat: cat, addr: grpctest.Serve(t, gs)}
 }
 
 // testWorker is a worker session spoken by hand. A reader goroutine moves
@@ -238,7 +181,7 @@ func waitState(t *testing.T, e *core.Engine, id string, want core.State) {
 func TestUpdateCapabilitiesMessage(t *testing.T) {
 	n := startTestNode(t)
 	w := n.connect(t, "model=a")
-	if got := n.cat.recordCaps(w.id); got != "model=a" {
+	if got := recordCaps(n.cat, w.id); got != "model=a" {
 		t.Fatalf("record = %q, want model=a", got)
 	}
 	needB := map[string]string{"model": "b"}
@@ -259,7 +202,7 @@ func TestUpdateCapabilitiesMessage(t *testing.T) {
 	if a.Code != string(core.CodeInvalidWorker) || a.Message == "" || len(a.Capabilities) != 0 {
 		t.Fatalf("invalid list answered %v, want invalid_worker", a)
 	}
-	if got := n.cat.recordCaps(w.id); got != "model=a" {
+	if got := recordCaps(n.cat, w.id); got != "model=a" {
 		t.Fatalf("record after a refused update = %q, want model=a", got)
 	}
 	refused()
@@ -270,7 +213,7 @@ func TestUpdateCapabilitiesMessage(t *testing.T) {
 	if got := strings.Join(a.Capabilities, ","); a.Code != "" || got != "gpu=x,model=b" {
 		t.Fatalf("answer = %v, want gpu=x,model=b in effect", a)
 	}
-	if got := n.cat.recordCaps(w.id); got != "gpu=x,model=b" {
+	if got := recordCaps(n.cat, w.id); got != "gpu=x,model=b" {
 		t.Fatalf("record = %q, want gpu=x,model=b", got)
 	}
 	j := submit(t, n.e, needB)
@@ -334,18 +277,18 @@ func TestUpdateCapabilitiesOffersWaitingJob(t *testing.T) {
 func TestUpdateCapabilitiesCatalogFailure(t *testing.T) {
 	n := startTestNode(t)
 	w := n.connect(t, "model=a")
-	n.cat.setPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
+	n.cat.SetPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
 	w.update("model=b")
 	a := w.answer()
 	if a.Code != string(core.CodeCatalogUnavailable) || strings.Contains(a.Message, "etcd unreachable") {
 		t.Fatalf("answer = %v, want catalog_unavailable without the cause", a)
 	}
-	n.cat.setPublish(nil)
+	n.cat.SetPublish(nil)
 	w.update("model=b")
 	if a := w.answer(); a.Code != "" || !slices.Equal(a.Capabilities, []string{"model=b"}) {
 		t.Fatalf("answer = %v, want model=b in effect", a)
 	}
-	if got := n.cat.recordCaps(w.id); got != "model=b" {
+	if got := recordCaps(n.cat, w.id); got != "model=b" {
 		t.Fatalf("record = %q, want model=b", got)
 	}
 }
@@ -355,7 +298,7 @@ func TestUpdateCapabilitiesCatalogFailure(t *testing.T) {
 func TestUpdateCapabilitiesFlood(t *testing.T) {
 	n := startTestNode(t)
 	w := n.connect(t, "model=a")
-	n.cat.setPublish(func(ctx context.Context, _ core.ConsumerInfo) error {
+	n.cat.SetPublish(func(ctx context.Context, _ core.ConsumerInfo) error {
 		<-ctx.Done() // a catalog that never answers
 		return ctx.Err()
 	})

@@ -68,10 +68,10 @@ func TestRegisterRefusals(t *testing.T) {
 		// Refused, not a send queue sized for four billion credits.
 		{"huge concurrency", &pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{Queue: "q", Concurrency: 4_000_000_000}}}, nil, codes.InvalidArgument, core.CodeInvalidWorker, "concurrency"},
 		{"catalog down", register("q"), func() {
-			n.cat.setPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
+			n.cat.SetPublish(func(context.Context, core.ConsumerInfo) error { return errors.New("etcd unreachable") })
 		}, codes.Unavailable, core.CodeCatalogUnavailable, ""},
 		{"draining", register("q"), func() {
-			n.cat.setPublish(nil)
+			n.cat.SetPublish(nil)
 			n.e.Drain(context.Background())
 		}, codes.Unavailable, core.CodeDraining, ""},
 	} {

@@ -251,20 +251,10 @@ func TestAuthMatrix(t *testing.T) {
 			return err
 		}, access},
 		pb.JobService_Submit_FullMethodName: {keyAliceWork, keyAlice, keyAlice, func(ctx context.Context, forbidden bool) error {
-			st, err := jobs.Submit(ctx, &pb.SubmitRequest{Queue: queue(forbidden), EnvelopeJson: []byte(`{"input":"x","ttl_ms":5000}`)})
-			if err != nil {
-				return err
-			}
-			_, err = recvAll(st)
-			return err
+			return streamErr(jobs.Submit(ctx, &pb.SubmitRequest{Queue: queue(forbidden), EnvelopeJson: []byte(`{"input":"x","ttl_ms":5000}`)}))
 		}, access},
 		pb.JobService_Resume_FullMethodName: {keyAliceWork, "", keyAlice, func(ctx context.Context, _ bool) error {
-			st, err := jobs.Resume(ctx, &pb.ResumeRequest{JobId: job})
-			if err != nil {
-				return err
-			}
-			_, err = recvAll(st)
-			return err
+			return streamErr(jobs.Resume(ctx, &pb.ResumeRequest{JobId: job}))
 		}, noQueue},
 		pb.JobService_Get_FullMethodName: {keyAliceWork, "", keyAlice, func(ctx context.Context, _ bool) error {
 			_, err := jobs.Get(ctx, &pb.GetJobRequest{JobId: job})

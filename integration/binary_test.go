@@ -15,6 +15,8 @@ import (
 	"time"
 
 	sse "github.com/tmaxmax/go-sse"
+
+	"github.com/switchyard/switchyard/internal/syncbuf"
 )
 
 // TestBinarySmoke builds the real binary and runs it as separate processes:
@@ -168,10 +170,10 @@ var servingLine = regexp.MustCompile(`msg="node serving".* http=(\S+) grpc=(\S+)
 // startDemoWorker starts `switchyard worker --demo tokens` against the
 // gRPC address server, for queue, with delay before each output. Its log
 // collects in wlog; it is killed when the test ends, if it has not exited.
-func startDemoWorker(t *testing.T, bin, server, queue, delay string) (wk *exec.Cmd, wlog *lockedBuffer) {
+func startDemoWorker(t *testing.T, bin, server, queue, delay string) (wk *exec.Cmd, wlog *syncbuf.Buffer) {
 	t.Helper()
 	wk = exec.Command(bin, "worker", "--server", server, "--queue", queue, "--demo", "tokens", "--delay", delay)
-	wlog = &lockedBuffer{}
+	wlog = &syncbuf.Buffer{}
 	wk.Stderr = wlog
 	if err := wk.Start(); err != nil {
 		t.Fatal(err)

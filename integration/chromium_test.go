@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/switchyard/switchyard/internal/syncbuf"
 )
 
 // browser is a headless Chromium driven by chromedp, for one test: its tab
@@ -15,7 +17,7 @@ import (
 type browser struct {
 	tb  testing.TB
 	ctx context.Context
-	out *lockedBuffer
+	out *syncbuf.Buffer
 }
 
 // mustStartBrowser starts Chromium with the flags that work on these
@@ -31,7 +33,7 @@ func mustStartBrowser(t *testing.T, opts ...chromedp.ContextOption) *browser {
 		}
 		t.Skipf("chromium is not on PATH: %v", err)
 	}
-	b := &browser{tb: t, out: &lockedBuffer{}}
+	b := &browser{tb: t, out: &syncbuf.Buffer{}}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
 		chromedp.UserDataDir(t.TempDir()),

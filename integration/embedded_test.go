@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,27 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
-
-// freeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago (held together while chosen, so no two are the same).
-func freeAddrs(tb testing.TB, n int) []string {
-	tb.Helper()
-	var addrs []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
-}
 
 // startEmbeddedCluster opens one node per name, each embedding a member of one
 // etcd cluster (--initial-cluster) on loopback, with the cluster secret
@@ -48,7 +28,7 @@ func freeAddrs(tb testing.TB, n int) []string {
 func startEmbeddedCluster(t *testing.T, names ...string) (nodes []*switchyard.Node, addrs []string) {
 	t.Helper()
 	before := goleak.IgnoreCurrent()
-	addrs = freeAddrs(t, 2*len(names))
+	addrs = tcptest.FreeAddrs(t, 2*len(names))
 	var members []string
 	for i, name := range names {
 		members = append(members, fmt.Sprintf("%s=https://%s", name, addrs[2*i+1]))

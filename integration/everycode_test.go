@@ -232,12 +232,7 @@ func (p *codeProbe) submit(queue, env string, header ...string) *http.Response {
 
 // submitErr is a gRPC Submit's error: at the call or at its first Recv.
 func (p *codeProbe) submitErr(queue, env, key string) error {
-	st, err := p.jobs.Submit(p.ctx, &pb.SubmitRequest{Queue: queue, EnvelopeJson: []byte(env), IdempotencyKey: key})
-	if err != nil {
-		return err
-	}
-	_, err = recvAll(st)
-	return err
+	return streamErr(p.jobs.Submit(p.ctx, &pb.SubmitRequest{Queue: queue, EnvelopeJson: []byte(env), IdempotencyKey: key}))
 }
 
 // refusals: a request refused before anything is enqueued, over HTTP and
@@ -298,11 +293,7 @@ func (p *codeProbe) refusals() {
 	// A bad resume token.
 	keyed := jobIDOf(p.t, p.submit("held", `{"input":"x","ttl_ms":60000}`, "Idempotency-Key", "k1"))
 	p.problem("invalid_resume_token", p.raw("GET", "/v1/jobs/"+keyed+"/events", "", "", "Last-Event-ID", "forged"))
-	st, err := p.jobs.Resume(p.ctx, &pb.ResumeRequest{JobId: keyed, ResumeToken: "forged"})
-	if err == nil {
-		_, err = recvAll(st)
-	}
-	p.grpcErr("invalid_resume_token", err)
+	p.grpcErr("invalid_resume_token", streamErr(p.jobs.Resume(p.ctx, &pb.ResumeRequest{JobId: keyed, ResumeToken: "forged"})))
 }
 
 // outcomes: a job's own ends that need no worker.
@@ -487,11 +478,7 @@ func (p *codeProbe) access() {
 	var res *http.Response
 	submit := func(key, queue string) (*http.Response, error) {
 		res := keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/"+queue+"/jobs", key, "application/json", `{"input":"x"}`)
-		st, err := jobs.Submit(withKey(p.ctx, key), &pb.SubmitRequest{Queue: queue, EnvelopeJson: []byte(`{"input":"x"}`)})
-		if err == nil {
-			_, err = recvAll(st)
-		}
-		return res, err
+		return res, streamErr(jobs.Submit(withKey(p.ctx, key), &pb.SubmitRequest{Queue: queue, EnvelopeJson: []byte(`{"input":"x"}`)}))
 	}
 	// The front door's unknown model (OpenAI's error shape).
 	res = p.raw("POST", "/openai/v1/chat/completions", "application/json", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`)
@@ -510,11 +497,7 @@ func (p *codeProbe) access() {
 	// A priority above the key's max_priority.
 	res = keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/demo/jobs", capped, "application/json", `{"input":"x","priority":1}`)
 	p.problem("priority_not_allowed", res)
-	st, err := jobs.Submit(withKey(p.ctx, capped), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","priority":1}`)})
-	if err == nil {
-		_, err = recvAll(st)
-	}
-	p.grpcErr("priority_not_allowed", err)
+	p.grpcErr("priority_not_allowed", streamErr(jobs.Submit(withKey(p.ctx, capped), &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x","priority":1}`)})))
 	// The limited key's one job of its burst, then its rate.
 	res = keyed(p.t, p.ctx, "POST", baseURL(n)+"/v1/queues/demo/jobs", limited, "application/json", `{"input":"x"}`)
 	mustStatus(p.t, "the burst", res, readBody(p.t, res), nil, 202)
@@ -611,10 +594,7 @@ func (p *codeProbe) drain() {
 		p.t.Fatal(err)
 	}
 	p.problem("draining", res)
-	dst, err := pb.NewJobServiceClient(dconn).Submit(p.ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x"}`)})
-	if err == nil {
-		_, err = recvAll(dst)
-	}
+	err = streamErr(pb.NewJobServiceClient(dconn).Submit(p.ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"x"}`)}))
 	p.grpcErr("draining", err)
 	p.ended("node_shutdown", readAll(p.t, longJob.Body))
 	longJob.Body.Close()

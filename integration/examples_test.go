@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/openapi/client"
 )
 
@@ -127,7 +128,7 @@ func startExample(tb testing.TB, n *switchyard.Node, argv []string, env ...strin
 	tb.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), append([]string{"SWITCHYARD_URL=" + baseURL(n), "QUEUE=demo"}, env...)...)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

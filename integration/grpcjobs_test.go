@@ -37,6 +37,16 @@ func recvAll(st grpc.ServerStreamingClient[pb.JobEvent]) ([]*pb.JobEvent, error)
 	return recvPaced(st, 0)
 }
 
+// streamErr is a job stream's first error: opening it (err), or reading
+// it to its end; nil when the call ended OK. Called as
+// streamErr(c.Submit(ctx, req)).
+func streamErr(st grpc.ServerStreamingClient[pb.JobEvent], err error) error {
+	if err == nil {
+		_, err = recvAll(st)
+	}
+	return err
+}
+
 // recvPaced is recvAll reading one event per pace.
 func recvPaced(st grpc.ServerStreamingClient[pb.JobEvent], pace time.Duration) ([]*pb.JobEvent, error) {
 	var evs []*pb.JobEvent

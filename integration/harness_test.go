@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -87,25 +86,6 @@ func MustStartWorker(tb testing.TB, n *switchyard.Node, cfg worker.Config, h wor
 		return metric(tb, n, "switchyard_workers_connected", nil) > before
 	})
 	return stop
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers (a process's
-// output, a node's log) and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // waitGoroutinesGone waits, up to a generous bound, until every goroutine

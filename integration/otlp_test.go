@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/switchyard/switchyard/internal/grpctest"
 )
 
 // otlpReceiver is an OTLP trace collector inside the test: the OTLP
@@ -49,22 +50,10 @@ func (s span) Duration() time.Duration { return s.End.Sub(s.Start) }
 // startOTLPReceiver serves a receiver on 127.0.0.1 until the test ends.
 func startOTLPReceiver(tb testing.TB, discard bool) *otlpReceiver {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r := &otlpReceiver{addr: ln.Addr().String(), discard: discard, byNode: map[string]int{}}
+	r := &otlpReceiver{discard: discard, byNode: map[string]int{}}
 	srv := grpc.NewServer()
 	coltrace.RegisterTraceServiceServer(srv, r)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	tb.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
+	r.addr = grpctest.Serve(tb, srv)
 	return r
 }
 

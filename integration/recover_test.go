@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/internal/tcptest"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -27,7 +28,7 @@ func TestFencedNodeRecovers(t *testing.T) {
 		c.PeerHeartbeatInterval, c.PeerFailureThreshold = 100*time.Millisecond, 5
 	})
 	proxy := tcptest.NewRelay(t, a.Catalog().ClientAddr())
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	b := startZombieNode(t, "rb", proxy.Addr, logs)
 	online := func(want func(inc string) bool) func() bool {
 		return func() bool {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -92,7 +93,7 @@ func TestTLSPublicPorts(t *testing.T) {
 // peer port, the refusal logged, and stays spare.
 func TestPeerMutualTLS(t *testing.T) {
 	ca := mustCA(t, "cluster")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	n1 := MustStartNode(t, func(c *switchyard.Config) {
 		c.Name, c.ClusterSecret = "n1", testSecret
 		c.PeerTLSCert, c.PeerTLSKey = ca.issue(t, "n1")

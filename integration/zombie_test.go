@@ -20,6 +20,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/internal/tcptest"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -116,7 +117,7 @@ func zombieRun(t *testing.T, a *switchyard.Node, seed uint64) zombieResult {
 	name, queue := fmt.Sprintf("zb%d", seed), fmt.Sprintf("zq%d", seed)
 
 	proxy := tcptest.NewRelay(t, a.Catalog().ClientAddr())
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	b := startZombieNode(t, name, proxy.Addr, logs)
 
 	waitFor(t, 10*time.Second, name+" online in A's view and A in "+name+"'s", func() bool {

@@ -1,11 +1,9 @@
 package peer_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,33 +12,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// syncBuffer is a log destination the server's goroutines and the test
-// share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(substr string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(s.b.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
+// firstRecvErr is a stream's refusal: the error of opening it (err), else
+// of its first Recv. Called as firstRecvErr(c.Deliver(ctx)).
+func firstRecvErr[T any](st interface{ Recv() (T, error) }, err error) error {
+	if err == nil {
+		_, err = st.Recv()
 	}
-	return out
+	return err
 }
 
 // A caller of a protocol version the node does not serve, or naming none,
@@ -49,7 +32,7 @@ func (s *syncBuffer) lines(substr string) []string {
 // per caller with both versions. A caller of the node's own version is
 // served.
 func TestPeerProtocolVersionIsChecked(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := &recorder{}
 	b := startNode(t, "b", "127.0.0.1:0", h, func(c *peer.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -75,22 +58,8 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 	}{
 		{"ping of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Ping(ctx, &pb.PingRequest{}); return err }},
 		{"post of version 2", func() error { ctx, c := as("a", "2"); _, err := c.Post(ctx, post); return err }},
-		{"deliver of version 2", func() error {
-			ctx, c := as("a", "2")
-			st, err := c.Deliver(ctx)
-			if err == nil {
-				_, err = st.Recv()
-			}
-			return err
-		}},
-		{"respond of version 0", func() error {
-			ctx, c := as("a", "0")
-			st, err := c.Respond(ctx)
-			if err == nil {
-				_, err = st.Recv()
-			}
-			return err
-		}},
+		{"deliver of version 2", func() error { ctx, c := as("a", "2"); return firstRecvErr(c.Deliver(ctx)) }},
+		{"respond of version 0", func() error { ctx, c := as("a", "0"); return firstRecvErr(c.Respond(ctx)) }},
 		{"post naming no version", func() error { ctx, c := as("c"); _, err := c.Post(ctx, post); return err }},
 		{"post naming two", func() error { ctx, c := as("c", "1", "1"); _, err := c.Post(ctx, post); return err }},
 	}
@@ -113,7 +82,7 @@ func TestPeerProtocolVersionIsChecked(t *testing.T) {
 	}
 	// One line per caller, however many calls it made: a's names its
 	// version 2 (its first refusal) and the node's range; c's names none.
-	if got := logs.lines("node serves"); len(got) != 2 ||
+	if got := logs.Lines("node serves"); len(got) != 2 ||
 		!strings.Contains(got[0], "peer=a peer_version=2 min_version=1 version=1") ||
 		!strings.Contains(got[1], "peer=c peer_version=none") {
 		t.Errorf("refusal log lines:\n%s\nwant one for a (version 2) and one for c (none), each naming versions 1 to 1", strings.Join(got, "\n"))

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -147,10 +148,10 @@ func TestOverConcurrencyRejected(t *testing.T) {
 func TestCancelStopsHandlerAndAcknowledges(t *testing.T) {
 	f := newFakeNode()
 	addr := f.start(t)
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	outs := make(chan *worker.Output, 1)
 	ctxErr := make(chan error, 1)
-	startWorker(t, addr, worker.Config{Logger: logs.logger()}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+	startWorker(t, addr, worker.Config{Logger: textLogger(&logs)}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		outs <- out
 		<-ctx.Done()
 		ctxErr <- ctx.Err()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 // positions records what a paced stream reports with Request.Sent.
@@ -46,12 +47,12 @@ func TestPacedStreamIsNotJudgedByLag(t *testing.T) {
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens, Sent: pos.sent}, sink)
 	t.Cleanup(b.Release)
 
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the sink to block", b.blocked)
 	appendOutputs(t, j, 25) // five times the bound
 	time.Sleep(p.Stall / 2)
 	b.Release()
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 
 	res := wait()
 	if res.End != stream.EndTerminal || res.LastSeq != 28 {
@@ -121,8 +122,8 @@ func TestPacedStreamQuietJobIsNotStalled(t *testing.T) {
 	var pos positions
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens, Sent: pos.sent}, sink)
 	time.Sleep(5 * p.Stall) // quiet, but within the idle timeout (200ms)
-	appendEv(t, j, core.EventOutput, `{"data":"late"}`)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"late"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	if res := wait(); res.End != stream.EndTerminal {
 		t.Fatalf("Result = %+v, want terminal (%s)", res, sink.trace())
 	}

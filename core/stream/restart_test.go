@@ -10,6 +10,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/resume"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 // A restart opens the stream's next generation without renumbering it:
@@ -25,14 +26,14 @@ func TestRestartKeepsEarlierTokensValid(t *testing.T) {
 	pos := stream.Positions{Keyring: ring, TTL: time.Hour, Snapshot: 1}
 	caller, filter := stream.CallerFingerprint(""), stream.FilterFingerprint(nil)
 	j := newJob(100, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{}`)
-	out := appendEv(t, j, core.EventOutput, `{"data":"a"}`)
+	coretest.Append(t, j, core.EventAccepted, `{}`)
+	out := coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 	before, err := pos.Token(j, out.Seq, caller, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs, _ := j.History.Append(core.EventRestart, 2, []byte(`{"reason":"worker_lost","last_seq":2}`))
-	appendEv(t, j, core.EventOutput, `{"data":"b"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"b"}`)
 	after, _ := pos.Token(j, out.Seq, caller, filter)
 
 	for name, tok := range map[string]string{"issued before the restart": before, "issued after": after} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 const testJobID = "j_test"
@@ -24,23 +25,14 @@ func newJob(maxEvents int, maxBytes int64) *core.Job {
 func acceptedJob(t *testing.T, maxEvents int) *core.Job {
 	t.Helper()
 	j := newJob(maxEvents, 1<<20)
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	return j
-}
-
-func appendEv(t *testing.T, j *core.Job, kind core.EventKind, data string) core.Event {
-	t.Helper()
-	ev, ok := j.History.Append(kind, 1, []byte(data))
-	if !ok {
-		t.Fatalf("Append(%s) refused", kind)
-	}
-	return ev
 }
 
 func appendOutputs(t *testing.T, j *core.Job, n int) {
 	t.Helper()
 	for i := range n {
-		appendEv(t, j, core.EventOutput, fmt.Sprintf(`{"data":"out-%d"}`, i))
+		coretest.Append(t, j, core.EventOutput, fmt.Sprintf(`{"data":"out-%d"}`, i))
 	}
 }
 
@@ -188,7 +180,7 @@ func TestEndClientLeft(t *testing.T) {
 func TestReplayAfterPosition(t *testing.T) {
 	j := acceptedJob(t, 100)
 	appendOutputs(t, j, 4)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 
 	sink := &fakeSink{}
 	res := runSync(t, stream.Request{
@@ -225,7 +217,7 @@ func TestReplayAfterPosition(t *testing.T) {
 func TestReplayFromStartWithoutTokens(t *testing.T) {
 	j := acceptedJob(t, 1000)
 	appendOutputs(t, j, 150) // more than one read batch
-	appendEv(t, j, core.EventError, `{"code":"x"}`)
+	coretest.Append(t, j, core.EventError, `{"code":"x"}`)
 
 	sink := &fakeSink{}
 	p := stream.DefaultPolicy()
@@ -253,14 +245,14 @@ func TestLiveEvents(t *testing.T) {
 
 	waitFor(t, "the accepted event", func() bool { return len(sink.events()) == 1 })
 	for i := range 3 {
-		ev := appendEv(t, j, core.EventOutput, fmt.Sprintf(`{"data":"live-%d"}`, i))
+		ev := coretest.Append(t, j, core.EventOutput, fmt.Sprintf(`{"data":"live-%d"}`, i))
 		waitFor(t, fmt.Sprintf("live event %d and its flush", ev.Seq), func() bool {
 			calls := sink.snapshot()
 			last := calls[len(calls)-1]
 			return len(sink.events()) == int(ev.Seq) && last.Op == "flush"
 		})
 	}
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	res := wait()
 	if res.End != stream.EndTerminal || res.LastSeq != 5 {
 		t.Fatalf("Result = %+v, want terminal at 5", res)
@@ -290,10 +282,10 @@ func TestFilter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j := acceptedJob(t, 100)
-			appendEv(t, j, core.EventOutput, `{"data":1}`)
-			appendEv(t, j, core.EventOutput, `{"data":2}`)
+			coretest.Append(t, j, core.EventOutput, `{"data":1}`)
+			coretest.Append(t, j, core.EventOutput, `{"data":2}`)
 			// A kind outside the filter set between two that are in it.
-			appendEv(t, j, core.EventAccepted, `{"queue":"again"}`)
+			coretest.Append(t, j, core.EventAccepted, `{"queue":"again"}`)
 			j.History.Append(tt.terminal, 1, []byte(`{"outcome":"x"}`))
 			sink := &fakeSink{}
 			res := runSync(t, stream.Request{
@@ -358,12 +350,12 @@ func waitChan(t *testing.T, what string, ch <-chan struct{}) {
 // stream.
 func blockedOnSecond(t *testing.T, j *core.Job, p stream.Policy) (*blocker, *fakeSink, func() stream.Result) {
 	t.Helper()
-	appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	b := newBlocker(2)
 	sink := &fakeSink{onEvent: b.onEvent}
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 	t.Cleanup(b.Release) // runs before runAsync's cleanup
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the sink to block", b.blocked)
 	return b, sink, wait
 }
@@ -374,7 +366,7 @@ func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
 	p.MaxLagEvents = 5
 	b, sink, wait := blockedOnSecond(t, j, p)
 	appendOutputs(t, j, 10) // seqs 3..12 pile up behind the stream
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	b.Release()
 
 	res := wait()
@@ -401,7 +393,7 @@ func TestSlowConsumerTerminatedOnEventLag(t *testing.T) {
 func TestLagAtTheBoundIsNotSlow(t *testing.T) {
 	j := newJob(100, 1<<20)
 	appendOutputs(t, j, 4)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	p := stream.DefaultPolicy()
 	p.MaxLagEvents = 5
 	p.MaxLagBytes = int64(j.History.Head()) * 1000
@@ -418,8 +410,8 @@ func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
 	p.MaxLagBytes = 1000
 	b, sink, wait := blockedOnSecond(t, j, p)
 	big := `{"data":"` + strings.Repeat("x", 600) + `"}`
-	appendEv(t, j, core.EventOutput, big)
-	appendEv(t, j, core.EventOutput, big) // 1200 bytes queued: over the byte bound, far under the event bound
+	coretest.Append(t, j, core.EventOutput, big)
+	coretest.Append(t, j, core.EventOutput, big) // 1200 bytes queued: over the byte bound, far under the event bound
 	// The watcher aborts the blocked writer as soon as the bound is passed,
 	// without waiting for the write to return.
 	waitFor(t, "the watcher to abort the sink", func() bool { return len(sink.ops("abort")) == 1 })
@@ -447,7 +439,7 @@ func TestReplayBacklogIsNotLag(t *testing.T) {
 	for _, slow := range []stream.SlowPolicy{stream.Terminate, stream.DropOldest} {
 		j := newJob(1000, 1<<20)
 		appendOutputs(t, j, 300)
-		appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 301
+		coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 301
 		p := stream.DefaultPolicy()
 		p.MaxLagEvents = 4
 		p.MaxLagBytes = 100
@@ -468,7 +460,7 @@ func TestReplayBacklogIsNotLag(t *testing.T) {
 func TestFreshStreamOnTrimmedHistory(t *testing.T) {
 	j := newJob(5, 1<<20)
 	appendOutputs(t, j, 9)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 10; 6..10 retained
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 10; 6..10 retained
 	sink := &fakeSink{}
 	res := runSync(t, stream.Request{Job: j, Policy: stream.DefaultPolicy(), Token: seqTokens}, sink)
 	// Dropped, not Gaps: the start of a history no longer retained is not a
@@ -491,8 +483,8 @@ func TestDropOldestLive(t *testing.T) {
 	p.MaxLagEvents = 6
 	p.Slow = stream.DropOldest
 	b, sink, wait := blockedOnSecond(t, j, p)
-	appendOutputs(t, j, 20)                                   // 3..22
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // 23
+	appendOutputs(t, j, 20)                                          // 3..22
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`) // 23
 	b.Release()
 
 	res := wait()
@@ -539,8 +531,8 @@ func TestResyncWhenPositionNoLongerRetained(t *testing.T) {
 // oldest retained event with a gap, as it asked to, instead of resync.
 func TestDropOldestSkipsPastTrimmedHistory(t *testing.T) {
 	j := newJob(3, 1<<20)
-	appendOutputs(t, j, 6)                                    // retains 4, 5, 6
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 7; 5..7 retained
+	appendOutputs(t, j, 6)                                           // retains 4, 5, 6
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`) // seq 7; 5..7 retained
 	p := stream.DefaultPolicy()
 	p.Slow = stream.DropOldest
 	sink := &fakeSink{}
@@ -560,7 +552,7 @@ func TestDropOldestSkipsPastTrimmedHistory(t *testing.T) {
 func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 	j := newJob(3, 1<<20)
 	appendOutputs(t, j, 6)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`) // retains 5, 6, 7
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`) // retains 5, 6, 7
 	sink := &fakeSink{}
 	res := runSync(t, stream.Request{Job: j, After: 4, Policy: stream.DefaultPolicy()}, sink)
 	if res.End != stream.EndTerminal || !equalSeqs(seqsOf(sink.events()), []uint64{5, 6, 7}) {
@@ -734,7 +726,7 @@ func TestWriteDeadlines(t *testing.T) {
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
 	waitFor(t, "the accepted event", func() bool { return len(sink.events()) == 1 })
 	appendOutputs(t, j, 2)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	if res := wait(); res.End != stream.EndTerminal {
 		t.Fatalf("Result = %+v", res)
 	}
@@ -777,11 +769,11 @@ func TestSlowSinkDoesNotDelayOtherStreams(t *testing.T) {
 	waitFast := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy()}, fast)
 	t.Cleanup(b.Release)
 
-	appendEv(t, j, core.EventOutput, `{"data":"first"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the slow sink to block", b.blocked)
 	appendStart := time.Now()
 	appendOutputs(t, j, 5)
-	appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	if d := time.Since(appendStart); d > time.Second {
 		t.Errorf("appending took %v with a blocked reader: the writer must never wait for readers", d)
 	}
@@ -822,7 +814,7 @@ func TestHeadersFlushedAtOnceWithNothingToSend(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := newJob(100, 1<<20)
 			if tc.events > 0 {
-				appendEv(t, j, core.EventAccepted, `{"queue":"q"}`)
+				coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 			}
 			sink := &fakeSink{}
 			wait := runAsync(t, context.Background(), stream.Request{Job: j, Filter: tc.filter, Policy: stream.DefaultPolicy()}, sink)
@@ -830,7 +822,7 @@ func TestHeadersFlushedAtOnceWithNothingToSend(t *testing.T) {
 			if n := len(sink.events()); n != 0 {
 				t.Errorf("%d events before the headers flush", n)
 			}
-			appendEv(t, j, core.EventDone, `{"outcome":"completed"}`)
+			coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 			if res := wait(); res.End != stream.EndTerminal {
 				t.Fatalf("Result = %+v", res)
 			}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/tcptest"
 )
 
 // The settings the bounds below are made of: the binary's defaults, which
@@ -159,13 +161,13 @@ func (c *cluster) upNodes(image string) {
 		// Host ports free a moment ago, so nothing else on the machine is
 		// in the way; each node advertises its own (taken meanwhile, the
 		// up fails and the next round picks others).
-		ports := freePorts(c.t, 6)
-		for j, p := range ports {
+		for j, addr := range tcptest.FreeAddrs(c.t, 6) {
 			kind := "HTTP"
 			if j >= 3 {
 				kind = "GRPC"
 			}
-			c.env = append(c.env, fmt.Sprintf("SWITCHYARD_DEMO_%s_%d=%d", kind, j%3+1, p))
+			_, port, _ := net.SplitHostPort(addr)
+			c.env = append(c.env, fmt.Sprintf("SWITCHYARD_DEMO_%s_%d=%s", kind, j%3+1, port))
 		}
 		out, err := c.runCompose(append([]string{"up", "-d"}, nodeServices...)...)
 		if err == nil {
@@ -177,24 +179,6 @@ func (c *cluster) upNodes(image string) {
 		_, _ = c.runCompose("down", "--volumes", "--remove-orphans")
 	}
 	c.t.Fatal("no free subnet in 10.77.100.0-10.77.199.0")
-}
-
-// freePorts returns n distinct host ports of 127.0.0.1 free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
 }
 
 // dockerSubnets returns the IPv4 subnets of every Docker network.

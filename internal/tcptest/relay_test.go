@@ -79,51 +79,55 @@ func TestRelayBlackhole(t *testing.T) {
 	}
 }
 
-// Refusing, a relay closes what it holds and every new connection; healed,
-// it joins new ones again. Close is idempotent.
-func TestRelayRefuse(t *testing.T) {
+// Refusing or cut, a relay closes what it holds; a new connection is
+// closed at once (refusing) or never answered (cut); healed, it joins new
+// ones again.
+func TestRelayRefuseAndCut(t *testing.T) {
+	closed := func(err error) bool { return err != nil && !errors.Is(err, os.ErrDeadlineExceeded) }
+	unanswered := func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+	for _, tc := range []struct {
+		name  string
+		fault func(*Relay)
+		// newConn reports whether echo's error on a connection made
+		// during the fault is the one the fault should give.
+		newConn func(error) bool
+		want    string
+	}{
+		{"refusing", (*Relay).Refuse, closed, "it closed"},
+		{"cut", (*Relay).Cut, unanswered, "a timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRelay(t, echoServer(t))
+			c := dial(t, r.Addr)
+			if err := echo(c); err != nil {
+				t.Fatalf("through the relay: %v", err)
+			}
+			tc.fault(r)
+			if err := echo(c); !closed(err) {
+				t.Errorf("%s, on a held connection: %v, want it closed", tc.name, err)
+			}
+			if err := echo(dial(t, r.Addr)); !tc.newConn(err) {
+				t.Errorf("%s, on a new connection: %v, want %s", tc.name, err, tc.want)
+			}
+			r.Heal()
+			if err := echo(dial(t, r.Addr)); err != nil {
+				t.Errorf("healed, on a new connection: %v", err)
+			}
+		})
+	}
+}
+
+// A closed relay accepts nothing; Close is idempotent.
+func TestRelayClose(t *testing.T) {
 	r := NewRelay(t, echoServer(t))
-	c := dial(t, r.Addr)
-	if err := echo(c); err != nil {
-		t.Fatalf("through the relay: %v", err)
-	}
-	r.Refuse()
-	if err := echo(c); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("refusing, on a held connection: %v, want it closed", err)
-	}
-	if err := echo(dial(t, r.Addr)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("refusing, on a new connection: %v, want it closed", err)
-	}
-	r.Heal()
 	if err := echo(dial(t, r.Addr)); err != nil {
-		t.Errorf("healed, on a new connection: %v", err)
+		t.Fatalf("through the relay: %v", err)
 	}
 	r.Close()
 	r.Close()
 	if c, err := net.DialTimeout("tcp", r.Addr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("closed, the relay still accepts")
-	}
-}
-
-// Cut, a relay closes what it holds and answers no new connection;
-// healed, it joins new ones again.
-func TestRelayCut(t *testing.T) {
-	r := NewRelay(t, echoServer(t))
-	c := dial(t, r.Addr)
-	if err := echo(c); err != nil {
-		t.Fatalf("through the relay: %v", err)
-	}
-	r.Cut()
-	if err := echo(c); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("cut, on a held connection: %v, want it closed", err)
-	}
-	if err := echo(dial(t, r.Addr)); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("cut, on a new connection: %v, want a timeout", err)
-	}
-	r.Heal()
-	if err := echo(dial(t, r.Addr)); err != nil {
-		t.Errorf("healed, on a new connection: %v", err)
 	}
 }
 

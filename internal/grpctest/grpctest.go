@@ -1,0 +1,32 @@
+// Package grpctest serves gRPC in tests, as net/http/httptest serves HTTP:
+// a server on a loopback port for as long as the test runs.
+package grpctest
+
+import (
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+)
+
+// Serve serves srv, its services registered, on a free 127.0.0.1 port and
+// returns the address. When tb ends, srv is stopped (every connection and
+// stream closed at once) and Serve has returned; cleanups registered
+// before Serve run after that.
+func Serve(tb testing.TB, srv *grpc.Server) string {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	tb.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return lis.Addr().String()
+}
