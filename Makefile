@@ -204,6 +204,8 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compos
 DEMO_PROJECT ?= switchyard
 # test-compose: a -run pattern for the cases (default all)
 COMPOSE_RUN ?= .
+# test-compose: how many cases (each a cluster of its own) run at once
+COMPOSE_PARALLEL ?= 2
 
 ## demo-up: build the image and start the demo cluster (docker-compose.yml):
 ## three nodes in two zones, a worker on each; waits until ready, prints what to open
@@ -221,7 +223,7 @@ test-compose:
 	if ! $(COMPOSE) version >/dev/null 2>&1; then echo "test-compose: skipped: neither the docker compose plugin nor docker-compose is installed"; exit 0; fi; \
 	$(MAKE) --no-print-directory image IMAGE=switchyard:compose-test && \
 	COMPOSE="$(COMPOSE)" SWITCHYARD_DEMO_IMAGE=switchyard:compose-test \
-	  $(GO) test -race -tags compose -count=1 -v -timeout 30m -run '$(COMPOSE_RUN)' ./integration/compose/
+	  $(GO) test -race -tags compose -count=1 -v -timeout 30m -parallel $(COMPOSE_PARALLEL) -run '$(COMPOSE_RUN)' ./integration/compose/
 
 tools:
 	GOBIN=$(TOOLBIN) $(GO) install tool

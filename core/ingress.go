@@ -250,9 +250,9 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	e.goLocked(func(context.Context) {
 		defer stop()
 		err := e.transport.Forward(fctx, dispatcher, d)
-		endSpan(fspan, forwardResult(err), codeOr(err, ""))
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		endSpan(fspan, forwardResult(err, j.host != ""), codeOr(err, ""))
 		if f.waited {
 			f.err = err
 			close(f.done)

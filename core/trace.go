@@ -241,13 +241,19 @@ func (e *Engine) StartResume(ctx context.Context, j *Job, after uint64) (context
 	return e.tracer.Start(ctx, SpanResume, opts...)
 }
 
-// forwardResult names a forward's verdict for its span.
-func forwardResult(err error) string {
+// forwardResult names a forward's verdict for its span. ran is whether a
+// host answered for the job: a short job can end, and so stop its forward,
+// before the dispatcher's verdict comes back on the delivery stream, and
+// then its run is the proof that the forward was taken.
+func forwardResult(err error, ran bool) string {
 	if err == nil {
 		return "taken"
 	}
 	if _, ok := CodeOf(err); ok {
 		return "refused"
+	}
+	if ran {
+		return "taken"
 	}
 	return "no verdict"
 }

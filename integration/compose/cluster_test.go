@@ -79,7 +79,12 @@ func requireDocker(t *testing.T) []string {
 // each sees all three online; then worker-1, so node-1 claims queue demo;
 // then the other two workers. It is torn down, volumes included, when the
 // test ends.
+//
+// It marks the test parallel: each cluster is a project of its own, on its
+// own subnet and ports, so cases overlap, as many at once as go test's
+// -parallel allows (make test-compose: COMPOSE_PARALLEL, 2).
 func startCluster(t *testing.T, name string) *cluster {
+	t.Parallel()
 	compose := requireDocker(t)
 	file, err := filepath.Abs("../../docker-compose.yml")
 	if err != nil {
@@ -153,7 +158,11 @@ func (c *cluster) upNodes(image string) {
 			continue
 		}
 		c.subnet = prefix
-		c.env = append(os.Environ(),
+		// The Python docker-compose gives up on a daemon request after 60s
+		// by default; a loaded CI machine's daemon has taken longer. (First,
+		// so that the caller's own setting wins.)
+		c.env = append([]string{"COMPOSE_HTTP_TIMEOUT=240"}, os.Environ()...)
+		c.env = append(c.env,
 			"SWITCHYARD_DEMO_IMAGE="+image,
 			"SWITCHYARD_DEMO_SUBNET="+prefix,
 			"SWITCHYARD_DEMO_BIND=127.0.0.1",
@@ -238,6 +247,19 @@ func (c *cluster) teardown() {
 	}
 	c.http.CloseIdleConnections()
 	start := time.Now()
+	// The containers go first, killed and removed by one docker call: the
+	// test is over, so nothing needs a graceful stop, and compose down
+	// would stop them one request at a time on a daemon that may be slow
+	// (a busy CI machine's took over a minute to answer one). Down then
+	// removes the network and the volumes.
+	if ids := c.containers(); len(ids) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "--force", "--volumes"}, ids...)...).CombinedOutput()
+		cancel()
+		if err != nil {
+			c.t.Logf("docker rm: %v: %s (compose down tries again)", err, lastLines(string(out), 5))
+		}
+	}
 	if out, err := c.runCompose("down", "--volumes", "--remove-orphans", "--timeout", "2"); err != nil {
 		c.t.Errorf("compose down: %v\n%s", err, lastLines(out, 10))
 	}
@@ -248,6 +270,13 @@ func (c *cluster) teardown() {
 		}
 	}
 	c.t.Logf("cluster %s removed in %v", c.project, time.Since(start).Round(100*time.Millisecond))
+}
+
+// containers returns the ids of every container of the project, running
+// or not.
+func (c *cluster) containers() []string {
+	out, _ := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project="+c.project).Output()
+	return strings.Fields(string(out))
 }
 
 // runCompose runs a compose command in the project and returns its output.
