@@ -91,6 +91,7 @@ func TestTLSPublicPorts(t *testing.T) {
 // member; a node whose certificate another CA signed is refused on the
 // peer port, the refusal logged, and stays spare.
 func TestPeerMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca := mustCA(t, "cluster")
 	var logs lockedBuffer
 	n1 := MustStartNode(t, func(c *switchyard.Config) {
