@@ -22,6 +22,7 @@ import (
 // taken, a stream opened with the old one unaffected — and keeps them when
 // the file it re-reads is broken.
 func TestBinaryAccess(t *testing.T) {
+	t.Parallel()
 	bin := buildOrSkip(t, "builds the binary")
 	t.Run("non-loopback without keys", func(t *testing.T) {
 		out, err := exec.Command(bin, "node", "--name", "exposed", "--http-addr", "0.0.0.0:0", "--grpc-addr", "127.0.0.1:0",

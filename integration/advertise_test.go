@@ -22,6 +22,7 @@ import (
 // be) is reached by its peers there, and a job crosses it; an advertised
 // address nobody could dial is refused at startup.
 func TestBinaryAdvertise(t *testing.T) {
+	t.Parallel()
 	bin := buildOrSkip(t, "builds and runs the binary")
 
 	t.Run("refused", func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 // drains, ends a job that outlives the drain with node_shutdown, and exits
 // 0), and `switchyard demo` (Ctrl-C stops it without a reconnect warning).
 func TestBinarySmoke(t *testing.T) {
+	t.Parallel()
 	bin := buildOrSkip(t, "builds the binary")
 	t.Run("node and worker", func(t *testing.T) { testBinaryNodeAndWorker(t, bin) })
 	t.Run("demo stops quietly", func(t *testing.T) { testBinaryDemoStops(t, bin) })

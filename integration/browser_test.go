@@ -206,6 +206,7 @@ func (w tLogWriter) Write(p []byte) (int, error) {
 // right after the last event it received, and sees every event exactly
 // once, in order. A token edited by hand is refused.
 func TestBrowserEventSourceResumes(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 
 	n := MustStartNode(t, nil)

@@ -73,6 +73,7 @@ func rawRaft(tb testing.TB, addr string) string {
 // client certificate derived from the node's secret gets in: the way for
 // an operator's tools.
 func TestDefaultNodeCatalogIsClosed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := MustStartNode(t, func(c *switchyard.Config) { c.DataDir = dir })
 	path := filepath.Join(dir, "cluster-secret")

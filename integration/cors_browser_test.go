@@ -111,6 +111,7 @@ type listened struct {
 // and reads another with EventSource (the browser reconnecting by itself);
 // a page of an origin not on the list is refused by the browser.
 func TestCORSInABrowser(t *testing.T) {
+	t.Parallel()
 	page := func() *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")

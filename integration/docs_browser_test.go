@@ -20,6 +20,7 @@ import (
 // for a person to look at (bin/artifacts/docs.png, or
 // $SWITCHYARD_ARTIFACTS/docs.png), never committed.
 func TestDocsPageInBrowser(t *testing.T) {
+	t.Parallel()
 	b := mustStartBrowser(t) // logs the browser's output if the test fails
 	n := MustStartNode(t, nil)
 

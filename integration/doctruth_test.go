@@ -38,6 +38,7 @@ var notProvoked = map[string]string{
 // stream against its event's schema). Every answer the document promises
 // must have been seen, less notProvoked.
 func TestDocumentIsTheTruth(t *testing.T) {
+	t.Parallel()
 	dc := newDocCheck(t)
 	n := MustStartNode(t, func(c *switchyard.Config) {
 		c.HTTP.OpenAIQueue = "demo"

@@ -37,6 +37,7 @@ const edgeEnvelope = `{"input":"edge case"}`
 // printed, not asserted, except for generous bounds that show the cut
 // happened.
 func TestHTTPEdge(t *testing.T) {
+	t.Parallel()
 	bin := buildOrSkip(t, "builds the binary")
 	demo := exec.Command(bin, "demo", "--name", "edge", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--delay", "1ms", "--http-body-timeout", edgeBodyTimeout.String())

@@ -21,6 +21,7 @@ import (
 // answer it, so their credit comes back and they are not dropped as
 // stalled.
 func TestExampleWorkers(t *testing.T) {
+	t.Parallel()
 	for _, ex := range []struct {
 		name string
 		cmd  []string

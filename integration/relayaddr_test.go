@@ -19,6 +19,7 @@ import (
 // answered with the same job, over HTTP and over gRPC: relays dial the
 // record's relay addresses (advertise.go), not the client-facing ones.
 func TestBinaryRelayAddress(t *testing.T) {
+	t.Parallel()
 	bin := buildOrSkip(t, "builds and runs the binary")
 	dead := func() []string {
 		return []string{"--advertise-http-addr", freeAddr(t), "--advertise-grpc-addr", freeAddr(t), "--allow-anonymous"}

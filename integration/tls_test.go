@@ -92,6 +92,7 @@ func TestTLSPublicPorts(t *testing.T) {
 // member; a node whose certificate another CA signed is refused on the
 // peer port, the refusal logged, and stays spare.
 func TestPeerMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca := mustCA(t, "cluster")
 	var logs syncbuf.Buffer
 	n1 := MustStartNode(t, func(c *switchyard.Config) {

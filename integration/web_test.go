@@ -29,6 +29,7 @@ import (
 // the browser's own EventSource reconnect, with Last-Event-ID, is part of
 // the test; and keeps 64 events of history per job, so resync is reached.
 func TestWebPage(t *testing.T) {
+	t.Parallel()
 	n := MustStartNode(t, func(c *switchyard.Config) {
 		s := &c.HTTP.Stream
 		s.MaxDuration, s.Idle, s.Heartbeat = 2500*time.Millisecond, 2*time.Second, 500*time.Millisecond

@@ -24,6 +24,7 @@ import (
 // message and streams its reply, and refuses plain text by saying what it
 // wants; a node that drains shows as draining, then as gone.
 func TestWebPageCluster(t *testing.T) {
+	t.Parallel()
 	nodes := startCluster(t, 2, func(i int, c *switchyard.Config) {
 		// n2 drains with a job to finish: time enough on a loaded machine.
 		c.DrainTimeout = 20 * time.Second

@@ -19,6 +19,7 @@ import (
 // EventSource on a job read token, resuming by itself when the node ends
 // the stream, with no key in any URL.
 func TestWebPageWithKeys(t *testing.T) {
+	t.Parallel()
 	const ops = "ops-submit-admin-key-0006"
 	n := MustStartNode(t, func(c *switchyard.Config) {
 		c.Auth.Inline = accessKeys() + "  - {subject: ops, key: " + ops + ", roles: [submit, admin], queues: ['*']}\n"
