@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -252,54 +253,53 @@ func reexec(b *testing.B, role ...string) int {
 }
 
 // runBenchRole is the re-executed process: it serves its role until killed.
+// An ingress or a worker retries until its node (B) listens; a worker
+// dials again whenever its session ends.
 func runBenchRole(role string) error {
 	f := strings.Fields(role)
+	ctx := context.Background()
 	switch {
 	case len(f) == 2 && f[0] == "frame-node":
 		if _, err := benchkit.StartFrameNode(f[1]); err != nil {
 			return err
 		}
-	case len(f) == 3 && f[0] == "frame-ingress":
-		for { // B may not listen yet
-			_, err := benchkit.StartFrameIngress(f[1], f[2])
-			if err == nil {
-				break
-			}
-			fmt.Fprintln(os.Stderr, "frame ingress:", err)
-			time.Sleep(100 * time.Millisecond)
-		}
-	case len(f) == 3 && f[0] == "frame-worker":
-		go servePprof(f[2])
-		for {
-			err := benchkit.RunFrameWorker(context.Background(), f[1])
-			fmt.Fprintln(os.Stderr, "frame worker:", err)
-			time.Sleep(100 * time.Millisecond) // B may not listen yet
-		}
 	case len(f) == 2 && f[0] == "relay-node":
-		_, err := benchkit.StartRelayNode(f[1], 0)
-		if err != nil {
+		if _, err := benchkit.StartRelayNode(f[1], 0); err != nil {
 			return err
 		}
+	case len(f) == 3 && f[0] == "frame-ingress":
+		untilNil("frame ingress", func() error { _, err := benchkit.StartFrameIngress(f[1], f[2]); return err })
 	case len(f) == 3 && f[0] == "relay-ingress":
-		for { // B may not listen yet
-			_, err := benchkit.StartRelayIngress(f[1], f[2])
-			if err == nil {
-				break
-			}
-			fmt.Fprintln(os.Stderr, "relay ingress:", err)
-			time.Sleep(100 * time.Millisecond)
-		}
+		untilNil("relay ingress", func() error { _, err := benchkit.StartRelayIngress(f[1], f[2]); return err })
+	case len(f) == 3 && f[0] == "frame-worker":
+		go servePprof(f[2])
+		untilNil("frame worker", func() error { return errOr(benchkit.RunFrameWorker(ctx, f[1])) })
 	case len(f) == 3 && f[0] == "bare-worker":
 		go servePprof(f[2])
-		for {
-			err := benchkit.RunBareWorker(context.Background(), f[1], "demo", 256)
-			fmt.Fprintln(os.Stderr, "bare worker:", err)
-			time.Sleep(100 * time.Millisecond) // B may not listen yet
-		}
+		untilNil("bare worker", func() error { return errOr(benchkit.RunBareWorker(ctx, f[1], "demo", 256)) })
 	default:
 		return fmt.Errorf("%s=%q: unknown role", benchRoleEnv, role)
 	}
 	select {}
+}
+
+// untilNil calls try until it returns nil, a tenth of a second apart,
+// printing each error under what.
+func untilNil(what string, try func() error) {
+	for err := try(); err != nil; err = try() {
+		fmt.Fprintln(os.Stderr, what+":", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// errOr is err, or an error saying the session ended when there was none:
+// a bench worker serves until killed, so its session ending is always
+// worth a retry.
+func errOr(err error) error {
+	if err == nil {
+		return errors.New("session ended")
+	}
+	return err
 }
 
 func servePprof(addr string) {

@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -104,16 +105,9 @@ func failed(id uint64, reason string) *wrapperspb.BytesValue {
 func (n *FrameNode) forward(ss grpc.ServerStream) error {
 	back := &lockedStream{s: ss}
 	for {
-		m := new(wrapperspb.BytesValue)
-		if err := ss.RecvMsg(m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		m, h, err := recvFrame(ss, "ingress")
+		if m == nil {
 			return err
-		}
-		h, _, ok := readFrame(m)
-		if !ok {
-			return errors.New("frame relay: short frame from ingress")
 		}
 		n.mu.Lock()
 		w := n.worker
@@ -129,6 +123,23 @@ func (n *FrameNode) forward(ss grpc.ServerStream) error {
 			_ = back.send(failed(h.id, "worker lost"))
 		}
 	}
+}
+
+// recvFrame receives the next frame from ss, which from names. At the
+// stream's end m is nil, and err too when the stream ended cleanly (EOF).
+func recvFrame(ss grpc.ServerStream, from string) (m *wrapperspb.BytesValue, h frameHeader, err error) {
+	m = new(wrapperspb.BytesValue)
+	if err := ss.RecvMsg(m); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		return nil, h, err
+	}
+	h, _, ok := readFrame(m)
+	if !ok {
+		return nil, h, fmt.Errorf("frame relay: short frame from %s", from)
+	}
+	return m, h, nil
 }
 
 // take is job id's route, forgotten when last.
@@ -156,16 +167,9 @@ func (n *FrameNode) attach(ss grpc.ServerStream) error {
 	n.mu.Unlock()
 	defer n.lose(w)
 	for {
-		m := new(wrapperspb.BytesValue)
-		if err := ss.RecvMsg(m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		m, h, err := recvFrame(ss, "worker")
+		if m == nil {
 			return err
-		}
-		h, _, ok := readFrame(m)
-		if !ok {
-			return errors.New("frame relay: short frame from worker")
 		}
 		if r := n.take(h.id, h.flags&frameLast != 0); r.back != nil {
 			_ = r.back.send(m) // a broken ingress stream only loses its own jobs

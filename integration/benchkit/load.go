@@ -127,22 +127,11 @@ func run(ctx context.Context, job JobFunc, conc int, next func() bool) Result {
 // event (0 when the job had none), last the time to "done"; ok is false
 // when the job failed, ended otherwise, or the request did.
 func Job(ctx context.Context, client *http.Client, target string, body []byte) (first, last time.Duration, ok bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
+	res, t0, ok := postStream(ctx, client, target, body)
+	if !ok {
 		return 0, 0, false
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	t0 := time.Now()
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, 0, false
-	}
-	defer res.Body.Close()
-	defer io.Copy(io.Discard, res.Body) //nolint:errcheck // drain for connection reuse
-	if res.StatusCode != http.StatusOK {
-		return 0, 0, false
-	}
+	defer closeDrained(res)
 	kinds := func(yield func(string, error) bool) {
 		for ev, err := range sse.Read(res.Body, nil) {
 			if !yield(ev.Type, err) {
@@ -151,6 +140,34 @@ func Job(ctx context.Context, client *http.Client, target string, body []byte) (
 		}
 	}
 	return timeStream(t0, kinds, "error")
+}
+
+// postStream posts body as JSON asking for text/event-stream; t0 is when
+// the request went out. ok is false when it failed or was answered other
+// than 200 (then res is closed).
+func postStream(ctx context.Context, client *http.Client, url string, body []byte) (res *http.Response, t0 time.Time, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, t0, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	t0 = time.Now()
+	if res, err = client.Do(req); err != nil {
+		return nil, t0, false
+	}
+	if res.StatusCode != http.StatusOK {
+		closeDrained(res)
+		return nil, t0, false
+	}
+	return res, t0, true
+}
+
+// closeDrained reads the rest of res's body and closes it, so that its
+// connection is reused.
+func closeDrained(res *http.Response) {
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
 }
 
 // timeStream times a job's stream, read as its events' kinds, from t0:
@@ -213,22 +230,11 @@ func (r *Result) Add(o Result) {
 // broke, or ended with another count.
 func FrameJob(client *http.Client, url string, body []byte, frames int) JobFunc {
 	return func(ctx context.Context) (first, last time.Duration, ok bool) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
+		res, t0, ok := postStream(ctx, client, url, body)
+		if !ok {
 			return 0, 0, false
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		t0 := time.Now()
-		res, err := client.Do(req)
-		if err != nil {
-			return 0, 0, false
-		}
-		defer res.Body.Close()
-		defer io.Copy(io.Discard, res.Body) //nolint:errcheck // drain for connection reuse
-		if res.StatusCode != http.StatusOK {
-			return 0, 0, false
-		}
+		defer closeDrained(res)
 		n := 0
 		for ev, err := range sse.Read(res.Body, nil) {
 			if err != nil || ev.Type == "error" {
