@@ -2,8 +2,8 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
