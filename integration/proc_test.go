@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -239,15 +240,34 @@ func (v *procView) allOnline(n *procNode, size int) bool {
 	return true
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
+// handedOut is every address freeAddr has returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// freeAddr returns a loopback address with a port free a moment ago, and
+// never one it returned before in this process: the kernel may give the
+// same free port to two listens in a row, and a cluster laid out with one
+// port twice fails to start (two etcd members on one client port).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("freeAddr: the kernel kept giving ports already handed out")
+	return ""
 }
 
 func tail(s string, lines int) string {
