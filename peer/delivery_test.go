@@ -272,8 +272,14 @@ func TestDeliveryUndeliverableIsNotSentNorRetried(t *testing.T) {
 func TestDeliveryStreamClosesWhenIdleAndReopens(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	const idle = 300 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, 20*time.Millisecond))
+	// Only the idle close is under test. The ack ceiling (at most idle/3)
+	// and the silence limit (3 heartbeats) are stall detectors: at a
+	// 300 ms idle (a 100 ms ceiling, 60 ms of silence) they dropped the
+	// stream to unary after 88 ms in 1 of 30 runs on a loaded machine
+	// (2 CPUs, load 5), so the stream gets room for pauses of hundreds
+	// of milliseconds, as in TestBurstyDeliveryStreamDoesNotChurn.
+	const idle = 1200 * time.Millisecond
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, idle/4))
 	open := func() float64 {
 		return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "deliver"})
 	}
