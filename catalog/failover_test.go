@@ -2,9 +2,12 @@ package catalog_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/internal/tcptest"
@@ -60,7 +63,16 @@ func TestExternalEndpointBlackholed(t *testing.T) {
 	var lastFailure time.Duration // end of the last failed call, from the cut
 	for {
 		start := time.Now()
-		if err := get(callTimeout); err != nil {
+		err := get(callTimeout)
+		if errors.Is(err, rpctypes.ErrLeaderChanged) {
+			// A member answered: the call did not hang on the blackholed
+			// endpoint. The members' election (spurious on a loaded
+			// machine; their peer traffic is not cut) is not the
+			// failover under test, so the call is made again.
+			t.Logf("call at +%v: %v (not counted)", start.Sub(cut).Round(time.Millisecond), err)
+			continue
+		}
+		if err != nil {
 			failed++
 			lastFailure = time.Since(cut)
 			if !strings.Contains(err.Error(), "deadline") && !strings.Contains(err.Error(), "Unavailable") {

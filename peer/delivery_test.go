@@ -272,8 +272,14 @@ func TestDeliveryUndeliverableIsNotSentNorRetried(t *testing.T) {
 func TestDeliveryStreamClosesWhenIdleAndReopens(t *testing.T) {
 	h := &recorder{}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	const idle = 300 * time.Millisecond
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, 20*time.Millisecond))
+	// Only the idle close is under test. The ack ceiling (at most idle/3)
+	// and the silence limit (3 heartbeats) are stall detectors: at a
+	// 300 ms idle (a 100 ms ceiling, 60 ms of silence) they dropped the
+	// stream to unary after 88 ms in 1 of 30 runs on a loaded machine
+	// (2 CPUs, load 5), so the stream gets room for pauses of hundreds
+	// of milliseconds, as in TestBurstyDeliveryStreamDoesNotChurn.
+	const idle = 1200 * time.Millisecond
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(idle/3, idle, idle/4))
 	open := func() float64 {
 		return counter(t, r.reg, "switchyard_peer_streams_open", map[string]string{"kind": "deliver"})
 	}
@@ -333,15 +339,21 @@ func TestBurstyDeliveryStreamDoesNotChurn(t *testing.T) {
 // receiver is busy with a message for many heartbeat intervals (within the
 // ack deadline), and while the delivery stream has nothing to send.
 func TestHeartbeatsKeepABusyDeliveryStreamAlive(t *testing.T) {
-	const hb = 20 * time.Millisecond
-	h := &gatedRecorder{block: func(core.Message) { time.Sleep(15 * hb) }}
+	// The receiver is busy for 10 intervals, over three times the
+	// silence bound (3 intervals), so only heartbeats keep the stream. At
+	// a 20 ms interval (60 ms of silence) scheduling delays alone dropped
+	// it in 16 of 30 runs on a loaded machine (2 CPUs, load 8), at 100 ms
+	// in 1 of 20; 150 ms (450 ms of silence) leaves room for such pauses.
+	// The ack ceiling (5s) stays well above the 1.5s a message is held.
+	const hb = 150 * time.Millisecond
+	h := &gatedRecorder{block: func(core.Message) { time.Sleep(10 * hb) }}
 	b := startServerOn(t, "127.0.0.1:0", "b", h)
-	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(2*time.Second, 6*time.Second, hb))
+	r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
 	for i := range 3 {
 		r.Send("b", deliverMsg("q", "j", i))
 	}
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 3 })
-	time.Sleep(15 * hb) // idle, stream open
+	time.Sleep(10 * hb) // idle, stream open
 	r.Send("b", deliverMsg("q", "j", 3))
 	waitFor(t, 5*time.Second, "every message", func() bool { return len(h.messages()) == 4 })
 	waitSent(t, r, "b")

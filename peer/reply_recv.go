@@ -61,7 +61,7 @@ type respondIn struct {
 	kick    chan struct{}        // capacity 1: an ack, a cancel or a grant to write
 	finish  chan struct{}        // closed once every item is handled (clean end)
 	silence *time.Timer          // watchSilence
-	due     time.Time            // when silence was due to fire; watchSilence's own
+	due     atomic.Int64         // when silence is due to fire, UnixNano: set by watchSilence, read by release
 
 	// ackMu guards acks: per leg, the highest seq handled and not yet
 	// acked; unsent and unsentBytes count the items and the output bytes
@@ -133,7 +133,7 @@ func (rs *respondIn) start(open *pb.RespondOpen) {
 	rs.session = open.GetSession()
 	now := time.Now()
 	rs.last.Store(now.UnixNano())
-	rs.due = now.Add(silentIntervals * rs.hb)
+	rs.due.Store(now.Add(silentIntervals * rs.hb).UnixNano())
 	rs.silence = time.AfterFunc(silentIntervals*rs.hb, rs.watchSilence)
 	close(rs.ready)
 }
@@ -158,9 +158,19 @@ func (rs *respondIn) release(rcv core.Receiver) {
 		// its own silence watch would have fired otherwise): the host
 		// gets one interval from now, and answering a ping proves it
 		// alive (it may be in its backoff before a new reply stream).
+		// So too when this node stalled in the last three intervals: the
+		// frames it read since may have waited in its buffers, sent
+		// before the host gave up on the stream for this node's silence
+		// (rs.last is when this node read them, not when the host sent
+		// them), and the host may still be in its backoff. A silence
+		// check that is overdue now is such a stall, seen here first.
+		now := time.Now()
+		if now.Sub(time.Unix(0, rs.due.Load())) > 2*rs.hb {
+			rs.s.noteStall(now)
+		}
 		last := time.Unix(0, rs.last.Load())
 		due, stalled := last.Add(silentIntervals*rs.hb), false
-		if soon := time.Now().Add(rs.hb); due.Before(soon) {
+		if soon := now.Add(rs.hb); due.Before(soon) || rs.s.stalledSince(now.Add(-silentIntervals*rs.hb)) {
 			due, stalled = soon, true
 		}
 		rs.s.watchOrphans(rcv, rs.from, legs, due, rs.hb, stalled)
@@ -236,6 +246,12 @@ func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, d
 	}
 	var t *time.Timer
 	t = time.AfterFunc(time.Until(due), func() {
+		// A watch that fires more than two intervals late is this node's
+		// own stall: the host's new reply stream may be waiting unread.
+		if now := time.Now(); now.Sub(due) > 2*hb {
+			s.noteStall(now)
+			ping = true
+		}
 		s.mu.Lock()
 		delete(s.orphanWatches, t)
 		var orphans []inLegKey
@@ -258,6 +274,20 @@ func (s *server) watchOrphans(rcv core.Receiver, from string, legs []inLegKey, d
 		}
 	})
 	s.orphanWatches[t] = struct{}{}
+}
+
+// noteStall records that this process was seen, at now, not to have run
+// for a while (paused, starved): see stalledSince.
+func (s *server) noteStall(now time.Time) {
+	s.stalledAt.Store(now.UnixNano())
+}
+
+// stalledSince reports whether this process was seen to stall after t.
+// Frames read soon after a stall may have waited unread through it, so
+// how recent they look says nothing of when the host sent them.
+func (s *server) stalledSince(t time.Time) bool {
+	at := s.stalledAt.Load()
+	return at != 0 && time.Unix(0, at).After(t)
 }
 
 // answers reports whether node answers a ping within timeout.
@@ -565,7 +595,11 @@ func (rs *respondIn) watchSilence() {
 		return
 	}
 	now := time.Now()
-	if now.Sub(rs.due) > 2*rs.hb || rs.busy.Load() {
+	late := now.Sub(time.Unix(0, rs.due.Load())) > 2*rs.hb
+	if late {
+		rs.s.noteStall(now)
+	}
+	if late || rs.busy.Load() {
 		rs.last.Store(now.UnixNano())
 	}
 	last := time.Unix(0, rs.last.Load())
@@ -573,6 +607,7 @@ func (rs *respondIn) watchSilence() {
 		rs.cancel(errRespondSilent)
 		return
 	}
-	rs.due = last.Add(silentIntervals * rs.hb)
-	rs.silence.Reset(rs.due.Sub(now))
+	due := last.Add(silentIntervals * rs.hb)
+	rs.due.Store(due.UnixNano())
+	rs.silence.Reset(due.Sub(now))
 }

@@ -39,6 +39,10 @@ type server struct {
 	finished   []finishedLeg // done legs in inLegs, oldest first (finishLeg)
 	legsSwept  time.Time     // when inLegs was last swept
 	epochs     atomic.Uint64 // respondIn.epoch
+	// stalledAt is when this process was last seen not to have run for
+	// a while (a timer that fired more than two heartbeat intervals late:
+	// paused, starved), UnixNano; 0 if never (noteStall).
+	stalledAt atomic.Int64
 	// orphanWatches are the timers of broken reply streams' legs
 	// (watchOrphans).
 	orphanWatches map[*time.Timer]struct{}
