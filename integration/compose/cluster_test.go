@@ -80,11 +80,10 @@ func requireDocker(t *testing.T) []string {
 // then the other two workers. It is torn down, volumes included, when the
 // test ends.
 //
-// It marks the test parallel: each cluster is a project of its own, on its
-// own subnet and ports, so cases overlap, as many at once as go test's
-// -parallel allows (make test-compose: COMPOSE_PARALLEL, 2).
+// Each cluster is a project of its own, on its own subnet and ports, so
+// the cases that call t.Parallel first overlap, as many at once as go
+// test's -parallel allows (make test-compose: COMPOSE_PARALLEL, 2).
 func startCluster(t *testing.T, name string) *cluster {
-	t.Parallel()
 	compose := requireDocker(t)
 	file, err := filepath.Abs("../../docker-compose.yml")
 	if err != nil {

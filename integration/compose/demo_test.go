@@ -28,6 +28,7 @@ import (
 // closed: on the cluster's network its ports answer no one without the
 // cluster secret (checkCatalogClosed), with nothing copied by hand.
 func TestComposeDemo(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, "demo")
 	for _, line := range checkCatalogClosed(t, c) {
 		t.Log(line)

@@ -41,6 +41,7 @@ func untilTTL(j loadJob, at time.Time) time.Duration {
 // once, or expires; new large jobs are refused no_capable_worker meanwhile,
 // and complete again once the worker is back.
 func TestComposeKillBusyWorker(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, "kill-worker")
 	l := startLoad(c, clientSpec{kind: "large", model: "large", clients: 12, ingresses: []string{"node-1", "node-2"}})
 	waitBusy(t, l, "large", 8, 2)
@@ -74,6 +75,7 @@ func TestComposeKillBusyWorker(t *testing.T) {
 // bring that down to the heartbeat bound (4 intervals). Then node-3 starts
 // again, is online in every view, and large jobs complete again.
 func TestComposeKillWorkerNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, "kill-node")
 	l := startLoad(c, clientSpec{kind: "large", model: "large", clients: 12, ingresses: []string{"node-1", "node-2"}})
 	old := consumerOn(t, c, "node-3")
@@ -123,6 +125,7 @@ func TestComposeKillWorkerNode(t *testing.T) {
 // again it must come back (a new incarnation) and be online in every view,
 // and large jobs must complete again (issue 12: a fenced node recovers).
 func TestComposeDisconnect(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, "disconnect")
 	l := startLoad(c,
 		clientSpec{kind: "large", model: "large", clients: 8, ingresses: []string{"node-1", "node-2"}},
@@ -192,6 +195,7 @@ func TestComposeDisconnect(t *testing.T) {
 // registers again, and no view keeps a dispatcher that is not online or
 // the old process's consumer; jobs through node-1 complete.
 func TestComposeRestart(t *testing.T) {
+	t.Parallel()
 	_ = testRestart(t, "restart", "docker restart node-1 (SIGTERM: drain, then start)",
 		func(c *cluster) (time.Time, time.Time) {
 			at := c.restart("node-1")
@@ -214,6 +218,7 @@ func TestComposeRestart(t *testing.T) {
 // lands, the new incarnation proves the old one dead at once, and the
 // bound is the heartbeat's); the rest as for a graceful restart.
 func TestComposeRestartCrash(t *testing.T) {
+	t.Parallel()
 	last := testRestart(t, "restart-crash", "docker kill node-1, then docker start node-1 at once (inside its lease)",
 		func(c *cluster) (time.Time, time.Time) {
 			at, _ := c.kill("node-1")

@@ -17,6 +17,7 @@ import (
 // healthy voting members again, and worker-3 registers anew. Meanwhile the
 // load (through node-1 and node-2) loses no job and runs none twice.
 func TestComposeReplaceVolume(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, "replace")
 	members := func(step string) string {
 		t.Helper()

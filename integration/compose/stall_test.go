@@ -49,7 +49,13 @@ var stallCases = []stallCase{
 	{"disconnect-worker-node", "node-2", "disconnect", false},
 }
 
-// TestComposeStall runs issue 24's cases, one fresh cluster each.
+// TestComposeStall runs issue 24's cases, one fresh cluster each, one at a
+// time, before the parallel cases start: with another cluster running
+// beside it, pausing node-1 (the etcd leader) made node-2 and node-3 lose
+// their catalog leases within 50ms of its unpause ("lease not found on
+// write") in two runs of three, and jobs posted after the fault failed
+// node_shutdown. Alone it has not (docs/compose.md, "Known issue"); these
+// cases hold the stall figures, so they run as measured.
 func TestComposeStall(t *testing.T) {
 	for _, sc := range stallCases {
 		t.Run(sc.name, func(t *testing.T) { testStall(t, sc) })
