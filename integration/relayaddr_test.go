@@ -2,10 +2,12 @@ package integration_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ func TestBinaryRelayAddress(t *testing.T) {
 	t.Parallel()
 	bin := buildOrSkip(t, "builds and runs the binary")
 	dead := func() []string {
-		return []string{"--advertise-http-addr", freeAddr(t), "--advertise-grpc-addr", freeAddr(t), "--allow-anonymous"}
+		return []string{"--advertise-http-addr", deadAddr(t), "--advertise-grpc-addr", deadAddr(t), "--allow-anonymous"}
 	}
 	etcdAddr := freeAddr(t)
 	a := startProcNode(t, bin, "ra", append([]string{"--etcd-client-addr", etcdAddr}, dead()...)...)
@@ -92,4 +94,26 @@ func TestBinaryRelayAddress(t *testing.T) {
 func jobIDOfBytes(t *testing.T, status int, body []byte) string {
 	t.Helper()
 	return jobIDOf(t, &http.Response{StatusCode: status, Body: io.NopCloser(strings.NewReader(string(body)))})
+}
+
+// deadAddr returns a loopback address that nobody can dial while the test
+// runs: its port is bound by a socket that never listens, so a dial is
+// refused, and no listener (a node's own, bound to port 0, or another
+// test's) can take the port meanwhile. A port merely free a moment ago
+// (freeAddr) was once given by the kernel to the node advertising it.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
