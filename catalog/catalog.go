@@ -44,6 +44,11 @@ type Catalog struct {
 	// lease is the lease the node holds now: replaced by Recover after it
 	// was lost, so read it once per operation (held).
 	lease atomic.Pointer[lease]
+	// rot is held for writing while rotate moves the records to a new etcd
+	// lease, and for reading by every write that attaches a key to the
+	// lease or compares a key's lease with it: no such write sees the
+	// records half moved, or attaches a key to the lease being left.
+	rot sync.RWMutex
 	// runCtx is the Catalog's lifetime, which the goroutines of a lease
 	// granted by Recover run under.
 	runCtx context.Context
@@ -204,7 +209,7 @@ func (c *Catalog) shutdown(ctx context.Context) error {
 		// The caller's ctx may already be cancelled (shutdown on a signal);
 		// the revoke must still get its chance.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.cfg.RequestTimeout, time.Second))
-		_, err := c.client.Revoke(rctx, l.id)
+		_, err := c.client.Revoke(rctx, l.leaseID())
 		cancel()
 		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			c.log.Warn("catalog: revoke lease on close; records expire with it", l.attr(), "err", err)
@@ -248,13 +253,15 @@ func (c *Catalog) LeaseValid() bool {
 func (c *Catalog) held() *lease { return c.lease.Load() }
 
 // Incarnation is this node's incarnation: new at every start and every
-// recovery (it is the hex id of the lease granted then). PublishNode
-// writes it into the node record, so peers tell a node that came back
-// from the one that was there before (docs/cluster.md, "Incarnations").
-func (c *Catalog) Incarnation() string { return c.held().incarnation() }
+// recovery (it is the hex id of the lease granted then; a rotation moves
+// the records to another lease and keeps it). PublishNode writes it into
+// the node record, so peers tell a node that came back from the one that
+// was there before (docs/cluster.md, "Incarnations").
+func (c *Catalog) Incarnation() string { return c.held().incarnation }
 
-// LeaseID returns the id of this node's lease.
-func (c *Catalog) LeaseID() clientv3.LeaseID { return c.held().id }
+// LeaseID returns the id of the etcd lease this node's records are
+// attached to now.
+func (c *Catalog) LeaseID() clientv3.LeaseID { return c.held().leaseID() }
 
 // Client returns the etcd client, for other adapters (dispatcher claims use
 // transactions on it). It is closed by Close.
@@ -280,13 +287,15 @@ func (c *Catalog) writeCtx(ctx context.Context) (context.Context, context.Cancel
 
 // putLeased writes key under this node's lease.
 func (c *Catalog) putLeased(ctx context.Context, key string, value []byte) error {
+	c.rot.RLock()
+	defer c.rot.RUnlock()
 	l := c.held()
 	if l.isLost() {
 		return fmt.Errorf("put %s: %w", key, ErrLeaseLost)
 	}
 	ctx, cancel := c.writeCtx(ctx)
 	defer cancel()
-	if _, err := c.client.Put(ctx, key, string(value), clientv3.WithLease(l.id)); err != nil {
+	if _, err := c.client.Put(ctx, key, string(value), clientv3.WithLease(l.leaseID())); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			c.fenceLease(l, "lease not found on write")
 			return fmt.Errorf("put %s: %w: %w", key, ErrLeaseLost, err)
@@ -362,11 +371,13 @@ func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error 
 	if !core.ValidName(queue) || !core.ValidName(id) {
 		return fmt.Errorf("withdraw consumer: %q/%q is not a valid queue/id", queue, id)
 	}
+	c.rot.RLock()
+	defer c.rot.RUnlock()
 	ctx, cancel := c.writeCtx(ctx)
 	defer cancel()
 	key := ConsumerKey(queue, id)
 	_, err := c.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().id)).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().leaseID())).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {

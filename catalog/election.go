@@ -170,7 +170,7 @@ func (c *Catalog) judge(ctx context.Context, queue string, kv *mvccpb.KeyValue, 
 	if d == c.cfg.Name {
 		// This node is alive (its lease is not lost, Elect checked), whatever
 		// state its own record is in.
-		if clientv3.LeaseID(kv.Lease) == c.held().id {
+		if clientv3.LeaseID(kv.Lease) == c.held().leaseID() {
 			return cur, adopt, nil
 		}
 		return cur, reLease, nil
@@ -273,6 +273,8 @@ func (c *Catalog) getKey(ctx context.Context, key string) (*mvccpb.KeyValue, err
 // and returns the write's revision. Otherwise it returns 0 and the record
 // that is there now (nil if absent).
 func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyValue, next core.DispatchInfo) (rev int64, now *mvccpb.KeyValue, err error) {
+	c.rot.RLock()
+	defer c.rot.RUnlock()
 	l := c.held()
 	if l.isLost() {
 		return 0, nil, fmt.Errorf("claim %s: %w", key, ErrLeaseLost)
@@ -289,7 +291,7 @@ func (c *Catalog) casDispatch(ctx context.Context, key string, prev *mvccpb.KeyV
 	defer cancel()
 	resp, err := c.client.Txn(wctx).
 		If(cmp).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.id))).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.leaseID()))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -318,10 +320,12 @@ func (c *Catalog) Release(ctx context.Context, queue string) error {
 		return fmt.Errorf("release: queue %q is not 1-128 of [A-Za-z0-9._-]", queue)
 	}
 	key := DispatchKey(queue)
+	c.rot.RLock()
+	defer c.rot.RUnlock()
 	wctx, cancel := c.writeCtx(ctx)
 	defer cancel()
 	resp, err := c.client.Txn(wctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().id)).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", c.held().leaseID())).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {

@@ -36,6 +36,10 @@ func (c *Catalog) HandOver(ctx context.Context, queue, to string) (bool, error) 
 		return false, fmt.Errorf("hand over %s: %w", queue, ErrLeaseLost)
 	}
 	key, nodeKey := DispatchKey(queue), NodeKey(to)
+	// The read judges the record by this node's lease; the write must
+	// not see it rotated in between.
+	c.rot.RLock()
+	defer c.rot.RUnlock()
 	rctx, cancel := c.writeCtx(ctx)
 	defer cancel()
 	read, err := c.client.Txn(rctx).Then(clientv3.OpGet(key), clientv3.OpGet(nodeKey)).Commit()
@@ -43,7 +47,7 @@ func (c *Catalog) HandOver(ctx context.Context, queue, to string) (bool, error) 
 		return false, fmt.Errorf("hand over %s: read records: %w", queue, err)
 	}
 	cur, target := firstKV(read, 0), firstKV(read, 1)
-	if cur == nil || clientv3.LeaseID(cur.Lease) != c.held().id || target == nil || target.Lease == 0 {
+	if cur == nil || clientv3.LeaseID(cur.Lease) != c.held().leaseID() || target == nil || target.Lease == 0 {
 		return false, nil
 	}
 	if n, err := parseNode(to, target.Value); err != nil || n.State != core.StateOnline {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -79,25 +80,44 @@ const minRenewAttempt = 200 * time.Millisecond
 // pause does not cure; the gap only keeps a fast failure from spinning.
 const renewRetryGap = 50 * time.Millisecond
 
-// lease is the node's etcd lease and its fencing state.
+// lease is the node's hold on the catalog for one incarnation: the etcd
+// lease its records are attached to and its fencing state. The etcd lease
+// under it can change without a new incarnation (rotate.go); the
+// incarnation, the fence deadline's history and the lost channel stay.
 type lease struct {
-	id     clientv3.LeaseID
-	margin time.Duration
+	// id is the etcd lease the node's records are attached to now. It
+	// changes only in rotate, under Catalog.rot; a write that attaches a
+	// key to it, or compares a key's lease with it, holds Catalog.rot for
+	// reading around the call.
+	id          atomic.Int64
+	incarnation string
+	margin      time.Duration
 
 	mu      sync.Mutex
 	ttl     time.Duration // as granted or last renewed by the server
 	sent    time.Time     // send time of the last successful renewal (or grant)
 	fenceAt time.Time     // FenceDeadline(sent, ttl, margin)
+	// term is the etcd raft term of the last answer to a grant or a
+	// renewal: a greater one means etcd elected a leader since, and the
+	// lease is rotated (rotate.go).
+	term uint64
 
 	lost     chan struct{}
 	lostOnce sync.Once
 }
 
+// newLease is a new incarnation's lease: the incarnation is the granted
+// lease's id in etcdctl's hex form. Every start and every recovery grants
+// a new lease, so it is new each time, and unique in the etcd cluster.
 func newLease(id clientv3.LeaseID, sent time.Time, ttl, margin time.Duration) *lease {
-	l := &lease{id: id, margin: margin, lost: make(chan struct{})}
+	l := &lease{incarnation: fmt.Sprintf("%x", int64(id)), margin: margin, lost: make(chan struct{})}
+	l.id.Store(int64(id))
 	l.renewed(sent, ttl)
 	return l
 }
+
+// leaseID is the etcd lease the node's records are attached to now.
+func (l *lease) leaseID() clientv3.LeaseID { return clientv3.LeaseID(l.id.Load()) }
 
 // renewed records a renewal whose request was sent at sent.
 func (l *lease) renewed(sent time.Time, ttl time.Duration) {
@@ -114,13 +134,8 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration) {
 	l.fenceAt = FenceDeadline(sent, ttl, l.margin)
 }
 
-// incarnation is the node incarnation this lease stands for: its id in
-// etcdctl's hex form. Every start and every recovery grants a new lease, so
-// it is new each time, and unique in the etcd cluster.
-func (l *lease) incarnation() string { return fmt.Sprintf("%x", int64(l.id)) }
-
 // attr is the lease id as a log attribute, in etcdctl's hex form.
-func (l *lease) attr() slog.Attr { return slog.String("lease", fmt.Sprintf("%x", int64(l.id))) }
+func (l *lease) attr() slog.Attr { return slog.String("lease", fmt.Sprintf("%x", int64(l.leaseID()))) }
 
 func (l *lease) lastSent() time.Time {
 	l.mu.Lock()
@@ -185,7 +200,7 @@ func (c *Catalog) renewLoop(ctx context.Context, l *lease) {
 			return
 		case <-t.C:
 		}
-		err := c.renewOnce(ctx, l)
+		term, err := c.renewOnce(ctx, l)
 		switch {
 		case err == nil:
 			if failed > 0 {
@@ -193,6 +208,9 @@ func (c *Catalog) renewLoop(ctx context.Context, l *lease) {
 					"fence_in", time.Until(l.deadline()).Round(time.Millisecond))
 			}
 			failed = 0
+			if l.termAdvanced(term) {
+				c.rotate(ctx, l, term)
+			}
 			t.Reset(time.Until(l.lastSent().Add(interval)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			// Gone already: nothing left to revoke.
@@ -214,8 +232,9 @@ func (c *Catalog) renewLoop(ctx context.Context, l *lease) {
 	}
 }
 
-// renewOnce sends one keepalive and records its send time on success.
-func (c *Catalog) renewOnce(ctx context.Context, l *lease) error {
+// renewOnce sends one keepalive and records its send time on success. It
+// returns the raft term of the member that answered.
+func (c *Catalog) renewOnce(ctx context.Context, l *lease) (term uint64, err error) {
 	// A renewal answered after the fence deadline cannot un-fence the node,
 	// so that deadline bounds the call too.
 	deadline := l.deadline()
@@ -229,19 +248,19 @@ func (c *Catalog) renewOnce(ctx context.Context, l *lease) error {
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	resp, err := c.client.KeepAliveOnce(cctx, l.id)
+	resp, err := c.client.KeepAliveOnce(cctx, l.leaseID())
 	if err != nil {
-		return fmt.Errorf("renew lease: %w", err)
+		return 0, fmt.Errorf("renew lease: %w", err)
 	}
 	l.renewed(sent, time.Duration(resp.TTL)*time.Second)
-	return nil
+	return resp.ResponseHeader.GetRaftTerm(), nil
 }
 
 // revokeAfterFence revokes a lease this node has fenced, best effort.
 func (c *Catalog) revokeAfterFence(ctx context.Context, l *lease) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), l.id)
+	_, err := c.client.Revoke(clientv3.WithRequireLeader(rctx), l.leaseID())
 	// A cancelled ctx means Close is running; it revokes the lease itself.
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
 		c.log.Warn("catalog: revoke fenced lease", l.attr(), "err", err)

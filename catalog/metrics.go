@@ -15,6 +15,7 @@ type Metrics struct {
 	requests    *prometheus.CounterVec
 	watchEvents prometheus.Counter
 	elections   prometheus.Counter
+	rotations   prometheus.Counter
 }
 
 // Request kinds of switchyard_catalog_requests_total.
@@ -26,6 +27,7 @@ const (
 	opGrant     = "lease_grant"
 	opKeepAlive = "lease_keepalive"
 	opRevoke    = "lease_revoke"
+	opTTL       = "lease_timetolive"
 )
 
 // NewMetrics registers the catalog's metrics on reg (nil: unregistered).
@@ -33,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_catalog_requests_total",
-			Help: "Requests this node sent to etcd, by op: get, put, delete, txn (reads, claims and conditional writes), lease_grant, lease_keepalive, lease_revoke; each attempt counts.",
+			Help: "Requests this node sent to etcd, by op: get, put, delete, txn (reads, claims and conditional writes), lease_grant, lease_keepalive, lease_revoke, lease_timetolive; each attempt counts.",
 		}, []string{"op"}),
 		watchEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_catalog_watch_events_total",
@@ -43,12 +45,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_catalog_elections_total",
 			Help: "Dispatcher elections this node ran for a queue (each a read and, unless the record stands, a compare-and-swap).",
 		}),
+		rotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_catalog_lease_rotations_total",
+			Help: "Times this node moved its records to a new etcd lease after etcd elected a leader, so that a deposed leader cannot revoke them (docs/cluster.md).",
+		}),
 	}
-	for _, op := range []string{opGet, opPut, opDelete, opTxn, opGrant, opKeepAlive, opRevoke} {
+	for _, op := range []string{opGet, opPut, opDelete, opTxn, opGrant, opKeepAlive, opRevoke, opTTL} {
 		m.requests.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.watchEvents, m.elections)
+		reg.MustRegister(m.requests, m.watchEvents, m.elections, m.rotations)
 	}
 	return m
 }
@@ -106,4 +112,9 @@ func (l countingLease) Revoke(ctx context.Context, id clientv3.LeaseID) (*client
 func (l countingLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
 	l.m.count(opKeepAlive)
 	return l.Lease.KeepAliveOnce(ctx, id)
+}
+
+func (l countingLease) TimeToLive(ctx context.Context, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	l.m.count(opTTL)
+	return l.Lease.TimeToLive(ctx, id, opts...)
 }

@@ -58,8 +58,8 @@ func (c *Catalog) Recover(ctx context.Context) error {
 	// lived on, two sets of this node's records would stand at once, and
 	// the old consumers and dispatch records would route jobs to a node
 	// that no longer holds them.
-	if err := c.revoke(ctx, old.id); err != nil {
-		return fmt.Errorf("recover: revoke lost lease %x: %w", int64(old.id), err)
+	if err := c.revoke(ctx, old.leaseID()); err != nil {
+		return fmt.Errorf("recover: revoke lost lease %x: %w", int64(old.leaseID()), err)
 	}
 	l, err := c.grant(ctx)
 	if err != nil {
@@ -70,7 +70,7 @@ func (c *Catalog) Recover(ctx context.Context) error {
 	if c.closing {
 		// Close revokes the lease it finds; this one it would not.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(c.cfg.RequestTimeout, time.Second))
-		_, _ = c.client.Revoke(rctx, l.id)
+		_, _ = c.client.Revoke(rctx, l.leaseID())
 		cancel()
 		return ErrClosed
 	}
@@ -79,7 +79,7 @@ func (c *Catalog) Recover(ctx context.Context) error {
 	go c.renewLoop(c.runCtx, l)
 	go c.fenceLoop(c.runCtx, l)
 	c.log.Info("catalog lease recovered: new lease, new incarnation", l.attr(),
-		"previous", fmt.Sprintf("%x", int64(old.id)), "incarnation", l.incarnation())
+		"previous", fmt.Sprintf("%x", int64(old.leaseID())), "incarnation", l.incarnation)
 	return nil
 }
 
@@ -87,20 +87,31 @@ func (c *Catalog) Recover(ctx context.Context) error {
 // commits, which take milliseconds when the catalog has a quorum.
 const recoverRound = time.Second
 
-// grant grants a new lease of LeaseTTL.
+// grant grants a new lease of LeaseTTL for a new incarnation.
 func (c *Catalog) grant(ctx context.Context) (*lease, error) {
+	g, sent, err := c.grantLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := newLease(g.ID, sent, time.Duration(g.TTL)*time.Second, c.cfg.FenceMargin)
+	l.term = g.ResponseHeader.GetRaftTerm()
+	c.log.Debug("catalog lease granted", l.attr(), "ttl", time.Duration(g.TTL)*time.Second,
+		"fence_margin", c.cfg.FenceMargin, "renew_every", renewInterval(c.cfg.LeaseTTL, c.cfg.FenceMargin),
+		"renew_attempt_timeout", renewAttemptTimeout(c.cfg.LeaseTTL, c.cfg.FenceMargin, c.cfg.RequestTimeout))
+	return l, nil
+}
+
+// grantLease asks etcd for a lease of LeaseTTL and returns the answer and
+// when the request was sent (the origin of its fence deadline).
+func (c *Catalog) grantLease(ctx context.Context) (*clientv3.LeaseGrantResponse, time.Time, error) {
 	gctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	sent := time.Now()
 	g, err := c.client.Grant(clientv3.WithRequireLeader(gctx), int64(c.cfg.LeaseTTL/time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", err)
+		return nil, sent, fmt.Errorf("grant lease: %w", err)
 	}
-	l := newLease(g.ID, sent, time.Duration(g.TTL)*time.Second, c.cfg.FenceMargin)
-	c.log.Debug("catalog lease granted", l.attr(), "ttl", time.Duration(g.TTL)*time.Second,
-		"fence_margin", c.cfg.FenceMargin, "renew_every", renewInterval(c.cfg.LeaseTTL, c.cfg.FenceMargin),
-		"renew_attempt_timeout", renewAttemptTimeout(c.cfg.LeaseTTL, c.cfg.FenceMargin, c.cfg.RequestTimeout))
-	return l, nil
+	return g, sent, nil
 }
 
 // revoke revokes lease id; one etcd no longer holds is no error.

@@ -123,6 +123,10 @@ var faultCases = []faultCase{
 		silent: true, returns: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOn("a"), inject: (*faultRun).pause,
 	},
 	{
+		name: "pause-leader-dispatcher", what: "SIGSTOP of the node that is both the etcd leader (moved there first) and the queue's dispatcher, for 1.5 lease TTLs, then SIGCONT: the survivors elect a new leader and renew their leases with it; at SIGCONT the old leader's lessor finds every lease expired in its own view",
+		silent: true, returns: true, leaderLost: true, dispatcher: true, target: (*faultRun).dispatcherNode, prepare: leaderOnTarget, inject: (*faultRun).pause,
+	},
+	{
 		name: "pause-worker-host", what: "SIGSTOP of the worker host that does not dispatch, for 1.5 lease TTLs, under a saturating load (20 clients for 16 slots: jobs wait in the queue all along), then SIGCONT (the etcd leader is a)",
 		silent: true, returns: true, clients: 20, target: (*faultRun).otherHost, prepare: leaderOn("a"), inject: (*faultRun).pause,
 	},

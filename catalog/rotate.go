@@ -1,0 +1,177 @@
+package catalog
+
+// This file moves a node's records to a new etcd lease after etcd elects a
+// leader, so that a leader deposed while it could not run cannot delete
+// them (docs/cluster.md, "A deposed etcd leader's revokes").
+//
+// etcd's leader alone expires leases: its lessor revokes a lease whose TTL
+// passed without a renewal reaching it. A leader whose process was frozen
+// (SIGSTOP, docker pause, a VM stalled) for longer than the TTL wakes still
+// believing it leads, finds every lease expired in its own view (the
+// renewals went to the new leader meanwhile), and revokes them. etcd checks
+// its leadership first (etcd-io/etcd#15247), but skips the check when its
+// raft loop ticked within the last three heartbeats, and the first tick
+// after a freeze comes at once; by the time the revoke is proposed the
+// member has heard from the new leader and forwards the proposal to it,
+// which applies it. Every other node's records then vanish while those
+// nodes are alive and renewing: they fence, their jobs end node_shutdown,
+// and the deletion is taken by every peer as proof that they stopped,
+// which it is not.
+//
+// A deposed leader can only revoke the leases it knew when it stopped. So
+// each node watches the raft term in the answers to its renewals, and once
+// it grows moves its records to a lease granted under the new term and
+// revokes the old lease itself. The records are rewritten in place (the
+// lease changes, nothing is deleted), the node keeps its incarnation and
+// its fence deadline only moves later (the new lease's grant was sent after
+// the last renewal). The node rotates within a renewal of the election,
+// while a deposed leader needs a whole TTL without renewals before it sees
+// any lease expired, so the old lease is gone, and holds nothing, by then.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rotateBatch is how many keys one transaction moves: under etcd's default
+// --max-txn-ops (128), counting a compare and a put per key.
+const rotateBatch = 64
+
+// termAdvanced records term, the raft term of an answer to a renewal, and
+// reports whether it is greater than the last one seen: etcd has elected
+// a leader since. The lease keeps the old term until rotate succeeds, so
+// a rotation that fails is tried again at the next renewal.
+func (l *lease) termAdvanced(term uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.term == 0 {
+		l.term = term
+		return false
+	}
+	return term > l.term
+}
+
+// rotate moves the node's records from l's etcd lease to a new one granted
+// now, then revokes the old lease (see the top of this file). A grant or a
+// listing of the records that fails changes nothing and is tried again at
+// the next renewal. A move whose outcome is unknown (the call failed) may
+// have left records on either lease: the node then fences, and both leases
+// are revoked, as for any lost lease.
+func (c *Catalog) rotate(ctx context.Context, l *lease, term uint64) {
+	start := time.Now()
+	g, sent, err := c.grantLease(ctx)
+	if err != nil {
+		c.log.Warn("catalog lease rotation after an etcd leader change: grant failed; retrying at the next renewal", l.attr(), "err", err)
+		return
+	}
+	next := g.ID
+	c.rot.Lock()
+	if l.isLost() {
+		// Fenced meanwhile: the records go with the old lease.
+		c.rot.Unlock()
+		c.revokeBestEffort(ctx, next)
+		return
+	}
+	old := l.leaseID()
+	moved, err := c.moveRecords(ctx, old, next)
+	if err == nil {
+		l.id.Store(int64(next))
+		l.renewed(sent, time.Duration(g.TTL)*time.Second)
+		l.mu.Lock()
+		l.term = max(term, g.ResponseHeader.GetRaftTerm())
+		l.mu.Unlock()
+	}
+	c.rot.Unlock()
+
+	switch {
+	case errors.Is(err, errListRecords):
+		c.log.Warn("catalog lease rotation after an etcd leader change: retrying at the next renewal", l.attr(), "err", err)
+		c.revokeBestEffort(ctx, next)
+	case err != nil:
+		c.fenceLease(l, fmt.Sprintf("lease rotation failed part way: %v", err))
+		c.revokeBestEffort(ctx, next)
+	default:
+		c.cfg.Metrics.rotations.Inc()
+		c.revokeBestEffort(ctx, old)
+		c.log.Info("catalog lease rotated after an etcd leader change", "previous", fmt.Sprintf("%x", int64(old)),
+			l.attr(), "incarnation", l.incarnation, "term", term, "records", moved, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// errListRecords marks a rotation that failed before it moved anything.
+var errListRecords = errors.New("list the records on the lease")
+
+// moveRecords rewrites every key attached to lease from under to lease to,
+// value unchanged, and returns how many it moved. A key that no longer
+// carries lease from (another node claimed it, or it was deleted) is left
+// alone. The caller holds c.rot, so none of this node's writes races it.
+func (c *Catalog) moveRecords(ctx context.Context, from, to clientv3.LeaseID) (int, error) {
+	rctx, cancel := c.writeCtx(ctx)
+	ttl, err := c.client.TimeToLive(rctx, from, clientv3.WithAttachedKeys())
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("%w %x: %w", errListRecords, int64(from), err)
+	}
+	moved := 0
+	for keys := range slices.Chunk(ttl.Keys, rotateBatch) {
+		n, err := c.moveBatch(ctx, keys, from, to)
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// moveBatch moves keys in one transaction when they all still carry lease
+// from, and one at a time otherwise.
+func (c *Catalog) moveBatch(ctx context.Context, keys [][]byte, from, to clientv3.LeaseID) (int, error) {
+	if ok, err := c.moveKeys(ctx, keys, from, to); ok || err != nil {
+		if ok {
+			return len(keys), nil
+		}
+		return 0, err
+	}
+	moved := 0
+	for i := range keys {
+		ok, err := c.moveKeys(ctx, keys[i:i+1], from, to)
+		if err != nil {
+			return moved, err
+		}
+		if ok {
+			moved++
+		}
+	}
+	return moved, nil
+}
+
+// moveKeys rewrites keys under lease to if every one of them carries lease
+// from, and reports whether it did.
+func (c *Catalog) moveKeys(ctx context.Context, keys [][]byte, from, to clientv3.LeaseID) (bool, error) {
+	cmps := make([]clientv3.Cmp, len(keys))
+	puts := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		cmps[i] = clientv3.Compare(clientv3.LeaseValue(string(k)), "=", from)
+		puts[i] = clientv3.OpPut(string(k), "", clientv3.WithIgnoreValue(), clientv3.WithLease(to))
+	}
+	wctx, cancel := c.writeCtx(ctx)
+	defer cancel()
+	resp, err := c.client.Txn(wctx).If(cmps...).Then(puts...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("move %d records to lease %x: %w", len(keys), int64(to), err)
+	}
+	return resp.Succeeded, nil
+}
+
+// revokeBestEffort revokes lease id, logging a failure: a lease left
+// behind expires by itself after LeaseTTL.
+func (c *Catalog) revokeBestEffort(ctx context.Context, id clientv3.LeaseID) {
+	if err := c.revoke(ctx, id); err != nil && ctx.Err() == nil {
+		c.log.Warn("catalog: revoke a lease this node left; it expires by itself", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+	}
+}
