@@ -169,9 +169,10 @@ func (c *Catalog) moveKeys(ctx context.Context, keys [][]byte, from, to clientv3
 }
 
 // revokeBestEffort revokes lease id, logging a failure: a lease left
-// behind expires by itself after LeaseTTL.
+// behind expires by itself after LeaseTTL. It runs even when ctx is done
+// (Close cancels the renewal that rotates), bounded by RequestTimeout.
 func (c *Catalog) revokeBestEffort(ctx context.Context, id clientv3.LeaseID) {
-	if err := c.revoke(ctx, id); err != nil && ctx.Err() == nil {
+	if err := c.revoke(context.WithoutCancel(ctx), id); err != nil {
 		c.log.Warn("catalog: revoke a lease this node left; it expires by itself", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
 	}
 }

@@ -416,7 +416,7 @@ type scaleRow struct {
 	reach, firstJob                     time.Duration
 }
 
-var catalogOps = []string{"get", "put", "delete", "txn", "lease_grant", "lease_keepalive", "lease_revoke"}
+var catalogOps = []string{"get", "put", "delete", "txn", "lease_grant", "lease_keepalive", "lease_revoke", "lease_timetolive"}
 
 func TestScale(t *testing.T) {
 	var sizes []int
