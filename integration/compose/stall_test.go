@@ -65,6 +65,9 @@ func testStall(t *testing.T, sc stallCase) {
 	l := startLoad(c, clientSpec{kind: "small", model: "small", clients: 20, ingresses: []string{"node-3"}})
 	waitBusy(t, l, "small", 14, 2)
 
+	// Whether the faulted node led etcd decides what its fault costs the
+	// catalog (an election; for a pause, the revokes of a deposed leader).
+	leader := c.etcdLeader("node-3")
 	var at, back time.Time
 	switch sc.how {
 	case "pause":
@@ -95,7 +98,7 @@ func testStall(t *testing.T, sc stallCase) {
 	if sc.dispatcher {
 		role = "the queue's dispatcher, worker-1's host"
 	}
-	led := newLedger(c, "stall-"+sc.name, fmt.Sprintf("docker %s %s (%s) for %v, under 20 clients of small jobs on node-3", sc.how, sc.node, role, stallHold), at, l.snapshot(), nil)
+	led := newLedger(c, "stall-"+sc.name, fmt.Sprintf("docker %s %s (%s; etcd leader %s) for %v, under 20 clients of small jobs on node-3", sc.how, sc.node, role, leader, stallHold), at, l.snapshot(), nil)
 	led.note("%s back (docker %s) %v after the fault; ready, and three nodes online with three consumers in every view, %v later",
 		sc.node, map[string]string{"pause": "unpause", "kill": "start", "disconnect": "network connect"}[sc.how], back.Sub(at).Round(time.Millisecond), online.Round(time.Millisecond))
 	res := led.stall(at, at.Add(stallHold), "small", map[string]string{"worker-1": "node-1", "worker-2": "node-2"}, sc.node, back)
@@ -147,6 +150,26 @@ func testStall(t *testing.T, sc stallCase) {
 		t.Logf("issue 24's target for a dispatcher's fault: no new job held while later ones run for more than %v + %v slack; measured %v (%s): %s",
 			bound, slack, res.Overtaken.Round(time.Millisecond), res.OvertakenID, verdict)
 	}
+}
+
+// etcdLeader names the node whose etcd member leads, as svc's catalog
+// says (GET /v1/cluster/members), or why it cannot tell.
+func (c *cluster) etcdLeader(svc string) string {
+	var l struct {
+		Members []struct {
+			Name   string `json:"name"`
+			Leader bool   `json:"leader"`
+		} `json:"members"`
+	}
+	if err := c.getJSON(svc, "/v1/cluster/members", &l); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, m := range l.Members {
+		if m.Leader {
+			return m.Name
+		}
+	}
+	return "none"
 }
 
 // pause freezes a container (docker pause: the cgroup freezer, as SIGSTOP
