@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -98,11 +97,7 @@ func register(queue string, caps ...string) *pb.WorkerMessage {
 // with; it fails the test if the node registers it instead.
 func (n *testNode) refused(t *testing.T, m *pb.WorkerMessage) error {
 	t.Helper()
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpctest.Dial(t, n.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	stream, err := pb.NewWorkerServiceClient(conn).Connect(ctx)
