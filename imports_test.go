@@ -119,10 +119,10 @@ var importRules = map[string]importRule{
 	// write and the test reads at once (logs, a process's output).
 	"internal/syncbuf": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
-	// for the test's lifetime.
+	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
-	// events appended to a job's history.
+	// events appended to a job's history, a configuration refusal checked.
 	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},

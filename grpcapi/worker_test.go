@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -34,14 +35,7 @@ func TestWorkerConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			tc.mut(&c)
-			err := c.Validate()
-			var ce *core.ConfigError
-			switch {
-			case tc.field == "" && err != nil:
-				t.Fatalf("got %v, want valid", err)
-			case tc.field != "" && (!errors.As(err, &ce) || ce.Field != tc.field):
-				t.Fatalf("got %v, want a ConfigError naming %s", err, tc.field)
-			}
+			coretest.WantConfigError(t, c.Validate(), tc.field)
 		})
 	}
 }

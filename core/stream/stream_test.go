@@ -147,23 +147,7 @@ func TestPolicyValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := stream.DefaultPolicy()
 			tt.edit(&p)
-			err := p.Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Fatalf("Validate(%+v) = %v, want nil", p, err)
-				}
-				return
-			}
-			var ce *core.ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Validate(%+v) = %v (%T), want *core.ConfigError", p, err, err)
-			}
-			if ce.Field != tt.field {
-				t.Errorf("ConfigError.Field = %q, want %q (%v)", ce.Field, tt.field, err)
-			}
-			if ce.Err == nil || !strings.Contains(err.Error(), tt.field) {
-				t.Errorf("error %q should name %s and carry a cause", err, tt.field)
-			}
+			coretest.WantConfigError(t, p.Validate(), tt.field)
 		})
 	}
 }
