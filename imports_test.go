@@ -115,8 +115,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a series of a Prometheus
 	// registry read by its name and labels.
 	"internal/promtest": {},
-	// Test plumbing, imported by tests only: a buffer that goroutines
-	// write and the test reads at once (logs, a process's output).
+	// Test plumbing, imported by tests only: a buffer and a list that
+	// goroutines write and the test reads at once (logs, a process's
+	// output, what a fake heard).
 	"internal/syncbuf": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime, and a client connection to one.
