@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,17 +66,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		t.Run(tc.flag, func(t *testing.T) {
 			c := switchyard.DefaultConfig()
 			tc.mut(&c)
-			err := c.Validate()
-			var ce *core.ConfigError
-			if tc.flag == "" {
-				if err != nil {
-					t.Fatalf("default config: %v", err)
-				}
-				return
-			}
-			if !errors.As(err, &ce) || ce.Field != tc.flag || !strings.Contains(err.Error(), "--"+tc.flag+"=") {
-				t.Fatalf("got %v, want a ConfigError naming --%s", err, tc.flag)
-			}
+			coretest.WantConfigError(t, c.Validate(), tc.flag)
 		})
 	}
 }

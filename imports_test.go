@@ -115,14 +115,15 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a series of a Prometheus
 	// registry read by its name and labels.
 	"internal/promtest": {},
-	// Test plumbing, imported by tests only: a buffer that goroutines
-	// write and the test reads at once (logs, a process's output).
+	// Test plumbing, imported by tests only: a buffer and a list that
+	// goroutines write and the test reads at once (logs, a process's
+	// output, what a fake heard).
 	"internal/syncbuf": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
-	// for the test's lifetime.
+	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
-	// events appended to a job's history.
+	// events appended to a job's history, a configuration refusal checked.
 	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},

@@ -2,12 +2,12 @@ package core_test
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 func TestDefaultLimitsAreValid(t *testing.T) {
@@ -40,23 +40,7 @@ func TestLimitsValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := core.DefaultLimits()
 			tt.adjust(&l)
-			err := l.Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			var ce *core.ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Validate() = %v (%T), want *core.ConfigError", err, err)
-			}
-			if ce.Field != tt.field {
-				t.Errorf("Field = %q, want %q", ce.Field, tt.field)
-			}
-			if !strings.Contains(err.Error(), "--"+tt.field+"=") {
-				t.Errorf("message %q does not name --%s", err, tt.field)
-			}
+			coretest.WantConfigError(t, l.Validate(), tt.field)
 		})
 	}
 }

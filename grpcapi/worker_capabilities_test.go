@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
@@ -74,10 +73,7 @@ type testWorker struct {
 
 func (n *testNode) connect(t *testing.T, caps ...string) *testWorker {
 	t.Helper()
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := grpctest.Dial(t, n.addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := pb.NewWorkerServiceClient(conn).Connect(ctx)
 	if err != nil {
@@ -88,7 +84,6 @@ func (n *testNode) connect(t *testing.T, caps ...string) *testWorker {
 	t.Cleanup(func() {
 		cancel()
 		<-read
-		_ = conn.Close()
 	})
 	w.send(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Register{Register: &pb.Register{Queue: "q", Capabilities: caps, Concurrency: 2}}})
 	m, err := stream.Recv()

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -35,14 +35,7 @@ func TestWorkerConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			tc.mut(&c)
-			err := c.Validate()
-			var ce *core.ConfigError
-			switch {
-			case tc.field == "" && err != nil:
-				t.Fatalf("got %v, want valid", err)
-			case tc.field != "" && (!errors.As(err, &ce) || ce.Field != tc.field):
-				t.Fatalf("got %v, want a ConfigError naming %s", err, tc.field)
-			}
+			coretest.WantConfigError(t, c.Validate(), tc.field)
 		})
 	}
 }
@@ -98,11 +91,7 @@ func register(queue string, caps ...string) *pb.WorkerMessage {
 // with; it fails the test if the node registers it instead.
 func (n *testNode) refused(t *testing.T, m *pb.WorkerMessage) error {
 	t.Helper()
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpctest.Dial(t, n.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	stream, err := pb.NewWorkerServiceClient(conn).Connect(ctx)

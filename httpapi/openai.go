@@ -80,28 +80,11 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := parseChatRequest(body)
+	req, env, err := chatEnvelope(r, body, s.e.Config().Limits.MaxTTL)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	ttl, err := chatTTL(r, s.e.Config().Limits.MaxTTL)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	key, priority, err := chatScheduling(r, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	lost, err := chatLostPolicy(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	env := &core.Envelope{Version: core.EnvelopeVersion, TTL: ttl, Capabilities: map[string]string{"model": req.model}, Input: req.input,
-		AffinityKey: key, Priority: priority, OnWorkerLost: lost}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
 	who := auth.FromContext(r.Context())

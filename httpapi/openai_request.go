@@ -236,6 +236,28 @@ func invalidField(field, format string, args ...any) *core.Error {
 	return &core.Error{Code: core.CodeInvalidField, Field: field, Detail: fmt.Sprintf(format, args...)}
 }
 
+// chatEnvelope is the job a chat completion request asks for: the request,
+// validated, and the envelope of its model and input with what its headers
+// set (TTL, affinity key, priority, on_worker_lost). Every refusal names
+// the request field or header at fault.
+func chatEnvelope(r *http.Request, body []byte, maxTTL time.Duration) (*chatRequest, *core.Envelope, error) {
+	req, err := parseChatRequest(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &core.Envelope{Version: core.EnvelopeVersion, Capabilities: map[string]string{"model": req.model}, Input: req.input}
+	if env.TTL, err = chatTTL(r, maxTTL); err != nil {
+		return nil, nil, err
+	}
+	if env.AffinityKey, env.Priority, err = chatScheduling(r, req); err != nil {
+		return nil, nil, err
+	}
+	if env.OnWorkerLost, err = chatLostPolicy(r); err != nil {
+		return nil, nil, err
+	}
+	return req, env, nil
+}
+
 // chatTTL is the TTL the request's header asks for, zero for the node's
 // default.
 func chatTTL(r *http.Request, maxTTL time.Duration) (time.Duration, error) {

@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/auth"
+	"github.com/switchyard/switchyard/internal/grpctest"
 )
 
 // The keys of the access tests. alice submits to demo, team-a.* and chat
@@ -113,19 +113,7 @@ func withKey(ctx context.Context, key string) context.Context {
 // test ends.
 func grpcConn(tb testing.TB, n *switchyard.Node, opts ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
-	return dialPlain(tb, n.GRPCAddr(), opts...)
-}
-
-// dialPlain is a gRPC client connection to addr without TLS, closed when
-// the test ends.
-func dialPlain(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
-	tb.Helper()
-	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return grpctest.Dial(tb, n.GRPCAddr(), opts...)
 }
 
 // problemCode is the code of a problem document or OpenAI error in body.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	"github.com/switchyard/switchyard/openapi"
 	"github.com/switchyard/switchyard/openapi/client"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -288,7 +289,7 @@ func TestGatewayAndChiAgreeOnErrors(t *testing.T) {
 	problemOf(t, "chi", s.HTTPResponse, s.Body, err, 400, "invalid_queue_name")
 	same("invalid_queue_name", q.Body, s.Body)
 
-	conn := dialPlain(t, n.GRPCAddr())
+	conn := grpctest.Dial(t, n.GRPCAddr())
 	for _, tc := range []struct {
 		call func(context.Context) error
 		code codes.Code

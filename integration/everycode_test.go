@@ -27,6 +27,7 @@ import (
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	"github.com/switchyard/switchyard/openapi/client"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
@@ -118,7 +119,7 @@ func newCodeProbe(t *testing.T, doc map[string]documentedCode) *codeProbe {
 		c.Workers.SetupTimeout = 300 * time.Millisecond
 		c.HTTP.BodyTimeout = 300 * time.Millisecond
 	})
-	conn := dialPlain(t, n.GRPCAddr())
+	conn := grpctest.Dial(t, n.GRPCAddr())
 	return &codeProbe{
 		t: t, ctx: t.Context(), doc: doc, seen: map[string]bool{}, n: n, conn: conn,
 		jobs: pb.NewJobServiceClient(conn), cluster: pb.NewClusterServiceClient(conn),
@@ -575,7 +576,7 @@ func (p *codeProbe) drain() {
 	}
 	closeDone := make(chan error, 1)
 	go func() { closeDone <- d.Close(context.Background()) }()
-	dconn := dialPlain(p.t, d.GRPCAddr())
+	dconn := grpctest.Dial(p.t, d.GRPCAddr())
 	waitFor(p.t, 5*time.Second, "the node draining", func() bool {
 		res, err := http.Get(baseURL(d) + "/readyz")
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/integration/benchkit"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -112,7 +113,7 @@ func BenchmarkProcesses(b *testing.B) {
 	}
 	const floor = "relay" // the setup every ratio is to
 	jobsURL := func(addr string) string { return "http://" + addr + "/v1/queues/demo/jobs" }
-	conn := dialPlain(b, ad["a"].grpc)
+	conn := grpctest.Dial(b, ad["a"].grpc)
 	jobs := pb.NewJobServiceClient(conn)
 	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
 	setups := []setup{

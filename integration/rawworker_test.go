@@ -8,10 +8,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -27,10 +27,7 @@ type rawWorker struct {
 
 func dialRaw(tb testing.TB, n *switchyard.Node, queue string) *rawWorker {
 	tb.Helper()
-	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := grpctest.Dial(tb, n.GRPCAddr())
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := pb.NewWorkerServiceClient(conn).Connect(ctx)
 	if err != nil {
@@ -170,7 +167,7 @@ func TestWorkerLostAfterOutputFails(t *testing.T) {
 // declaration is InvalidArgument and registers nothing.
 func TestWorkerRegistrationErrors(t *testing.T) {
 	n := MustStartNode(t, func(c *switchyard.Config) { c.Workers.SetupTimeout = 200 * time.Millisecond })
-	conn := dialPlain(t, n.GRPCAddr())
+	conn := grpctest.Dial(t, n.GRPCAddr())
 	c := pb.NewWorkerServiceClient(conn)
 	for _, tc := range []struct {
 		name string

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -76,7 +77,7 @@ func TestBinaryRelayAddress(t *testing.T) {
 	t.Logf("HTTP retry through rb: %d, job %s (made on ra)", status, jobID)
 
 	// And over gRPC: rb relays the Submit to ra's gRPC API.
-	conn := dialPlain(t, b.grpc)
+	conn := grpctest.Dial(t, b.grpc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "relayed", EnvelopeJson: []byte(env), IdempotencyKey: "relay-me"})

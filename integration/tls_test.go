@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	"github.com/switchyard/switchyard/internal/syncbuf"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
@@ -64,7 +65,7 @@ func TestTLSPublicPorts(t *testing.T) {
 		t.Error("a client without the CA completed a handshake")
 	}
 	// Plaintext gRPC to the TLS port.
-	conn := dialPlain(t, n.GRPCAddr())
+	conn := grpctest.Dial(t, n.GRPCAddr())
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	if _, err := pb.NewJobServiceClient(conn).Get(ctx, &pb.GetJobRequest{JobId: "j_x"}); err == nil || grpcAnswer(err).code != "" {
@@ -144,7 +145,7 @@ func TestPeerMutualTLS(t *testing.T) {
 		t.Fatal("etcd answered a client whose certificate another CA signed")
 	}
 	// The peer port to a plaintext client: no handshake, no answer.
-	pconn := dialPlain(t, n1.PeerAddr())
+	pconn := grpctest.Dial(t, n1.PeerAddr())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := pb.NewPeerServiceClient(pconn).Ping(ctx, &pb.PingRequest{}); err == nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/tracing"
 	"github.com/switchyard/switchyard/worker"
@@ -186,7 +187,7 @@ func TestTraceAcrossCluster(t *testing.T) {
 
 	// The gRPC JobService reads the caller's traceparent from its metadata.
 	tidG := "8bf92f3577b34da6a3ce929d0e0e473a"
-	conn := dialPlain(t, n1.GRPCAddr())
+	conn := grpctest.Dial(t, n1.GRPCAddr())
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tidG+"-"+caller+"-01")
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":"tokens"}`)})
 	if err != nil {
@@ -256,7 +257,7 @@ func TestTracePropagatesWithExportOff(t *testing.T) {
 	}
 
 	// The gRPC JobService reads it from the call's metadata.
-	conn := dialPlain(t, n.GRPCAddr())
+	conn := grpctest.Dial(t, n.GRPCAddr())
 	tidG := "abf92f3577b34da6a3ce929d0e0e473c"
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tidG+"-00f067aa0ba902b7-01")
 	st, err := pb.NewJobServiceClient(conn).Submit(ctx, &pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(`{"input":1}`)})

@@ -94,14 +94,25 @@ type markedClientStream struct {
 }
 
 func (s *markedClientStream) SendMsg(m any) error {
-	s.a.Mark(s.node)
-	return s.ClientStream.SendMsg(m)
+	return s.a.sendMarked(s.node, s.ClientStream.SendMsg, m)
 }
 
 func (s *markedClientStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
+	return s.a.recvMarked(s.node, s.ClientStream.RecvMsg, m)
+}
+
+// sendMarked and recvMarked are how a stream's messages, either way and
+// at either end, mark traffic with node: a message sent as it goes, one
+// received once it arrived. Nil-safe.
+func (a *Activity) sendMarked(node string, send func(any) error, m any) error {
+	a.Mark(node)
+	return send(m)
+}
+
+func (a *Activity) recvMarked(node string, recv func(any) error, m any) error {
+	err := recv(m)
 	if err == nil {
-		s.a.Mark(s.node)
+		a.Mark(node)
 	}
 	return err
 }

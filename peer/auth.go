@@ -101,16 +101,11 @@ type authedStream struct {
 func (s *authedStream) Context() context.Context { return s.ctx }
 
 func (s *authedStream) SendMsg(m any) error {
-	s.activity.Mark(s.caller)
-	return s.ServerStream.SendMsg(m)
+	return s.activity.sendMarked(s.caller, s.ServerStream.SendMsg, m)
 }
 
 func (s *authedStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if err == nil {
-		s.activity.Mark(s.caller)
-	}
-	return err
+	return s.activity.recvMarked(s.caller, s.ServerStream.RecvMsg, m)
 }
 
 // versionCreds adds the protocol version a client speaks to every call

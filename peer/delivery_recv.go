@@ -228,7 +228,7 @@ func (ds *deliverIn) handleItem(rcv core.Receiver, l *deliveryInbox, session str
 func (ds *deliverIn) write(hb time.Duration) error {
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
-	heartbeat := &pb.DeliverAck{Body: &pb.DeliverAck_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	heartbeat := &pb.DeliverAck{Body: &pb.DeliverAck_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	for {
 		select {
 		case <-ds.ctx.Done():

@@ -485,7 +485,7 @@ func (st *deliverCall) write(cs pb.PeerService_DeliverClient, open *pb.DeliverFr
 	}
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
-	heartbeat := &pb.DeliverFrame{Body: &pb.DeliverFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	heartbeat := &pb.DeliverFrame{Body: &pb.DeliverFrame_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	for {
 		var err error
 		select {

@@ -544,7 +544,7 @@ func TestReceiverEndsASilentStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&pb.DeliverFrame{Body: &pb.DeliverFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}); err != nil {
+	if err := st.Send(&pb.DeliverFrame{Body: &pb.DeliverFrame_Heartbeat{Heartbeat: &pb.Heartbeat{}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 	"github.com/switchyard/switchyard/internal/promtest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -157,17 +158,8 @@ func series(t *testing.T, reg *prometheus.Registry, name string) int {
 }
 
 func TestNewRefusesAShortSecret(t *testing.T) {
-	var ce *core.ConfigError
 	_, err := peer.New(peer.Config{Node: "a", Secret: []byte("short"), Addr: func(string) (string, bool) { return "", false }})
-	if !asConfigError(err, &ce) || ce.Field != "cluster-secret" {
-		t.Fatalf("got %v, want a ConfigError naming --cluster-secret", err)
-	}
-}
-
-func asConfigError(err error, ce **core.ConfigError) bool {
-	c, ok := err.(*core.ConfigError)
-	*ce = c
-	return ok
+	coretest.WantConfigError(t, err, "cluster-secret")
 }
 
 // dialPeer is a PeerService client that passes the cluster handshake as
@@ -420,10 +412,7 @@ func TestClientIdleConnectionCloses(t *testing.T) {
 func TestTrackerSuspectAfterAtMostThreshold(t *testing.T) {
 	_, err := peer.NewTracker(peer.TrackerConfig{Self: "a", Interval: time.Second, Threshold: 2, SuspectAfter: 3,
 		View: &fakeView{}, Client: newClient(t, "a", secret)})
-	var ce *core.ConfigError
-	if !asConfigError(err, &ce) || ce.Field != "peer-suspect-after" {
-		t.Fatalf("got %v, want a ConfigError naming --peer-suspect-after", err)
-	}
+	coretest.WantConfigError(t, err, "peer-suspect-after")
 }
 
 // An address that answers as another node is a miss: the node it named is
@@ -445,10 +434,8 @@ func TestNewTrackerValidates(t *testing.T) {
 		{"peer-heartbeat-interval", peer.TrackerConfig{Threshold: 1, View: v, Client: c}},
 		{"peer-failure-threshold", peer.TrackerConfig{Interval: time.Second, View: v, Client: c}},
 	} {
-		var ce *core.ConfigError
-		if _, err := peer.NewTracker(tc.cfg); !asConfigError(err, &ce) || ce.Field != tc.field {
-			t.Errorf("got %v, want a ConfigError naming --%s", err, tc.field)
-		}
+		_, err := peer.NewTracker(tc.cfg)
+		coretest.WantConfigError(t, err, tc.field)
 	}
 }
 

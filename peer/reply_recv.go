@@ -509,7 +509,7 @@ func (w *respondWriter) run() error {
 	rs := w.rs
 	tick := time.NewTicker(rs.hb)
 	defer tick.Stop()
-	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	if !w.flush() {
 		return rs.end()
 	}

@@ -189,7 +189,7 @@ func (t *replyStream) run() {
 	hb := r.cfg.Heartbeat
 	tick := time.NewTicker(hb)
 	defer tick.Stop()
-	heartbeat := &pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.DeliverHeartbeat{}}}
+	heartbeat := &pb.RespondFrame{Body: &pb.RespondFrame_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
 	for {
 		select {
 		case <-r.ctx.Done():

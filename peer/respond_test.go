@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/peer"
 )
 
@@ -855,14 +856,13 @@ type hostOfTwoLegs struct {
 	px   *proxy
 	hb   time.Duration
 
-	mu   sync.Mutex
-	susp []string // what b's Config.Suspect heard
+	susp syncbuf.List[string] // what b's Config.Suspect heard
 }
 
 func startHostOfTwoLegs(t *testing.T, hb time.Duration) *hostOfTwoLegs {
 	h := &hostOfTwoLegs{w: &silenceWatcher{silent: make(chan string, 4)}, hb: hb}
 	h.b = startNode(t, "b", "127.0.0.1:0", h.w, func(c *peer.Config) {
-		c.Suspect = func(node string) { h.mu.Lock(); h.susp = append(h.susp, node); h.mu.Unlock() }
+		c.Suspect = func(node string) { h.susp.Append(node) }
 	})
 	h.px = startProxy(t, h.b.addr)
 	h.r = newRouter(t, "a", secret, newBook("b", h.px.addr()).Addr, fastDeliveries(5*time.Second, 15*time.Second, hb))
@@ -875,11 +875,7 @@ func startHostOfTwoLegs(t *testing.T, hb time.Duration) *hostOfTwoLegs {
 	return h
 }
 
-func (h *hostOfTwoLegs) suspected() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.susp...)
-}
+func (h *hostOfTwoLegs) suspected() []string { return h.susp.All() }
 
 // awaitReported waits until b reported both open legs, and only those.
 func (h *hostOfTwoLegs) awaitReported(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -23,9 +24,9 @@ import (
 // recorder is a core.Receiver that keeps the messages and forwards it
 // was given.
 type recorder struct {
-	mu       sync.Mutex
-	msgs     []received
-	forwards []received
+	msgs     syncbuf.List[received]
+	forwards syncbuf.List[received]
+	mu       sync.Mutex // guards verdict
 	// verdict answers HandleForward (nil: accept).
 	verdict func(d core.Delivery) error
 	// undeliverable, when set, hears Undeliverable.
@@ -41,8 +42,8 @@ type received struct {
 }
 
 func (r *recorder) HandleForward(from string, d core.Delivery) error {
+	r.forwards.Append(received{from: from, d: d})
 	r.mu.Lock()
-	r.forwards = append(r.forwards, received{from: from, d: d})
 	v := r.verdict
 	r.mu.Unlock()
 	if v != nil {
@@ -52,9 +53,7 @@ func (r *recorder) HandleForward(from string, d core.Delivery) error {
 }
 
 func (r *recorder) HandleMessage(from string, m core.Message) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, received{from: from, m: m})
+	r.msgs.Append(received{from: from, m: m})
 }
 
 func (r *recorder) Undeliverable(node string, m core.Message, reason string) {
@@ -66,17 +65,9 @@ func (r *recorder) Undeliverable(node string, m core.Message, reason string) {
 func (r *recorder) ResponseLegOpened(string, string, uint64) {}
 func (r *recorder) ResponseLegSilent(string, string, uint64) {}
 
-func (r *recorder) messages() []received {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]received(nil), r.msgs...)
-}
+func (r *recorder) messages() []received { return r.msgs.All() }
 
-func (r *recorder) forwarded() []received {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]received(nil), r.forwards...)
-}
+func (r *recorder) forwarded() []received { return r.forwards.All() }
 
 // book is a catalog view the test edits: node id → peer address.
 type book struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
+	"github.com/switchyard/switchyard/internal/syncbuf"
 )
 
 // call is one thing Run did to a sink, in order.
@@ -34,15 +35,15 @@ type deadlineCall struct {
 // call; they run without the sink's lock held so a test can inspect the
 // sink while Run is blocked in one.
 type fakeSink struct {
-	mu        sync.Mutex
-	calls     []call
-	deadlines []deadlineCall
+	calls     syncbuf.List[call]
+	deadlines syncbuf.List[deadlineCall]
 
 	onEvent     func(ev core.Event) error
 	onControl   func(c stream.Control) error
 	onHeartbeat func() error
 	onFlush     func() error
 
+	mu        sync.Mutex // guards aborted
 	abortOnce sync.Once
 	aborted   chan struct{}
 }
@@ -67,9 +68,7 @@ func (s *fakeSink) abortedCh() chan struct{} {
 
 func (s *fakeSink) record(c call) {
 	c.At = time.Now()
-	s.mu.Lock()
-	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	s.calls.Append(c)
 }
 
 func (s *fakeSink) Event(ev core.Event, token string) error {
@@ -117,29 +116,14 @@ func (s *fakeSink) bare(op string, hook func() error) error {
 }
 
 func (s *fakeSink) SetWriteDeadline(t time.Time) error {
-	s.mu.Lock()
-	s.deadlines = append(s.deadlines, deadlineCall{At: time.Now(), Deadline: t})
-	s.mu.Unlock()
+	s.deadlines.Append(deadlineCall{At: time.Now(), Deadline: t})
 	return nil
-}
-
-// snapshot returns a copy of the calls so far.
-func (s *fakeSink) snapshot() []call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]call(nil), s.calls...)
-}
-
-func (s *fakeSink) deadlineCalls() []deadlineCall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]deadlineCall(nil), s.deadlines...)
 }
 
 // ops returns the calls filtered to the given ops (all when none given).
 func (s *fakeSink) ops(ops ...string) []call {
 	var out []call
-	for _, c := range s.snapshot() {
+	for _, c := range s.calls.All() {
 		if len(ops) == 0 || containsStr(ops, c.Op) {
 			out = append(out, c)
 		}
@@ -164,7 +148,7 @@ func (s *fakeSink) count(op string) int { return len(s.ops(op)) }
 // trace is a compact rendering of the calls, for failure messages.
 func (s *fakeSink) trace() string {
 	var b strings.Builder
-	for _, c := range s.snapshot() {
+	for _, c := range s.calls.All() {
 		switch c.Op {
 		case "event":
 			fmt.Fprintf(&b, "event(%d %s %q) ", c.Event.Seq, c.Event.Kind, c.Token)

@@ -147,23 +147,7 @@ func TestPolicyValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := stream.DefaultPolicy()
 			tt.edit(&p)
-			err := p.Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Fatalf("Validate(%+v) = %v, want nil", p, err)
-				}
-				return
-			}
-			var ce *core.ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Validate(%+v) = %v (%T), want *core.ConfigError", p, err, err)
-			}
-			if ce.Field != tt.field {
-				t.Errorf("ConfigError.Field = %q, want %q (%v)", ce.Field, tt.field, err)
-			}
-			if ce.Err == nil || !strings.Contains(err.Error(), tt.field) {
-				t.Errorf("error %q should name %s and carry a cause", err, tt.field)
-			}
+			coretest.WantConfigError(t, p.Validate(), tt.field)
 		})
 	}
 }
@@ -205,7 +189,7 @@ func TestReplayAfterPosition(t *testing.T) {
 	if n := len(sink.controls()); n != 0 {
 		t.Errorf("%d control events on a clean replay: %s", n, sink.trace())
 	}
-	calls := sink.snapshot()
+	calls := sink.calls.All()
 	if calls[0].Op != "event" || calls[1].Op != "event" {
 		t.Errorf("first calls %s, %s: want the replay's events, the headers flushed with them in one write", calls[0].Op, calls[1].Op)
 	}
@@ -247,7 +231,7 @@ func TestLiveEvents(t *testing.T) {
 	for i := range 3 {
 		ev := coretest.Append(t, j, core.EventOutput, fmt.Sprintf(`{"data":"live-%d"}`, i))
 		waitFor(t, fmt.Sprintf("live event %d and its flush", ev.Seq), func() bool {
-			calls := sink.snapshot()
+			calls := sink.calls.All()
 			last := calls[len(calls)-1]
 			return len(sink.events()) == int(ev.Seq) && last.Op == "flush"
 		})
@@ -582,7 +566,7 @@ func TestHeartbeatAfterSilence(t *testing.T) {
 	if gap := hbs[0].At.Sub(evs[0].At); gap < p.Heartbeat*3/4 {
 		t.Errorf("first heartbeat %v after the last event, want about %v of silence", gap, p.Heartbeat)
 	}
-	calls := sink.snapshot()
+	calls := sink.calls.All()
 	for i, c := range calls {
 		if c.Op == "heartbeat" && (i+1 >= len(calls) || calls[i+1].Op != "flush") {
 			t.Errorf("heartbeat at %d not flushed: %s", i, sink.trace())
@@ -731,7 +715,7 @@ func TestWriteDeadlines(t *testing.T) {
 		t.Fatalf("Result = %+v", res)
 	}
 
-	ds := sink.deadlineCalls()
+	ds := sink.deadlines.All()
 	if len(ds) < 2 {
 		t.Fatalf("only %d SetWriteDeadline calls for two batches of writes", len(ds))
 	}

@@ -1,6 +1,7 @@
 // Package coretest is test plumbing for code built on core, as
-// net/http/httptest is for HTTP: an in-memory core.Catalog, and a job
-// history's events appended by a test.
+// net/http/httptest is for HTTP: an in-memory core.Catalog, a job
+// history's events appended by a test, and a check that a configuration
+// was refused for the right setting.
 package coretest
 
 import (

@@ -1,5 +1,6 @@
 // Package grpctest serves gRPC in tests, as net/http/httptest serves HTTP:
-// a server on a loopback port for as long as the test runs.
+// a server on a loopback port for as long as the test runs, and a client
+// connection to one.
 package grpctest
 
 import (
@@ -7,6 +8,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Serve serves srv, its services registered, on a free 127.0.0.1 port and
@@ -29,4 +31,16 @@ func Serve(tb testing.TB, srv *grpc.Server) string {
 		<-served
 	})
 	return lis.Addr().String()
+}
+
+// Dial is a client connection to addr without TLS, with opts, closed when
+// tb ends (after the cleanups registered later, so they may still use it).
+func Dial(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

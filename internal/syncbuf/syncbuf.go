@@ -1,10 +1,12 @@
-// Package syncbuf is a bytes.Buffer for tests that goroutines may write
-// and read at once: a log destination or a process's output that the test
-// reads while the code under test still writes to it.
+// Package syncbuf is a bytes.Buffer, and a list, for tests that goroutines
+// may write and read at once: a log destination or a process's output, or
+// what a fake heard, that the test reads while the code under test still
+// writes to it.
 package syncbuf
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -40,4 +42,32 @@ func (b *Buffer) Lines(substr string) []string {
 		}
 	}
 	return out
+}
+
+// List is a list that goroutines append to while the test reads it: what
+// a fake heard, in order. The zero value is empty and ready.
+type List[T any] struct {
+	mu sync.Mutex
+	vs []T
+}
+
+// Append adds vs at the end.
+func (l *List[T]) Append(vs ...T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.vs = append(l.vs, vs...)
+}
+
+// All returns a copy of the list as it is now.
+func (l *List[T]) All() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.vs)
+}
+
+// Len is how long the list is now.
+func (l *List[T]) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.vs)
 }

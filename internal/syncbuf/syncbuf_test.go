@@ -50,3 +50,38 @@ func TestLinesEdges(t *testing.T) {
 		t.Errorf("Lines(x) = %q", got)
 	}
 }
+
+// Appenders and a reader at once lose nothing; All is a copy the list's
+// later appends do not change.
+func TestListConcurrentAppendsAndAll(t *testing.T) {
+	var l List[int]
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				l.Append(w*100 + i)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 100 {
+			_ = l.All()
+		}
+	})
+	wg.Wait()
+	got := l.All()
+	if len(got) != 400 || l.Len() != 400 {
+		t.Fatalf("%d values (Len %d), want 400", len(got), l.Len())
+	}
+	slices.Sort(got)
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("value %d is %d: a value was lost or doubled", i, v)
+		}
+	}
+	got[0] = -1
+	l.Append(400)
+	if again := l.All(); again[0] == -1 || len(again) != 401 {
+		t.Errorf("All after a change to its last result and an append = %v..., %d values", again[:1], len(again))
+	}
+}

@@ -1365,7 +1365,7 @@ func (x *DeliverFrame) GetItem() *DeliverItem {
 	return nil
 }
 
-func (x *DeliverFrame) GetHeartbeat() *DeliverHeartbeat {
+func (x *DeliverFrame) GetHeartbeat() *Heartbeat {
 	if x != nil {
 		if x, ok := x.Body.(*DeliverFrame_Heartbeat); ok {
 			return x.Heartbeat
@@ -1390,7 +1390,7 @@ type DeliverFrame_Item struct {
 
 type DeliverFrame_Heartbeat struct {
 	// heartbeat says the sender is alive when it has nothing to send.
-	Heartbeat *DeliverHeartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
 func (*DeliverFrame_Open) isDeliverFrame_Body() {}
@@ -1562,42 +1562,6 @@ func (*DeliverItem_Message) isDeliverItem_Body() {}
 
 func (*DeliverItem_Forward) isDeliverItem_Body() {}
 
-type DeliverHeartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DeliverHeartbeat) Reset() {
-	*x = DeliverHeartbeat{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DeliverHeartbeat) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DeliverHeartbeat) ProtoMessage() {}
-
-func (x *DeliverHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DeliverHeartbeat.ProtoReflect.Descriptor instead.
-func (*DeliverHeartbeat) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{17}
-}
-
 // DeliverAck is one frame of a Deliver stream, from the receiving node.
 type DeliverAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1612,7 +1576,7 @@ type DeliverAck struct {
 
 func (x *DeliverAck) Reset() {
 	*x = DeliverAck{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1588,7 @@ func (x *DeliverAck) String() string {
 func (*DeliverAck) ProtoMessage() {}
 
 func (x *DeliverAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1601,7 @@ func (x *DeliverAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverAck.ProtoReflect.Descriptor instead.
 func (*DeliverAck) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeliverAck) GetBody() isDeliverAck_Body {
@@ -1656,7 +1620,7 @@ func (x *DeliverAck) GetHandled() *DeliverHandled {
 	return nil
 }
 
-func (x *DeliverAck) GetHeartbeat() *DeliverHeartbeat {
+func (x *DeliverAck) GetHeartbeat() *Heartbeat {
 	if x != nil {
 		if x, ok := x.Body.(*DeliverAck_Heartbeat); ok {
 			return x.Heartbeat
@@ -1677,7 +1641,7 @@ type DeliverAck_Handled struct {
 type DeliverAck_Heartbeat struct {
 	// heartbeat says the receiver is alive while it has nothing to ack (a
 	// handler may be busy with an item for longer than the silence bound).
-	Heartbeat *DeliverHeartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+	Heartbeat *Heartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
 }
 
 func (*DeliverAck_Handled) isDeliverAck_Body() {}
@@ -1706,7 +1670,7 @@ type DeliverHandled struct {
 
 func (x *DeliverHandled) Reset() {
 	*x = DeliverHandled{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1682,7 @@ func (x *DeliverHandled) String() string {
 func (*DeliverHandled) ProtoMessage() {}
 
 func (x *DeliverHandled) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1695,7 @@ func (x *DeliverHandled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverHandled.ProtoReflect.Descriptor instead.
 func (*DeliverHandled) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeliverHandled) GetSeq() uint64 {
@@ -1781,7 +1745,7 @@ type RespondFrame struct {
 
 func (x *RespondFrame) Reset() {
 	*x = RespondFrame{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1757,7 @@ func (x *RespondFrame) String() string {
 func (*RespondFrame) ProtoMessage() {}
 
 func (x *RespondFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1770,7 @@ func (x *RespondFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondFrame.ProtoReflect.Descriptor instead.
 func (*RespondFrame) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RespondFrame) GetBody() isRespondFrame_Body {
@@ -1825,7 +1789,7 @@ func (x *RespondFrame) GetOpen() *RespondOpen {
 	return nil
 }
 
-func (x *RespondFrame) GetHeartbeat() *DeliverHeartbeat {
+func (x *RespondFrame) GetHeartbeat() *Heartbeat {
 	if x != nil {
 		if x, ok := x.Body.(*RespondFrame_Heartbeat); ok {
 			return x.Heartbeat
@@ -1865,7 +1829,7 @@ type RespondFrame_Open struct {
 
 type RespondFrame_Heartbeat struct {
 	// heartbeat says the host is alive when it has nothing to send.
-	Heartbeat *DeliverHeartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
 type RespondFrame_End struct {
@@ -1901,7 +1865,7 @@ type RespondItems struct {
 
 func (x *RespondItems) Reset() {
 	*x = RespondItems{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1877,7 @@ func (x *RespondItems) String() string {
 func (*RespondItems) ProtoMessage() {}
 
 func (x *RespondItems) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1890,7 @@ func (x *RespondItems) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondItems.ProtoReflect.Descriptor instead.
 func (*RespondItems) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RespondItems) GetItems() []*RespondItem {
@@ -1965,7 +1929,7 @@ type RespondOpen struct {
 
 func (x *RespondOpen) Reset() {
 	*x = RespondOpen{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +1941,7 @@ func (x *RespondOpen) String() string {
 func (*RespondOpen) ProtoMessage() {}
 
 func (x *RespondOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +1954,7 @@ func (x *RespondOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondOpen.ProtoReflect.Descriptor instead.
 func (*RespondOpen) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RespondOpen) GetSession() string {
@@ -2054,7 +2018,7 @@ type RespondItem struct {
 
 func (x *RespondItem) Reset() {
 	*x = RespondItem{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2030,7 @@ func (x *RespondItem) String() string {
 func (*RespondItem) ProtoMessage() {}
 
 func (x *RespondItem) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2043,7 @@ func (x *RespondItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondItem.ProtoReflect.Descriptor instead.
 func (*RespondItem) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RespondItem) GetSeq() uint64 {
@@ -2119,7 +2083,7 @@ type RespondControl struct {
 
 func (x *RespondControl) Reset() {
 	*x = RespondControl{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2095,7 @@ func (x *RespondControl) String() string {
 func (*RespondControl) ProtoMessage() {}
 
 func (x *RespondControl) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2108,7 @@ func (x *RespondControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondControl.ProtoReflect.Descriptor instead.
 func (*RespondControl) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RespondControl) GetBody() isRespondControl_Body {
@@ -2163,7 +2127,7 @@ func (x *RespondControl) GetAck() *RespondAck {
 	return nil
 }
 
-func (x *RespondControl) GetHeartbeat() *DeliverHeartbeat {
+func (x *RespondControl) GetHeartbeat() *Heartbeat {
 	if x != nil {
 		if x, ok := x.Body.(*RespondControl_Heartbeat); ok {
 			return x.Heartbeat
@@ -2203,7 +2167,7 @@ type RespondControl_Ack struct {
 type RespondControl_Heartbeat struct {
 	// heartbeat says the ingress is alive while it has nothing to ack: its
 	// handler may be busy with an item for longer than the silence bound.
-	Heartbeat *DeliverHeartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+	Heartbeat *Heartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
 }
 
 type RespondControl_Cancel struct {
@@ -2241,7 +2205,7 @@ type RespondAck struct {
 
 func (x *RespondAck) Reset() {
 	*x = RespondAck{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2217,7 @@ func (x *RespondAck) String() string {
 func (*RespondAck) ProtoMessage() {}
 
 func (x *RespondAck) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2230,7 @@ func (x *RespondAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondAck.ProtoReflect.Descriptor instead.
 func (*RespondAck) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RespondAck) GetSeq() uint64 {
@@ -2301,7 +2265,7 @@ type RespondLegEnd struct {
 
 func (x *RespondLegEnd) Reset() {
 	*x = RespondLegEnd{}
-	mi := &file_switchyard_v1_peer_proto_msgTypes[26]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2277,7 @@ func (x *RespondLegEnd) String() string {
 func (*RespondLegEnd) ProtoMessage() {}
 
 func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_peer_proto_msgTypes[26]
+	mi := &file_switchyard_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2290,7 @@ func (x *RespondLegEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RespondLegEnd.ProtoReflect.Descriptor instead.
 func (*RespondLegEnd) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RespondLegEnd) GetJobId() string {
@@ -2347,7 +2311,7 @@ var File_switchyard_v1_peer_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x18switchyard/v1/peer.proto\x12\rswitchyard.v1\" \n" +
+	"\x18switchyard/v1/peer.proto\x12\rswitchyard.v1\x1a\x1aswitchyard/v1/worker.proto\" \n" +
 	"\bPeerLane\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"\r\n" +
 	"\vPingRequest\"\"\n" +
@@ -2458,11 +2422,11 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\vincarnation\x18< \x01(\tR\vincarnation\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
 	"\fDeliverFrame\x120\n" +
 	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.DeliverOpenH\x00R\x04open\x120\n" +
-	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.DeliverItemH\x00R\x04item\x12?\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\x04item\x18\x02 \x01(\v2\x1a.switchyard.v1.DeliverItemH\x00R\x04item\x128\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
 	"\x04body\"\x88\x01\n" +
 	"\vDeliverOpen\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12+\n" +
@@ -2472,22 +2436,21 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x126\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\amessage\x127\n" +
 	"\aforward\x18\x03 \x01(\v2\x1b.switchyard.v1.PeerDeliveryH\x00R\aforwardB\x06\n" +
-	"\x04body\"\x12\n" +
-	"\x10DeliverHeartbeat\"\x90\x01\n" +
+	"\x04body\"\x89\x01\n" +
 	"\n" +
 	"DeliverAck\x129\n" +
-	"\ahandled\x18\x01 \x01(\v2\x1d.switchyard.v1.DeliverHandledH\x00R\ahandled\x12?\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeatB\x06\n" +
+	"\ahandled\x18\x01 \x01(\v2\x1d.switchyard.v1.DeliverHandledH\x00R\ahandled\x128\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
 	"\x04body\"\x91\x01\n" +
 	"\x0eDeliverHandled\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x128\n" +
 	"\averdict\x18\x02 \x01(\v2\x1e.switchyard.v1.ForwardResponseR\averdict\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xfc\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xf5\x01\n" +
 	"\fRespondFrame\x120\n" +
-	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x12?\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x120\n" +
+	"\x04open\x18\x01 \x01(\v2\x1a.switchyard.v1.RespondOpenH\x00R\x04open\x128\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x03end\x18\x04 \x01(\v2\x1c.switchyard.v1.RespondLegEndH\x00R\x03end\x123\n" +
 	"\x05items\x18\x05 \x01(\v2\x1b.switchyard.v1.RespondItemsH\x00R\x05itemsB\x06\n" +
 	"\x04bodyJ\x04\b\x02\x10\x03R\x04item\"@\n" +
@@ -2505,10 +2468,10 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\vRespondItem\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x124\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.switchyard.v1.PeerMessageR\amessage\x12.\n" +
-	"\x04open\x18\x03 \x01(\v2\x1a.switchyard.v1.RespondOpenR\x04open\"\xf2\x01\n" +
+	"\x04open\x18\x03 \x01(\v2\x1a.switchyard.v1.RespondOpenR\x04open\"\xeb\x01\n" +
 	"\x0eRespondControl\x12-\n" +
-	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x12?\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x1f.switchyard.v1.DeliverHeartbeatH\x00R\theartbeat\x124\n" +
+	"\x03ack\x18\x01 \x01(\v2\x19.switchyard.v1.RespondAckH\x00R\x03ack\x128\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x124\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x06cancel\x122\n" +
 	"\x05grant\x18\x04 \x01(\v2\x1a.switchyard.v1.PeerMessageH\x00R\x05grantB\x06\n" +
 	"\x04body\"U\n" +
@@ -2545,41 +2508,41 @@ func file_switchyard_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_switchyard_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_switchyard_v1_peer_proto_goTypes = []any{
-	(PeerMessage_Kind)(0),    // 0: switchyard.v1.PeerMessage.Kind
-	(*PeerLane)(nil),         // 1: switchyard.v1.PeerLane
-	(*PingRequest)(nil),      // 2: switchyard.v1.PingRequest
-	(*PingResponse)(nil),     // 3: switchyard.v1.PingResponse
-	(*FiguresRequest)(nil),   // 4: switchyard.v1.FiguresRequest
-	(*FiguresResponse)(nil),  // 5: switchyard.v1.FiguresResponse
-	(*QueueFigures)(nil),     // 6: switchyard.v1.QueueFigures
-	(*ForwardRequest)(nil),   // 7: switchyard.v1.ForwardRequest
-	(*ForwardResponse)(nil),  // 8: switchyard.v1.ForwardResponse
-	(*PeerRefusal)(nil),      // 9: switchyard.v1.PeerRefusal
-	(*PostRequest)(nil),      // 10: switchyard.v1.PostRequest
-	(*PostResponse)(nil),     // 11: switchyard.v1.PostResponse
-	(*PeerMessage)(nil),      // 12: switchyard.v1.PeerMessage
-	(*PeerEnd)(nil),          // 13: switchyard.v1.PeerEnd
-	(*PeerDelivery)(nil),     // 14: switchyard.v1.PeerDelivery
-	(*DeliverFrame)(nil),     // 15: switchyard.v1.DeliverFrame
-	(*DeliverOpen)(nil),      // 16: switchyard.v1.DeliverOpen
-	(*DeliverItem)(nil),      // 17: switchyard.v1.DeliverItem
-	(*DeliverHeartbeat)(nil), // 18: switchyard.v1.DeliverHeartbeat
-	(*DeliverAck)(nil),       // 19: switchyard.v1.DeliverAck
-	(*DeliverHandled)(nil),   // 20: switchyard.v1.DeliverHandled
-	(*RespondFrame)(nil),     // 21: switchyard.v1.RespondFrame
-	(*RespondItems)(nil),     // 22: switchyard.v1.RespondItems
-	(*RespondOpen)(nil),      // 23: switchyard.v1.RespondOpen
-	(*RespondItem)(nil),      // 24: switchyard.v1.RespondItem
-	(*RespondControl)(nil),   // 25: switchyard.v1.RespondControl
-	(*RespondAck)(nil),       // 26: switchyard.v1.RespondAck
-	(*RespondLegEnd)(nil),    // 27: switchyard.v1.RespondLegEnd
-	nil,                      // 28: switchyard.v1.FiguresResponse.JobsEndedEntry
-	nil,                      // 29: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(PeerMessage_Kind)(0),   // 0: switchyard.v1.PeerMessage.Kind
+	(*PeerLane)(nil),        // 1: switchyard.v1.PeerLane
+	(*PingRequest)(nil),     // 2: switchyard.v1.PingRequest
+	(*PingResponse)(nil),    // 3: switchyard.v1.PingResponse
+	(*FiguresRequest)(nil),  // 4: switchyard.v1.FiguresRequest
+	(*FiguresResponse)(nil), // 5: switchyard.v1.FiguresResponse
+	(*QueueFigures)(nil),    // 6: switchyard.v1.QueueFigures
+	(*ForwardRequest)(nil),  // 7: switchyard.v1.ForwardRequest
+	(*ForwardResponse)(nil), // 8: switchyard.v1.ForwardResponse
+	(*PeerRefusal)(nil),     // 9: switchyard.v1.PeerRefusal
+	(*PostRequest)(nil),     // 10: switchyard.v1.PostRequest
+	(*PostResponse)(nil),    // 11: switchyard.v1.PostResponse
+	(*PeerMessage)(nil),     // 12: switchyard.v1.PeerMessage
+	(*PeerEnd)(nil),         // 13: switchyard.v1.PeerEnd
+	(*PeerDelivery)(nil),    // 14: switchyard.v1.PeerDelivery
+	(*DeliverFrame)(nil),    // 15: switchyard.v1.DeliverFrame
+	(*DeliverOpen)(nil),     // 16: switchyard.v1.DeliverOpen
+	(*DeliverItem)(nil),     // 17: switchyard.v1.DeliverItem
+	(*DeliverAck)(nil),      // 18: switchyard.v1.DeliverAck
+	(*DeliverHandled)(nil),  // 19: switchyard.v1.DeliverHandled
+	(*RespondFrame)(nil),    // 20: switchyard.v1.RespondFrame
+	(*RespondItems)(nil),    // 21: switchyard.v1.RespondItems
+	(*RespondOpen)(nil),     // 22: switchyard.v1.RespondOpen
+	(*RespondItem)(nil),     // 23: switchyard.v1.RespondItem
+	(*RespondControl)(nil),  // 24: switchyard.v1.RespondControl
+	(*RespondAck)(nil),      // 25: switchyard.v1.RespondAck
+	(*RespondLegEnd)(nil),   // 26: switchyard.v1.RespondLegEnd
+	nil,                     // 27: switchyard.v1.FiguresResponse.JobsEndedEntry
+	nil,                     // 28: switchyard.v1.PeerDelivery.CapabilitiesEntry
+	(*Heartbeat)(nil),       // 29: switchyard.v1.Heartbeat
 }
 var file_switchyard_v1_peer_proto_depIdxs = []int32{
-	28, // 0: switchyard.v1.FiguresResponse.jobs_ended:type_name -> switchyard.v1.FiguresResponse.JobsEndedEntry
+	27, // 0: switchyard.v1.FiguresResponse.jobs_ended:type_name -> switchyard.v1.FiguresResponse.JobsEndedEntry
 	6,  // 1: switchyard.v1.FiguresResponse.queues:type_name -> switchyard.v1.QueueFigures
 	14, // 2: switchyard.v1.ForwardRequest.delivery:type_name -> switchyard.v1.PeerDelivery
 	1,  // 3: switchyard.v1.ForwardRequest.lane:type_name -> switchyard.v1.PeerLane
@@ -2589,38 +2552,38 @@ var file_switchyard_v1_peer_proto_depIdxs = []int32{
 	0,  // 7: switchyard.v1.PeerMessage.kind:type_name -> switchyard.v1.PeerMessage.Kind
 	14, // 8: switchyard.v1.PeerMessage.delivery:type_name -> switchyard.v1.PeerDelivery
 	13, // 9: switchyard.v1.PeerMessage.end:type_name -> switchyard.v1.PeerEnd
-	29, // 10: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
+	28, // 10: switchyard.v1.PeerDelivery.capabilities:type_name -> switchyard.v1.PeerDelivery.CapabilitiesEntry
 	16, // 11: switchyard.v1.DeliverFrame.open:type_name -> switchyard.v1.DeliverOpen
 	17, // 12: switchyard.v1.DeliverFrame.item:type_name -> switchyard.v1.DeliverItem
-	18, // 13: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	29, // 13: switchyard.v1.DeliverFrame.heartbeat:type_name -> switchyard.v1.Heartbeat
 	1,  // 14: switchyard.v1.DeliverOpen.lane:type_name -> switchyard.v1.PeerLane
 	12, // 15: switchyard.v1.DeliverItem.message:type_name -> switchyard.v1.PeerMessage
 	14, // 16: switchyard.v1.DeliverItem.forward:type_name -> switchyard.v1.PeerDelivery
-	20, // 17: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
-	18, // 18: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	19, // 17: switchyard.v1.DeliverAck.handled:type_name -> switchyard.v1.DeliverHandled
+	29, // 18: switchyard.v1.DeliverAck.heartbeat:type_name -> switchyard.v1.Heartbeat
 	8,  // 19: switchyard.v1.DeliverHandled.verdict:type_name -> switchyard.v1.ForwardResponse
-	23, // 20: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
-	18, // 21: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
-	27, // 22: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
-	22, // 23: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
-	24, // 24: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
+	22, // 20: switchyard.v1.RespondFrame.open:type_name -> switchyard.v1.RespondOpen
+	29, // 21: switchyard.v1.RespondFrame.heartbeat:type_name -> switchyard.v1.Heartbeat
+	26, // 22: switchyard.v1.RespondFrame.end:type_name -> switchyard.v1.RespondLegEnd
+	21, // 23: switchyard.v1.RespondFrame.items:type_name -> switchyard.v1.RespondItems
+	23, // 24: switchyard.v1.RespondItems.items:type_name -> switchyard.v1.RespondItem
 	12, // 25: switchyard.v1.RespondItem.message:type_name -> switchyard.v1.PeerMessage
-	23, // 26: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
-	26, // 27: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
-	18, // 28: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.DeliverHeartbeat
+	22, // 26: switchyard.v1.RespondItem.open:type_name -> switchyard.v1.RespondOpen
+	25, // 27: switchyard.v1.RespondControl.ack:type_name -> switchyard.v1.RespondAck
+	29, // 28: switchyard.v1.RespondControl.heartbeat:type_name -> switchyard.v1.Heartbeat
 	12, // 29: switchyard.v1.RespondControl.cancel:type_name -> switchyard.v1.PeerMessage
 	12, // 30: switchyard.v1.RespondControl.grant:type_name -> switchyard.v1.PeerMessage
 	2,  // 31: switchyard.v1.PeerService.Ping:input_type -> switchyard.v1.PingRequest
 	7,  // 32: switchyard.v1.PeerService.Forward:input_type -> switchyard.v1.ForwardRequest
 	10, // 33: switchyard.v1.PeerService.Post:input_type -> switchyard.v1.PostRequest
 	15, // 34: switchyard.v1.PeerService.Deliver:input_type -> switchyard.v1.DeliverFrame
-	21, // 35: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
+	20, // 35: switchyard.v1.PeerService.Respond:input_type -> switchyard.v1.RespondFrame
 	4,  // 36: switchyard.v1.PeerService.Figures:input_type -> switchyard.v1.FiguresRequest
 	3,  // 37: switchyard.v1.PeerService.Ping:output_type -> switchyard.v1.PingResponse
 	8,  // 38: switchyard.v1.PeerService.Forward:output_type -> switchyard.v1.ForwardResponse
 	11, // 39: switchyard.v1.PeerService.Post:output_type -> switchyard.v1.PostResponse
-	19, // 40: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
-	25, // 41: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
+	18, // 40: switchyard.v1.PeerService.Deliver:output_type -> switchyard.v1.DeliverAck
+	24, // 41: switchyard.v1.PeerService.Respond:output_type -> switchyard.v1.RespondControl
 	5,  // 42: switchyard.v1.PeerService.Figures:output_type -> switchyard.v1.FiguresResponse
 	37, // [37:43] is the sub-list for method output_type
 	31, // [31:37] is the sub-list for method input_type
@@ -2634,6 +2597,7 @@ func file_switchyard_v1_peer_proto_init() {
 	if File_switchyard_v1_peer_proto != nil {
 		return
 	}
+	file_switchyard_v1_worker_proto_init()
 	file_switchyard_v1_peer_proto_msgTypes[14].OneofWrappers = []any{
 		(*DeliverFrame_Open)(nil),
 		(*DeliverFrame_Item)(nil),
@@ -2643,17 +2607,17 @@ func file_switchyard_v1_peer_proto_init() {
 		(*DeliverItem_Message)(nil),
 		(*DeliverItem_Forward)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[18].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[17].OneofWrappers = []any{
 		(*DeliverAck_Handled)(nil),
 		(*DeliverAck_Heartbeat)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[20].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[19].OneofWrappers = []any{
 		(*RespondFrame_Open)(nil),
 		(*RespondFrame_Heartbeat)(nil),
 		(*RespondFrame_End)(nil),
 		(*RespondFrame_Items)(nil),
 	}
-	file_switchyard_v1_peer_proto_msgTypes[24].OneofWrappers = []any{
+	file_switchyard_v1_peer_proto_msgTypes[23].OneofWrappers = []any{
 		(*RespondControl_Ack)(nil),
 		(*RespondControl_Heartbeat)(nil),
 		(*RespondControl_Cancel)(nil),
@@ -2665,7 +2629,7 @@ func file_switchyard_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_peer_proto_rawDesc), len(file_switchyard_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

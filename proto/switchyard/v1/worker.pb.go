@@ -1244,6 +1244,7 @@ func (x *Cancel) GetReason() string {
 }
 
 // Heartbeat is liveness only: it acknowledges nothing and orders nothing.
+// Worker sessions and the peer streams (peer.proto) send the same one.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
