@@ -170,9 +170,9 @@ func leaderOn(node string) func(*faultRun) {
 // case's target.
 func leaderOnTarget(fx *faultRun) { fx.cl.moveEtcdLeader(fx.t, fx.c.target(fx)) }
 
-// soakCases are repeated by TestFaultsSoak: the partitions and the loss of
-// the etcd leader, whose outcome depends on timing.
-var soakCases = []string{"partition-worker-host", "partition-leader-dispatcher", "etcd-one"}
+// soakCases are repeated by TestFaultsSoak: the partitions, the loss of the
+// etcd leader and its pause, whose outcome depends on timing.
+var soakCases = []string{"partition-worker-host", "partition-leader-dispatcher", "etcd-one", "pause-leader-dispatcher"}
 
 // TestFaults runs each case once, one after the other (make faults).
 // FAULT_CASES, a regular expression, picks cases by name.
