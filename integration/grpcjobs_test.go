@@ -863,7 +863,10 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 			return recvPaced(st, b.pace)
 		}},
 		// Stops reading until the node has ended the stream: the
-		// terminated event cannot get through, so the call says so.
+		// terminated event cannot get through, so the call says so
+		// (or, when the node's writer had not yet filled the client's
+		// window as the bound was passed, the event fits and the call
+		// ends OK with it).
 		{"stops reading", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -895,8 +898,16 @@ func testGRPCSlowClient(t *testing.T, b grpcSlowBound) {
 				})
 				took = time.Since(t0)
 				evs, err = recvAll(st)
-				if status.Code(err) != codes.Unavailable || !strings.HasPrefix(status.Convert(err).Message(), "write_failed: ") {
-					t.Fatalf("after %d buffered events: %v, want UNAVAILABLE write_failed", len(evs), err)
+				switch {
+				case status.Code(err) == codes.Unavailable && strings.HasPrefix(status.Convert(err).Message(), "write_failed: "):
+				case err == nil && len(evs) > 0 && evs[len(evs)-1].GetKind() == "terminated":
+					// The bound counts what waits for the writer; a
+					// writer starved while the burst queued up had not
+					// filled the client's 64 KiB window, and the
+					// terminated event fit in it.
+					t.Logf("the terminated event fit in the client's window (after %d buffered events): the stream ended OK", len(evs)-1)
+				default:
+					t.Fatalf("after %d buffered events: %v, want UNAVAILABLE write_failed, or the terminated event last", len(evs), err)
 				}
 			}
 			if got := metric(t, n, "switchyard_stream_ended_total", map[string]string{"transport": "grpc", "reason": "slow"}); got != 1 {
