@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,9 +54,11 @@ import (
 //
 //	go test -run '^$' -bench '^BenchmarkProcesses$' -benchtime 1x ./integration/ -args -procs.rounds 2
 //
-// -procs.profile DIR writes CPU profiles of nodes a and c and of both
-// workers while the cross setup runs at 16 × 32 B, c=64 in the last round
-// (go tool pprof DIR/cross-c.pprof).
+// -procs.setups runs only the setups named (the floor always runs), to
+// compare two of them in less time. -procs.profile DIR (it must exist)
+// writes CPU profiles of each setup's processes (nodes a and c, the
+// workers) at 16 × the first size, the highest level, in the last round
+// (go tool pprof DIR/grpc-a.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "switchyard")
@@ -126,6 +129,14 @@ func BenchmarkProcesses(b *testing.B) {
 		{"relay (worker protocol)", func(body []byte) benchkit.JobFunc {
 			return benchkit.HTTPJob(client, "http://"+relayA+"/"+benchkit.ModeSharedStream+"/v1/queues/demo/jobs", body)
 		}, []int{rb, ra}, bare, []string{"bare=" + bareDebug}, true},
+	}
+
+	if *procsSetups != "" {
+		keep := strings.Split(*procsSetups, ",")
+		if !slices.Contains(keep, floor) {
+			keep = append(keep, floor) // every ratio is to it
+		}
+		setups = slices.DeleteFunc(setups, func(st setup) bool { return !slices.Contains(keep, st.name) })
 	}
 
 	type shape struct{ outputs, size int }
@@ -234,6 +245,7 @@ var (
 	procsRounds  = flag.Int("procs.rounds", 2, "BenchmarkProcesses: rounds (setups interleaved within each)")
 	procsSizes   = flag.String("procs.sizes", "32,4096", "BenchmarkProcesses: output sizes in bytes (16 outputs each)")
 	procsLevels  = flag.String("procs.levels", "1,64", "BenchmarkProcesses: concurrency levels")
+	procsSetups  = flag.String("procs.setups", "", "BenchmarkProcesses: comma-separated setups to run (default all; relay, the floor, always runs)")
 	procsProfile = flag.String("procs.profile", "", "BenchmarkProcesses: write CPU profiles of the processes here (16×first size, highest level, last round)")
 )
 
