@@ -56,9 +56,9 @@ import (
 //
 // -procs.setups runs only the setups named (the floor always runs), to
 // compare two of them in less time. -procs.profile DIR (it must exist)
-// writes CPU profiles of each setup's processes (nodes a and c, the
-// workers) at 16 × the first size, the highest level, in the last round
-// (go tool pprof DIR/grpc-a.pprof).
+// writes CPU and allocation profiles of each setup's processes (nodes a
+// and c, the workers) at 16 × the first size, the highest level, in the
+// last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "switchyard")
@@ -323,33 +323,37 @@ func servePprof(addr string) {
 	fmt.Fprintln(os.Stderr, "pprof:", srv.ListenAndServe())
 }
 
-// startProfiles asks each name=addr for a CPU profile of d; the returned
-// func waits for them and writes DIR/<setup>-<name>.pprof.
+// startProfiles asks each name=addr for a CPU profile of d and for the
+// allocations made in d; the returned func waits for them and writes
+// DIR/<setup>-<name>.pprof and DIR/<setup>-<name>.allocs.pprof.
 func startProfiles(b *testing.B, setup string, urls []string, d time.Duration) func() {
-	done := make(chan struct{}, len(urls))
+	kinds := map[string]string{"profile": ".pprof", "allocs": ".allocs.pprof"}
+	done := make(chan struct{}, len(urls)*len(kinds))
 	for _, u := range urls {
 		name, addr, _ := strings.Cut(u, "=")
-		go func() {
-			defer func() { done <- struct{}{} }()
-			secs := max(1, int(d/time.Second))
-			res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "profile", setup, name, err)
-				return
-			}
-			defer res.Body.Close()
-			file := strings.Join(strings.FieldsFunc(setup, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
-			f, err := os.Create(filepath.Join(*procsProfile, file+"-"+name+".pprof"))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "profile", err)
-				return
-			}
-			defer f.Close()
-			_, _ = io.Copy(f, res.Body)
-		}()
+		for kind, ext := range kinds {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				secs := max(1, int(d/time.Second))
+				res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "profile", setup, name, err)
+					return
+				}
+				defer res.Body.Close()
+				file := strings.Join(strings.FieldsFunc(setup, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
+				f, err := os.Create(filepath.Join(*procsProfile, file+"-"+name+ext))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "profile", err)
+					return
+				}
+				defer f.Close()
+				_, _ = io.Copy(f, res.Body)
+			}()
+		}
 	}
 	return func() {
-		for range urls {
+		for range len(urls) * len(kinds) {
 			<-done
 		}
 	}
