@@ -260,6 +260,7 @@ func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *cor
 	s.wg.Go(func() {
 		defer close(done)
 		res = door.Serve(ctx, js, snk)
+		snk.close()
 		if ended != nil {
 			ended(res)
 		}

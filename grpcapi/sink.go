@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // KindHeartbeat is the JobEvent kind of a heartbeat: liveness only, never
@@ -21,7 +21,7 @@ const KindHeartbeat = "heartbeat"
 // sendStream is the send side of a server stream: what the stream's writer
 // calls, and nothing else does.
 type sendStream interface {
-	Send(*pb.JobEvent) error
+	SendMsg(any) error
 	SendHeader(metadata.MD) error
 }
 
@@ -60,15 +60,16 @@ var (
 // once for a deadline already past) and, if the client reads again in time,
 // still gets its terminated event through.
 //
-// The writer reuses one message and one data buffer for every event: Send
-// encodes the message before it returns.
+// The writer reuses one message and one data buffer for every event (Send
+// encodes the message before it returns), which the server's codec encodes
+// into pooled memory (wireEvent).
 type sink struct {
 	st   sendStream
 	job  *core.Job
 	snap uint64
 
 	// Used only by the writer.
-	msg        pb.JobEvent
+	msg        wireEvent
 	data       []byte
 	headerSent bool
 	err        error // a failed Send: every later write fails with it
@@ -90,8 +91,11 @@ type sink struct {
 var _ stream.Sink = (*sink)(nil)
 
 func newSink(st sendStream, j *core.Job, snap uint64) *sink {
-	return &sink{st: st, job: j, snap: snap, moved: make(chan struct{}, 1), abortc: make(chan struct{})}
+	return &sink{st: st, job: j, snap: snap, msg: wireEvent{pool: mem.DefaultBufferPool()}, moved: make(chan struct{}, 1), abortc: make(chan struct{})}
 }
+
+// close releases what the writer holds; it runs once the writer is done.
+func (s *sink) close() { s.msg.release() }
 
 // Abort bounds the write in progress and every later one by deadline,
 // whatever SetWriteDeadline says after it. Safe from any goroutine; the
@@ -134,24 +138,20 @@ func (s *sink) deadlineLocked() time.Time {
 // Event sends a job event, with its envelope and resume token.
 func (s *sink) Event(ev core.Event, token string) error {
 	s.data = stream.AppendEventData(s.data[:0], s.job, ev, s.snap)
-	s.msg = pb.JobEvent{
-		Kind: string(ev.Kind), JobId: s.job.ID,
-		Generation: ev.Stream, Seq: ev.Seq, Snapshot: s.snap, Attempt: ev.Gen,
-		ResumeToken: token, DataJson: s.data,
-	}
+	s.msg.set(string(ev.Kind), s.job.ID, ev.Stream, ev.Seq, s.snap, ev.Gen, token, s.data)
 	return s.send()
 }
 
 // Control sends a control event (no position, no token).
 func (s *sink) Control(c stream.Control, data map[string]any) error {
-	s.msg = pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: stream.ControlData(data)}
+	s.msg.set(string(c), s.job.ID, 0, 0, 0, 0, "", stream.ControlData(data))
 	return s.send()
 }
 
 // Heartbeat sends a JobEvent of kind "heartbeat" with no data and no
 // position. Liveness only.
 func (s *sink) Heartbeat() error {
-	s.msg = pb.JobEvent{Kind: KindHeartbeat, JobId: s.job.ID}
+	s.msg.set(KindHeartbeat, s.job.ID, 0, 0, 0, 0, "", nil)
 	return s.send()
 }
 
@@ -159,6 +159,9 @@ func (s *sink) Heartbeat() error {
 // out before the job has anything to say, as on SSE. Everything written
 // before it was handed to the transport when its Send returned.
 func (s *sink) Flush() error {
+	// What was sent holds the chunk until gRPC wrote it; the next batch
+	// takes another, and a stream that waits holds none.
+	s.msg.release()
 	if s.err == nil && !s.headerSent {
 		s.lastErr = s.call(func() error { return s.st.SendHeader(nil) })
 		if s.lastErr == nil {
@@ -172,7 +175,7 @@ func (s *sink) Flush() error {
 
 // send sends s.msg under the write deadline and records the result.
 func (s *sink) send() error {
-	s.lastErr = s.call(func() error { return s.st.Send(&s.msg) })
+	s.lastErr = s.call(func() error { return s.st.SendMsg(&s.msg) })
 	if s.lastErr == nil {
 		s.headerSent = true
 	}

@@ -24,8 +24,9 @@ import (
 
 // fakeStream is the send side of a gRPC stream. With a gate, every Send
 // blocks until the gate opens (the client reads again) or the stream ends
-// (the handler returned), like a Send blocked on flow control. Send keeps
-// a copy of the message, as gRPC's encodes it before it returns.
+// (the handler returned), like a Send blocked on flow control. Send encodes
+// the message with the server's codec first, as gRPC's does, and keeps it
+// decoded once "written", when it frees the encoding.
 type fakeStream struct {
 	mu      sync.Mutex
 	sent    []*pb.JobEvent
@@ -60,13 +61,18 @@ func (f *fakeStream) unblock() {
 // end ends the stream, as the handler returning does.
 func (f *fakeStream) end() { f.endOnce.Do(func() { close(f.ended) }) }
 
-func (f *fakeStream) Send(ev *pb.JobEvent) error {
+func (f *fakeStream) SendMsg(m any) error {
 	f.mu.Lock()
 	gate, err := f.gate, f.sendErr
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	data, err := newCodec().Marshal(m)
+	if err != nil {
+		return err
+	}
+	defer data.Free()
 	select {
 	case <-f.ended:
 		return status.Error(codes.Canceled, "context canceled")
@@ -80,9 +86,13 @@ func (f *fakeStream) Send(ev *pb.JobEvent) error {
 			return status.Error(codes.Canceled, "context canceled")
 		}
 	}
+	ev := &pb.JobEvent{}
+	if err := proto.Unmarshal(data.Materialize(), ev); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sent = append(f.sent, proto.CloneOf(ev))
+	f.sent = append(f.sent, ev)
 	return nil
 }
 
@@ -427,13 +437,19 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	f := newFakeStream()
 	s := newSink(f, j, 42)
+	pool := newCountingPool()
+	s.msg.pool = pool
 	var res stream.Result
 	if gaveUp, _ := watched(t, f, s, func() {
 		res = stream.Run(context.Background(), stream.Request{
 			Job: j, Policy: policy(), Token: func(ev core.Event) string { return "t" + string(rune('0'+ev.Seq)) },
 		}, s)
+		s.close()
 	}); gaveUp {
 		t.Fatal("the watch gave up")
+	}
+	if n := pool.outstanding(); n != 0 {
+		t.Errorf("%d encoding buffers never returned to the pool", n)
 	}
 	if res.End != stream.EndTerminal || res.LastSeq != 3 {
 		t.Fatalf("result %+v", res)
