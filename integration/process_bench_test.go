@@ -183,6 +183,9 @@ func BenchmarkProcesses(b *testing.B) {
 	type row struct {
 		res           benchkit.Result
 		nodes, worker time.Duration
+		// first is the first node's share of nodes: a, where the cluster
+		// setups' jobs come in (their edge), or the relay's B.
+		first time.Duration
 	}
 	rows := map[key]*row{}
 	for round := 1; round <= *procsRounds; round++ {
@@ -194,9 +197,11 @@ func BenchmarkProcesses(b *testing.B) {
 					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
 					}
+					a0 := procCPU(b, st.nodes[0])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
 					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					a1 := procCPU(b, st.nodes[0])
 					if prof != nil {
 						prof()
 					}
@@ -207,6 +212,7 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].res.Add(res)
 					rows[k].nodes += n1 - n0
 					rows[k].worker += w1 - w0
+					rows[k].first += a1 - a0
 				}
 			}
 		}
@@ -234,6 +240,17 @@ func BenchmarkProcesses(b *testing.B) {
 					r.res.JobsPerSec()/relay.res.JobsPerSec(),
 					float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(relay.res.First, 50)),
 					nodes/(us(relay.nodes)/rj), worker/(us(relay.worker)/rj), r.res.Failed)
+			}
+		}
+	}
+	fmt.Printf("the nodes' CPU per job split: the cluster's a (where cross and grpc jobs come in) and b+c; the relay's B and A\n")
+	for _, sh := range shapes {
+		for _, c := range levels {
+			for _, st := range setups {
+				r := rows[key{st.name, sh, c}]
+				if jobs := float64(len(r.res.Last)); jobs > 0 {
+					fmt.Printf("  %-38s %10.0f %10.0f\n", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), us(r.first)/jobs, us(r.nodes-r.first)/jobs)
+				}
 			}
 		}
 	}
