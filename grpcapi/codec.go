@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -80,8 +80,9 @@ func (w *wireEvent) marshal() (mem.BufferSlice, error) {
 	if !utf8.ValidString(e.Kind) || !utf8.ValidString(e.JobId) || !utf8.ValidString(e.ResumeToken) {
 		return nil, errInvalidUTF8
 	}
-	n := sizeString(e.Kind) + sizeString(e.JobId) + sizeUint(e.Generation) + sizeUint(e.Seq) +
-		sizeUint(e.Snapshot) + sizeUint(e.Attempt) + sizeString(e.ResumeToken) + sizeString(e.DataJson)
+	n := pbwire.SizeLen(1, len(e.Kind)) + pbwire.SizeLen(2, len(e.JobId)) + pbwire.SizeUint(3, e.Generation) +
+		pbwire.SizeUint(4, e.Seq) + pbwire.SizeUint(5, e.Snapshot) + pbwire.SizeUint(6, e.Attempt) +
+		pbwire.SizeLen(7, len(e.ResumeToken)) + pbwire.SizeLen(8, len(e.DataJson))
 	switch {
 	case n == 0:
 		return nil, nil
@@ -104,44 +105,12 @@ func (w *wireEvent) marshal() (mem.BufferSlice, error) {
 // append appends the encoded event to b.
 func (w *wireEvent) append(b []byte) []byte {
 	e := &w.JobEvent
-	b = appendString(b, 1, e.Kind)
-	b = appendString(b, 2, e.JobId)
-	b = appendUint(b, 3, e.Generation)
-	b = appendUint(b, 4, e.Seq)
-	b = appendUint(b, 5, e.Snapshot)
-	b = appendUint(b, 6, e.Attempt)
-	b = appendString(b, 7, e.ResumeToken)
-	return appendString(b, 8, e.DataJson)
-}
-
-// The fields are numbered 1 to 8: every tag is one byte.
-
-func sizeString[S string | []byte](s S) int {
-	if len(s) == 0 {
-		return 0
-	}
-	return 1 + protowire.SizeBytes(len(s))
-}
-
-func sizeUint(v uint64) int {
-	if v == 0 {
-		return 0
-	}
-	return 1 + protowire.SizeVarint(v)
-}
-
-func appendString[S string | []byte](b []byte, num protowire.Number, s S) []byte {
-	if len(s) == 0 {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendUint(b []byte, num protowire.Number, v uint64) []byte {
-	if v == 0 {
-		return b
-	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+	b = pbwire.AppendLen(b, 1, e.Kind)
+	b = pbwire.AppendLen(b, 2, e.JobId)
+	b = pbwire.AppendUint(b, 3, e.Generation)
+	b = pbwire.AppendUint(b, 4, e.Seq)
+	b = pbwire.AppendUint(b, 5, e.Snapshot)
+	b = pbwire.AppendUint(b, 6, e.Attempt)
+	b = pbwire.AppendLen(b, 7, e.ResumeToken)
+	return pbwire.AppendLen(b, 8, e.DataJson)
 }
