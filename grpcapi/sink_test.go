@@ -151,6 +151,15 @@ func testJob(t *testing.T) *core.Job {
 	return &core.Job{ID: "j_test", History: core.NewHistory(1000, 1<<20)}
 }
 
+// sinkWithEvent is a sink over a fake stream, and an output event of its
+// job to write.
+func sinkWithEvent(t *testing.T) (*sink, *fakeStream, core.Event) {
+	t.Helper()
+	j := testJob(t)
+	f := newFakeStream()
+	return newSink(f, j, 42), f, coretest.Append(t, j, core.EventOutput, `{}`)
+}
+
 func within(t *testing.T, what string, min, max time.Duration, f func()) {
 	t.Helper()
 	t0 := time.Now()
@@ -219,10 +228,7 @@ func TestGRPCSinkWritesInOrder(t *testing.T) {
 // the watch gives up on it at the write deadline, and ending the stream
 // then ends the Send.
 func TestGRPCSinkWatchGivesUpOnABlockedSend(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	f.block()
 	var sendErr error
 	var writer <-chan struct{}
@@ -265,10 +271,7 @@ func TestGRPCSinkWatchGivesUpOnABlockedSend(t *testing.T) {
 // A Send that returns in time is not given up on: the watch ends with the
 // writer.
 func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	f.block()
 	go func() {
 		<-f.entered
@@ -292,10 +295,7 @@ func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
 // A write that starts past its deadline fails without being sent, however
 // ready the stream is.
 func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	_ = s.SetWriteDeadline(time.Now().Add(-time.Millisecond))
 	if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("event: %v, want a deadline error", err)
@@ -316,10 +316,7 @@ func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
 // Abort, from another goroutine, bounds the write in progress by its
 // deadline, and every later one whatever SetWriteDeadline says.
 func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	f.block()
 	go func() {
 		<-f.entered
@@ -339,10 +336,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 // Once aborted, a write past the abort deadline fails at once, whatever
 // SetWriteDeadline says; a second Abort changes nothing.
 func TestGRPCSinkAbortDeadlineOutlivesSetWriteDeadline(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	s.Abort(time.Now().Add(-time.Millisecond))
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
 	if err := s.Event(ev, ""); !errors.Is(err, errAborted) {
@@ -365,10 +359,7 @@ func TestGRPCSinkAbortDeadlineOutlivesSetWriteDeadline(t *testing.T) {
 // A client that reads again within the abort's grace gets the blocked
 // write through, and the terminated event after it.
 func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
-	j := testJob(t)
-	f := newFakeStream()
-	s := newSink(f, j, 42)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
+	s, f, ev := sinkWithEvent(t)
 	f.block()
 	go func() {
 		<-f.entered
