@@ -268,6 +268,24 @@ func TestGRPCSinkWatchGivesUpOnABlockedSend(t *testing.T) {
 	}
 }
 
+// A watch with no deadline to wait for (the writer waits for the job) wakes
+// for the deadline the writer sets before its next write, and gives up on
+// that write when it blocks past it.
+func TestGRPCSinkIdleWatchTakesTheNextDeadline(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	_ = s.SetWriteDeadline(time.Now().Add(-time.Second)) // passed, no Send in progress: idle
+	f.block()
+	within(t, "a watch over a write after an idle spell", 90*time.Millisecond, time.Second, func() {
+		if gaveUp, _ := watched(t, f, s, func() {
+			time.Sleep(40 * time.Millisecond)
+			_ = s.SetWriteDeadline(time.Now().Add(60 * time.Millisecond))
+			_ = s.Event(ev, "")
+		}); !gaveUp {
+			t.Error("the watch did not give up on the blocked write")
+		}
+	})
+}
+
 // A Send that returns in time is not given up on: the watch ends with the
 // writer.
 func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
