@@ -71,7 +71,7 @@ var importRules = map[string]importRule{
 	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
-		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth"},
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
 	// The HTTP/SSE API. Its unary routes are the public gRPC services'
@@ -97,7 +97,7 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
 	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
 	// set up from the node's config and the standard OTEL_* variables,
 	// and the log handler that puts a trace id on every log line. It knows
@@ -106,6 +106,9 @@ var importRules = map[string]importRule{
 	// A W3C trace context read as a span context, on the OpenTelemetry
 	// API alone: the engine and the worker SDK share it.
 	"tracing/w3c": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters, otelContrib}},
+	// The proto3 field helpers of the hand-written encoders (the worker
+	// SDK's, the gRPC server's job events): protowire only.
+	"internal/pbwire": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK}},
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},

@@ -54,6 +54,9 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	}
 	g := guard{keys: cfg.Keys, errs: cfg.Errors.Reporter("grpc", cfg.Logger), extractTrace: cfg.TracerProvider == nil}
 	opts := []grpc.ServerOption{
+		// Proto, but a job stream's events are encoded without reflection
+		// into pooled memory (codec.go).
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),

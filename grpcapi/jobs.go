@@ -68,11 +68,13 @@ func (c JobConfig) Validate() error {
 
 // JobServer serves the JobService over a core.Engine.
 //
-// Each stream has two goroutines of this package: the handler, which runs
-// stream.Run (the stream's one writer; Run adds its lag watcher, which may
-// Abort the sink), and a sender, the stream's only Send caller, fed by an
-// unbuffered handoff that the writer waits on only until its write deadline
-// (see sink). Both end with the stream; JobServer.Wait waits for them.
+// Each stream has two goroutines of this package: the writer, which runs
+// stream.Run (the stream's one writer and its only Send caller; Run adds
+// its lag watcher, which may Abort the sink), and the handler, which
+// watches the writer and ends the gRPC stream when a Send is still blocked
+// at its write deadline (see sink). The handler returns when the writer is
+// done, or when it gave up on it; the writer then ends at once with the
+// stream. JobServer.Wait waits for both.
 type JobServer struct {
 	pb.UnimplementedJobServiceServer
 	e    *core.Engine
@@ -112,7 +114,7 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}, nil
 }
 
-// Wait blocks until every stream handler and its sender goroutine have
+// Wait blocks until every stream handler and its writer goroutine have
 // ended. Call it after the gRPC server stopped (grpc.Server.Stop does not
 // wait for handlers): by then every stream's context is done, so every
 // stream ends promptly.
@@ -155,8 +157,7 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	}
 	// A retried Submit that matched an idempotency key must not take
 	// ownership of a job some other call is streaming.
-	_, err = s.streamJob(gs, j, 0, nil, stream.Terminate, !existing)
-	return err
+	return s.streamJob(gs, j, 0, nil, stream.Terminate, !existing, nil)
 }
 
 // Resume continues a job's stream after the position in a resume token
@@ -191,9 +192,7 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	// A reader of the job's stream is a span of the job's trace, linked
 	// to the call's own.
 	ctx, span := s.e.StartResume(gs.Context(), j, after)
-	res, err := s.streamJob(ctxStream{gs, ctx}, j, after, filter, slow, resumed)
-	stream.EndSpan(span, res, after)
-	return err
+	return s.streamJob(ctxStream{gs, ctx}, j, after, filter, slow, resumed, func(res stream.Result) { stream.EndSpan(span, res, after) })
 }
 
 // ctxStream is a job event stream whose context is ctx.
@@ -239,31 +238,40 @@ func (s *JobServer) fail(method string, err error) error {
 
 // streamJob serves a job's stream from after on gs. claim marks a stream
 // that is the submitter's — the job's own Submit, or a resume with a valid
-// token (stream.JobStream.Claim).
-func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool) (stream.Result, error) {
+// token (stream.JobStream.Claim). ended, if set, is told how the stream
+// went once it is over, which may be after streamJob returned (see sink).
+//
+// The stream's writer runs on a goroutine of its own and sends on gs
+// itself; this one, the handler's, watches it (sink.watch) and returns
+// when it is done, or when a Send of it is still blocked at its write
+// deadline: returning ends the gRPC stream, and with it that Send.
+func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool, ended func(stream.Result)) error {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	ctx := gs.Context()
-	// Set before the sender starts; from then on only the sender touches
+	// Set before the writer starts; from then on only the writer touches
 	// the stream's send side.
 	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, j.ID))
 	snk := newSink(gs, j, s.e.Epoch())
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		snk.send()
-	}()
-
 	door := stream.Door{Engine: s.e, Resumes: s.resumes(), Policy: s.cfg.Stream}
-	res := door.Serve(ctx, stream.JobStream{
-		Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(ctx),
-		// The sender ends before the engine hears the stream closed.
-		Written: snk.stop,
-	}, snk)
-	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
-		return res, s.fail("stream", err)
+	js := stream.JobStream{Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(ctx)}
+	done := make(chan struct{})
+	var res stream.Result
+	s.wg.Go(func() {
+		defer close(done)
+		res = door.Serve(ctx, js, snk)
+		snk.close()
+		if ended != nil {
+			ended(res)
+		}
+	})
+	if snk.watch(done) {
+		return s.fail("stream", endError(ctx, stream.EndWriteFailed, true))
 	}
-	return res, nil
+	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
+		return s.fail("stream", err)
+	}
+	return nil
 }
 
 // endError is why a stream's call ends. A stream that said why it ended

@@ -7,21 +7,21 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
-	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // KindHeartbeat is the JobEvent kind of a heartbeat: liveness only, never
 // an acknowledgement and never an ordering guarantee.
 const KindHeartbeat = "heartbeat"
 
-// sendStream is the send side of a server stream: what the sender
-// goroutine calls, and nothing else does.
+// sendStream is the send side of a server stream: what the stream's writer
+// calls, and nothing else does.
 type sendStream interface {
-	Send(*pb.JobEvent) error
+	SendMsg(any) error
 	SendHeader(metadata.MD) error
 }
 
@@ -31,247 +31,229 @@ var (
 	errStreamEnded  = errors.New("grpcapi: stream ended")
 )
 
-// op is one thing handed to the sender: an event to send, or a flush
-// marker the sender closes once everything handed before it was sent.
-type op struct {
-	ev      *pb.JobEvent
-	flushed chan struct{}
-}
-
 // sink writes one job stream on gRPC; it implements stream.Sink.
 //
-// A gRPC Send cannot be interrupted: it blocks on flow control until the
-// client reads or the stream ends. So the sink does not call Send itself.
-// It hands each message through an unbuffered channel to a dedicated sender
-// goroutine (send), the stream's only Send caller, and Event, Control,
-// Heartbeat and Flush wait on that handoff — and Flush on the sender having
-// sent everything handed to it — only until the write deadline set by
-// SetWriteDeadline. A client that does not read therefore fails the write
-// after the write timeout, as a blocked SSE write does, and the one writer
-// (stream.Run) ends the stream. The unbuffered handoff keeps the transport's
-// readiness visible: a message is taken only when the previous Send
-// returned, so nothing queues here beyond what stream.Run bounds.
+// The stream's writer (stream.Run) calls Send itself, on a goroutine of its
+// own (JobServer.streamJob), with no hand-off per message: Send returns as
+// soon as gRPC queued the message for its connection's writer, which
+// batches what the connection's streams queued together into one socket
+// write. Flush therefore has nothing left to wait for but the headers of a
+// stream that sent nothing yet.
+//
+// A gRPC Send cannot be interrupted, though: it blocks on flow control when
+// the client stops reading, until the stream ends. The handler's goroutine
+// therefore watches the writer (watch) instead of writing: it waits for it
+// to end, and gives up on it when a Send is still in progress at its write
+// deadline (the one set by SetWriteDeadline, or Abort's). Giving up returns
+// from the handler, which ends the gRPC stream and cancels its context; the
+// blocked Send then fails at once, and the writer ends the stream as one
+// whose write failed. So a client that does not read fails the write after
+// the write timeout, as a blocked SSE write does. A write that starts with
+// its deadline already past fails without being sent, as a write on a
+// connection past its deadline does. Once the watch gave up, no Send starts
+// any more.
 //
 // Abort, which the stream's lag watcher calls concurrently with the writer,
-// replaces the deadline of the wait in progress and of every later one,
+// replaces the deadline of the write in progress and of every later one,
 // whatever SetWriteDeadline says afterwards: a writer blocked on a client
-// that stopped reading fails when the abort deadline passes (at once for a
-// deadline already past) and, if the client reads again in time, still gets
-// its terminated event through.
+// that stopped reading is given up on when the abort deadline passes (at
+// once for a deadline already past) and, if the client reads again in time,
+// still gets its terminated event through.
 //
-// The handler owns the sender goroutine. When stream.Run returns, the
-// handler calls stop, which lets an idle sender end and waits for it (no
-// longer than the write deadline); then the handler returns. If the sender
-// is still blocked in Send at that point — its client stopped reading —
-// returning from the handler ends the gRPC stream, which cancels the
-// stream's context, and a Send blocked on flow control returns as soon as
-// that context is done: the sender goroutine ends with the stream, never
-// later. JobServer.Wait waits for it.
+// The writer reuses one message and one data buffer for every event (Send
+// encodes the message before it returns), which the server's codec encodes
+// into pooled memory (wireEvent).
 type sink struct {
 	st   sendStream
 	job  *core.Job
 	snap uint64
 
-	ops    chan op       // the handoff, unbuffered
-	quit   chan struct{} // closed by stop: the writer wrote its last
-	exited chan struct{} // closed when the sender returned
-	err    error         // why the sender returned; read only after exited
+	// Used only by the writer.
+	msg        wireEvent
+	data       []byte
+	headerSent bool
+	err        error // a failed Send: every later write fails with it
+	lastErr    error // the result of the latest write or flush
 
-	abortOnce sync.Once
-	abortc    chan struct{} // closed by the first Abort
-	abortAt   time.Time     // written before abortc is closed
-
-	// Used only by the writer (stream.Run's goroutine, then the handler's
-	// stop, which is the same goroutine).
-	deadline time.Time
-	timer    *time.Timer
-	lastErr  error // the result of the latest write or flush
+	mu       sync.Mutex
+	deadline time.Time // SetWriteDeadline's
+	abortAt  time.Time // Abort's, once aborted
+	aborted  bool
+	sending  bool // a Send is in progress
+	gone     bool // the watch gave up on the writer: no Send starts
+	// idle: the watch has no deadline to wait for (none, or one that passed
+	// while no Send was in progress) and waits on moved for the next.
+	idle   bool
+	moved  chan struct{} // capacity 1: a new deadline, for an idle watch
+	abortc chan struct{} // closed by the first Abort
 }
 
 var _ stream.Sink = (*sink)(nil)
 
 func newSink(st sendStream, j *core.Job, snap uint64) *sink {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &sink{
-		st: st, job: j, snap: snap,
-		ops:    make(chan op),
-		quit:   make(chan struct{}),
-		exited: make(chan struct{}),
-		abortc: make(chan struct{}),
-		timer:  t,
-	}
+	return &sink{st: st, job: j, snap: snap, msg: wireEvent{pool: mem.DefaultBufferPool()}, moved: make(chan struct{}, 1), abortc: make(chan struct{})}
 }
 
-// send is the stream's only Send (and SendHeader) caller. It ends when
-// stop is called while it is idle, or when a Send fails — which happens at
-// the latest when the stream ends (see sink).
-func (s *sink) send() {
-	defer close(s.exited)
-	headerSent := false
-	for {
-		select {
-		case <-s.quit:
-			s.err = errStreamEnded
-			return
-		case o := <-s.ops:
-			var err error
-			if o.ev != nil {
-				headerSent = true
-				err = s.st.Send(o.ev)
-			} else {
-				// The first flush opens the stream: headers (x-job-id) go
-				// out before the job has anything to say, as on SSE.
-				if !headerSent {
-					headerSent = true
-					err = s.st.SendHeader(nil)
-				}
-				if err == nil {
-					close(o.flushed)
-				}
-			}
-			if err != nil {
-				s.err = err
-				return
-			}
-		}
-	}
-}
+// close releases what the writer holds; it runs once the writer is done.
+func (s *sink) close() { s.msg.release() }
 
-// Abort bounds the wait in progress and every later one by deadline,
+// Abort bounds the write in progress and every later one by deadline,
 // whatever SetWriteDeadline says after it. Safe from any goroutine; the
 // first call wins.
 func (s *sink) Abort(deadline time.Time) {
-	s.abortOnce.Do(func() {
-		s.abortAt = deadline
-		close(s.abortc)
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted {
+		return
+	}
+	s.aborted, s.abortAt = true, deadline
+	close(s.abortc)
 }
 
-// SetWriteDeadline bounds the handoffs and flushes that follow, unless the
-// stream was aborted.
+// SetWriteDeadline bounds the writes that follow, unless the stream was
+// aborted.
 func (s *sink) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.deadline = t
+	if s.idle {
+		s.idle = false
+		select {
+		case s.moved <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 
-// Event hands a job event, with its envelope and resume token, to the
-// sender.
-func (s *sink) Event(ev core.Event, token string) error {
-	o := op{ev: &pb.JobEvent{
-		Kind: string(ev.Kind), JobId: s.job.ID,
-		Generation: ev.Stream, Seq: ev.Seq, Snapshot: s.snap, Attempt: ev.Gen,
-		ResumeToken: token, DataJson: eventData(s.job, ev, s.snap),
-	}}
-	return s.write(&o, nil)
-}
-
-// Control hands a control event (no position, no token) to the sender.
-func (s *sink) Control(c stream.Control, data map[string]any) error {
-	o := op{ev: &pb.JobEvent{Kind: string(c), JobId: s.job.ID, DataJson: stream.ControlData(data)}}
-	return s.write(&o, nil)
-}
-
-// Heartbeat hands a heartbeat to the sender: a JobEvent of kind
-// "heartbeat" with no data and no position. Liveness only.
-func (s *sink) Heartbeat() error {
-	o := op{ev: &pb.JobEvent{Kind: KindHeartbeat, JobId: s.job.ID}}
-	return s.write(&o, nil)
-}
-
-// Flush returns once the sender has sent everything handed to it before:
-// the transport took it (gRPC's Send returns when flow control lets the
-// message through, not when the client received it).
-func (s *sink) Flush() error {
-	done := make(chan struct{})
-	if err := s.write(&op{flushed: done}, nil); err != nil {
-		return err
+// deadlineLocked is the deadline of the write in progress or the next one
+// (zero: none).
+func (s *sink) deadlineLocked() time.Time {
+	if s.aborted {
+		return s.abortAt
 	}
-	return s.write(nil, done)
+	return s.deadline
 }
 
-// write hands o to the sender or, with o nil, waits for done, under the
-// write deadline (the abort deadline once aborted), and records the result.
-func (s *sink) write(o *op, done <-chan struct{}) error {
-	s.lastErr = s.wait(o, done)
+// Event sends a job event, with its envelope and resume token.
+func (s *sink) Event(ev core.Event, token string) error {
+	s.data = stream.AppendEventData(s.data[:0], s.job, ev, s.snap)
+	s.msg.set(string(ev.Kind), s.job.ID, ev.Stream, ev.Seq, s.snap, ev.Gen, token, s.data)
+	return s.send()
+}
+
+// Control sends a control event (no position, no token).
+func (s *sink) Control(c stream.Control, data map[string]any) error {
+	s.msg.set(string(c), s.job.ID, 0, 0, 0, 0, "", stream.ControlData(data))
+	return s.send()
+}
+
+// Heartbeat sends a JobEvent of kind "heartbeat" with no data and no
+// position. Liveness only.
+func (s *sink) Heartbeat() error {
+	s.msg.set(KindHeartbeat, s.job.ID, 0, 0, 0, 0, "", nil)
+	return s.send()
+}
+
+// Flush opens a stream that sent nothing yet: its headers (x-job-id) go
+// out before the job has anything to say, as on SSE. Everything written
+// before it was handed to the transport when its Send returned.
+func (s *sink) Flush() error {
+	// What was sent holds the chunk until gRPC wrote it; the next batch
+	// takes another, and a stream that waits holds none.
+	s.msg.release()
+	if s.err == nil && !s.headerSent {
+		s.lastErr = s.call(func() error { return s.st.SendHeader(nil) })
+		if s.lastErr == nil {
+			s.headerSent = true
+		}
+		return s.lastErr
+	}
+	s.lastErr = s.err
 	return s.lastErr
 }
 
-func (s *sink) wait(o *op, done <-chan struct{}) error {
-	var ops chan<- op // nil: never ready
-	var v op
-	if o != nil {
-		ops, v = s.ops, *o
+// send sends s.msg under the write deadline and records the result.
+func (s *sink) send() error {
+	s.lastErr = s.call(func() error { return s.st.SendMsg(&s.msg) })
+	if s.lastErr == nil {
+		s.headerSent = true
 	}
+	s.msg.DataJson = nil
+	return s.lastErr
+}
+
+// call runs one Send (or SendHeader) as the write in progress, unless a
+// Send failed before, the watch gave up, or the deadline already passed.
+func (s *sink) call(send func() error) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return errStreamEnded
+	}
+	if d := s.deadlineLocked(); !d.IsZero() && !time.Now().Before(d) {
+		aborted := s.aborted
+		s.mu.Unlock()
+		if aborted {
+			return errAborted
+		}
+		return errWriteTimeout
+	}
+	s.sending = true
+	s.mu.Unlock()
+	err := send()
+	s.mu.Lock()
+	s.sending = false
+	s.mu.Unlock()
+	if err != nil {
+		s.err = err
+	}
+	return err
+}
+
+// watch waits until the writer is done, and reports false; or, when a
+// Send is still in progress at its deadline, gives up on the writer and
+// reports true: the caller then ends the gRPC stream, which ends that Send
+// (see sink).
+func (s *sink) watch(done <-chan struct{}) (gaveUp bool) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
 	abortc := s.abortc
 	for {
-		deadline, aborted := s.deadline, false
-		select {
-		case <-s.abortc:
-			deadline, aborted, abortc = s.abortAt, true, nil
+		var timeout <-chan time.Time
+		var moved <-chan struct{}
+		s.mu.Lock()
+		s.idle = false
+		d := s.deadlineLocked()
+		switch {
+		case !d.IsZero() && time.Now().Before(d):
+			t.Reset(time.Until(d))
+			timeout = t.C
+		case !d.IsZero() && s.sending:
+			s.gone = true
+			s.mu.Unlock()
+			return true
 		default:
+			// No deadline, or one that passed with no Send in progress: a
+			// Send can only start under a new one.
+			s.idle = true
+			moved = s.moved
 		}
+		s.mu.Unlock()
 		select {
-		case <-s.exited:
-			return s.err
-		default:
-		}
-		timeoutErr := errWriteTimeout
-		if aborted {
-			timeoutErr = errAborted
-		}
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return timeoutErr
-		}
-		// The sender usually waits already (its last Send returned): then
-		// the hand-off needs no timer.
-		select {
-		case ops <- v:
-			return nil
 		case <-done:
-			return nil
-		default:
-		}
-		timeout, stop := s.timerFor(deadline)
-		select {
-		case ops <- v:
-			stop()
-			return nil
-		case <-done:
-			stop()
-			return nil
+			return false
 		case <-timeout:
-			return timeoutErr
+		case <-moved:
 		case <-abortc:
-			// Aborted while waiting: wait again, now under the abort
-			// deadline.
-			stop()
-			continue
-		case <-s.exited:
-			stop()
-			return s.err
+			abortc = nil
+			t.Stop()
 		}
 	}
-}
-
-// timerFor returns a channel that fires at deadline (nil: never) and a
-// function to stop it.
-func (s *sink) timerFor(deadline time.Time) (<-chan time.Time, func()) {
-	if deadline.IsZero() {
-		return nil, func() {}
-	}
-	s.timer.Reset(time.Until(deadline))
-	return s.timer.C, func() { s.timer.Stop() }
-}
-
-// stop ends the sender once the writer is done. It waits for the sender to
-// return — at once when it is idle, which it is after every successful
-// Flush — but no longer than the write deadline (the abort deadline once
-// aborted): a sender still blocked in Send then ends with the stream (see
-// sink).
-func (s *sink) stop() {
-	close(s.quit)
-	_ = s.wait(nil, s.exited)
 }
 
 // lastWriteFailed reports whether the stream's last write or flush failed:

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
@@ -23,7 +24,9 @@ import (
 
 // fakeStream is the send side of a gRPC stream. With a gate, every Send
 // blocks until the gate opens (the client reads again) or the stream ends
-// (the handler returned), like a Send blocked on flow control.
+// (the handler returned), like a Send blocked on flow control. Send encodes
+// the message with the server's codec first, as gRPC's does, and keeps it
+// decoded once "written", when it frees the encoding.
 type fakeStream struct {
 	mu      sync.Mutex
 	sent    []*pb.JobEvent
@@ -33,6 +36,7 @@ type fakeStream struct {
 
 	entered chan struct{} // one value each time a Send starts waiting at the gate
 	ended   chan struct{} // closed when the stream ends
+	endOnce sync.Once
 }
 
 func newFakeStream() *fakeStream {
@@ -54,12 +58,25 @@ func (f *fakeStream) unblock() {
 	}
 }
 
-func (f *fakeStream) Send(ev *pb.JobEvent) error {
+// end ends the stream, as the handler returning does.
+func (f *fakeStream) end() { f.endOnce.Do(func() { close(f.ended) }) }
+
+func (f *fakeStream) SendMsg(m any) error {
 	f.mu.Lock()
 	gate, err := f.gate, f.sendErr
 	f.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	data, err := newCodec().Marshal(m)
+	if err != nil {
+		return err
+	}
+	defer data.Free()
+	select {
+	case <-f.ended:
+		return status.Error(codes.Canceled, "context canceled")
+	default:
 	}
 	if gate != nil {
 		f.entered <- struct{}{}
@@ -68,6 +85,10 @@ func (f *fakeStream) Send(ev *pb.JobEvent) error {
 		case <-f.ended:
 			return status.Error(codes.Canceled, "context canceled")
 		}
+	}
+	ev := &pb.JobEvent{}
+	if err := proto.Unmarshal(data.Materialize(), ev); err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -102,23 +123,27 @@ func (f *fakeStream) kinds() []string {
 	return out
 }
 
-// startSink starts a sink's sender the way streamJob does, and at the end
-// of the test ends it the way the handler returning does.
-func startSink(t *testing.T, f *fakeStream, j *core.Job) *sink {
+// watched runs write as a stream's writer on a goroutine of its own, under
+// the sink's watch, as streamJob does: it returns whether the watch gave
+// up on the writer, and when it did, ends the stream as the handler
+// returning does. writer is closed when the writer returned; the test's
+// cleanup waits for it (goleak).
+func watched(t *testing.T, f *fakeStream, s *sink, write func()) (gaveUp bool, writer <-chan struct{}) {
 	t.Helper()
-	s := newSink(f, j, 42)
-	var wg sync.WaitGroup
-	wg.Go(s.send)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		write()
+	}()
 	t.Cleanup(func() {
-		select {
-		case <-s.quit:
-		default:
-			s.stop()
-		}
-		close(f.ended)
-		wg.Wait()
+		f.end()
+		<-done
 	})
-	return s
+	gaveUp = s.watch(done)
+	if gaveUp {
+		f.end()
+	}
+	return gaveUp, done
 }
 
 func testJob(t *testing.T) *core.Job {
@@ -126,21 +151,13 @@ func testJob(t *testing.T) *core.Job {
 	return &core.Job{ID: "j_test", History: core.NewHistory(1000, 1<<20)}
 }
 
-// sinkInSend starts a sink whose sender is blocked in Send on a first
-// output event, ev, taken under a write deadline of now plus deadline.
-func sinkInSend(t *testing.T, deadline time.Duration) (*sink, *fakeStream, core.Event) {
+// sinkWithEvent is a sink over a fake stream, and an output event of its
+// job to write.
+func sinkWithEvent(t *testing.T) (*sink, *fakeStream, core.Event) {
 	t.Helper()
 	j := testJob(t)
 	f := newFakeStream()
-	s := startSink(t, f, j)
-	ev := coretest.Append(t, j, core.EventOutput, `{}`)
-	f.block()
-	_ = s.SetWriteDeadline(time.Now().Add(deadline))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatalf("first event: %v (the idle sender takes it at once)", err)
-	}
-	<-f.entered
-	return s, f, ev
+	return newSink(f, j, 42), f, coretest.Append(t, j, core.EventOutput, `{}`)
 }
 
 func within(t *testing.T, what string, min, max time.Duration, f func()) {
@@ -152,17 +169,19 @@ func within(t *testing.T, what string, min, max time.Duration, f func()) {
 	}
 }
 
-func TestGRPCSinkWritesInOrderThroughOneSender(t *testing.T) {
+func TestGRPCSinkWritesInOrder(t *testing.T) {
 	j := testJob(t)
 	f := newFakeStream()
-	s := startSink(t, f, j)
+	s := newSink(f, j, 42)
 	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	ev := coretest.Append(t, j, core.EventOutput, `{"data":"hi"}`)
+	ev2 := coretest.Append(t, j, core.EventOutput, `{"data":"there"}`)
 	for _, err := range []error{
 		s.Event(ev, "tok-1"),
+		s.Event(ev2, "tok-2"),
 		s.Heartbeat(),
 		s.Control(stream.Terminated, map[string]any{"reason": "idle", "job_id": j.ID}),
 		s.Flush(),
@@ -174,121 +193,209 @@ func TestGRPCSinkWritesInOrderThroughOneSender(t *testing.T) {
 	if f.headersSent() != 1 {
 		t.Errorf("headers sent %d times, want once, by the first flush", f.headersSent())
 	}
-	if got := f.kinds(); !slices.Equal(got, []string{"output", "heartbeat", "terminated"}) {
+	if got := f.kinds(); !slices.Equal(got, []string{"output", "output", "heartbeat", "terminated"}) {
 		t.Fatalf("sent %v", got)
 	}
 	sent := f.events()
-	out := sent[0]
-	if out.GetJobId() != j.ID || out.GetSeq() != ev.Seq || out.GetGeneration() != 1 || out.GetSnapshot() != 42 ||
-		out.GetAttempt() != 1 || out.GetResumeToken() != "tok-1" {
-		t.Errorf("event %v", out)
+	// The sink reuses its message and data buffer: each event sent must
+	// still be its own.
+	for i, want := range []struct {
+		ev   core.Event
+		tok  string
+		data string
+	}{
+		{ev, "tok-1", `{"job_id":"j_test","gen":1,"seq":1,"snap":42,"attempt":1,"data":"hi"}`},
+		{ev2, "tok-2", `{"job_id":"j_test","gen":1,"seq":2,"snap":42,"attempt":1,"data":"there"}`},
+	} {
+		out := sent[i]
+		if out.GetJobId() != j.ID || out.GetSeq() != want.ev.Seq || out.GetGeneration() != 1 || out.GetSnapshot() != 42 ||
+			out.GetAttempt() != 1 || out.GetResumeToken() != want.tok {
+			t.Errorf("event %d: %v", i, out)
+		}
+		if string(out.GetDataJson()) != want.data {
+			t.Errorf("event %d data %s, want %s", i, out.GetDataJson(), want.data)
+		}
 	}
-	if want := `{"job_id":"j_test","gen":1,"seq":1,"snap":42,"attempt":1,"data":"hi"}`; string(out.GetDataJson()) != want {
-		t.Errorf("data %s, want %s", out.GetDataJson(), want)
-	}
-	if hb := sent[1]; hb.GetJobId() != j.ID || hb.GetSeq() != 0 || hb.GetResumeToken() != "" || hb.GetDataJson() != nil {
+	if hb := sent[2]; hb.GetJobId() != j.ID || hb.GetSeq() != 0 || hb.GetResumeToken() != "" || hb.GetDataJson() != nil || hb.GetSnapshot() != 0 {
 		t.Errorf("heartbeat %v carries more than liveness", hb)
 	}
-	if c := sent[2]; c.GetSeq() != 0 || c.GetResumeToken() != "" || string(c.GetDataJson()) != `{"job_id":"j_test","reason":"idle"}` {
+	if c := sent[3]; c.GetSeq() != 0 || c.GetResumeToken() != "" || c.GetSnapshot() != 0 || string(c.GetDataJson()) != `{"job_id":"j_test","reason":"idle"}` {
 		t.Errorf("control %v", c)
-	}
-	within(t, "stop with an idle sender", 0, 100*time.Millisecond, s.stop)
-	select {
-	case <-s.exited:
-	default:
-		t.Error("stop returned before the idle sender ended")
 	}
 }
 
 // A Send blocked on a client that does not read cannot be interrupted;
-// the writer's wait for the handoff can, and fails at the write deadline.
-func TestGRPCSinkWriteDeadlineWhileSendBlocks(t *testing.T) {
-	s, _, ev := sinkInSend(t, 80*time.Millisecond)
-	within(t, "a write behind a blocked Send", 70*time.Millisecond, time.Second, func() {
-		if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("second event: %v, want a deadline error", err)
+// the watch gives up on it at the write deadline, and ending the stream
+// then ends the Send.
+func TestGRPCSinkWatchGivesUpOnABlockedSend(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	f.block()
+	var sendErr error
+	var writer <-chan struct{}
+	within(t, "a watch over a blocked Send", 70*time.Millisecond, time.Second, func() {
+		var gaveUp bool
+		gaveUp, writer = watched(t, f, s, func() {
+			_ = s.SetWriteDeadline(time.Now().Add(80 * time.Millisecond))
+			sendErr = s.Event(ev, "")
+		})
+		if !gaveUp {
+			t.Error("the watch did not give up on a blocked Send")
 		}
 	})
-	within(t, "writes past the deadline", 0, 20*time.Millisecond, func() {
-		if err := s.Flush(); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("flush: %v", err)
+	// The stream ended (watched): the blocked Send fails. Writes after it
+	// fail at once, and none reaches the stream.
+	select {
+	case <-writer:
+	case <-time.After(time.Second):
+		t.Fatal("the blocked Send did not end with the stream")
+	}
+	if sendErr == nil {
+		t.Error("the blocked Send succeeded after the stream ended")
+	}
+	within(t, "writes after the watch gave up", 0, 20*time.Millisecond, func() {
+		if err := s.Flush(); err == nil {
+			t.Error("flush after the watch gave up succeeded")
+		}
+		if err := s.Heartbeat(); err == nil {
+			t.Error("heartbeat after the watch gave up succeeded")
 		}
 	})
 	if !s.lastWriteFailed() {
-		t.Error("lastWriteFailed is false after a failed flush")
+		t.Error("lastWriteFailed is false after a failed write")
 	}
-	// The handler does not wait for a sender stuck in Send...
-	within(t, "stop with a blocked sender", 0, 50*time.Millisecond, s.stop)
-	select {
-	case <-s.exited:
-		t.Fatal("sender ended while its Send was blocked")
-	default:
+	if len(f.events()) != 0 {
+		t.Errorf("sent %v", f.kinds())
 	}
-	// ...which ends when the stream does (startSink's cleanup; goleak).
 }
 
-// Flush waits for what was handed over to be sent, under the deadline.
-func TestGRPCSinkFlushWaitsForTheSend(t *testing.T) {
-	s, f, _ := sinkInSend(t, time.Second)
+// A watch with no deadline to wait for (the writer waits for the job) wakes
+// for the deadline the writer sets before its next write, and gives up on
+// that write when it blocks past it.
+func TestGRPCSinkIdleWatchTakesTheNextDeadline(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	_ = s.SetWriteDeadline(time.Now().Add(-time.Second)) // passed, no Send in progress: idle
+	f.block()
+	within(t, "a watch over a write after an idle spell", 90*time.Millisecond, time.Second, func() {
+		if gaveUp, _ := watched(t, f, s, func() {
+			time.Sleep(40 * time.Millisecond)
+			_ = s.SetWriteDeadline(time.Now().Add(60 * time.Millisecond))
+			_ = s.Event(ev, "")
+		}); !gaveUp {
+			t.Error("the watch did not give up on the blocked write")
+		}
+	})
+}
+
+// A Send that returns in time is not given up on: the watch ends with the
+// writer.
+func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	f.block()
 	go func() {
+		<-f.entered
 		time.Sleep(50 * time.Millisecond)
 		f.unblock()
 	}()
-	within(t, "a flush behind a Send that completes", 40*time.Millisecond, 900*time.Millisecond, func() {
-		if err := s.Flush(); err != nil {
-			t.Errorf("flush: %v", err)
+	var err error
+	within(t, "a watch over a Send that completes", 40*time.Millisecond, 900*time.Millisecond, func() {
+		if gaveUp, _ := watched(t, f, s, func() {
+			_ = s.SetWriteDeadline(time.Now().Add(time.Second))
+			err = s.Event(ev, "")
+		}); gaveUp {
+			t.Error("the watch gave up on a Send that returned in time")
 		}
 	})
-	if len(f.events()) != 1 {
-		t.Errorf("flush returned before the event was sent")
+	if err != nil || len(f.events()) != 1 || s.lastWriteFailed() {
+		t.Errorf("event: %v, sent %v", err, f.kinds())
 	}
 }
 
-// Abort, from another goroutine, bounds the wait in progress by its
+// A write that starts past its deadline fails without being sent, however
+// ready the stream is.
+func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	_ = s.SetWriteDeadline(time.Now().Add(-time.Millisecond))
+	if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("event: %v, want a deadline error", err)
+	}
+	if err := s.Flush(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("flush: %v, want a deadline error", err)
+	}
+	if !s.lastWriteFailed() || len(f.events()) != 0 || f.headersSent() != 0 {
+		t.Errorf("sent %v, headers %d", f.kinds(), f.headersSent())
+	}
+	// A deadline moved on lets writes through again, as on a connection.
+	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
+	if err := s.Event(ev, ""); err != nil || len(f.events()) != 1 {
+		t.Errorf("event under a new deadline: %v", err)
+	}
+}
+
+// Abort, from another goroutine, bounds the write in progress by its
 // deadline, and every later one whatever SetWriteDeadline says.
 func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
-	s, _, ev := sinkInSend(t, time.Hour)
+	s, f, ev := sinkWithEvent(t)
+	f.block()
 	go func() {
+		<-f.entered
 		time.Sleep(20 * time.Millisecond)
 		s.Abort(time.Now().Add(50 * time.Millisecond))
 	}()
-	within(t, "an aborted write", 60*time.Millisecond, time.Second, func() {
-		if err := s.Event(ev, ""); !errors.Is(err, errAborted) {
-			t.Errorf("event: %v, want aborted", err)
+	within(t, "a watch over an aborted write", 60*time.Millisecond, time.Second, func() {
+		if gaveUp, _ := watched(t, f, s, func() {
+			_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
+			_ = s.Event(ev, "")
+		}); !gaveUp {
+			t.Error("the watch did not give up on the aborted write")
 		}
 	})
+}
+
+// Once aborted, a write past the abort deadline fails at once, whatever
+// SetWriteDeadline says; a second Abort changes nothing.
+func TestGRPCSinkAbortDeadlineOutlivesSetWriteDeadline(t *testing.T) {
+	s, f, ev := sinkWithEvent(t)
+	s.Abort(time.Now().Add(-time.Millisecond))
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	within(t, "a write after the abort deadline", 0, 20*time.Millisecond, func() {
-		if err := s.Heartbeat(); !errors.Is(err, errAborted) {
-			t.Errorf("heartbeat: %v, want aborted", err)
-		}
-	})
-	s.Abort(time.Now().Add(time.Hour)) // later calls change nothing
-	if err := s.Flush(); !errors.Is(err, errAborted) {
-		t.Errorf("flush after a second Abort: %v", err)
+	if err := s.Event(ev, ""); !errors.Is(err, errAborted) {
+		t.Errorf("event: %v, want aborted", err)
 	}
-	within(t, "stop after the abort deadline", 0, 50*time.Millisecond, s.stop)
+	s.Abort(time.Now().Add(time.Hour))
+	if err := s.Heartbeat(); !errors.Is(err, errAborted) {
+		t.Errorf("heartbeat after a second Abort: %v, want aborted", err)
+	}
+	if len(f.events()) != 0 {
+		t.Errorf("sent %v", f.kinds())
+	}
+	// An idle watch (no Send in progress) does not give up: it waits for
+	// the writer.
+	if gaveUp, _ := watched(t, f, s, func() { time.Sleep(30 * time.Millisecond) }); gaveUp {
+		t.Error("the watch gave up with no Send in progress")
+	}
 }
 
 // A client that reads again within the abort's grace gets the blocked
 // write through, and the terminated event after it.
 func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
-	s, f, ev := sinkInSend(t, time.Hour)
-	s.Abort(time.Now().Add(2 * time.Second))
+	s, f, ev := sinkWithEvent(t)
+	f.block()
 	go func() {
+		<-f.entered
+		s.Abort(time.Now().Add(2 * time.Second))
 		time.Sleep(30 * time.Millisecond)
 		f.unblock()
 	}()
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatalf("write within the grace: %v", err)
+	var errs []error
+	if gaveUp, _ := watched(t, f, s, func() {
+		_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
+		errs = append(errs, s.Event(ev, ""), s.Control(stream.Terminated, map[string]any{"reason": "slow_consumer"}), s.Flush())
+	}); gaveUp {
+		t.Fatal("the watch gave up within the grace")
 	}
-	if err := s.Control(stream.Terminated, map[string]any{"reason": "slow_consumer"}); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.kinds(); !slices.Equal(got, []string{"output", "output", "terminated"}) {
+	if got := f.kinds(); !slices.Equal(got, []string{"output", "terminated"}) {
 		t.Fatalf("sent %v", got)
 	}
 	if s.lastWriteFailed() {
@@ -299,24 +406,28 @@ func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 	j := testJob(t)
 	f := newFakeStream()
-	s := startSink(t, f, j)
+	s := newSink(f, j, 42)
 	boom := errors.New("transport is closing")
 	f.mu.Lock()
 	f.sendErr = boom
 	f.mu.Unlock()
 	ev := coretest.Append(t, j, core.EventOutput, `{}`)
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); err != nil {
-		t.Fatalf("handoff: %v", err)
+	if err := s.Event(ev, ""); !errors.Is(err, boom) {
+		t.Fatalf("event: %v, want %v", err, boom)
 	}
-	within(t, "writes after the sender failed", 0, 100*time.Millisecond, func() {
-		if err := s.Flush(); !errors.Is(err, boom) {
-			t.Errorf("flush: %v, want %v", err, boom)
-		}
-		if err := s.Event(ev, ""); !errors.Is(err, boom) {
-			t.Errorf("event: %v, want %v", err, boom)
-		}
-	})
+	f.mu.Lock()
+	f.sendErr = nil
+	f.mu.Unlock()
+	if err := s.Flush(); !errors.Is(err, boom) {
+		t.Errorf("flush: %v, want %v", err, boom)
+	}
+	if err := s.Event(ev, ""); !errors.Is(err, boom) {
+		t.Errorf("event: %v, want %v", err, boom)
+	}
+	if len(f.events()) != 0 || f.headersSent() != 0 {
+		t.Errorf("sent %v after a failed Send", f.kinds())
+	}
 }
 
 func policy() stream.Policy {
@@ -334,10 +445,21 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	f := newFakeStream()
-	s := startSink(t, f, j)
-	res := stream.Run(context.Background(), stream.Request{
-		Job: j, Policy: policy(), Token: func(ev core.Event) string { return "t" + string(rune('0'+ev.Seq)) },
-	}, s)
+	s := newSink(f, j, 42)
+	pool := newCountingPool()
+	s.msg.pool = pool
+	var res stream.Result
+	if gaveUp, _ := watched(t, f, s, func() {
+		res = stream.Run(context.Background(), stream.Request{
+			Job: j, Policy: policy(), Token: func(ev core.Event) string { return "t" + string(rune('0'+ev.Seq)) },
+		}, s)
+		s.close()
+	}); gaveUp {
+		t.Fatal("the watch gave up")
+	}
+	if n := pool.outstanding(); n != 0 {
+		t.Errorf("%d encoding buffers never returned to the pool", n)
+	}
 	if res.End != stream.EndTerminal || res.LastSeq != 3 {
 		t.Fatalf("result %+v", res)
 	}
@@ -362,16 +484,17 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 
 // runOnStoppedClient runs, with policy p, the stream of a job with an
 // accepted event over a sink whose client stops reading at its first Send;
-// outputs more events follow once that Send blocks. Run must end within
-// min..max.
+// outputs more events follow once that Send blocks. The watch must give up
+// on the writer within min..max, as streamJob's does; the stream then ends
+// (the handler returned), and so does Run.
 func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
 	t.Helper()
 	j := testJob(t)
 	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
-	s := startSink(t, f, j)
+	s := newSink(f, j, 42)
 	f.block()
-	var res stream.Result
+	res := make(chan stream.Result, 1)
 	within(t, what, min, max, func() {
 		go func() {
 			<-f.entered
@@ -379,9 +502,17 @@ func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int,
 				coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 			}
 		}()
-		res = stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s)
+		if gaveUp, _ := watched(t, f, s, func() { res <- stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s) }); !gaveUp {
+			t.Error("the watch did not give up on the blocked writer")
+		}
 	})
-	return res, s
+	select {
+	case r := <-res:
+		return r, s
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not end with the stream")
+		return stream.Result{}, s
+	}
 }
 
 // A client that stopped reading: the writer fails at the write timeout

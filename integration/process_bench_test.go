@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,9 +55,11 @@ import (
 //
 //	go test -run '^$' -bench '^BenchmarkProcesses$' -benchtime 1x ./integration/ -args -procs.rounds 2
 //
-// -procs.profile DIR writes CPU profiles of nodes a and c and of both
-// workers while the cross setup runs at 16 × 32 B, c=64 in the last round
-// (go tool pprof DIR/cross-c.pprof).
+// -procs.setups runs only the setups named (the floor always runs), to
+// compare two of them in less time. -procs.profile DIR (it must exist)
+// writes CPU and allocation profiles of each setup's processes (nodes a
+// and c, the workers) at 16 × the first size, the highest level, in the
+// last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "switchyard")
@@ -129,6 +132,14 @@ func BenchmarkProcesses(b *testing.B) {
 		}, []int{rb, ra}, bare, []string{"bare=" + bareDebug}, true},
 	}
 
+	if *procsSetups != "" {
+		keep := strings.Split(*procsSetups, ",")
+		if !slices.Contains(keep, floor) {
+			keep = append(keep, floor) // every ratio is to it
+		}
+		setups = slices.DeleteFunc(setups, func(st setup) bool { return !slices.Contains(keep, st.name) })
+	}
+
 	type shape struct{ outputs, size int }
 	var shapes []shape
 	for _, s := range strings.Split(*procsSizes, ",") {
@@ -173,6 +184,9 @@ func BenchmarkProcesses(b *testing.B) {
 	type row struct {
 		res           benchkit.Result
 		nodes, worker time.Duration
+		// first is the first node's share of nodes: a, where the cluster
+		// setups' jobs come in (their edge), or the relay's B.
+		first time.Duration
 	}
 	rows := map[key]*row{}
 	for round := 1; round <= *procsRounds; round++ {
@@ -184,9 +198,11 @@ func BenchmarkProcesses(b *testing.B) {
 					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
 					}
+					a0 := procCPU(b, st.nodes[0])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
 					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					a1 := procCPU(b, st.nodes[0])
 					if prof != nil {
 						prof()
 					}
@@ -197,6 +213,7 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].res.Add(res)
 					rows[k].nodes += n1 - n0
 					rows[k].worker += w1 - w0
+					rows[k].first += a1 - a0
 				}
 			}
 		}
@@ -227,6 +244,17 @@ func BenchmarkProcesses(b *testing.B) {
 			}
 		}
 	}
+	fmt.Printf("the nodes' CPU per job split: the cluster's a (where cross and grpc jobs come in) and b+c; the relay's B and A\n")
+	for _, sh := range shapes {
+		for _, c := range levels {
+			for _, st := range setups {
+				r := rows[key{st.name, sh, c}]
+				if jobs := float64(len(r.res.Last)); jobs > 0 {
+					fmt.Printf("  %-38s %10.0f %10.0f\n", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), us(r.first)/jobs, us(r.nodes-r.first)/jobs)
+				}
+			}
+		}
+	}
 	fmt.Printf("targets (issue 31, 16×32B c=64): cross jobs× ≥ 0.9, cross nodes× ≤ 1.15, colo nodes× ≤ 0.8, worker× ≤ 1.5, grpc nodes× < cross nodes×; c=1 first× ≤ 1.2 for cross and grpc\n")
 }
 
@@ -235,6 +263,7 @@ var (
 	procsRounds  = flag.Int("procs.rounds", 2, "BenchmarkProcesses: rounds (setups interleaved within each)")
 	procsSizes   = flag.String("procs.sizes", "32,4096", "BenchmarkProcesses: output sizes in bytes (16 outputs each)")
 	procsLevels  = flag.String("procs.levels", "1,64", "BenchmarkProcesses: concurrency levels")
+	procsSetups  = flag.String("procs.setups", "", "BenchmarkProcesses: comma-separated setups to run (default all; relay, the floor, always runs)")
 	procsProfile = flag.String("procs.profile", "", "BenchmarkProcesses: write CPU profiles of the processes here (16×first size, highest level, last round)")
 )
 
@@ -312,33 +341,37 @@ func servePprof(addr string) {
 	fmt.Fprintln(os.Stderr, "pprof:", srv.ListenAndServe())
 }
 
-// startProfiles asks each name=addr for a CPU profile of d; the returned
-// func waits for them and writes DIR/<setup>-<name>.pprof.
+// startProfiles asks each name=addr for a CPU profile of d and for the
+// allocations made in d; the returned func waits for them and writes
+// DIR/<setup>-<name>.pprof and DIR/<setup>-<name>.allocs.pprof.
 func startProfiles(b *testing.B, setup string, urls []string, d time.Duration) func() {
-	done := make(chan struct{}, len(urls))
+	kinds := map[string]string{"profile": ".pprof", "allocs": ".allocs.pprof"}
+	done := make(chan struct{}, len(urls)*len(kinds))
 	for _, u := range urls {
 		name, addr, _ := strings.Cut(u, "=")
-		go func() {
-			defer func() { done <- struct{}{} }()
-			secs := max(1, int(d/time.Second))
-			res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "profile", setup, name, err)
-				return
-			}
-			defer res.Body.Close()
-			file := strings.Join(strings.FieldsFunc(setup, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
-			f, err := os.Create(filepath.Join(*procsProfile, file+"-"+name+".pprof"))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "profile", err)
-				return
-			}
-			defer f.Close()
-			_, _ = io.Copy(f, res.Body)
-		}()
+		for kind, ext := range kinds {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				secs := max(1, int(d/time.Second))
+				res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "profile", setup, name, err)
+					return
+				}
+				defer res.Body.Close()
+				file := strings.Join(strings.FieldsFunc(setup, func(r rune) bool { return r == ' ' || r == '(' || r == ')' }), "-")
+				f, err := os.Create(filepath.Join(*procsProfile, file+"-"+name+ext))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "profile", err)
+					return
+				}
+				defer f.Close()
+				_, _ = io.Copy(f, res.Body)
+			}()
+		}
 	}
 	return func() {
-		for range urls {
+		for range len(urls) * len(kinds) {
 			<-done
 		}
 	}

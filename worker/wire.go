@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	protobuf "google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -60,7 +61,7 @@ const (
 // encodes as proto.Marshal does, a zero field left out, so the bytes are
 // those of the equivalent message struct.
 func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, f3 T, f4 string) *frame {
-	n := sizeLen(1, len(id)) + sizeLen(3, len(f3)) + sizeLen(4, len(f4))
+	n := pbwire.SizeLen(1, len(id)) + pbwire.SizeLen(3, len(f3)) + pbwire.SizeLen(4, len(f4))
 	if gen != 0 {
 		n += protowire.SizeTag(2) + protowire.SizeVarint(gen)
 	}
@@ -68,31 +69,13 @@ func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, 
 	b := f.data
 	b = protowire.AppendTag(b, field, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
-	b = appendLen(b, 1, id)
+	b = pbwire.AppendLen(b, 1, id)
 	if gen != 0 {
 		b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), gen)
 	}
-	b = appendLen(b, 3, f3)
-	b = appendLen(b, 4, f4)
+	b = pbwire.AppendLen(b, 3, f3)
+	b = pbwire.AppendLen(b, 4, f4)
 	return f.done(b)
-}
-
-// sizeLen is the size of a string or bytes field of n bytes; 0 for an
-// empty one, which proto3 leaves out.
-func sizeLen(num protowire.Number, n int) int {
-	if n == 0 {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(n)
-}
-
-func appendLen[T string | []byte](b []byte, num protowire.Number, v T) []byte {
-	if len(v) == 0 {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(len(v)))
-	return append(b, v...)
 }
 
 // messageFrame encodes any WorkerMessage (the rare ones: capability

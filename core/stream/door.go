@@ -31,10 +31,6 @@ type JobStream struct {
 	Claim bool
 	// Caller is who the stream's resume tokens are bound to.
 	Caller [16]byte
-	// Written, when set, runs once the stream's writer returned and before
-	// the engine hears that the stream closed: a sink with a sender of its
-	// own stops it there.
-	Written func()
 }
 
 // Serve writes js to sink (Run) between the engine's StreamOpened and
@@ -53,9 +49,6 @@ func (d Door) Serve(ctx context.Context, js JobStream, sink Sink) Result {
 		Token: func(ev core.Event) string { return d.Resumes.Token(j, ev.Seq, js.Caller, filter) },
 		Sent:  d.Engine.Pacer(j.ID, owner),
 	}, sink)
-	if js.Written != nil {
-		js.Written()
-	}
 	// The engine first: once the metrics show a stream closed, its job's
 	// grace window (if any) has started.
 	d.Engine.StreamClosed(j.ID, owner, res.End.ClientLeft())
