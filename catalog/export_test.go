@@ -13,3 +13,10 @@ func FenceIn(c *Catalog) time.Duration { return time.Until(c.held().deadline()) 
 // DerivedClientTLS is the TLS a client of members presents, derived from
 // secret.
 var DerivedClientTLS = derivedClientTLS
+
+// HoldWrites holds c's writes lock for reading, as a write waiting on etcd
+// does, until the returned func is called.
+func HoldWrites(c *Catalog) (release func()) {
+	c.rot.RLock()
+	return c.rot.RUnlock
+}

@@ -57,28 +57,43 @@ func (l *lease) termAdvanced(term uint64) bool {
 }
 
 // rotate moves the node's records from l's etcd lease to a new one granted
-// now, then revokes the old lease (see the top of this file). A grant or a
-// listing of the records that fails changes nothing and is tried again at
-// the next renewal. A move whose outcome is unknown (the call failed) may
-// have left records on either lease: the node then fences, and both leases
-// are revoked, as for any lost lease.
+// now, then revokes the old lease (see the top of this file). It runs in
+// the renewal loop, which waits for it, so it must not cost the node its
+// fence budget:
+//
+//   - Until it moves anything (grant, take c.rot, list the records) it gives
+//     way at the time the next renewal falls due: a step that fails or is
+//     still waiting then (a write holding c.rot waits on etcd for up to
+//     RequestTimeout) changes nothing, the new lease is revoked, and the
+//     rotation is tried again after the next renewal.
+//   - The move is bounded by the fence deadline, which the node would meet
+//     anyway without a renewal. One whose outcome is unknown (a call failed)
+//     may have left records on either lease: the node then fences, and
+//     both leases are revoked, as for any lost lease.
+//
+// A rotation that moved the records moves the fence deadline to the new
+// lease's grant, which was sent after the last renewal.
 func (c *Catalog) rotate(ctx context.Context, l *lease, term uint64) {
 	start := time.Now()
-	g, sent, err := c.grantLease(ctx)
+	prep, cancel := context.WithDeadline(ctx, l.lastSent().Add(renewInterval(c.cfg.LeaseTTL, c.cfg.FenceMargin)))
+	defer cancel()
+	g, sent, err := c.grantLease(prep)
 	if err != nil {
-		c.log.Warn("catalog lease rotation after an etcd leader change: grant failed; retrying at the next renewal", l.attr(), "err", err)
+		c.log.Warn("catalog lease rotation after an etcd leader change: grant failed; retrying after the next renewal", l.attr(), "err", err)
 		return
 	}
 	next := g.ID
-	c.rot.Lock()
-	if l.isLost() {
-		// Fenced meanwhile: the records go with the old lease.
-		c.rot.Unlock()
+	keys, old, err := c.lockRecords(prep, l)
+	if err != nil {
 		c.revokeBestEffort(ctx, next)
+		if !errors.Is(err, ErrLeaseLost) {
+			c.log.Warn("catalog lease rotation after an etcd leader change: retrying after the next renewal", l.attr(), "err", err)
+		}
 		return
 	}
-	old := l.leaseID()
-	moved, err := c.moveRecords(ctx, old, next)
+	mctx, mcancel := context.WithDeadline(ctx, l.deadline())
+	moved, err := c.moveRecords(mctx, keys, old, next)
+	mcancel()
 	if err == nil {
 		l.id.Store(int64(next))
 		l.renewed(sent, time.Duration(g.TTL)*time.Second)
@@ -88,38 +103,69 @@ func (c *Catalog) rotate(ctx context.Context, l *lease, term uint64) {
 	}
 	c.rot.Unlock()
 
-	switch {
-	case errors.Is(err, errListRecords):
-		c.log.Warn("catalog lease rotation after an etcd leader change: retrying at the next renewal", l.attr(), "err", err)
-		c.revokeBestEffort(ctx, next)
-	case err != nil:
+	if err != nil {
 		c.fenceLease(l, fmt.Sprintf("lease rotation failed part way: %v", err))
 		c.revokeBestEffort(ctx, next)
-	default:
-		c.cfg.Metrics.rotations.Inc()
-		c.revokeBestEffort(ctx, old)
-		c.log.Info("catalog lease rotated after an etcd leader change", "previous", fmt.Sprintf("%x", int64(old)),
-			l.attr(), "incarnation", l.incarnation, "term", term, "records", moved, "took", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	c.cfg.Metrics.rotations.Inc()
+	c.revokeBestEffort(ctx, old)
+	c.log.Info("catalog lease rotated after an etcd leader change", "previous", fmt.Sprintf("%x", int64(old)),
+		l.attr(), "incarnation", l.incarnation, "term", term, "records", moved, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// lockRecords takes c.rot for writing and lists the keys on l's etcd lease,
+// giving up when ctx ends. On success the caller holds c.rot and must
+// unlock it. It fails with ErrLeaseLost once l is lost: the records then go
+// with the old lease.
+func (c *Catalog) lockRecords(ctx context.Context, l *lease) ([][]byte, clientv3.LeaseID, error) {
+	if !c.lockRotation(ctx) {
+		return nil, 0, fmt.Errorf("wait for the writes in flight: %w", ctx.Err())
+	}
+	if l.isLost() {
+		c.rot.Unlock()
+		return nil, 0, ErrLeaseLost
+	}
+	old := l.leaseID()
+	rctx, cancel := c.writeCtx(ctx)
+	ttl, err := c.client.TimeToLive(rctx, old, clientv3.WithAttachedKeys())
+	cancel()
+	if err != nil {
+		c.rot.Unlock()
+		return nil, 0, fmt.Errorf("list the records on lease %x: %w", int64(old), err)
+	}
+	return ttl.Keys, old, nil
+}
+
+// lockRotation takes c.rot for writing unless ctx ends first. It polls
+// rather than waits in Lock, which cannot be abandoned: writes are rare
+// next to the polling interval.
+func (c *Catalog) lockRotation(ctx context.Context) bool {
+	if c.rot.TryLock() {
+		return true
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if c.rot.TryLock() {
+				return true
+			}
+		}
 	}
 }
 
-// errListRecords marks a rotation that failed before it moved anything.
-var errListRecords = errors.New("list the records on the lease")
-
-// moveRecords rewrites every key attached to lease from under to lease to,
-// value unchanged, and returns how many it moved. A key that no longer
-// carries lease from (another node claimed it, or it was deleted) is left
-// alone. The caller holds c.rot, so none of this node's writes races it.
-func (c *Catalog) moveRecords(ctx context.Context, from, to clientv3.LeaseID) (int, error) {
-	rctx, cancel := c.writeCtx(ctx)
-	ttl, err := c.client.TimeToLive(rctx, from, clientv3.WithAttachedKeys())
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("%w %x: %w", errListRecords, int64(from), err)
-	}
+// moveRecords rewrites keys, attached to lease from, under lease to, value
+// unchanged, and returns how many it moved. A key that no longer carries
+// lease from (another node claimed it, or it was deleted) is left alone.
+// The caller holds c.rot, so none of this node's writes races it.
+func (c *Catalog) moveRecords(ctx context.Context, keys [][]byte, from, to clientv3.LeaseID) (int, error) {
 	moved := 0
-	for keys := range slices.Chunk(ttl.Keys, rotateBatch) {
-		n, err := c.moveBatch(ctx, keys, from, to)
+	for batch := range slices.Chunk(keys, rotateBatch) {
+		n, err := c.moveBatch(ctx, batch, from, to)
 		moved += n
 		if err != nil {
 			return moved, err

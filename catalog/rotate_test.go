@@ -95,3 +95,50 @@ func TestRotationOutlivesADeposedLeader(t *testing.T) {
 		}
 	}
 }
+
+// TestRotationGivesWayToAStuckWrite: a write that holds the writes lock (as
+// one waiting on etcd does) when etcd elects a leader delays the node's
+// rotation, never its renewals. Held for longer than the fence budget (4s
+// of the 6s lease), it leaves the node unfenced on its old lease; once it
+// ends, the node rotates after a renewal.
+func TestRotationGivesWayToAStuckWrite(t *testing.T) {
+	ms := startServing(t, nil)
+	leader, followers := leaderOf(t, ms)
+	held := followers[1].cat
+	before := held.LeaseID()
+	release := catalog.HoldWrites(held)
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := leader.cat.Client().MoveLeader(ctx, status(t, followers[0].cat).Header.MemberId)
+	cancel()
+	if err != nil {
+		t.Fatalf("move the etcd leadership: %v", err)
+	}
+	budget := followers[1].cfg.LeaseTTL - followers[1].cfg.LeaseTTL/3
+	time.Sleep(budget + time.Second)
+	select {
+	case <-held.LeaseLost():
+		t.Fatalf("%s fenced while a write held its lock through an election", held.Name())
+	default:
+	}
+	if got := held.LeaseID(); got != before {
+		t.Fatalf("%s moved to lease %x while a write held the lock", held.Name(), int64(got))
+	}
+
+	release()
+	released = true
+	eventually(t, 10*time.Second, held.Name()+" rotates once the write ended", func() bool {
+		return held.LeaseID() != before
+	})
+	select {
+	case <-held.LeaseLost():
+		t.Fatalf("%s fenced", held.Name())
+	default:
+	}
+}
