@@ -81,7 +81,7 @@ func requireDocker(t *testing.T) []string {
 // test ends.
 //
 // Each cluster is a project of its own, on its own subnet and ports, so
-// the cases that call t.Parallel first overlap, as many at once as go
+// the cases, which call t.Parallel first, overlap, as many at once as go
 // test's -parallel allows (make test-compose: COMPOSE_PARALLEL, 2).
 func startCluster(t *testing.T, name string) *cluster {
 	compose := requireDocker(t)

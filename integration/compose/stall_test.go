@@ -49,14 +49,19 @@ var stallCases = []stallCase{
 	{"disconnect-worker-node", "node-2", "disconnect", false},
 }
 
-// TestComposeStall runs issue 24's cases, one fresh cluster each, one at a
-// time, before the parallel cases start. The paused node is often the etcd
-// leader: at its unpause it revokes the leases it saw expire while frozen,
-// which the other nodes' lease rotation makes harmless (docs/cluster.md, "A
-// deposed etcd leader's revokes").
+// TestComposeStall runs issue 24's cases, one fresh cluster each, in
+// parallel with each other and with the other cases, as many clusters at
+// once as -parallel allows. The paused node is often the etcd leader: at
+// its unpause it revokes the leases it saw expire while frozen, which the
+// other nodes' lease rotation makes harmless (docs/cluster.md, "A deposed
+// etcd leader's revokes").
 func TestComposeStall(t *testing.T) {
+	t.Parallel()
 	for _, sc := range stallCases {
-		t.Run(sc.name, func(t *testing.T) { testStall(t, sc) })
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			testStall(t, sc)
+		})
 	}
 }
 
