@@ -236,6 +236,7 @@ proto: tools
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 	  --grpc-gateway_out=proto --grpc-gateway_opt=paths=source_relative \
+	  --go-vtproto_out=proto --go-vtproto_opt=paths=source_relative,features=marshal+unmarshal+size \
 	  $(PROTOS)
 
 ## openapi: regenerate the OpenAPI document (openapi/openapi.json and .yaml)

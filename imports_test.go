@@ -68,10 +68,10 @@ var importRules = map[string]importRule{
 	"catalog": {may: []string{"core", "internal/netaddr"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
-	"peer": {may: []string{"core", "proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
+	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbcodec"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
-		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire"},
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
 	// The HTTP/SSE API. Its unary routes are the public gRPC services'
@@ -109,6 +109,10 @@ var importRules = map[string]importRule{
 	// The proto3 field helpers of the hand-written encoders (the worker
 	// SDK's, the gRPC server's job events): protowire only.
 	"internal/pbwire": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK}},
+	// The gRPC codec that runs our messages through their generated
+	// vtproto code (the peer connections, the worker sessions), and the
+	// UTF-8 check proto's decoder would have made.
+	"internal/pbcodec": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK}},
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},
@@ -125,6 +129,9 @@ var importRules = map[string]importRule{
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
+	// Test plumbing, imported by tests only: every message type of ours,
+	// one with every field filled, every place a string can sit in one.
+	"internal/pbtest": {may: []string{"proto/switchyard/v1"}},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
 	// events appended to a job's history, a configuration refusal checked.
 	"internal/coretest": {may: []string{"core"}},

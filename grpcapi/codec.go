@@ -2,23 +2,30 @@ package grpcapi
 
 import (
 	"errors"
+	"fmt"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 
+	"github.com/switchyard/switchyard/internal/pbcodec"
 	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // codec is the public gRPC server's codec (grpc.ForceServerCodecV2): gRPC's
 // proto codec, but for the job events a stream's writer sends (wireEvent),
-// which it encodes itself. The bytes are proto's; the clients' codec is
-// unchanged.
-type codec struct{ proto encoding.CodecV2 }
+// which it encodes itself, and the messages a worker session reads, which
+// it decodes with their generated vtproto code (pbcodec) and checks for
+// UTF-8 field by field, as proto's decoder would have (workerMessageUTF8).
+// The bytes are proto's; the clients' codec is unchanged.
+type codec struct {
+	proto encoding.CodecV2
+	vt    pbcodec.Codec
+}
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name), vt: pbcodec.New()} }
 
 // Marshal encodes v.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -29,7 +36,50 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v.
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*pb.WorkerMessage)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	if err := c.vt.Unmarshal(data, m); err != nil {
+		return err
+	}
+	return workerMessageUTF8(m)
+}
+
+// workerMessageUTF8 fails as proto's decoder does when a string in m is
+// not UTF-8. The messages a worker sends for every job (accept, outputs,
+// the end) are checked field by field, the rare ones by reflection
+// (pbcodec.CheckUTF8, about 2 µs a message); TestWorkerMessageUTF8Covers
+// walks WorkerMessage's descriptor and fails for a string this misses.
+func workerMessageUTF8(m *pb.WorkerMessage) error {
+	var strs [3]string
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.WorkerMessage_Heartbeat:
+		return nil
+	case *pb.WorkerMessage_Output:
+		strs[0] = x.Output.GetJobId()
+	case *pb.WorkerMessage_Accept:
+		strs[0] = x.Accept.GetJobId()
+	case *pb.WorkerMessage_Complete:
+		strs[0] = x.Complete.GetJobId()
+	case *pb.WorkerMessage_Reject:
+		strs[0], strs[1] = x.Reject.GetJobId(), x.Reject.GetReason()
+	case *pb.WorkerMessage_Fail:
+		strs[0], strs[1], strs[2] = x.Fail.GetJobId(), x.Fail.GetCode(), x.Fail.GetMessage()
+	default:
+		if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
+			return fmt.Errorf("%w: %w", errInvalidUTF8, err)
+		}
+		return nil
+	}
+	for _, s := range strs {
+		if !utf8.ValidString(s) {
+			return errInvalidUTF8
+		}
+	}
+	return nil
+}
 
 // Name is proto's: the content subtype is unchanged.
 func (c codec) Name() string { return c.proto.Name() }

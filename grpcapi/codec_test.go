@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -221,5 +222,63 @@ func TestWireEventChunksReturnToThePool(t *testing.T) {
 	w.release()
 	if n := pool.outstanding(); n != 0 {
 		t.Errorf("%d buffers never returned to the pool", n)
+	}
+}
+
+// A worker session's messages decode as proto decodes them: for every
+// WorkerMessage case, with every field set, the same message.
+func TestWorkerMessageDecodesAsProto(t *testing.T) {
+	c := newCodec()
+	md := (&pb.WorkerMessage{}).ProtoReflect().Descriptor()
+	for variant := range pbtest.Variants(md) {
+		m := &pb.WorkerMessage{}
+		pbtest.Fill(m.ProtoReflect(), variant, 0)
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+			t.Fatalf("variant %d (%T): %v", variant, m.GetMsg(), err)
+		}
+		if !proto.Equal(got, m) {
+			t.Fatalf("variant %d: decoded\n%v\nwant\n%v", variant, got, m)
+		}
+	}
+}
+
+// The codec refuses a WorkerMessage with invalid UTF-8 in any string, as
+// proto's decoder does, and takes valid UTF-8 there: every place a string
+// can sit in a WorkerMessage (found by walking its descriptor, so a field
+// added later is tried too) is tried.
+func TestWorkerMessageUTF8Covers(t *testing.T) {
+	c := newCodec()
+	md := (&pb.WorkerMessage{}).ProtoReflect().Descriptor()
+	paths := pbtest.StringPaths(md, "")
+	if len(paths) < 8 {
+		t.Fatalf("only %d string places found in WorkerMessage: the walk is broken", len(paths))
+	}
+	for path, set := range paths {
+		good := &pb.WorkerMessage{}
+		set(good.ProtoReflect(), "ok ✓")
+		b, err := proto.Marshal(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &pb.WorkerMessage{}); err != nil {
+			t.Errorf("%s: valid UTF-8 refused: %v", path, err)
+		}
+		bad := &pb.WorkerMessage{}
+		set(bad.ProtoReflect(), "bad \xff")
+		b, err = bad.MarshalVT() // proto.Marshal would refuse it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.Unmarshal(b, &pb.WorkerMessage{}); err == nil {
+			t.Fatalf("%s: proto took invalid UTF-8: the test sets the wrong thing", path)
+		}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &pb.WorkerMessage{}); err == nil {
+			t.Errorf("%s: invalid UTF-8 decoded: add it to workerMessageUTF8", path)
+		}
 	}
 }

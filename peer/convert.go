@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/pbcodec"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -341,52 +342,10 @@ func deliveryUTF8(d *pb.PeerDelivery) error {
 	return nil
 }
 
-// checkUTF8 fails when m cannot be marshalled: proto3 requires every string
-// field (map keys and values, list elements and nested messages included)
-// to be valid UTF-8, and that is the only way a message built by
-// MessageToPB or DeliveryToPB can fail to marshal. It walks the message by
-// reflection, so a field added later is checked too, and costs a fraction
-// of marshalling it (no allocation, bytes fields are skipped).
+// checkUTF8 is pbcodec.CheckUTF8 as wireValid reports it.
 func checkUTF8(m protoreflect.Message) error {
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		err = checkValue(fd, v)
-		return err == nil
-	})
-	return err
-}
-
-func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
-	switch {
-	case fd.IsMap():
-		var err error
-		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-			if err = checkScalar(fd.MapKey(), k.Value()); err == nil {
-				err = checkScalar(fd.MapValue(), mv)
-			}
-			return err == nil
-		})
-		return err
-	case fd.IsList():
-		l := v.List()
-		for i := range l.Len() {
-			if err := checkScalar(fd, l.Get(i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return checkScalar(fd, v)
-}
-
-func checkScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		if !utf8.ValidString(v.String()) {
-			return fmt.Errorf("%w: field %s is not valid UTF-8", errNoWireForm, fd.Name())
-		}
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return checkUTF8(v.Message())
+	if err := pbcodec.CheckUTF8(m); err != nil {
+		return fmt.Errorf("%w: %w", errNoWireForm, err)
 	}
 	return nil
 }

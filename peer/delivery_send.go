@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -368,7 +367,7 @@ func (l *deliveryStream) check(items []*item) []*item {
 				r.undeliverable(l.key.node, it.msg, nil, reason, err)
 				continue
 			}
-			it.cost = protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(it.msg)) + seqOverhead
+			it.cost = protowire.SizeTag(3) + protowire.SizeBytes(it.msg.SizeVT()) + seqOverhead
 		}
 		ok = append(ok, it)
 	}

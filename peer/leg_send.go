@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/core"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -189,7 +188,7 @@ func (r *router) replyLocked(node string, m core.Message, it *legItem) {
 		}
 		l = r.startLegLocked(k, m.Queue, m.TTL, false)
 	}
-	it.kind, it.msg, it.size, it.final = string(m.Kind), p, proto.Size(p), final
+	it.kind, it.msg, it.size, it.final = string(m.Kind), p, p.SizeVT(), final
 	l.pending = append(l.pending, it)
 	l.queued.Inc()
 	select {

@@ -113,8 +113,14 @@ func (r *router) ackTimeout(m core.Message) time.Duration {
 // cannot be carried by any transport: the reason label and the error. extra
 // is what its frame adds beyond the message (a delivery stream's queue
 // name).
-func (r *router) wireCheck(p proto.Message, extra int) (string, error) {
-	return r.wireCheckSize(p, proto.Size(p)+extra)
+func (r *router) wireCheck(p wireMessage, extra int) (string, error) {
+	return r.wireCheckSize(p, p.SizeVT()+extra)
+}
+
+// wireMessage is a message of ours a peer connection carries (codec.go).
+type wireMessage interface {
+	proto.Message
+	SizeVT() int
 }
 
 // wireCheckSize is wireCheck for a message whose frame is n bytes.

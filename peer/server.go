@@ -62,6 +62,7 @@ func newServer(cfg Config) *server {
 	s := &server{cfg: cfg, senders: map[string]*unicastInbox{}, deliveries: map[deliveryKey]*deliveryInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
 	s.grpc = grpc.NewServer(
 		serverCreds(cfg),
+		serverCodec(),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -104,7 +103,7 @@ func (r *router) takeLocked(ob *unicastQueue) (req *pb.PostRequest, bad []reject
 	var size, n int
 	for n < len(ob.msgs) {
 		p := ob.msgs[n]
-		cost := protowire.SizeTag(3) + protowire.SizeBytes(proto.Size(p))
+		cost := protowire.SizeTag(3) + protowire.SizeBytes(p.SizeVT())
 		reason, err := "", error(nil)
 		if cost > r.maxUnicast {
 			reason, err = ReasonTooLarge, fmt.Errorf("%d bytes, over the peer message limit of %d", cost, r.maxUnicast)

@@ -5,49 +5,10 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
-
-// stringPaths lists every place a string can sit in a message of
-// descriptor md: its string fields, the keys and values of string maps,
-// the elements of string lists, and the same in nested messages. Each
-// path is a function that puts bad into that place of a message.
-func stringPaths(md protoreflect.MessageDescriptor, prefix string) map[string]func(protoreflect.Message, string) {
-	paths := map[string]func(protoreflect.Message, string){}
-	fields := md.Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		name := prefix + string(fd.Name())
-		switch {
-		case fd.IsMap():
-			if fd.MapKey().Kind() == protoreflect.StringKind {
-				paths[name+"[key]"] = func(m protoreflect.Message, bad string) {
-					m.Mutable(fd).Map().Set(protoreflect.ValueOfString(bad).MapKey(), fd.MapValue().Default())
-				}
-			}
-			if fd.MapValue().Kind() == protoreflect.StringKind {
-				paths[name+"[value]"] = func(m protoreflect.Message, bad string) {
-					m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString(bad))
-				}
-			}
-		case fd.IsList():
-			if fd.Kind() == protoreflect.StringKind {
-				paths[name+"[]"] = func(m protoreflect.Message, bad string) {
-					m.Mutable(fd).List().Append(protoreflect.ValueOfString(bad))
-				}
-			}
-		case fd.Kind() == protoreflect.StringKind:
-			paths[name] = func(m protoreflect.Message, bad string) { m.Set(fd, protoreflect.ValueOfString(bad)) }
-		case fd.Kind() == protoreflect.MessageKind:
-			for sub, set := range stringPaths(fd.Message(), name+".") {
-				paths[sub] = func(m protoreflect.Message, bad string) { set(m.Mutable(fd).Message(), bad) }
-			}
-		}
-	}
-	return paths
-}
 
 // TestWireValidCovers proves wireValid's field-by-field checks of
 // PeerMessage and PeerDelivery miss no string: for every place a string
@@ -57,7 +18,7 @@ func stringPaths(md protoreflect.MessageDescriptor, prefix string) map[string]fu
 func TestWireValidCovers(t *testing.T) {
 	for _, m := range []proto.Message{&pb.PeerMessage{}, &pb.PeerDelivery{}} {
 		md := m.ProtoReflect().Descriptor()
-		paths := stringPaths(md, "")
+		paths := pbtest.StringPaths(md, "")
 		if len(paths) < 5 {
 			t.Fatalf("%s: only %d string places found: the walk is broken", md.FullName(), len(paths))
 		}

@@ -1,0 +1,75 @@
+// Package pbcodec is the gRPC codec for our messages: each goes through
+// the size, marshal and unmarshal code protoc-gen-go-vtproto generates
+// for it (make proto), anything else through gRPC's proto codec. The
+// bytes and the content subtype are proto's, so either end may use it
+// alone.
+//
+// vtproto's decoder does not check that strings are UTF-8, where proto's
+// refuses the message: a codec user either trusts what it reads (the peer
+// connections: every node checks what it queues for a peer) or checks
+// the strings itself (CheckUTF8, or field by field where that is hot).
+package pbcodec
+
+import (
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+)
+
+// Message is what protoc-gen-go-vtproto generates for each of our
+// messages, with the Reset every generated message has.
+type Message interface {
+	Reset()
+	SizeVT() int
+	MarshalToSizedBufferVT(dAtA []byte) (int, error)
+	UnmarshalVT(dAtA []byte) error
+}
+
+// Codec is an encoding.CodecV2 (see the package comment).
+type Codec struct{ proto encoding.CodecV2 }
+
+// New returns the codec.
+func New() Codec { return Codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+
+// Marshal encodes v into one buffer: freshly allocated below gRPC's
+// pooling threshold, as proto's codec does, else from the default pool.
+// It sizes the message once, where proto's codec sizes a message under
+// that threshold twice, by reflection.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(Message)
+	if !ok {
+		return c.proto.Marshal(v)
+	}
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT(*buf); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal decodes data into v, replacing what v held (as proto.Unmarshal
+// does; UnmarshalVT alone would merge). The decoded message copies what
+// it keeps, so data may be reused once this returns.
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(Message)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	m.Reset()
+	return m.UnmarshalVT(buf.ReadOnlyData())
+}
+
+// Name is proto's: the content subtype on the wire is unchanged.
+func (c Codec) Name() string { return c.proto.Name() }

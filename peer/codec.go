@@ -1,0 +1,18 @@
+package peer
+
+import (
+	"google.golang.org/grpc"
+
+	"github.com/switchyard/switchyard/internal/pbcodec"
+)
+
+// The peer connections encode and decode our messages with their
+// generated vtproto code (pbcodec), on both ends: proto's codec sized each
+// message by reflection, twice for one under 1 KiB, and with its decoding
+// made about a quarter of a consumer host's CPU under load (docs/perf.md).
+// vtproto's decoder does not check UTF-8; it need not here, since a node
+// checks every message it queues for a peer (wireValid) and reports one
+// without a wire form as undeliverable, and only authenticated nodes reach
+// the codec.
+func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(pbcodec.New()) }
+func callCodec() grpc.CallOption     { return grpc.ForceCodecV2(pbcodec.New()) }
