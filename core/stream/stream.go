@@ -174,6 +174,9 @@ type writer struct {
 	// heartbeat and idle restart with every flushed batch of events;
 	// maxDuration runs from the start whatever happens.
 	heartbeat, idle, maxDuration *time.Timer
+	// outputFlushed: an output appended after the stream opened was
+	// written (see writeBatch).
+	outputFlushed bool
 }
 
 func newWriter(req Request, sink Sink) *writer {
@@ -303,9 +306,17 @@ func (w *writer) skip(to uint64, dropOldest bool, detail string) (over bool) {
 // writeBatch writes the events of one read that pass the filter, then
 // flushes them and restarts the heartbeat and idle clocks if there were
 // any. The job's terminal event ends the stream.
+//
+// The first output event appended after the stream opened is flushed as
+// soon as it is written, ahead of the rest of its batch: the time to a
+// job's first output is what a streaming client waits on, and a worker
+// that answers at once sends its outputs together, so its first would
+// otherwise wait for the whole batch to be encoded and signed. It costs at
+// most one more flush per stream. A replay of what the history held when
+// the stream opened is catch-up, and goes out in whole batches.
 func (w *writer) writeBatch(events []core.Event) (over bool) {
 	wrote := false
-	for _, ev := range events {
+	for i, ev := range events {
 		if e, b, ok := w.overflow.get(); ok {
 			return w.slow(e, b)
 		}
@@ -328,6 +339,12 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 		if ev.Kind.Terminal() {
 			w.flush()
 			return w.end(EndTerminal, "", nil)
+		}
+		if ev.Kind == core.EventOutput && !w.outputFlushed && ev.Seq > w.base {
+			w.outputFlushed = true
+			if i < len(events)-1 && !w.flush() {
+				return w.failed()
+			}
 		}
 	}
 	if !wrote {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -809,6 +810,79 @@ func TestHeadersFlushedAtOnceWithNothingToSend(t *testing.T) {
 			coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 			if res := wait(); res.End != stream.EndTerminal {
 				t.Fatalf("Result = %+v", res)
+			}
+		})
+	}
+}
+
+// The first output appended after a stream opened is flushed as soon as it
+// is written, ahead of the rest of its batch, which follows with the
+// batch's own flush; one that ends its batch is flushed with it, once; and
+// a replay of what the history held when the stream opened goes out in
+// one batch.
+func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		replay bool // appended before the stream opens
+		batch  []core.EventKind
+		want   string
+	}{
+		{"with the rest of the job", false, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+			"flush accepted output flush output output done flush"},
+		{"last of its batch", false, []core.EventKind{core.EventAccepted, core.EventOutput},
+			"flush accepted output flush done flush"},
+		{"replayed", true, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone},
+			"accepted output output done flush"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(100, 1<<20)
+			appendAll := func() {
+				for _, k := range tc.batch {
+					data := `"x"`
+					switch k {
+					case core.EventAccepted:
+						data = `{"queue":"q"}`
+					case core.EventDone:
+						data = `{"outcome":"completed"}`
+					}
+					coretest.Append(t, j, k, data)
+				}
+			}
+			if tc.replay {
+				appendAll()
+			}
+			// The stream's first flush (its headers, when the history is
+			// empty) waits until the batch is in the history, so that it
+			// is read as one.
+			flushing, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			sink := &fakeSink{onFlush: func() error {
+				once.Do(func() { close(flushing); <-release })
+				return nil
+			}}
+			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy()}, sink)
+			if !tc.replay {
+				<-flushing
+				appendAll()
+			}
+			close(release)
+			if !slices.Contains(tc.batch, core.EventDone) {
+				waitFor(t, "the batch's flush", func() bool { return len(sink.ops("flush")) == 2 })
+				coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
+			}
+			if res := wait(); res.End != stream.EndTerminal {
+				t.Fatalf("Result = %+v", res)
+			}
+			var got []string
+			for _, c := range sink.ops("event", "flush") {
+				if c.Op == "event" {
+					got = append(got, string(c.Event.Kind))
+				} else {
+					got = append(got, "flush")
+				}
+			}
+			if g := strings.Join(got, " "); g != tc.want {
+				t.Errorf("calls = %s, want %s", g, tc.want)
 			}
 		})
 	}
