@@ -7,9 +7,10 @@ import (
 )
 
 // The peer connections encode and decode our messages with their
-// generated vtproto code (pbcodec), on both ends: proto's codec sized each
-// message by reflection, twice for one under 1 KiB, and with its decoding
-// made about a quarter of a consumer host's CPU under load (docs/perf.md).
+// generated vtproto code (pbcodec), on both ends. Proto's codec sizes each
+// message by reflection, twice for one under 1 KiB; its sizing and
+// encoding, with its decoding, made up about a quarter of a consumer host's
+// CPU under load (docs/perf.md).
 // vtproto's decoder does not check UTF-8; it need not here, since a node
 // checks every message it queues for a peer (wireValid) and reports one
 // without a wire form as undeliverable, and only authenticated nodes reach
