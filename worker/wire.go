@@ -1,6 +1,10 @@
 package worker
 
 import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -8,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	protobuf "google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/internal/pbcodec"
 	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -89,20 +94,80 @@ func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 }
 
 // frameCodec is the session stream's codec: a frame goes out as it is,
-// anything else (the Register, what the node sends) as protobuf by gRPC's
-// own codec. It answers to the name "proto", so the wire is unchanged.
-type frameCodec struct{ encoding.CodecV2 }
+// anything else (the Register) as protobuf by gRPC's own codec, and what
+// the node sends is decoded by its vtproto code (internal/pbcodec)
+// instead of proto's reflection. It answers to the name "proto", so the
+// wire is unchanged.
+type frameCodec struct {
+	proto encoding.CodecV2
+	vt    pbcodec.Codec
+}
 
 func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*frame); ok {
 		return f.buf[:], nil
 	}
-	return c.CodecV2.Marshal(v)
+	return c.proto.Marshal(v)
+}
+
+// Unmarshal decodes a NodeMessage and refuses it, as proto's decoder
+// would, when a string in it is not UTF-8: the stream then ends with an
+// error and the session reconnects, as it did with proto's codec. The
+// SDK trusts its node, but a handler is promised what proto promises
+// (Job's strings are valid UTF-8), and the check costs little next to the
+// decoding it replaces.
+func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*pb.NodeMessage)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	if err := c.vt.Unmarshal(data, m); err != nil {
+		return err
+	}
+	return nodeMessageUTF8(m)
+}
+
+func (c frameCodec) Name() string { return c.proto.Name() }
+
+var errInvalidUTF8 = errors.New("worker: string field of a node message contains invalid UTF-8")
+
+// nodeMessageUTF8 fails when a string in m is not UTF-8. The messages a
+// node sends for every job (the offer, credit, a cancel) are checked
+// field by field, the rare ones by reflection (pbcodec.CheckUTF8, a few
+// µs); TestNodeMessageUTF8Covers walks NodeMessage's descriptor and fails
+// for a string this misses.
+func nodeMessageUTF8(m *pb.NodeMessage) error {
+	ok := true
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.NodeMessage_Heartbeat:
+	case *pb.NodeMessage_Job:
+		j := x.Job
+		ok = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
+			utf8.ValidString(j.GetTraceparent()) && utf8.ValidString(j.GetTracestate()) &&
+			utf8.ValidString(j.GetAffinityKey()) && utf8.ValidString(j.GetOutputCredit().GetJobId())
+		for _, c := range j.GetCapabilities() {
+			ok = ok && utf8.ValidString(c)
+		}
+	case *pb.NodeMessage_OutputCredit:
+		ok = utf8.ValidString(x.OutputCredit.GetJobId())
+	case *pb.NodeMessage_Cancel:
+		ok = utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason())
+	default:
+		if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
+			return fmt.Errorf("%w: %w", errInvalidUTF8, err)
+		}
+	}
+	if !ok {
+		return errInvalidUTF8
+	}
+	return nil
 }
 
 // withFrames is the call option that makes a stream send frames.
-func withFrames() grpc.CallOption {
-	return grpc.ForceCodecV2(frameCodec{encoding.GetCodecV2(proto.Name)})
+func withFrames() grpc.CallOption { return grpc.ForceCodecV2(withFramesCodec()) }
+
+func withFramesCodec() frameCodec {
+	return frameCodec{proto: encoding.GetCodecV2(proto.Name), vt: pbcodec.New()}
 }
 
 // heartbeatFrame is a Heartbeat, encoded once.
