@@ -2,6 +2,8 @@ package worker
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +20,9 @@ func TestTokensJSONAsEncodingJSON(t *testing.T) {
 			if got := appendWord([]byte("prefix"), w, space); string(got) != "prefix"+string(b) {
 				t.Errorf("appendWord(%q, %v) = %s, want prefix%s", w, space, got, b)
 			}
+			if got := appendWord([]byte("prefix"), []byte(w), space); string(got) != "prefix"+string(b) {
+				t.Errorf("appendWord([]byte(%q), %v) = %s, want prefix%s", w, space, got, b)
+			}
 		}
 	}
 	for _, in := range []string{`"a b c"`, ` "padded" `, `""`, `"a\nb"`, `"\u00e9t\u00e9"`, `"<&>"`, "\"\xff\"", `"é"`} {
@@ -25,8 +30,22 @@ func TestTokensJSONAsEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(in), &want); err != nil {
 			t.Fatal(in, err)
 		}
-		if got, err := tokensText(json.RawMessage(in)); err != nil || got != want {
+		if got, err := tokensText(json.RawMessage(in)); err != nil || string(got) != want {
 			t.Errorf("tokensText(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// nextWord splits as strings.Fields does, Unicode spaces, runs of them and
+// invalid UTF-8 included.
+func TestNextWordAsFields(t *testing.T) {
+	for _, in := range []string{"", " ", "a", " a  b\tc\n", "x\u00a0y\u2003z ", "\xff \xfe\xfd", "é è", "  lead", "trail  "} {
+		var got []string
+		for w, rest := nextWord([]byte(in)); len(w) > 0; w, rest = nextWord(rest) {
+			got = append(got, string(w))
+		}
+		if want := strings.Fields(in); !slices.Equal(got, want) {
+			t.Errorf("words of %q = %q, want %q", in, got, want)
 		}
 	}
 }
