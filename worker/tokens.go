@@ -24,9 +24,16 @@ const maxTokensDelay = 10 * time.Second
 // option outside that range fails with code "bad_options".
 func Tokens(delay time.Duration) Handler {
 	return func(ctx context.Context, job *Job, out *Output) (any, error) {
-		text, err := tokensText(job.Input)
+		text, plain, err := tokensText(job.Input)
 		if err != nil {
 			return nil, err
+		}
+		// A plain text (tokensText) has ' ' for its only white space and
+		// words that need no escaping: split and quoted without looking
+		// at every byte again.
+		next, appendW := nextWord, appendWord[[]byte]
+		if plain {
+			next, appendW = nextPlainWord, appendQuoted
 		}
 		d, err := tokensDelay(job.Options, delay)
 		if err != nil {
@@ -41,7 +48,7 @@ func Tokens(delay time.Duration) Handler {
 		// last goes without its space.
 		var chunk []byte // one word's output, encoded; Output.send copies it
 		words := 0
-		for w, rest := nextWord(text); len(w) > 0; words++ {
+		for w, rest := next(text); len(w) > 0; words++ {
 			if d > 0 {
 				// A timer, not time.Sleep: a cancelled job must stop now,
 				// not after the current delay.
@@ -56,12 +63,12 @@ func Tokens(delay time.Duration) Handler {
 				// cancelled job still stops before its next word.
 				return nil, tokensStopped(ctx, words, text)
 			}
-			next, after := nextWord(rest)
-			chunk = appendWord(chunk[:0], w, len(next) > 0)
+			following, after := next(rest)
+			chunk = appendW(chunk[:0], w, len(following) > 0)
 			if err := out.send(ctx, chunk); err != nil {
 				return nil, fmt.Errorf("tokens: send word %d: %w", words, err)
 			}
-			w, rest = next, after
+			w, rest = following, after
 		}
 		return tokensResult{Words: words}, nil
 	}
@@ -115,6 +122,19 @@ func runeLen(b []byte) int {
 	return n
 }
 
+// nextPlainWord is nextWord for a text whose only white space is ' '.
+func nextPlainWord(b []byte) (word, rest []byte) {
+	i := 0
+	for i < len(b) && b[i] == ' ' {
+		i++
+	}
+	b = b[i:]
+	if end := bytes.IndexByte(b, ' '); end >= 0 {
+		return b[:end], b[end:]
+	}
+	return b, nil
+}
+
 var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // appendWord appends w, followed by a space if space is set, as a JSON
@@ -130,6 +150,11 @@ func appendWord[T string | []byte](dst []byte, w T, space bool) []byte {
 		b, _ := json.Marshal(s) // a string always marshals
 		return append(dst, b...)
 	}
+	return appendQuoted(dst, w, space)
+}
+
+// appendQuoted is appendWord for a word jsonPlain accepts.
+func appendQuoted[T string | []byte](dst []byte, w T, space bool) []byte {
 	dst = append(append(dst, '"'), w...)
 	if space {
 		dst = append(dst, ' ')
@@ -151,11 +176,17 @@ func jsonPlain[T string | []byte](s T) bool {
 
 // tokensText is the text of a tokens job's input. The usual input, a
 // string with nothing escaped in it, is its bytes between the quotes, not
-// copied: the handler only reads them.
-func tokensText(input json.RawMessage) ([]byte, error) {
+// copied (the handler only reads them), and plain: jsonPlain holds for
+// all of it.
+func tokensText(input json.RawMessage) (text []byte, plain bool, err error) {
 	if in := bytes.Trim(input, " \t\r\n"); len(in) >= 2 && in[0] == '"' && in[len(in)-1] == '"' && jsonPlain(in[1:len(in)-1]) {
-		return in[1 : len(in)-1], nil
+		return in[1 : len(in)-1], true, nil
 	}
+	b, err := tokensDecoded(input)
+	return b, false, err
+}
+
+func tokensDecoded(input json.RawMessage) ([]byte, error) {
 	var v any
 	if json.Unmarshal(input, &v) != nil {
 		return nil, Fail("bad_input", `input is not JSON: want a JSON string ("hello world") or an object {"text": "..."}`)
