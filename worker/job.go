@@ -110,7 +110,8 @@ type Output struct {
 	ended bool
 	// credit is the job's output credit (zero: not paced) and sent what
 	// was sent against it; moved is closed, and replaced, when credit
-	// grows or the job ends, waking the sends that wait for it.
+	// grows, and closed when the job ends, waking the sends that wait for
+	// it.
 	credit, sent credit
 	moved        chan struct{}
 }
@@ -130,7 +131,7 @@ func (o *Output) allowsLocked() bool {
 func (o *Output) grant(c credit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.credit == (credit{}) || c.events <= o.credit.events && c.bytes <= o.credit.bytes {
+	if o.ended || o.credit == (credit{}) || c.events <= o.credit.events && c.bytes <= o.credit.bytes {
 		return
 	}
 	o.credit = credit{max(o.credit.events, c.events), max(o.credit.bytes, c.bytes)}
@@ -225,7 +226,8 @@ func (o *Output) gaveUp(ctx context.Context) error {
 func (o *Output) end() {
 	o.mu.Lock()
 	o.ended = true
+	// No send waits on moved once ended is set, and grant closes it no
+	// more: no new channel.
 	close(o.moved)
-	o.moved = make(chan struct{})
 	o.mu.Unlock()
 }

@@ -69,7 +69,7 @@ type session struct {
 	// idle hands an accepted job to a job goroutine waiting for one.
 	idle chan jobRun
 	mu   sync.Mutex
-	jobs map[jobKey]*runningJob
+	jobs map[jobKey]runningJob
 
 	// capSlot holds a token while an UpdateCapabilities is unanswered: one
 	// at a time, so the node's in-order answers match without ids and it
@@ -108,7 +108,7 @@ func (r *runner) session(ctx context.Context) error {
 		log:     r.log,
 		ctx:     sctx,
 		cancel:  cancel,
-		jobs:    make(map[jobKey]*runningJob),
+		jobs:    make(map[jobKey]runningJob),
 		idle:    make(chan jobRun),
 		capSlot: make(chan struct{}, 1),
 	}
@@ -392,7 +392,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 		out.credit = credit{c.GetEvents(), c.GetBytes()}
 	}
 	s.mu.Lock()
-	s.jobs[key] = &runningJob{cancel: cancel, out: out}
+	s.jobs[key] = runningJob{cancel: cancel, out: out}
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
@@ -453,9 +453,9 @@ func (s *session) runJob(j jobRun) {
 // running here (it ended, or an older generation) is old news.
 func (s *session) credit(c *pb.OutputCredit) {
 	s.mu.Lock()
-	r := s.jobs[jobKey{c.GetJobId(), c.GetGeneration()}]
+	r, ok := s.jobs[jobKey{c.GetJobId(), c.GetGeneration()}]
 	s.mu.Unlock()
-	if r != nil {
+	if ok {
 		r.out.grant(credit{c.GetEvents(), c.GetBytes()})
 	}
 }
@@ -464,10 +464,10 @@ func (s *session) credit(c *pb.OutputCredit) {
 func (s *session) cancelJob(c *pb.Cancel) {
 	key := jobKey{c.GetJobId(), c.GetGeneration()}
 	s.mu.Lock()
-	r := s.jobs[key]
+	r, ok := s.jobs[key]
 	s.mu.Unlock()
 	log := s.log.With("job", key.id, "generation", key.gen)
-	if r == nil {
+	if !ok {
 		// It ended already and its end is on the way, or it is a stale
 		// generation: either way there is nothing to stop.
 		log.Debug("cancel for a job not running ignored", "reason", c.GetReason())
