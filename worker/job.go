@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Job is one job offered to this worker.
@@ -108,6 +110,9 @@ type Output struct {
 
 	mu    sync.Mutex
 	ended bool
+	// arena makes the job's frames, Accept to the end (arena.go); after
+	// end, none.
+	arena arena
 	// credit is the job's output credit (zero: not paced) and sent what
 	// was sent against it; moved is closed, and replaced, when credit
 	// grows, and closed when the job ends, waking the sends that wait for
@@ -165,7 +170,7 @@ func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
 // send sends data, one valid JSON value, as one chunk. It is encoded (and
 // so copied) before send returns or waits: the caller may reuse data.
 func (o *Output) send(ctx context.Context, data []byte) error {
-	f := jobFrame(fieldOutput, o.job.ID, o.job.Generation, data, "")
+	var f *frame
 	for {
 		// The lock is held while queueing so that end, which takes it
 		// too, cannot let the terminal message overtake a chunk being
@@ -181,6 +186,9 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			return o.jobEnded()
 		}
 		if o.allowsLocked() {
+			if f == nil {
+				f = arenaFrame(&o.arena, fieldOutput, o.job.ID, o.job.Generation, data, "")
+			}
 			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
 				o.mu.Unlock()
 				return o.gaveUp(ctx)
@@ -229,5 +237,17 @@ func (o *Output) end() {
 	// No send waits on moved once ended is set, and grant closes it no
 	// more: no new channel.
 	close(o.moved)
+	o.arena.release()
 	o.mu.Unlock()
+}
+
+// outputFrame makes one of the job's own messages (Accept, and the end:
+// Complete or Fail) in its arena; nil once the job ended.
+func outputFrame[T string | []byte](o *Output, field protowire.Number, f3 T, f4 string) *frame {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return nil
+	}
+	return arenaFrame(&o.arena, field, o.job.ID, o.job.Generation, f3, f4)
 }

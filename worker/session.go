@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -387,7 +388,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 
 	jctx, cancel := context.WithCancelCause(trace.ContextWithRemoteSpanContext(s.ctx, sc))
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
-	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{})}
+	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{}), arena: arena{pool: mem.DefaultBufferPool()}}
 	if c := pj.GetOutputCredit(); c != nil {
 		out.credit = credit{c.GetEvents(), c.GetBytes()}
 	}
@@ -396,7 +397,8 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
-	if err := s.enqueue(jobFrame(fieldAccept, job.ID, job.Generation, "", "")); err != nil {
+	if err := s.enqueue(outputFrame(out, fieldAccept, "", "")); err != nil {
+		out.end()
 		s.forget(key)
 		cancelDeadline()
 		cancel(err)
@@ -502,12 +504,12 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	switch {
 	case errors.As(cause, &ce):
 		outcome, code = outcomeCancelled, "cancelled"
-		end = failMsg(job, code, ce.reason)
+		end = outputFrame(out, fieldFail, code, ce.reason)
 	case s.ctx.Err() != nil:
 		outcome = outcomeAbandoned
 	case errors.Is(cause, errExpired):
 		outcome, code = outcomeExpired, "expired"
-		end = failMsg(job, code, "the job's deadline passed on the worker")
+		end = outputFrame(out, fieldFail, code, "the job's deadline passed on the worker")
 	case herr != nil:
 		outcome, code = outcomeFailed, codeWorkerError
 		msg := herr.Error()
@@ -515,18 +517,18 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 		if errors.As(herr, &fe) {
 			code, msg = fe.Code, fe.Message
 		}
-		end = failMsg(job, code, msg)
+		end = outputFrame(out, fieldFail, code, msg)
 	default:
 		var data []byte
 		if result != nil {
 			var err error
 			if data, err = json.Marshal(result); err != nil {
 				outcome, code = outcomeFailed, codeWorkerError
-				end = failMsg(job, code, fmt.Sprintf("marshal result: %v", err))
+				end = outputFrame(out, fieldFail, code, fmt.Sprintf("marshal result: %v", err))
 				break
 			}
 		}
-		end = jobFrame(fieldComplete, job.ID, job.Generation, data, "")
+		end = outputFrame(out, fieldComplete, data, "")
 	}
 
 	out.end()
@@ -560,10 +562,6 @@ func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jo
 		}
 	}()
 	return s.r.h(ctx, job, out)
-}
-
-func failMsg(job *Job, code, message string) *frame {
-	return jobFrame(fieldFail, job.ID, job.Generation, code, message)
 }
 
 // jobLog logs about one job: the session's logger with the job's id,
