@@ -97,7 +97,7 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire", "internal/pbcodec"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
 	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
 	// set up from the node's config and the standard OTEL_* variables,
 	// and the log handler that puts a trace id on every log line. It knows

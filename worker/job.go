@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Job is one job offered to this worker.
@@ -108,9 +110,13 @@ type Output struct {
 
 	mu    sync.Mutex
 	ended bool
+	// arena makes the job's frames, Accept to the end (arena.go); after
+	// end, none.
+	arena arena
 	// credit is the job's output credit (zero: not paced) and sent what
 	// was sent against it; moved is closed, and replaced, when credit
-	// grows or the job ends, waking the sends that wait for it.
+	// grows, and closed when the job ends, waking the sends that wait for
+	// it.
 	credit, sent credit
 	moved        chan struct{}
 }
@@ -130,7 +136,7 @@ func (o *Output) allowsLocked() bool {
 func (o *Output) grant(c credit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.credit == (credit{}) || c.events <= o.credit.events && c.bytes <= o.credit.bytes {
+	if o.ended || o.credit == (credit{}) || c.events <= o.credit.events && c.bytes <= o.credit.bytes {
 		return
 	}
 	o.credit = credit{max(o.credit.events, c.events), max(o.credit.bytes, c.bytes)}
@@ -164,7 +170,7 @@ func (o *Output) SendRaw(ctx context.Context, data json.RawMessage) error {
 // send sends data, one valid JSON value, as one chunk. It is encoded (and
 // so copied) before send returns or waits: the caller may reuse data.
 func (o *Output) send(ctx context.Context, data []byte) error {
-	f := jobFrame(fieldOutput, o.job.ID, o.job.Generation, data, "")
+	var f *frame
 	for {
 		// The lock is held while queueing so that end, which takes it
 		// too, cannot let the terminal message overtake a chunk being
@@ -180,6 +186,9 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			return o.jobEnded()
 		}
 		if o.allowsLocked() {
+			if f == nil {
+				f = arenaFrame(&o.arena, fieldOutput, o.job.ID, o.job.Generation, data, "")
+			}
 			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
 				o.mu.Unlock()
 				return o.gaveUp(ctx)
@@ -225,7 +234,20 @@ func (o *Output) gaveUp(ctx context.Context) error {
 func (o *Output) end() {
 	o.mu.Lock()
 	o.ended = true
+	// No send waits on moved once ended is set, and grant closes it no
+	// more: no new channel.
 	close(o.moved)
-	o.moved = make(chan struct{})
+	o.arena.release()
 	o.mu.Unlock()
+}
+
+// outputFrame makes one of the job's own messages (Accept, and the end:
+// Complete or Fail) in its arena; nil once the job ended.
+func outputFrame[T string | []byte](o *Output, field protowire.Number, f3 T, f4 string) *frame {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		return nil
+	}
+	return arenaFrame(&o.arena, field, o.job.ID, o.job.Generation, f3, f4)
 }

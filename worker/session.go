@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -69,7 +70,7 @@ type session struct {
 	// idle hands an accepted job to a job goroutine waiting for one.
 	idle chan jobRun
 	mu   sync.Mutex
-	jobs map[jobKey]*runningJob
+	jobs map[jobKey]runningJob
 
 	// capSlot holds a token while an UpdateCapabilities is unanswered: one
 	// at a time, so the node's in-order answers match without ids and it
@@ -108,7 +109,7 @@ func (r *runner) session(ctx context.Context) error {
 		log:     r.log,
 		ctx:     sctx,
 		cancel:  cancel,
-		jobs:    make(map[jobKey]*runningJob),
+		jobs:    make(map[jobKey]runningJob),
 		idle:    make(chan jobRun),
 		capSlot: make(chan struct{}, 1),
 	}
@@ -387,16 +388,17 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 
 	jctx, cancel := context.WithCancelCause(trace.ContextWithRemoteSpanContext(s.ctx, sc))
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
-	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{})}
+	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{}), arena: arena{pool: mem.DefaultBufferPool()}}
 	if c := pj.GetOutputCredit(); c != nil {
 		out.credit = credit{c.GetEvents(), c.GetBytes()}
 	}
 	s.mu.Lock()
-	s.jobs[key] = &runningJob{cancel: cancel, out: out}
+	s.jobs[key] = runningJob{cancel: cancel, out: out}
 	s.mu.Unlock()
 	// Accept is queued before the handler starts, so it precedes every
 	// output of the job on the stream.
-	if err := s.enqueue(jobFrame(fieldAccept, job.ID, job.Generation, "", "")); err != nil {
+	if err := s.enqueue(outputFrame(out, fieldAccept, "", "")); err != nil {
+		out.end()
 		s.forget(key)
 		cancelDeadline()
 		cancel(err)
@@ -453,9 +455,9 @@ func (s *session) runJob(j jobRun) {
 // running here (it ended, or an older generation) is old news.
 func (s *session) credit(c *pb.OutputCredit) {
 	s.mu.Lock()
-	r := s.jobs[jobKey{c.GetJobId(), c.GetGeneration()}]
+	r, ok := s.jobs[jobKey{c.GetJobId(), c.GetGeneration()}]
 	s.mu.Unlock()
-	if r != nil {
+	if ok {
 		r.out.grant(credit{c.GetEvents(), c.GetBytes()})
 	}
 }
@@ -464,10 +466,10 @@ func (s *session) credit(c *pb.OutputCredit) {
 func (s *session) cancelJob(c *pb.Cancel) {
 	key := jobKey{c.GetJobId(), c.GetGeneration()}
 	s.mu.Lock()
-	r := s.jobs[key]
+	r, ok := s.jobs[key]
 	s.mu.Unlock()
 	log := s.log.With("job", key.id, "generation", key.gen)
-	if r == nil {
+	if !ok {
 		// It ended already and its end is on the way, or it is a stale
 		// generation: either way there is nothing to stop.
 		log.Debug("cancel for a job not running ignored", "reason", c.GetReason())
@@ -502,12 +504,12 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 	switch {
 	case errors.As(cause, &ce):
 		outcome, code = outcomeCancelled, "cancelled"
-		end = failMsg(job, code, ce.reason)
+		end = outputFrame(out, fieldFail, code, ce.reason)
 	case s.ctx.Err() != nil:
 		outcome = outcomeAbandoned
 	case errors.Is(cause, errExpired):
 		outcome, code = outcomeExpired, "expired"
-		end = failMsg(job, code, "the job's deadline passed on the worker")
+		end = outputFrame(out, fieldFail, code, "the job's deadline passed on the worker")
 	case herr != nil:
 		outcome, code = outcomeFailed, codeWorkerError
 		msg := herr.Error()
@@ -515,18 +517,18 @@ func (s *session) run(jctx context.Context, job *Job, out *Output, log jobLog) {
 		if errors.As(herr, &fe) {
 			code, msg = fe.Code, fe.Message
 		}
-		end = failMsg(job, code, msg)
+		end = outputFrame(out, fieldFail, code, msg)
 	default:
 		var data []byte
 		if result != nil {
 			var err error
 			if data, err = json.Marshal(result); err != nil {
 				outcome, code = outcomeFailed, codeWorkerError
-				end = failMsg(job, code, fmt.Sprintf("marshal result: %v", err))
+				end = outputFrame(out, fieldFail, code, fmt.Sprintf("marshal result: %v", err))
 				break
 			}
 		}
-		end = jobFrame(fieldComplete, job.ID, job.Generation, data, "")
+		end = outputFrame(out, fieldComplete, data, "")
 	}
 
 	out.end()
@@ -560,10 +562,6 @@ func (s *session) callHandler(ctx context.Context, job *Job, out *Output, log jo
 		}
 	}()
 	return s.r.h(ctx, job, out)
-}
-
-func failMsg(job *Job, code, message string) *frame {
-	return jobFrame(fieldFail, job.ID, job.Generation, code, message)
 }
 
 // jobLog logs about one job: the session's logger with the job's id,

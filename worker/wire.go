@@ -1,6 +1,10 @@
 package worker
 
 import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -8,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	protobuf "google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/internal/pbcodec"
 	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -16,21 +21,28 @@ import (
 // session's codec sends as it is. A session sends frames only; it encodes
 // each message once, when it is put in the queue, with no message structs
 // and no reflection. A frame is immutable once made (gRPC may still be
-// writing it after the send returned) and may be sent again, as the
-// heartbeat is.
+// writing it after the send returned). A job's frames are views of its
+// arena (arena.go) and are sent once: gRPC frees each view when it has
+// written it. Other frames (sliceFrame) hold their bytes and may be sent
+// again, as the heartbeat is.
 type frame struct {
-	// buf is what the codec hands gRPC: data, by pointer (no allocation
-	// for the interface).
-	buf  [1]mem.Buffer
+	// buf is what the codec hands gRPC.
+	buf [1]mem.Buffer
+}
+
+// sliceFrame is a frame with its bytes: its own allocation, which gRPC's
+// Free leaves alone.
+type sliceFrame struct {
+	frame
 	data mem.SliceBuffer
-	// small holds data when it fits: a usual output is then one
-	// allocation, the frame (128 bytes in all).
+	// small holds data when it fits: such a frame is one allocation (128
+	// bytes in all).
 	small [88]byte
 }
 
 // newFrame returns a frame of n bytes, for the caller to fill in data.
-func newFrame(n int) *frame {
-	f := new(frame)
+func newFrame(n int) *sliceFrame {
+	f := new(sliceFrame)
 	if n <= len(f.small) {
 		f.data = f.small[:0:n]
 	} else {
@@ -40,10 +52,10 @@ func newFrame(n int) *frame {
 }
 
 // done seals f once data is written.
-func (f *frame) done(data []byte) *frame {
+func (f *sliceFrame) done(data []byte) *frame {
 	f.data = data
-	f.buf[0] = &f.data
-	return f
+	f.buf[0] = &f.data // by pointer: no allocation for the interface
+	return &f.frame
 }
 
 // WorkerMessage's oneof fields.
@@ -56,26 +68,39 @@ const (
 )
 
 // jobFrame encodes a WorkerMessage whose oneof is field, one of the job
-// messages (Accept, Reject, Output, Complete, Fail): each is job_id = 1,
-// generation = 2, then up to two string or bytes fields, 3 and 4. It
-// encodes as proto.Marshal does, a zero field left out, so the bytes are
-// those of the equivalent message struct.
+// messages (Accept, Reject, Output, Complete, Fail), into a frame of its
+// own: the messages of a job without an arena (a Reject).
 func jobFrame[T string | []byte](field protowire.Number, id string, gen uint64, f3 T, f4 string) *frame {
+	f := newFrame(jobSize(field, id, gen, f3, f4))
+	return f.done(appendJob(f.data, field, id, gen, f3, f4))
+}
+
+// jobSize is the size of the job message appendJob appends.
+func jobSize[T string | []byte](field protowire.Number, id string, gen uint64, f3 T, f4 string) int {
+	return protowire.SizeTag(field) + protowire.SizeBytes(jobBodySize(id, gen, f3, f4))
+}
+
+func jobBodySize[T string | []byte](id string, gen uint64, f3 T, f4 string) int {
 	n := pbwire.SizeLen(1, len(id)) + pbwire.SizeLen(3, len(f3)) + pbwire.SizeLen(4, len(f4))
 	if gen != 0 {
 		n += protowire.SizeTag(2) + protowire.SizeVarint(gen)
 	}
-	f := newFrame(protowire.SizeTag(field) + protowire.SizeBytes(n))
-	b := f.data
+	return n
+}
+
+// appendJob appends a WorkerMessage whose oneof is field, one of the job
+// messages: each is job_id = 1, generation = 2, then up to two string or
+// bytes fields, 3 and 4. It encodes as proto.Marshal does, a zero field
+// left out, so the bytes are those of the equivalent message struct.
+func appendJob[T string | []byte](b []byte, field protowire.Number, id string, gen uint64, f3 T, f4 string) []byte {
 	b = protowire.AppendTag(b, field, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(n))
+	b = protowire.AppendVarint(b, uint64(jobBodySize(id, gen, f3, f4)))
 	b = pbwire.AppendLen(b, 1, id)
 	if gen != 0 {
 		b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), gen)
 	}
 	b = pbwire.AppendLen(b, 3, f3)
-	b = pbwire.AppendLen(b, 4, f4)
-	return f.done(b)
+	return pbwire.AppendLen(b, 4, f4)
 }
 
 // messageFrame encodes any WorkerMessage (the rare ones: capability
@@ -85,24 +110,84 @@ func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return new(frame).done(b), nil
+	return new(sliceFrame).done(b), nil
 }
 
 // frameCodec is the session stream's codec: a frame goes out as it is,
-// anything else (the Register, what the node sends) as protobuf by gRPC's
-// own codec. It answers to the name "proto", so the wire is unchanged.
-type frameCodec struct{ encoding.CodecV2 }
+// anything else (the Register) as protobuf by gRPC's own codec, and what
+// the node sends is decoded by its vtproto code (internal/pbcodec)
+// instead of proto's reflection. It answers to the name "proto", so the
+// wire is unchanged.
+type frameCodec struct {
+	proto encoding.CodecV2
+	vt    pbcodec.Codec
+}
 
 func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*frame); ok {
 		return f.buf[:], nil
 	}
-	return c.CodecV2.Marshal(v)
+	return c.proto.Marshal(v)
+}
+
+// Unmarshal decodes a NodeMessage and refuses it, as proto's decoder
+// would, when a string in it is not UTF-8: the stream then ends with an
+// error and the session reconnects, as it did with proto's codec. The
+// SDK trusts its node, but a handler is promised what proto promises
+// (Job's strings are valid UTF-8), and the check costs little next to the
+// decoding it replaces.
+func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*pb.NodeMessage)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	if err := c.vt.Unmarshal(data, m); err != nil {
+		return err
+	}
+	return nodeMessageUTF8(m)
+}
+
+func (c frameCodec) Name() string { return c.proto.Name() }
+
+var errInvalidUTF8 = errors.New("worker: string field of a node message contains invalid UTF-8")
+
+// nodeMessageUTF8 fails when a string in m is not UTF-8. The messages a
+// node sends for every job (the offer, credit, a cancel) are checked
+// field by field, the rare ones by reflection (pbcodec.CheckUTF8, a few
+// µs); TestNodeMessageUTF8Covers walks NodeMessage's descriptor and fails
+// for a string this misses.
+func nodeMessageUTF8(m *pb.NodeMessage) error {
+	ok := true
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.NodeMessage_Heartbeat:
+	case *pb.NodeMessage_Job:
+		j := x.Job
+		ok = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
+			utf8.ValidString(j.GetTraceparent()) && utf8.ValidString(j.GetTracestate()) &&
+			utf8.ValidString(j.GetAffinityKey()) && utf8.ValidString(j.GetOutputCredit().GetJobId())
+		for _, c := range j.GetCapabilities() {
+			ok = ok && utf8.ValidString(c)
+		}
+	case *pb.NodeMessage_OutputCredit:
+		ok = utf8.ValidString(x.OutputCredit.GetJobId())
+	case *pb.NodeMessage_Cancel:
+		ok = utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason())
+	default:
+		if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
+			return fmt.Errorf("%w: %w", errInvalidUTF8, err)
+		}
+	}
+	if !ok {
+		return errInvalidUTF8
+	}
+	return nil
 }
 
 // withFrames is the call option that makes a stream send frames.
-func withFrames() grpc.CallOption {
-	return grpc.ForceCodecV2(frameCodec{encoding.GetCodecV2(proto.Name)})
+func withFrames() grpc.CallOption { return grpc.ForceCodecV2(withFramesCodec()) }
+
+func withFramesCodec() frameCodec {
+	return frameCodec{proto: encoding.GetCodecV2(proto.Name), vt: pbcodec.New()}
 }
 
 // heartbeatFrame is a Heartbeat, encoded once.

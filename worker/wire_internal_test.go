@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -49,6 +51,66 @@ func TestJobFramesMatchProtoMarshal(t *testing.T) {
 			if got := x.got.buf[0].ReadOnlyData(); !bytes.Equal(got, want) {
 				t.Errorf("%s %q/%d: encoded %x, proto.Marshal %x", x.name, c.id, c.gen, got, want)
 			}
+		}
+	}
+}
+
+// The session's codec decodes every NodeMessage (each oneof case, every
+// field set) into what proto decodes from the same bytes, replacing what
+// the message held before.
+func TestFrameCodecDecodesAsProto(t *testing.T) {
+	c := withFramesCodec()
+	md := (&pb.NodeMessage{}).ProtoReflect().Descriptor()
+	for variant := range pbtest.Variants(md) {
+		want := &pb.NodeMessage{}
+		pbtest.Fill(want.ProtoReflect(), variant, 0)
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &pb.NodeMessage{}
+		pbtest.Fill(got.ProtoReflect(), variant+1, 0)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+			t.Fatalf("variant %d: %v", variant, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("variant %d: decoded\n %v\nwant %v", variant, got, want)
+		}
+	}
+}
+
+// The session's codec refuses a NodeMessage with invalid UTF-8 in any
+// place a string can sit, as proto's decoder does (found by walking the
+// descriptor, so a string field added later is tried too), and takes the
+// same message with valid UTF-8 there.
+func TestNodeMessageUTF8Covers(t *testing.T) {
+	c := withFramesCodec()
+	md := (&pb.NodeMessage{}).ProtoReflect().Descriptor()
+	paths := pbtest.StringPaths(md, "")
+	if len(paths) < 10 {
+		t.Fatalf("only %d string places found in NodeMessage: the walk is broken", len(paths))
+	}
+	for path, set := range paths {
+		good := &pb.NodeMessage{}
+		set(good.ProtoReflect(), "ok ✓")
+		b, err := proto.Marshal(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &pb.NodeMessage{}); err != nil {
+			t.Errorf("%s: valid UTF-8 refused: %v", path, err)
+		}
+		bad := &pb.NodeMessage{}
+		set(bad.ProtoReflect(), "bad \xff")
+		b, err = bad.MarshalVT() // proto.Marshal would refuse it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.Unmarshal(b, &pb.NodeMessage{}); err == nil {
+			t.Fatalf("%s: proto took invalid UTF-8: the test sets the wrong thing", path)
+		}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &pb.NodeMessage{}); err == nil {
+			t.Errorf("%s: invalid UTF-8 decoded: add it to nodeMessageUTF8", path)
 		}
 	}
 }
