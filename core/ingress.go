@@ -155,6 +155,11 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 	if !capable {
 		return "", &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
+	if dispatcher, ok := e.cluster.CachedDispatcher(queue); ok {
+		// What Dispatcher answers first, without the election's deadline
+		// (a context and a timer per job).
+		return dispatcher, nil
+	}
 	dctx, cancel := context.WithTimeout(ctx, electAttempt)
 	defer cancel()
 	dispatcher, err := e.cluster.Dispatcher(dctx, queue)
@@ -325,8 +330,8 @@ func (e *Engine) startLocked(j *Job) {
 		e.idem[j.idemKey] = j.ID
 	}
 	e.active++
-	j.History.Append(EventAccepted, 0, mustJSON(map[string]any{
-		"queue": j.Queue, "ttl_ms": j.Limits.TTL.Milliseconds(), "trace_id": j.trace.TraceID().String(),
+	j.History.Append(EventAccepted, 0, mustJSON(acceptedData{
+		Queue: j.Queue, TraceID: j.trace.TraceID().String(), TTLMs: j.Limits.TTL.Milliseconds(),
 	}))
 	j.timer = time.AfterFunc(j.Limits.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
 }
@@ -638,14 +643,13 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	} else {
 		e.endAttemptLocked(j, string(code), now)
 	}
-	if code == "" {
-		payload := map[string]any{"outcome": outcome}
-		if result != nil {
-			payload["result"] = result
-		}
-		j.History.Append(EventDone, j.gen, mustJSON(payload))
-	} else {
-		j.History.Append(EventError, j.gen, mustJSON(map[string]any{"outcome": outcome, "code": code, "detail": detail}))
+	switch {
+	case code != "":
+		j.History.Append(EventError, j.gen, mustJSON(errorData{Code: code, Detail: detail, Outcome: outcome}))
+	case result != nil:
+		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome, Result: result}))
+	default:
+		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome}))
 	}
 	if j.onEnd != nil {
 		j.onEnd()
