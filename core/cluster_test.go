@@ -110,6 +110,9 @@ type fakeNet struct {
 	// the node that was replaced (core.ErrNodeReplaced). Called without
 	// the fake's lock.
 	replacedForward func(node string) bool
+	// onForward, when set, is called with each Forward's context and
+	// node as it starts, without the fake's lock.
+	onForward func(ctx context.Context, node string)
 	// electErr, when set, is what Dispatcher returns instead of electing
 	// while it returns non-nil (silence.go's tests: a record naming a node
 	// that is not routable and cannot be taken over yet).
@@ -583,8 +586,11 @@ func (p *fakePeer) Forward(ctx context.Context, node string, d core.Delivery) er
 		Msg: core.Message{Kind: core.MsgForward, JobID: d.JobID, Gen: d.Gen, Queue: d.Queue, Delivery: &d}})
 	target, dup := n.nodes[node], n.dupForward
 	silent := n.silentForward != nil && n.silentForward(node)
-	replaced := n.replacedForward
+	replaced, onForward := n.replacedForward, n.onForward
 	n.mu.Unlock()
+	if onForward != nil {
+		onForward(ctx, node)
+	}
 	if replaced != nil && replaced(node) {
 		return fmt.Errorf("fake: forward to %s: %w", node, core.ErrNodeReplaced)
 	}

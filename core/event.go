@@ -166,6 +166,30 @@ func needsHTMLEscape(b []byte) bool {
 		bytes.IndexByte(b, '&') >= 0 || bytes.IndexByte(b, 0xE2) >= 0
 }
 
+// The data of the events the engine writes itself. They are structs, not
+// maps, so that encoding one takes no map, no key sort and no reflection
+// over a map per job; their fields are in the order encoding/json gives a
+// map's keys (sorted), so the bytes are those a map of the same entries
+// encodes to (TestEventDataMatchesMaps).
+type (
+	acceptedData struct {
+		Queue   string `json:"queue"`
+		TraceID string `json:"trace_id"`
+		TTLMs   int64  `json:"ttl_ms"`
+	}
+	// doneData is a completed job's; Result is left out when nil, as the
+	// map left the key out.
+	doneData struct {
+		Outcome Outcome         `json:"outcome"`
+		Result  json.RawMessage `json:"result,omitempty"`
+	}
+	errorData struct {
+		Code    Code    `json:"code"`
+		Detail  string  `json:"detail"`
+		Outcome Outcome `json:"outcome"`
+	}
+)
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -67,7 +67,9 @@ type History struct {
 	maxEvents int
 	maxBytes  int64
 	ended     bool
-	wake      chan struct{}
+	// wake is closed by the next Append; nil until a reader asks for it
+	// (wakeLocked), so that an Append no reader waits on allocates none.
+	wake chan struct{}
 	// gen is the stream generation of the next event; starts[i] is the
 	// seq of the restart event that opened generation i+2.
 	gen    uint64
@@ -90,7 +92,7 @@ type lagFunc struct {
 // NewHistory returns an empty history retaining at most maxEvents events and
 // maxBytes bytes of data.
 func NewHistory(maxEvents int, maxBytes int64) *History {
-	return &History{next: 1, gen: 1, maxEvents: max(maxEvents, 1), maxBytes: maxBytes, wake: make(chan struct{})}
+	return &History{next: 1, gen: 1, maxEvents: max(maxEvents, 1), maxBytes: maxBytes}
 }
 
 // Append adds an event and wakes every reader. Appending after a terminal
@@ -130,8 +132,10 @@ func (h *History) append(kind EventKind, gen uint64, data []byte) (ev Event, fir
 	if h.ended {
 		h.compactLocked()
 	}
-	close(h.wake)
-	h.wake = make(chan struct{})
+	if h.wake != nil {
+		close(h.wake)
+		h.wake = nil
+	}
 	h.lagFuncs = slices.DeleteFunc(h.lagFuncs, func(w lagFunc) bool {
 		if ev.Seq > w.seq || ev.cum > w.cum {
 			fired = append(fired, w.f)
@@ -200,7 +204,7 @@ type Read struct {
 func (h *History) Since(after uint64, max int) (Read, uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := Read{Ended: h.ended, Wake: h.wake}
+	r := Read{Ended: h.ended, Wake: h.wakeLocked()}
 	if len(h.events) == 0 {
 		return r, 0, nil
 	}
@@ -283,7 +287,16 @@ func (h *History) Lag(after uint64) (events int, bytes int64, wake <-chan struct
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, _, events, bytes = h.lagLocked(after)
-	return events, bytes, h.wake
+	return events, bytes, h.wakeLocked()
+}
+
+// wakeLocked is the channel the next Append closes, made now if no reader
+// asked for one since the last Append.
+func (h *History) wakeLocked() <-chan struct{} {
+	if h.wake == nil {
+		h.wake = make(chan struct{})
+	}
+	return h.wake
 }
 
 // lagLocked measures the lag after a cursor: base is the cursor as far as

@@ -194,6 +194,28 @@ func TestHistoryWakeClosesOnAppend(t *testing.T) {
 	}
 }
 
+// An Append that no reader waits on makes no channel: the stream writer
+// asks for one once per batch, not once per event.
+func TestHistoryAppendWithoutReaderAllocatesNoWake(t *testing.T) {
+	h := core.NewHistory(1<<20, 1<<40)
+	data := []byte(`"x"`)
+	// Averaged over many appends, the events slice's amortised growth
+	// rounds to 0 allocations each; a channel per Append would be 1.
+	if n := testing.AllocsPerRun(4096, func() { h.Append(core.EventOutput, 1, data) }); n >= 1 {
+		t.Fatalf("Append allocates %.0f times with no reader, want 0", n)
+	}
+	// A reader that asks after those appends still gets woken by the next.
+	r, _, _ := h.Since(h.Head(), 10)
+	l := func() <-chan struct{} { _, _, w := h.Lag(h.Head()); return w }()
+	if closed(r.Wake) || closed(l) {
+		t.Fatal("Wake closed before the next append")
+	}
+	h.Append(core.EventOutput, 1, data)
+	if !closed(r.Wake) || !closed(l) {
+		t.Fatal("Wake of Since or Lag not closed by the next Append")
+	}
+}
+
 func TestHistoryRefusesAppendAfterTerminal(t *testing.T) {
 	for _, kind := range []core.EventKind{core.EventDone, core.EventError} {
 		t.Run(string(kind), func(t *testing.T) {

@@ -155,6 +155,11 @@ func (e *Engine) dispatcherFor(ctx context.Context, queue string, env *Envelope)
 	if !capable {
 		return "", &Error{Code: CodeNoCapableWorker, Detail: "no registered worker on this queue has the required capabilities", RetryAfter: time.Second}
 	}
+	if dispatcher, ok := e.cluster.CachedDispatcher(queue); ok {
+		// What Dispatcher answers first, without the election's deadline
+		// (a context and a timer per job).
+		return dispatcher, nil
+	}
 	dctx, cancel := context.WithTimeout(ctx, electAttempt)
 	defer cancel()
 	dispatcher, err := e.cluster.Dispatcher(dctx, queue)
@@ -222,71 +227,69 @@ func (e *Engine) newJob(queue string, env *Envelope, eff Effective, opts SubmitO
 // still the caller's answer and undoes the job (unstartLocked), unless
 // something answered for the job meanwhile. Past ForwardWait the job is
 // accepted as it stands (its stream shows it queued) and the forward goes
-// on in the background, bounded by the job's TTL and DispatcherWait; its
-// verdict is applied then (forwardVerdictLocked). A forward that fails
-// without a verdict never refuses: the job goes back to its queue once the
-// dispatcher's death is proven.
+// on in the background (forwardOnLocked), bounded by the job's TTL and
+// DispatcherWait; its verdict is applied then (forwardVerdictLocked). A
+// forward that fails without a verdict never refuses: the job goes back to
+// its queue once the dispatcher's death is proven.
+//
+// The first attempt runs on the caller's goroutine, under a context that
+// ends at ForwardWait, when the caller leaves, or when the job ends
+// (stopForward): the usual forward, answered in time, costs no goroutine
+// and no hand-off to one and back. One that is not answered in time is
+// made again from the background: the dispatcher takes a (job,
+// generation) once, so an answer to the first that comes late changes
+// nothing.
 func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d Delivery) (*Job, bool, error) {
 	// What is left now, the ingress's own time included, is what travels.
 	d.TTL = time.Until(j.deadline)
-	f := &pendingForward{done: make(chan struct{}), waited: true}
 	e.mu.Lock()
 	if j.state.Terminal() {
 		e.mu.Unlock()
 		return j, false, nil
 	}
-	until := time.Now().Add(e.cfg.DispatcherWait)
-	if j.deadline.Before(until) {
-		until = j.deadline
-	}
-	fctx, stop := context.WithDeadline(e.bgCtx, until)
+	start := time.Now()
+	wait := min(e.cfg.ForwardWait, e.forwardUntil(j, start).Sub(start))
+	wctx, stop := context.WithTimeout(ctx, wait)
 	j.stopForward = stop
 	fspan := e.startSpan(j.trace, SpanForward, trace.SpanKindProducer, AttrJob.String(j.ID), AttrQueue.String(j.Queue),
 		AttrNode.String(e.cfg.Node), AttrPeer.String(dispatcher), AttrGeneration.Int64(int64(d.Gen)))
 	d.Trace = spanContext(fspan, j.trace)
 	if fspan != nil {
-		fctx = trace.ContextWithSpan(fctx, fspan)
+		wctx = trace.ContextWithSpan(wctx, fspan)
 	}
-	e.goLocked(func(context.Context) {
-		defer stop()
-		err := e.transport.Forward(fctx, dispatcher, d)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		endSpan(fspan, forwardResult(err, j.host != ""), codeOr(err, ""))
-		if f.waited {
-			f.err = err
-			close(f.done)
-			return
-		}
-		e.forwardVerdictLocked(j, dispatcher, d.Gen, err)
-	})
 	e.mu.Unlock()
 
-	t := time.NewTimer(e.cfg.ForwardWait)
-	defer t.Stop()
-	select {
-	case <-f.done:
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	ferr := e.transport.Forward(wctx, dispatcher, d)
+	// No verdict: the wait ended first (ForwardWait, the caller gone, the
+	// job ended), and the error only says so.
+	late := ferr != nil && wctx.Err() != nil &&
+		(errors.Is(ferr, context.DeadlineExceeded) || errors.Is(ferr, context.Canceled))
+	stop()
+
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	select {
-	case <-f.done:
-	default:
-		f.waited = false
+	if late {
 		if err := ctx.Err(); err != nil && !j.state.Terminal() {
 			// The caller left before the job was accepted: nobody will
-			// read it. Its cancel follows the forward on its delivery stream. The
-			// caller gets an error, so OnEnd is not called.
+			// read it. Its cancel follows the forward on its delivery
+			// stream, if it went. The caller gets an error, so OnEnd is
+			// not called.
+			endSpan(fspan, forwardResult(ferr, j.host != ""), codeOr(ferr, ""))
 			j.onEnd = nil
 			e.finishLocked(j, CodeCancelled, "the client went away before the job was accepted", nil)
 			return nil, false, err
 		}
-		// Accepted: the forward's verdict is applied when it comes.
+		if j.state.Terminal() || j.gen != d.Gen {
+			// Something answered for the job meanwhile: it stands.
+			endSpan(fspan, forwardResult(ferr, j.host != ""), codeOr(ferr, ""))
+			return j, false, nil
+		}
+		// Accepted: the forward goes on, and its verdict is applied when
+		// it comes.
+		e.forwardOnLocked(j, dispatcher, d, fspan, start)
 		return j, false, nil
 	}
-	ferr := f.err
+	endSpan(fspan, forwardResult(ferr, j.host != ""), codeOr(ferr, ""))
 	if ferr == nil || j.state.Terminal() || j.gen != d.Gen {
 		// Taken, or something answered for the job after all: it stands.
 		return j, false, nil
@@ -308,13 +311,38 @@ func (e *Engine) forwardNew(ctx context.Context, j *Job, dispatcher string, d De
 	return j, false, nil
 }
 
-// pendingForward is a new job's forward as Submit waits for it, guarded by
-// Engine.mu: while waited, its verdict goes to Submit (err, then done
-// closes); after, the forward applies it itself.
-type pendingForward struct {
-	done   chan struct{}
-	err    error
-	waited bool
+// forwardUntil is when a forward of j that began at start gives up: after
+// DispatcherWait, or at the job's deadline if that comes first.
+func (e *Engine) forwardUntil(j *Job, start time.Time) time.Time {
+	until := start.Add(e.cfg.DispatcherWait)
+	if j.deadline.Before(until) {
+		until = j.deadline
+	}
+	return until
+}
+
+// forwardOnLocked goes on with a new job's forward that got no verdict
+// within ForwardWait (forwardNew began it at start), in the background,
+// and applies its verdict when it comes. fspan is the forward's span,
+// ended then.
+func (e *Engine) forwardOnLocked(j *Job, dispatcher string, d Delivery, fspan trace.Span, start time.Time) {
+	if e.closed {
+		endSpan(fspan, "no verdict", "")
+		return
+	}
+	fctx, stop := context.WithDeadline(e.bgCtx, e.forwardUntil(j, start))
+	j.stopForward = stop
+	if fspan != nil {
+		fctx = trace.ContextWithSpan(fctx, fspan)
+	}
+	e.goLocked(func(context.Context) {
+		defer stop()
+		err := e.transport.Forward(fctx, dispatcher, d)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		endSpan(fspan, forwardResult(err, j.host != ""), codeOr(err, ""))
+		e.forwardVerdictLocked(j, dispatcher, d.Gen, err)
+	})
 }
 
 // startLocked makes a new job live: indexed, counted, its first event
@@ -325,8 +353,8 @@ func (e *Engine) startLocked(j *Job) {
 		e.idem[j.idemKey] = j.ID
 	}
 	e.active++
-	j.History.Append(EventAccepted, 0, mustJSON(map[string]any{
-		"queue": j.Queue, "ttl_ms": j.Limits.TTL.Milliseconds(), "trace_id": j.trace.TraceID().String(),
+	j.History.Append(EventAccepted, 0, mustJSON(acceptedData{
+		Queue: j.Queue, TraceID: j.trace.TraceID().String(), TTLMs: j.Limits.TTL.Milliseconds(),
 	}))
 	j.timer = time.AfterFunc(j.Limits.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
 }
@@ -638,14 +666,13 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	} else {
 		e.endAttemptLocked(j, string(code), now)
 	}
-	if code == "" {
-		payload := map[string]any{"outcome": outcome}
-		if result != nil {
-			payload["result"] = result
-		}
-		j.History.Append(EventDone, j.gen, mustJSON(payload))
-	} else {
-		j.History.Append(EventError, j.gen, mustJSON(map[string]any{"outcome": outcome, "code": code, "detail": detail}))
+	switch {
+	case code != "":
+		j.History.Append(EventError, j.gen, mustJSON(errorData{Code: code, Detail: detail, Outcome: outcome}))
+	case result != nil:
+		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome, Result: result}))
+	default:
+		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome}))
 	}
 	if j.onEnd != nil {
 		j.onEnd()

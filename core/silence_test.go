@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -407,5 +408,41 @@ func TestAwaitingJobsLeaveReturnedFirstThenByTTL(t *testing.T) {
 	want := []string{held.ID, posted[0].ID, posted[1].ID, posted[2].ID, posted[3].ID}
 	if !slices.Equal(got, want) {
 		t.Fatalf("n3 ran %q, want the returned job first, then the posted ones oldest first: %q", got, want)
+	}
+}
+
+type callerKey struct{}
+
+// A new job's first forward is made under its Submit caller's context
+// (on its goroutine, bounded by ForwardWait): what the caller's context
+// carries reaches it, and a caller that leaves ends it. One that got no
+// verdict in time goes on from the background, under the engine's.
+func TestFirstForwardUnderCallersContext(t *testing.T) {
+	net, n1, n2 := twoNodes(t)
+	n2.worker("q", "a", 1)
+	var (
+		mu   sync.Mutex
+		seen []any
+	)
+	net.mu.Lock()
+	net.onForward = func(ctx context.Context, node string) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, ctx.Value(callerKey{}))
+	}
+	net.mu.Unlock()
+	ctx := context.WithValue(context.Background(), callerKey{}, "caller")
+	// Submit returns once the verdict is in: the forward was made by then.
+	j, _, err := n1.e.Submit(ctx, "q", env(clusterTTL), core.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := n1.view(j.ID); v.State.Terminal() {
+		t.Fatalf("job %s", v.State)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "caller" {
+		t.Fatalf("forwards saw %v of the caller's context, want one forward that saw it", seen)
 	}
 }

@@ -24,7 +24,9 @@ type Transport interface {
 	// Forward hands a job to the dispatcher on node and waits for its
 	// verdict: nil once the dispatcher holds it, or the *Error it refused
 	// it with. Retrying a Forward with the same (job, generation) never
-	// creates a second job.
+	// creates a second job. Once ctx ends without a verdict, it returns
+	// soon, with an error that wraps ctx's (Submit waits on its caller's
+	// goroutine for a verdict only so long).
 	//
 	// A Forward that wraps ErrNodeReplaced was meant for an incarnation
 	// of node that is dead now (replaced by a new one, or come back from

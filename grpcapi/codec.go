@@ -16,10 +16,11 @@ import (
 
 // codec is the public gRPC server's codec (grpc.ForceServerCodecV2): gRPC's
 // proto codec, but for the job events a stream's writer sends (wireEvent),
-// which it encodes itself, and the messages a worker session reads, which
-// it decodes with their generated vtproto code (pbcodec) and checks for
-// UTF-8 field by field, as proto's decoder would have (workerMessageUTF8).
-// The bytes are proto's; the clients' codec is unchanged.
+// which it encodes itself, and a worker session's messages both ways, which
+// it encodes and decodes with their generated vtproto code (pbcodec),
+// checking their strings for UTF-8 field by field as proto's encoder and
+// decoder would have (nodeMessageUTF8, workerMessageUTF8). The bytes are
+// proto's; the clients' codec is unchanged.
 type codec struct {
 	proto encoding.CodecV2
 	vt    pbcodec.Codec
@@ -29,10 +30,56 @@ func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name)
 
 // Marshal encodes v.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if w, ok := v.(*wireEvent); ok {
-		return w.marshal()
+	switch m := v.(type) {
+	case *wireEvent:
+		return m.marshal()
+	case *pb.NodeMessage:
+		if err := nodeMessageUTF8(m); err != nil {
+			return nil, err
+		}
+		return c.vt.Marshal(m)
 	}
 	return c.proto.Marshal(v)
+}
+
+// nodeMessageUTF8 fails as proto's encoder does when a string in m is not
+// UTF-8. What a session sends for every job (the offer, its credit) is
+// checked field by field, the rest by reflection (pbcodec.CheckUTF8: they
+// come once a session, or once a cancelled job). Every string is checked,
+// whoever validated it before: a check of a short string costs a few ns,
+// and the proof that nothing upstream lets invalid UTF-8 through would
+// have to hold for every path that fills an offer, now and later.
+// TestNodeMessageUTF8Covers walks NodeMessage's descriptor and fails for a
+// string this misses.
+func nodeMessageUTF8(m *pb.NodeMessage) error {
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.NodeMessage_Heartbeat:
+		return nil
+	case *pb.NodeMessage_Job:
+		j := x.Job
+		strs := [...]string{j.GetJobId(), j.GetQueue(), j.GetTraceparent(), j.GetTracestate(), j.GetAffinityKey(),
+			j.GetOutputCredit().GetJobId()}
+		for _, s := range strs {
+			if !utf8.ValidString(s) {
+				return errInvalidUTF8
+			}
+		}
+		for _, s := range j.GetCapabilities() {
+			if !utf8.ValidString(s) {
+				return errInvalidUTF8
+			}
+		}
+		return nil
+	case *pb.NodeMessage_OutputCredit:
+		if !utf8.ValidString(x.OutputCredit.GetJobId()) {
+			return errInvalidUTF8
+		}
+		return nil
+	}
+	if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
+		return fmt.Errorf("%w: %w", errInvalidUTF8, err)
+	}
+	return nil
 }
 
 // Unmarshal decodes data into v.

@@ -282,3 +282,60 @@ func TestWorkerMessageUTF8Covers(t *testing.T) {
 		}
 	}
 }
+
+// The server's codec refuses to encode a NodeMessage with a string that is
+// not UTF-8, as proto's encoder does, and encodes the same message with
+// valid UTF-8 to proto's bytes: every place a string can sit in a
+// NodeMessage (found by walking its descriptor) is tried.
+func TestNodeMessageUTF8Covers(t *testing.T) {
+	c := newCodec()
+	md := (&pb.NodeMessage{}).ProtoReflect().Descriptor()
+	paths := pbtest.StringPaths(md, "")
+	if len(paths) < 8 {
+		t.Fatalf("only %d string places found in NodeMessage: the walk is broken", len(paths))
+	}
+	for path, set := range paths {
+		good := &pb.NodeMessage{}
+		set(good.ProtoReflect(), "ok ✓")
+		want, err := proto.Marshal(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Marshal(good)
+		if err != nil {
+			t.Errorf("%s: valid UTF-8 refused: %v", path, err)
+		} else if !bytes.Equal(got.Materialize(), want) {
+			t.Errorf("%s: encoded %x, proto's %x", path, got.Materialize(), want)
+		}
+		bad := &pb.NodeMessage{}
+		set(bad.ProtoReflect(), "bad \xff")
+		if _, err := proto.Marshal(bad); err == nil {
+			t.Fatalf("%s: proto encoded invalid UTF-8: the test sets the wrong thing", path)
+		}
+		if _, err := c.Marshal(bad); err == nil {
+			t.Errorf("%s: invalid UTF-8 encoded: add it to nodeMessageUTF8", path)
+		}
+	}
+}
+
+// A job offer as a session sends it is encoded to proto's bytes.
+func TestNodeMessageJobMatchesProto(t *testing.T) {
+	m := &pb.NodeMessage{Msg: &pb.NodeMessage_Job{Job: &pb.Job{
+		JobId: "j_1", Generation: 3, Queue: "demo", Input: []byte(`"hi"`), Options: []byte(`{"a":1}`),
+		Capabilities: []string{"model=demo", "gpu=é"}, TtlMs: 30000, MaxOutputBytes: 1 << 20,
+		OutputCredit: &pb.OutputCredit{Events: 16, Bytes: 1 << 16},
+		Traceparent:  "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Tracestate: "a=b",
+		AffinityKey: "k", Priority: -2,
+	}}}
+	want, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newCodec().Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Materialize(), want) {
+		t.Fatalf("encoded %x, proto's %x", got.Materialize(), want)
+	}
+}

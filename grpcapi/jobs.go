@@ -148,11 +148,12 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	if err != nil || existing {
 		release()
 	}
-	var elsewhere *core.JobElsewhere
-	if errors.As(err, &elsewhere) {
-		return s.relaySubmit(gs, req, elsewhere)
-	}
 	if err != nil {
+		// Declared here: errors.As moves it to the heap (as in httpapi).
+		var elsewhere *core.JobElsewhere
+		if errors.As(err, &elsewhere) {
+			return s.relaySubmit(gs, req, elsewhere)
+		}
 		return s.fail("Submit", err)
 	}
 	// A retried Submit that matched an idempotency key must not take

@@ -179,12 +179,14 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if err != nil || existing {
 		release()
 	}
-	var elsewhere *core.JobElsewhere
-	if errors.As(err, &elsewhere) {
-		s.relaySubmit(w, r, elsewhere, body)
-		return
-	}
 	if err != nil {
+		// Declared here, not above: errors.As takes its address, which
+		// moves it to the heap, and a job submitted is the usual case.
+		var elsewhere *core.JobElsewhere
+		if errors.As(err, &elsewhere) {
+			s.relaySubmit(w, r, elsewhere, body)
+			return
+		}
 		s.writeError(w, r, err)
 		return
 	}

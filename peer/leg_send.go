@@ -237,11 +237,12 @@ func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expec
 // the in-flight bound allow, until the leg ends.
 func (l *responseLeg) run() {
 	defer l.r.wg.Done()
+	// One timer per leg: an Expect'ed leg's open delay first, then its TTL.
 	ttl := time.NewTimer(time.Until(l.deadline))
 	defer ttl.Stop()
 	if l.expected {
 		l.expected = false
-		if !l.awaitFirstReply(ttl.C) {
+		if !l.awaitFirstReply(ttl) {
 			l.end(legEndTTL)
 			return
 		}
@@ -260,19 +261,22 @@ func (l *responseLeg) run() {
 
 // awaitFirstReply holds a leg that Expect opened back for up to openDelay
 // (a quarter of the heartbeat at most), so that its open goes out with
-// the job's first reply: false when the job's TTL passed meanwhile.
-func (l *responseLeg) awaitFirstReply(ttl <-chan time.Time) bool {
-	t := time.NewTimer(min(openDelay, l.r.cfg.Heartbeat/4))
-	defer t.Stop()
+// the job's first reply: false when the job's TTL passed meanwhile. It
+// borrows the leg's TTL timer for the delay (the earlier of the two), and
+// leaves it set to the TTL.
+func (l *responseLeg) awaitFirstReply(ttl *time.Timer) bool {
+	ttl.Reset(min(openDelay, l.r.cfg.Heartbeat/4, time.Until(l.deadline)))
 	select {
 	case <-l.wake:
 		// The loop sends what was queued without waiting for another wake.
-	case <-t.C:
+	case <-ttl.C:
+		if !time.Now().Before(l.deadline) {
+			return false
+		}
 	case <-l.r.ctx.Done():
 	case <-l.stop:
-	case <-ttl:
-		return false
 	}
+	ttl.Reset(time.Until(l.deadline))
 	return true
 }
 

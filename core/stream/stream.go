@@ -171,9 +171,13 @@ type writer struct {
 	// it is written or filtered out.
 	written  atomic.Uint64
 	overflow overflow
-	// heartbeat and idle restart with every flushed batch of events;
-	// maxDuration runs from the start whatever happens.
-	heartbeat, idle, maxDuration *time.Timer
+	// The stream's clocks: a heartbeat is due at hbDue and the stream is
+	// idle at idleDue, both moved by every flushed batch of events (a
+	// heartbeat moves hbDue alone), and it ends at maxDue, whatever
+	// happens. One timer, clock, fires at the earliest of the three: a
+	// stream pays one timer and one reset per batch, not three and two.
+	clock                  *time.Timer
+	hbDue, idleDue, maxDue time.Time
 	// outputFlushed: an output appended after the stream opened was
 	// written (see writeBatch).
 	outputFlushed bool
@@ -181,26 +185,44 @@ type writer struct {
 
 func newWriter(req Request, sink Sink) *writer {
 	p := req.Policy
+	now := time.Now()
 	w := &writer{
 		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token,
 		sent: req.Sent, reported: req.After, p: p, sink: sink,
-		res:         Result{LastSeq: req.After},
-		start:       time.Now(),
-		cursor:      req.After,
-		base:        max(req.Job.History.Head(), req.After),
-		overflow:    overflow{abortc: make(chan struct{})},
-		heartbeat:   time.NewTimer(p.Heartbeat),
-		idle:        time.NewTimer(p.Idle),
-		maxDuration: time.NewTimer(p.MaxDuration),
+		res:      Result{LastSeq: req.After},
+		start:    now,
+		cursor:   req.After,
+		base:     max(req.Job.History.Head(), req.After),
+		overflow: overflow{abortc: make(chan struct{})},
+		hbDue:    now.Add(p.Heartbeat),
+		idleDue:  now.Add(p.Idle),
+		maxDue:   now.Add(p.MaxDuration),
 	}
+	w.clock = time.NewTimer(w.nextDue().Sub(now))
 	w.written.Store(req.After)
 	return w
 }
 
-func (w *writer) stopClocks() {
-	w.heartbeat.Stop()
-	w.idle.Stop()
-	w.maxDuration.Stop()
+func (w *writer) stopClocks() { w.clock.Stop() }
+
+// nextDue is the earliest of the stream's clocks.
+func (w *writer) nextDue() time.Time {
+	next := w.hbDue
+	if w.idleDue.Before(next) {
+		next = w.idleDue
+	}
+	if w.maxDue.Before(next) {
+		next = w.maxDue
+	}
+	return next
+}
+
+// rewind moves the heartbeat and idle clocks to now, after a flushed
+// batch of events.
+func (w *writer) rewind() {
+	now := time.Now()
+	w.hbDue, w.idleDue = now.Add(w.p.Heartbeat), now.Add(w.p.Idle)
+	resetTimer(w.clock, w.nextDue().Sub(now))
 }
 
 // run writes the stream until it is over; w.res then says how it went.
@@ -353,8 +375,7 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 	if !w.flush() {
 		return w.failed()
 	}
-	resetTimer(w.heartbeat, w.p.Heartbeat)
-	resetTimer(w.idle, w.p.Idle)
+	w.rewind()
 	return false
 }
 
@@ -367,26 +388,38 @@ func (w *writer) wait(ctx context.Context, grown <-chan struct{}) (over bool) {
 	case <-w.overflow.abortc:
 		e, b, _ := w.overflow.get()
 		return w.slow(e, b)
-	case <-w.heartbeat.C:
-		w.setDeadline()
-		if w.sink.Heartbeat() != nil || !w.flush() {
-			return w.failed()
-		}
-		w.heartbeat.Reset(w.p.Heartbeat)
-		return false
-	case <-w.idle.C:
-		return w.end(EndIdle, Terminated, map[string]any{
-			"reason": "idle", "resume_after_seq": w.cursor,
-			"detail": "no event for the idle timeout; reconnect with Last-Event-ID to continue",
-		})
-	case <-w.maxDuration.C:
+	case <-w.clock.C:
+		return w.clockFired()
+	case <-ctx.Done():
+		return w.end(EndClientGone, "", nil)
+	}
+}
+
+// clockFired acts on the clocks that are due: the maximum duration first,
+// then idleness, then a heartbeat, which keeps the stream open.
+func (w *writer) clockFired() (over bool) {
+	now := time.Now()
+	switch {
+	case !now.Before(w.maxDue):
 		return w.end(EndMaxDuration, Terminated, map[string]any{
 			"reason": "max_duration", "resume_after_seq": w.cursor,
 			"detail": "the stream reached its maximum duration; reconnect with Last-Event-ID to continue",
 		})
-	case <-ctx.Done():
-		return w.end(EndClientGone, "", nil)
+	case !now.Before(w.idleDue):
+		return w.end(EndIdle, Terminated, map[string]any{
+			"reason": "idle", "resume_after_seq": w.cursor,
+			"detail": "no event for the idle timeout; reconnect with Last-Event-ID to continue",
+		})
+	case !now.Before(w.hbDue):
+		w.setDeadline()
+		if w.sink.Heartbeat() != nil || !w.flush() {
+			return w.failed()
+		}
+		w.hbDue = now.Add(w.p.Heartbeat)
 	}
+	// The timer fired, so it needs no Stop before its Reset.
+	w.clock.Reset(w.nextDue().Sub(now))
+	return false
 }
 
 // setDeadline bounds the next write by the setup clock until the first
