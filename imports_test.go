@@ -112,7 +112,7 @@ var importRules = map[string]importRule{
 	// The gRPC codec that runs our messages through their generated
 	// vtproto code (the peer connections, the worker sessions), and the
 	// UTF-8 check proto's decoder would have made.
-	"internal/pbcodec": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK}},
+	"internal/pbcodec": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK}},
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},

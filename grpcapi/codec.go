@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"errors"
-	"fmt"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/encoding"
@@ -19,7 +18,7 @@ import (
 // which it encodes itself, and a worker session's messages both ways, which
 // it encodes and decodes with their generated vtproto code (pbcodec),
 // checking their strings for UTF-8 field by field as proto's encoder and
-// decoder would have (nodeMessageUTF8, workerMessageUTF8). The bytes are
+// decoder would have (pbcodec.NodeMessageUTF8, WorkerMessageUTF8). The bytes are
 // proto's; the clients' codec is unchanged.
 type codec struct {
 	proto encoding.CodecV2
@@ -34,52 +33,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	case *wireEvent:
 		return m.marshal()
 	case *pb.NodeMessage:
-		if err := nodeMessageUTF8(m); err != nil {
+		if err := pbcodec.NodeMessageUTF8(m); err != nil {
 			return nil, err
 		}
 		return c.vt.Marshal(m)
 	}
 	return c.proto.Marshal(v)
-}
-
-// nodeMessageUTF8 fails as proto's encoder does when a string in m is not
-// UTF-8. What a session sends for every job (the offer, its credit) is
-// checked field by field, the rest by reflection (pbcodec.CheckUTF8: they
-// come once a session, or once a cancelled job). Every string is checked,
-// whoever validated it before: a check of a short string costs a few ns,
-// and the proof that nothing upstream lets invalid UTF-8 through would
-// have to hold for every path that fills an offer, now and later.
-// TestNodeMessageUTF8Covers walks NodeMessage's descriptor and fails for a
-// string this misses.
-func nodeMessageUTF8(m *pb.NodeMessage) error {
-	switch x := m.GetMsg().(type) {
-	case nil, *pb.NodeMessage_Heartbeat:
-		return nil
-	case *pb.NodeMessage_Job:
-		j := x.Job
-		strs := [...]string{j.GetJobId(), j.GetQueue(), j.GetTraceparent(), j.GetTracestate(), j.GetAffinityKey(),
-			j.GetOutputCredit().GetJobId()}
-		for _, s := range strs {
-			if !utf8.ValidString(s) {
-				return errInvalidUTF8
-			}
-		}
-		for _, s := range j.GetCapabilities() {
-			if !utf8.ValidString(s) {
-				return errInvalidUTF8
-			}
-		}
-		return nil
-	case *pb.NodeMessage_OutputCredit:
-		if !utf8.ValidString(x.OutputCredit.GetJobId()) {
-			return errInvalidUTF8
-		}
-		return nil
-	}
-	if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
-		return fmt.Errorf("%w: %w", errInvalidUTF8, err)
-	}
-	return nil
 }
 
 // Unmarshal decodes data into v.
@@ -91,41 +50,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.vt.Unmarshal(data, m); err != nil {
 		return err
 	}
-	return workerMessageUTF8(m)
-}
-
-// workerMessageUTF8 fails as proto's decoder does when a string in m is
-// not UTF-8. The messages a worker sends for every job (accept, outputs,
-// the end) are checked field by field, the rare ones by reflection
-// (pbcodec.CheckUTF8, about 2 µs a message); TestWorkerMessageUTF8Covers
-// walks WorkerMessage's descriptor and fails for a string this misses.
-func workerMessageUTF8(m *pb.WorkerMessage) error {
-	var strs [3]string
-	switch x := m.GetMsg().(type) {
-	case nil, *pb.WorkerMessage_Heartbeat:
-		return nil
-	case *pb.WorkerMessage_Output:
-		strs[0] = x.Output.GetJobId()
-	case *pb.WorkerMessage_Accept:
-		strs[0] = x.Accept.GetJobId()
-	case *pb.WorkerMessage_Complete:
-		strs[0] = x.Complete.GetJobId()
-	case *pb.WorkerMessage_Reject:
-		strs[0], strs[1] = x.Reject.GetJobId(), x.Reject.GetReason()
-	case *pb.WorkerMessage_Fail:
-		strs[0], strs[1], strs[2] = x.Fail.GetJobId(), x.Fail.GetCode(), x.Fail.GetMessage()
-	default:
-		if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
-			return fmt.Errorf("%w: %w", errInvalidUTF8, err)
-		}
-		return nil
-	}
-	for _, s := range strs {
-		if !utf8.ValidString(s) {
-			return errInvalidUTF8
-		}
-	}
-	return nil
+	return pbcodec.WorkerMessageUTF8(m)
 }
 
 // Name is proto's: the content subtype is unchanged.

@@ -1,10 +1,6 @@
 package worker
 
 import (
-	"errors"
-	"fmt"
-	"unicode/utf8"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -144,44 +140,10 @@ func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.vt.Unmarshal(data, m); err != nil {
 		return err
 	}
-	return nodeMessageUTF8(m)
+	return pbcodec.NodeMessageUTF8(m)
 }
 
 func (c frameCodec) Name() string { return c.proto.Name() }
-
-var errInvalidUTF8 = errors.New("worker: string field of a node message contains invalid UTF-8")
-
-// nodeMessageUTF8 fails when a string in m is not UTF-8. The messages a
-// node sends for every job (the offer, credit, a cancel) are checked
-// field by field, the rare ones by reflection (pbcodec.CheckUTF8, a few
-// µs); TestNodeMessageUTF8Covers walks NodeMessage's descriptor and fails
-// for a string this misses.
-func nodeMessageUTF8(m *pb.NodeMessage) error {
-	ok := true
-	switch x := m.GetMsg().(type) {
-	case nil, *pb.NodeMessage_Heartbeat:
-	case *pb.NodeMessage_Job:
-		j := x.Job
-		ok = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
-			utf8.ValidString(j.GetTraceparent()) && utf8.ValidString(j.GetTracestate()) &&
-			utf8.ValidString(j.GetAffinityKey()) && utf8.ValidString(j.GetOutputCredit().GetJobId())
-		for _, c := range j.GetCapabilities() {
-			ok = ok && utf8.ValidString(c)
-		}
-	case *pb.NodeMessage_OutputCredit:
-		ok = utf8.ValidString(x.OutputCredit.GetJobId())
-	case *pb.NodeMessage_Cancel:
-		ok = utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason())
-	default:
-		if err := pbcodec.CheckUTF8(m.ProtoReflect()); err != nil {
-			return fmt.Errorf("%w: %w", errInvalidUTF8, err)
-		}
-	}
-	if !ok {
-		return errInvalidUTF8
-	}
-	return nil
-}
 
 // withFrames is the call option that makes a stream send frames.
 func withFrames() grpc.CallOption { return grpc.ForceCodecV2(withFramesCodec()) }
