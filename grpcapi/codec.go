@@ -16,10 +16,9 @@ import (
 // codec is the public gRPC server's codec (grpc.ForceServerCodecV2): gRPC's
 // proto codec, but for the job events a stream's writer sends (wireEvent),
 // which it encodes itself, and a worker session's messages both ways, which
-// it encodes and decodes with their generated vtproto code (pbcodec),
-// checking their strings for UTF-8 field by field as proto's encoder and
-// decoder would have (pbcodec.NodeMessageUTF8, WorkerMessageUTF8). The bytes are
-// proto's; the clients' codec is unchanged.
+// pbcodec encodes and decodes with their generated vtproto code, refusing
+// invalid UTF-8 as proto's codec would. The bytes are proto's; the
+// clients' codec is unchanged.
 type codec struct {
 	proto encoding.CodecV2
 	vt    pbcodec.Codec
@@ -33,9 +32,6 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	case *wireEvent:
 		return m.marshal()
 	case *pb.NodeMessage:
-		if err := pbcodec.NodeMessageUTF8(m); err != nil {
-			return nil, err
-		}
 		return c.vt.Marshal(m)
 	}
 	return c.proto.Marshal(v)
@@ -43,14 +39,10 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal decodes data into v.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*pb.WorkerMessage)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
+	if _, ok := v.(*pb.WorkerMessage); ok {
+		return c.vt.Unmarshal(data, v)
 	}
-	if err := c.vt.Unmarshal(data, m); err != nil {
-		return err
-	}
-	return pbcodec.WorkerMessageUTF8(m)
+	return c.proto.Unmarshal(data, v)
 }
 
 // Name is proto's: the content subtype is unchanged.

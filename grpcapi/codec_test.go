@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
-	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -224,28 +223,6 @@ func TestWireEventChunksReturnToThePool(t *testing.T) {
 	w.release()
 	if n := pool.outstanding(); n != 0 {
 		t.Errorf("%d buffers never returned to the pool", n)
-	}
-}
-
-// A worker session's messages decode as proto decodes them: for every
-// WorkerMessage case, with every field set, the same message.
-func TestWorkerMessageDecodesAsProto(t *testing.T) {
-	c := newCodec()
-	md := (&pb.WorkerMessage{}).ProtoReflect().Descriptor()
-	for variant := range pbtest.Variants(md) {
-		m := &pb.WorkerMessage{}
-		pbtest.Fill(m.ProtoReflect(), variant, 0)
-		b, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
-		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
-			t.Fatalf("variant %d (%T): %v", variant, m.GetMsg(), err)
-		}
-		if !proto.Equal(got, m) {
-			t.Fatalf("variant %d: decoded\n%v\nwant\n%v", variant, got, m)
-		}
 	}
 }
 

@@ -126,21 +126,17 @@ func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.proto.Marshal(v)
 }
 
-// Unmarshal decodes a NodeMessage and refuses it, as proto's decoder
-// would, when a string in it is not UTF-8: the stream then ends with an
-// error and the session reconnects, as it did with proto's codec. The
-// SDK trusts its node, but a handler is promised what proto promises
-// (Job's strings are valid UTF-8), and the check costs little next to the
-// decoding it replaces.
+// Unmarshal decodes a NodeMessage with pbcodec, which refuses it, as
+// proto's decoder would, when a string in it is not UTF-8: the stream then
+// ends with an error and the session reconnects, as it did with proto's
+// codec. The SDK trusts its node, but a handler is promised what proto
+// promises (Job's strings are valid UTF-8), and the check costs little
+// next to the decoding it stands beside.
 func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*pb.NodeMessage)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
+	if _, ok := v.(*pb.NodeMessage); ok {
+		return c.vt.Unmarshal(data, v)
 	}
-	if err := c.vt.Unmarshal(data, m); err != nil {
-		return err
-	}
-	return pbcodec.NodeMessageUTF8(m)
+	return c.proto.Unmarshal(data, v)
 }
 
 func (c frameCodec) Name() string { return c.proto.Name() }

@@ -4,10 +4,12 @@
 // bytes and the content subtype are proto's, so either end may use it
 // alone.
 //
-// vtproto's decoder does not check that strings are UTF-8, where proto's
-// refuses the message: a codec user either trusts what it reads (the peer
-// connections: every node checks what it queues for a peer) or checks
-// the strings itself (CheckUTF8, or field by field where that is hot).
+// vtproto's code does not check that strings are UTF-8, where proto
+// refuses such a message both ways. The codec checks a worker session's
+// two message types both ways (sessions.go), since a worker or its node
+// may send anything; the peer connections' messages it does not, since
+// every node checks what it queues for a peer and only authenticated
+// nodes reach the codec. CheckUTF8 walks any message by reflection.
 package pbcodec
 
 import (
@@ -40,6 +42,9 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return c.proto.Marshal(v)
 	}
+	if err := sessionUTF8(v); err != nil {
+		return nil, err
+	}
 	size := m.SizeVT()
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		buf := make([]byte, size)
@@ -68,7 +73,10 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	m.Reset()
-	return m.UnmarshalVT(buf.ReadOnlyData())
+	if err := m.UnmarshalVT(buf.ReadOnlyData()); err != nil {
+		return err
+	}
+	return sessionUTF8(v)
 }
 
 // Name is proto's: the content subtype on the wire is unchanged.

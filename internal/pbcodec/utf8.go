@@ -1,10 +1,13 @@
 package pbcodec
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // CheckUTF8 fails when a string in m is not valid UTF-8, which proto3
@@ -54,6 +57,87 @@ func checkScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return CheckUTF8(v.Message())
+	}
+	return nil
+}
+
+// ErrInvalidUTF8 is the codec's error for a worker session's message
+// holding a string that is not valid UTF-8 (it wraps CheckUTF8's, which
+// names the field, where the check took that walk).
+var ErrInvalidUTF8 = errors.New("string field is not valid UTF-8")
+
+// sessionUTF8 fails with ErrInvalidUTF8, as proto would, when v is a
+// worker session's message (NodeMessage, WorkerMessage) holding a string
+// that is not UTF-8. The kinds a session carries for every job are
+// checked field by field: CheckUTF8's walk by reflection costs more than
+// the decoding it stands beside. The rare kinds take that walk.
+// TestSessionUTF8Covers tries every place a string can sit in
+// either type (found by walking the descriptors, so a field added later
+// is tried too).
+func sessionUTF8(v any) error {
+	switch m := v.(type) {
+	case *pb.NodeMessage:
+		return nodeMessageUTF8(m)
+	case *pb.WorkerMessage:
+		return workerMessageUTF8(m)
+	}
+	return nil
+}
+
+func nodeMessageUTF8(m *pb.NodeMessage) error {
+	ok := true
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.NodeMessage_Heartbeat:
+	case *pb.NodeMessage_Job:
+		j := x.Job
+		ok = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
+			utf8.ValidString(j.GetTraceparent()) && utf8.ValidString(j.GetTracestate()) &&
+			utf8.ValidString(j.GetAffinityKey()) && utf8.ValidString(j.GetOutputCredit().GetJobId())
+		for _, c := range j.GetCapabilities() {
+			ok = ok && utf8.ValidString(c)
+		}
+	case *pb.NodeMessage_OutputCredit:
+		ok = utf8.ValidString(x.OutputCredit.GetJobId())
+	case *pb.NodeMessage_Cancel:
+		ok = utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason())
+	default:
+		return reflected(m)
+	}
+	if !ok {
+		return ErrInvalidUTF8
+	}
+	return nil
+}
+
+func workerMessageUTF8(m *pb.WorkerMessage) error {
+	ok := true
+	switch x := m.GetMsg().(type) {
+	case nil, *pb.WorkerMessage_Heartbeat:
+	case *pb.WorkerMessage_Output:
+		ok = utf8.ValidString(x.Output.GetJobId())
+	case *pb.WorkerMessage_Accept:
+		ok = utf8.ValidString(x.Accept.GetJobId())
+	case *pb.WorkerMessage_Complete:
+		ok = utf8.ValidString(x.Complete.GetJobId())
+	case *pb.WorkerMessage_Reject:
+		ok = utf8.ValidString(x.Reject.GetJobId()) && utf8.ValidString(x.Reject.GetReason())
+	case *pb.WorkerMessage_Fail:
+		ok = utf8.ValidString(x.Fail.GetJobId()) && utf8.ValidString(x.Fail.GetCode()) &&
+			utf8.ValidString(x.Fail.GetMessage())
+	default:
+		return reflected(m)
+	}
+	if !ok {
+		return ErrInvalidUTF8
+	}
+	return nil
+}
+
+func reflected(m interface {
+	ProtoReflect() protoreflect.Message
+}) error {
+	if err := CheckUTF8(m.ProtoReflect()); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidUTF8, err)
 	}
 	return nil
 }
