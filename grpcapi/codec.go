@@ -4,8 +4,6 @@ import (
 	"errors"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/encoding"
-	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
@@ -13,40 +11,23 @@ import (
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
-// codec is the public gRPC server's codec (grpc.ForceServerCodecV2): gRPC's
-// proto codec, but for the job events a stream's writer sends (wireEvent),
-// which it encodes itself, and a worker session's messages both ways, which
-// pbcodec encodes and decodes with their generated vtproto code, refusing
-// invalid UTF-8 as proto's codec would. The bytes are proto's; the
-// clients' codec is unchanged.
-type codec struct {
-	proto encoding.CodecV2
-	vt    pbcodec.Codec
-}
+// codec is the public gRPC server's codec (grpc.ForceServerCodecV2): a
+// worker session's codec (pbcodec.SessionCodec: its messages through their
+// generated vtproto code, invalid UTF-8 refused as proto's codec would,
+// anything else through proto's codec), but for the job events a stream's
+// writer sends (wireEvent), which it encodes itself. The bytes are
+// proto's; the clients' codec is unchanged.
+type codec struct{ pbcodec.SessionCodec }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name), vt: pbcodec.New()} }
+func newCodec() codec { return codec{pbcodec.NewSession()} }
 
 // Marshal encodes v.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	switch m := v.(type) {
-	case *wireEvent:
-		return m.marshal()
-	case *pb.NodeMessage:
-		return c.vt.Marshal(m)
+	if e, ok := v.(*wireEvent); ok {
+		return e.marshal()
 	}
-	return c.proto.Marshal(v)
+	return c.SessionCodec.Marshal(v)
 }
-
-// Unmarshal decodes data into v.
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if _, ok := v.(*pb.WorkerMessage); ok {
-		return c.vt.Unmarshal(data, v)
-	}
-	return c.proto.Unmarshal(data, v)
-}
-
-// Name is proto's: the content subtype is unchanged.
-func (c codec) Name() string { return c.proto.Name() }
 
 // wireChunk is the size of the pooled buffers a stream's writer encodes its
 // events into (one of the default buffer pool's tiers).

@@ -2,8 +2,6 @@ package worker
 
 import (
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	protobuf "google.golang.org/protobuf/proto"
@@ -110,43 +108,27 @@ func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 }
 
 // frameCodec is the session stream's codec: a frame goes out as it is,
-// anything else (the Register) as protobuf by gRPC's own codec, and what
-// the node sends is decoded by its vtproto code (internal/pbcodec)
-// instead of proto's reflection. It answers to the name "proto", so the
-// wire is unchanged.
-type frameCodec struct {
-	proto encoding.CodecV2
-	vt    pbcodec.Codec
-}
+// anything else (the Register) and what the node sends through the
+// session codec of internal/pbcodec, their vtproto code instead of proto's
+// reflection. It answers to the name "proto", so the wire is unchanged.
+// It refuses a NodeMessage holding a string that is not UTF-8, as proto's
+// decoder would: the stream then ends with an error and the session
+// reconnects. The SDK trusts its node, but a handler is promised what
+// proto promises (Job's strings are valid UTF-8), and the check costs
+// little next to the decoding it stands beside.
+type frameCodec struct{ pbcodec.SessionCodec }
 
 func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*frame); ok {
 		return f.buf[:], nil
 	}
-	return c.proto.Marshal(v)
+	return c.SessionCodec.Marshal(v)
 }
-
-// Unmarshal decodes a NodeMessage with pbcodec, which refuses it, as
-// proto's decoder would, when a string in it is not UTF-8: the stream then
-// ends with an error and the session reconnects, as it did with proto's
-// codec. The SDK trusts its node, but a handler is promised what proto
-// promises (Job's strings are valid UTF-8), and the check costs little
-// next to the decoding it stands beside.
-func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if _, ok := v.(*pb.NodeMessage); ok {
-		return c.vt.Unmarshal(data, v)
-	}
-	return c.proto.Unmarshal(data, v)
-}
-
-func (c frameCodec) Name() string { return c.proto.Name() }
 
 // withFrames is the call option that makes a stream send frames.
 func withFrames() grpc.CallOption { return grpc.ForceCodecV2(withFramesCodec()) }
 
-func withFramesCodec() frameCodec {
-	return frameCodec{proto: encoding.GetCodecV2(proto.Name), vt: pbcodec.New()}
-}
+func withFramesCodec() frameCodec { return frameCodec{pbcodec.NewSession()} }
 
 // heartbeatFrame is a Heartbeat, encoded once.
 var heartbeatFrame = func() *frame {

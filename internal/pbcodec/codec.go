@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // Message is what protoc-gen-go-vtproto generates for each of our
@@ -81,3 +83,40 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name is proto's: the content subtype on the wire is unchanged.
 func (c Codec) Name() string { return c.proto.Name() }
+
+// SessionCodec is the codec of a worker session's stream, on the node's
+// end and the Go worker SDK's: a NodeMessage or a WorkerMessage goes
+// through Codec (its strings checked for UTF-8), anything else through
+// proto's codec, which checks every string where vtproto's code does not
+// (a JobService request on the same server, say).
+type SessionCodec struct{ c Codec }
+
+// NewSession returns the codec.
+func NewSession() SessionCodec { return SessionCodec{New()} }
+
+// Marshal encodes v.
+func (s SessionCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if isSession(v) {
+		return s.c.Marshal(v)
+	}
+	return s.c.proto.Marshal(v)
+}
+
+// Unmarshal decodes data into v, replacing what v held.
+func (s SessionCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if isSession(v) {
+		return s.c.Unmarshal(data, v)
+	}
+	return s.c.proto.Unmarshal(data, v)
+}
+
+// Name is proto's: the content subtype on the wire is unchanged.
+func (s SessionCodec) Name() string { return s.c.Name() }
+
+func isSession(v any) bool {
+	switch v.(type) {
+	case *pb.NodeMessage, *pb.WorkerMessage:
+		return true
+	}
+	return false
+}

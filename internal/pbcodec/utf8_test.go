@@ -64,3 +64,21 @@ func checkCovers(t *testing.T, newMsg func() proto.Message) {
 		}
 	}
 }
+
+// The session codec checks every message it decodes: a session's own
+// through the hand check, anything else (here a JobService request with
+// invalid UTF-8, which Codec, trusting its peers, takes) through proto's
+// codec, which refuses it.
+func TestSessionCodecChecksOtherMessages(t *testing.T) {
+	req := &pb.SubmitRequest{Queue: "bad \xff"}
+	raw := make([]byte, req.SizeVT())
+	if _, err := req.MarshalToSizedBufferVT(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := pbcodec.New().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &pb.SubmitRequest{}); err != nil {
+		t.Fatalf("Codec refused what it does not check: %v", err)
+	}
+	if err := pbcodec.NewSession().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &pb.SubmitRequest{}); err == nil {
+		t.Fatal("the session codec took a request with invalid UTF-8")
+	}
+}
