@@ -38,18 +38,11 @@ type BareShape struct {
 // It is the floor the Go worker SDK (package worker) is measured against
 // in BenchmarkProcesses: the same protocol on the wire, nothing else.
 func RunBareWorker(ctx context.Context, addr, queue string, concurrency int) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	st, stop, err := dialRaw(ctx, addr, &pb.WorkerService_ServiceDesc.Streams[0], pb.WorkerService_Connect_FullMethodName)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &pb.WorkerService_ServiceDesc.Streams[0], pb.WorkerService_Connect_FullMethodName,
-		grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		return err
-	}
+	defer stop()
 	var sendMu sync.Mutex
 	send := func(b []byte) error {
 		sendMu.Lock()
@@ -63,7 +56,7 @@ func RunBareWorker(ctx context.Context, addr, queue string, concurrency int) err
 	}
 	var hb sync.WaitGroup
 	defer hb.Wait()
-	defer cancel()
+	defer stop()
 	shapes := map[string]*bareAnswers{}
 	for {
 		m := new(pb.NodeMessage)
@@ -77,20 +70,7 @@ func RunBareWorker(ctx context.Context, addr, queue string, concurrency int) err
 				continue
 			}
 			beat := protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.BytesType), 0) // an empty Heartbeat
-			hb.Go(func() {
-				t := time.NewTicker(every)
-				defer t.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						if send(beat) != nil {
-							return
-						}
-					}
-				}
-			})
+			hb.Go(func() { heartbeat(st.Context(), every, func() error { return send(beat) }) })
 		case *pb.NodeMessage_Job:
 			j := x.Job
 			a := shapes[string(j.GetOptions())]
@@ -165,6 +145,42 @@ func appendMsg(b []byte, field protowire.Number, r jobRef) []byte {
 	b = protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), r.id)
 	b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), r.gen)
 	return append(b, r.tail...)
+}
+
+// dialRaw opens a stream of desc, calling method, at addr over a plaintext
+// connection of its own, with rawCodec. The stream ends when ctx ends or
+// stop is called; stop also closes the connection, and may be called again.
+func dialRaw(ctx context.Context, addr string, desc *grpc.StreamDesc, method string) (st grpc.ClientStream, stop func(), err error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop = func() {
+		cancel()
+		_ = conn.Close()
+	}
+	if st, err = conn.NewStream(ctx, desc, method, grpc.ForceCodec(rawCodec{})); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return st, stop, nil
+}
+
+// heartbeat calls send every interval until ctx ends or send fails.
+func heartbeat(ctx context.Context, every time.Duration, send func() error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if send() != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // rawMsg is a message already encoded: rawCodec sends it as it is.

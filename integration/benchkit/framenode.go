@@ -82,8 +82,13 @@ func (n *FrameNode) Addr() string { return n.ln.Addr().String() }
 
 // WaitWorker waits until a worker has attached.
 func (n *FrameNode) WaitWorker(ctx context.Context) error {
+	return waitClosed(ctx, n.attached)
+}
+
+// waitClosed waits until ch is closed (nil) or ctx ends (its error).
+func waitClosed(ctx context.Context, ch <-chan struct{}) error {
 	select {
-	case <-n.attached:
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

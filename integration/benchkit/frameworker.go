@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -23,17 +21,11 @@ import (
 // It is the floor the Go worker SDK is measured against in
 // BenchmarkProcesses: a worker end that does nothing but answer.
 func RunFrameWorker(ctx context.Context, node string) error {
-	conn, err := grpc.NewClient(node, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	st, stop, err := dialRaw(ctx, node, &frameDesc.Streams[1], frameAttach)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &frameDesc.Streams[1], frameAttach, grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		return err
-	}
+	defer stop()
 	// NewStream sends the stream's headers: the node sees the worker
 	// attached without a message from it.
 	answers := map[string][]encodedFrame{}

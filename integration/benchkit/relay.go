@@ -204,12 +204,7 @@ func (r *Relay) Target(mode, queue string) string {
 
 // WaitWorker waits until a worker has registered at B (a Relay that runs B).
 func (r *Relay) WaitWorker(ctx context.Context) error {
-	select {
-	case <-r.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitClosed(ctx, r.ready)
 }
 
 // Close stops everything the relay started; a connected worker's stream
@@ -596,21 +591,8 @@ func (s relayWorkerService) Connect(stream grpc.BidiStreamingServer[pb.WorkerMes
 	defer stop()
 	var hb sync.WaitGroup
 	defer hb.Wait()
-	hb.Go(func() {
-		t := time.NewTicker(r.hb)
-		defer t.Stop()
-		beat := &pb.NodeMessage{Msg: &pb.NodeMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if w.send(beat) != nil {
-					return
-				}
-			}
-		}
-	})
+	beat := &pb.NodeMessage{Msg: &pb.NodeMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
+	hb.Go(func() { heartbeat(ctx, r.hb, func() error { return w.send(beat) }) })
 	for {
 		m, err := stream.Recv()
 		if err != nil {
