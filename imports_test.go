@@ -65,10 +65,10 @@ var importRules = map[string]importRule{
 	// The engine's and the stream's metric declarations: Prometheus only.
 	"core/internal/metric": {neverDeps: noTransport, neverImports: []string{"net/http"}},
 	// The etcd catalog serves the engine; it knows no transport.
-	"catalog": {may: []string{"core", "internal/netaddr"}, neverDeps: []string{chiLib, sseLib}},
+	"catalog": {may: []string{"core", "internal/netaddr", "internal/chans"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
-	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbcodec"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
+	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
 		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec"},
@@ -116,6 +116,9 @@ var importRules = map[string]importRule{
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},
+	// What several packages ask of a channel alike (is a done signal
+	// closed): the standard library only.
+	"internal/chans": {},
 	// Test plumbing, imported by tests only: free loopback addresses, a
 	// TCP relay that counts what it carries and fails on demand.
 	"internal/tcptest": {},

@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/switchyard/switchyard/internal/chans"
 )
 
 // ErrLeaseLost is returned by writes once the node has treated its lease as
@@ -149,14 +151,7 @@ func (l *lease) deadline() time.Time {
 	return l.fenceAt
 }
 
-func (l *lease) isLost() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
-}
+func (l *lease) isLost() bool { return chans.Closed(l.lost) }
 
 // fence closes lost once and reports whether this call closed it.
 func (l *lease) fence() (first bool) {

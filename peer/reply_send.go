@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -43,14 +44,7 @@ func (st *respondCall) fail(err error) {
 	st.cancel(err)
 }
 
-func (st *respondCall) isDone() bool {
-	select {
-	case <-st.done:
-		return true
-	default:
-		return false
-	}
-}
+func (st *respondCall) isDone() bool { return chans.Closed(st.done) }
 
 // A replyStream is the one Respond stream this node holds to an ingress
 // node: every response leg to that node is multiplexed on it, each as its
