@@ -284,27 +284,34 @@ func askMembers(ctx context.Context, cfg Config, ms []clusterMember) ([]peerMemb
 
 // askMember is GET /members on m's peer port.
 func askMember(ctx context.Context, hc *http.Client, m clusterMember) ([]peerMember, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.scheme+"://"+m.host+"/members", nil)
+	status, body, err := peerGet(ctx, hc, m.scheme+"://"+m.host+"/members")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /members: %s", resp.Status)
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("GET /members: %d %s", status, http.StatusText(status))
 	}
 	var list []peerMember
 	if err := json.Unmarshal(body, &list); err != nil {
 		return nil, fmt.Errorf("GET /members: %w", err)
 	}
 	return list, nil
+}
+
+// peerGet is GET url on a member's peer port: the status and the first
+// MiB of the body, read to its end or that far.
+func peerGet(ctx context.Context, hc *http.Client, url string) (status int, body []byte, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, body, err
 }
 
 // withRemote runs f with a client of the started members of current:

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -187,17 +186,8 @@ func (c *Catalog) checkReachable(ms []core.Member, peerURL string) error {
 // peerAnswers reports whether the member at peerURL answers GET /version
 // on its peer port.
 func peerAnswers(ctx context.Context, hc *http.Client, peerURL string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(peerURL, "/")+"/version", nil)
-	if err != nil {
-		return false
-	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return false
-	}
-	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-	return res.StatusCode == http.StatusOK
+	status, _, err := peerGet(ctx, hc, strings.TrimRight(peerURL, "/")+"/version")
+	return err == nil && status == http.StatusOK
 }
 
 func toMember(m *etcdserverpb.Member) core.Member {
