@@ -141,21 +141,16 @@ func (c *Catalog) lockRecords(ctx context.Context, l *lease) ([][]byte, clientv3
 // rather than waits in Lock, which cannot be abandoned: writes are rare
 // next to the polling interval.
 func (c *Catalog) lockRotation(ctx context.Context) bool {
-	if c.rot.TryLock() {
-		return true
-	}
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for !c.rot.TryLock() {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
-			if c.rot.TryLock() {
-				return true
-			}
 		}
 	}
+	return true
 }
 
 // moveRecords rewrites keys, attached to lease from, under lease to, value
