@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -178,34 +179,16 @@ func (c Config) withDefaults() Config {
 		c.Metrics = NewMetrics(nil)
 	}
 	if c.embedded() {
-		if c.ClientAddr == "" {
-			c.ClientAddr = DefaultAddr
-		}
-		if c.PeerAddr == "" {
-			c.PeerAddr = DefaultAddr
-		}
-		if c.ClusterState == "" {
-			c.ClusterState = DefaultClusterState
-		}
-		if c.ClusterToken == "" {
-			c.ClusterToken = DefaultClusterToken
-		}
+		c.ClientAddr = cmp.Or(c.ClientAddr, DefaultAddr)
+		c.PeerAddr = cmp.Or(c.PeerAddr, DefaultAddr)
+		c.ClusterState = cmp.Or(c.ClusterState, DefaultClusterState)
+		c.ClusterToken = cmp.Or(c.ClusterToken, DefaultClusterToken)
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.FenceMargin == 0 {
-		c.FenceMargin = c.LeaseTTL / 3
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.FenceMargin = cmp.Or(c.FenceMargin, c.LeaseTTL/3)
+	c.DialTimeout = cmp.Or(c.DialTimeout, DefaultDialTimeout)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 
