@@ -75,62 +75,65 @@ var ErrInvalidUTF8 = errors.New("string field is not valid UTF-8")
 // either type (found by walking the descriptors, so a field added later
 // is tried too).
 func sessionUTF8(v any) error {
+	var valid, known bool
 	switch m := v.(type) {
 	case *pb.NodeMessage:
-		return nodeMessageUTF8(m)
+		valid, known = nodeMessageUTF8(m)
 	case *pb.WorkerMessage:
-		return workerMessageUTF8(m)
+		valid, known = workerMessageUTF8(m)
+	default:
+		return nil
+	}
+	switch {
+	case !known:
+		return reflected(v.(protoreflect.ProtoMessage))
+	case !valid:
+		return ErrInvalidUTF8
 	}
 	return nil
 }
 
-func nodeMessageUTF8(m *pb.NodeMessage) error {
-	ok := true
+// nodeMessageUTF8 reports whether m's strings are valid UTF-8 (valid),
+// when m is of a kind checked field by field (known).
+func nodeMessageUTF8(m *pb.NodeMessage) (valid, known bool) {
 	switch x := m.GetMsg().(type) {
 	case nil, *pb.NodeMessage_Heartbeat:
+		return true, true
 	case *pb.NodeMessage_Job:
 		j := x.Job
-		ok = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
+		valid = utf8.ValidString(j.GetJobId()) && utf8.ValidString(j.GetQueue()) &&
 			utf8.ValidString(j.GetTraceparent()) && utf8.ValidString(j.GetTracestate()) &&
 			utf8.ValidString(j.GetAffinityKey()) && utf8.ValidString(j.GetOutputCredit().GetJobId())
 		for _, c := range j.GetCapabilities() {
-			ok = ok && utf8.ValidString(c)
+			valid = valid && utf8.ValidString(c)
 		}
+		return valid, true
 	case *pb.NodeMessage_OutputCredit:
-		ok = utf8.ValidString(x.OutputCredit.GetJobId())
+		return utf8.ValidString(x.OutputCredit.GetJobId()), true
 	case *pb.NodeMessage_Cancel:
-		ok = utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason())
-	default:
-		return reflected(m)
+		return utf8.ValidString(x.Cancel.GetJobId()) && utf8.ValidString(x.Cancel.GetReason()), true
 	}
-	if !ok {
-		return ErrInvalidUTF8
-	}
-	return nil
+	return false, false
 }
 
-func workerMessageUTF8(m *pb.WorkerMessage) error {
-	ok := true
+// workerMessageUTF8 is nodeMessageUTF8 for a WorkerMessage.
+func workerMessageUTF8(m *pb.WorkerMessage) (valid, known bool) {
 	switch x := m.GetMsg().(type) {
 	case nil, *pb.WorkerMessage_Heartbeat:
+		return true, true
 	case *pb.WorkerMessage_Output:
-		ok = utf8.ValidString(x.Output.GetJobId())
+		return utf8.ValidString(x.Output.GetJobId()), true
 	case *pb.WorkerMessage_Accept:
-		ok = utf8.ValidString(x.Accept.GetJobId())
+		return utf8.ValidString(x.Accept.GetJobId()), true
 	case *pb.WorkerMessage_Complete:
-		ok = utf8.ValidString(x.Complete.GetJobId())
+		return utf8.ValidString(x.Complete.GetJobId()), true
 	case *pb.WorkerMessage_Reject:
-		ok = utf8.ValidString(x.Reject.GetJobId()) && utf8.ValidString(x.Reject.GetReason())
+		return utf8.ValidString(x.Reject.GetJobId()) && utf8.ValidString(x.Reject.GetReason()), true
 	case *pb.WorkerMessage_Fail:
-		ok = utf8.ValidString(x.Fail.GetJobId()) && utf8.ValidString(x.Fail.GetCode()) &&
-			utf8.ValidString(x.Fail.GetMessage())
-	default:
-		return reflected(m)
+		return utf8.ValidString(x.Fail.GetJobId()) && utf8.ValidString(x.Fail.GetCode()) &&
+			utf8.ValidString(x.Fail.GetMessage()), true
 	}
-	if !ok {
-		return ErrInvalidUTF8
-	}
-	return nil
+	return false, false
 }
 
 func reflected(m interface {
