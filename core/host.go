@@ -356,16 +356,22 @@ func (w *Worker) bindingLocked(kind, id string, gen uint64) *binding {
 	return b
 }
 
+// offeredLocked returns the binding an accept or a reject answers:
+// bindingLocked's, while the worker has not accepted it; else nil.
+func (w *Worker) offeredLocked(kind, id string, gen uint64) *binding {
+	if b := w.bindingLocked(kind, id, gen); b != nil && !b.accepted {
+		return b
+	}
+	return nil
+}
+
 // Accept records that the worker took a job.
 func (w *Worker) Accept(id string, gen uint64) {
-	e := w.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	b := w.bindingLocked("accept", id, gen)
-	if b == nil || b.accepted {
-		return
+	w.e.mu.Lock()
+	defer w.e.mu.Unlock()
+	if b := w.offeredLocked("accept", id, gen); b != nil {
+		w.acceptLocked(b)
 	}
-	w.acceptLocked(b)
 }
 
 // acceptLocked relays an accept. To a remote ingress it is sent on its own
@@ -403,8 +409,8 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	b := w.bindingLocked("reject", id, gen)
-	if b == nil || b.accepted {
+	b := w.offeredLocked("reject", id, gen)
+	if b == nil {
 		return
 	}
 	if recording(b.offer) {
