@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/chans"
 )
 
 func appendN(t *testing.T, h *core.History, n int, size int) {
@@ -184,11 +185,11 @@ func TestHistoryWakeClosesOnAppend(t *testing.T) {
 		data string
 	}{{core.EventOutput, "a"}, {core.EventDone, "{}"}} {
 		r, _, _ := h.Since(uint64(after), 10)
-		if closed(r.Wake) {
+		if chans.Closed(r.Wake) {
 			t.Fatalf("Wake of a read after %d closed before the next append", after)
 		}
 		h.Append(ev.kind, 1, []byte(ev.data))
-		if !closed(r.Wake) {
+		if !chans.Closed(r.Wake) {
 			t.Fatalf("Wake not closed by the Append of %s", ev.kind)
 		}
 	}
@@ -207,11 +208,11 @@ func TestHistoryAppendWithoutReaderAllocatesNoWake(t *testing.T) {
 	// A reader that asks after those appends still gets woken by the next.
 	r, _, _ := h.Since(h.Head(), 10)
 	l := func() <-chan struct{} { _, _, w := h.Lag(h.Head()); return w }()
-	if closed(r.Wake) || closed(l) {
+	if chans.Closed(r.Wake) || chans.Closed(l) {
 		t.Fatal("Wake closed before the next append")
 	}
 	h.Append(core.EventOutput, 1, data)
-	if !closed(r.Wake) || !closed(l) {
+	if !chans.Closed(r.Wake) || !chans.Closed(l) {
 		t.Fatal("Wake of Since or Lag not closed by the next Append")
 	}
 }
@@ -342,15 +343,6 @@ func TestHistorySkipToBoundsLag(t *testing.T) {
 	}
 }
 
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // stops are lagWait's stop funcs by channel.
 var stops = map[<-chan struct{}]func() bool{}
 
@@ -368,11 +360,11 @@ func lagWait(h *core.History, after uint64, maxEvents int, maxBytes int64) (int,
 func wantWokenPast(t *testing.T, h *core.History, wake <-chan struct{}, n int, what string) {
 	t.Helper()
 	appendN(t, h, n, 10)
-	if closed(wake) {
+	if chans.Closed(wake) {
 		t.Fatalf("woken at the %s bound, not past it", what)
 	}
 	appendN(t, h, 1, 10)
-	if !closed(wake) {
+	if !chans.Closed(wake) {
 		t.Fatalf("not woken past the %s bound", what)
 	}
 }
@@ -410,13 +402,13 @@ func TestHistoryLagFunc(t *testing.T) {
 		t.Error("stop of a waiting LagFunc reported it had run")
 	}
 	appendN(t, h, 3, 10)
-	if closed(wake) {
+	if chans.Closed(wake) {
 		t.Error("a stopped LagFunc ran")
 	}
 	// The stop of one that ran reports it.
 	_, _, _, wake = lagWait(h, h.Head(), 0, 1<<20)
 	appendN(t, h, 1, 10)
-	if !closed(wake) || stops[wake]() {
+	if !chans.Closed(wake) || stops[wake]() {
 		t.Error("a LagFunc that ran: not run, or its stop reported it dropped")
 	}
 }
