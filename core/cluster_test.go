@@ -284,29 +284,18 @@ func (n *fakeNet) epoch(queue string) uint64 {
 	return n.epochs[queue]
 }
 
-func (n *fakeNet) setSuspected(node string, v bool) {
+// setFlag sets node's entry of one of the net's per-node flags (suspected,
+// routable, alive, lease) under the net's lock.
+func (n *fakeNet) setFlag(flags map[string]bool, node string, v bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.suspected[node] = v
+	flags[node] = v
 }
 
-func (n *fakeNet) setRoutable(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.routable[node] = v
-}
-
-func (n *fakeNet) setAlive(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.alive[node] = v
-}
-
-func (n *fakeNet) setLease(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.lease[node] = v
-}
+func (n *fakeNet) setSuspected(node string, v bool) { n.setFlag(n.suspected, node, v) }
+func (n *fakeNet) setRoutable(node string, v bool)  { n.setFlag(n.routable, node, v) }
+func (n *fakeNet) setAlive(node string, v bool)     { n.setFlag(n.alive, node, v) }
+func (n *fakeNet) setLease(node string, v bool)     { n.setFlag(n.lease, node, v) }
 
 // kill proves node dead the way the catalog does: its record (and with it
 // every consumer record under its lease) is gone, it is not routable, and
@@ -1026,25 +1015,27 @@ func TestClusterFencedHost(t *testing.T) {
 // the ingress does not know the host and counts on the dispatcher's
 // binding (consumersGoneLocked) to bring the job back.
 func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
-	for _, detach := range []bool{false, true} {
-		name := "delivery refused"
-		if detach {
-			name = "worker left before accepting"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		detach bool
+	}{
+		{"delivery refused", false},
+		{"worker left before accepting", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			net, n1, n2, n3 := threeNodes(t)
 			b, fb := n3.worker("q", "b", 1)
-			if !detach {
+			if !tc.detach {
 				net.setLease("n3", false)
 			}
 			j := n1.submit("q", env(clusterTTL))
-			if detach {
+			if tc.detach {
 				waitOffers(t, fb, j.ID, 1)
 				net.setLease("n3", false)
 				b.Detach(context.Background())
 			}
 			net.settle()
-			if !detach {
+			if !tc.detach {
 				if o := fb.offersFor(j.ID); len(o) != 0 {
 					t.Fatalf("a fenced host offered the job: %+v", o)
 				}
