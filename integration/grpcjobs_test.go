@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/switchyard/switchyard/internal/grpctest"
 	"io"
 	"net/http"
 	"slices"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/switchyard/switchyard/internal/grpctest"
 	"io"
 	"net"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
