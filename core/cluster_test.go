@@ -325,10 +325,12 @@ func (n *fakeNet) sentFor(id string) []sentMsg {
 	return out
 }
 
-// wantSent checks that the messages about job id were exactly want (as
-// sentMsg.String renders them), in order.
+// wantSent waits for the network to go quiet (settle), then checks that
+// the messages about job id were exactly want (as sentMsg.String renders
+// them), in order.
 func (n *fakeNet) wantSent(t *testing.T, id string, want ...string) {
 	t.Helper()
+	n.settle()
 	var got []string
 	for _, s := range n.sentFor(id) {
 		got = append(got, s.String())
@@ -790,7 +792,6 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	ob := offerAt(t, fb, j.ID, oa.Gen+1)
 	b.Accept(j.ID, ob.Gen)
 	n1.waitState(j.ID, core.StateRunning)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"release n2>n1",
@@ -998,7 +999,6 @@ func TestClusterFencedHost(t *testing.T) {
 	w.Accept(j.ID, o.Gen)
 	w.Output(j.ID, o.Gen, []byte(`1`))
 	w.End(j.ID, o.Gen, "", "", nil)
-	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)")
 	wantMetric(t, n2, 2, "switchyard_dispatch_fenced_messages_total")
 	v := n1.view(j.ID)
@@ -1093,7 +1093,6 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	n2.e.ClusterChanged()
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"deliver n2>n3",
@@ -1193,7 +1192,6 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 			t.Fatalf("cancel %+v", c)
 		}
 		w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
-		net.settle()
 		net.wantSent(t, j.ID,
 			"forward n1>n2 (call)",
 			"cancel n1>n2 [dropped]",
@@ -1269,7 +1267,6 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 	c.Output(j.ID, oc.Gen, []byte(`1`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"deliver n1>n3",
@@ -1294,7 +1291,6 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 	n2.wantQueue(t, 1, anyCount, "the job waiting")
 	n1.waitState(j.ID, core.StateExpired)
 	wantEnded(t, n1.harness, j, core.OutcomeExpired, core.CodeExpired)
-	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)", "reply n2>n1 end(expired)")
 	n2.wantQueue(t, 0, anyCount, "after")
 }
@@ -1359,7 +1355,6 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
 	w.End(bound.ID, o.Gen, core.CodeCancelled, "", nil)
-	net.settle()
 	net.wantSent(t, bound.ID,
 		"forward n1>n2 (call)",
 		"deliver n2>n3",
@@ -1494,7 +1489,6 @@ func TestClusterGrantsGoBackToTheHost(t *testing.T) {
 	w.Output(j.ID, o.Gen, output(4))
 	w.End(j.ID, o.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"reply n2>n1 output",
