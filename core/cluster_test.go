@@ -121,19 +121,28 @@ type fakeNet struct {
 
 // threeNodes is the cluster most tests run on: n1 takes the jobs (the
 // ingress), n2 is queue q's dispatcher, n3 is a third node for a second
-// worker or a takeover.
-func threeNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
-	net, n1, n2 := twoNodes(t)
-	return net, n1, n2, net.add("n3", nil)
+// worker or a takeover. adjust[i], when given and not nil, adjusts the
+// configuration of node n(i+1), as fakeNet.add's adjust does.
+func threeNodes(t *testing.T, adjust ...func(*core.Config)) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
+	net, n1, n2 := twoNodes(t, adjust...)
+	return net, n1, n2, net.add("n3", nth(adjust, 2))
 }
 
 // twoNodes is threeNodes without n3: n1 the ingress, n2 queue q's
 // dispatcher.
-func twoNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode) {
+func twoNodes(t *testing.T, adjust ...func(*core.Config)) (*fakeNet, *clusterNode, *clusterNode) {
 	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	n1, n2 := net.add("n1", nth(adjust, 0)), net.add("n2", nth(adjust, 1))
 	net.setDispatcher("q", "n2")
 	return net, n1, n2
+}
+
+// nth is adjust[i], or nil when adjust has no i-th.
+func nth(adjust []func(*core.Config), i int) func(*core.Config) {
+	if i < len(adjust) {
+		return adjust[i]
+	}
+	return nil
 }
 
 // offerOne attaches worker "a" (one credit, queue q) on host, submits a
@@ -933,9 +942,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 
 // 6. A retried forward of the same (job, gen) never makes a second job.
 func TestClusterForwardIdempotent(t *testing.T) {
-	net := newFakeNet(t)
-	_, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, _, n2 := twoNodes(t)
 
 	d := core.Delivery{JobID: "j_fwd", Gen: 1, Queue: "q", Ingress: "n1", Input: json.RawMessage(`1`), TTL: clusterTTL, MaxOutputBytes: 1 << 20}
 	for range 2 {
@@ -1158,10 +1165,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 	})
 
 	t.Run("forgotten job", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1 := net.add("n1", func(c *core.Config) { c.Retention = 20 * time.Millisecond })
-		n2 := net.add("n2", nil)
-		net.setDispatcher("q", "n2")
+		net, n1, n2 := twoNodes(t, func(c *core.Config) { c.Retention = 20 * time.Millisecond })
 		w, fc, j, o := offerOne(t, n1, n2)
 		w.Accept(j.ID, o.Gen)
 		// The cancel the ingress sends when the job ends is lost.
@@ -1279,10 +1283,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 // A job whose TTL runs out while it waits on a remote dispatcher is failed
 // there, and the ingress, told by the end, sends no cancel back.
 func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", func(c *core.Config) { c.ExpirySlack = 5 * time.Second })
-	n2, n3 := net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t, func(c *core.Config) { c.ExpirySlack = 5 * time.Second })
 	_, fb := n3.worker("q", "b", 1)
 	busy := n1.submit("q", env(clusterTTL))
 	waitOffers(t, fb, busy.ID, 1)
@@ -1298,10 +1299,7 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 // A remote dispatcher's refusal is the Submit's refusal, and leaves no job
 // behind on the ingress.
 func TestClusterForwardRefused(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", nil)
-	n2 := net.add("n2", func(c *core.Config) { c.Limits.MaxQueueDepth = 1 })
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t, nil, func(c *core.Config) { c.Limits.MaxQueueDepth = 1 })
 	_, fc := n2.worker("q", "a", 1)
 	n1.submit("q", env(clusterTTL)) // bound
 	n1.submit("q", env(clusterTTL)) // waits: the queue is full
@@ -1372,11 +1370,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 // one node that hosts them all, once that has held for PinStable and the
 // queue is empty; a consumer's node claims a queue whose dispatcher is gone.
 func TestClusterRelocationAndClaims(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", nil)
-	n2 := net.add("n2", func(c *core.Config) { c.PinStable = 20 * time.Millisecond })
-	n3 := net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t, nil, func(c *core.Config) { c.PinStable = 20 * time.Millisecond })
 	w, fc := n3.worker("q", "b", 1)
 	j := n1.submit("q", env(clusterTTL))
 	o := waitOffers(t, fc, j.ID, 1)[0]
@@ -1458,10 +1452,7 @@ func TestClusterTTLPerHop(t *testing.T) {
 // owner stream took half the window, goes back to the host as a message
 // and on to the worker. No grant for a job shorter than half its window.
 func TestClusterGrantsGoBackToTheHost(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", smallWindow)
-	n2 := net.add("n2", func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t, smallWindow, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
 	w, fc := n2.worker("q", "a", 1)
 	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{Streamed: true})
 	if err != nil {
