@@ -121,19 +121,28 @@ type fakeNet struct {
 
 // threeNodes is the cluster most tests run on: n1 takes the jobs (the
 // ingress), n2 is queue q's dispatcher, n3 is a third node for a second
-// worker or a takeover.
-func threeNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
-	net, n1, n2 := twoNodes(t)
-	return net, n1, n2, net.add("n3", nil)
+// worker or a takeover. adjust[i], when given and not nil, adjusts the
+// configuration of node n(i+1), as fakeNet.add's adjust does.
+func threeNodes(t *testing.T, adjust ...func(*core.Config)) (*fakeNet, *clusterNode, *clusterNode, *clusterNode) {
+	net, n1, n2 := twoNodes(t, adjust...)
+	return net, n1, n2, net.add("n3", nth(adjust, 2))
 }
 
 // twoNodes is threeNodes without n3: n1 the ingress, n2 queue q's
 // dispatcher.
-func twoNodes(t *testing.T) (*fakeNet, *clusterNode, *clusterNode) {
+func twoNodes(t *testing.T, adjust ...func(*core.Config)) (*fakeNet, *clusterNode, *clusterNode) {
 	net := newFakeNet(t)
-	n1, n2 := net.add("n1", nil), net.add("n2", nil)
+	n1, n2 := net.add("n1", nth(adjust, 0)), net.add("n2", nth(adjust, 1))
 	net.setDispatcher("q", "n2")
 	return net, n1, n2
+}
+
+// nth is adjust[i], or nil when adjust has no i-th.
+func nth(adjust []func(*core.Config), i int) func(*core.Config) {
+	if i < len(adjust) {
+		return adjust[i]
+	}
+	return nil
 }
 
 // offerOne attaches worker "a" (one credit, queue q) on host, submits a
@@ -284,29 +293,18 @@ func (n *fakeNet) epoch(queue string) uint64 {
 	return n.epochs[queue]
 }
 
-func (n *fakeNet) setSuspected(node string, v bool) {
+// setFlag sets node's entry of one of the net's per-node flags (suspected,
+// routable, alive, lease) under the net's lock.
+func (n *fakeNet) setFlag(flags map[string]bool, node string, v bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.suspected[node] = v
+	flags[node] = v
 }
 
-func (n *fakeNet) setRoutable(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.routable[node] = v
-}
-
-func (n *fakeNet) setAlive(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.alive[node] = v
-}
-
-func (n *fakeNet) setLease(node string, v bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.lease[node] = v
-}
+func (n *fakeNet) setSuspected(node string, v bool) { n.setFlag(n.suspected, node, v) }
+func (n *fakeNet) setRoutable(node string, v bool)  { n.setFlag(n.routable, node, v) }
+func (n *fakeNet) setAlive(node string, v bool)     { n.setFlag(n.alive, node, v) }
+func (n *fakeNet) setLease(node string, v bool)     { n.setFlag(n.lease, node, v) }
 
 // kill proves node dead the way the catalog does: its record (and with it
 // every consumer record under its lease) is gone, it is not routable, and
@@ -336,10 +334,12 @@ func (n *fakeNet) sentFor(id string) []sentMsg {
 	return out
 }
 
-// wantSent checks that the messages about job id were exactly want (as
-// sentMsg.String renders them), in order.
+// wantSent waits for the network to go quiet (settle), then checks that
+// the messages about job id were exactly want (as sentMsg.String renders
+// them), in order.
 func (n *fakeNet) wantSent(t *testing.T, id string, want ...string) {
 	t.Helper()
+	n.settle()
 	var got []string
 	for _, s := range n.sentFor(id) {
 		got = append(got, s.String())
@@ -801,7 +801,6 @@ func TestClusterStaleGenerationRefused(t *testing.T) {
 	ob := offerAt(t, fb, j.ID, oa.Gen+1)
 	b.Accept(j.ID, ob.Gen)
 	n1.waitState(j.ID, core.StateRunning)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"release n2>n1",
@@ -943,9 +942,7 @@ func TestClusterRejectAcrossNodes(t *testing.T) {
 
 // 6. A retried forward of the same (job, gen) never makes a second job.
 func TestClusterForwardIdempotent(t *testing.T) {
-	net := newFakeNet(t)
-	_, n2 := net.add("n1", nil), net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, _, n2 := twoNodes(t)
 
 	d := core.Delivery{JobID: "j_fwd", Gen: 1, Queue: "q", Ingress: "n1", Input: json.RawMessage(`1`), TTL: clusterTTL, MaxOutputBytes: 1 << 20}
 	for range 2 {
@@ -1009,7 +1006,6 @@ func TestClusterFencedHost(t *testing.T) {
 	w.Accept(j.ID, o.Gen)
 	w.Output(j.ID, o.Gen, []byte(`1`))
 	w.End(j.ID, o.Gen, "", "", nil)
-	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)")
 	wantMetric(t, n2, 2, "switchyard_dispatch_fenced_messages_total")
 	v := n1.view(j.ID)
@@ -1026,25 +1022,27 @@ func TestClusterFencedHost(t *testing.T) {
 // the ingress does not know the host and counts on the dispatcher's
 // binding (consumersGoneLocked) to bring the job back.
 func TestClusterFencedHostKeepsJobRecoverable(t *testing.T) {
-	for _, detach := range []bool{false, true} {
-		name := "delivery refused"
-		if detach {
-			name = "worker left before accepting"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		detach bool
+	}{
+		{"delivery refused", false},
+		{"worker left before accepting", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			net, n1, n2, n3 := threeNodes(t)
 			b, fb := n3.worker("q", "b", 1)
-			if !detach {
+			if !tc.detach {
 				net.setLease("n3", false)
 			}
 			j := n1.submit("q", env(clusterTTL))
-			if detach {
+			if tc.detach {
 				waitOffers(t, fb, j.ID, 1)
 				net.setLease("n3", false)
 				b.Detach(context.Background())
 			}
 			net.settle()
-			if !detach {
+			if !tc.detach {
 				if o := fb.offersFor(j.ID); len(o) != 0 {
 					t.Fatalf("a fenced host offered the job: %+v", o)
 				}
@@ -1102,7 +1100,6 @@ func TestClusterRemoteConsumerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	n2.e.ClusterChanged()
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"deliver n2>n3",
@@ -1168,10 +1165,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 	})
 
 	t.Run("forgotten job", func(t *testing.T) {
-		net := newFakeNet(t)
-		n1 := net.add("n1", func(c *core.Config) { c.Retention = 20 * time.Millisecond })
-		n2 := net.add("n2", nil)
-		net.setDispatcher("q", "n2")
+		net, n1, n2 := twoNodes(t, func(c *core.Config) { c.Retention = 20 * time.Millisecond })
 		w, fc, j, o := offerOne(t, n1, n2)
 		w.Accept(j.ID, o.Gen)
 		// The cancel the ingress sends when the job ends is lost.
@@ -1202,7 +1196,6 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 			t.Fatalf("cancel %+v", c)
 		}
 		w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
-		net.settle()
 		net.wantSent(t, j.ID,
 			"forward n1>n2 (call)",
 			"cancel n1>n2 [dropped]",
@@ -1278,7 +1271,6 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 	c.Output(j.ID, oc.Gen, []byte(`1`))
 	c.End(j.ID, oc.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"deliver n1>n3",
@@ -1291,10 +1283,7 @@ func TestClusterDispatcherDiesNoRecord(t *testing.T) {
 // A job whose TTL runs out while it waits on a remote dispatcher is failed
 // there, and the ingress, told by the end, sends no cancel back.
 func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", func(c *core.Config) { c.ExpirySlack = 5 * time.Second })
-	n2, n3 := net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t, func(c *core.Config) { c.ExpirySlack = 5 * time.Second })
 	_, fb := n3.worker("q", "b", 1)
 	busy := n1.submit("q", env(clusterTTL))
 	waitOffers(t, fb, busy.ID, 1)
@@ -1303,7 +1292,6 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 	n2.wantQueue(t, 1, anyCount, "the job waiting")
 	n1.waitState(j.ID, core.StateExpired)
 	wantEnded(t, n1.harness, j, core.OutcomeExpired, core.CodeExpired)
-	net.settle()
 	net.wantSent(t, j.ID, "forward n1>n2 (call)", "reply n2>n1 end(expired)")
 	n2.wantQueue(t, 0, anyCount, "after")
 }
@@ -1311,10 +1299,7 @@ func TestClusterQueuedJobExpiresOnDispatcher(t *testing.T) {
 // A remote dispatcher's refusal is the Submit's refusal, and leaves no job
 // behind on the ingress.
 func TestClusterForwardRefused(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", nil)
-	n2 := net.add("n2", func(c *core.Config) { c.Limits.MaxQueueDepth = 1 })
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t, nil, func(c *core.Config) { c.Limits.MaxQueueDepth = 1 })
 	_, fc := n2.worker("q", "a", 1)
 	n1.submit("q", env(clusterTTL)) // bound
 	n1.submit("q", env(clusterTTL)) // waits: the queue is full
@@ -1368,7 +1353,6 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
 	w.End(bound.ID, o.Gen, core.CodeCancelled, "", nil)
-	net.settle()
 	net.wantSent(t, bound.ID,
 		"forward n1>n2 (call)",
 		"deliver n2>n3",
@@ -1386,11 +1370,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 // one node that hosts them all, once that has held for PinStable and the
 // queue is empty; a consumer's node claims a queue whose dispatcher is gone.
 func TestClusterRelocationAndClaims(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", nil)
-	n2 := net.add("n2", func(c *core.Config) { c.PinStable = 20 * time.Millisecond })
-	n3 := net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t, nil, func(c *core.Config) { c.PinStable = 20 * time.Millisecond })
 	w, fc := n3.worker("q", "b", 1)
 	j := n1.submit("q", env(clusterTTL))
 	o := waitOffers(t, fc, j.ID, 1)[0]
@@ -1472,10 +1452,7 @@ func TestClusterTTLPerHop(t *testing.T) {
 // owner stream took half the window, goes back to the host as a message
 // and on to the worker. No grant for a job shorter than half its window.
 func TestClusterGrantsGoBackToTheHost(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", smallWindow)
-	n2 := net.add("n2", func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t, smallWindow, func(c *core.Config) { c.OutputWindowEvents, c.OutputWindowBytes = 1000, 1<<20 })
 	w, fc := n2.worker("q", "a", 1)
 	j, _, err := n1.e.Submit(context.Background(), "q", env(clusterTTL), core.SubmitOptions{Streamed: true})
 	if err != nil {
@@ -1503,7 +1480,6 @@ func TestClusterGrantsGoBackToTheHost(t *testing.T) {
 	w.Output(j.ID, o.Gen, output(4))
 	w.End(j.ID, o.Gen, "", "", nil)
 	n1.waitState(j.ID, core.StateCompleted)
-	net.settle()
 	net.wantSent(t, j.ID,
 		"forward n1>n2 (call)",
 		"reply n2>n1 output",

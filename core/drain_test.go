@@ -248,10 +248,7 @@ func TestDrainTimeoutReleasesRunningJobs(t *testing.T) {
 // A job running on a worker of its own ingress node, dispatched by another
 // node, is held by the ingress: the dispatcher's death leaves it running.
 func TestDispatcherDeathSparesJobRunningAtIngress(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", nil)
-	net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, _ := twoNodes(t)
 	a, fa := n1.worker("q", "a", 1)
 	// n1 reaches n2 as dispatcher, which delivers to n1's consumer.
 	j := n1.submit("q", env(clusterTTL))

@@ -140,10 +140,7 @@ func TestSilentIngressJobIsNotOffered(t *testing.T) {
 // verdict (ForwardWait).
 func silentDispatcher(t *testing.T) (*fakeNet, *clusterNode, *core.Worker, *fakeConn) {
 	t.Helper()
-	net := newFakeNet(t)
-	fast := func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond }
-	n1, n2, n3 := net.add("n1", fast), net.add("n2", nil), net.add("n3", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2, n3 := threeNodes(t, func(c *core.Config) { c.ForwardWait = 50 * time.Millisecond })
 	n2.worker("q", "a", 1)
 	c, fc := n3.worker("q", "c", 1)
 	net.mu.Lock()
@@ -282,10 +279,7 @@ func TestAwaitDispatcherSurvivesFailedElections(t *testing.T) {
 // fails dispatcher_unavailable (it was accepted: this is its outcome, not
 // a refusal).
 func TestAwaitDispatcherBounded(t *testing.T) {
-	net := newFakeNet(t)
-	n1 := net.add("n1", func(c *core.Config) { c.DispatcherWait = 150 * time.Millisecond; c.ForwardWait = 50 * time.Millisecond })
-	n2 := net.add("n2", nil)
-	net.setDispatcher("q", "n2")
+	net, n1, n2 := twoNodes(t, func(c *core.Config) { c.DispatcherWait = 150 * time.Millisecond; c.ForwardWait = 50 * time.Millisecond })
 	n2.worker("q", "a", 1)
 	net.mu.Lock()
 	net.electErr = func(string) error { return errors.New("fake: no dispatcher") }

@@ -58,6 +58,27 @@ func (f *fakeStream) unblock() {
 	}
 }
 
+// blockThen blocks f's Sends and, once one has started waiting at the
+// gate, runs then on a goroutine of its own (not at all if the stream ends
+// first); the test's cleanup waits for it (goleak).
+func (f *fakeStream) blockThen(t *testing.T, then func()) {
+	t.Helper()
+	f.block()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-f.entered:
+			then()
+		case <-f.ended:
+		}
+	}()
+	t.Cleanup(func() {
+		f.end()
+		<-done
+	})
+}
+
 // end ends the stream, as the handler returning does.
 func (f *fakeStream) end() { f.endOnce.Do(func() { close(f.ended) }) }
 
@@ -290,12 +311,10 @@ func TestGRPCSinkIdleWatchTakesTheNextDeadline(t *testing.T) {
 // writer.
 func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
 	s, f, ev := sinkWithEvent(t)
-	f.block()
-	go func() {
-		<-f.entered
+	f.blockThen(t, func() {
 		time.Sleep(50 * time.Millisecond)
 		f.unblock()
-	}()
+	})
 	var err error
 	within(t, "a watch over a Send that completes", 40*time.Millisecond, 900*time.Millisecond, func() {
 		if gaveUp, _ := watched(t, f, s, func() {
@@ -335,12 +354,10 @@ func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
 // deadline, and every later one whatever SetWriteDeadline says.
 func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 	s, f, ev := sinkWithEvent(t)
-	f.block()
-	go func() {
-		<-f.entered
+	f.blockThen(t, func() {
 		time.Sleep(20 * time.Millisecond)
 		s.Abort(time.Now().Add(50 * time.Millisecond))
-	}()
+	})
 	within(t, "a watch over an aborted write", 60*time.Millisecond, time.Second, func() {
 		if gaveUp, _ := watched(t, f, s, func() {
 			_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
@@ -378,13 +395,11 @@ func TestGRPCSinkAbortDeadlineOutlivesSetWriteDeadline(t *testing.T) {
 // write through, and the terminated event after it.
 func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 	s, f, ev := sinkWithEvent(t)
-	f.block()
-	go func() {
-		<-f.entered
+	f.blockThen(t, func() {
 		s.Abort(time.Now().Add(2 * time.Second))
 		time.Sleep(30 * time.Millisecond)
 		f.unblock()
-	}()
+	})
 	var errs []error
 	if gaveUp, _ := watched(t, f, s, func() {
 		_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
@@ -493,15 +508,13 @@ func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int,
 	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
 	s := newSink(f, j, 42)
-	f.block()
+	f.blockThen(t, func() {
+		for range outputs {
+			coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
+		}
+	})
 	res := make(chan stream.Result, 1)
 	within(t, what, min, max, func() {
-		go func() {
-			<-f.entered
-			for range outputs {
-				coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
-			}
-		}()
 		if gaveUp, _ := watched(t, f, s, func() { res <- stream.Run(context.Background(), stream.Request{Job: j, Policy: p}, s) }); !gaveUp {
 			t.Error("the watch did not give up on the blocked writer")
 		}

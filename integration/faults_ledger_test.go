@@ -29,8 +29,8 @@ type ledger struct {
 	byJob   map[string][]jobRun
 	jobByID map[string]*loadJob
 
-	submitted, accepted, completed, postErrs, broken, open int
-	refused, ended                                         map[string]int
+	counts       loadgen.Counts
+	broken, open int
 
 	inflight, depOut, depNoOut, indep int
 	inflightEnd                       measure
@@ -117,7 +117,7 @@ func (m *measure) examples() []string {
 
 func newLedger(fx *faultRun) *ledger {
 	l := &ledger{fx: fx, jobs: fx.load.snapshot(), runs: fx.runs.all(), byJob: map[string][]jobRun{}, jobByID: map[string]*loadJob{},
-		refused: map[string]int{}, ended: map[string]int{}, back: map[string]measure{},
+		back:       map[string]measure{},
 		backOnline: map[string]time.Duration{}, backWork: map[string]time.Duration{}}
 	b := faultBounds(fx)
 	l.lostOut.limit, l.orphans.limit = b.lostOut.d+faultSlack, b.lostOut.d+faultSlack
@@ -149,23 +149,10 @@ func newLedger(fx *faultRun) *ledger {
 	return l
 }
 
+// count adds j to the ledger's counts, and to its broken and open
+// streams.
 func (l *ledger) count(j *loadJob) {
-	l.submitted++
-	switch {
-	case j.PostErr != "":
-		l.postErrs++
-	case j.Status != 200:
-		l.refused[j.Refusal]++
-	default:
-		l.accepted++
-	}
-	switch {
-	case j.Terminal == "done":
-		l.completed++
-		l.ended["completed"]++
-	case j.Terminal == "error":
-		l.ended[j.Code]++
-	}
+	l.counts.Add(&j.Job)
 	if j.Broken != "" {
 		l.broken++
 	}

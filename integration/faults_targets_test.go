@@ -187,7 +187,7 @@ func (l *ledger) String() string {
 	p("  roles at the fault: ingress a (clients fail over to b), dispatcher %s, etcd leader %s, worker hosts b (wb) and c (wc), target %s", fx.dispatcher, fx.leader, fx.target)
 	p("  timeline: %s", strings.Join(fx.timeline, "; "))
 	p("  jobs: submitted %d, accepted %d, completed %d; refused by code: %s; ended by code: %s; POST transport errors %d, streams broken %d, still open at the end %d",
-		l.submitted, l.accepted, l.completed, fmtCounts(l.refused), fmtCounts(l.ended), l.postErrs, l.broken, l.open)
+		l.counts.Submitted, l.counts.Accepted, l.counts.Ended["completed"], fmtCounts(l.counts.Refused), fmtCounts(l.counts.Ended), l.counts.PostErrors, l.broken, l.open)
 	p("  in flight at the fault: %d (depending on it: %d with output, %d without; not: %d); fault → last terminal event of them: %s",
 		l.inflight, l.depOut, l.depNoOut, l.indep, fmtMeasure(l.inflightEnd))
 	p("  runs: %d; run again after their worker had sent output that never reached the requester (allowed): %d", len(l.runs), l.rerunAfterOutput)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/core/resume"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -975,14 +976,7 @@ func TestGRPCDropOldest(t *testing.T) {
 	}
 	close(start)
 	next, gaps, dropped := uint64(2), 0, 0
-	for {
-		ev, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("drop-oldest stream: %v", err)
-		}
+	grpctest.RecvEach(t, st.Recv, func(ev *pb.JobEvent) {
 		switch ev.GetKind() {
 		case "gap":
 			from, to := dataField[uint64](t, ev, "from_seq"), dataField[uint64](t, ev, "to_seq")
@@ -1002,7 +996,7 @@ func TestGRPCDropOldest(t *testing.T) {
 			next++
 		}
 		time.Sleep(time.Millisecond)
-	}
+	})
 	if next != outputs+3 || gaps == 0 {
 		t.Fatalf("stream ended before %d with %d gaps", next, gaps)
 	}
@@ -1047,21 +1041,14 @@ func TestGRPCOwnerIsPaced(t *testing.T) {
 		}
 		var evs []*pb.JobEvent
 		waited := false
-		for {
-			ev, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		grpctest.RecvEach(t, st.Recv, func(ev *pb.JobEvent) {
 			evs = append(evs, ev)
 			if len(evs)%100 == 0 && !waited {
 				js, err := c.Get(t.Context(), &pb.GetJobRequest{JobId: ev.GetJobId()})
 				waited = err == nil && js.GetWaitingForReader()
 			}
 			time.Sleep(time.Millisecond) // at most 1000 events a second
-		}
+		})
 		if last := checkContiguous(t, evs, 1); last.GetKind() != "done" || last.GetSeq() != outputs+2 {
 			t.Fatalf("the slow owner's stream ended with %v, want done after every output", last)
 		}

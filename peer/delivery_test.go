@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/grpctest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -592,21 +593,14 @@ func TestReceiverDedupIsSharedByEveryPath(t *testing.T) {
 	}
 	var acked uint64
 	var verdict *pb.ForwardResponse
-	for {
-		a, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	grpctest.RecvEach(t, st.Recv, func(a *pb.DeliverAck) {
 		if hd := a.GetHandled(); hd != nil {
 			acked = hd.GetSeq()
 			if hd.GetSeq() == 2 {
 				verdict = hd.GetVerdict()
 			}
 		}
-	}
+	})
 	if acked != 4 || verdict.GetRefusal().GetCode() != string(core.CodeQueueFull) {
 		t.Fatalf("acked through %d with forward verdict %v, want 4 and queue_full", acked, verdict)
 	}

@@ -47,18 +47,20 @@ func staleCount(t *testing.T, n tnode, kind, side string) float64 {
 // is taken. A forward so dropped fails with core.ErrNodeReplaced, and the
 // dispatcher is never asked.
 func TestStaleIncarnationIsDroppedByTheReceiver(t *testing.T) {
-	for _, unary := range []bool{false, true} {
-		name := "stream"
-		if unary {
-			name = "unary"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		unary bool
+	}{
+		{"stream", false},
+		{"unary", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			h := &recorder{}
 			self := newIncarnations("b", "inc-2")
 			b := startNode(t, "b", "127.0.0.1:0", h, func(c *peer.Config) { c.Self = func() string { return self.of("b") } })
 			view := newIncarnations("b", "inc-1")
 			r := newRouter(t, "a", secret, newBook("b", b.addr).Addr, func(c *peer.Config) {
-				c.Incarnation, c.ForceUnary = view.of, unary
+				c.Incarnation, c.ForceUnary = view.of, tc.unary
 			})
 
 			r.Send("b", deliverMsg("q", "old", 0)) // meant for inc-1: b is inc-2

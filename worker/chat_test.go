@@ -42,10 +42,7 @@ func TestChat(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNode()
-			addr := f.start(t)
-			startWorker(t, addr, worker.Config{}, worker.Chat(time.Millisecond))
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, worker.Chat(time.Millisecond))
 			s.sendJob(t, &pb.Job{JobId: "c", Generation: 1, Input: []byte(tc.input)})
 			s.expectAccept(t, "c", 1)
 			for i, w := range tc.want {
@@ -82,10 +79,7 @@ func TestChatBadInput(t *testing.T) {
 		{"no user message", `{"messages":[{"role":"system","content":"hi"}]}`, `the conversation has no user message`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNode()
-			addr := f.start(t)
-			startWorker(t, addr, worker.Config{}, worker.Chat(0))
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, worker.Chat(0))
 			s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(tc.input)})
 			s.expectAccept(t, "b", 1)
 			fl := s.expectFail(t, "b", 1)

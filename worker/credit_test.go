@@ -18,10 +18,8 @@ func outputCredit(job string, events, bytes uint64) *pb.NodeMessage {
 // offer's credit lets two outputs go, a larger credit two more, an older
 // (smaller) one nothing, and a cancel ends a send that waits.
 func TestSendWaitsForCredit(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	sendErr := make(chan error, 1)
-	startWorker(t, addr, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{}, func(ctx context.Context, _ *worker.Job, out *worker.Output) (any, error) {
 		for i := range 10 {
 			if err := out.Send(ctx, i); err != nil {
 				sendErr <- err
@@ -30,7 +28,6 @@ func TestSendWaitsForCredit(t *testing.T) {
 		}
 		return nil, nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "j", Generation: 1, OutputCredit: &pb.OutputCredit{JobId: "j", Generation: 1, Events: 2, Bytes: 1000}})
 	s.expectAccept(t, "j", 1)
 	outputs := func(n int) {
@@ -71,10 +68,8 @@ func TestSendWaitsForCredit(t *testing.T) {
 // credit is not paced. A send waiting for credit gives up with its own
 // context.
 func TestSendCreditBytes(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	sendErr := make(chan error, 2)
-	startWorker(t, addr, worker.Config{Concurrency: 2}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{Concurrency: 2}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		if job.ID == "free" {
 			for i := range 50 {
 				if err := out.Send(ctx, i); err != nil {
@@ -92,7 +87,6 @@ func TestSendCreditBytes(t *testing.T) {
 		sendErr <- err
 		return nil, err
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "big", Generation: 1, OutputCredit: &pb.OutputCredit{JobId: "big", Generation: 1, Events: 10, Bytes: 10}})
 	s.expectAccept(t, "big", 1)
 	if o := s.next(t).GetOutput(); o == nil || len(o.Data) <= 10 {

@@ -218,6 +218,16 @@ func startWorker(t *testing.T, addr string, cfg worker.Config, h worker.Handler)
 	return w
 }
 
+// startOnFake starts a fake node and, against it, a worker with cfg and h
+// (startWorker); it returns the node, the worker and the worker's first
+// session.
+func startOnFake(t *testing.T, cfg worker.Config, h worker.Handler) (*fakeNode, *runningWorker, *fakeSession) {
+	t.Helper()
+	f := newFakeNode()
+	w := startWorker(t, f.start(t), cfg, h)
+	return f, w, f.nextSession(t)
+}
+
 // testConfig is cfg for a test's worker on addr: queue "q" and a short
 // reconnect backoff unless cfg says otherwise.
 func testConfig(cfg worker.Config, addr string) worker.Config {
@@ -235,10 +245,7 @@ func testConfig(cfg worker.Config, addr string) worker.Config {
 // and checks that its end comes at once, as cancelled.
 func cancelledPromptly(t *testing.T, h worker.Handler, job *pb.Job) {
 	t.Helper()
-	f := newFakeNode()
-	addr := f.start(t)
-	startWorker(t, addr, worker.Config{}, h)
-	s := f.nextSession(t)
+	_, _, s := startOnFake(t, worker.Config{}, h)
 	s.sendJob(t, job)
 	s.expectAccept(t, job.JobId, job.Generation)
 	start := time.Now()

@@ -10,14 +10,11 @@ import (
 
 // A handler sees the offer's affinity key and priority.
 func TestJobAffinityKeyAndPriority(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	seen := make(chan *worker.Job, 1)
-	startWorker(t, addr, worker.Config{}, func(_ context.Context, job *worker.Job, _ *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{}, func(_ context.Context, job *worker.Job, _ *worker.Output) (any, error) {
 		seen <- job
 		return nil, nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "k", Generation: 1, Input: []byte(`1`), AffinityKey: "session-42", Priority: -3})
 	s.expectAccept(t, "k", 1)
 	if job := <-seen; job.AffinityKey != "session-42" || job.Priority != -3 {

@@ -27,9 +27,7 @@ func TestOpenAIUpstream(t *testing.T) {
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	defer upstream.Close()
-	f := newFakeNode()
-	startWorker(t, f.start(t), worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
-	s := f.nextSession(t)
+	_, _, s := startOnFake(t, worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
 	s.sendJob(t, &pb.Job{JobId: "u", Generation: 1, Input: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`)})
 	s.expectAccept(t, "u", 1)
 	for _, want := range []string{`"Hello"`, `" there"`} {
@@ -59,9 +57,7 @@ func TestOpenAIUpstreamCancel(t *testing.T) {
 		close(cancelled)
 	}))
 	defer upstream.Close()
-	f := newFakeNode()
-	startWorker(t, f.start(t), worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
-	s := f.nextSession(t)
+	_, _, s := startOnFake(t, worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
 	s.sendJob(t, &pb.Job{JobId: "u", Generation: 1, Input: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)})
 	s.expectAccept(t, "u", 1)
 	if o := s.next(t).GetOutput(); o == nil || string(o.Data) != `"Hello"` {
@@ -94,9 +90,7 @@ func TestOpenAIUpstreamErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			upstream := httptest.NewServer(tc.handler)
 			defer upstream.Close()
-			f := newFakeNode()
-			startWorker(t, f.start(t), worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, openAIUpstream(upstream.URL, upstream.Client()))
 			s.sendJob(t, &pb.Job{JobId: "e", Generation: 1, Input: []byte(`{"model":"m","messages":[]}`)})
 			s.expectAccept(t, "e", 1)
 			m := s.next(t)

@@ -20,11 +20,8 @@ func TestTokens(t *testing.T) {
 		{"empty", `""`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNode()
-			addr := f.start(t)
 			// An hour of default delay: the job's delay_ms must override it.
-			startWorker(t, addr, worker.Config{}, worker.Tokens(time.Hour))
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, worker.Tokens(time.Hour))
 			start := time.Now()
 			s.sendJob(t, &pb.Job{JobId: "t", Generation: 1, Input: []byte(tc.input), Options: []byte(`{"delay_ms":30}`)})
 			s.expectAccept(t, "t", 1)
@@ -61,10 +58,7 @@ func TestTokensBadInput(t *testing.T) {
 		{"options an array", `"a"`, `[1]`, "bad_options", `options are an array: want an object, {"delay_ms": 150}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNode()
-			addr := f.start(t)
-			startWorker(t, addr, worker.Config{}, worker.Tokens(0))
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, worker.Tokens(0))
 			s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(tc.input), Options: []byte(tc.options)})
 			s.expectAccept(t, "b", 1)
 			if fl := s.expectFail(t, "b", 1); fl.Code != tc.code || !strings.Contains(fl.Message, tc.says) || strings.Contains(fl.Message, "Go ") {

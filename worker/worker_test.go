@@ -18,12 +18,9 @@ import (
 )
 
 func TestRegisterHandshake(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	startWorker(t, addr, worker.Config{
+	f, _, s := startOnFake(t, worker.Config{
 		Queue: "render", Capabilities: []string{"model=demo", "gpu=no"}, Concurrency: 3, Name: "w1",
 	}, blockUntilCancelled(nil, nil))
-	s := f.nextSession(t)
 	r := s.reg
 	if r.Queue != "render" || r.Concurrency != 3 || r.Name != "w1" || strings.Join(r.Capabilities, ",") != "model=demo,gpu=no" {
 		t.Fatalf("register = %v", r)
@@ -34,10 +31,8 @@ func TestRegisterHandshake(t *testing.T) {
 }
 
 func TestJobOutputsInOrderThenComplete(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	jobs := make(chan *worker.Job, 1)
-	startWorker(t, addr, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		jobs <- job
 		for i := range 5 {
 			if err := out.Send(ctx, i); err != nil {
@@ -49,7 +44,6 @@ func TestJobOutputsInOrderThenComplete(t *testing.T) {
 		}
 		return map[string]int{"n": 6}, nil
 	})
-	s := f.nextSession(t)
 	before := time.Now()
 	s.sendJob(t, &pb.Job{
 		JobId: "j1", Generation: 2, Queue: "q", Input: []byte(`"hi"`), Options: []byte(`{"o":1}`),
@@ -85,12 +79,9 @@ func TestJobOutputsInOrderThenComplete(t *testing.T) {
 }
 
 func TestNilResultCompletesWithoutResult(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	startWorker(t, addr, worker.Config{}, func(context.Context, *worker.Job, *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{}, func(context.Context, *worker.Job, *worker.Output) (any, error) {
 		return nil, nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "j", Generation: 1, Input: []byte(`1`)})
 	s.expectAccept(t, "j", 1)
 	c := s.next(t).GetComplete()
@@ -100,10 +91,8 @@ func TestNilResultCompletesWithoutResult(t *testing.T) {
 }
 
 func TestDecideRejects(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	called := make(chan struct{}, 1)
-	startWorker(t, addr, worker.Config{
+	_, _, s := startOnFake(t, worker.Config{
 		Decide: func(j *worker.Job) error {
 			if string(j.Input) == `"big"` {
 				return errors.New("input too big for this worker")
@@ -114,7 +103,6 @@ func TestDecideRejects(t *testing.T) {
 		called <- struct{}{}
 		return nil, nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "big", Generation: 1, Input: []byte(`"big"`)})
 	r := s.next(t).GetReject()
 	if r == nil || r.JobId != "big" || r.Generation != 1 || r.Reason != "input too big for this worker" {
@@ -132,10 +120,7 @@ func TestDecideRejects(t *testing.T) {
 }
 
 func TestOverConcurrencyRejected(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
-	startWorker(t, addr, worker.Config{Concurrency: 1}, blockUntilCancelled(nil, nil))
-	s := f.nextSession(t)
+	_, _, s := startOnFake(t, worker.Config{Concurrency: 1}, blockUntilCancelled(nil, nil))
 	s.sendJob(t, &pb.Job{JobId: "a", Generation: 1, Input: []byte(`1`)})
 	s.expectAccept(t, "a", 1)
 	s.sendJob(t, &pb.Job{JobId: "b", Generation: 1, Input: []byte(`1`)})
@@ -146,18 +131,15 @@ func TestOverConcurrencyRejected(t *testing.T) {
 }
 
 func TestCancelStopsHandlerAndAcknowledges(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	var logs syncbuf.Buffer
 	outs := make(chan *worker.Output, 1)
 	ctxErr := make(chan error, 1)
-	startWorker(t, addr, worker.Config{Logger: textLogger(&logs)}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{Logger: textLogger(&logs)}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		outs <- out
 		<-ctx.Done()
 		ctxErr <- ctx.Err()
 		return "finished anyway", nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "j7", Generation: 3, Input: []byte(`1`)})
 	s.expectAccept(t, "j7", 3)
 	out := recv(t, outs, "handler start")
@@ -191,11 +173,8 @@ func TestCancelStopsHandlerAndAcknowledges(t *testing.T) {
 }
 
 func TestDeadlineExpires(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	ctxErr := make(chan error, 1)
-	startWorker(t, addr, worker.Config{}, blockUntilCancelled(nil, ctxErr))
-	s := f.nextSession(t)
+	_, _, s := startOnFake(t, worker.Config{}, blockUntilCancelled(nil, ctxErr))
 	start := time.Now()
 	s.sendJob(t, &pb.Job{JobId: "e", Generation: 1, Input: []byte(`1`), TtlMs: 80})
 	s.expectAccept(t, "e", 1)
@@ -233,10 +212,7 @@ func TestHandlerErrorCodes(t *testing.T) {
 		}, "worker_error", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeNode()
-			addr := f.start(t)
-			startWorker(t, addr, worker.Config{}, tc.h)
-			s := f.nextSession(t)
+			_, _, s := startOnFake(t, worker.Config{}, tc.h)
 			s.sendJob(t, &pb.Job{JobId: "h", Generation: 1, Input: []byte(`1`)})
 			s.expectAccept(t, "h", 1)
 			fl := s.expectFail(t, "h", 1)
@@ -250,11 +226,9 @@ func TestHandlerErrorCodes(t *testing.T) {
 // The SDK sends output past Job.MaxOutputBytes: the node, which counts
 // the job's output, is the one to end it (output_too_large).
 func TestOutputAfterEndAndLimits(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	outs := make(chan *worker.Output, 1)
 	errs := make(chan error, 2)
-	startWorker(t, addr, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
+	_, _, s := startOnFake(t, worker.Config{}, func(ctx context.Context, job *worker.Job, out *worker.Output) (any, error) {
 		outs <- out
 		errs <- out.SendRaw(ctx, json.RawMessage(`{not json`))
 		if err := out.Send(ctx, "12345678"); err != nil { // 10 bytes with quotes
@@ -263,7 +237,6 @@ func TestOutputAfterEndAndLimits(t *testing.T) {
 		errs <- out.Send(ctx, "x") // 3 more bytes: over the 12-byte limit, sent all the same
 		return nil, nil
 	})
-	s := f.nextSession(t)
 	s.sendJob(t, &pb.Job{JobId: "o", Generation: 1, Input: []byte(`1`), MaxOutputBytes: 12})
 	s.expectAccept(t, "o", 1)
 	if o := s.next(t).GetOutput(); o == nil || string(o.Data) != `"12345678"` {
@@ -288,11 +261,8 @@ func TestOutputAfterEndAndLimits(t *testing.T) {
 }
 
 func TestSessionDropCancelsJobsAndReconnects(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	ctxErr := make(chan error, 1)
-	startWorker(t, addr, worker.Config{}, blockUntilCancelled(nil, ctxErr))
-	s1 := f.nextSession(t)
+	f, _, s1 := startOnFake(t, worker.Config{}, blockUntilCancelled(nil, ctxErr))
 	s1.sendJob(t, &pb.Job{JobId: "d", Generation: 1, Input: []byte(`1`)})
 	s1.expectAccept(t, "d", 1)
 	close(s1.drop)
@@ -309,11 +279,8 @@ func TestSessionDropCancelsJobsAndReconnects(t *testing.T) {
 }
 
 func TestRunReturnsOnCancel(t *testing.T) {
-	f := newFakeNode()
-	addr := f.start(t)
 	ctxErr := make(chan error, 1)
-	w := startWorker(t, addr, worker.Config{}, blockUntilCancelled(nil, ctxErr))
-	s := f.nextSession(t)
+	_, w, s := startOnFake(t, worker.Config{}, blockUntilCancelled(nil, ctxErr))
 	s.sendJob(t, &pb.Job{JobId: "r", Generation: 1, Input: []byte(`1`)})
 	s.expectAccept(t, "r", 1)
 	if err := w.stop(); err != nil {

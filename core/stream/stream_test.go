@@ -69,6 +69,24 @@ func shortClocks() stream.Policy {
 	return p
 }
 
+// clocked is a stream of an accepted job (room for maxEvents) run under
+// shortClocks into a fakeSink, and when it started.
+type clocked struct {
+	j     *core.Job
+	p     stream.Policy
+	sink  *fakeSink
+	start time.Time
+	wait  func() stream.Result
+}
+
+func runClocked(t *testing.T, ctx context.Context, maxEvents int) clocked {
+	t.Helper()
+	c := clocked{j: acceptedJob(t, maxEvents), p: shortClocks(), sink: &fakeSink{}}
+	c.start = time.Now()
+	c.wait = runAsync(t, ctx, stream.Request{Job: c.j, Policy: c.p}, c.sink)
+	return c
+}
+
 // num reads a JSON number from control data.
 func num(t *testing.T, data map[string]any, key string) uint64 {
 	t.Helper()
@@ -546,12 +564,10 @@ func TestResumeAtOldestRetainedIsNotResync(t *testing.T) {
 }
 
 func TestHeartbeatAfterSilence(t *testing.T) {
-	j := acceptedJob(t, 100)
-	p := shortClocks()
-	sink := &fakeSink{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wait := runAsync(t, ctx, stream.Request{Job: j, Policy: p}, sink)
+	c := runClocked(t, ctx, 100)
+	p, sink, wait := c.p, c.sink, c.wait
 
 	waitFor(t, "two heartbeats", func() bool { return sink.count("heartbeat") >= 2 })
 	cancel()
@@ -579,13 +595,10 @@ func TestHeartbeatAfterSilence(t *testing.T) {
 }
 
 func TestIdleTerminates(t *testing.T) {
-	j := acceptedJob(t, 100)
-	p := shortClocks()
-	sink := &fakeSink{}
-	start := time.Now()
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
-	res := wait()
-	elapsed := time.Since(start)
+	c := runClocked(t, context.Background(), 100)
+	p, sink := c.p, c.sink
+	res := c.wait()
+	elapsed := time.Since(c.start)
 	if res.End != stream.EndIdle || res.End.ClientLeft() {
 		t.Fatalf("Result = %+v, want idle (%s)", res, sink.trace())
 	}
@@ -599,11 +612,8 @@ func TestIdleTerminates(t *testing.T) {
 }
 
 func TestMaxDurationTerminatesBusyStream(t *testing.T) {
-	j := acceptedJob(t, 1000)
-	p := shortClocks()
-	sink := &fakeSink{}
-	start := time.Now()
-	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p}, sink)
+	c := runClocked(t, context.Background(), 1000)
+	j, p, sink, start, wait := c.j, c.p, c.sink, c.start, c.wait
 
 	// Events every 40ms keep the idle clock (200ms) from firing: only the
 	// max duration may end this stream.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/loadgen"
 )
 
 // ledger is what one case did, as its requesters and its workers saw it:
@@ -62,37 +64,27 @@ func (l *ledger) inFlight() []loadJob {
 	return out
 }
 
-// tally is one column of the ledger.
-type tally struct {
-	submitted, completed, cancelled, expired, unknown, postErrors int
-	refused, failed                                               map[string]int
-}
-
-func (l *ledger) tally(kind string) tally {
-	t := tally{refused: map[string]int{}, failed: map[string]int{}}
+// tally is one column of the ledger: the jobs of kind ("": every kind),
+// less the POSTs the test's own end cut.
+func (l *ledger) tally(kind string) loadgen.Counts {
+	var c loadgen.Counts
 	for _, j := range l.jobs {
 		if kind != "" && j.kind != kind || j.Open && j.Status == 0 {
 			continue // another kind, or a POST cut by the test's own end
 		}
-		t.submitted++
-		switch {
-		case j.PostErr != "":
-			t.postErrors++
-		case j.Status != 200:
-			t.refused[j.Refusal]++
-		case j.Terminals == 0:
-			t.unknown++
-		case j.Terminal == "done":
-			t.completed++
-		case j.Code == "cancelled":
-			t.cancelled++
-		case j.Code == "expired":
-			t.expired++
-		default:
-			t.failed[j.Code]++
-		}
+		c.Add(&j.Job)
 	}
-	return t
+	return c
+}
+
+// failed are the ended counts of c's failures: neither completed, nor
+// cancelled, nor expired.
+func failed(c loadgen.Counts) map[string]int {
+	out := maps.Clone(c.Ended)
+	for _, k := range []string{"completed", "cancelled", "expired"} {
+		delete(out, k)
+	}
+	return out
 }
 
 // violations returns, per job, how it broke at-most-once (runViolations).
@@ -143,7 +135,7 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 	}
 	slices.Sort(kinds)
 	cols := append([]string{""}, kinds...)
-	tallies := make([]tally, len(cols))
+	tallies := make([]loadgen.Counts, len(cols))
 	for i, k := range cols {
 		tallies[i] = l.tally(k)
 	}
@@ -158,24 +150,27 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 		fmt.Fprintf(tw, "\t%s (model=%s)", k, k)
 	}
 	fmt.Fprintln(tw)
-	row := func(name string, f func(tally) string) {
+	row := func(name string, f func(loadgen.Counts) string) {
 		fmt.Fprintf(tw, "  %s", name)
 		for _, ta := range tallies {
 			fmt.Fprintf(tw, "\t%s", f(ta))
 		}
 		fmt.Fprintln(tw)
 	}
-	num := func(f func(tally) int) func(tally) string {
-		return func(ta tally) string { return fmt.Sprint(f(ta)) }
+	num := func(f func(loadgen.Counts) int) func(loadgen.Counts) string {
+		return func(c loadgen.Counts) string { return fmt.Sprint(f(c)) }
 	}
-	row("jobs submitted", num(func(ta tally) int { return ta.submitted }))
-	row("refused at submit", func(ta tally) string { return byCode(ta.refused) })
-	row("POST failed in transport", num(func(ta tally) int { return ta.postErrors }))
-	row("completed", num(func(ta tally) int { return ta.completed }))
-	row("failed, by code", func(ta tally) string { return byCode(ta.failed) })
-	row("cancelled", num(func(ta tally) int { return ta.cancelled }))
-	row("expired", num(func(ta tally) int { return ta.expired }))
-	row("unknown (must be 0)", num(func(ta tally) int { return ta.unknown }))
+	ended := func(how string) func(loadgen.Counts) string {
+		return num(func(c loadgen.Counts) int { return c.Ended[how] })
+	}
+	row("jobs submitted", num(func(c loadgen.Counts) int { return c.Submitted }))
+	row("refused at submit", func(c loadgen.Counts) string { return byCode(c.Refused) })
+	row("POST failed in transport", num(func(c loadgen.Counts) int { return c.PostErrors }))
+	row("completed", ended("completed"))
+	row("failed, by code", func(c loadgen.Counts) string { return byCode(failed(c)) })
+	row("cancelled", ended("cancelled"))
+	row("expired", ended("expired"))
+	row("unknown (must be 0)", num(func(c loadgen.Counts) int { return c.Unknown }))
 	tw.Flush()
 	fmt.Fprintf(&b, "  executed more than once (must be 0): %d\n", len(viol))
 	fmt.Fprintf(&b, "  events repeated or out of order (must be 0): %d\n", len(disorder))
@@ -216,7 +211,7 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 	}
 	t.Log(b.String())
 
-	if u := tallies[0].unknown; u > 0 {
+	if u := tallies[0].Unknown; u > 0 {
 		var ids []string
 		for _, j := range l.jobs {
 			if j.Status == 200 && j.Terminals == 0 {

@@ -1,9 +1,11 @@
 // Package grpctest serves gRPC in tests, as net/http/httptest serves HTTP:
-// a server on a loopback port for as long as the test runs, and a client
-// connection to one.
+// a server on a loopback port for as long as the test runs, a client
+// connection to one, and a stream read to its end.
 package grpctest
 
 import (
+	"errors"
+	"io"
 	"net"
 	"testing"
 
@@ -43,4 +45,20 @@ func Dial(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn 
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// RecvEach calls recv (a stream's Recv) until the stream ends (io.EOF),
+// passing each message to each in order; any other error fails tb.
+func RecvEach[T any](tb testing.TB, recv func() (T, error), each func(T)) {
+	tb.Helper()
+	for {
+		m, err := recv()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			tb.Fatalf("recv: %v", err)
+		}
+		each(m)
+	}
 }

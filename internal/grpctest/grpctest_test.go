@@ -2,6 +2,11 @@ package grpctest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -23,4 +28,54 @@ func TestServe(t *testing.T) {
 			t.Fatalf("Check = %v, %v; want SERVING", res, err)
 		}
 	})
+}
+
+// fatals is a testing.TB that records a Fatalf and ends its goroutine, as
+// testing's does.
+type fatals struct {
+	testing.TB
+	got string
+}
+
+func (f *fatals) Helper() {}
+
+func (f *fatals) Fatalf(format string, args ...any) {
+	f.got = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// RecvEach passes every message in order and returns at io.EOF; another
+// error fails the test after the messages before it.
+func TestRecvEach(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		end     error
+		wantErr string
+	}{
+		{"to EOF", io.EOF, ""},
+		{"broken", errors.New("connection reset"), "recv: connection reset"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs := []int{1, 2, 3}
+			recv := func() (int, error) {
+				if len(msgs) == 0 {
+					return 0, tc.end
+				}
+				m := msgs[0]
+				msgs = msgs[1:]
+				return m, nil
+			}
+			var got []int
+			f := &fatals{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				RecvEach(f, recv, func(m int) { got = append(got, m) })
+			}()
+			<-done
+			if !slices.Equal(got, []int{1, 2, 3}) || f.got != tc.wantErr {
+				t.Errorf("got %v, failure %q; want 1 2 3, failure %q", got, f.got, tc.wantErr)
+			}
+		})
+	}
 }
