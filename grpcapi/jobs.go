@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -213,6 +214,44 @@ func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	// to the call's own.
 	ctx, span := s.e.StartResume(gs.Context(), j, after)
 	return s.streamJob(ctxStream{gs, ctx}, snk, j, after, filter, slow, resumed, func(res stream.Result) { stream.EndSpan(span, res, after) })
+}
+
+// serviceDesc is the JobService as pb.RegisterJobServiceServer registers
+// it, but for its streams, whose request is received on the stream's
+// runner (serve) rather than on the goroutine gRPC starts for the call:
+// receiving grows a fresh goroutine's stack by copying it, which the
+// runner already did. Each handler does what the generated one does, in
+// the same order.
+func (s *JobServer) serviceDesc() *grpc.ServiceDesc {
+	d := pb.JobService_ServiceDesc
+	d.Streams = slices.Clone(d.Streams)
+	for i := range d.Streams {
+		switch d.Streams[i].StreamName {
+		case "Submit":
+			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
+				gs := &grpc.GenericServerStream[pb.SubmitRequest, pb.JobEvent]{ServerStream: st}
+				return s.serve(gs, func(snk *sink) error {
+					req := new(pb.SubmitRequest)
+					if err := st.RecvMsg(req); err != nil {
+						return err
+					}
+					return s.submit(req, gs, snk)
+				})
+			}
+		case "Resume":
+			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
+				gs := &grpc.GenericServerStream[pb.ResumeRequest, pb.JobEvent]{ServerStream: st}
+				return s.serve(gs, func(snk *sink) error {
+					req := new(pb.ResumeRequest)
+					if err := st.RecvMsg(req); err != nil {
+						return err
+					}
+					return s.resume(req, gs, snk)
+				})
+			}
+		}
+	}
+	return &d
 }
 
 // ctxStream is a job event stream whose context is ctx.

@@ -2,11 +2,14 @@ package grpcapi
 
 import (
 	"bytes"
+	"reflect"
 	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
 // goid is the calling goroutine's id, from its stack trace's header.
@@ -125,5 +128,25 @@ func waitIdle(t *testing.T, r *runners, n int) {
 			t.Fatalf("%d runners idle, want %d", got, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Every stream of the JobService receives its request on a runner: the
+// service registers the generated description with its stream handlers
+// replaced, and a stream added to the proto must be added there too.
+func TestServiceDescReplacesEveryStream(t *testing.T) {
+	d := (&JobServer{}).serviceDesc()
+	gen := pb.JobService_ServiceDesc
+	if len(d.Streams) != len(gen.Streams) || len(d.Methods) != len(gen.Methods) || d.ServiceName != gen.ServiceName {
+		t.Fatalf("description %+v differs from the generated one's shape %+v", d, gen)
+	}
+	for i, st := range d.Streams {
+		g := gen.Streams[i]
+		if st.StreamName != g.StreamName || st.ServerStreams != g.ServerStreams || st.ClientStreams != g.ClientStreams {
+			t.Errorf("stream %d: %+v, generated %+v", i, st, g)
+		}
+		if reflect.ValueOf(st.Handler).Pointer() == reflect.ValueOf(g.Handler).Pointer() {
+			t.Errorf("stream %s keeps the generated handler: its request is received on gRPC's goroutine", st.StreamName)
+		}
 	}
 }
