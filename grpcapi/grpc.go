@@ -79,7 +79,7 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	}
 	s := grpc.NewServer(opts...)
 	pb.RegisterWorkerServiceServer(s, workers)
-	pb.RegisterJobServiceServer(s, jobs)
+	s.RegisterService(jobs.serviceDesc(), jobs)
 	pb.RegisterClusterServiceServer(s, cluster)
 	return s
 }

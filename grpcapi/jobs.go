@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,13 +69,15 @@ func (c JobConfig) Validate() error {
 
 // JobServer serves the JobService over a core.Engine.
 //
-// Each stream has two goroutines of this package: the writer, which runs
+// Each stream has two goroutines of this package: a runner, which makes
+// the call's checks and the engine's Submit or Resume and then runs
 // stream.Run (the stream's one writer and its only Send caller; Run adds
 // its lag watcher, which may Abort the sink), and the handler, which
 // watches the writer and ends the gRPC stream when a Send is still blocked
 // at its write deadline (see sink). The handler returns when the writer is
 // done, or when it gave up on it; the writer then ends at once with the
-// stream. JobServer.Wait waits for both.
+// stream. Runners are kept between streams (runners). JobServer.Wait waits
+// for both.
 type JobServer struct {
 	pb.UnimplementedJobServiceServer
 	e    *core.Engine
@@ -83,6 +86,8 @@ type JobServer struct {
 	m    *stream.TransportMetrics
 	errs *apierr.Reporter
 	wg   sync.WaitGroup
+	// runners run each stream's work and writer; their goroutines count in wg.
+	runners runners
 }
 
 var _ pb.JobServiceServer = (*JobServer)(nil)
@@ -111,20 +116,30 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.Cluster == nil {
 		cfg.Cluster = core.NoCluster{}
 	}
-	return &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}, nil
+	s := &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}
+	s.runners.wg = &s.wg
+	return s, nil
 }
 
-// Wait blocks until every stream handler and its writer goroutine have
-// ended. Call it after the gRPC server stopped (grpc.Server.Stop does not
-// wait for handlers): by then every stream's context is done, so every
-// stream ends promptly.
-func (s *JobServer) Wait() { s.wg.Wait() }
+// Wait ends the runners that wait for a stream and blocks until every
+// stream handler and its writer goroutine have ended. Call it after the
+// gRPC server stopped (grpc.Server.Stop does not wait for handlers): by
+// then every stream's context is done, so every stream ends promptly.
+func (s *JobServer) Wait() {
+	s.runners.close()
+	s.wg.Wait()
+}
 
 // Submit posts an envelope to a queue and streams the job's events. The
 // stream owns the job exactly like an SSE POST's: when it ends, the job is
 // cancelled unless its client resumes within the grace window (see
 // core.Engine.StreamClosed).
 func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+	return s.serve(gs, func(snk *sink) error { return s.submit(req, gs, snk) })
+}
+
+// submit is Submit's work, on a runner (see serve).
+func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink) error {
 	ctx := gs.Context()
 	queue := req.GetQueue()
 	if err := core.CheckQueueName(queue); err != nil {
@@ -158,7 +173,7 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	}
 	// A retried Submit that matched an idempotency key must not take
 	// ownership of a job some other call is streaming.
-	return s.streamJob(gs, j, 0, nil, stream.Terminate, !existing, nil)
+	return s.streamJob(gs, snk, j, 0, nil, stream.Terminate, !existing, nil)
 }
 
 // Resume continues a job's stream after the position in a resume token
@@ -167,6 +182,11 @@ func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 // from its grace window, and when it ends the window starts again. One
 // without a token just watches.
 func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
+	return s.serve(gs, func(snk *sink) error { return s.resume(req, gs, snk) })
+}
+
+// resume is Resume's work, on a runner (see serve).
+func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink) error {
 	j, err := visible(gs.Context(), s.e, req.GetJobId())
 	if err != nil {
 		return s.fail("Resume", err)
@@ -193,7 +213,45 @@ func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	// A reader of the job's stream is a span of the job's trace, linked
 	// to the call's own.
 	ctx, span := s.e.StartResume(gs.Context(), j, after)
-	return s.streamJob(ctxStream{gs, ctx}, j, after, filter, slow, resumed, func(res stream.Result) { stream.EndSpan(span, res, after) })
+	return s.streamJob(ctxStream{gs, ctx}, snk, j, after, filter, slow, resumed, func(res stream.Result) { stream.EndSpan(span, res, after) })
+}
+
+// serviceDesc is the JobService as pb.RegisterJobServiceServer registers
+// it, but for its streams, whose request is received on the stream's
+// runner (serve) rather than on the goroutine gRPC starts for the call:
+// receiving grows a fresh goroutine's stack by copying it, which the
+// runner already did. Each handler does what the generated one does, in
+// the same order.
+func (s *JobServer) serviceDesc() *grpc.ServiceDesc {
+	d := pb.JobService_ServiceDesc
+	d.Streams = slices.Clone(d.Streams)
+	for i := range d.Streams {
+		switch d.Streams[i].StreamName {
+		case "Submit":
+			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
+				gs := &grpc.GenericServerStream[pb.SubmitRequest, pb.JobEvent]{ServerStream: st}
+				return s.serve(gs, func(snk *sink) error {
+					req := new(pb.SubmitRequest)
+					if err := st.RecvMsg(req); err != nil {
+						return err
+					}
+					return s.submit(req, gs, snk)
+				})
+			}
+		case "Resume":
+			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
+				gs := &grpc.GenericServerStream[pb.ResumeRequest, pb.JobEvent]{ServerStream: st}
+				return s.serve(gs, func(snk *sink) error {
+					req := new(pb.ResumeRequest)
+					if err := st.RecvMsg(req); err != nil {
+						return err
+					}
+					return s.resume(req, gs, snk)
+				})
+			}
+		}
+	}
+	return &d
 }
 
 // ctxStream is a job event stream whose context is ctx.
@@ -237,37 +295,45 @@ func (s *JobServer) fail(method string, err error) error {
 	return apierr.Status(err)
 }
 
-// streamJob serves a job's stream from after on gs. claim marks a stream
-// that is the submitter's — the job's own Submit, or a resume with a valid
-// token (stream.JobStream.Claim). ended, if set, is told how the stream
-// went once it is over, which may be after streamJob returned (see sink).
-//
-// The stream's writer runs on a goroutine of its own and sends on gs
-// itself; this one, the handler's, watches it (sink.watch) and returns
-// when it is done, or when a Send of it is still blocked at its write
-// deadline: returning ends the gRPC stream, and with it that Send.
-func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool, ended func(stream.Result)) error {
+// serve runs a job stream's call: work (the call's checks, the engine's
+// part, and then the stream's writer, which sends on gs itself) runs on a
+// runner, and this goroutine, the handler's, watches the writer through
+// snk (sink.watch). It returns work's status when work is done, or, when
+// a Send of the writer is still blocked at its write deadline, gives up
+// on it: returning ends the gRPC stream, and with it that Send. Until
+// work ends (or the watch gave up), only work touches gs.
+func (s *JobServer) serve(gs grpc.ServerStreamingServer[pb.JobEvent], work func(snk *sink) error) error {
 	s.wg.Add(1)
 	defer s.wg.Done()
-	ctx := gs.Context()
-	// Set before the writer starts; from then on only the writer touches
-	// the stream's send side.
-	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, j.ID))
-	snk := newSink(gs, j, s.e.Epoch())
-	door := stream.Door{Engine: s.e, Resumes: s.resumes(), Policy: s.cfg.Stream}
-	js := stream.JobStream{Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(ctx)}
+	snk := newSink(gs, nil, 0)
 	done := make(chan struct{})
-	var res stream.Result
-	s.wg.Go(func() {
+	var err error
+	s.runners.run(func() {
 		defer close(done)
-		res = door.Serve(ctx, js, snk)
-		snk.close()
-		if ended != nil {
-			ended(res)
-		}
+		err = work(snk)
 	})
 	if snk.watch(done) {
-		return s.fail("stream", endError(ctx, stream.EndWriteFailed, true))
+		return s.fail("stream", endError(gs.Context(), stream.EndWriteFailed, true))
+	}
+	return err
+}
+
+// streamJob serves a job's stream from after on gs through snk, as the
+// stream's writer, and returns the status the call ends with. claim marks
+// a stream that is the submitter's — the job's own Submit, or a resume
+// with a valid token (stream.JobStream.Claim). ended, if set, is told how
+// the stream went once it is over, which may be after the call returned
+// (see serve).
+func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool, ended func(stream.Result)) error {
+	ctx := gs.Context()
+	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, j.ID))
+	snk.job, snk.snap = j, s.e.Epoch()
+	door := stream.Door{Engine: s.e, Resumes: s.resumes(), Policy: s.cfg.Stream}
+	js := stream.JobStream{Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(ctx)}
+	res := door.Serve(ctx, js, snk)
+	snk.close()
+	if ended != nil {
+		ended(res)
 	}
 	if err := endError(ctx, res.End, snk.lastWriteFailed()); err != nil {
 		return s.fail("stream", err)

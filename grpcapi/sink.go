@@ -34,7 +34,7 @@ var (
 // sink writes one job stream on gRPC; it implements stream.Sink.
 //
 // The stream's writer (stream.Run) calls Send itself, on a goroutine of its
-// own (JobServer.streamJob), with no hand-off per message: Send returns as
+// own (a runner: JobServer.serve), with no hand-off per message: Send returns as
 // soon as gRPC queued the message for its connection's writer, which
 // batches what the connection's streams queued together into one socket
 // write. Flush therefore has nothing left to wait for but the headers of a

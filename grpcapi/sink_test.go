@@ -145,7 +145,7 @@ func (f *fakeStream) kinds() []string {
 }
 
 // watched runs write as a stream's writer on a goroutine of its own, under
-// the sink's watch, as streamJob does: it returns whether the watch gave
+// the sink's watch, as JobServer.serve does: it returns whether the watch gave
 // up on the writer, and when it did, ends the stream as the handler
 // returning does. writer is closed when the writer returned; the test's
 // cleanup waits for it (goleak).
@@ -500,7 +500,7 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 // runOnStoppedClient runs, with policy p, the stream of a job with an
 // accepted event over a sink whose client stops reading at its first Send;
 // outputs more events follow once that Send blocks. The watch must give up
-// on the writer within min..max, as streamJob's does; the stream then ends
+// on the writer within min..max, as JobServer.serve's does; the stream then ends
 // (the handler returned), and so does Run.
 func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
 	t.Helper()
