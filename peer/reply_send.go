@@ -285,10 +285,7 @@ func (t *replyStream) read() {
 			// CAS: a failed reply stream's reader may still apply an older ack.
 			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
 			}
-			select {
-			case l.ackc <- struct{}{}:
-			default:
-			}
+			l.signal()
 		case *pb.RespondControl_Cancel:
 			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
 				l.takeCancel(b.Cancel)
