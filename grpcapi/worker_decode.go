@@ -41,9 +41,10 @@ type outputIn struct {
 	data  []byte
 }
 
-// maxInternedIDs bounds a session's ids: well over the jobs a worker runs
-// at once, so a session rarely decodes an id twice while its job runs.
-const maxInternedIDs = 4096
+// maxInternedIDs bounds a session's ids: over the jobs a worker runs at
+// once (its concurrency), so a session seldom decodes an id twice while
+// its job runs.
+const maxInternedIDs = 1024
 
 // unmarshal decodes data into in, replacing what it held.
 func (in *sessionIn) unmarshal(c pbcodec.SessionCodec, data mem.BufferSlice) error {
@@ -122,8 +123,10 @@ func (in *sessionIn) intern(b []byte) string {
 	if !utf8.Valid(b) {
 		return ""
 	}
-	if in.ids == nil || len(in.ids) >= maxInternedIDs {
+	if in.ids == nil {
 		in.ids = make(map[string]string, 64)
+	} else if len(in.ids) >= maxInternedIDs {
+		clear(in.ids) // keeps its buckets: no growth again
 	}
 	s := string(b)
 	in.ids[s] = s
