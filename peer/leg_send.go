@@ -93,10 +93,6 @@ type responseLeg struct {
 	removed bool // no longer in r.legs
 
 	// The goroutine's own.
-	// frame is the frame sendFrame sends, reused: a frame is encoded
-	// before Send returns, and nothing keeps it after.
-	frame        pb.RespondFrame
-	frameItems   pb.RespondItems
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
@@ -110,6 +106,8 @@ type responseLeg struct {
 	held, openDue bool
 	// expected: opened by Expect, with nothing to send yet.
 	expected bool
+	// sending is what sendFrame sends (appendItems).
+	sending []*legItem
 }
 
 // Send is core.Transport.Send: it queues m for node and returns at once.
@@ -473,7 +471,6 @@ func (l *responseLeg) sendRun(items []*legItem) bool {
 // after a final item: the ingress forgot the leg there).
 func (l *responseLeg) sendFrame(items []*legItem) bool {
 	held := l.held
-	fs := l.frameItems.Items[:0]
 	for _, it := range items {
 		w := &it.wire
 		w.Seq, w.Message, w.Open = it.seq, it.msg, nil
@@ -481,21 +478,24 @@ func (l *responseLeg) sendFrame(items []*legItem) bool {
 			w.Open = l.openOf()
 		}
 		held = !it.final
-		fs = append(fs, w)
 	}
 	l.openDue = false
-	l.frameItems.Items = fs
-	if l.frame.Body == nil {
-		l.frame.Body = &pb.RespondFrame_Items{Items: &l.frameItems}
-	}
-	ok := l.t.send(&l.frame)
-	clear(fs)
-	if !ok {
+	l.sending = items
+	if !l.t.sendItems(l) {
 		return false
 	}
 	l.r.m.replyFrames.Inc()
 	l.held = held
 	return true
+}
+
+// appendItems appends the wire items sendFrame sends to fs.
+func (l *responseLeg) appendItems(fs []*pb.RespondItem) []*pb.RespondItem {
+	for _, it := range l.sending {
+		fs = append(fs, &it.wire)
+	}
+	l.sending = nil
+	return fs
 }
 
 // sendOpen sends the leg's open frame alone on the reply stream it joined,
