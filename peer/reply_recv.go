@@ -65,13 +65,9 @@ type respondIn struct {
 
 	// ackMu guards acks: per leg, the highest seq handled and not yet
 	// acked; unsent and unsentBytes count the items and the output bytes
-	// handled since every leg's ack was last written; finals are the legs
-	// whose last item was handled since, whose acks go at once; ackAll:
-	// unsent or unsentBytes reached its bound, every leg's ack goes at once.
+	// handled since acks were last written.
 	ackMu       sync.Mutex
 	acks        map[inLegKey]uint64
-	finals      []inLegKey
-	ackAll      bool
 	unsent      int
 	unsentBytes int
 
@@ -366,28 +362,24 @@ func (rs *respondIn) readFirst() (*pb.RespondFrame, bool) {
 // noteHandled records that item seq of leg k was handled, with its output
 // bytes: true when acks are to be written at once. Acks are cumulative
 // per leg, so most can wait: one ack per item would double the frames
-// (and write syscalls) of a streaming job, and each wakes the host's leg.
-// The ack of what ends a leg goes at once, alone (the host ends the leg
-// on it); every leg's goes whenever ackEvery items or ackBytes of output
-// went unacked on the reply stream, so every leg's in-flight window keeps
-// moving (a few large outputs fill it long before 32 items); the rest go
-// with the next heartbeat tick.
+// (and write syscalls) of a streaming job. They go at once for what ends a
+// leg (the host ends it on that), and whenever ackEvery items or ackBytes
+// of output went unacked, so every leg's in-flight window keeps moving (a
+// few large outputs fill it long before 32 items); the rest go with the
+// next heartbeat tick.
 func (rs *respondIn) noteHandled(k inLegKey, seq uint64, bytes int, final bool) bool {
 	rs.ackMu.Lock()
 	defer rs.ackMu.Unlock()
 	if seq >= rs.acks[k] {
 		rs.acks[k] = seq
 	}
-	if final {
-		rs.finals = append(rs.finals, k)
-	}
 	rs.unsent++
 	rs.unsentBytes += bytes
-	if rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes {
-		rs.ackAll = true
+	now := final || rs.unsent >= ackEvery || rs.unsentBytes >= ackBytes
+	if now {
 		rs.unsent, rs.unsentBytes = 0, 0
 	}
-	return final || rs.ackAll
+	return now
 }
 
 // wake asks the writer to write what is due (acks, cancels).
@@ -518,7 +510,7 @@ func (w *respondWriter) run() error {
 	tick := time.NewTicker(rs.hb)
 	defer tick.Stop()
 	heartbeat := &pb.RespondControl{Body: &pb.RespondControl_Heartbeat{Heartbeat: &pb.Heartbeat{}}}
-	if !w.flush(true) {
+	if !w.flush() {
 		return rs.end()
 	}
 	for {
@@ -526,16 +518,16 @@ func (w *respondWriter) run() error {
 		case <-rs.ctx.Done():
 			return rs.end()
 		case <-rs.finish:
-			if !w.flush(true) {
+			if !w.flush() {
 				return rs.end()
 			}
 			return nil
 		case <-rs.kick:
-			if !w.flush(false) {
+			if !w.flush() {
 				return rs.end()
 			}
 		case <-tick.C:
-			if !w.flush(true) {
+			if !w.flush() {
 				return rs.end()
 			}
 			if time.Since(w.lastSend) >= rs.hb/2 && !w.send(heartbeat) {
@@ -554,10 +546,8 @@ func controlFrame(c control, p *pb.PeerMessage) *pb.RespondControl {
 }
 
 // flush writes the controls due on the reply stream (cancels, then grants),
-// then the acks due: every leg's if all (or noteHandled asked for all),
-// else those of the legs whose last item was handled. False once a send
-// failed.
-func (w *respondWriter) flush(all bool) bool {
+// then every leg's ack: false once a send failed.
+func (w *respondWriter) flush() bool {
 	rs := w.rs
 	for c := range nControls {
 		for _, p := range rs.s.controlsFor(rs, c) {
@@ -567,22 +557,11 @@ func (w *respondWriter) flush(all bool) bool {
 		}
 	}
 	rs.ackMu.Lock()
-	if all || rs.ackAll {
-		for k, seq := range rs.acks {
-			w.acks = append(w.acks, pendingAck{k, seq})
-		}
-		clear(rs.acks)
-		rs.ackAll, rs.unsent, rs.unsentBytes = false, 0, 0
-	} else {
-		for _, k := range rs.finals {
-			if seq, ok := rs.acks[k]; ok {
-				w.acks = append(w.acks, pendingAck{k, seq})
-				delete(rs.acks, k)
-			}
-		}
+	for k, seq := range rs.acks {
+		w.acks = append(w.acks, pendingAck{k, seq})
 	}
-	clear(rs.finals)
-	rs.finals = rs.finals[:0]
+	clear(rs.acks)
+	rs.unsent, rs.unsentBytes = 0, 0
 	rs.ackMu.Unlock()
 	for i, a := range w.acks {
 		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: a.seq, JobId: a.k.job, Generation: a.k.gen}}}) {
