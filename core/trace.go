@@ -172,7 +172,8 @@ func endSpan(span trace.Span, result string, code Code, attrs ...attribute.KeyVa
 		return
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attrs...)
+		// A copy, as in startSpan: a caller's arguments stay on its stack.
+		span.SetAttributes(slices.Clone(attrs)...)
 		if result != "" {
 			span.SetAttributes(AttrResult.String(result))
 		}

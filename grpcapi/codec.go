@@ -15,7 +15,9 @@ import (
 // worker session's codec (pbcodec.SessionCodec: its messages through their
 // generated vtproto code, invalid UTF-8 refused as proto's codec would,
 // anything else through proto's codec), but for the job events a stream's
-// writer sends (wireEvent), which it encodes itself. The bytes are
+// writer sends (wireEvent), which it encodes itself, and a worker
+// session's inbound messages after the register (sessionIn), which it
+// decodes with sessionIn's own decoder for outputs. The bytes are
 // proto's; the clients' codec is unchanged.
 type codec struct{ pbcodec.SessionCodec }
 
@@ -27,6 +29,15 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return e.marshal()
 	}
 	return c.SessionCodec.Marshal(v)
+}
+
+// Unmarshal decodes data into v: a worker session's sessionIn by its own
+// decoder, anything else as the session codec does.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if in, ok := v.(*sessionIn); ok {
+		return in.unmarshal(c.SessionCodec, data)
+	}
+	return c.SessionCodec.Unmarshal(data, v)
 }
 
 // wireChunk is the size of the pooled buffers a stream's writer encodes its

@@ -77,6 +77,10 @@ type WorkerServer struct {
 	log  *slog.Logger
 	errs *apierr.Reporter
 	wg   sync.WaitGroup
+	// ownCodec: the server's codec is this package's (NewServer set it),
+	// which decodes a session's sessionIn; else a session reads each
+	// message as a pb.WorkerMessage.
+	ownCodec atomic.Bool
 }
 
 var _ pb.WorkerServiceServer = (*WorkerServer)(nil)
@@ -240,6 +244,10 @@ func (ss *session) read(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	if ss.s.ownCodec.Load() {
+		ss.readIn(w)
+		return
+	}
 	for {
 		m, err := ss.stream.Recv()
 		if err != nil {
@@ -251,6 +259,33 @@ func (ss *session) read(ctx context.Context) {
 			return
 		}
 		if err := ss.handle(w, m); err != nil {
+			ss.recvErr <- err
+			return
+		}
+	}
+}
+
+// readIn is read's loop after the register on a server whose codec is
+// this package's (NewServer): each message is decoded into one reused
+// sessionIn, an output without a message around it.
+func (ss *session) readIn(w *core.Worker) {
+	var in sessionIn
+	for {
+		if err := ss.stream.RecvMsg(&in); err != nil {
+			ss.recvErr <- err
+			return
+		}
+		ss.touch()
+		if ss.ended.Load() {
+			return
+		}
+		if in.isOutput {
+			// Never waits: the worker sends within the job's output credit.
+			w.Output(in.out.jobID, in.out.gen, in.out.data)
+			in.out.data = nil
+			continue
+		}
+		if err := ss.handle(w, &in.msg); err != nil {
 			ss.recvErr <- err
 			return
 		}

@@ -135,7 +135,7 @@ func (r *router) legCancelled(job string, gen uint64) {
 	defer r.mu.Unlock()
 	for _, l := range r.jobLegs[job] {
 		if l.key.gen == gen {
-			l.stopOnce.Do(func() { close(l.stop) })
+			l.cancel()
 		}
 	}
 }
@@ -159,7 +159,7 @@ func (l *responseLeg) takeCancel(p *pb.PeerMessage) {
 	} else {
 		r.log.Error("a cancel came on a response leg before routing started", "node", l.key.node, "job", l.key.job)
 	}
-	l.stopOnce.Do(func() { close(l.stop) })
+	l.cancel()
 }
 
 // takeGrant hands a grant of output credit from the ingress to the node's

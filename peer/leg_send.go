@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,31 +71,28 @@ type responseLeg struct {
 	// queueName is the job's queue, for its open frame: given by Expect or
 	// by the message that opened the leg.
 	queueName string
-	wake      chan struct{} // capacity 1: "something was queued"
+	// wake (capacity 1) says something changed that the leg's goroutine
+	// must look at: a message queued, an ack, a cancel (stop).
+	wake chan struct{}
 	// queued is the node's switchyard_peer_queue child, looked up once: a
 	// leg's messages count in it one by one. The leg holds a reference on
 	// the node (refLocked), so the child stays registered while it lives.
 	queued prometheus.Gauge
 
-	stop     chan struct{} // closed when the job was cancelled
-	stopOnce sync.Once
+	// stop: the job was cancelled (set once, then the leg is woken).
+	stop atomic.Bool
 	// cancelled: a cancel came on the leg (handled once, whichever reply
 	// stream).
 	cancelled atomic.Bool
-	// acked is the highest seq the ingress acked (-1: none); ackc says it
-	// moved. Written by the reply stream's reader.
+	// acked is the highest seq the ingress acked (-1: none). Written by the
+	// reply stream's reader, which then wakes the leg.
 	acked atomic.Int64
-	ackc  chan struct{}
 
 	// Under r.mu.
 	pending []*legItem
 	removed bool // no longer in r.legs
 
 	// The goroutine's own.
-	// frame is the frame sendFrame sends, reused: a frame is encoded
-	// before Send returns, and nothing keeps it after.
-	frame        pb.RespondFrame
-	frameItems   pb.RespondItems
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
@@ -110,6 +106,8 @@ type responseLeg struct {
 	held, openDue bool
 	// expected: opened by Expect, with nothing to send yet.
 	expected bool
+	// sending is what sendFrame sends (appendItems).
+	sending []*legItem
 }
 
 // Send is core.Transport.Send: it queues m for node and returns at once.
@@ -191,9 +189,21 @@ func (r *router) replyLocked(node string, m core.Message, it *legItem) {
 	it.kind, it.msg, it.size, it.final = string(m.Kind), p, p.SizeVT(), final
 	l.pending = append(l.pending, it)
 	l.queued.Inc()
+	l.signal()
+}
+
+// signal wakes the leg's goroutine, unless a wake is pending already.
+func (l *responseLeg) signal() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
+	}
+}
+
+// cancel stops the leg: its goroutine ends it, once.
+func (l *responseLeg) cancel() {
+	if !l.stop.Swap(true) {
+		l.signal()
 	}
 }
 
@@ -220,8 +230,8 @@ func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.
 
 // startLegLocked opens leg k and starts its goroutine.
 func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *responseLeg {
-	l := &responseLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		ackc: make(chan struct{}, 1), deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
+	l := &responseLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1),
+		deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
 	l.queued = r.m.queue.WithLabelValues(k.node)
 	r.m.legsOpen.Inc()
@@ -268,13 +278,13 @@ func (l *responseLeg) awaitFirstReply(ttl *time.Timer) bool {
 	ttl.Reset(min(openDelay, l.r.cfg.Heartbeat/4, time.Until(l.deadline)))
 	select {
 	case <-l.wake:
-		// The loop sends what was queued without waiting for another wake.
+		// The loop sends what was queued without waiting for another wake
+		// (or ends the leg, if it was a cancel).
 	case <-ttl.C:
 		if !time.Now().Before(l.deadline) {
 			return false
 		}
 	case <-l.r.ctx.Done():
-	case <-l.stop:
 	}
 	ttl.Reset(time.Until(l.deadline))
 	return true
@@ -303,11 +313,12 @@ func (l *responseLeg) step(ttl <-chan time.Time) string {
 // stopped is why the leg must end now: Close, a cancel or its TTL; "" for
 // none.
 func (l *responseLeg) stopped(ttl <-chan time.Time) string {
+	if l.stop.Load() {
+		return legEndCancel
+	}
 	select {
 	case <-l.r.ctx.Done():
 		return legEndClosed
-	case <-l.stop:
-		return legEndCancel
 	case <-ttl:
 		return legEndTTL
 	default:
@@ -324,11 +335,9 @@ func (l *responseLeg) wait(ttl <-chan time.Time) string {
 	}
 	select {
 	case <-l.r.ctx.Done():
-	case <-l.stop:
 	case <-ttl:
 		return legEndTTL
 	case <-l.wake:
-	case <-l.ackc:
 	case <-done:
 		if why := l.dropReplyStream(); why != "" {
 			return why
@@ -350,18 +359,8 @@ func (l *responseLeg) connect(ttl <-chan time.Time) string {
 	for {
 		if l.failures > 0 {
 			d := r.backoff(l.failures - 1)
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-r.ctx.Done():
-				t.Stop()
-				return legEndClosed
-			case <-l.stop:
-				t.Stop()
-				return legEndCancel
-			case <-ttl:
-				t.Stop()
-				return legEndTTL
+			if why := l.backoff(d, ttl); why != "" {
+				return why
 			}
 		}
 		if r.ctx.Err() != nil {
@@ -388,6 +387,28 @@ func (l *responseLeg) connect(ttl <-chan time.Time) string {
 	l.held, l.openDue = false, true
 	l.sendRun(l.unacked)
 	return ""
+}
+
+// backoff waits d before the leg tries its reply stream again: "" after
+// it, else why the leg ends meanwhile. What wakes the leg meanwhile (a
+// message queued, an ack) waits for the reply stream.
+func (l *responseLeg) backoff(d time.Duration, ttl <-chan time.Time) string {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return ""
+		case <-l.r.ctx.Done():
+			return legEndClosed
+		case <-l.wake:
+			if l.stop.Load() {
+				return legEndCancel
+			}
+		case <-ttl:
+			return legEndTTL
+		}
+	}
 }
 
 // fill sends queued messages while the in-flight bounds allow: what was
@@ -450,7 +471,6 @@ func (l *responseLeg) sendRun(items []*legItem) bool {
 // after a final item: the ingress forgot the leg there).
 func (l *responseLeg) sendFrame(items []*legItem) bool {
 	held := l.held
-	fs := l.frameItems.Items[:0]
 	for _, it := range items {
 		w := &it.wire
 		w.Seq, w.Message, w.Open = it.seq, it.msg, nil
@@ -458,21 +478,24 @@ func (l *responseLeg) sendFrame(items []*legItem) bool {
 			w.Open = l.openOf()
 		}
 		held = !it.final
-		fs = append(fs, w)
 	}
 	l.openDue = false
-	l.frameItems.Items = fs
-	if l.frame.Body == nil {
-		l.frame.Body = &pb.RespondFrame_Items{Items: &l.frameItems}
-	}
-	ok := l.t.send(&l.frame)
-	clear(fs)
-	if !ok {
+	l.sending = items
+	if !l.t.sendItems(l) {
 		return false
 	}
 	l.r.m.replyFrames.Inc()
 	l.held = held
 	return true
+}
+
+// appendItems appends the wire items sendFrame sends to fs.
+func (l *responseLeg) appendItems(fs []*pb.RespondItem) []*pb.RespondItem {
+	for _, it := range l.sending {
+		fs = append(fs, &it.wire)
+	}
+	l.sending = nil
+	return fs
 }
 
 // sendOpen sends the leg's open frame alone on the reply stream it joined,

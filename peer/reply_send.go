@@ -60,6 +60,11 @@ type replyStream struct {
 	node   string
 	st     *respondCall
 	sendMu sync.Mutex
+	// frame and items are the frame a leg's items go out in (sendItems),
+	// under sendMu: reused, as a frame is encoded before Send returns and
+	// nothing keeps it after.
+	frame pb.RespondFrame
+	items pb.RespondItems
 	// lastSend is when a frame last went out, UnixNano.
 	lastSend atomic.Int64
 	// idled: closed for idleness (the reader's EOF is not a failure).
@@ -156,6 +161,34 @@ func (t *replyStream) send(f *pb.RespondFrame) bool {
 	t.sendMu.Lock()
 	err := st.cs.Send(f)
 	t.sendMu.Unlock()
+	return t.sent(err)
+}
+
+// itemSource puts the items of a frame in fs (a response leg).
+type itemSource interface {
+	appendItems(fs []*pb.RespondItem) []*pb.RespondItem
+}
+
+// sendItems sends one frame of the items src puts in the reply stream's
+// reused frame (under sendMu); as send.
+func (t *replyStream) sendItems(src itemSource) bool {
+	if t.st.isDone() {
+		return false
+	}
+	t.sendMu.Lock()
+	t.items.Items = src.appendItems(t.items.Items[:0])
+	if t.frame.Body == nil {
+		t.frame.Body = &pb.RespondFrame_Items{Items: &t.items}
+	}
+	err := t.st.cs.Send(&t.frame)
+	clear(t.items.Items)
+	t.sendMu.Unlock()
+	return t.sent(err)
+}
+
+// sent is what send returns after a Send that returned err.
+func (t *replyStream) sent(err error) bool {
+	st := t.st
 	if err != nil {
 		// Send reports io.EOF for a stream the ingress ended: the reader
 		// gets the real status. Wait for it, a bounded while.
@@ -279,10 +312,7 @@ func (t *replyStream) read() {
 			// CAS: a failed reply stream's reader may still apply an older ack.
 			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
 			}
-			select {
-			case l.ackc <- struct{}{}:
-			default:
-			}
+			l.signal()
 		case *pb.RespondControl_Cancel:
 			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
 				l.takeCancel(b.Cancel)
