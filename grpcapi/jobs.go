@@ -228,30 +228,27 @@ func (s *JobServer) serviceDesc() *grpc.ServiceDesc {
 	for i := range d.Streams {
 		switch d.Streams[i].StreamName {
 		case "Submit":
-			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
-				gs := &grpc.GenericServerStream[pb.SubmitRequest, pb.JobEvent]{ServerStream: st}
-				return s.serve(gs, func(snk *sink) error {
-					req := new(pb.SubmitRequest)
-					if err := st.RecvMsg(req); err != nil {
-						return err
-					}
-					return s.submit(req, gs, snk)
-				})
-			}
+			d.Streams[i].Handler = streamHandler(s, s.submit)
 		case "Resume":
-			d.Streams[i].Handler = func(_ any, st grpc.ServerStream) error {
-				gs := &grpc.GenericServerStream[pb.ResumeRequest, pb.JobEvent]{ServerStream: st}
-				return s.serve(gs, func(snk *sink) error {
-					req := new(pb.ResumeRequest)
-					if err := st.RecvMsg(req); err != nil {
-						return err
-					}
-					return s.resume(req, gs, snk)
-				})
-			}
+			d.Streams[i].Handler = streamHandler(s, s.resume)
 		}
 	}
 	return &d
+}
+
+// streamHandler is a JobService stream's handler: on the stream's runner
+// it receives the one request, then runs handle with it.
+func streamHandler[Req any](s *JobServer, handle func(*Req, grpc.ServerStreamingServer[pb.JobEvent], *sink) error) grpc.StreamHandler {
+	return func(_ any, st grpc.ServerStream) error {
+		gs := &grpc.GenericServerStream[Req, pb.JobEvent]{ServerStream: st}
+		return s.serve(gs, func(snk *sink) error {
+			req := new(Req)
+			if err := st.RecvMsg(req); err != nil {
+				return err
+			}
+			return handle(req, gs, snk)
+		})
+	}
 }
 
 // ctxStream is a job event stream whose context is ctx.
