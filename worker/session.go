@@ -337,7 +337,12 @@ func (s *session) capabilitiesUpdated(a *pb.CapabilitiesUpdated) {
 
 // offer decides on a job and, if taken, starts it.
 func (s *session) offer(pj *pb.Job, received time.Time) {
-	job := &Job{
+	// The job lives in its Output: one allocation for both (a rejected
+	// job's Output is never used).
+	out := &Output{s: s, arena: arena{pool: mem.DefaultBufferPool()}}
+	job := &out.jobv
+	out.job = job
+	*job = Job{
 		ID:             pj.GetJobId(),
 		Generation:     pj.GetGeneration(),
 		Queue:          pj.GetQueue(),
@@ -388,7 +393,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 
 	jctx, cancel := context.WithCancelCause(trace.ContextWithRemoteSpanContext(s.ctx, sc))
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
-	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{}), arena: arena{pool: mem.DefaultBufferPool()}}
+	out.jctx = jctx
 	if c := pj.GetOutputCredit(); c != nil {
 		out.credit = credit{c.GetEvents(), c.GetBytes()}
 	}
