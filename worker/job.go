@@ -199,13 +199,17 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			if f == nil {
 				f = arenaFrame(&o.arena, fieldOutput, o.job.ID, o.job.Generation, data, "")
 			}
-			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
+			hold, ok := o.s.sq.put(f, o.jctx.Done(), ctx.Done())
+			if !ok {
 				o.mu.Unlock()
 				return o.gaveUp(ctx)
 			}
 			o.sent.events++
 			o.sent.bytes += uint64(len(data))
 			o.mu.Unlock()
+			if hold {
+				return nil
+			}
 			// Flushed outside the job's lock, which the receive loop
 			// takes to grant credit.
 			if err := o.s.sq.flush(flushLimit); err != nil {
