@@ -107,7 +107,9 @@ func (q *sendQueue) readied() { q.ready.Add(1) }
 // it. The last of the ready jobs to start flushes what was held for them.
 func (q *sendQueue) started() {
 	if q.ready.Add(-1) == 0 {
-		_ = q.flush(flushLimit)
+		// What was held, at most holdLimit frames, and what the jobs
+		// still running put meanwhile.
+		_ = q.flush(2 * holdLimit)
 	}
 }
 
