@@ -104,6 +104,9 @@ func Fail(code, message string) error {
 type Output struct {
 	s   *session
 	job *Job
+	// jobv is where job points: the job and its Output are one
+	// allocation.
+	jobv Job
 	// jctx is the job's context: once it is done the job is over for the
 	// node too (cancelled, expired, or the session is gone).
 	jctx context.Context
@@ -114,9 +117,9 @@ type Output struct {
 	// end, none.
 	arena arena
 	// credit is the job's output credit (zero: not paced) and sent what
-	// was sent against it; moved is closed, and replaced, when credit
-	// grows, and closed when the job ends, waking the sends that wait for
-	// it.
+	// was sent against it; moved, made by a send that waits for credit
+	// (nil while none has), is closed and dropped when credit grows or
+	// the job ends, waking the sends that wait for it.
 	credit, sent credit
 	moved        chan struct{}
 }
@@ -140,8 +143,15 @@ func (o *Output) grant(c credit) {
 		return
 	}
 	o.credit = credit{max(o.credit.events, c.events), max(o.credit.bytes, c.bytes)}
-	close(o.moved)
-	o.moved = make(chan struct{})
+	o.wakeLocked()
+}
+
+// wakeLocked wakes the sends waiting for credit, if any.
+func (o *Output) wakeLocked() {
+	if o.moved != nil {
+		close(o.moved)
+		o.moved = nil
+	}
 }
 
 // Send marshals v as JSON and sends it as one output chunk. It returns once
@@ -189,19 +199,26 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			if f == nil {
 				f = arenaFrame(&o.arena, fieldOutput, o.job.ID, o.job.Generation, data, "")
 			}
-			if !o.s.sq.put(f, o.jctx.Done(), ctx.Done()) {
+			hold, ok := o.s.sq.put(f, o.jctx.Done(), ctx.Done())
+			if !ok {
 				o.mu.Unlock()
 				return o.gaveUp(ctx)
 			}
 			o.sent.events++
 			o.sent.bytes += uint64(len(data))
 			o.mu.Unlock()
+			if hold {
+				return nil
+			}
 			// Flushed outside the job's lock, which the receive loop
 			// takes to grant credit.
 			if err := o.s.sq.flush(flushLimit); err != nil {
 				return fmt.Errorf("%w: %w", ErrJobEnded, err)
 			}
 			return nil
+		}
+		if o.moved == nil {
+			o.moved = make(chan struct{})
 		}
 		moved := o.moved
 		o.mu.Unlock()
@@ -234,9 +251,9 @@ func (o *Output) gaveUp(ctx context.Context) error {
 func (o *Output) end() {
 	o.mu.Lock()
 	o.ended = true
-	// No send waits on moved once ended is set, and grant closes it no
-	// more: no new channel.
-	close(o.moved)
+	// No send waits on moved once ended is set, and grant wakes none
+	// after: no new channel.
+	o.wakeLocked()
 	o.arena.release()
 	o.mu.Unlock()
 }

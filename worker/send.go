@@ -10,6 +10,11 @@ import (
 // handler pays for its own output, not for long for everybody's.
 const flushLimit = 32
 
+// holdLimit is the most frames a put leaves queued for a job about to
+// start (sendQueue.ready), and at most half the queue: past it, the put
+// flushes.
+const holdLimit = 64
+
 // sendQueue is a session's way out, a bounded FIFO of frames. Whoever puts
 // a frame then flushes: it sends what is queued, its own frame and those
 // put meanwhile, unless another goroutine is sending, which then sends
@@ -21,6 +26,16 @@ const flushLimit = 32
 // Every frame put is sent: a flusher that finds the queue not empty after
 // releasing the send lock takes it again, or, past its flushLimit, kicks
 // the writer goroutine, which flushes without a limit.
+//
+// Jobs that are ready together go out together: while a job handed to a
+// job goroutine has not started yet (ready), a put leaves its frame queued
+// (up to holdLimit frames), and the goroutine that starts the last such
+// job flushes before it runs it. gRPC's writer writes to the connection
+// whenever it runs out of messages; frames of several jobs sent back to
+// back share its writes, where sent job by job each job's end is a write.
+// A job running alone never waits: with none ready, every put flushes.
+// A ready job waits only for a P, as gRPC's writer would for the frames
+// sent meanwhile.
 type sendQueue struct {
 	// send sends one frame on the stream; fail ends the session after a
 	// send failed.
@@ -40,6 +55,9 @@ type sendQueue struct {
 	// sent is set by each flush that sent something; the writer's
 	// heartbeat goes out only after an interval in which none did.
 	sent atomic.Bool
+	// ready counts the jobs handed to a job goroutine that has not
+	// started them (session.start).
+	ready atomic.Int32
 }
 
 func newSendQueue(max int, send func(*frame) error, fail func(error)) *sendQueue {
@@ -47,8 +65,10 @@ func newSendQueue(max int, send func(*frame) error, fail func(error)) *sendQueue
 }
 
 // put queues f. While the queue is full it waits for room, or until stop
-// or stop2 (nil: never) is closed, and then reports false.
-func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) bool {
+// or stop2 (nil: never) is closed, and then reports false. hold is true
+// when the caller need not flush: a job is ready to start, whose
+// goroutine flushes (started), and the queue is below holdLimit.
+func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) (hold, ok bool) {
 	q.mu.Lock()
 	for len(q.q)-q.head >= q.max {
 		if q.room == nil {
@@ -60,9 +80,9 @@ func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) bool {
 		select {
 		case <-room:
 		case <-stop:
-			return false
+			return false, false
 		case <-stop2:
-			return false
+			return false, false
 		}
 		q.mu.Lock()
 	}
@@ -72,8 +92,25 @@ func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) bool {
 		q.q, q.head = q.q[:n], 0
 	}
 	q.q = append(q.q, f)
+	n := len(q.q) - q.head
 	q.mu.Unlock()
-	return true
+	// Read after f is queued: a job that starts after this read flushes
+	// f (started).
+	return n < min(holdLimit, q.max/2) && q.ready.Load() > 0, true
+}
+
+// readied counts a job handed to a job goroutine; that goroutine calls
+// started before it runs the job.
+func (q *sendQueue) readied() { q.ready.Add(1) }
+
+// started is called by a job goroutine before it runs a job readied for
+// it. The last of the ready jobs to start flushes what was held for them.
+func (q *sendQueue) started() {
+	if q.ready.Add(-1) == 0 {
+		// What was held, at most holdLimit frames, and what the jobs
+		// still running put meanwhile.
+		_ = q.flush(2 * holdLimit)
+	}
 }
 
 // pop takes the oldest frame queued; nil when there is none.

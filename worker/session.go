@@ -215,8 +215,10 @@ func (s *session) write() {
 			return
 		case <-s.sq.kick:
 		case <-t.C:
-			if !s.sq.sent.Swap(false) && !s.sq.put(heartbeatFrame, s.ctx.Done(), nil) {
-				return
+			if !s.sq.sent.Swap(false) {
+				if _, ok := s.sq.put(heartbeatFrame, s.ctx.Done(), nil); !ok {
+					return
+				}
 			}
 			t.Reset(s.hb)
 		}
@@ -226,10 +228,15 @@ func (s *session) write() {
 	}
 }
 
-// enqueue queues f, waiting while the queue is full, and flushes.
+// enqueue queues f, waiting while the queue is full, and flushes (or
+// leaves f to a job about to start: sendQueue.put).
 func (s *session) enqueue(f *frame) error {
-	if !s.sq.put(f, s.ctx.Done(), nil) {
+	hold, ok := s.sq.put(f, s.ctx.Done(), nil)
+	if !ok {
 		return fmt.Errorf("session ended: %w", context.Cause(s.ctx))
+	}
+	if hold {
+		return nil
 	}
 	if err := s.sq.flush(flushLimit); err != nil {
 		return fmt.Errorf("session ended: %w", err)
@@ -337,7 +344,12 @@ func (s *session) capabilitiesUpdated(a *pb.CapabilitiesUpdated) {
 
 // offer decides on a job and, if taken, starts it.
 func (s *session) offer(pj *pb.Job, received time.Time) {
-	job := &Job{
+	// The job lives in its Output: one allocation for both (a rejected
+	// job's Output is never used).
+	out := &Output{s: s, arena: arena{pool: mem.DefaultBufferPool()}}
+	job := &out.jobv
+	out.job = job
+	*job = Job{
 		ID:             pj.GetJobId(),
 		Generation:     pj.GetGeneration(),
 		Queue:          pj.GetQueue(),
@@ -388,7 +400,7 @@ func (s *session) offer(pj *pb.Job, received time.Time) {
 
 	jctx, cancel := context.WithCancelCause(trace.ContextWithRemoteSpanContext(s.ctx, sc))
 	jctx, cancelDeadline := context.WithDeadlineCause(jctx, job.Deadline, errExpired)
-	out := &Output{s: s, job: job, jctx: jctx, moved: make(chan struct{}), arena: arena{pool: mem.DefaultBufferPool()}}
+	out.jctx = jctx
 	if c := pj.GetOutputCredit(); c != nil {
 		out.credit = credit{c.GetEvents(), c.GetBytes()}
 	}
@@ -426,6 +438,7 @@ type jobRun struct {
 // would grow, by copying, on every job. There are never more of them
 // than jobs ran at once.
 func (s *session) start(j jobRun) {
+	s.sq.readied()
 	select {
 	case s.idle <- j:
 		return
@@ -435,6 +448,7 @@ func (s *session) start(j jobRun) {
 	go func() {
 		defer s.wg.Done()
 		for {
+			s.sq.started()
 			s.runJob(j)
 			select {
 			case j = <-s.idle:
