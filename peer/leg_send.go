@@ -106,8 +106,6 @@ type responseLeg struct {
 	held, openDue bool
 	// expected: opened by Expect, with nothing to send yet.
 	expected bool
-	// sending is what sendFrame sends (appendItems).
-	sending []*legItem
 }
 
 // Send is core.Transport.Send: it queues m for node and returns at once.
@@ -480,22 +478,12 @@ func (l *responseLeg) sendFrame(items []*legItem) bool {
 		held = !it.final
 	}
 	l.openDue = false
-	l.sending = items
-	if !l.t.sendItems(l) {
+	if !l.t.sendItems(items) {
 		return false
 	}
 	l.r.m.replyFrames.Inc()
 	l.held = held
 	return true
-}
-
-// appendItems appends the wire items sendFrame sends to fs.
-func (l *responseLeg) appendItems(fs []*pb.RespondItem) []*pb.RespondItem {
-	for _, it := range l.sending {
-		fs = append(fs, &it.wire)
-	}
-	l.sending = nil
-	return fs
 }
 
 // sendOpen sends the leg's open frame alone on the reply stream it joined,

@@ -164,24 +164,23 @@ func (t *replyStream) send(f *pb.RespondFrame) bool {
 	return t.sent(err)
 }
 
-// itemSource puts the items of a frame in fs (a response leg).
-type itemSource interface {
-	appendItems(fs []*pb.RespondItem) []*pb.RespondItem
-}
-
-// sendItems sends one frame of the items src puts in the reply stream's
-// reused frame (under sendMu); as send.
-func (t *replyStream) sendItems(src itemSource) bool {
+// sendItems sends one frame of a response leg's items, in the reply
+// stream's reused frame (under sendMu); as send.
+func (t *replyStream) sendItems(items []*legItem) bool {
 	if t.st.isDone() {
 		return false
 	}
 	t.sendMu.Lock()
-	t.items.Items = src.appendItems(t.items.Items[:0])
+	fs := t.items.Items[:0]
+	for _, it := range items {
+		fs = append(fs, &it.wire)
+	}
+	t.items.Items = fs
 	if t.frame.Body == nil {
 		t.frame.Body = &pb.RespondFrame_Items{Items: &t.items}
 	}
 	err := t.st.cs.Send(&t.frame)
-	clear(t.items.Items)
+	clear(fs)
 	t.sendMu.Unlock()
 	return t.sent(err)
 }
