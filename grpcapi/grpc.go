@@ -78,7 +78,6 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 		opts = append(opts, traceCalls(cfg.TracerProvider))
 	}
 	s := grpc.NewServer(opts...)
-	workers.ownCodec.Store(true)
 	pb.RegisterWorkerServiceServer(s, workers)
 	s.RegisterService(jobs.serviceDesc(), jobs)
 	pb.RegisterClusterServiceServer(s, cluster)

@@ -77,15 +77,12 @@ type WorkerServer struct {
 	log  *slog.Logger
 	errs *apierr.Reporter
 	wg   sync.WaitGroup
-	// ownCodec: the server's codec is this package's (NewServer set it),
-	// which decodes a session's sessionIn; else a session reads each
-	// message as a pb.WorkerMessage.
-	ownCodec atomic.Bool
 }
 
 var _ pb.WorkerServiceServer = (*WorkerServer)(nil)
 
-// NewWorkerServer returns a WorkerService over e.
+// NewWorkerServer returns a WorkerService over e, to be served on
+// NewServer's server: its sessions read through that server's codec.
 func NewWorkerServer(e *core.Engine, cfg WorkerConfig) (*WorkerServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -244,30 +241,13 @@ func (ss *session) read(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	if ss.s.ownCodec.Load() {
-		ss.readIn(w)
-		return
-	}
-	for {
-		m, err := ss.stream.Recv()
-		if err != nil {
-			ss.recvErr <- err
-			return
-		}
-		ss.touch()
-		if ss.ended.Load() {
-			return
-		}
-		if err := ss.handle(w, m); err != nil {
-			ss.recvErr <- err
-			return
-		}
-	}
+	ss.readIn(w)
 }
 
-// readIn is read's loop after the register on a server whose codec is
-// this package's (NewServer): each message is decoded into one reused
-// sessionIn, an output without a message around it.
+// readIn is read's loop after the register: each message is decoded into
+// one reused sessionIn, an output without a message around it. Only the
+// server's codec (newCodec, which NewServer sets) decodes a sessionIn:
+// under any other codec the first read fails and the session ends.
 func (ss *session) readIn(w *core.Worker) {
 	var in sessionIn
 	for {

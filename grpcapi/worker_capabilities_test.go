@@ -56,7 +56,9 @@ func startTestNode(t *testing.T) *testNode {
 		srv.Wait()
 		e.Close()
 	})
-	gs := grpc.NewServer()
+	// The session reads through the server's codec (newCodec), as on
+	// NewServer's server.
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(newCodec()))
 	pb.RegisterWorkerServiceServer(gs, srv)
 	return &testNode{e: e, cat: cat, addr: grpctest.Serve(t, gs)}
 }
