@@ -14,9 +14,10 @@ import (
 // picks each message's path, and Transport.Expect; one response leg per
 // binding, which carries the binding's replies and release in order on the
 // node's reply stream to the job's ingress (reply_send.go). The receiving
-// side is leg_recv.go and reply_recv.go. Off this path: the leg's window
-// and acks (leg_window.go), and how a leg ends or carries on after its
-// reply stream failed (leg_end.go).
+// side is leg_recv.go and reply_recv.go. A leg's work (joining its reply
+// stream, sending, ending) is done by its ingress node's one sender
+// (leg_sender.go). Off this path: the leg's window and acks
+// (leg_window.go), and how a leg ends (leg_end.go).
 
 // Response leg timings and sizes (its window bounds: leg_window.go).
 const (
