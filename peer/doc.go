@@ -12,7 +12,9 @@
 //   - a response leg per job binding: its answers from the consumer host
 //     back to the ingress (leg_send.go, leg_recv.go), every leg to one
 //     ingress multiplexed on one reply stream, an rpc Respond stream
-//     (reply_send.go, reply_recv.go);
+//     (reply_send.go, reply_recv.go); a leg has no goroutine: one sender
+//     per ingress node does the work of every leg to it, and owns that
+//     node's reply stream (leg_sender.go);
 //   - a unicast queue per node for a binding's only message, one Post call
 //     per batch (unicast_send.go, unicast_recv.go).
 //

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/switchyard/switchyard/core"
@@ -10,9 +9,9 @@ import (
 )
 
 // How a response leg ends: its last message acked, a cancel (on the leg, or
-// by another path), its TTL, its ingress gone or refusing it, or Close; and
-// how it carries on when its reply stream fails (it joins the next one,
-// unless the failure is for good).
+// by another path), its TTL, its ingress gone or refusing it, or Close. How
+// it carries on when its reply stream fails (it joins the next one, unless
+// the failure is for good) is its sender's (leg_sender.go).
 
 // Why a response leg ended: the reason label of
 // switchyard_peer_reply_legs_ended_total.
@@ -86,7 +85,7 @@ func (l *responseLeg) end(why string) {
 
 // leave takes the leg off its reply stream, if it is open on one. If the
 // ingress holds it there (it did not forget it at its last item), an end
-// frame tells it to forget it.
+// frame tells it to forget it, after the leg's items.
 func (l *responseLeg) leave() {
 	t := l.t
 	if t == nil {
@@ -94,7 +93,7 @@ func (l *responseLeg) leave() {
 	}
 	l.t = nil
 	if l.held {
-		t.send(&pb.RespondFrame{Body: &pb.RespondFrame_End{End: &pb.RespondLegEnd{JobId: l.key.job, Generation: l.key.gen}}})
+		l.s.sendEnd(t, l)
 	}
 	t.leave()
 }
@@ -107,6 +106,8 @@ func (l *responseLeg) removeLocked() {
 		return
 	}
 	l.removed = true
+	l.timer.Stop()
+	delete(l.s.legs, l)
 	r.m.legsOpen.Dec()
 	delete(r.legs, l.key)
 	legs := r.jobLegs[l.key.job]
@@ -135,7 +136,7 @@ func (r *router) legCancelled(job string, gen uint64) {
 	defer r.mu.Unlock()
 	for _, l := range r.jobLegs[job] {
 		if l.key.gen == gen {
-			l.cancel()
+			l.cancelLocked()
 		}
 	}
 }
@@ -159,7 +160,9 @@ func (l *responseLeg) takeCancel(p *pb.PeerMessage) {
 	} else {
 		r.log.Error("a cancel came on a response leg before routing started", "node", l.key.node, "job", l.key.job)
 	}
-	l.cancel()
+	r.mu.Lock()
+	l.cancelLocked()
+	r.mu.Unlock()
 }
 
 // takeGrant hands a grant of output credit from the ingress to the node's
@@ -177,40 +180,4 @@ func (t *replyStream) takeGrant(p *pb.PeerMessage) {
 	if rcv, err := r.srv.receiver(); err == nil {
 		rcv.HandleMessage(t.node, m)
 	}
-}
-
-// dropReplyStream leaves the leg's failed reply stream, applies the acks
-// read before its end, and decides: "" to open the leg again, else why it
-// ends.
-func (l *responseLeg) dropReplyStream() string {
-	r := l.r
-	t := l.t
-	l.t = nil
-	t.leave()
-	l.applyAcks()
-	if r.ctx.Err() != nil {
-		return legEndClosed
-	}
-	if t.st.heard.Load() {
-		l.failures = 0
-	}
-	l.failures++
-	r.m.sendFailures.Inc()
-	return l.failed(t.st.err)
-}
-
-// failed decides, after a failed reply stream (or attempt to open one): ""
-// to try again, else why the leg ends.
-func (l *responseLeg) failed(err error) string {
-	r := l.r
-	if errors.Is(err, ErrClosed) {
-		return legEndClosed
-	}
-	if permanent(err) {
-		r.log.Error("the ingress refused a response leg; dropping its messages", "node", l.key.node, "job", l.key.job, "err", err)
-		return legEndRefuse
-	}
-	r.log.Debug("response leg lost its reply stream; opening it again", "node", l.key.node, "job", l.key.job,
-		"unacked", len(l.unacked), "attempt", l.failures, "err", err)
-	return ""
 }

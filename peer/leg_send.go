@@ -14,9 +14,10 @@ import (
 // picks each message's path, and Transport.Expect; one response leg per
 // binding, which carries the binding's replies and release in order on the
 // node's reply stream to the job's ingress (reply_send.go). The receiving
-// side is leg_recv.go and reply_recv.go. Off this path: the leg's window
-// and acks (leg_window.go), and how a leg ends or carries on after its
-// reply stream failed (leg_end.go).
+// side is leg_recv.go and reply_recv.go. A leg's work (joining its reply
+// stream, sending, ending) is done by its ingress node's one sender
+// (leg_sender.go). Off this path: the leg's window and acks
+// (leg_window.go), and how a leg ends (leg_end.go).
 
 // Response leg timings and sizes (its window bounds: leg_window.go).
 const (
@@ -40,7 +41,7 @@ type legKey struct {
 }
 
 // legItem is one message of a leg. wire is its item in a RespondFrame,
-// allocated with it: sendFrame fills in its number and open each time the
+// allocated with it: sendRun fills in its number and open each time the
 // item is sent.
 type legItem struct {
 	seq   uint64
@@ -63,49 +64,53 @@ type legItem struct {
 // legTTLSlack, or when its ingress is gone or refuses it; never for being
 // idle. When a reply stream fails, the leg joins the next one and resends
 // what is unacked, numbers unchanged. docs/cluster.md, "Response leg", has
-// the why.
+// the why. A leg has no goroutine: its ingress's legSender (leg_sender.go)
+// does its work when something changed for it.
 type responseLeg struct {
 	r        *router
+	s        *legSender // the sender of the legs to key.node
 	key      legKey
 	deadline time.Time
 	// queueName is the job's queue, for its open frame: given by Expect or
 	// by the message that opened the leg.
 	queueName string
-	// wake (capacity 1) says something changed that the leg's goroutine
-	// must look at: a message queued, an ack, a cancel (stop).
-	wake chan struct{}
 	// queued is the node's switchyard_peer_queue child, looked up once: a
 	// leg's messages count in it one by one. The leg holds a reference on
 	// the node (refLocked), so the child stays registered while it lives.
 	queued prometheus.Gauge
+	// timer marks the leg ready at its TTL (plus slack); for a leg Expect
+	// opened, first at the end of its open delay (openAt).
+	timer *time.Timer
 
-	// stop: the job was cancelled (set once, then the leg is woken).
+	// stop: the job was cancelled (set once, then the leg is marked ready).
 	stop atomic.Bool
 	// cancelled: a cancel came on the leg (handled once, whichever reply
 	// stream).
 	cancelled atomic.Bool
 	// acked is the highest seq the ingress acked (-1: none). Written by the
-	// reply stream's reader, which then wakes the leg.
+	// reply stream's reader, which then marks the leg ready.
 	acked atomic.Int64
 
 	// Under r.mu.
 	pending []*legItem
 	removed bool // no longer in r.legs
+	ready   bool // in s.ready
 
-	// The goroutine's own.
+	// The sender's own.
 	unacked      []*legItem
 	unackedBytes int
 	finalAcked   bool
 	t            *replyStream // the reply stream the leg is open on, nil while none
-	failures     int          // reply stream attempts failed in a row
 	// held: the ingress holds the leg on l.t (its open went out, and no
 	// final item since, after which the ingress forgets the leg); else the
 	// next item carries the leg's open. openDue: the leg joined l.t and
 	// has sent nothing on it yet: if it has nothing to send, its open
 	// goes alone.
 	held, openDue bool
-	// expected: opened by Expect, with nothing to send yet.
+	// expected: opened by Expect, with nothing sent yet: it joins its reply
+	// stream with its first reply, or alone at openAt.
 	expected bool
+	openAt   time.Time
 }
 
 // Send is core.Transport.Send: it queues m for node and returns at once.
@@ -187,21 +192,13 @@ func (r *router) replyLocked(node string, m core.Message, it *legItem) {
 	it.kind, it.msg, it.size, it.final = string(m.Kind), p, p.SizeVT(), final
 	l.pending = append(l.pending, it)
 	l.queued.Inc()
-	l.signal()
+	l.s.readyLocked(l)
 }
 
-// signal wakes the leg's goroutine, unless a wake is pending already.
-func (l *responseLeg) signal() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// cancel stops the leg: its goroutine ends it, once.
-func (l *responseLeg) cancel() {
+// cancelLocked stops the leg: its sender ends it, once.
+func (l *responseLeg) cancelLocked() {
 	if !l.stop.Swap(true) {
-		l.signal()
+		l.s.readyLocked(l)
 	}
 }
 
@@ -226,187 +223,72 @@ func (t *Transport) Expect(node, job string, gen uint64, queue string, ttl time.
 	r.startLegLocked(k, queue, ttl, true)
 }
 
-// startLegLocked opens leg k and starts its goroutine.
+// startLegLocked opens leg k, with its node's sender (started if the node
+// has none) and its timer.
 func (r *router) startLegLocked(k legKey, queue string, ttl time.Duration, expected bool) *responseLeg {
-	l := &responseLeg{r: r, key: k, queueName: queue, wake: make(chan struct{}, 1),
-		deadline: time.Now().Add(max(ttl, 0) + legTTLSlack), expected: expected}
+	now := time.Now()
+	l := &responseLeg{r: r, key: k, queueName: queue, deadline: now.Add(max(ttl, 0) + legTTLSlack), expected: expected}
 	l.acked.Store(-1)
 	l.queued = r.m.queue.WithLabelValues(k.node)
 	r.m.legsOpen.Inc()
 	r.legs[k] = l
 	r.jobLegs[k.job] = append(r.jobLegs[k.job], l)
 	r.refLocked(k.node)
-	r.wg.Add(1)
-	go l.run()
+	l.s = r.legSenderLocked(k.node)
+	l.s.legs[l] = struct{}{}
+	first := l.deadline
+	if expected {
+		// Its open waits up to openDelay (a quarter of the heartbeat at
+		// most) for the job's first reply, to go out with it.
+		l.openAt = now.Add(min(openDelay, r.cfg.Heartbeat/4))
+		if l.openAt.Before(first) {
+			first = l.openAt
+		}
+	}
+	l.timer = time.AfterFunc(first.Sub(now), l.timeUp)
 	return l
 }
 
-// run is the leg's goroutine: it sends what is queued, as the reply stream and
-// the in-flight bound allow, until the leg ends.
-func (l *responseLeg) run() {
-	defer l.r.wg.Done()
-	// One timer per leg: an Expect'ed leg's open delay first, then its TTL.
-	ttl := time.NewTimer(time.Until(l.deadline))
-	defer ttl.Stop()
-	if l.expected {
-		l.expected = false
-		if !l.awaitFirstReply(ttl) {
-			l.end(legEndTTL)
-			return
-		}
-	}
-	for {
-		switch why := l.step(ttl.C); why {
-		case "":
-		case legEndDone: // finish counted it
-			return
-		default:
-			l.end(why)
-			return
-		}
-	}
-}
-
-// awaitFirstReply holds a leg that Expect opened back for up to openDelay
-// (a quarter of the heartbeat at most), so that its open goes out with
-// the job's first reply: false when the job's TTL passed meanwhile. It
-// borrows the leg's TTL timer for the delay (the earlier of the two), and
-// leaves it set to the TTL.
-func (l *responseLeg) awaitFirstReply(ttl *time.Timer) bool {
-	ttl.Reset(min(openDelay, l.r.cfg.Heartbeat/4, time.Until(l.deadline)))
-	select {
-	case <-l.wake:
-		// The loop sends what was queued without waiting for another wake
-		// (or ends the leg, if it was a cancel).
-	case <-ttl.C:
-		if !time.Now().Before(l.deadline) {
-			return false
-		}
-	case <-l.r.ctx.Done():
-	}
-	ttl.Reset(time.Until(l.deadline))
-	return true
-}
-
-// step sends what it can, then waits for something to change: "" to go
-// on, legEndDone once the leg finished, else why it must end.
-func (l *responseLeg) step(ttl <-chan time.Time) string {
-	if why := l.stopped(ttl); why != "" {
-		return why
-	}
-	if l.t == nil {
-		if why := l.connect(ttl); why != "" {
-			return why
-		}
-	}
-	l.applyAcks()
-	l.fill()
-	l.sendOpen()
-	if l.finish() {
-		return legEndDone
-	}
-	return l.wait(ttl)
-}
-
-// stopped is why the leg must end now: Close, a cancel or its TTL; "" for
-// none.
-func (l *responseLeg) stopped(ttl <-chan time.Time) string {
-	if l.stop.Load() {
-		return legEndCancel
-	}
-	select {
-	case <-l.r.ctx.Done():
-		return legEndClosed
-	case <-ttl:
-		return legEndTTL
-	default:
-		return ""
-	}
-}
-
-// wait waits for something to send, an ack, a reason to stop, or the
-// reply stream to fail: as step.
-func (l *responseLeg) wait(ttl <-chan time.Time) string {
-	var done <-chan struct{}
-	if l.t != nil {
-		done = l.t.st.done
-	}
-	select {
-	case <-l.r.ctx.Done():
-	case <-ttl:
-		return legEndTTL
-	case <-l.wake:
-	case <-done:
-		if why := l.dropReplyStream(); why != "" {
-			return why
-		}
-		// The acks read before the reply stream ended may have covered the
-		// leg's last message: then it is done, not to be opened again.
-		if l.finish() {
-			return legEndDone
-		}
-	}
-	return ""
-}
-
-// connect opens the leg on its ingress's reply stream, opening the reply
-// stream if it has none, after a backoff when the last attempt failed, and
-// resends what is unacked: "" once open, else why the leg ends.
-func (l *responseLeg) connect(ttl <-chan time.Time) string {
+// timeUp marks the leg ready when its timer fires: its open delay or its
+// TTL passed.
+func (l *responseLeg) timeUp() {
 	r := l.r
-	for {
-		if l.failures > 0 {
-			d := r.backoff(l.failures - 1)
-			if why := l.backoff(d, ttl); why != "" {
-				return why
-			}
-		}
-		if r.ctx.Err() != nil {
-			return legEndClosed
-		}
-		addr, ok := r.cfg.Addr(l.key.node)
-		if !ok {
-			return legEndGone
-		}
-		t, err := r.replyStreamFor(l.key.node, addr)
-		if err == nil {
-			l.t = t
-			break
-		}
-		l.failures++
-		if r.ctx.Err() != nil {
-			return legEndClosed
-		}
-		r.m.sendFailures.Inc()
-		if why := l.failed(err); why != "" {
-			return why
-		}
+	r.mu.Lock()
+	l.s.readyLocked(l)
+	r.mu.Unlock()
+}
+
+// stopped is why the leg must end now: a cancel, Close or its TTL; "" for
+// none.
+func (l *responseLeg) stopped(now time.Time) string {
+	switch {
+	case l.stop.Load():
+		return legEndCancel
+	case l.r.ctx.Err() != nil:
+		return legEndClosed
+	case !now.Before(l.deadline):
+		return legEndTTL
 	}
-	l.held, l.openDue = false, true
-	l.sendRun(l.unacked)
 	return ""
 }
 
-// backoff waits d before the leg tries its reply stream again: "" after
-// it, else why the leg ends meanwhile. What wakes the leg meanwhile (a
-// message queued, an ack) waits for the reply stream.
-func (l *responseLeg) backoff(d time.Duration, ttl <-chan time.Time) string {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			return ""
-		case <-l.r.ctx.Done():
-			return legEndClosed
-		case <-l.wake:
-			if l.stop.Load() {
-				return legEndCancel
-			}
-		case <-ttl:
-			return legEndTTL
-		}
+// awaitingFirstReply reports whether a leg Expect opened still holds its
+// open back for the job's first reply (nothing queued, its open delay
+// not over); once it does not, its timer is set to its TTL.
+func (l *responseLeg) awaitingFirstReply(now time.Time) bool {
+	if !l.expected {
+		return false
 	}
+	r := l.r
+	r.mu.Lock()
+	queued := len(l.pending) > 0
+	r.mu.Unlock()
+	if !queued && now.Before(l.openAt) {
+		return true
+	}
+	l.expected = false
+	l.timer.Reset(l.deadline.Sub(now))
+	return false
 }
 
 // fill sends queued messages while the in-flight bounds allow: what was
@@ -446,44 +328,26 @@ func (l *responseLeg) fill() {
 	l.sendRun(l.unacked[from:])
 }
 
-// sendRun sends items, in order, on the leg's reply stream: as many to a
-// frame as the peer message limit allows. False once the reply stream
-// failed.
-func (l *responseLeg) sendRun(items []*legItem) bool {
-	for len(items) > 0 {
-		n, size := 0, 0
-		for n < len(items) && (n == 0 || size+items[n].size+respondOverhead <= l.r.maxUnicast) {
-			size += items[n].size + respondOverhead
-			n++
-		}
-		if !l.sendFrame(items[:n]) {
-			return false
-		}
-		items = items[n:]
+// sendRun sends items, in order, on the leg's reply stream: they go in
+// the frame its sender is filling (legSender.add), each with the leg's
+// open if the ingress does not hold the leg when it comes to it (the first,
+// or one after a final item: the ingress forgot the leg there).
+func (l *responseLeg) sendRun(items []*legItem) {
+	if len(items) == 0 {
+		return
 	}
-	return true
-}
-
-// sendFrame sends items in one frame, each with the leg's open if the
-// ingress does not hold the leg when it comes to it (the first, or one
-// after a final item: the ingress forgot the leg there).
-func (l *responseLeg) sendFrame(items []*legItem) bool {
-	held := l.held
 	for _, it := range items {
 		w := &it.wire
 		w.Seq, w.Message, w.Open = it.seq, it.msg, nil
-		if !held {
+		if !l.held {
 			w.Open = l.openOf()
 		}
-		held = !it.final
+		// If the frame fails, so does the reply stream, and the leg joins
+		// the next one not held.
+		l.held = !it.final
+		l.s.add(it)
 	}
 	l.openDue = false
-	if !l.t.sendItems(items) {
-		return false
-	}
-	l.r.m.replyFrames.Inc()
-	l.held = held
-	return true
 }
 
 // sendOpen sends the leg's open frame alone on the reply stream it joined,

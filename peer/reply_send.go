@@ -49,7 +49,8 @@ func (st *respondCall) isDone() bool { return chans.Closed(st.done) }
 // A replyStream is the one Respond stream this node holds to an ingress
 // node: every response leg to that node is multiplexed on it, each as its
 // open and its numbered items (why not a stream per leg: docs/cluster.md,
-// "Legs ride a reply stream"). The legs' goroutines send on it under
+// "Legs ride a reply stream"). The node's leg sender (leg_sender.go) sends
+// the legs' frames on it, and its own goroutine its heartbeats, under
 // sendMu, one frame at a time; its reader hands each ack and cancel to the
 // leg it names; its own goroutine heartbeats while nothing else went out
 // for half an interval, and closes it once no leg used it for
@@ -60,7 +61,7 @@ type replyStream struct {
 	node   string
 	st     *respondCall
 	sendMu sync.Mutex
-	// frame and items are the frame a leg's items go out in (sendItems),
+	// frame and items are the frame legs' items go out in (sendItems),
 	// under sendMu: reused, as a frame is encoded before Send returns and
 	// nothing keeps it after.
 	frame pb.RespondFrame
@@ -71,27 +72,17 @@ type replyStream struct {
 	idled atomic.Bool
 
 	// Under r.mu.
-	users     int       // legs open on it
+	users     int       // legs open on it (legSender.join)
 	idleSince time.Time // when users last fell to 0
 	closing   bool      // idle: no leg may join it
 }
 
 // replyStreamFor is node's reply stream, opened if it has none (or only a
-// failed or closing one), with the caller counted as one of its legs.
+// failed or closing one). Its caller, node's leg sender, joins its legs to
+// it; it is the only one to open node's reply stream.
 func (r *router) replyStreamFor(node, addr string) (*replyStream, error) {
 	r.mu.Lock()
-	mu := r.replyStreamOpen[node]
-	if mu == nil {
-		mu = new(sync.Mutex)
-		r.replyStreamOpen[node] = mu
-	}
-	r.mu.Unlock()
-	// One opening per node at a time: the legs that wait for it join it.
-	mu.Lock()
-	defer mu.Unlock()
-	r.mu.Lock()
 	if t := r.replyStreams[node]; t != nil && !t.closing && !t.st.isDone() {
-		t.users++
 		r.mu.Unlock()
 		return t, nil
 	}
@@ -99,7 +90,7 @@ func (r *router) replyStreamFor(node, addr string) (*replyStream, error) {
 	return r.openReplyStream(node, addr)
 }
 
-// openReplyStream opens a reply stream to node, with one leg, and starts
+// openReplyStream opens a reply stream to node, with no leg yet, and starts
 // its reader and its goroutine. It does not wait for the ingress: the first
 // open frame and items go out with the call's headers.
 func (r *router) openReplyStream(node, addr string) (*replyStream, error) {
@@ -121,7 +112,7 @@ func (r *router) openReplyStream(node, addr string) (*replyStream, error) {
 		return nil, err
 	}
 	st.cs = cs
-	t := &replyStream{r: r, node: node, st: st, users: 1}
+	t := &replyStream{r: r, node: node, st: st, idleSince: time.Now()}
 	t.lastSend.Store(time.Now().UnixNano())
 	r.mu.Lock()
 	if r.closed {
@@ -164,7 +155,7 @@ func (t *replyStream) send(f *pb.RespondFrame) bool {
 	return t.sent(err)
 }
 
-// sendItems sends one frame of a response leg's items, in the reply
+// sendItems sends one frame of response legs' items, in the reply
 // stream's reused frame (under sendMu); as send.
 func (t *replyStream) sendItems(items []*legItem) bool {
 	if t.st.isDone() {
@@ -279,6 +270,23 @@ func (t *replyStream) retire() {
 	}
 }
 
+// ack applies an ack to the leg it names, if it is still open, and marks
+// the leg ready for its sender.
+func (t *replyStream) ack(a *pb.RespondAck) {
+	r := t.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.legs[legKey{t.node, a.GetJobId(), a.GetGeneration()}]
+	if l == nil {
+		return // it ended meanwhile
+	}
+	// A failed reply stream's reader may still apply an older ack.
+	if s := int64(a.GetSeq()); s > l.acked.Load() {
+		l.acked.Store(s)
+		l.s.readyLocked(l)
+	}
+}
+
 // leg is the open leg of binding (job, gen) to t's node, nil if none.
 func (t *replyStream) leg(job string, gen uint64) *responseLeg {
 	t.r.mu.Lock()
@@ -304,14 +312,7 @@ func (t *replyStream) read() {
 		st.silence.Reset(silentIntervals * hb)
 		switch b := c.GetBody().(type) {
 		case *pb.RespondControl_Ack:
-			l := t.leg(b.Ack.GetJobId(), b.Ack.GetGeneration())
-			if l == nil {
-				continue // it ended meanwhile
-			}
-			// CAS: a failed reply stream's reader may still apply an older ack.
-			for s, a := int64(b.Ack.GetSeq()), l.acked.Load(); s > a && !l.acked.CompareAndSwap(a, s); a = l.acked.Load() {
-			}
-			l.signal()
+			t.ack(b.Ack)
 		case *pb.RespondControl_Cancel:
 			if l := t.leg(b.Cancel.GetJobId(), b.Cancel.GetGeneration()); l != nil {
 				l.takeCancel(b.Cancel)

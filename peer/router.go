@@ -53,17 +53,17 @@ type router struct {
 	// mu guards what follows and each delivery stream's, leg's and
 	// unicastQueue's queue. It is taken under Engine.mu (Send, Expect) and
 	// takes server.mu (cancelOnLeg, grantOnLeg); never the other way round.
-	mu              sync.Mutex
-	closed          bool
-	seq             uint64
-	unicastQueue    map[string]*unicastQueue        // by node id, while its sender runs
-	deliveries      map[deliveryKey]*deliveryStream // while their goroutine runs
-	legs            map[legKey]*responseLeg         // response legs, while open
-	jobLegs         map[string][]*responseLeg       // legs by job id (legCancelled)
-	replyStreams    map[string]*replyStream         // reply streams by node id, while open
-	replyStreamOpen map[string]*sync.Mutex          // held while a node's reply stream is being opened
-	senders         map[string]int                  // unicast queues, delivery streams and legs per node id
-	maxUnicast      int                             // bytes of messages in one Post (or one frame)
+	mu           sync.Mutex
+	closed       bool
+	seq          uint64
+	unicastQueue map[string]*unicastQueue        // by node id, while its sender runs
+	deliveries   map[deliveryKey]*deliveryStream // while their goroutine runs
+	legs         map[legKey]*responseLeg         // response legs, while open
+	jobLegs      map[string][]*responseLeg       // legs by job id (legCancelled)
+	replyStreams map[string]*replyStream         // reply streams by node id, while open
+	legSenders   map[string]*legSender           // by node id, while their goroutine runs
+	senders      map[string]int                  // unicast queues, delivery streams and legs per node id
+	maxUnicast   int                             // bytes of messages in one Post (or one frame)
 }
 
 // unicastOverhead is what a PostRequest, ForwardRequest or DeliverFrame
@@ -80,7 +80,7 @@ func newRouter(cfg Config, client *Client) *router {
 		ctx: ctx, cancel: cancel,
 		unicastQueue: map[string]*unicastQueue{}, deliveries: map[deliveryKey]*deliveryStream{}, senders: map[string]int{},
 		legs: map[legKey]*responseLeg{}, jobLegs: map[string][]*responseLeg{},
-		replyStreams: map[string]*replyStream{}, replyStreamOpen: map[string]*sync.Mutex{},
+		replyStreams: map[string]*replyStream{}, legSenders: map[string]*legSender{},
 		maxUnicast: max(cfg.MaxMessageBytes-unicastOverhead, 1),
 	}
 }

@@ -1839,11 +1839,12 @@ type RespondFrame_End struct {
 }
 
 type RespondFrame_Items struct {
-	// items are one or more numbered replies or releases of one leg, in
-	// order: what a leg queued while it was sending goes in one frame (a
-	// worker streaming fast outputs queues several), which saves the
-	// frames' encoding, transport wake-ups and reads at both ends. The
-	// first may carry the leg's open.
+	// items are one or more numbered replies or releases of one or more
+	// legs, each leg's in order: what the host's legs queued while it was
+	// sending goes in one frame (a worker streaming fast outputs queues
+	// several, and so do many jobs at once), which saves the frames'
+	// encoding, transport wake-ups and reads at both ends. An item may
+	// carry its leg's open (RespondItem.open).
 	Items *RespondItems `protobuf:"bytes,5,opt,name=items,proto3,oneof"`
 }
 
@@ -1855,7 +1856,8 @@ func (*RespondFrame_End) isRespondFrame_Body() {}
 
 func (*RespondFrame_Items) isRespondFrame_Body() {}
 
-// RespondItems is a run of one leg's items.
+// RespondItems is a run of items, of one leg or several: the receiver
+// handles each in turn, as if it came alone.
 type RespondItems struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*RespondItem         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
