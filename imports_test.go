@@ -136,7 +136,8 @@ var importRules = map[string]importRule{
 	// one with every field filled, every place a string can sit in one.
 	"internal/pbtest": {may: []string{"proto/switchyard/v1"}},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
-	// events appended to a job's history, a configuration refusal checked.
+	// events appended to a job's history, a configuration refusal checked,
+	// a worker send queue filled to its bounds.
 	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
