@@ -2,28 +2,11 @@ package coretest
 
 import (
 	"errors"
-	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
 )
-
-// fatals is a testing.TB that records what FillOutbox reports; its Fatalf
-// ends the goroutine, as testing's does.
-type fatals struct {
-	testing.TB
-	got []string
-}
-
-func (f *fatals) Helper()             {}
-func (f *fatals) Logf(string, ...any) {}
-
-func (f *fatals) Fatalf(format string, args ...any) {
-	f.got = append(f.got, fmt.Sprintf(format, args...))
-	runtime.Goexit()
-}
 
 // FillOutbox passes an outbox refusing at the bound named, and fails one
 // refusing at the other bound, one that never refuses, and one that
@@ -54,7 +37,7 @@ func TestFillOutbox(t *testing.T) {
 			}
 			return out.Offer(1, tc.size)
 		}
-		f := &fatals{}
+		f := &failures{}
 		queued := 0
 		var wg sync.WaitGroup
 		wg.Go(func() { queued = FillOutbox(f, out, tc.count, tc.maxBytes, tc.byBytes, send) })
