@@ -129,6 +129,9 @@ var importRules = map[string]importRule{
 	// goroutines write and the test reads at once (logs, a process's
 	// output, what a fake heard).
 	"internal/syncbuf": {},
+	// Test plumbing, imported by tests only: a test's periodic work in a
+	// goroutine the test owns.
+	"internal/ticktest": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
