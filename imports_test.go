@@ -129,6 +129,9 @@ var importRules = map[string]importRule{
 	// goroutines write and the test reads at once (logs, a process's
 	// output, what a fake heard).
 	"internal/syncbuf": {},
+	// Test plumbing, imported by tests only: a test's periodic work in a
+	// goroutine the test owns.
+	"internal/ticktest": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
@@ -136,7 +139,8 @@ var importRules = map[string]importRule{
 	// one with every field filled, every place a string can sit in one.
 	"internal/pbtest": {may: []string{"proto/switchyard/v1"}},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
-	// events appended to a job's history, a configuration refusal checked.
+	// events appended to a job's history, a configuration refusal checked,
+	// a worker send queue filled to its bounds.
 	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},

@@ -1192,9 +1192,7 @@ func TestClusterReplyForUnknownJob(t *testing.T) {
 
 		w.Output(j.ID, o.Gen, []byte(`"late"`))
 		waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
-		if c := fc.Cancels()[0]; c != (cancelMsg{j.ID, 1, core.CodeCancelled}) {
-			t.Fatalf("cancel %+v", c)
-		}
+		fc.wantCancels(t, cancelMsg{j.ID, 1, core.CodeCancelled})
 		w.End(j.ID, o.Gen, core.CodeCancelled, "", nil)
 		net.wantSent(t, j.ID,
 			"forward n1>n2 (call)",
@@ -1348,10 +1346,7 @@ func TestClusterCancelBeforeHostKnown(t *testing.T) {
 	n2.wantQueue(t, 0, 1, "after cancelling the waiting job")
 	net.wantSent(t, waiting.ID, "forward n1>n2 (call)", "cancel n1>n2")
 
-	if _, err := n1.e.Cancel(bound.ID, "test"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the cancel on the worker", func() bool { return len(fc.Cancels()) == 1 })
+	n1.cancelOnWorker(t, bound.ID, fc)
 	w.End(bound.ID, o.Gen, core.CodeCancelled, "", nil)
 	net.wantSent(t, bound.ID,
 		"forward n1>n2 (call)",

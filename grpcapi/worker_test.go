@@ -168,29 +168,7 @@ func TestSendQueueBounds(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-st.entered
-			accepted := 1
-			var err error
-			for range 2 * tc.capacity {
-				if err = tc.send(ss); err != nil {
-					break
-				}
-				accepted++
-			}
-			if !errors.Is(err, core.ErrSendQueueFull) {
-				t.Fatalf("after %d messages: %v, want %v", accepted, err, core.ErrSendQueueFull)
-			}
-			queued, held := ss.out.Len(), ss.out.Bytes()
-			if queued != accepted-1 {
-				t.Fatalf("%d messages queued, %d accepted with one in the writer", queued, accepted)
-			}
-			size := held / int64(queued)
-			if byBytes := queued < tc.capacity; byBytes != tc.byBytes {
-				t.Fatalf("failed with %d of %d messages queued (%d bytes of %d): wrong bound", queued, tc.capacity, held, tc.maxBytes)
-			}
-			if held > tc.maxBytes || (tc.byBytes && held+size <= tc.maxBytes) {
-				t.Fatalf("%d bytes queued (messages of %d bytes), bound %d: refused with room left, or over the bound", held, size, tc.maxBytes)
-			}
-			t.Logf("%d messages of %d bytes accepted, %d queued (%d bytes), then: %v", accepted, size, queued, held, err)
+			accepted := 1 + coretest.FillOutbox(t, ss.out, tc.capacity, tc.maxBytes, tc.byBytes, func() error { return tc.send(ss) })
 
 			// The worker reads again: the writer sends everything, in
 			// order, and gives its bytes back.

@@ -2,11 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
 
 // A session's queue of events is bounded by count and by bytes: an offer
@@ -27,24 +27,7 @@ func TestWorkerSessionQueueBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ss := &workerSession{done: make(chan struct{})}
 			ss.out = core.NewOutbox[workerEvent](tc.count, tc.maxBytes, ss.done)
-			accepted := 0
-			var err error
-			for range 2 * tc.count {
-				if err = tc.send(ss); err != nil {
-					break
-				}
-				accepted++
-			}
-			if !errors.Is(err, core.ErrSendQueueFull) {
-				t.Fatalf("after %d events: %v, want %v", accepted, err, core.ErrSendQueueFull)
-			}
-			held := ss.out.Bytes()
-			if ss.out.Len() != accepted || held > tc.maxBytes {
-				t.Fatalf("%d queued of %d accepted, %d bytes of %d", ss.out.Len(), accepted, held, tc.maxBytes)
-			}
-			if byBytes := accepted < tc.count; byBytes != tc.byBytes {
-				t.Fatalf("refused at %d of %d events (%d bytes of %d): the wrong bound", accepted, tc.count, held, tc.maxBytes)
-			}
+			coretest.FillOutbox(t, ss.out, tc.count, tc.maxBytes, tc.byBytes, func() error { return tc.send(ss) })
 		})
 	}
 }

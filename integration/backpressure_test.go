@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/internal/ticktest"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -282,21 +282,11 @@ func TestThrottledReaderPacesTheWorker(t *testing.T) {
 
 	// Sample what each node holds for the job while it runs.
 	var peakUnread, peakUnreadBytes, peakLeg float64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			peakUnread = max(peakUnread, metric(t, n1, "switchyard_output_unread_events", nil))
-			peakUnreadBytes = max(peakUnreadBytes, metric(t, n1, "switchyard_output_unread_bytes", nil))
-			peakLeg = max(peakLeg, metric(t, n3, "switchyard_peer_queue_messages", map[string]string{"node": "n1"}))
-		}
+	stop := ticktest.Every(5*time.Millisecond, func() bool {
+		peakUnread = max(peakUnread, metric(t, n1, "switchyard_output_unread_events", nil))
+		peakUnreadBytes = max(peakUnreadBytes, metric(t, n1, "switchyard_output_unread_bytes", nil))
+		peakLeg = max(peakLeg, metric(t, n3, "switchyard_peer_queue_messages", map[string]string{"node": "n1"}))
+		return true
 	})
 	res := postWith(t, smallBuffers(4<<10), n1, `{"ttl_ms":120000,"input":"go"}`)
 	var body []byte
@@ -312,8 +302,7 @@ func TestThrottledReaderPacesTheWorker(t *testing.T) {
 	})
 	end := recvWithin(t, finished, 60*time.Second, "the worker to finish")
 	recvWithin(t, readDone, 30*time.Second, "the reader to finish")
-	close(stop)
-	wg.Wait()
+	stop()
 
 	st := tallyStream(bytes.NewReader(body), 0)
 	if st.err != nil || len(st.controls) > 0 || st.last.Type != "done" || st.outputs != outputs {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 // edgeBodyTimeout is the node's --http-body-timeout in TestHTTPEdge: short,
@@ -184,23 +186,12 @@ func edgeHead(method, key string, n int) string {
 // trickle writes b one byte per every, until it is all written, a write
 // fails, or stop is called.
 func trickle(c net.Conn, b []byte, every time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for i := range b {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			if _, err := c.Write(b[i : i+1]); err != nil {
-				return
-			}
-		}
+	i := 0
+	return ticktest.Every(every, func() bool {
+		_, err := c.Write(b[i : i+1])
+		i++
+		return err == nil && i < len(b)
 	})
-	return func() { close(done); wg.Wait() }
 }
 
 // readAnswer reads the response on c: its status and problem code, or

@@ -117,11 +117,10 @@ type Output struct {
 	// end, none.
 	arena arena
 	// credit is the job's output credit (zero: not paced) and sent what
-	// was sent against it; moved, made by a send that waits for credit
-	// (nil while none has), is closed and dropped when credit grows or
-	// the job ends, waking the sends that wait for it.
+	// was sent against it; moved wakes the sends that wait for credit when
+	// it grows or the job ends.
 	credit, sent credit
-	moved        chan struct{}
+	moved        wakeup
 }
 
 // credit is an amount of output: chunks and the bytes of their data.
@@ -143,15 +142,7 @@ func (o *Output) grant(c credit) {
 		return
 	}
 	o.credit = credit{max(o.credit.events, c.events), max(o.credit.bytes, c.bytes)}
-	o.wakeLocked()
-}
-
-// wakeLocked wakes the sends waiting for credit, if any.
-func (o *Output) wakeLocked() {
-	if o.moved != nil {
-		close(o.moved)
-		o.moved = nil
-	}
+	o.moved.wake()
 }
 
 // Send marshals v as JSON and sends it as one output chunk. It returns once
@@ -217,10 +208,7 @@ func (o *Output) send(ctx context.Context, data []byte) error {
 			}
 			return nil
 		}
-		if o.moved == nil {
-			o.moved = make(chan struct{})
-		}
-		moved := o.moved
+		moved := o.moved.next()
 		o.mu.Unlock()
 		select {
 		case <-moved:
@@ -253,7 +241,7 @@ func (o *Output) end() {
 	o.ended = true
 	// No send waits on moved once ended is set, and grant wakes none
 	// after: no new channel.
-	o.wakeLocked()
+	o.moved.wake()
 	o.arena.release()
 	o.mu.Unlock()
 }

@@ -10,7 +10,8 @@ import (
 // found the job, then the job ended): it is ignored, and a send after the
 // end still fails with ErrJobEnded.
 func TestGrantAfterEnd(t *testing.T) {
-	o := &Output{job: &Job{ID: "j", Generation: 1}, jctx: context.Background(), moved: make(chan struct{}), credit: credit{1, 1}}
+	o := &Output{job: &Job{ID: "j", Generation: 1}, jctx: context.Background(), credit: credit{1, 1}}
+	o.moved.next() // a send waits for credit
 	o.end()
 	o.grant(credit{10, 100})
 	if err := o.send(context.Background(), []byte(`"x"`)); !errors.Is(err, ErrJobEnded) {

@@ -48,8 +48,9 @@ type sendQueue struct {
 	q    []*frame // q[head:] is queued
 	head int
 	max  int
-	// room, when not nil, is closed once a frame leaves a full queue.
-	room chan struct{}
+	// room wakes the puts that wait on a full queue once a frame leaves
+	// it.
+	room wakeup
 
 	kick chan struct{} // buffered 1: the writer has frames to send
 	// sent is set by each flush that sent something; the writer's
@@ -71,10 +72,7 @@ func newSendQueue(max int, send func(*frame) error, fail func(error)) *sendQueue
 func (q *sendQueue) put(f *frame, stop, stop2 <-chan struct{}) (hold, ok bool) {
 	q.mu.Lock()
 	for len(q.q)-q.head >= q.max {
-		if q.room == nil {
-			q.room = make(chan struct{})
-		}
-		room := q.room
+		room := q.room.next()
 		q.mu.Unlock()
 		// A full queue has a flusher, or the writer was kicked.
 		select {
@@ -126,10 +124,7 @@ func (q *sendQueue) pop() *frame {
 	if q.head == len(q.q) {
 		q.q, q.head = q.q[:0], 0
 	}
-	if q.room != nil {
-		close(q.room)
-		q.room = nil
-	}
+	q.room.wake()
 	return f
 }
 

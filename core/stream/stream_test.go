@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 	"github.com/switchyard/switchyard/internal/coretest"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 const testJobID = "j_test"
@@ -617,25 +618,12 @@ func TestMaxDurationTerminatesBusyStream(t *testing.T) {
 
 	// Events every 40ms keep the idle clock (200ms) from firing: only the
 	// max duration may end this stream.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(40 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				j.History.Append(core.EventOutput, 1, []byte(`{"data":"tick"}`))
-			}
-		}
-	}()
+	stop := ticktest.Every(40*time.Millisecond, func() bool {
+		j.History.Append(core.EventOutput, 1, []byte(`{"data":"tick"}`))
+		return true
+	})
 	res := wait()
-	close(stop)
-	wg.Wait()
+	stop()
 	elapsed := time.Since(start)
 	if res.End != stream.EndMaxDuration {
 		t.Fatalf("Result = %+v after %v, want max_duration (%s)", res, elapsed, sink.trace())

@@ -1,7 +1,8 @@
 // Package coretest is test plumbing for code built on core, as
 // net/http/httptest is for HTTP: an in-memory core.Catalog, a job
-// history's events appended by a test, and a check that a configuration
-// was refused for the right setting.
+// history's events appended by a test, a check that a configuration was
+// refused for the right setting, and a worker session's send queue filled
+// to its bounds.
 package coretest
 
 import (

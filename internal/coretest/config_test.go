@@ -3,21 +3,29 @@ package coretest
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
 )
 
-// failures is a testing.TB that records what WantConfigError reports.
+// failures is a testing.TB that records what a check of this package
+// reports; its Fatalf ends the goroutine, as testing's does.
 type failures struct {
 	testing.TB
 	got []string
 }
 
-func (f *failures) Helper() {}
+func (f *failures) Helper()             {}
+func (f *failures) Logf(string, ...any) {}
 
 func (f *failures) Errorf(format string, args ...any) {
 	f.got = append(f.got, fmt.Sprintf(format, args...))
+}
+
+func (f *failures) Fatalf(format string, args ...any) {
+	f.Errorf(format, args...)
+	runtime.Goexit()
 }
 
 // WantConfigError passes the refusal of the flag named (wrapped or not)
