@@ -132,3 +132,31 @@ func TestConsumersSnapshotConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkConsumersOf is one read of a queue's consumers, as the
+// dispatcher makes one per dispatch pass and the ingress two per submit,
+// with no change between reads: one consumer without capabilities (the
+// demo worker of BenchmarkProcesses), and four of three capabilities each.
+func BenchmarkConsumersOf(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		ids  []string
+		caps core.Capabilities
+	}{
+		{"1x0caps", []string{"w1"}, nil},
+		{"4x3caps", []string{"w4", "w2", "w3", "w1"}, core.Capabilities{"model": {"a", "b"}, "gpu": {"x"}, "zone": {"z"}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := newView()
+			for _, id := range bc.ids {
+				v.setConsumer(consumerRec("q", id, "n-"+id, bc.caps))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if len(v.consumersOf("q")) != len(bc.ids) {
+					b.Fatal("consumers lost")
+				}
+			}
+		})
+	}
+}
