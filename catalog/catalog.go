@@ -387,7 +387,9 @@ func (c *Catalog) WithdrawConsumer(ctx context.Context, queue, id string) error 
 }
 
 // Consumers returns the consumers of queue on every node, sorted by id,
-// from the watched view.
+// from the watched view: a snapshot shared by every caller until the
+// queue's consumers change, which the caller must not modify (neither the
+// slice nor a record's Capabilities).
 func (c *Catalog) Consumers(queue string) []core.ConsumerInfo { return c.view.consumersOf(queue) }
 
 // Related returns the nodes the catalog ties to node: the dispatchers of

@@ -9,13 +9,21 @@ import (
 )
 
 // view is the in-memory copy of the registries that reads are served from.
-// Records are stored as parsed; readers get copies, so nothing they do can
-// reach back into the view.
+// Records are stored as parsed. Readers get copies of nodes and dispatch
+// records; a queue's consumers they get as a shared, immutable snapshot
+// (snaps), which they must not modify.
 type view struct {
 	mu        sync.RWMutex
 	nodes     map[string]core.NodeInfo
 	dispatch  map[string]core.DispatchInfo
 	consumers map[string]map[string]core.ConsumerInfo // queue → id → record
+	// snaps holds, per queue, the answer consumersOf last built: the
+	// queue's records sorted by id, their capabilities copied from the
+	// stored records. It is immutable once built and shared by every
+	// reader; any change to the queue's consumers drops it (copy on
+	// write), and the next read builds a fresh one. Only queues with
+	// consumers have one, so names nobody consumes never fill it.
+	snaps map[string][]core.ConsumerInfo
 	// left holds the nodes whose record this view saw deleted (and not
 	// written again since): their death is proven. A node with no record
 	// that is not in left is only not seen yet — another member of the
@@ -39,6 +47,7 @@ func newView() *view {
 		nodes:       map[string]core.NodeInfo{},
 		dispatch:    map[string]core.DispatchInfo{},
 		consumers:   map[string]map[string]core.ConsumerInfo{},
+		snaps:       map[string][]core.ConsumerInfo{},
 		left:        map[string]bool{},
 		dispatchRev: map[string]int64{},
 		claims:      map[string]core.DispatchInfo{},
@@ -59,6 +68,7 @@ func (v *view) replaceWith(fresh *view) {
 		delete(v.left, id)
 	}
 	v.nodes, v.dispatch, v.consumers = fresh.nodes, fresh.dispatch, fresh.consumers
+	v.snaps = map[string][]core.ConsumerInfo{}
 	v.dispatchRev, v.loadRev = fresh.dispatchRev, fresh.loadRev
 	for q, cl := range v.claims {
 		if int64(cl.Epoch) <= v.loadRev {
@@ -119,11 +129,13 @@ func (v *view) setConsumer(c core.ConsumerInfo) {
 		v.consumers[c.Queue] = q
 	}
 	q[c.ID] = c
+	delete(v.snaps, c.Queue)
 }
 
 func (v *view) deleteConsumer(queue, id string) {
 	q := v.consumers[queue]
 	delete(q, id)
+	delete(v.snaps, queue)
 	// Drop the empty map so Queues no longer lists a queue whose last
 	// consumer left (unless it still has a dispatch record).
 	if len(q) == 0 {
@@ -140,17 +152,34 @@ func cloneConsumer(c core.ConsumerInfo) core.ConsumerInfo {
 	return c
 }
 
+// consumersOf returns queue's snapshot (see snaps), building it when a
+// change dropped it. The slice and the records' capabilities are shared by
+// every caller and must not be modified.
 func (v *view) consumersOf(queue string) []core.ConsumerInfo {
 	v.mu.RLock()
-	defer v.mu.RUnlock()
+	out, ok := v.snaps[queue]
+	empty := len(v.consumers[queue]) == 0
+	v.mu.RUnlock()
+	if ok || empty {
+		return out
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if out, ok := v.snaps[queue]; ok {
+		return out
+	}
 	q := v.consumers[queue]
 	if len(q) == 0 {
 		return nil
 	}
-	out := make([]core.ConsumerInfo, 0, len(q))
+	out = make([]core.ConsumerInfo, 0, len(q))
 	for _, id := range slices.Sorted(maps.Keys(q)) {
 		out = append(out, cloneConsumer(q[id]))
 	}
+	// Full: an append by a caller that ignored the contract reallocates
+	// instead of writing into this array.
+	out = slices.Clip(out)
+	v.snaps[queue] = out
 	return out
 }
 

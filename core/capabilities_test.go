@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,5 +77,29 @@ func TestCapabilitiesSatisfies(t *testing.T) {
 	var none core.Capabilities
 	if !none.Satisfies(nil) || none.Satisfies(map[string]string{"model": "a"}) {
 		t.Error("a worker with no capabilities must satisfy only empty requirements")
+	}
+}
+
+// An offer lists a job's required capabilities as Capabilities.Strings
+// lists the same pairs, and none as nil.
+func TestCapabilityStringsMatchesStrings(t *testing.T) {
+	for _, m := range []map[string]string{
+		nil,
+		{},
+		{"model": "a"},
+		{"model": "b", "gpu": "a100", "zone": "x/y:z.1_2-3"},
+		{"a": "b=c", "a=b": "c", "ab": "", "": "x"},
+	} {
+		caps := core.Capabilities{}
+		for k, v := range m {
+			caps[k] = []string{v}
+		}
+		got, want := core.CapabilityStrings(m), caps.Strings()
+		if !slices.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("capabilityStrings(%v) = %#v, want %#v", m, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { core.CapabilityStrings(nil) }); n != 0 {
+		t.Errorf("no capabilities: %v allocations, want 0", n)
 	}
 }

@@ -110,7 +110,10 @@ type Catalog interface {
 	// does not exist is not an error.
 	WithdrawConsumer(ctx context.Context, queue, id string) error
 	// Consumers returns the consumers of a queue on every node, from the
-	// watched view.
+	// watched view. The slice, and each record's Capabilities, may be
+	// shared with every other caller and with later calls: callers must
+	// not modify them (the dispatcher reads them on every job, so they
+	// are not copied per call).
 	Consumers(queue string) []ConsumerInfo
 	// Nodes returns every node record, from the watched view.
 	Nodes() []NodeInfo
@@ -126,7 +129,8 @@ type ClusterView interface {
 	// Queues returns the name of every queue with a dispatch record or a
 	// consumer.
 	Queues() []string
-	// Consumers returns the consumers of a queue, on every node.
+	// Consumers returns the consumers of a queue, on every node, shared
+	// as Catalog.Consumers's are: not to be modified.
 	Consumers(queue string) []ConsumerInfo
 	// Dispatch returns a queue's dispatch record, if it has one.
 	Dispatch(queue string) (DispatchInfo, bool)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -572,12 +573,20 @@ func validWorkerCode(c Code) bool {
 	return len(c) <= 64 && ValidName(string(c))
 }
 
+// capabilityStrings is a job's required capabilities as an offer lists
+// them: what Capabilities.Strings makes of the same pairs (one value per
+// key, so "key=value" sorted), nil for none — the usual job, built on
+// every offer without a map or a sort.
 func capabilityStrings(m map[string]string) []string {
-	c := Capabilities{}
-	for k, v := range m {
-		c[k] = []string{v}
+	if len(m) == 0 {
+		return nil
 	}
-	return c.Strings()
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func indexOf(ws []*Worker, w *Worker) int {

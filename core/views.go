@@ -10,7 +10,9 @@ type QueueView struct {
 	Name     string
 	Dispatch DispatchInfo
 	// Local is this node's part of the queue; nil when it holds none.
-	Local     *QueueStat
+	Local *QueueStat
+	// Consumers is the view's shared snapshot (ClusterView.Consumers):
+	// read it, never modify it.
 	Consumers []ConsumerInfo
 }
 

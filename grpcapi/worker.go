@@ -415,7 +415,9 @@ func (ss *session) write() {
 // enqueue queues m for the writer without blocking (the engine calls it
 // with its lock held), or fails when the queue is at either bound.
 func (ss *session) enqueue(m *pb.NodeMessage) error {
-	return ss.out.Offer(m, int64(proto.Size(m)))
+	// SizeVT: the size proto.Size gives, from generated code rather than
+	// reflection (one offer per job goes through here).
+	return ss.out.Offer(m, int64(m.SizeVT()))
 }
 
 // SendOffer implements core.WorkerConn.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard"
+	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -133,5 +134,71 @@ func TestCapabilitiesUpdateAcrossNodes(t *testing.T) {
 	}
 	if code, who := resultOf(t, n1, queue, jobB); code != 200 || who != "w2" {
 		t.Fatalf("model=b job after a refused update: %d %q", code, who)
+	}
+}
+
+// A queue's consumers are one snapshot every reader of the catalog view
+// shares (catalog.Catalog.Consumers): the dispatcher's pool, the ingress's
+// capability checks, the queue views, the election. None of them may
+// modify it. Jobs with and without capabilities, refused ones, and the
+// queue views at both nodes leave the snapshot each node handed out as it
+// was, and the same one still handed out.
+func TestConsumersSnapshotUnmodified(t *testing.T) {
+	const queue = "snap"
+	nodes := startCluster(t, 2, nil)
+	n1, n2 := nodes[0], nodes[1]
+	MustStartWorker(t, n2, worker.Config{
+		Name: "w2", Queue: queue, Capabilities: []string{"model=a", "model=b", "gpu=x"}, Concurrency: 4,
+	}, func(context.Context, *worker.Job, *worker.Output) (any, error) { return "w2", nil })
+	waitFor(t, 5*time.Second, "n1 sees w2", func() bool { return len(n1.Catalog().Consumers(queue)) == 1 })
+	waitFor(t, 5*time.Second, "n2 sees w2", func() bool { return len(n2.Catalog().Consumers(queue)) == 1 })
+
+	type held struct {
+		n    *switchyard.Node
+		snap []core.ConsumerInfo
+		was  []string
+	}
+	var hs []held
+	for _, n := range nodes {
+		s := n.Catalog().Consumers(queue)
+		var was []string
+		for _, c := range s {
+			was = append(was, c.ID+"@"+c.Node+":"+strings.Join(c.Capabilities.Strings(), ","))
+		}
+		hs = append(hs, held{n, s, was})
+	}
+
+	for _, n := range nodes {
+		for _, env := range []string{
+			`{"ttl_ms":5000,"input":"x"}`,
+			`{"ttl_ms":5000,"capabilities":{"model":"a"},"input":"x"}`,
+			`{"ttl_ms":5000,"capabilities":{"model":"b","gpu":"x"},"input":"x"}`,
+		} {
+			if code, who := resultOf(t, n, queue, env); code != 200 || who != "w2" {
+				t.Fatalf("%s at %s: %d %q, want it run by w2", env, n.Catalog().Name(), code, who)
+			}
+		}
+		if code, body := resultOf(t, n, queue, `{"ttl_ms":5000,"capabilities":{"model":"c"},"input":"x"}`); code != 503 || !strings.Contains(body, "no_capable_worker") {
+			t.Fatalf("model=c job: %d %s, want 503 no_capable_worker", code, body)
+		}
+		if code := getJSON(t, baseURL(n)+"/v1/queues", nil); code != 200 {
+			t.Fatalf("GET /v1/queues: %d", code)
+		}
+		if code := getJSON(t, baseURL(n)+"/v1/queues/"+queue, nil); code != 200 {
+			t.Fatalf("GET /v1/queues/%s: %d", queue, code)
+		}
+	}
+
+	for _, h := range hs {
+		var now []string
+		for _, c := range h.snap {
+			now = append(now, c.ID+"@"+c.Node+":"+strings.Join(c.Capabilities.Strings(), ","))
+		}
+		if !slices.Equal(now, h.was) {
+			t.Errorf("%s: the snapshot handed out changed: %v, was %v", h.n.Catalog().Name(), now, h.was)
+		}
+		if again := h.n.Catalog().Consumers(queue); len(again) != 1 || &again[0] != &h.snap[0] {
+			t.Errorf("%s: a new snapshot (%v) with no change to the queue's consumers", h.n.Catalog().Name(), again)
+		}
 	}
 }

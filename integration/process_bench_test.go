@@ -58,7 +58,7 @@ import (
 // -procs.setups runs only the setups named (the floor always runs), to
 // compare two of them in less time. -procs.profile DIR (it must exist)
 // writes CPU and allocation profiles of each setup's processes (nodes a
-// and c, the workers) at 16 × the first size, the highest level, in the
+// and c, the workers; b too for cross) at 16 × the first size, the highest level, in the
 // last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
@@ -121,7 +121,7 @@ func BenchmarkProcesses(b *testing.B) {
 	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
 	setups := []setup{
 		{"cross", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["a"].http), body) }, nodePids, sdk.Process.Pid,
-			[]string{"a=" + ad["a"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}, false},
+			[]string{"a=" + ad["a"].debug, "b=" + ad["b"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}, false},
 		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid, nil, false},
 		{"grpc", grpcJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}, false},
 		{floor, func(body []byte) benchkit.JobFunc {
@@ -187,6 +187,9 @@ func BenchmarkProcesses(b *testing.B) {
 		// first is the first node's share of nodes: a, where the cluster
 		// setups' jobs come in (their edge), or the relay's B.
 		first time.Duration
+		// second is the second node's share: the cluster's b (for a
+		// relay, its A).
+		second time.Duration
 	}
 	rows := map[key]*row{}
 	for round := 1; round <= *procsRounds; round++ {
@@ -198,11 +201,11 @@ func BenchmarkProcesses(b *testing.B) {
 					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
 					}
-					a0 := procCPU(b, st.nodes[0])
+					a0, b0 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
 					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
-					a1 := procCPU(b, st.nodes[0])
+					a1, b1 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					if prof != nil {
 						prof()
 					}
@@ -214,6 +217,7 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].nodes += n1 - n0
 					rows[k].worker += w1 - w0
 					rows[k].first += a1 - a0
+					rows[k].second += b1 - b0
 				}
 			}
 		}
@@ -250,7 +254,12 @@ func BenchmarkProcesses(b *testing.B) {
 			for _, st := range setups {
 				r := rows[key{st.name, sh, c}]
 				if jobs := float64(len(r.res.Last)); jobs > 0 {
-					fmt.Printf("  %-38s %10.0f %10.0f\n", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), us(r.first)/jobs, us(r.nodes-r.first)/jobs)
+					fmt.Printf("  %-38s %10.0f %10.0f", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), us(r.first)/jobs, us(r.nodes-r.first)/jobs)
+					if len(st.nodes) == 3 {
+						// b and c apart: b dispatches when the election gave it the queue.
+						fmt.Printf("   (b %.0f, c %.0f)", us(r.second)/jobs, us(r.nodes-r.first-r.second)/jobs)
+					}
+					fmt.Println()
 				}
 			}
 		}
