@@ -95,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dropped: s.counterVec("switchyard_peer_messages_dropped_total",
 			"Routing messages this node gave up sending, by kind: their node left the catalog (its lease is gone), the peer refused them for good, this node shut down with them queued, or (replies) their job was cancelled or its TTL passed before they were acked.", "kind"),
 		sendFailures: s.counter("switchyard_peer_send_failures_total",
-			"Forward and Post calls to peers that failed, forwards a stream ack answered without a verdict, and response leg streams that failed or could not be opened; each failed attempt of a retried call counts."),
+			"Forward and Post calls to peers that failed, forwards a stream ack answered without a verdict, and reply streams (which carry the response legs to one ingress) that failed or could not be opened; each failed attempt of a retried call counts."),
 		invalid: s.counter("switchyard_peer_messages_invalid_total",
 			"Routing messages received from peers and skipped because no handler could act on them (unknown kind, no job id, no job to forward or deliver)."),
 		queue: s.gaugeVec("switchyard_peer_queue_messages",
