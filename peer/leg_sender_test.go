@@ -101,6 +101,10 @@ func TestLegSenderMovesEveryLegToTheNextReplyStream(t *testing.T) {
 		}
 		return got == n
 	})
+	// Acked too: a cancel drops (and counts) what its leg still holds.
+	waitFor(t, 10*time.Second, "every output acked", func() bool {
+		return counter(t, p.ra.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}) == 0
+	})
 	p.rb.Send("a", cancelOf("m11"))
 	waitFor(t, 5*time.Second, "m11's leg ended by its cancel", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1
