@@ -71,7 +71,7 @@ var importRules = map[string]importRule{
 	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
-		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec"},
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec", "internal/chans"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
 	// The HTTP/SSE API. Its unary routes are the public gRPC services'
@@ -97,7 +97,7 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire", "internal/pbcodec"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
 	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
 	// set up from the node's config and the standard OTEL_* variables,
 	// and the log handler that puts a trace id on every log line. It knows
@@ -117,7 +117,7 @@ var importRules = map[string]importRule{
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},
 	// What several packages ask of a channel alike (is a done signal
-	// closed): the standard library only.
+	// closed, a wake-up sent without blocking): the standard library only.
 	"internal/chans": {},
 	// Test plumbing, imported by tests only: free loopback addresses, a
 	// TCP relay that counts what it carries and fails on demand.
@@ -145,7 +145,7 @@ var importRules = map[string]importRule{
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},
 	// The node: assembles every room.
-	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing", "internal/netaddr"}},
+	".": {may: []string{"core", "core/resume", "core/stream", "catalog", "peer", "grpcapi", "httpapi", "apierr", "auth", "tracing", "internal/netaddr", "internal/chans"}},
 	// The binary: a node, the demo worker, and `switchyard bench` (whose
 	// load generator is integration/benchkit's).
 	"cmd/switchyard": {may: []string{".", "core/resume", "httpapi", "worker", "integration/benchkit", "tracing", "internal/netaddr"}},

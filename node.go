@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
@@ -241,10 +243,7 @@ func (n *Node) openCluster() (err error) {
 		View: n.cat, Client: n.peer.Client(), Metrics: pm, Logger: n.log.With("system", "peers"),
 		Related: func() map[string]bool { return n.cat.Related(cfg.Name) },
 		OnChange: func() {
-			select {
-			case n.peersChanged <- struct{}{}:
-			default:
-			}
+			chans.Notify(n.peersChanged)
 		},
 	}); err != nil {
 		return err

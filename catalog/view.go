@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"github.com/switchyard/switchyard/core"
 )
 
@@ -266,10 +268,7 @@ func (s *subscribers) notify() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range s.m {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+		chans.Notify(ch)
 	}
 }
 

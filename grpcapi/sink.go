@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 
@@ -118,10 +120,7 @@ func (s *sink) SetWriteDeadline(t time.Time) error {
 	s.deadline = t
 	if s.idle {
 		s.idle = false
-		select {
-		case s.moved <- struct{}{}:
-		default:
-		}
+		chans.Notify(s.moved)
 	}
 	return nil
 }

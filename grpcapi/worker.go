@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/apierr"
@@ -438,10 +440,7 @@ func (ss *session) SendCredit(id string, gen uint64, c core.OutputCredit) error 
 	ss.creditMu.Lock()
 	ss.credits[creditKey{id, gen}] = c
 	ss.creditMu.Unlock()
-	select {
-	case ss.creditc <- struct{}{}:
-	default:
-	}
+	chans.Notify(ss.creditc)
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -224,10 +226,7 @@ func (r *router) enqueueLocked(node, queue string, it *item) {
 	if it.fwd == nil {
 		r.m.queue.WithLabelValues(node).Inc()
 	}
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
+	chans.Notify(l.wake)
 }
 
 // run is the delivery stream's goroutine.

@@ -3,6 +3,8 @@ package peer
 import (
 	"fmt"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -85,9 +87,6 @@ func (t *Transport) ZonesChanged() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range r.deliveries {
-		select {
-		case l.rezone <- struct{}{}:
-		default:
-		}
+		chans.Notify(l.rezone)
 	}
 }

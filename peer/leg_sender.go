@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -61,10 +63,7 @@ func (s *legSender) readyLocked(l *responseLeg) {
 	l.ready = true
 	s.ready = append(s.ready, l)
 	if len(s.ready) == 1 {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		chans.Notify(s.wake)
 	}
 }
 

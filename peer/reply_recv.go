@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -384,10 +386,7 @@ func (rs *respondIn) noteHandled(k inLegKey, seq uint64, bytes int, final bool) 
 
 // wake asks the writer to write what is due (acks, cancels).
 func (rs *respondIn) wake() {
-	select {
-	case rs.kick <- struct{}{}:
-	default:
-	}
+	chans.Notify(rs.kick)
 }
 
 // respondReader is the reader goroutine's own state of a reply stream: the legs

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/chans"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -37,10 +39,7 @@ func (r *router) unicastLocked(node string, p *pb.PeerMessage) {
 	}
 	ob.msgs = append(ob.msgs, p)
 	r.m.queue.WithLabelValues(node).Inc()
-	select {
-	case ob.wake <- struct{}{}:
-	default:
-	}
+	chans.Notify(ob.wake)
 }
 
 // run is one node's unicast queue sender: it posts what is queued, batch by

@@ -3,6 +3,8 @@ package worker
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/switchyard/switchyard/internal/chans"
 )
 
 // flushLimit is the most frames a job's goroutine, or the receive loop,
@@ -164,10 +166,7 @@ func (q *sendQueue) flush(limit int) error {
 		// Frames were put while the lock was held, by goroutines that
 		// could not take it.
 		if limit != 0 && budget <= 0 {
-			select {
-			case q.kick <- struct{}{}:
-			default:
-			}
+			chans.Notify(q.kick)
 			return nil
 		}
 	}

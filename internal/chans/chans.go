@@ -11,3 +11,13 @@ func Closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Notify sends on ch without blocking: ch is a wake-up signal, buffered
+// to one, whose receiver looks at everything that changed when it wakes.
+// A signal already pending stands for this one too, so none is lost.
+func Notify(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -12,3 +12,19 @@ func TestClosed(t *testing.T) {
 		t.Fatal("Closed of a closed channel: false")
 	}
 }
+
+func TestNotify(t *testing.T) {
+	ch := make(chan struct{}, 1)
+	Notify(ch)
+	Notify(ch) // pending already: must not block
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Notify sent nothing")
+	}
+	select {
+	case <-ch:
+		t.Fatal("two signals pending on a channel buffered to one")
+	default:
+	}
+}
