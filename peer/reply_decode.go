@@ -34,6 +34,10 @@ type frameIn struct {
 	n     int
 	slow  pb.RespondFrame
 	ids   interned
+	// last holds the job id, queue, consumer and worker name last decoded:
+	// a frame's items are mostly one leg's, so the next item's are the
+	// same, found without hashing.
+	last [4]string
 }
 
 // interned holds the strings of a stream's items, each decoded once.
@@ -57,6 +61,17 @@ func (t *interned) get(b []byte) string {
 	}
 	s := string(b)
 	(*t)[s] = s
+	return s
+}
+
+// str is v as a string: the one last decoded into slot if equal, else
+// the interned copy.
+func (in *frameIn) str(slot int, v []byte) string {
+	if s := in.last[slot]; s == string(v) {
+		return s
+	}
+	s := in.ids.get(v)
+	in.last[slot] = s
 	return s
 }
 
@@ -224,13 +239,13 @@ func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
 			}
 			switch num {
 			case 2:
-				m.JobId = in.ids.get(v)
+				m.JobId = in.str(0, v)
 			case 4:
-				m.Queue = in.ids.get(v)
+				m.Queue = in.str(1, v)
 			case 6:
-				m.Consumer = in.ids.get(v)
+				m.Consumer = in.str(2, v)
 			case 7:
-				m.WorkerName = in.ids.get(v)
+				m.WorkerName = in.str(3, v)
 			case 9:
 				// A fresh slice: the engine keeps it. Empty but present is
 				// not nil, as vtproto's decoder has it.
