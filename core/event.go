@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -11,7 +12,8 @@ import (
 
 // This file encodes the data of the events the ingress appends to a job's
 // history: an output's once per event on the hot path, without
-// reflection; the rare ones (accepted, done, error) with encoding/json.
+// reflection; a job's accepted and terminal events once per job, by hand
+// when their strings need no escaping, else with encoding/json.
 
 // outputEvent is an output event's data, {"data":<output>}: the bytes
 // json.Marshal would make of it (compacted, with <, >, &, U+2028 and
@@ -189,6 +191,70 @@ type (
 		Outcome Outcome `json:"outcome"`
 	}
 )
+
+// plainJSON reports whether s is its own JSON string body: printable
+// ASCII with nothing encoding/json escapes (a quote, a backslash, <, >,
+// &).
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendPlain appends `"key":"s"` (s plain: plainJSON).
+func appendPlain(b []byte, key, s string) []byte {
+	b = append(b, '"')
+	b = append(b, key...)
+	b = append(b, `":"`...)
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// encode is d's JSON: mustJSON(d)'s bytes.
+func (d acceptedData) encode() []byte {
+	if !plainJSON(d.Queue) || !plainJSON(d.TraceID) {
+		return mustJSON(d)
+	}
+	b := make([]byte, 0, len(`{"queue":"","trace_id":"","ttl_ms":-9223372036854775808}`)+len(d.Queue)+len(d.TraceID))
+	b = appendPlain(append(b, '{'), "queue", d.Queue)
+	b = appendPlain(append(b, ','), "trace_id", d.TraceID)
+	b = strconv.AppendInt(append(b, `,"ttl_ms":`...), d.TTLMs, 10)
+	return append(b, '}')
+}
+
+// encode is d's JSON: mustJSON(d)'s bytes. A result is compacted, as
+// encoding/json compacts a RawMessage; one that holds what it would
+// escape for HTML goes through encoding/json.
+func (d doneData) encode() []byte {
+	if !plainJSON(string(d.Outcome)) || needsHTMLEscape(d.Result) {
+		return mustJSON(d)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(`{"outcome":"","result":}`)+len(d.Outcome)+len(d.Result)))
+	buf.Write(appendPlain([]byte{'{'}, "outcome", string(d.Outcome)))
+	if len(d.Result) > 0 {
+		buf.WriteString(`,"result":`)
+		if json.Compact(buf, d.Result) != nil {
+			return mustJSON(d)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
+}
+
+// encode is d's JSON: mustJSON(d)'s bytes.
+func (d errorData) encode() []byte {
+	if !plainJSON(string(d.Code)) || !plainJSON(d.Detail) || !plainJSON(string(d.Outcome)) {
+		return mustJSON(d)
+	}
+	b := make([]byte, 0, len(`{"code":"","detail":"","outcome":""}`)+len(d.Code)+len(d.Detail)+len(d.Outcome))
+	b = appendPlain(append(b, '{'), "code", string(d.Code))
+	b = appendPlain(append(b, ','), "detail", d.Detail)
+	b = appendPlain(append(b, ','), "outcome", string(d.Outcome))
+	return append(b, '}')
+}
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

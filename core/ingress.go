@@ -353,9 +353,9 @@ func (e *Engine) startLocked(j *Job) {
 		e.idem[j.idemKey] = j.ID
 	}
 	e.active++
-	j.History.Append(EventAccepted, 0, mustJSON(acceptedData{
+	j.History.Append(EventAccepted, 0, acceptedData{
 		Queue: j.Queue, TraceID: j.trace.TraceID().String(), TTLMs: j.Limits.TTL.Milliseconds(),
-	}))
+	}.encode())
 	j.timer = time.AfterFunc(j.Limits.TTL+e.cfg.ExpirySlack, func() { e.ingressDeadline(j.ID) })
 }
 
@@ -668,11 +668,11 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	}
 	switch {
 	case code != "":
-		j.History.Append(EventError, j.gen, mustJSON(errorData{Code: code, Detail: detail, Outcome: outcome}))
+		j.History.Append(EventError, j.gen, errorData{Code: code, Detail: detail, Outcome: outcome}.encode())
 	case result != nil:
-		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome, Result: result}))
+		j.History.Append(EventDone, j.gen, doneData{Outcome: outcome, Result: result}.encode())
 	default:
-		j.History.Append(EventDone, j.gen, mustJSON(doneData{Outcome: outcome}))
+		j.History.Append(EventDone, j.gen, doneData{Outcome: outcome}.encode())
 	}
 	if j.onEnd != nil {
 		j.onEnd()
@@ -694,6 +694,8 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	e.withdrawLocked(j, code)
 	e.paceEndedLocked(j)
 	e.retainLocked(j)
-	e.logJob(j.trace, slog.LevelDebug, "job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
+	if e.log.Enabled(context.Background(), slog.LevelDebug) { // else its arguments are built for nothing, once per job
+		e.logJob(j.trace, slog.LevelDebug, "job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)
+	}
 	return true
 }

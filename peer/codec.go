@@ -2,6 +2,7 @@ package peer
 
 import (
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
 )
@@ -15,5 +16,17 @@ import (
 // checks every message it queues for a peer (wireValid) and reports one
 // without a wire form as undeliverable, and only authenticated nodes reach
 // the codec.
-func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(pbcodec.New()) }
+func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(codec{pbcodec.New()}) }
 func callCodec() grpc.CallOption     { return grpc.ForceCodecV2(pbcodec.New()) }
+
+// codec is the peer server's: pbcodec's, but for a reply stream's frames,
+// which the reader decodes into its reused frameIn (reply_decode.go).
+type codec struct{ pbcodec.Codec }
+
+// Unmarshal decodes data into v.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if in, ok := v.(*frameIn); ok {
+		return in.unmarshal(c.Codec, data)
+	}
+	return c.Codec.Unmarshal(data, v)
+}

@@ -308,15 +308,20 @@ func (s *server) answers(node string, timeout time.Duration) bool {
 // (each handled as it is read), ends and heartbeats. It closes finish once
 // the host closed its side with every item handled, and cancels the
 // stream on anything wrong.
+//
+// Each frame is decoded into one reused frameIn, handled, and only then
+// is the next one read: nothing of a frame's messages is kept past its
+// handling but what frameIn allocates fresh.
 func (rs *respondIn) read(rcv core.Receiver) {
-	f, ok := rs.readFirst()
+	var in frameIn
+	f, ok := rs.readFirst(&in)
 	if !ok {
 		return
 	}
 	rd := &respondReader{rs: rs, rcv: rcv, legs: map[inLegKey]*inLeg{}}
 	for rd.frame(f) {
 		var err error
-		if f, err = rs.st.Recv(); errors.Is(err, io.EOF) {
+		if f, err = rs.recv(&in); errors.Is(err, io.EOF) {
 			close(rs.finish)
 			return
 		} else if err != nil {
@@ -327,15 +332,23 @@ func (rs *respondIn) read(rcv core.Receiver) {
 	}
 }
 
+// recv reads the next frame into in.
+func (rs *respondIn) recv(in *frameIn) (*pb.RespondFrame, error) {
+	if err := rs.st.RecvMsg(in); err != nil {
+		return nil, err
+	}
+	return in.get(), nil
+}
+
 // readFirst reads up to the frame that opens the reply stream's first leg (an
 // open, or items whose first carries one), hands the open to the handler
 // and waits until the stream is set up: that frame, or false when the
 // stream is to end. A heartbeat may come first (a host whose first leg was
 // slow to send): it says the host is alive, nothing more.
-func (rs *respondIn) readFirst() (*pb.RespondFrame, bool) {
-	f, err := rs.st.Recv()
+func (rs *respondIn) readFirst(in *frameIn) (*pb.RespondFrame, bool) {
+	f, err := rs.recv(in)
 	for err == nil && f.GetHeartbeat() != nil {
-		f, err = rs.st.Recv()
+		f, err = rs.recv(in)
 	}
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -495,6 +508,11 @@ type respondWriter struct {
 	rs       *respondIn
 	lastSend time.Time
 	acks     []pendingAck // reused between flushes
+	// ack is the frame every ack is written in, set anew for each: Send
+	// encodes a message before it returns.
+	ack     pb.RespondAck
+	ackBody pb.RespondControl_Ack
+	ackCtl  pb.RespondControl
 }
 
 type pendingAck struct {
@@ -563,7 +581,10 @@ func (w *respondWriter) flush() bool {
 	rs.unsent, rs.unsentBytes = 0, 0
 	rs.ackMu.Unlock()
 	for i, a := range w.acks {
-		if !w.send(&pb.RespondControl{Body: &pb.RespondControl_Ack{Ack: &pb.RespondAck{Seq: a.seq, JobId: a.k.job, Generation: a.k.gen}}}) {
+		w.ack.Seq, w.ack.JobId, w.ack.Generation = a.seq, a.k.job, a.k.gen
+		w.ackBody.Ack = &w.ack
+		w.ackCtl.Body = &w.ackBody
+		if !w.send(&w.ackCtl) {
 			return false
 		}
 		w.acks[i] = pendingAck{}

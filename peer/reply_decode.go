@@ -1,0 +1,271 @@
+package peer
+
+import (
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/switchyard/switchyard/internal/pbcodec"
+	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
+)
+
+// frameIn is what a reply stream's reader decodes each RespondFrame into,
+// one per reply stream, reused for every frame: the server's codec
+// (codec.Unmarshal) fills it. A frame of items, most of what a host sends,
+// is decoded by hand into messages kept from frame to frame, its strings
+// (job id, queue, consumer, worker name: the same for every item of a leg)
+// taken from the stream's interned copies; only an output's bytes, an
+// end and an open are allocated, fresh each time, since the engine keeps
+// them. Every other frame, and a frame of items encoded any other way than
+// the plain one (a field twice, an unknown field, a wire type vtproto's
+// decoder would refuse), is decoded by vtproto into slow, as before.
+//
+// What frame returns is valid until the next decode: the reader handles
+// each frame before it reads the next, and keeps nothing of its messages
+// but strings, an output's bytes, an end and an open.
+type frameIn struct {
+	fast bool
+	// The fast path's frame: body holds items, whose Items are the first
+	// n of pool (each item's Message is its own message in msgs, or nil).
+	frame pb.RespondFrame
+	body  pb.RespondFrame_Items
+	items pb.RespondItems
+	pool  []*pb.RespondItem
+	msgs  []*pb.PeerMessage
+	n     int
+	slow  pb.RespondFrame
+	ids   interned
+	// last holds the job id, queue, consumer and worker name last decoded:
+	// a frame's items are mostly one leg's, so the next item's are the
+	// same, found without hashing.
+	last [4]string
+}
+
+// interned holds the strings of a stream's items, each decoded once.
+// Cleared when it holds maxInterned, which is well over the legs a reply
+// stream carries at once (a host's jobs in flight for this node).
+type interned map[string]string
+
+const maxInterned = 4096
+
+func (t *interned) get(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if s, ok := (*t)[string(b)]; ok {
+		return s
+	}
+	if *t == nil {
+		*t = make(interned, 64)
+	} else if len(*t) >= maxInterned {
+		clear(*t) // keeps its buckets: no growth again
+	}
+	s := string(b)
+	(*t)[s] = s
+	return s
+}
+
+// str is v as a string: the one last decoded into slot if equal, else
+// the interned copy.
+func (in *frameIn) str(slot int, v []byte) string {
+	if s := in.last[slot]; s == string(v) {
+		return s
+	}
+	s := in.ids.get(v)
+	in.last[slot] = s
+	return s
+}
+
+// get is the frame last decoded.
+func (in *frameIn) get() *pb.RespondFrame {
+	if in.fast {
+		return &in.frame
+	}
+	return &in.slow
+}
+
+// unmarshal decodes data into in, replacing what it held.
+func (in *frameIn) unmarshal(c pbcodec.Codec, data mem.BufferSlice) error {
+	in.clear()
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	ok := in.decodeItems(buf.ReadOnlyData())
+	buf.Free()
+	if ok {
+		in.fast = true
+		return nil
+	}
+	in.clear()
+	in.fast = false
+	return c.Unmarshal(data, &in.slow)
+}
+
+// clear drops what the last frame held (its outputs, ends and opens), so
+// that nothing of it is kept alive by the reused messages.
+func (in *frameIn) clear() {
+	for i := range in.n {
+		in.pool[i].Reset()
+		in.msgs[i].Reset()
+	}
+	in.n = 0
+	in.items.Items = nil
+	in.slow.Reset()
+}
+
+// decodeItems decodes b as a RespondFrame holding items, encoded the plain
+// way (see frameIn): false for anything else, then in.n items hold
+// whatever was decoded so far.
+func (in *frameIn) decodeItems(b []byte) bool {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 5 || typ != protowire.BytesType {
+		return false
+	}
+	b = b[n:]
+	body, n := protowire.ConsumeBytes(b)
+	if n < 0 || n != len(b) {
+		return false
+	}
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 || num != 1 || typ != protowire.BytesType {
+			return false
+		}
+		body = body[n:]
+		v, n := protowire.ConsumeBytes(body)
+		if n < 0 || !in.decodeItem(in.next(), v) {
+			return false
+		}
+		body = body[n:]
+	}
+	in.items.Items = in.pool[:in.n]
+	in.body.Items = &in.items
+	in.frame.Body = &in.body
+	return true
+}
+
+// next is the next item of the pool, counted in in.n, with its message.
+func (in *frameIn) next() *pb.RespondItem {
+	if in.n == len(in.pool) {
+		in.pool = append(in.pool, &pb.RespondItem{})
+		in.msgs = append(in.msgs, &pb.PeerMessage{})
+	}
+	it := in.pool[in.n]
+	it.Message = in.msgs[in.n]
+	in.n++
+	return it
+}
+
+// decodeItem decodes b into it: its seq, its message (nil if absent) and
+// its open (a fresh one: the stream's handler may keep it).
+func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
+	m := it.Message
+	it.Message = nil
+	var seen [4]bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num < 1 || num > 3 || seen[num] {
+			return false
+		}
+		seen[num] = true
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			it.Seq, n = protowire.ConsumeVarint(b)
+		case num == 2 && typ == protowire.BytesType:
+			var v []byte
+			if v, n = protowire.ConsumeBytes(b); n >= 0 && !in.decodeMessage(m, v) {
+				return false
+			}
+			it.Message = m
+		case num == 3 && typ == protowire.BytesType:
+			var v []byte
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				it.Open = &pb.RespondOpen{}
+				if it.Open.UnmarshalVT(v) != nil {
+					return false
+				}
+			}
+		default:
+			return false
+		}
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// decodeMessage decodes b into m (reset), a reply or a release: each field
+// a reply stream carries at most once, of its own wire type; a delivery or
+// an unknown field sends the frame the slow way.
+func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
+	var seen [21]bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num < 1 || num > 20 || seen[num] {
+			return false
+		}
+		seen[num] = true
+		b = b[n:]
+		switch typ {
+		case protowire.VarintType:
+			var v uint64
+			if v, n = protowire.ConsumeVarint(b); n < 0 {
+				return false
+			}
+			switch num {
+			case 1:
+				m.Kind = pb.PeerMessage_Kind(int32(v))
+			case 3:
+				m.Generation = v
+			case 8:
+				m.Accepted = v != 0
+			case 11:
+				m.Rejected = v != 0
+			case 20:
+				m.Running = v != 0
+			case 14:
+				m.TtlNs = int64(v)
+			case 15:
+				m.CreditEvents = v
+			case 16:
+				m.CreditBytes = v
+			default:
+				return false
+			}
+		case protowire.BytesType:
+			var v []byte
+			if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return false
+			}
+			switch num {
+			case 2:
+				m.JobId = in.str(0, v)
+			case 4:
+				m.Queue = in.str(1, v)
+			case 6:
+				m.Consumer = in.str(2, v)
+			case 7:
+				m.WorkerName = in.str(3, v)
+			case 9:
+				// A fresh slice: the engine keeps it. Empty but present is
+				// not nil, as vtproto's decoder has it.
+				m.Output = append(make([]byte, 0, len(v)), v...)
+			case 10:
+				m.End = &pb.PeerEnd{}
+				if m.End.UnmarshalVT(v) != nil {
+					return false
+				}
+			case 12:
+				m.Reason = string(v)
+			case 13:
+				m.Code = in.ids.get(v)
+			default:
+				return false
+			}
+		default:
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
