@@ -68,7 +68,7 @@ var importRules = map[string]importRule{
 	"catalog": {may: []string{"core", "internal/netaddr", "internal/chans"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
-	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
+	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbwire", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
 		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec", "internal/chans"},
@@ -106,8 +106,8 @@ var importRules = map[string]importRule{
 	// A W3C trace context read as a span context, on the OpenTelemetry
 	// API alone: the engine and the worker SDK share it.
 	"tracing/w3c": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters, otelContrib}},
-	// The proto3 field helpers of the hand-written encoders (the worker
-	// SDK's, the gRPC server's job events): protowire only.
+	// The proto3 field helpers of the hand-written encoders and decoders:
+	// protowire only.
 	"internal/pbwire": {neverDeps: []string{grpcLib, etcdLib, chiLib, sseLib, promLib, otelSDK}},
 	// The gRPC codec that runs our messages through their generated
 	// vtproto code (the peer connections, the worker sessions), and the

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
+	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -63,36 +64,24 @@ func (in *sessionIn) unmarshal(c pbcodec.SessionCodec, data mem.BufferSlice) err
 // own wire types, nothing else. False for anything else (then in.out is
 // unspecified).
 func (in *sessionIn) decodeOutput(b []byte) bool {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num != 4 || typ != protowire.BytesType {
+	body, ok := pbwire.Only(b, 4)
+	if !ok {
 		return false
 	}
-	b = b[n:]
-	body, n := protowire.ConsumeBytes(b)
-	if n < 0 || n != len(b) {
-		return false
-	}
-	var (
-		o    outputIn
-		seen [4]bool
-	)
-	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 || num < 1 || num > 3 || seen[num] {
-			return false
-		}
-		seen[num] = true
-		body = body[n:]
+	var o outputIn
+	r := pbwire.NewPlain(body, 3)
+	for r.Next() {
 		switch {
-		case num == 2 && typ == protowire.VarintType:
-			o.gen, n = protowire.ConsumeVarint(body)
-		case num != 2 && typ == protowire.BytesType:
-			var v []byte
-			v, n = protowire.ConsumeBytes(body)
-			if n < 0 {
+		case r.Num == 2 && r.Type == protowire.VarintType:
+			if o.gen, ok = r.Varint(); !ok {
 				return false
 			}
-			if num == 1 {
+		case r.Num != 2 && r.Type == protowire.BytesType:
+			v, ok := r.Bytes()
+			if !ok {
+				return false
+			}
+			if r.Num == 1 {
 				o.jobID = in.intern(v)
 				if o.jobID == "" && len(v) > 0 {
 					return false // not UTF-8
@@ -105,10 +94,9 @@ func (in *sessionIn) decodeOutput(b []byte) bool {
 		default:
 			return false
 		}
-		if n < 0 {
-			return false
-		}
-		body = body[n:]
+	}
+	if !r.Done() {
+		return false
 	}
 	in.isOutput, in.out = true, o
 	return true

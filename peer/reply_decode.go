@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
+	"github.com/switchyard/switchyard/internal/pbwire"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -114,13 +115,8 @@ func (in *frameIn) clear() {
 // way (see frameIn): false for anything else, then in.n items hold
 // whatever was decoded so far.
 func (in *frameIn) decodeItems(b []byte) bool {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num != 5 || typ != protowire.BytesType {
-		return false
-	}
-	b = b[n:]
-	body, n := protowire.ConsumeBytes(b)
-	if n < 0 || n != len(b) {
+	body, ok := pbwire.Only(b, 5)
+	if !ok {
 		return false
 	}
 	for len(body) > 0 {
@@ -158,61 +154,46 @@ func (in *frameIn) next() *pb.RespondItem {
 func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
 	m := it.Message
 	it.Message = nil
-	var seen [4]bool
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num < 1 || num > 3 || seen[num] {
-			return false
-		}
-		seen[num] = true
-		b = b[n:]
+	r := pbwire.NewPlain(b, 3)
+	for r.Next() {
+		var ok bool
 		switch {
-		case num == 1 && typ == protowire.VarintType:
-			it.Seq, n = protowire.ConsumeVarint(b)
-		case num == 2 && typ == protowire.BytesType:
+		case r.Num == 1 && r.Type == protowire.VarintType:
+			it.Seq, ok = r.Varint()
+		case r.Num == 2 && r.Type == protowire.BytesType:
 			var v []byte
-			if v, n = protowire.ConsumeBytes(b); n >= 0 && !in.decodeMessage(m, v) {
+			if v, ok = r.Bytes(); ok && in.decodeMessage(m, v) {
+				it.Message = m
+			} else {
 				return false
 			}
-			it.Message = m
-		case num == 3 && typ == protowire.BytesType:
+		case r.Num == 3 && r.Type == protowire.BytesType:
 			var v []byte
-			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+			if v, ok = r.Bytes(); ok {
 				it.Open = &pb.RespondOpen{}
-				if it.Open.UnmarshalVT(v) != nil {
-					return false
-				}
+				ok = it.Open.UnmarshalVT(v) == nil
 			}
-		default:
+		}
+		if !ok {
 			return false
 		}
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 	}
-	return true
+	return r.Done()
 }
 
 // decodeMessage decodes b into m (reset), a reply or a release: each field
 // a reply stream carries at most once, of its own wire type; a delivery or
 // an unknown field sends the frame the slow way.
 func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
-	var seen [21]bool
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num < 1 || num > 20 || seen[num] {
-			return false
-		}
-		seen[num] = true
-		b = b[n:]
-		switch typ {
+	r := pbwire.NewPlain(b, 20)
+	for r.Next() {
+		switch r.Type {
 		case protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(b); n < 0 {
+			v, ok := r.Varint()
+			if !ok {
 				return false
 			}
-			switch num {
+			switch r.Num {
 			case 1:
 				m.Kind = pb.PeerMessage_Kind(int32(v))
 			case 3:
@@ -233,11 +214,11 @@ func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
 				return false
 			}
 		case protowire.BytesType:
-			var v []byte
-			if v, n = protowire.ConsumeBytes(b); n < 0 {
+			v, ok := r.Bytes()
+			if !ok {
 				return false
 			}
-			switch num {
+			switch r.Num {
 			case 2:
 				m.JobId = in.str(0, v)
 			case 4:
@@ -265,7 +246,6 @@ func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
 		default:
 			return false
 		}
-		b = b[n:]
 	}
-	return true
+	return r.Done()
 }

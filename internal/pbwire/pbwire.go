@@ -1,6 +1,8 @@
-// Package pbwire holds what the hand-written proto encoders share (the
-// worker SDK's frames, the gRPC server's job events): the size and the
-// encoding of proto3 fields, whose zero values are left out.
+// Package pbwire holds what the hand-written proto encoders and decoders
+// share: the size and the encoding of proto3 fields, whose zero values are
+// left out (the worker SDK's frames, the gRPC server's job events), and
+// the reader of a message's fields in the plain encoding (the worker
+// session's and the reply stream's decoders).
 package pbwire
 
 import "google.golang.org/protobuf/encoding/protowire"
