@@ -136,7 +136,8 @@ var importRules = map[string]importRule{
 	// for the test's lifetime, and a client connection to one.
 	"internal/grpctest": {},
 	// Test plumbing, imported by tests only: every message type of ours,
-	// one with every field filled, every place a string can sit in one.
+	// one with every field filled, every place a string can sit in one,
+	// fields encoded by hand.
 	"internal/pbtest": {may: []string{"proto/switchyard/v1"}},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
 	// events appended to a job's history, a configuration refusal checked,

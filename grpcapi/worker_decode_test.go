@@ -6,10 +6,10 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
+	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -36,27 +36,12 @@ func asMessage(in *sessionIn) *pb.WorkerMessage {
 // for both. (Where vtproto's decoding and proto's differ, a known field of
 // the wrong wire type, the session codec's is the one kept.)
 func TestSessionInMatchesProto(t *testing.T) {
+	field, varint := pbtest.Field, pbtest.Varint
+	other := func(m *pb.WorkerMessage) []byte { return pbtest.Marshal(t, m) }
 	out := func(id string, gen uint64, data []byte) []byte {
-		b, err := proto.Marshal(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: id, Generation: gen, Data: data}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	field := func(b []byte, num protowire.Number, v []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
-	}
-	varint := func(b []byte, num protowire.Number, v uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+		return other(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: id, Generation: gen, Data: data}}})
 	}
 	wrap := func(body []byte) []byte { return field(nil, 4, body) }
-	other := func(m *pb.WorkerMessage) []byte {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	cases := map[string][]byte{
 		"output":                 out("job-1", 3, []byte(`"a"`)),
 		"output again, same id":  out("job-1", 4, []byte(`"b"`)),

@@ -6,10 +6,10 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
+	"github.com/switchyard/switchyard/internal/pbtest"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -24,19 +24,8 @@ func decodeFrame(in *frameIn, b []byte) error {
 // and compares each with what pbcodec's decoder of a plain RespondFrame
 // makes of the same bytes: the same frame, or an error for both.
 func TestFrameInMatchesVTProto(t *testing.T) {
-	mustMarshal := func(m proto.Message) []byte {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	field := func(b []byte, num protowire.Number, v []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
-	}
-	varint := func(b []byte, num protowire.Number, v uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
-	}
+	mustMarshal := func(m proto.Message) []byte { return pbtest.Marshal(t, m) }
+	field, varint := pbtest.Field, pbtest.Varint
 	reply := func(job string, out string) *pb.PeerMessage {
 		return &pb.PeerMessage{Kind: pb.PeerMessage_KIND_REPLY, JobId: job, Generation: 2, Queue: "q", Consumer: "c1",
 			WorkerName: "w", Output: []byte(out), TtlNs: 5e9}

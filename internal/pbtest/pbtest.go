@@ -2,18 +2,43 @@
 // tests only: every message type of ours, every field of one filled, every
 // place a string can sit in one. Tests that hold hand-written encoders,
 // checks and codecs to proto's behaviour walk the descriptors with it, so
-// a field added later is tried too.
+// a field added later is tried too; and they encode by hand, with Field
+// and Varint, what proto's encoder would not write (fields out of order or
+// twice, a field of the wrong wire type) to see both decoders agree.
 package pbtest
 
 import (
 	"fmt"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
+
+// Marshal is m encoded by proto; the test fails if it cannot be.
+func Marshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Field appends field num, length-delimited, holding v to b, even when v
+// is empty (proto3's encoder would leave an empty one out).
+func Field(b []byte, num protowire.Number, v []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// Varint appends field num, a varint, holding v to b, even when v is 0.
+func Varint(b []byte, num protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
 
 // Messages lists every message type of our proto package.
 func Messages(t *testing.T) []protoreflect.MessageType {

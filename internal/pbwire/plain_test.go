@@ -4,15 +4,12 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/switchyard/switchyard/internal/pbtest"
 )
 
 func TestPlain(t *testing.T) {
-	varint := func(b []byte, num protowire.Number, v uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
-	}
-	bytes := func(b []byte, num protowire.Number, v string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
-	}
+	field, varint := pbtest.Field, pbtest.Varint
 	// read reads b as fields 1 (varint) and 2 (bytes) of at most 3, as a
 	// decoder would: ok is Done's verdict.
 	read := func(b []byte) (n uint64, s string, ok bool) {
@@ -35,7 +32,7 @@ func TestPlain(t *testing.T) {
 		}
 		return n, s, r.Done()
 	}
-	good := bytes(varint(nil, 1, 300), 2, "job")
+	good := field(varint(nil, 1, 300), 2, []byte("job"))
 	if n, s, ok := read(good); !ok || n != 300 || s != "job" {
 		t.Fatalf("plain message read as (%d, %q, %v)", n, s, ok)
 	}
@@ -57,8 +54,8 @@ func TestPlain(t *testing.T) {
 }
 
 func TestOnly(t *testing.T) {
-	inner := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 7)
-	msg := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), inner)
+	inner := pbtest.Varint(nil, 1, 7)
+	msg := pbtest.Field(nil, 4, inner)
 	if body, ok := Only(msg, 4); !ok || string(body) != string(inner) {
 		t.Fatalf("Only(msg, 4) = %x, %v", body, ok)
 	}
