@@ -170,14 +170,7 @@ func TestResentItemKeepsItsIncarnation(t *testing.T) {
 			waitSent(t, r, "b")
 			view.set("b", "inc-2")
 			r.Send("b", deliverMsg("q", "after", 0))
-			waitFor(t, 10*time.Second, "the job queued for the new incarnation", func() bool {
-				for _, m := range h.messages() {
-					if m.m.JobID == "after" {
-						return true
-					}
-				}
-				return false
-			})
+			waitFor(t, 10*time.Second, "the job queued for the new incarnation", func() bool { return h.handled("after") > 0 })
 			var got []string
 			for _, m := range h.messages() {
 				got = append(got, m.m.JobID)

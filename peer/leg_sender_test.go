@@ -1,10 +1,8 @@
 package peer_test
 
 import (
-	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +36,8 @@ func TestLegSenderSharesFramesAcrossLegs(t *testing.T) {
 		c.RetryMin, c.RetryMax = 100*time.Millisecond, 100*time.Millisecond
 	})
 	const legs, n = 8, 4
-	for g := range legs {
-		job := fmt.Sprintf("s%d", g)
+	jobs := legJobs("s", legs)
+	for _, job := range jobs {
 		for i := range n {
 			r.Send("b", out(job, i))
 		}
@@ -51,11 +49,7 @@ func TestLegSenderSharesFramesAcrossLegs(t *testing.T) {
 	h := &recorder{}
 	startServerOn(t, addr, "b", h)
 	waitFor(t, 10*time.Second, "every leg's messages", func() bool { return len(h.messages()) == legs*(n+1) })
-	for g := range legs {
-		job := fmt.Sprintf("s%d", g)
-		e := end(job)
-		checkLeg(t, h.messages(), "a", job, n, &e)
-	}
+	checkLegsEnded(t, h.messages(), "a", jobs, n)
 	waitFor(t, 5*time.Second, "every leg ended", func() bool { return legsOpen(t, r) == 0 })
 	if got := counter(t, r.reg, "switchyard_peer_reply_frames_total", nil); got != 1 {
 		t.Errorf("%v frames for %d legs' %d messages queued together, want 1", got, legs, legs*(n+1))
@@ -78,29 +72,14 @@ func TestLegSenderMovesEveryLegToTheNextReplyStream(t *testing.T) {
 	}, func(c *peer.Config) { c.AckTimeoutCeiling, c.StreamIdle = 100*time.Millisecond, 400*time.Millisecond })
 	held, gate := holdAt(p, func(m core.Message) bool { return m.JobID == "m00" && string(m.Output) == `{"i":50}` })
 	const legs, n = 12, 200
-	var wg sync.WaitGroup
-	for g := range legs {
-		job := fmt.Sprintf("m%02d", g)
-		wg.Go(func() {
-			for i := range n {
-				p.ra.Send("b", out(job, i))
-			}
-		})
-	}
+	jobs := legJobs("m", legs)
+	wait := sendLegs(p.ra, "b", jobs, n, false)
 	<-held // the ingress handles m00's output 50; more is in flight
 	px.cut()
 	waitFor(t, 5*time.Second, "the legs' next reply stream", func() bool { return replyStreamsOpened(t, p.ra) >= 2 })
 	close(gate)
-	wg.Wait()
-	waitFor(t, 10*time.Second, "m11's outputs", func() bool {
-		var got int
-		for _, m := range p.hb.messages() {
-			if m.m.JobID == "m11" {
-				got++
-			}
-		}
-		return got == n
-	})
+	wait()
+	waitFor(t, 10*time.Second, "m11's outputs", func() bool { return p.hb.handled("m11") == n })
 	// Acked too: a cancel drops (and counts) what its leg still holds.
 	waitFor(t, 10*time.Second, "every output acked", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_queue_messages", map[string]string{"node": "b"}) == 0
@@ -109,16 +88,13 @@ func TestLegSenderMovesEveryLegToTheNextReplyStream(t *testing.T) {
 	waitFor(t, 5*time.Second, "m11's leg ended by its cancel", func() bool {
 		return counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "cancel"}) == 1
 	})
-	for g := range legs - 1 {
-		p.ra.Send("b", end(fmt.Sprintf("m%02d", g)))
+	ended := jobs[:legs-1] // all but m11
+	for _, job := range ended {
+		p.ra.Send("b", end(job))
 	}
 	waitFor(t, 10*time.Second, "every leg's messages", func() bool { return len(p.hb.messages()) >= (legs-1)*(n+1)+n })
 	time.Sleep(100 * time.Millisecond) // a duplicate would land now
-	for g := range legs - 1 {
-		job := fmt.Sprintf("m%02d", g)
-		e := end(job)
-		checkLeg(t, p.hb.messages(), "a", job, n, &e)
-	}
+	checkLegsEnded(t, p.hb.messages(), "a", ended, n)
 	checkLeg(t, p.hb.messages(), "a", "m11", n, nil)
 	waitFor(t, 5*time.Second, "every leg ended", func() bool { return legsOpen(t, p.ra) == 0 })
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != legs-1 {

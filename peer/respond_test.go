@@ -69,6 +69,42 @@ func checkLeg(t *testing.T, got []received, from, job string, n int, last *core.
 	}
 }
 
+// legJobs names legs jobs: prefix00, prefix01, ...
+func legJobs(prefix string, legs int) []string {
+	jobs := make([]string, legs)
+	for g := range jobs {
+		jobs[g] = fmt.Sprintf("%s%02d", prefix, g)
+	}
+	return jobs
+}
+
+// sendLegs sends, from r to node to, n outputs of each job, each job's
+// from a goroutine of its own, then the job's end when withEnd is set.
+// wait returns once every goroutine has; call it before the test ends.
+func sendLegs(r tnode, to string, jobs []string, n int, withEnd bool) (wait func()) {
+	var wg sync.WaitGroup
+	for _, job := range jobs {
+		wg.Go(func() {
+			for i := range n {
+				r.Send(to, out(job, i))
+			}
+			if withEnd {
+				r.Send(to, end(job))
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// checkLegsEnded is checkLeg of each job, its n outputs then its end.
+func checkLegsEnded(t *testing.T, got []received, from string, jobs []string, n int) {
+	t.Helper()
+	for _, job := range jobs {
+		e := end(job)
+		checkLeg(t, got, from, job, n, &e)
+	}
+}
+
 // legPair is a consumer host "a" and an ingress "b", each one node's
 // transport: a's receiver gets the cancels that come back on its legs,
 // and b's router puts cancels on legs its server holds.
@@ -736,15 +772,7 @@ func TestRespondExpectOpensTheLeg(t *testing.T) {
 			r.Send("b", out(job, i))
 		}
 		r.Send("b", end(job))
-		waitFor(t, 5*time.Second, job+"'s replies", func() bool {
-			var got int
-			for _, m := range w.messages() {
-				if m.m.JobID == job {
-					got++
-				}
-			}
-			return got == n+1
-		})
+		waitFor(t, 5*time.Second, job+"'s replies", func() bool { return w.handled(job) == n+1 })
 		e := end(job)
 		checkLeg(t, w.messages(), "a", job, n, &e)
 		if _, ok := w.openedAt(job); !ok {
@@ -765,23 +793,10 @@ func TestRespondConcurrentLegsKeepTheirOrder(t *testing.T) {
 	// be another.
 	p := startLegPair(t, time.Second, nil, nil)
 	const legs, n = 24, 200
-	var wg sync.WaitGroup
-	for g := range legs {
-		job := fmt.Sprintf("c%02d", g)
-		wg.Go(func() {
-			for i := range n {
-				p.ra.Send("b", out(job, i))
-			}
-			p.ra.Send("b", end(job))
-		})
-	}
-	wg.Wait()
+	jobs := legJobs("c", legs)
+	sendLegs(p.ra, "b", jobs, n, true)()
 	waitFor(t, 20*time.Second, "every leg's messages", func() bool { return len(p.hb.messages()) == legs*(n+1) })
-	for g := range legs {
-		job := fmt.Sprintf("c%02d", g)
-		e := end(job)
-		checkLeg(t, p.hb.messages(), "a", job, n, &e)
-	}
+	checkLegsEnded(t, p.hb.messages(), "a", jobs, n)
 	waitFor(t, 5*time.Second, "every leg ended", func() bool { return legsOpen(t, p.ra) == 0 })
 	if got := counter(t, p.ra.reg, "switchyard_peer_reply_legs_ended_total", map[string]string{"reason": "end"}); got != legs {
 		t.Errorf("legs ended by their end = %v, want %d", got, legs)

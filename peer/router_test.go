@@ -67,6 +67,17 @@ func (r *recorder) ResponseLegSilent(string, string, uint64) {}
 
 func (r *recorder) messages() []received { return r.msgs.All() }
 
+// handled is how many messages of job r has handled.
+func (r *recorder) handled(job string) int {
+	n := 0
+	for _, m := range r.messages() {
+		if m.m.JobID == job {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) forwarded() []received { return r.forwards.All() }
 
 // book is a catalog view the test edits: node id → peer address.

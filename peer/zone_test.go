@@ -60,18 +60,9 @@ func TestDeliveryZoneTest(t *testing.T) {
 		defer mu.Unlock()
 		return fmt.Sprint(reports)
 	}
-	handled := func(job string) int {
-		n := 0
-		for _, m := range h.messages() {
-			if m.m.JobID == job {
-				n++
-			}
-		}
-		return n
-	}
 
 	r.Send("b", zoned("in", "z1", 0))
-	waitFor(t, 5*time.Second, "the in-zone delivery", func() bool { return handled("in") == 1 })
+	waitFor(t, 5*time.Second, "the in-zone delivery", func() bool { return h.handled("in") == 1 })
 	r.Send("b", zoned("held", "z1", 0))   // the receiver holds it: unacked
 	r.Send("b", zoned("unscoped", "", 0)) // behind it on the stream
 	time.Sleep(100 * time.Millisecond)    // both on the stream
@@ -85,13 +76,13 @@ func TestDeliveryZoneTest(t *testing.T) {
 		t.Errorf("reports after the zone change = %s, want %s", got, want)
 	}
 	close(release)
-	waitFor(t, 5*time.Second, "the unscoped delivery", func() bool { return handled("unscoped") == 1 })
+	waitFor(t, 5*time.Second, "the unscoped delivery", func() bool { return h.handled("unscoped") == 1 })
 
 	r.Send("b", zoned("old", "z1", 0))
 	r.Send("b", zoned("new", "z2", 0))
-	waitFor(t, 5*time.Second, "the new zone's delivery", func() bool { return handled("new") == 1 })
+	waitFor(t, 5*time.Second, "the new zone's delivery", func() bool { return h.handled("new") == 1 })
 	waitSent(t, r, "b")
-	if handled("old") != 0 {
+	if h.handled("old") != 0 {
 		t.Errorf("a delivery scoped to the node's old zone was sent")
 	}
 	if got, want := reported(), "[b/held/zone b/old/zone]"; got != want {
@@ -103,7 +94,7 @@ func TestDeliveryZoneTest(t *testing.T) {
 	setZone("")
 	r.Send("b", zoned("unlabelled", "z2", 0))
 	r.Send("b", zoned("unscoped2", "", 0))
-	waitFor(t, 5*time.Second, "the unscoped delivery", func() bool { return handled("unscoped2") == 1 })
+	waitFor(t, 5*time.Second, "the unscoped delivery", func() bool { return h.handled("unscoped2") == 1 })
 	waitSent(t, r, "b")
 	if got, want := reported(), "[b/held/zone b/old/zone b/unlabelled/zone]"; got != want {
 		t.Errorf("reports = %s, want %s", got, want)
@@ -116,7 +107,7 @@ func TestDeliveryZoneTest(t *testing.T) {
 	if got := counter(t, r.reg, "switchyard_peer_messages_undeliverable_total", map[string]string{"reason": "zone"}); got != 3 {
 		t.Errorf("undeliverable{reason=zone} = %v, want 3", got)
 	}
-	if got := handled("held"); got > 1 {
+	if got := h.handled("held"); got > 1 {
 		t.Errorf("the held delivery was handled %d times", got)
 	}
 }
