@@ -69,7 +69,7 @@ func (s *server) Deliver(st pb.PeerService_DeliverServer) error {
 	ds.silence = time.AfterFunc(openTimeout, ds.watchSilence)
 	defer ds.silence.Stop()
 	if !s.goStream(func() { ds.read(rcv) }) {
-		return status.Error(codes.Unavailable, "peer server stopping")
+		return errStopping
 	}
 
 	var open *pb.DeliverOpen

@@ -101,7 +101,7 @@ func (s *server) Respond(st pb.PeerService_RespondServer) error {
 		epoch:  s.epochs.Add(1),
 	}
 	if !s.goStream(func() { rs.read(rcv) }) {
-		return status.Error(codes.Unavailable, "peer server stopping")
+		return errStopping
 	}
 	open := rs.awaitOpen()
 	if open == nil {

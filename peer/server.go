@@ -155,6 +155,9 @@ const (
 	defaultHeartbeat = time.Second
 )
 
+// errStopping ends a stream that arrives once Stop began.
+var errStopping = status.Error(codes.Unavailable, "peer server stopping")
+
 // goStream runs f on a goroutine Stop waits for: false once Stop began.
 func (s *server) goStream(f func()) bool {
 	s.mu.Lock()
