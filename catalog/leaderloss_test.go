@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/catalog"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 // cpuLoad keeps every core busy (two spinning goroutines per GOMAXPROCS)
@@ -57,37 +58,32 @@ type headroom struct {
 
 func watchHeadroom(cs []*catalog.Catalog, since time.Time) *headroom {
 	h := &headroom{least: map[string]time.Duration{}, fenced: map[string]time.Duration{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	for _, c := range cs {
 		h.least[c.Name()] = catalog.FenceIn(c)
 	}
+	var stops []func()
 	for _, c := range cs {
 		lost := c.LeaseLost()
-		wg.Go(func() {
-			tick := time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-lost:
-					h.mu.Lock()
-					h.fenced[c.Name()] = time.Since(since)
-					h.mu.Unlock()
-					return
-				case <-tick.C:
-				}
-				left := catalog.FenceIn(c)
+		stops = append(stops, ticktest.Every(5*time.Millisecond, func() bool {
+			select {
+			case <-lost:
 				h.mu.Lock()
-				h.least[c.Name()] = min(h.least[c.Name()], left)
+				h.fenced[c.Name()] = time.Since(since)
 				h.mu.Unlock()
+				return false
+			default:
 			}
-		})
+			left := catalog.FenceIn(c)
+			h.mu.Lock()
+			h.least[c.Name()] = min(h.least[c.Name()], left)
+			h.mu.Unlock()
+			return true
+		}))
 	}
 	h.stop = func() {
-		cancel()
-		wg.Wait()
+		for _, stop := range stops {
+			stop()
+		}
 	}
 	return h
 }
