@@ -1,10 +1,12 @@
 // Package ticktest is test plumbing: a test's periodic work (sampling a
 // metric, feeding a stream, trickling a request) in a goroutine the test
-// owns.
+// owns, and a wait for something asynchronous, a condition polled in the
+// test's own goroutine until it holds.
 package ticktest
 
 import (
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -32,4 +34,27 @@ func Every(d time.Duration, f func() bool) (stop func()) {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// WaitFor calls cond every 5ms until it holds and returns how long that
+// took; once timeout has passed it fails tb, naming what it waited for.
+// It is how real-clock tests wait for something asynchronous, never a
+// bare sleep.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	return WaitEvery(tb, 5*time.Millisecond, timeout, what, cond)
+}
+
+// WaitEvery is WaitFor calling cond every every instead: a cond that costs
+// more (a request to a node) is called less often.
+func WaitEvery(tb testing.TB, every, timeout time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(every)
+	}
+	return time.Since(start)
 }

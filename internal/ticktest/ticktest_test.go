@@ -1,6 +1,8 @@
 package ticktest
 
 import (
+	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,5 +45,64 @@ func TestEveryUntilFalse(t *testing.T) {
 	stop()
 	if calls != 2 {
 		t.Fatalf("f ran %d times, want 2: it must not run after it returned false", calls)
+	}
+}
+
+// fatalTB is a testing.TB whose Fatalf records its message and ends the
+// goroutine, as testing's does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// wait runs WaitEvery in a goroutine of its own, as a test would, and
+// returns what it returned and the message it failed with ("" if none).
+func wait(every, timeout time.Duration, cond func() bool) (took time.Duration, failed string) {
+	tb := &fatalTB{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		took = WaitEvery(tb, every, timeout, "the thing", cond)
+	}()
+	<-done
+	return took, tb.msg
+}
+
+// WaitEvery (WaitFor's loop) returns once cond holds, having called it
+// until then, and says how long that took.
+func TestWaitReturnsOnceCondHolds(t *testing.T) {
+	calls := 0
+	took, failed := wait(time.Millisecond, time.Minute, func() bool {
+		calls++
+		return calls == 3
+	})
+	if failed != "" || calls != 3 {
+		t.Fatalf("failed %q after %d calls, want no failure after 3", failed, calls)
+	}
+	if took < 2*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("took %v for two 1ms pauses", took)
+	}
+	if took, failed := wait(time.Hour, time.Minute, func() bool { return true }); failed != "" || took > time.Second {
+		t.Fatalf("a cond that holds at once: took %v, failed %q", took, failed)
+	}
+}
+
+// A cond that never holds fails the test after the timeout, naming what
+// it waited for.
+func TestWaitFailsAfterTimeout(t *testing.T) {
+	start := time.Now()
+	_, failed := wait(time.Millisecond, 20*time.Millisecond, func() bool { return false })
+	if want := "timed out after 20ms waiting for the thing"; failed != want {
+		t.Fatalf("failed %q, want %q", failed, want)
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Fatalf("failed after %v, before the 20ms timeout", d)
 	}
 }
