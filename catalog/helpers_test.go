@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 // testLogger writes the catalog's logs, debug included, to the test's
@@ -66,16 +67,6 @@ func embeddedConfig(t *testing.T, name string) catalog.Config {
 	}
 }
 
-// eventually polls cond until it holds or within passes, and returns how
-// long it took.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Since(start)
-}
+// eventually polls cond until it holds, failing the test after within,
+// and returns how long it took.
+var eventually = ticktest.WaitFor

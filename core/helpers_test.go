@@ -14,22 +14,12 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/internal/promtest"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
-// waitFor polls cond until it holds or timeout passes, then fails the test.
-// It is the only way real-clock tests wait for something asynchronous.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
+// waitFor polls cond until it holds, failing the test after timeout. It
+// is the only way real-clock tests wait for something asynchronous.
+var waitFor = ticktest.WaitFor
 
 type cancelMsg struct {
 	JobID  string

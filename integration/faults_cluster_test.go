@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard/switchyard/catalog"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 // faultTiming is what every node of the suite runs with, passed as flags:
@@ -352,5 +353,5 @@ func (o *observer) history(node string, since time.Time) string {
 // timeout. (waitFor polls every 5ms: too often for HTTP on two cores.)
 func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	waitEvery(t, 100*time.Millisecond, timeout, what, cond)
+	ticktest.WaitEvery(t, 100*time.Millisecond, timeout, what, cond)
 }

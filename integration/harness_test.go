@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard"
 	"github.com/switchyard/switchyard/internal/promtest"
+	"github.com/switchyard/switchyard/internal/ticktest"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -107,24 +108,9 @@ func waitGoroutinesGone(tb testing.TB, ignore goleak.Option) {
 	}
 }
 
-// waitFor polls cond every 5ms until it holds or the deadline passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	waitEvery(tb, 5*time.Millisecond, timeout, what, cond)
-}
-
-// waitEvery checks cond every interval until it holds, failing the test
-// after timeout.
-func waitEvery(tb testing.TB, every, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(every)
-	}
-}
+// waitFor polls cond every 5ms until it holds, failing the test after
+// timeout.
+var waitFor = ticktest.WaitFor
 
 // send sends an HTTP request through hc and fails the test on a transport
 // error; ctype, if not empty, is its Content-Type, and header is further

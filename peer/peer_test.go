@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/internal/coretest"
 	"github.com/switchyard/switchyard/internal/promtest"
+	"github.com/switchyard/switchyard/internal/ticktest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -215,16 +216,8 @@ func (v *fakeView) set(nodes ...core.NodeInfo) {
 	v.nodes = nodes
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor polls cond until it holds, failing the test after timeout.
+var waitFor = ticktest.WaitFor
 
 // A peer whose server stops answering turns spare after Threshold missed
 // pings; a peer that keeps answering stays as its record says; a node whose

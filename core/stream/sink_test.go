@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 	"github.com/switchyard/switchyard/internal/syncbuf"
+	"github.com/switchyard/switchyard/internal/ticktest"
 )
 
 // call is one thing Run did to a sink, in order.
@@ -170,17 +171,11 @@ func containsStr(list []string, s string) bool {
 	return false
 }
 
-// waitFor polls cond until it holds, failing the test after a bound: no
-// bare sleeps standing in for synchronisation.
+// waitFor polls cond until it holds, failing the test after 5s: no bare
+// sleeps standing in for synchronisation.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	ticktest.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // runAsync starts Run on its own goroutine, under a context the test's
