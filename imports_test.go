@@ -130,7 +130,7 @@ var importRules = map[string]importRule{
 	// output, what a fake heard).
 	"internal/syncbuf": {},
 	// Test plumbing, imported by tests only: a test's periodic work in a
-	// goroutine the test owns.
+	// goroutine the test owns, and a condition polled until it holds.
 	"internal/ticktest": {},
 	// Test plumbing, imported by tests only: a gRPC server on loopback
 	// for the test's lifetime, and a client connection to one.
@@ -139,6 +139,9 @@ var importRules = map[string]importRule{
 	// one with every field filled, every place a string can sit in one,
 	// fields encoded by hand.
 	"internal/pbtest": {may: []string{"proto/switchyard/v1"}},
+	// Test plumbing's own tests: a helper run against a testing.TB that
+	// records what it reports.
+	"internal/tbtest": {},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
 	// events appended to a job's history, a configuration refusal checked,
 	// a worker send queue filled to its bounds.

@@ -2,10 +2,10 @@ package coretest
 
 import (
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/tbtest"
 )
 
 // FillOutbox passes an outbox refusing at the bound named, and fails one
@@ -37,13 +37,10 @@ func TestFillOutbox(t *testing.T) {
 			}
 			return out.Offer(1, tc.size)
 		}
-		f := &failures{}
 		queued := 0
-		var wg sync.WaitGroup
-		wg.Go(func() { queued = FillOutbox(f, out, tc.count, tc.maxBytes, tc.byBytes, send) })
-		wg.Wait()
-		if pass := len(f.got) == 0; pass != tc.pass || queued != tc.queued {
-			t.Errorf("%s: passed %v with %d queued, want %v with %d (%q)", tc.name, pass, queued, tc.pass, tc.queued, f.got)
+		got := tbtest.Run(func(tb testing.TB) { queued = FillOutbox(tb, out, tc.count, tc.maxBytes, tc.byBytes, send) })
+		if pass := len(got) == 0; pass != tc.pass || queued != tc.queued {
+			t.Errorf("%s: passed %v with %d queued, want %v with %d (%q)", tc.name, pass, queued, tc.pass, tc.queued, got)
 		}
 	}
 }

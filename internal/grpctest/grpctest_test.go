@@ -3,16 +3,17 @@ package grpctest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/switchyard/switchyard/internal/tbtest"
 )
 
 // A served server answers at the address, to a Dial connection; once its
@@ -28,20 +29,6 @@ func TestServe(t *testing.T) {
 			t.Fatalf("Check = %v, %v; want SERVING", res, err)
 		}
 	})
-}
-
-// fatals is a testing.TB that records a Fatalf and ends its goroutine, as
-// testing's does.
-type fatals struct {
-	testing.TB
-	got string
-}
-
-func (f *fatals) Helper() {}
-
-func (f *fatals) Fatalf(format string, args ...any) {
-	f.got = fmt.Sprintf(format, args...)
-	runtime.Goexit()
 }
 
 // RecvEach passes every message in order and returns at io.EOF; another
@@ -66,15 +53,11 @@ func TestRecvEach(t *testing.T) {
 				return m, nil
 			}
 			var got []int
-			f := &fatals{TB: t}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				RecvEach(f, recv, func(m int) { got = append(got, m) })
-			}()
-			<-done
-			if !slices.Equal(got, []int{1, 2, 3}) || f.got != tc.wantErr {
-				t.Errorf("got %v, failure %q; want 1 2 3, failure %q", got, f.got, tc.wantErr)
+			failed := strings.Join(tbtest.Run(func(tb testing.TB) {
+				RecvEach(tb, recv, func(m int) { got = append(got, m) })
+			}), "; ")
+			if !slices.Equal(got, []int{1, 2, 3}) || failed != tc.wantErr {
+				t.Errorf("got %v, failure %q; want 1 2 3, failure %q", got, failed, tc.wantErr)
 			}
 		})
 	}

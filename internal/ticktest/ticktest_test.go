@@ -1,13 +1,14 @@
 package ticktest
 
 import (
-	"fmt"
-	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/switchyard/switchyard/internal/tbtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,31 +49,11 @@ func TestEveryUntilFalse(t *testing.T) {
 	}
 }
 
-// fatalTB is a testing.TB whose Fatalf records its message and ends the
-// goroutine, as testing's does.
-type fatalTB struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalTB) Helper() {}
-
-func (f *fatalTB) Fatalf(format string, args ...any) {
-	f.msg = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
-// wait runs WaitEvery in a goroutine of its own, as a test would, and
-// returns what it returned and the message it failed with ("" if none).
+// wait runs WaitEvery as a test would and returns what it returned and
+// the failure it reported ("" if none).
 func wait(every, timeout time.Duration, cond func() bool) (took time.Duration, failed string) {
-	tb := &fatalTB{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		took = WaitEvery(tb, every, timeout, "the thing", cond)
-	}()
-	<-done
-	return took, tb.msg
+	failures := tbtest.Run(func(tb testing.TB) { took = WaitEvery(tb, every, timeout, "the thing", cond) })
+	return took, strings.Join(failures, "; ")
 }
 
 // WaitEvery (WaitFor's loop) returns once cond holds, having called it
