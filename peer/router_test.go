@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/internal/syncbuf"
+	"github.com/switchyard/switchyard/internal/tcptest"
 	"github.com/switchyard/switchyard/peer"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
@@ -129,16 +130,7 @@ func newRouter(t *testing.T, self string, key []byte, addr func(string) (string,
 }
 
 // freeAddr returns a loopback address nothing listens on (for now).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+func freeAddr(t *testing.T) string { return tcptest.FreeAddrs(t, 1)[0] }
 
 var kinds = []core.MessageKind{core.MsgReply, core.MsgRelease, core.MsgUnbind, core.MsgCancel, core.MsgDeliver, core.MsgForward}
 
