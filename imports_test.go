@@ -158,9 +158,11 @@ var importRules = map[string]importRule{
 	// The benchmarks' load generator, which the binary ships (`switchyard
 	// bench`): a client of the public wire format only.
 	"integration/benchkit": {may: []string{"proto/switchyard/v1"}},
+	// The workers' record of their runs and its at-most-once check.
+	"integration/runs": {},
 	// The fault suite's and the compose tests' stall measure: arithmetic
-	// over what the tests saw.
-	"integration/stall": {},
+	// over what the tests saw, on the workers' record of runs.
+	"integration/stall": {may: []string{"integration/runs"}},
 	// The closed-loop load the fault suite, the rolling restart and the
 	// compose tests share: HTTP and the clock, nothing of the node.
 	"integration/loadgen": {},

@@ -221,10 +221,10 @@ func (l *ledger) judgeMigration(m *migration) migrationVerdict {
 		if !slices.Contains(fx.faulted, fx.workerNode[rs[0].worker]) {
 			bad("its first run was on %s, not on the killed host", rs[0].worker)
 		}
+		for _, v := range runViolations(nil, rs) {
+			bad("%s", v)
+		}
 		for k := 1; k < len(rs); k++ {
-			if rs[k-1].end.IsZero() || rs[k].start.Before(rs[k-1].end) {
-				bad("run %v started while run %v was still running", rs[k], rs[k-1])
-			}
 			if rs[k].gen <= rs[k-1].gen {
 				bad("run %v after run %v: binding generations not rising", rs[k], rs[k-1])
 			}

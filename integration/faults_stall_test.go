@@ -61,20 +61,19 @@ func (l *ledger) measureStall() {
 	if !stallApplies(fx.c) {
 		return
 	}
-	toRun := func(r jobRun) stall.Run { return stall.Run{Worker: r.worker, Start: r.start, End: r.end} }
 	var jobs []stall.Job
 	for _, j := range l.jobs {
 		sj := stall.Job{ID: j.ID, Posted: j.SubmitAt, Ended: j.EndAt}
 		for _, r := range l.byJob[j.ID] {
 			if j.ID != "" {
-				sj.Runs = append(sj.Runs, toRun(r))
+				sj.Runs = append(sj.Runs, r.record())
 			}
 		}
 		jobs = append(jobs, sj)
 	}
 	var runs []stall.Run
 	for _, r := range l.runs {
-		runs = append(runs, toRun(r))
+		runs = append(runs, r.record())
 	}
 	end := fx.stallEnd()
 	if now := time.Now(); now.Before(end) {

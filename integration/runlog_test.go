@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/integration/runs"
 	"github.com/switchyard/switchyard/worker"
 )
 
@@ -160,31 +161,17 @@ func (l *runLog) byJob() map[string][]jobRun {
 	return out
 }
 
-// runViolations says how a job's runs (in start order) broke at-most-once,
-// given the generations whose output its requester saw: a generation
-// started twice; a run after a generation whose output reached the
-// requester; a run started while an earlier one still ran. None is the
-// only correct answer.
+// record is r as the workers' record the at-most-once check reads.
+func (r jobRun) record() runs.Run {
+	return runs.Run{Worker: r.worker, Gen: r.gen, Start: r.start, End: r.end}
+}
+
+// runViolations says how a job's runs (in start order) broke at-most-once
+// (runs.Violations), given the generations whose output its requester saw.
 func runViolations(attempts []uint64, rs []jobRun) []string {
-	var out []string
-	seen := map[uint64]bool{}
-	for _, r := range rs {
-		if seen[r.gen] {
-			out = append(out, fmt.Sprintf("generation %d started twice: %v", r.gen, rs))
-		}
-		seen[r.gen] = true
+	recs := make([]runs.Run, len(rs))
+	for i, r := range rs {
+		recs[i] = r.record()
 	}
-	if len(attempts) == 1 {
-		for _, r := range rs {
-			if r.gen > attempts[0] {
-				out = append(out, fmt.Sprintf("ran again (%v) after generation %d's output reached its requester", r, attempts[0]))
-			}
-		}
-	}
-	for i := 1; i < len(rs); i++ {
-		if rs[i].start.Before(rs[i-1].end) || rs[i-1].end.IsZero() {
-			out = append(out, fmt.Sprintf("run %v started while run %v was still running", rs[i], rs[i-1]))
-		}
-	}
-	return out
+	return runs.Violations(attempts, recs, nil)
 }

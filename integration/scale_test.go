@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/integration/loadgen"
 	"github.com/switchyard/switchyard/integration/stall"
 	"github.com/switchyard/switchyard/worker"
 )
@@ -704,7 +705,7 @@ func scaleFaultCases(t *testing.T, cl *scaleCluster, load *scaleLoad) []string {
 		r := stall.Measure(faultAt, faultAt.Add(hold), jobs, runs, ws)
 		mu.Unlock()
 		out = append(out, fmt.Sprintf("| %s (%s) | %v | %v | %d | %s |", c.what, target.name,
-			r.Longest.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), counts.done, byCode(counts.failed)))
+			r.Longest.Round(time.Millisecond), r.LongestWait.Round(time.Millisecond), counts.done, loadgen.ByCode(counts.failed)))
 		load.stopWorker(q + "-a")
 		load.stopWorker(q + "-b")
 	}
@@ -744,7 +745,7 @@ func printScaleTable(rows []scaleRow, faults []string, stopped string, took time
 	line("open sockets per node idle, mean / max", func(r scaleRow) string { return fmt.Sprintf("%.0f / %.0f", r.sockIdle, r.sockMax) })
 	line("pings answered per node per s, idle", func(r scaleRow) string { return f1(r.pingsIdle) })
 	line("routing messages per node per s, loaded", func(r scaleRow) string { return f1(r.routingLoad) })
-	line("jobs/s loaded (not done in the window)", func(r scaleRow) string { return fmt.Sprintf("%.0f (%s)", r.jobsPerSec, byCode(r.failedLoad)) })
+	line("jobs/s loaded (not done in the window)", func(r scaleRow) string { return fmt.Sprintf("%.0f (%s)", r.jobsPerSec, loadgen.ByCode(r.failedLoad)) })
 	line("routing messages per job: loaded mix", func(r scaleRow) string { return fmt.Sprintf("%.2f", r.routingPerJob) })
 	line("… co-located / cross-node", func(r scaleRow) string { return fmt.Sprintf("%.2f / %.2f", r.colocated, r.crossNode) })
 	line("worker connect → routable on every node (ms, median of 3)", func(r scaleRow) string { return ms(r.reach) })
@@ -777,21 +778,6 @@ func printScaleTable(rows []scaleRow, faults []string, stopped string, took time
 		}
 	}
 	fmt.Print(b.String())
-}
-
-// byCode is a count of jobs by what they ended with: "0", or "3: worker_lost 2, expired 1".
-func byCode(m map[string]int) string {
-	total := 0
-	var parts []string
-	for code, n := range m {
-		total += n
-		parts = append(parts, fmt.Sprintf("%s %d", code, n))
-	}
-	if total == 0 {
-		return "0"
-	}
-	slices.Sort(parts)
-	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
 }
 
 // await polls cond every 20ms until it holds, or fails after timeout.

@@ -164,10 +164,10 @@ func (l *ledger) check(t *testing.T, bound func(j loadJob) time.Duration) (withO
 		return num(func(c loadgen.Counts) int { return c.Ended[how] })
 	}
 	row("jobs submitted", num(func(c loadgen.Counts) int { return c.Submitted }))
-	row("refused at submit", func(c loadgen.Counts) string { return byCode(c.Refused) })
+	row("refused at submit", func(c loadgen.Counts) string { return loadgen.ByCode(c.Refused) })
 	row("POST failed in transport", num(func(c loadgen.Counts) int { return c.PostErrors }))
 	row("completed", ended("completed"))
-	row("failed, by code", func(c loadgen.Counts) string { return byCode(failed(c)) })
+	row("failed, by code", func(c loadgen.Counts) string { return loadgen.ByCode(failed(c)) })
 	row("cancelled", ended("cancelled"))
 	row("expired", ended("expired"))
 	row("unknown (must be 0)", num(func(c loadgen.Counts) int { return c.Unknown }))
@@ -307,16 +307,4 @@ func lastWorker(rs []jobRun) string {
 		return ""
 	}
 	return rs[len(rs)-1].worker
-}
-
-// byCode formats counts by code, "-" for none.
-func byCode(m map[string]int) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
-	}
-	return strings.Join(parts, " ")
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/runs"
 )
 
 // What the workers ran, from their own record: the demo workers of
@@ -26,13 +28,7 @@ type jobRun struct {
 	start, end time.Time
 }
 
-func (r jobRun) String() string {
-	end := "no end"
-	if !r.end.IsZero() {
-		end = r.end.Format("15:04:05.000")
-	}
-	return fmt.Sprintf("%s@gen%d[%s-%s]", r.worker, r.gen, r.start.Format("15:04:05.000"), end)
-}
+func (r jobRun) String() string { return r.record().String() }
 
 // logfmtPair matches key=value in a slog text line; a value with spaces or
 // quotes is a Go-quoted string.
@@ -81,37 +77,23 @@ func parseRuns(log string) ([]jobRun, error) {
 	return runs, nil
 }
 
-// runViolations says how a job's runs (in start order) broke at-most-once,
-// given the generations whose output its requester saw and when each
-// worker's container was killed (a run with no end on a killed worker ended
-// at the kill): a generation started twice; output from more than one
-// generation; a run after the generation whose output reached the
-// requester; a run started while an earlier one still ran. None is the only
-// correct answer.
+// record is r as the workers' record the at-most-once check reads.
+func (r jobRun) record() runs.Run {
+	return runs.Run{Worker: r.worker, Gen: r.gen, Start: r.start, End: r.end}
+}
+
+// runViolations says how a job's runs (in start order) broke at-most-once
+// (runs.Violations), given the generations whose output its requester saw
+// and when each worker's container was killed; and whether its requester
+// saw output from more than one generation, which no job here opts into.
 func runViolations(attempts []uint64, rs []jobRun, killed map[string]time.Time) []string {
 	var out []string
 	if len(attempts) > 1 {
 		out = append(out, fmt.Sprintf("its requester saw output from generations %v", attempts))
 	}
-	seen := map[uint64]bool{}
-	for _, r := range rs {
-		if seen[r.gen] {
-			out = append(out, fmt.Sprintf("generation %d started twice: %v", r.gen, rs))
-		}
-		seen[r.gen] = true
-		if len(attempts) == 1 && r.gen > attempts[0] {
-			out = append(out, fmt.Sprintf("ran again (%v) after generation %d's output reached its requester", r, attempts[0]))
-		}
+	recs := make([]runs.Run, len(rs))
+	for i, r := range rs {
+		recs[i] = r.record()
 	}
-	for i := 1; i < len(rs); i++ {
-		prev := rs[i-1]
-		end := prev.end
-		if k, ok := killed[prev.worker]; end.IsZero() && ok && prev.start.Before(k) {
-			end = k
-		}
-		if end.IsZero() || rs[i].start.Before(end) {
-			out = append(out, fmt.Sprintf("run %v started while run %v was still running", rs[i], prev))
-		}
-	}
-	return out
+	return append(out, runs.Violations(attempts, recs, killed)...)
 }

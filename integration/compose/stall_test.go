@@ -195,7 +195,6 @@ func (c *cluster) unpause(svc string) time.Time {
 // whose workers are the keys of hosts (worker → its node); the worker of
 // faulted is down from from until back.
 func (l *ledger) stall(from, to time.Time, kind string, hosts map[string]string, faulted string, back time.Time) stall.Result {
-	toRun := func(r jobRun) stall.Run { return stall.Run{Worker: r.worker, Start: r.start, End: r.end} }
 	var jobs []stall.Job
 	for _, j := range l.jobs {
 		if j.kind != kind {
@@ -204,7 +203,7 @@ func (l *ledger) stall(from, to time.Time, kind string, hosts map[string]string,
 		sj := stall.Job{ID: j.ID, Posted: j.SubmitAt, Ended: j.EndAt}
 		if j.ID != "" {
 			for _, r := range l.runs[j.ID] {
-				sj.Runs = append(sj.Runs, toRun(r))
+				sj.Runs = append(sj.Runs, r.record())
 			}
 		}
 		jobs = append(jobs, sj)
@@ -213,7 +212,7 @@ func (l *ledger) stall(from, to time.Time, kind string, hosts map[string]string,
 	for _, rs := range l.runs {
 		for _, r := range rs {
 			if _, ok := hosts[r.worker]; ok {
-				runs = append(runs, toRun(r))
+				runs = append(runs, r.record())
 			}
 		}
 	}

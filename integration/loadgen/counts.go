@@ -1,5 +1,12 @@
 package loadgen
 
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
 // Counts are jobs as their clients saw them: how each POST was answered
 // and how each stream ended. The zero value is empty and ready.
 type Counts struct {
@@ -38,4 +45,22 @@ func (c *Counts) Add(j *Job) {
 	default:
 		c.Ended[j.Code]++
 	}
+}
+
+// ByCode is how a ledger prints a count of jobs by code (Refused, Ended,
+// or a part of them): "0" for none, else the total and each code's count
+// by code, as in "3: expired 1, worker_lost 2".
+func ByCode(m map[string]int) string {
+	total := 0
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(m)) {
+		if n := m[code]; n != 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%s %d", code, n))
+		}
+	}
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
 }

@@ -31,3 +31,19 @@ func TestCounts(t *testing.T) {
 		t.Errorf("ended %v, want %v", c.Ended, want)
 	}
 }
+
+func TestByCode(t *testing.T) {
+	for _, tt := range []struct {
+		m    map[string]int
+		want string
+	}{
+		{nil, "0"},
+		{map[string]int{"expired": 0}, "0"},
+		{map[string]int{"worker_lost": 2, "expired": 1}, "3: expired 1, worker_lost 2"},
+		{map[string]int{"queue_full": 1, "cancelled": 0}, "1: queue_full 1"},
+	} {
+		if got := ByCode(tt.m); got != tt.want {
+			t.Errorf("ByCode(%v) = %q, want %q", tt.m, got, tt.want)
+		}
+	}
+}

@@ -9,6 +9,8 @@ package stall
 import (
 	"slices"
 	"time"
+
+	"github.com/switchyard/switchyard/integration/runs"
 )
 
 // Job is one requester's job as its client saw it, with its runs.
@@ -24,11 +26,8 @@ type Job struct {
 	Runs []Run
 }
 
-// Run is one handler run.
-type Run struct {
-	Worker     string
-	Start, End time.Time // End zero: still running (or its process died)
-}
+// Run is one handler run, from the workers' own record.
+type Run = runs.Run
 
 // Worker is a worker and when it could take work: always, except in
 // [DownFrom, DownTo) (its host faulted; DownTo zero: not back in the
