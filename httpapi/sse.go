@@ -30,6 +30,8 @@ type sseSink struct {
 	// resumes by itself, so sooner is better. It rides on a real event: a
 	// block with nothing but retry: trips up some clients.
 	retrySent bool
+	// ended: the job's terminal event was written (see Flush).
+	ended bool
 }
 
 var _ stream.Sink = (*sseSink)(nil)
@@ -57,6 +59,7 @@ func (s *sseSink) Event(ev core.Event, token string) error {
 	data := len(b)
 	b = stream.AppendEventData(b, s.job, ev, s.snap)
 	*bp = b
+	s.ended = ev.Kind.Terminal()
 	if !sseLine(token) || !sseLine(string(ev.Kind)) || bytes.IndexByte(b[data:], '\n') >= 0 || bytes.IndexByte(b[data:], '\r') >= 0 {
 		return s.eventSlow(ev, token, r, b[data:])
 	}
@@ -67,6 +70,20 @@ func (s *sseSink) Event(ev core.Event, token string) error {
 	*bp = b
 	_, err := s.w.Write(b)
 	return err
+}
+
+// Flush hands what was written to the connection, but for the flush that
+// follows the job's terminal event: the stream ends with that event
+// (stream.Run returns, and streamJob's handler with it), and net/http then
+// writes what its buffers hold together with the end of the chunked
+// response, in one write syscall instead of two per stream. The terminal
+// event therefore reaches the client when the handler returns, a few
+// microseconds later, in the same segment as the end of the response.
+func (s *sseSink) Flush() error {
+	if s.ended {
+		return nil
+	}
+	return s.sseConn.Flush()
 }
 
 // sseBufs are Event's buffers: an open stream holds none while it waits.

@@ -58,7 +58,7 @@ import (
 // -procs.setups runs only the setups named (the floor always runs), to
 // compare two of them in less time. -procs.profile DIR (it must exist)
 // writes CPU and allocation profiles of each setup's processes (nodes a
-// and c, the workers; b too for cross) at 16 × the first size, the highest level, in the
+// and c, the workers; b too for cross; c alone for colo) at 16 × the first size, the highest level, in the
 // last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
@@ -122,7 +122,8 @@ func BenchmarkProcesses(b *testing.B) {
 	setups := []setup{
 		{"cross", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["a"].http), body) }, nodePids, sdk.Process.Pid,
 			[]string{"a=" + ad["a"].debug, "b=" + ad["b"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}, false},
-		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid, nil, false},
+		{"colo", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["c"].http), body) }, nodePids, sdk.Process.Pid,
+			[]string{"c=" + ad["c"].debug}, false},
 		{"grpc", grpcJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}, false},
 		{floor, func(body []byte) benchkit.JobFunc {
 			return benchkit.FrameJob(client, "http://"+frameA+"/job", body, 16)

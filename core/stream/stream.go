@@ -46,7 +46,9 @@ type Sink interface {
 	// Heartbeat writes a liveness signal. It is not an acknowledgement and
 	// not an ordering guarantee; never make it one.
 	Heartbeat() error
-	// Flush hands what was written to the transport.
+	// Flush hands what was written to the transport. After the job's
+	// terminal event it may leave that to the end of the transport's
+	// response, which follows at once (Run returns after that flush).
 	Flush() error
 	// SetWriteDeadline bounds the writes and flushes that follow.
 	SetWriteDeadline(t time.Time) error
