@@ -48,7 +48,11 @@ func TestArenaFrames(t *testing.T) {
 			a.release()
 		}
 		for _, f := range frames {
-			f.buf[0].Free() // as gRPC does once it wrote the frame
+			// As gRPC does: a reference for its writer, the send's own
+			// dropped when SendMsg returns, the writer's once written.
+			f.buf[0].Ref()
+			f.buf[0].Free()
+			f.buf[0].Free()
 		}
 		if !releaseFirst {
 			if p.out != 1 {
@@ -60,4 +64,39 @@ func TestArenaFrames(t *testing.T) {
 			t.Fatalf("%d buffers not returned to the pool", p.out)
 		}
 	}
+}
+
+// A frame's view counts gRPC's references: its chunk stays out of the
+// pool until the last is freed, and a Free past it, or a Ref after it,
+// panics as gRPC's own buffers do.
+func TestArenaViewRefs(t *testing.T) {
+	p := &countingPool{pool: mem.NewTieredBufferPool(arenaChunk, 64<<10)}
+	a := &arena{pool: p}
+	f := arenaFrame(a, fieldOutput, "job-1", 7, []byte(`"w"`), "")
+	a.release()
+	b := f.buf[0]
+	b.Ref()
+	b.Ref()
+	b.Free()
+	b.Free()
+	if p.out != 1 {
+		t.Fatalf("%d buffers out with a reference left, want 1", p.out)
+	}
+	b.Free()
+	if p.out != 0 {
+		t.Fatalf("%d buffers out after the last Free, want 0", p.out)
+	}
+	mustPanic := func(what string, fn func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("%s did not panic", what)
+			}
+		}()
+		fn()
+	}
+	mustPanic("Free after the last", b.Free)
+	g := arenaFrame(&arena{pool: p}, fieldOutput, "job-1", 7, []byte(`"w"`), "")
+	g.buf[0].Free()
+	mustPanic("Ref after the last Free", g.buf[0].Ref)
 }
