@@ -13,9 +13,9 @@
 // A job passes through three roles, which in a cluster may sit on three
 // nodes and on a single node are one Engine:
 //
-//   - ingress (ingress.go): owns the requester's stream, the job record, its
-//     event History and its one terminal outcome. It alone decides whether a
-//     job has produced output.
+//   - ingress (ingress.go, ingress_reads.go, ingress_replies.go): owns the
+//     requester's stream, the job record, its event History and its one
+//     terminal outcome. It alone decides whether a job has produced output.
 //   - dispatcher (dispatch.go): holds the only copy of a queue's pending jobs,
 //     decrements their TTL at dequeue and binds each to one consumer.
 //   - consumer host (host.go): holds worker sessions and their credits, offers
