@@ -191,7 +191,7 @@ func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	if err != nil {
 		return s.fail("Resume", err)
 	}
-	filter, err := parseTypes(req.GetTypes())
+	filter, err := stream.ParseTypes(req.GetTypes())
 	if err != nil {
 		return s.fail("Resume", err)
 	}

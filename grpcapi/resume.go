@@ -6,7 +6,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchyard/switchyard/auth"
-	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/core/stream"
 )
 
@@ -28,7 +27,3 @@ func callerFingerprint(ctx context.Context) [16]byte {
 	}
 	return auth.CallerOf(ctx, credential)
 }
-
-func parseTypes(types []string) (map[core.EventKind]bool, error) { return stream.ParseTypes(types) }
-
-func eventData(j *core.Job, ev core.Event, snap uint64) []byte { return stream.EventData(j, ev, snap) }

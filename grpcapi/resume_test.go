@@ -17,15 +17,15 @@ import (
 )
 
 func TestGRPCParseTypes(t *testing.T) {
-	if f, err := parseTypes(nil); f != nil || err != nil {
+	if f, err := stream.ParseTypes(nil); f != nil || err != nil {
 		t.Errorf("no types: %v, %v", f, err)
 	}
-	f, err := parseTypes([]string{" output", "done "})
+	f, err := stream.ParseTypes([]string{" output", "done "})
 	if err != nil || len(f) != 2 || !f[core.EventOutput] || !f[core.EventDone] {
 		t.Errorf("types: %v, %v", f, err)
 	}
 	for _, bad := range [][]string{{"output", "bogus"}, {""}, {"output,done"}, {"heartbeat"}, {"terminated"}} {
-		if _, err := parseTypes(bad); status.Code(apierr.Status(err)) != codes.InvalidArgument {
+		if _, err := stream.ParseTypes(bad); status.Code(apierr.Status(err)) != codes.InvalidArgument {
 			t.Errorf("types %q: %v", bad, err)
 		}
 	}
@@ -37,8 +37,8 @@ func TestGRPCFingerprintsMatchHTTP(t *testing.T) {
 	if stream.FilterFingerprint(nil) != resume.Fingerprint("types", "*") {
 		t.Error("no filter")
 	}
-	f1, _ := parseTypes([]string{"output", "done"})
-	f2, _ := parseTypes([]string{"done", "output"})
+	f1, _ := stream.ParseTypes([]string{"output", "done"})
+	f2, _ := stream.ParseTypes([]string{"done", "output"})
 	if stream.FilterFingerprint(f1) != stream.FilterFingerprint(f2) || stream.FilterFingerprint(f1) != resume.Fingerprint("types", "done", "output") {
 		t.Error("a filter's fingerprint depends on the order of its types")
 	}
@@ -59,8 +59,8 @@ func TestGRPCEventData(t *testing.T) {
 		{` { } `, `{"job_id":"j_1","gen":1,"seq":3,"snap":9,"attempt":2}`},
 		{``, `{"job_id":"j_1","gen":1,"seq":3,"snap":9,"attempt":2}`},
 	} {
-		if got := string(eventData(j, core.Event{Seq: 3, Gen: 2, Stream: 1, Data: []byte(tc.data)}, 9)); got != tc.want {
-			t.Errorf("eventData(%q) = %s, want %s", tc.data, got, tc.want)
+		if got := string(stream.EventData(j, core.Event{Seq: 3, Gen: 2, Stream: 1, Data: []byte(tc.data)}, 9)); got != tc.want {
+			t.Errorf("stream.EventData(%q) = %s, want %s", tc.data, got, tc.want)
 		}
 	}
 }

@@ -205,6 +205,3 @@ func (s *Server) streamJob(w http.ResponseWriter, r *http.Request, j *core.Job, 
 		Job: j, After: after, Filter: filter, Slow: slow, Claim: claim, Caller: callerFingerprint(r),
 	}, &sseSink{sseConn: s.newSSEConn(w, r), job: j, snap: s.e.Epoch(), retryHint: s.cfg.RetryHint})
 }
-
-// eventData is the JSON data of an event, shared with every transport.
-func eventData(j *core.Job, ev core.Event, snap uint64) []byte { return stream.EventData(j, ev, snap) }

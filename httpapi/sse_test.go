@@ -158,7 +158,7 @@ func FuzzSSEEncoder(f *testing.F) {
 		if got.LastEventID != token {
 			t.Errorf("id %q, want %q", got.LastEventID, token)
 		}
-		want := eventData(j, ev, snap)
+		want := stream.EventData(j, ev, snap)
 		if got.Data != string(want) {
 			t.Fatalf("data %q, want eventData %q", got.Data, want)
 		}
@@ -238,7 +238,7 @@ func TestSSESinkControlAndHeartbeat(t *testing.T) {
 func TestEventDataEmptyPayload(t *testing.T) {
 	j := &core.Job{ID: "j_e", History: core.NewHistory(1, 1<<20)}
 	for _, data := range []string{`{}`, ` {} `, ``, `{ }`, "{\n\t}", ` {"a":1} `} {
-		b := eventData(j, core.Event{Seq: 1, Kind: core.EventDone, Gen: 2, Data: []byte(data)}, 3)
+		b := stream.EventData(j, core.Event{Seq: 1, Kind: core.EventDone, Gen: 2, Data: []byte(data)}, 3)
 		if !json.Valid(b) {
 			t.Errorf("eventData with payload %q = %s: not JSON", data, b)
 		}
@@ -272,7 +272,7 @@ func TestSSESinkEventMatchesEncoder(t *testing.T) {
 				if tc.token != "" {
 					m.ID = sse.ID(tc.token)
 				}
-				m.AppendData(string(eventData(j, ev, 7)))
+				m.AppendData(string(stream.EventData(j, ev, 7)))
 				if _, err := m.WriteTo(&want); err != nil {
 					t.Fatal(err)
 				}
