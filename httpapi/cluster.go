@@ -97,7 +97,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) { s.gateway
 // gateway.
 //
 //	@Summary		List queues
-//	@Description	Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+//	@Description	Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth where this node holds it. See docs/api.md#nodes-and-queues.
 //	@Tags			cluster
 //	@ID				listQueues
 //	@Produce		json

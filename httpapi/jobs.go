@@ -121,7 +121,7 @@ func links(id string) JobLinks {
 // or a DELETE.
 //
 //	@Summary		Submit a job
-//	@Description	Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+//	@Description	Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 //	@Tags			jobs
 //	@ID				submitJob
 //	@Accept			json

@@ -111,7 +111,7 @@ func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request) {
 // handleAddMember is POST /v1/cluster/members.
 //
 //	@Summary		Add a catalog member
-//	@Description	Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+//	@Description	Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 //	@Tags			cluster
 //	@ID				addMember
 //	@Accept			json
@@ -162,7 +162,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 // handleRemoveMember is DELETE /v1/cluster/members/{member}.
 //
 //	@Summary		Remove a catalog member
-//	@Description	Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+//	@Description	Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //	@Tags			cluster
 //	@ID				removeMember
 //	@Produce		json

@@ -49,7 +49,7 @@ func isOpenAIPath(path string) bool { return strings.HasPrefix(path, "/openai/")
 // handleChatCompletions creates a chat completion.
 //
 //	@Summary		Create a chat completion (OpenAI-compatible)
-//	@Description	The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+//	@Description	A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //	@Tags			openai
 //	@Accept			json
 //	@Produce		json

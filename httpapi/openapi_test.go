@@ -5,9 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -202,3 +206,50 @@ func TestDocumentSecurity(t *testing.T) {
 		}
 	}
 }
+
+// maxDescription is how long an operation's @Description may be: a
+// sentence or two that Swagger UI shows whole. What else a reader needs is
+// in docs/, linked from the description ("See docs/api.md#…").
+const maxDescription = 160
+
+// Every @Description of the handlers is short, and every page of docs/ it
+// links exists.
+func TestDescriptionsAreShort(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			m := swagDescription.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			seen++
+			if n := utf8.RuneCountInString(m[1]); n > maxDescription {
+				t.Errorf("%s:%d: a @Description of %d characters (at most %d: the rest goes to docs/, linked from it)", f, i+1, n, maxDescription)
+			}
+			for _, l := range docsLink.FindAllStringSubmatch(m[1], -1) {
+				if _, err := os.Stat(filepath.Join("..", l[1])); err != nil {
+					t.Errorf("%s:%d: the @Description links %s, which does not exist", f, i+1, l[1])
+				}
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("%d @Description lines read: the annotations' format changed?", seen)
+	}
+}
+
+var (
+	swagDescription = regexp.MustCompile(`^//\s*@Description\s+(.*)$`)
+	docsLink        = regexp.MustCompile(`(docs/[A-Za-z0-9_./-]+\.md)`)
+)

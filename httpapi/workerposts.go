@@ -101,7 +101,7 @@ func (s *Server) handleWorkerAccept(w http.ResponseWriter, r *http.Request) {
 // handleWorkerReject is POST /v1/workers/{session}/jobs/{job}/reject.
 //
 //	@Summary		Reject a job
-//	@Description	Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+//	@Description	Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 //	@Tags			workers
 //	@ID				rejectJob
 //	@Accept			json
@@ -127,7 +127,7 @@ func (s *Server) handleWorkerReject(w http.ResponseWriter, r *http.Request) {
 // handleWorkerOutput is POST /v1/workers/{session}/jobs/{job}/output.
 //
 //	@Summary		Send output
-//	@Description	One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+//	@Description	One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //	@Tags			workers
 //	@ID				jobOutput
 //	@Accept			json

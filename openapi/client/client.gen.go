@@ -2687,7 +2687,7 @@ type ClientInterface interface {
 
 	// CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+	// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2696,7 +2696,7 @@ type ClientInterface interface {
 
 	// CreateChatCompletion Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+	// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2754,7 +2754,7 @@ type ClientInterface interface {
 
 	// AddMemberWithBody Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2763,7 +2763,7 @@ type ClientInterface interface {
 
 	// AddMember Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2772,7 +2772,7 @@ type ClientInterface interface {
 
 	// RemoveMember Remove a catalog member
 	//
-	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+	// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
 	RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2821,7 +2821,7 @@ type ClientInterface interface {
 
 	// ListQueues List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+	// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth where this node holds it. See docs/api.md#nodes-and-queues.
 	//
 	// Corresponds with GET /v1/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2835,7 +2835,7 @@ type ClientInterface interface {
 
 	// SubmitJobWithBody Submit a job
 	//
-	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+	// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2844,7 +2844,7 @@ type ClientInterface interface {
 
 	// SubmitJob Submit a job
 	//
-	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+	// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2932,7 +2932,7 @@ type ClientInterface interface {
 
 	// JobOutputWithBody Send output
 	//
-	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+	// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2941,7 +2941,7 @@ type ClientInterface interface {
 
 	// JobOutput Send output
 	//
-	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+	// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2950,7 +2950,7 @@ type ClientInterface interface {
 
 	// RejectJobWithBody Reject a job
 	//
-	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+	// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2959,7 +2959,7 @@ type ClientInterface interface {
 
 	// RejectJob Reject a job
 	//
-	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+	// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3052,7 +3052,7 @@ func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // CreateChatCompletionWithBody Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3071,7 +3071,7 @@ func (c *Client) CreateChatCompletionWithBody(ctx context.Context, params *Creat
 
 // CreateChatCompletion Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3209,7 +3209,7 @@ func (c *Client) ListMembers(ctx context.Context, reqEditors ...RequestEditorFn)
 
 // AddMemberWithBody Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3228,7 +3228,7 @@ func (c *Client) AddMemberWithBody(ctx context.Context, contentType string, body
 
 // AddMember Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3247,7 +3247,7 @@ func (c *Client) AddMember(ctx context.Context, body AddMemberJSONRequestBody, r
 
 // RemoveMember Remove a catalog member
 //
-// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //
 // Corresponds with DELETE /v1/cluster/members/{member} (the `RemoveMember` operationId).
 func (c *Client) RemoveMember(ctx context.Context, member string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3366,7 +3366,7 @@ func (c *Client) JobReadToken(ctx context.Context, id string, reqEditors ...Requ
 
 // ListQueues List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth where this node holds it. See docs/api.md#nodes-and-queues.
 //
 // Corresponds with GET /v1/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3400,7 +3400,7 @@ func (c *Client) GetQueue(ctx context.Context, queue string, reqEditors ...Reque
 
 // SubmitJobWithBody Submit a job
 //
-// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3419,7 +3419,7 @@ func (c *Client) SubmitJobWithBody(ctx context.Context, queue string, params *Su
 
 // SubmitJob Submit a job
 //
-// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3607,7 +3607,7 @@ func (c *Client) FailJob(ctx context.Context, session string, job string, body F
 
 // JobOutputWithBody Send output
 //
-// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3626,7 +3626,7 @@ func (c *Client) JobOutputWithBody(ctx context.Context, session string, job stri
 
 // JobOutput Send output
 //
-// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3645,7 +3645,7 @@ func (c *Client) JobOutput(ctx context.Context, session string, job string, body
 
 // RejectJobWithBody Reject a job
 //
-// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3664,7 +3664,7 @@ func (c *Client) RejectJobWithBody(ctx context.Context, session string, job stri
 
 // RejectJob Reject a job
 //
-// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5004,7 +5004,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+	// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5013,7 +5013,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 	//
-	// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+	// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5085,7 +5085,7 @@ type ClientWithResponsesInterface interface {
 
 	// AddMemberWithBodyWithResponse Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5094,7 +5094,7 @@ type ClientWithResponsesInterface interface {
 
 	// AddMemberWithResponse Add a catalog member
 	//
-	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5103,7 +5103,7 @@ type ClientWithResponsesInterface interface {
 
 	// RemoveMemberWithResponse Remove a catalog member
 	//
-	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+	// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5166,7 +5166,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+	// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth where this node holds it. See docs/api.md#nodes-and-queues.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5184,7 +5184,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithBodyWithResponse Submit a job
 	//
-	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+	// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5193,7 +5193,7 @@ type ClientWithResponsesInterface interface {
 
 	// SubmitJobWithResponse Submit a job
 	//
-	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+	// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5283,7 +5283,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithBodyWithResponse Send output
 	//
-	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+	// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5292,7 +5292,7 @@ type ClientWithResponsesInterface interface {
 
 	// JobOutputWithResponse Send output
 	//
-	// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+	// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5301,7 +5301,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectJobWithBodyWithResponse Reject a job
 	//
-	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+	// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5310,7 +5310,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectJobWithResponse Reject a job
 	//
-	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+	// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7798,7 +7798,7 @@ func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditor
 
 // CreateChatCompletionWithBodyWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7813,7 +7813,7 @@ func (c *ClientWithResponses) CreateChatCompletionWithBodyWithResponse(ctx conte
 
 // CreateChatCompletionWithResponse Create a chat completion (OpenAI-compatible)
 //
-// The request becomes a job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
+// A job for a worker declaring model=<model>: one chat.completion, or with stream: true a text/event-stream of chunks, then [DONE]. See docs/openai.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7933,7 +7933,7 @@ func (c *ClientWithResponses) ListMembersWithResponse(ctx context.Context, reqEd
 
 // AddMemberWithBodyWithResponse Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7948,7 +7948,7 @@ func (c *ClientWithResponses) AddMemberWithBodyWithResponse(ctx context.Context,
 
 // AddMemberWithResponse Add a catalog member
 //
-// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags joins it. See docs/membership.md#growing-the-catalog-3--5.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7963,7 +7963,7 @@ func (c *ClientWithResponses) AddMemberWithResponse(ctx context.Context, body Ad
 
 // RemoveMemberWithResponse Remove a catalog member
 //
-// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8068,7 +8068,7 @@ func (c *ClientWithResponses) JobReadTokenWithResponse(ctx context.Context, id s
 
 // ListQueuesWithResponse List queues
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and, where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth where this node holds it. See docs/api.md#nodes-and-queues.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8098,7 +8098,7 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue st
 
 // SubmitJobWithBodyWithResponse Submit a job
 //
-// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8113,7 +8113,7 @@ func (c *ClientWithResponses) SubmitJobWithBodyWithResponse(ctx context.Context,
 
 // SubmitJobWithResponse Submit a job
 //
-// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream, otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202 and the job's links. See docs/api.md#submitting-a-job.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8263,7 +8263,7 @@ func (c *ClientWithResponses) FailJobWithResponse(ctx context.Context, session s
 
 // JobOutputWithBodyWithResponse Send output
 //
-// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8278,7 +8278,7 @@ func (c *ClientWithResponses) JobOutputWithBodyWithResponse(ctx context.Context,
 
 // JobOutputWithResponse Send output
 //
-// One chunk of output, appended in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
+// One chunk of output, in the order the posts were answered; past the job's output window the answer waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8293,7 +8293,7 @@ func (c *ClientWithResponses) JobOutputWithResponse(ctx context.Context, session
 
 // RejectJobWithBodyWithResponse Reject a job
 //
-// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8308,7 +8308,7 @@ func (c *ClientWithResponses) RejectJobWithBodyWithResponse(ctx context.Context,
 
 // RejectJobWithResponse Reject a job
 //
-// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+// Refuses an offered job: it goes to another worker, never back to this one. See docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -191,8 +191,8 @@ type Invoker interface {
 	AcceptJob(ctx context.Context, request *JobMessage, params AcceptJobParams) (AcceptJobRes, error)
 	// AddMember invokes addMember operation.
 	//
-	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the
-	// answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+	// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags
+	// joins it. See docs/membership.md#growing-the-catalog-3--5.
 	//
 	// POST /v1/cluster/members
 	AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error)
@@ -226,8 +226,8 @@ type Invoker interface {
 	CompleteJob(ctx context.Context, request *CompleteMessage, params CompleteJobParams) (CompleteJobRes, error)
 	// CreateChatCompletion invokes createChatCompletion operation.
 	//
-	// The request becomes a job for a worker declaring model=: one chat.completion, or with stream: true a
-	// text/event-stream of chunks, then [DONE]. See docs/openai.md.
+	// A job for a worker declaring model=: one chat.completion, or with stream: true a text/event-stream
+	// of chunks, then [DONE]. See docs/openai.md.
 	//
 	// POST /openai/v1/chat/completions
 	CreateChatCompletion(ctx context.Context, request *ChatCompletionRequest, params CreateChatCompletionParams) (CreateChatCompletionRes, error)
@@ -273,8 +273,8 @@ type Invoker interface {
 	JobEvents(ctx context.Context, params JobEventsParams) (JobEventsRes, error)
 	// JobOutput invokes jobOutput operation.
 	//
-	// One chunk of output, appended in the order the posts were answered; past the job's output window the
-	// answer waits, then may be 429 reader_behind. See docs/workers.md.
+	// One chunk of output, in the order the posts were answered; past the job's output window the answer
+	// waits, then may be 429 reader_behind. See docs/workers.md.
 	//
 	// POST /v1/workers/{session}/jobs/{job}/output
 	JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error)
@@ -308,8 +308,8 @@ type Invoker interface {
 	ListNodes(ctx context.Context) (ListNodesRes, error)
 	// ListQueues invokes listQueues operation.
 	//
-	// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and,
-	// where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+	// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth
+	// where this node holds it. See docs/api.md#nodes-and-queues.
 	//
 	// GET /v1/queues
 	ListQueues(ctx context.Context) (ListQueuesRes, error)
@@ -348,15 +348,15 @@ type Invoker interface {
 	Readyz(ctx context.Context) (ReadyzRes, error)
 	// RejectJob invokes rejectJob operation.
 	//
-	// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the
-	// session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+	// Refuses an offered job: it goes to another worker, never back to this one. See
+	// docs/workers.md#same-semantics-as-the-grpc-session.
 	//
 	// POST /v1/workers/{session}/jobs/{job}/reject
 	RejectJob(ctx context.Context, request *RejectMessage, params RejectJobParams) (RejectJobRes, error)
 	// RemoveMember invokes removeMember operation.
 	//
-	// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would
-	// be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+	// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See
+	// docs/membership.md#shrinking-the-catalog-5--3.
 	//
 	// DELETE /v1/cluster/members/{member}
 	RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error)
@@ -368,8 +368,8 @@ type Invoker interface {
 	RetrieveModel(ctx context.Context, params RetrieveModelParams) (RetrieveModelRes, error)
 	// SubmitJob invokes submitJob operation.
 	//
-	// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream,
-	// otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+	// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202
+	// and the job's links. See docs/api.md#submitting-a-job.
 	//
 	// POST /v1/queues/{queue}/jobs
 	SubmitJob(ctx context.Context, request *Envelope, params SubmitJobParams) (SubmitJobRes, error)
@@ -556,8 +556,8 @@ func (c *Client) sendAcceptJob(ctx context.Context, request *JobMessage, params 
 
 // AddMember invokes addMember operation.
 //
-// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the flags in the
-// answer joins and promotes itself. See docs/membership.md#growing-the-catalog-3--5.
+// Adds a learner to the catalog's etcd cluster, one at a time: a node started with the answer's flags
+// joins it. See docs/membership.md#growing-the-catalog-3--5.
 //
 // POST /v1/cluster/members
 func (c *Client) AddMember(ctx context.Context, request *MemberAddRequest) (AddMemberRes, error) {
@@ -1078,8 +1078,8 @@ func (c *Client) sendCompleteJob(ctx context.Context, request *CompleteMessage, 
 
 // CreateChatCompletion invokes createChatCompletion operation.
 //
-// The request becomes a job for a worker declaring model=: one chat.completion, or with stream: true a
-// text/event-stream of chunks, then [DONE]. See docs/openai.md.
+// A job for a worker declaring model=: one chat.completion, or with stream: true a text/event-stream
+// of chunks, then [DONE]. See docs/openai.md.
 //
 // POST /openai/v1/chat/completions
 func (c *Client) CreateChatCompletion(ctx context.Context, request *ChatCompletionRequest, params CreateChatCompletionParams) (CreateChatCompletionRes, error) {
@@ -1921,8 +1921,8 @@ func (c *Client) sendJobEvents(ctx context.Context, params JobEventsParams) (res
 
 // JobOutput invokes jobOutput operation.
 //
-// One chunk of output, appended in the order the posts were answered; past the job's output window the
-// answer waits, then may be 429 reader_behind. See docs/workers.md.
+// One chunk of output, in the order the posts were answered; past the job's output window the answer
+// waits, then may be 429 reader_behind. See docs/workers.md.
 //
 // POST /v1/workers/{session}/jobs/{job}/output
 func (c *Client) JobOutput(ctx context.Context, request *OutputMessage, params JobOutputParams) (JobOutputRes, error) {
@@ -2371,8 +2371,8 @@ func (c *Client) sendListNodes(ctx context.Context) (res ListNodesRes, err error
 
 // ListQueues invokes listQueues operation.
 //
-// Every queue the catalog or this node knows, sorted by name, with its dispatcher, its consumers and,
-// where this node holds it, its depth and shares. See docs/api.md#nodes-and-queues.
+// Every queue the catalog or this node knows, by name: its dispatcher, its consumers, and its depth
+// where this node holds it. See docs/api.md#nodes-and-queues.
 //
 // GET /v1/queues
 func (c *Client) ListQueues(ctx context.Context) (ListQueuesRes, error) {
@@ -2815,8 +2815,8 @@ func (c *Client) sendReadyz(ctx context.Context) (res ReadyzRes, err error) {
 
 // RejectJob invokes rejectJob operation.
 //
-// Refuses an offered job not yet accepted: it goes to another worker, never back to this one, and the
-// session stays open. See docs/workers.md#same-semantics-as-the-grpc-session.
+// Refuses an offered job: it goes to another worker, never back to this one. See
+// docs/workers.md#same-semantics-as-the-grpc-session.
 //
 // POST /v1/workers/{session}/jobs/{job}/reject
 func (c *Client) RejectJob(ctx context.Context, request *RejectMessage, params RejectJobParams) (RejectJobRes, error) {
@@ -2934,8 +2934,8 @@ func (c *Client) sendRejectJob(ctx context.Context, request *RejectMessage, para
 
 // RemoveMember invokes removeMember operation.
 //
-// Removes a stopped member of the catalog's etcd cluster, by name or hex id, unless the quorum would
-// be at risk. See docs/membership.md#shrinking-the-catalog-5--3.
+// Removes a stopped member of the catalog's etcd cluster, unless the quorum would be at risk. See
+// docs/membership.md#shrinking-the-catalog-5--3.
 //
 // DELETE /v1/cluster/members/{member}
 func (c *Client) RemoveMember(ctx context.Context, params RemoveMemberParams) (RemoveMemberRes, error) {
@@ -3125,8 +3125,8 @@ func (c *Client) sendRetrieveModel(ctx context.Context, params RetrieveModelPara
 
 // SubmitJob invokes submitJob operation.
 //
-// Posts an envelope to a queue: with `Accept: text/event-stream` the answer is the job's event stream,
-// otherwise 202 and the job's links. See docs/api.md#submitting-a-job.
+// Posts an envelope: with `Accept: text/event-stream` the answer is the job's event stream, else 202
+// and the job's links. See docs/api.md#submitting-a-job.
 //
 // POST /v1/queues/{queue}/jobs
 func (c *Client) SubmitJob(ctx context.Context, request *Envelope, params SubmitJobParams) (SubmitJobRes, error) {
