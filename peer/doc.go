@@ -1,4 +1,6 @@
 // Package peer is the node-to-node transport: core.Transport over gRPC.
+// Its words (delivery stream, response leg, reply stream, unicast, spare)
+// are defined once, in docs/ARCHITECTURE.md ("Words").
 //
 // A node builds one Transport (transport.go) from its Config, builds its
 // engine with it, and hands it the engine with Start. Outbound, the router
