@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -87,6 +88,26 @@ func (id *Identity) Admit(now time.Time) (release func(), err error) {
 			a.mu.Unlock()
 		})
 	}, nil
+}
+
+// Submit submits env to queue on e as this identity, the one way every
+// front door submits: admitted first (Admit), the job owned by the
+// identity's subject and scheduled under its share, the admission released
+// when the job ends, or at once when no new job was made (a refusal, or an
+// idempotency key that matched an existing job). opts' Owner, Share and
+// OnEnd are the identity's; the rest is the caller's. The results are
+// core.Engine.Submit's.
+func (id *Identity) Submit(ctx context.Context, e *core.Engine, queue string, env *core.Envelope, opts core.SubmitOptions) (j *core.Job, existing bool, err error) {
+	release, err := id.Admit(time.Now())
+	if err != nil {
+		return nil, false, err
+	}
+	opts.Owner, opts.Share, opts.OnEnd = id.Owner(), id.Share(), release
+	j, existing, err = e.Submit(ctx, queue, env, opts)
+	if err != nil || existing {
+		release()
+	}
+	return j, existing, err
 }
 
 // roundUp is a wait as a whole number of seconds, at least one: what

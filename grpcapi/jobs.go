@@ -153,16 +153,7 @@ func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 	if err != nil {
 		return s.fail("Submit", err)
 	}
-	release, err := id.Admit(time.Now())
-	if err != nil {
-		return s.fail("Submit", err)
-	}
-	j, existing, err := s.e.Submit(ctx, queue, env, core.SubmitOptions{
-		IdempotencyKey: req.GetIdempotencyKey(), Streamed: true, Owner: id.Owner(), Share: id.Share(), OnEnd: release,
-	})
-	if err != nil || existing {
-		release()
-	}
+	j, existing, err := id.Submit(ctx, s.e, queue, env, core.SubmitOptions{IdempotencyKey: req.GetIdempotencyKey(), Streamed: true})
 	if err != nil {
 		// Declared here: errors.As moves it to the heap (as in httpapi).
 		var elsewhere *core.JobElsewhere

@@ -163,22 +163,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	streamed := wantsEventStream(r)
-	who := auth.FromContext(r.Context())
-	release, err := who.Admit(time.Now())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	j, existing, err := s.e.Submit(r.Context(), queue, env, core.SubmitOptions{
+	j, existing, err := auth.FromContext(r.Context()).Submit(r.Context(), s.e, queue, env, core.SubmitOptions{
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		Streamed:       streamed,
-		Owner:          who.Owner(),
-		Share:          who.Share(),
-		OnEnd:          release,
 	})
-	if err != nil || existing {
-		release()
-	}
 	if err != nil {
 		// Declared here, not above: errors.As takes its address, which
 		// moves it to the heap, and a job submitted is the usual case.

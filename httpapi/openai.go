@@ -87,15 +87,8 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	// Streamed, whether or not the client streams: either way it waits on
 	// this request for the answer, and its leaving cancels the job.
-	who := auth.FromContext(r.Context())
-	release, err := who.Admit(time.Now())
+	j, _, err := auth.FromContext(r.Context()).Submit(r.Context(), s.e, s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	j, _, err := s.e.Submit(r.Context(), s.cfg.OpenAIQueue, env, core.SubmitOptions{Streamed: true, Owner: who.Owner(), Share: who.Share(), OnEnd: release})
-	if err != nil {
-		release()
 		s.writeError(w, r, s.chatSubmitError(req.model, err))
 		return
 	}
