@@ -144,7 +144,7 @@ var importRules = map[string]importRule{
 	"internal/tbtest": {},
 	// Test plumbing, imported by tests only: an in-memory core.Catalog,
 	// events appended to a job's history, a configuration refusal checked,
-	// a worker send queue filled to its bounds.
+	// a worker send queue filled to its bounds, a worker that never answers.
 	"internal/coretest": {may: []string{"core"}},
 	// Generated code only.
 	"proto/switchyard/v1": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib}},

@@ -5,16 +5,8 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/coretest"
 )
-
-// idleConn is a worker session that takes offers and never answers: the
-// job it is offered stays open until cancelled.
-type idleConn struct{}
-
-func (idleConn) SendOffer(core.Offer) error                         { return nil }
-func (idleConn) SendCancel(string, uint64, core.Code) error         { return nil }
-func (idleConn) SendCredit(string, uint64, core.OutputCredit) error { return nil }
-func (idleConn) Close(error)                                        {}
 
 // Identity.Submit holds a slot of the key's max_in_flight for each job it
 // made, until the job ends, and none for a submission that made no job: a
@@ -33,7 +25,7 @@ func TestSubmitHoldsASlotPerJob(t *testing.T) {
 	if _, _, err := id.Submit(t.Context(), e, "q", env(), core.SubmitOptions{}); codeOf(err) != core.CodeNoCapableWorker {
 		t.Fatalf("no worker: %v", err)
 	}
-	if _, err := e.AttachWorker(t.Context(), core.WorkerSpec{Queue: "q", Concurrency: 1}, idleConn{}); err != nil {
+	if _, err := e.AttachWorker(t.Context(), core.WorkerSpec{Queue: "q", Concurrency: 1}, coretest.IdleConn{}); err != nil {
 		t.Fatal(err)
 	}
 	j, existing, err := id.Submit(t.Context(), e, "q", env(), core.SubmitOptions{IdempotencyKey: "k"})

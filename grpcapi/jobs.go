@@ -194,12 +194,8 @@ func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[
 	if err != nil {
 		return s.fail("Resume", err)
 	}
-	if after > 0 && after >= j.History.Head() {
-		if v, _ := s.e.View(j.ID); v.State.Terminal() {
-			// The client has everything, terminal event included: OK with
-			// no events, nothing left to send.
-			return nil
-		}
+	if stream.Complete(s.e, j, after) {
+		return nil // OK with no events
 	}
 	// A reader of the job's stream is a span of the job's trace, linked
 	// to the call's own.

@@ -278,17 +278,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if after > 0 && after >= j.History.Head() {
-		if v, _ := s.e.View(j.ID); v.State.Terminal() {
-			// The client has everything, terminal event included. 204 is
-			// the one answer that stops an EventSource from reconnecting.
-			// It names the stream's media type all the same: a client
-			// generated for a streaming operation (ogen's) reads the
-			// Content-Type of every answer, bodiless or not.
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
+	if stream.Complete(s.e, j, after) {
+		// 204 is the one answer that stops an EventSource from
+		// reconnecting. It names the stream's media type all the same: a
+		// client generated for a streaming operation (ogen's) reads the
+		// Content-Type of every answer, bodiless or not.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	// A reader of the job's stream is a span of the job's trace, linked
 	// to the request's own.

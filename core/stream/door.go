@@ -58,3 +58,15 @@ func (d Door) Serve(ctx context.Context, js JobStream, sink Sink) Result {
 	}
 	return res
 }
+
+// Complete reports whether a reader resuming after position after already
+// has every event of j, its terminal one included: the door answers with
+// no stream at all (HTTP's 204, gRPC's OK with no events), which a
+// resuming client takes as the end.
+func Complete(e *core.Engine, j *core.Job, after uint64) bool {
+	if after == 0 || after < j.History.Head() {
+		return false
+	}
+	v, _ := e.View(j.ID)
+	return v.State.Terminal()
+}
