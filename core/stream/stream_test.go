@@ -80,9 +80,12 @@ type clocked struct {
 	wait  func() stream.Result
 }
 
-func runClocked(t *testing.T, ctx context.Context, maxEvents int) clocked {
+func runClocked(t *testing.T, ctx context.Context, maxEvents int, adjust ...func(*stream.Policy)) clocked {
 	t.Helper()
 	c := clocked{j: acceptedJob(t, maxEvents), p: shortClocks(), sink: &fakeSink{}}
+	for _, f := range adjust {
+		f(&c.p)
+	}
 	c.start = time.Now()
 	c.wait = runAsync(t, ctx, stream.Request{Job: c.j, Policy: c.p}, c.sink)
 	return c
@@ -359,6 +362,10 @@ func blockedOnSecond(t *testing.T, j *core.Job, p stream.Policy) (*blocker, *fak
 	sink := &fakeSink{onEvent: b.onEvent}
 	wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: p, Token: seqTokens}, sink)
 	t.Cleanup(b.Release) // runs before runAsync's cleanup
+	// The stream opens (its base is the head then) before the output is
+	// appended, so the blocked output is live, and counts in the lag, in
+	// every run rather than only when the stream's goroutine ran first.
+	waitFor(t, "the stream to write the accepted event", func() bool { return len(sink.events()) == 1 })
 	coretest.Append(t, j, core.EventOutput, `{"data":"first"}`)
 	waitChan(t, "the sink to block", b.blocked)
 	return b, sink, wait
@@ -429,8 +436,10 @@ func TestSlowConsumerTerminatedOnByteLag(t *testing.T) {
 	if data["reason"] != "slow_consumer" {
 		t.Errorf("reason = %v, want slow_consumer", data["reason"])
 	}
-	if got := num(t, data, "lag_events"); got != 2 {
-		t.Errorf("lag_events = %d, want 2 (few events: bytes are the bound that tripped)", got)
+	// The blocked output and the two big ones: few events, so bytes are
+	// the bound that tripped.
+	if got := num(t, data, "lag_events"); got != 3 {
+		t.Errorf("lag_events = %d, want 3 (the blocked output and the two big ones)", got)
 	}
 	if got := num(t, data, "lag_bytes"); got <= 1000 {
 		t.Errorf("lag_bytes = %d, want > MaxLagBytes", got)
@@ -613,11 +622,15 @@ func TestIdleTerminates(t *testing.T) {
 }
 
 func TestMaxDurationTerminatesBusyStream(t *testing.T) {
-	c := runClocked(t, context.Background(), 1000)
+	// The idle clock is wide (a busy machine may hold the ticker back for a
+	// few hundred milliseconds), and the max duration well past it.
+	c := runClocked(t, context.Background(), 1000, func(p *stream.Policy) {
+		p.Idle, p.MaxDuration = 600*time.Millisecond, 2*time.Second
+	})
 	j, p, sink, start, wait := c.j, c.p, c.sink, c.start, c.wait
 
-	// Events every 40ms keep the idle clock (200ms) from firing: only the
-	// max duration may end this stream.
+	// Events every 40ms keep the idle clock from firing: only the max
+	// duration may end this stream.
 	stop := ticktest.Every(40*time.Millisecond, func() bool {
 		j.History.Append(core.EventOutput, 1, []byte(`{"data":"tick"}`))
 		return true
