@@ -82,6 +82,9 @@ func TestDocsPageInBrowser(t *testing.T) {
 
 	// Open the submit operation and the event stream schema, so the picture
 	// shows a route with its parameters and the events.
+	// The picture is a step of its own: a full-page screenshot of the
+	// rendered document is slow on a busy machine.
+	ctx = b.step(60 * time.Second)
 	_ = chromedp.Do(ctx, chromedp.Click(`#operations-jobs-submitJob .opblock-summary-control`))
 	_ = chromedp.Do(ctx, chromedp.Click(`#model-EventStream button`))
 	time.Sleep(300 * time.Millisecond) // let the expanded sections render

@@ -143,6 +143,10 @@ func (p *webPage) mustBeClean(log *pageLog) {
 	}
 }
 
+// pageStep bounds one action on the page. It is wide: on a machine busy
+// with other tests, typing a line key by key has taken over 15s.
+const pageStep = 45 * time.Second
+
 // webPage drives the page of one node in one tab.
 type webPage struct {
 	t  *testing.T
@@ -151,14 +155,14 @@ type webPage struct {
 
 func (p *webPage) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	if err := chromedp.Do(p.br.step(15*time.Second), actions...); err != nil {
+	if err := chromedp.Do(p.br.step(pageStep), actions...); err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
 }
 
 func eval[T any](p *webPage, js string) T {
 	p.t.Helper()
-	v, err := chromedp.Run(p.br.step(15*time.Second), chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	v, err := chromedp.Run(p.br.step(pageStep), chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 	if err != nil {
 		p.t.Fatalf("evaluate %.80q: %v", js, err)
 	}
