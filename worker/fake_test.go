@@ -49,10 +49,10 @@ type fakeSession struct {
 	// batches and batched count the batches received and the messages
 	// they held.
 	batches, batched atomic.Int32
-	push       chan *pb.NodeMessage
-	drop       chan struct{} // close to end the stream with Unavailable
-	endWith    chan error    // send an error to end the stream with it
-	ended      chan struct{} // closed when Connect has returned
+	push             chan *pb.NodeMessage
+	drop             chan struct{} // close to end the stream with Unavailable
+	endWith          chan error    // send an error to end the stream with it
+	ended            chan struct{} // closed when Connect has returned
 }
 
 func newFakeNode() *fakeNode {

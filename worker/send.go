@@ -15,9 +15,12 @@ const flushLimit = 32
 // maxBatchFrames and maxBatchBytes bound a batch (batch.go): the frames a
 // flusher sends in one message, and their bytes. A frame larger than
 // maxBatchBytes goes alone. maxBatchBytes is far below any node's maximum
-// message size (at least 64 KiB above its largest input).
+// message size (at least 64 KiB above its largest input). A batch of n
+// frames is 2n+1 buffers and gRPC adds its header: at 31 frames that is
+// 64, the most gRPC's writer keeps its list of a write's buffers for
+// (past it, it allocates a new list for every write).
 const (
-	maxBatchFrames = 64
+	maxBatchFrames = 31
 	maxBatchBytes  = 32 << 10
 )
 

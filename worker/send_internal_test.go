@@ -102,8 +102,9 @@ func wireOf(t *testing.T, m any) []byte {
 
 // TestSendQueueBatches: to a node that takes batches, the frames a
 // flusher finds queued together go as one Batch, in order, byte for byte
-// the frames' messages, and their arena's chunks go back to the pool once
-// gRPC freed the batch's buffers; a lone frame goes alone, at once.
+// the frames' messages, and their arena's chunks go back to the pool, the
+// batch to its own, once gRPC freed the batch's buffers; a lone frame
+// goes alone, at once.
 func TestSendQueueBatches(t *testing.T) {
 	q, msgs, batches := batchQueue(t)
 	p := &countingPool{pool: mem.NewTieredBufferPool(arenaChunk, 64<<10)}
@@ -160,9 +161,16 @@ func TestSendQueueBatches(t *testing.T) {
 	}
 	// As gRPC does: a reference for its writer, the send's own dropped
 	// when SendMsg returns, the writer's once written.
-	b.bufs.Ref()
-	b.bufs.Free()
-	b.bufs.Free()
+	bufs := b.bufs
+	bufs.Ref()
+	bufs.Free()
+	if len(b.bufs) == 0 {
+		t.Fatal("the batch was reused while gRPC still held it")
+	}
+	bufs.Free()
+	if len(b.bufs) != 0 {
+		t.Fatal("the batch was not reused once gRPC let go of it")
+	}
 	a.release()
 	if p.out != 0 {
 		t.Fatalf("%d buffers not back in the pool after the batch was written and the job released", p.out)
