@@ -275,7 +275,7 @@ func (n *Node) openAPIs() (err error) {
 	// One set of API error metrics for every transport.
 	errm := apierr.NewMetrics(n.reg)
 	wcfg := cfg.Workers
-	wcfg.Logger, wcfg.Errors = n.log.With("system", "workers"), errm
+	wcfg.Logger, wcfg.Errors, wcfg.Registerer = n.log.With("system", "workers"), errm, n.reg
 	if n.workers, err = grpcapi.NewWorkerServer(n.engine, wcfg); err != nil {
 		return err
 	}

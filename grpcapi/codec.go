@@ -32,10 +32,24 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v: a worker session's sessionIn by its own
-// decoder, anything else as the session codec does.
+// decoder, anything else as the session codec does. It refuses a
+// WorkerMessage holding a Batch: the generated decoder recurses into a
+// batch's messages without a bound, so only sessionIn, which refuses a
+// batch inside a batch undecoded, takes one (a session reads every message
+// into a sessionIn).
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if in, ok := v.(*sessionIn); ok {
-		return in.unmarshal(c.SessionCodec, data)
+	switch v := v.(type) {
+	case *sessionIn:
+		return v.unmarshal(c.SessionCodec, data)
+	case *pb.WorkerMessage:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		if has, err := hasField(buf.ReadOnlyData(), fieldBatch); err != nil {
+			return err
+		} else if has {
+			return errBatchOutsideSession
+		}
+		return c.SessionCodec.Unmarshal(mem.BufferSlice{buf}, v)
 	}
 	return c.SessionCodec.Unmarshal(data, v)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/chans"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard/switchyard/apierr"
@@ -33,6 +34,9 @@ type WorkerConfig struct {
 	// Errors are the node's API error metrics, shared with the other
 	// transports; nil keeps a set registered nowhere.
 	Errors *apierr.Metrics
+	// Registerer registers the sessions' own metrics (batches); nil
+	// registers them nowhere.
+	Registerer prometheus.Registerer
 }
 
 // DefaultWorkerConfig returns the clocks a node uses unless told otherwise.
@@ -79,6 +83,9 @@ type WorkerServer struct {
 	log  *slog.Logger
 	errs *apierr.Reporter
 	wg   sync.WaitGroup
+	// batches and batched count the Batch messages the sessions read and
+	// the messages those held.
+	batches, batched prometheus.Counter
 }
 
 var _ pb.WorkerServiceServer = (*WorkerServer)(nil)
@@ -95,7 +102,16 @@ func NewWorkerServer(e *core.Engine, cfg WorkerConfig) (*WorkerServer, error) {
 	if cfg.Errors == nil {
 		cfg.Errors = apierr.NewMetrics(nil)
 	}
-	return &WorkerServer{e: e, cfg: cfg, log: cfg.Logger, errs: cfg.Errors.Reporter("grpc", cfg.Logger)}, nil
+	s := &WorkerServer{e: e, cfg: cfg, log: cfg.Logger, errs: cfg.Errors.Reporter("grpc", cfg.Logger),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Subsystem: "worker", Name: "batches_total",
+			Help: "Batch messages worker sessions sent this node (several worker messages in one)."}),
+		batched: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "switchyard", Subsystem: "worker", Name: "batched_messages_total",
+			Help: "Worker messages that came in a batch; divided by switchyard_worker_batches_total, the messages a batch carries."}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.batches, s.batched)
+	}
+	return s, nil
 }
 
 // Wait blocks until every session goroutine has ended. Call it after the
@@ -145,6 +161,7 @@ func (s *WorkerServer) Connect(stream pb.WorkerService_ConnectServer) error {
 	defer w.Detach(context.WithoutCancel(ctx))
 	if err := stream.Send(&pb.NodeMessage{Msg: &pb.NodeMessage_Registered{Registered: &pb.Registered{
 		ConsumerId: w.ID, Node: s.e.Config().Node, HeartbeatMs: s.cfg.HeartbeatInterval.Milliseconds(),
+		AcceptsBatches: true,
 	}}}); err != nil {
 		return err
 	}
@@ -222,12 +239,19 @@ func (ss *session) touch() { ss.lastRecv.Store(time.Now().UnixNano()) }
 // each later one in the order read, on this goroutine: the worker's
 // outputs go to the engine without a goroutine hop each.
 func (ss *session) read(ctx context.Context) {
-	m, err := ss.stream.Recv()
-	if err != nil {
+	// The first message too is read into a sessionIn, the only decoder of
+	// a batch (codec.Unmarshal); the handler refuses anything but a lone
+	// Register.
+	var first sessionIn
+	if err := ss.stream.RecvMsg(&first); err != nil {
 		ss.recvErr <- err
 		return
 	}
 	ss.touch()
+	m := &first.msg
+	if first.batched || first.items[0].kind != itemMessage {
+		m = &pb.WorkerMessage{}
+	}
 	select {
 	case ss.in <- m:
 	case <-ss.done:
@@ -247,9 +271,13 @@ func (ss *session) read(ctx context.Context) {
 }
 
 // readIn is read's loop after the register: each message is decoded into
-// one reused sessionIn, an output without a message around it. Only the
-// server's codec (newCodec, which NewServer sets) decodes a sessionIn:
-// under any other codec the first read fails and the session ends.
+// one reused sessionIn, an output without a message around it, and its
+// worker messages (one, or a batch's) are handled in order, as if each
+// had come alone: a batch's outputs count against their jobs' credit one
+// by one, and an item that ends the session ends it where it stands, the
+// items before it handled and those after it not. Only the server's codec
+// (newCodec, which NewServer sets) decodes a sessionIn: under any other
+// codec the first read fails and the session ends.
 func (ss *session) readIn(w *core.Worker) {
 	var in sessionIn
 	for {
@@ -261,17 +289,35 @@ func (ss *session) readIn(w *core.Worker) {
 		if ss.ended.Load() {
 			return
 		}
-		if in.isOutput {
-			// Never waits: the worker sends within the job's output credit.
-			w.Output(in.out.jobID, in.out.gen, in.out.data)
-			in.out.data = nil
-			continue
+		if in.batched {
+			ss.s.batches.Inc()
+			ss.s.batched.Add(float64(len(in.items)))
 		}
-		if err := ss.handle(w, &in.msg); err != nil {
-			ss.recvErr <- err
-			return
+		for i := range in.items {
+			if err := ss.handleItem(w, &in.items[i]); err != nil {
+				ss.recvErr <- err
+				return
+			}
 		}
 	}
+}
+
+// handleItem acts on one worker message read.
+func (ss *session) handleItem(w *core.Worker, it *item) error {
+	switch it.kind {
+	case itemOutput:
+		// Never waits: the worker sends within the job's output credit.
+		w.Output(it.jobID, it.gen, it.data)
+	case itemAccept:
+		w.Accept(it.jobID, it.gen)
+	case itemComplete:
+		w.End(it.jobID, it.gen, "", "", it.data)
+	case itemRefused:
+		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: it.detail}
+	default:
+		return ss.handle(w, it.msg)
+	}
+	return nil
 }
 
 func (ss *session) awaitRegister(ctx context.Context) (*pb.Register, error) {
@@ -349,6 +395,10 @@ func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
 		}
 	case *pb.WorkerMessage_Register:
 		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: "register is only valid as the first message; reconnect to change the declaration"}
+	case *pb.WorkerMessage_Batch:
+		// sessionIn decodes every batch into its items: one here was
+		// inside another.
+		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: detailNestedBatch}
 	default:
 		return &core.Error{Code: core.CodeUnexpectedMessage, Detail: "unknown worker message"}
 	}

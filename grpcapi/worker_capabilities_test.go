@@ -33,6 +33,7 @@ func recordCaps(cat *coretest.Catalog, id string) string {
 type testNode struct {
 	e    *core.Engine
 	cat  *coretest.Catalog
+	srv  *WorkerServer
 	addr string
 }
 
@@ -60,7 +61,7 @@ func startTestNode(t *testing.T) *testNode {
 	// NewServer's server.
 	gs := grpc.NewServer(grpc.ForceServerCodecV2(newCodec()))
 	pb.RegisterWorkerServiceServer(gs, srv)
-	return &testNode{e: e, cat: cat, addr: grpctest.Serve(t, gs)}
+	return &testNode{e: e, cat: cat, srv: srv, addr: grpctest.Serve(t, gs)}
 }
 
 // testWorker is a worker session spoken by hand. A reader goroutine moves
@@ -69,8 +70,10 @@ type testWorker struct {
 	t      *testing.T
 	stream pb.WorkerService_ConnectClient
 	id     string
-	msgs   chan *pb.NodeMessage
-	ended  chan error
+	// batches is what the node's Registered said of batches.
+	batches bool
+	msgs    chan *pb.NodeMessage
+	ended   chan error
 }
 
 func (n *testNode) connect(t *testing.T, caps ...string) *testWorker {
@@ -92,7 +95,7 @@ func (n *testNode) connect(t *testing.T, caps ...string) *testWorker {
 	if err != nil || m.GetRegistered() == nil {
 		t.Fatalf("want Registered, got %v, %v", m, err)
 	}
-	w.id = m.GetRegistered().GetConsumerId()
+	w.id, w.batches = m.GetRegistered().GetConsumerId(), m.GetRegistered().GetAcceptsBatches()
 	go func() {
 		defer close(read)
 		for {

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/core"
 	"github.com/switchyard/switchyard/internal/coretest"
@@ -56,6 +58,7 @@ func TestRegisterRefusals(t *testing.T) {
 		field string
 	}{
 		{"not register first", &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}}, nil, codes.InvalidArgument, core.CodeUnexpectedMessage, ""},
+		{"a batch first, register in it", batch(register("q")), nil, codes.InvalidArgument, core.CodeUnexpectedMessage, ""},
 		{"bad queue", register("a/b"), nil, codes.InvalidArgument, core.CodeInvalidQueueName, "queue"},
 		{"bad capability", register("q", "model"), nil, codes.InvalidArgument, core.CodeInvalidWorker, "capabilities"},
 		// Refused, not a send queue sized for four billion credits.
@@ -238,5 +241,92 @@ func TestCreditsReplaceUnsent(t *testing.T) {
 	}
 	if got["j"] != 4 || got["k"] != 5 || len(got) != 2 {
 		t.Fatalf("credits sent %v, want the newest of each: j 4, k 5", got)
+	}
+}
+
+// batch is a WorkerMessage holding a Batch of msgs.
+func batch(msgs ...*pb.WorkerMessage) *pb.WorkerMessage {
+	return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Batch{Batch: &pb.Batch{Messages: msgs}}}
+}
+
+// A node announces batches, and handles a batch's messages as if each had
+// come alone, in order: an accept, outputs and the complete of one job in
+// one batch complete it with its outputs; an empty batch changes nothing.
+func TestBatchHandledAsItsMessages(t *testing.T) {
+	n := startTestNode(t)
+	w := n.connect(t)
+	if !w.batches {
+		t.Fatal("Registered does not announce batches")
+	}
+	j := submit(t, n.e, nil)
+	offer := w.next().GetJob()
+	if offer == nil || offer.GetJobId() != j.ID {
+		t.Fatalf("want the offer of %s, got %v", j.ID, offer)
+	}
+	id, gen := offer.GetJobId(), offer.GetGeneration()
+	output := func(data string) *pb.WorkerMessage {
+		return &pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: id, Generation: gen, Data: []byte(data)}}}
+	}
+	w.send(batch())
+	w.send(batch(
+		&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: id, Generation: gen}}},
+		output(`"a"`), output(`"b"`),
+		&pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}},
+		output(`"c"`),
+		&pb.WorkerMessage{Msg: &pb.WorkerMessage_Complete{Complete: &pb.Complete{JobId: id, Generation: gen}}},
+	))
+	waitState(t, n.e, j.ID, core.StateCompleted)
+	if v, _ := n.e.View(j.ID); v.Outputs != 3 {
+		t.Fatalf("the job completed with %d outputs, want 3", v.Outputs)
+	}
+	if got := testutil.ToFloat64(n.srv.batched); got != 6 {
+		t.Fatalf("batched messages counted %v, want 6", got)
+	}
+	if got := testutil.ToFloat64(n.srv.batches); got != 2 {
+		t.Fatalf("batches counted %v, want 2", got)
+	}
+}
+
+// A register or a batch inside a batch ends the session with
+// unexpected_message, as any message out of place does; the messages
+// before it in the batch were handled.
+func TestBatchRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inside *pb.WorkerMessage
+	}{
+		{"register in a batch", register("q")},
+		{"batch in a batch", batch(&pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{}}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startTestNode(t)
+			w := n.connect(t)
+			j := submit(t, n.e, nil)
+			offer := w.next().GetJob()
+			id, gen := offer.GetJobId(), offer.GetGeneration()
+			w.send(batch(
+				&pb.WorkerMessage{Msg: &pb.WorkerMessage_Accept{Accept: &pb.Accept{JobId: id, Generation: gen}}},
+				&pb.WorkerMessage{Msg: &pb.WorkerMessage_Output{Output: &pb.Output{JobId: id, Generation: gen, Data: []byte(`1`)}}},
+				tc.inside,
+				&pb.WorkerMessage{Msg: &pb.WorkerMessage_Complete{Complete: &pb.Complete{JobId: id, Generation: gen}}},
+			))
+			var err error
+			select {
+			case err = <-w.ended:
+			case <-time.After(wait):
+				t.Fatal("the session goes on")
+			}
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), string(core.CodeUnexpectedMessage)+": ") {
+				t.Fatalf("the session ended with %s %q, want InvalidArgument unexpected_message", st.Code(), st.Message())
+			}
+			// The output before the refusal reached the job, the complete
+			// after it did not: the job, with output, failed with its
+			// worker.
+			waitState(t, n.e, j.ID, core.StateFailed)
+			if v, _ := n.e.View(j.ID); v.Outputs != 1 || v.Code != core.CodeWorkerLost {
+				t.Fatalf("the job ended %s with %d outputs, want worker_lost with 1", v.Code, v.Outputs)
+			}
+		})
 	}
 }

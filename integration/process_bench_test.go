@@ -191,6 +191,21 @@ func BenchmarkProcesses(b *testing.B) {
 		// second is the second node's share: the cluster's b (for a
 		// relay, its A).
 		second time.Duration
+		// batches and batched: what node c counted of the SDK worker's
+		// batches (switchyard_worker_batches_total and
+		// _batched_messages_total), for the cluster setups.
+		batches, batched float64
+	}
+	// batchCounts reads node c's batch counters (0 from a node without
+	// them).
+	cNode := &procNode{http: ad["c"].http}
+	batchCounts := func(st setup) (batches, batched float64) {
+		if len(st.nodes) != 3 {
+			return 0, 0
+		}
+		batches, _ = procMetric(cNode, "switchyard_worker_batches_total")
+		batched, _ = procMetric(cNode, "switchyard_worker_batched_messages_total")
+		return batches, batched
 	}
 	rows := map[key]*row{}
 	for round := 1; round <= *procsRounds; round++ {
@@ -202,11 +217,13 @@ func BenchmarkProcesses(b *testing.B) {
 					if *procsProfile != "" && round == *procsRounds && sh == shapes[0] && c == levels[len(levels)-1] {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
 					}
+					bt0, bm0 := batchCounts(st)
 					a0, b0 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
 					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					a1, b1 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
+					bt1, bm1 := batchCounts(st)
 					if prof != nil {
 						prof()
 					}
@@ -219,6 +236,8 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].worker += w1 - w0
 					rows[k].first += a1 - a0
 					rows[k].second += b1 - b0
+					rows[k].batches += bt1 - bt0
+					rows[k].batched += bm1 - bm0
 				}
 			}
 		}
@@ -259,6 +278,11 @@ func BenchmarkProcesses(b *testing.B) {
 					if len(st.nodes) == 3 {
 						// b and c apart: b dispatches when the election gave it the queue.
 						fmt.Printf("   (b %.0f, c %.0f)", us(r.second)/jobs, us(r.nodes-r.first-r.second)/jobs)
+						// The worker's messages per job (16 outputs: 18), and
+						// how many came in batches and how many each held.
+						if r.batches > 0 {
+							fmt.Printf("   batches: %.1f per job, %.1f messages each", r.batches/jobs, r.batched/r.batches)
+						}
 					}
 					fmt.Println()
 				}

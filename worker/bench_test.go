@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
@@ -26,21 +27,30 @@ import (
 // far as its kind (a raw codec: its own cost stays small and constant)
 // and offers a new job for each that ends. One op is one job; allocs/op,
 // ns/op and cpu-ns/op (the process's CPU time per job) include the node's
-// side of the loopback.
+// side of the loopback. The batched runs are against a node that takes
+// batches (Registered.accepts_batches); msgs/op is the messages the
+// worker sent per job.
 func BenchmarkSDKJob(b *testing.B) {
 	for _, c := range []int{1, 64} {
-		b.Run("c="+strconv.Itoa(c), func(b *testing.B) { benchSDKJob(b, c, 16, 32) })
+		for _, batches := range []bool{false, true} {
+			name := "c=" + strconv.Itoa(c)
+			if batches {
+				name += "/batched"
+			}
+			b.Run(name, func(b *testing.B) { benchSDKJob(b, c, 16, 32, batches) })
+		}
 	}
 }
 
-func benchSDKJob(b *testing.B, c, outputs, size int) {
+func benchSDKJob(b *testing.B, c, outputs, size int, batches bool) {
 	word := strings.Repeat("x", size-1)
 	text := strings.Repeat(word+" ", outputs-1) + word + "x"
 	n := &benchNode{
-		conc:  c,
-		jobs:  int64(b.N),
-		input: []byte(strconv.Quote(text)),
-		done:  make(chan struct{}),
+		conc:    c,
+		jobs:    int64(b.N),
+		input:   []byte(strconv.Quote(text)),
+		batches: batches,
+		done:    make(chan struct{}),
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,6 +89,7 @@ func benchSDKJob(b *testing.B, c, outputs, size int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(n.msgs.Load())/float64(b.N), "msgs/op")
 	if f := n.failed.Load(); f > 0 {
 		b.Fatalf("%d jobs failed", f)
 	}
@@ -107,6 +118,8 @@ type benchNode struct {
 	conc    int
 	jobs    int64
 	input   []byte
+	batches bool
+	msgs    atomic.Int64 // received, a batch as one
 	offered atomic.Int64
 	ended   atomic.Int64
 	failed  atomic.Int64
@@ -120,7 +133,7 @@ func (n *benchNode) connect(st grpc.ServerStream) error {
 		return err
 	}
 	if err := st.SendMsg(&pb.NodeMessage{Msg: &pb.NodeMessage_Registered{Registered: &pb.Registered{
-		ConsumerId: "c1", Node: "bench", HeartbeatMs: 60_000,
+		ConsumerId: "c1", Node: "bench", HeartbeatMs: 60_000, AcceptsBatches: n.batches,
 	}}}); err != nil {
 		return err
 	}
@@ -155,17 +168,20 @@ func (n *benchNode) connect(st grpc.ServerStream) error {
 		if err := st.RecvMsg(&f); err != nil {
 			return err
 		}
-		switch f.kind {
-		case 4: // Output
-			n.outputs.Add(1)
-		case 3, 5, 6: // Reject, Complete, Fail
-			if f.kind != 5 {
-				n.failed.Add(1)
-			}
-			if e := n.ended.Add(1); e == n.jobs {
-				close(n.done)
-			} else if e < n.jobs {
-				next <- struct{}{}
+		n.msgs.Add(1)
+		for _, kind := range f.kinds {
+			switch kind {
+			case 4: // Output
+				n.outputs.Add(1)
+			case 3, 5, 6: // Reject, Complete, Fail
+				if kind != 5 {
+					n.failed.Add(1)
+				}
+				if e := n.ended.Add(1); e == n.jobs {
+					close(n.done)
+				} else if e < n.jobs {
+					next <- struct{}{}
+				}
 			}
 		}
 		select {
@@ -177,8 +193,8 @@ func (n *benchNode) connect(st grpc.ServerStream) error {
 }
 
 // peekFrame is a received WorkerMessage read only as far as its oneof's
-// field number.
-type peekFrame struct{ kind int }
+// field number, a batch's messages each (kinds is reused).
+type peekFrame struct{ kinds []int }
 
 // peekCodec sends protobuf messages and receives into a peekFrame.
 type peekCodec struct{}
@@ -190,7 +206,23 @@ func (peekCodec) Unmarshal(data []byte, v any) error {
 	if !ok || len(data) == 0 {
 		return errors.New("peekCodec: want a peekFrame and a message")
 	}
-	f.kind = int(data[0] >> 3)
+	f.kinds = f.kinds[:0]
+	if data[0]>>3 != 9 { // not a Batch
+		f.kinds = append(f.kinds, int(data[0]>>3))
+		return nil
+	}
+	_, _, n := protowire.ConsumeTag(data)
+	body, m := protowire.ConsumeBytes(data[n:])
+	for m >= 0 && len(body) > 0 {
+		_, _, n = protowire.ConsumeTag(body)
+		var item []byte
+		item, m = protowire.ConsumeBytes(body[n:])
+		if m < 0 || len(item) == 0 {
+			return errors.New("peekCodec: a malformed batch")
+		}
+		f.kinds = append(f.kinds, int(item[0]>>3))
+		body = body[n+m:]
+	}
 	return nil
 }
 

@@ -33,6 +33,9 @@ type fakeNode struct {
 	silent bool
 	// registerErr, if set, is returned instead of Registered.
 	registerErr error
+	// batches: announce batches in Registered. A node that does not gets
+	// none, or a test fails (fakeSession.batches).
+	batches bool
 
 	registers atomic.Int32
 	sessions  chan *fakeSession
@@ -41,12 +44,15 @@ type fakeNode struct {
 // fakeSession is one Connect call as the node sees it.
 type fakeSession struct {
 	reg        *pb.Register
-	msgs       chan *pb.WorkerMessage // everything but heartbeats, in order
+	msgs       chan *pb.WorkerMessage // everything but heartbeats, in order, batches unpacked
 	heartbeats atomic.Int32
-	push       chan *pb.NodeMessage
-	drop       chan struct{} // close to end the stream with Unavailable
-	endWith    chan error    // send an error to end the stream with it
-	ended      chan struct{} // closed when Connect has returned
+	// batches and batched count the batches received and the messages
+	// they held.
+	batches, batched atomic.Int32
+	push             chan *pb.NodeMessage
+	drop             chan struct{} // close to end the stream with Unavailable
+	endWith          chan error    // send an error to end the stream with it
+	ended            chan struct{} // closed when Connect has returned
 }
 
 func newFakeNode() *fakeNode {
@@ -68,7 +74,7 @@ func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
 		return f.registerErr
 	}
 	if err := stream.Send(&pb.NodeMessage{Msg: &pb.NodeMessage_Registered{Registered: &pb.Registered{
-		ConsumerId: fmt.Sprintf("c%d", n), Node: "fake", HeartbeatMs: f.heartbeatMS,
+		ConsumerId: fmt.Sprintf("c%d", n), Node: "fake", HeartbeatMs: f.heartbeatMS, AcceptsBatches: f.batches,
 	}}}); err != nil {
 		return err
 	}
@@ -91,14 +97,22 @@ func (f *fakeNode) Connect(stream pb.WorkerService_ConnectServer) error {
 				recvErr <- err
 				return
 			}
-			if m.GetHeartbeat() != nil {
-				s.heartbeats.Add(1)
-				continue
+			ms := []*pb.WorkerMessage{m}
+			if b := m.GetBatch(); b != nil {
+				s.batches.Add(1)
+				s.batched.Add(int32(len(b.GetMessages())))
+				ms = b.GetMessages()
 			}
-			select {
-			case s.msgs <- m:
-			case <-ctx.Done():
-				return
+			for _, m := range ms {
+				if m.GetHeartbeat() != nil {
+					s.heartbeats.Add(1)
+					continue
+				}
+				select {
+				case s.msgs <- m:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()

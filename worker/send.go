@@ -12,6 +12,20 @@ import (
 // handler pays for its own output, not for long for everybody's.
 const flushLimit = 32
 
+// maxBatchFrames and maxBatchBytes bound a batch (batch.go): the frames a
+// flusher sends in one message, and their bytes. A frame larger than
+// maxBatchBytes goes alone. maxBatchBytes is far below any node's maximum
+// message size (at least 64 KiB above its largest input). A batch of n
+// frames is 2n non-empty buffers (a header and a frame each), and gRPC's
+// writer lists them with its own header for each write in a list it
+// keeps only while its capacity is at most 64 entries; appended one by
+// one, a list grows 16, 37, 74: past 37 entries (18 frames) every write
+// would allocate a list of its own.
+const (
+	maxBatchFrames = 18
+	maxBatchBytes  = 32 << 10
+)
+
 // holdLimit is the most frames a put leaves queued for a job about to
 // start (sendQueue.ready), and at most half the queue: past it, the put
 // flushes.
@@ -38,13 +52,26 @@ const holdLimit = 64
 // A job running alone never waits: with none ready, every put flushes.
 // A ready job waits only for a P, as gRPC's writer would for the frames
 // sent meanwhile.
+//
+// To a node that takes batches, a flusher sends the frames it finds
+// queued together as one Batch message (up to maxBatchFrames and
+// maxBatchBytes), in their order: a message each costs both ends far
+// more than the bytes of a small output. Only what is queued when the
+// flusher looks goes together: a frame never waits for company, so a
+// lone frame goes alone, at once.
 type sendQueue struct {
-	// send sends one frame on the stream; fail ends the session after a
+	// send sends one frame on the stream; sendBatch several as one Batch
+	// (nil: the node takes no batches); fail ends the session after a
 	// send failed.
-	send func(*frame) error
-	fail func(error)
+	send      func(*frame) error
+	sendBatch func(*batch) error
+	fail      func(error)
 
 	sendMu sync.Mutex // held by the one goroutine sending
+	// Under sendMu: taken holds the frames popped for one send; frames
+	// and msgs count the frames sent and the messages they went in.
+	taken        []*frame
+	frames, msgs int64
 
 	mu   sync.Mutex
 	q    []*frame // q[head:] is queued
@@ -63,8 +90,8 @@ type sendQueue struct {
 	ready atomic.Int32
 }
 
-func newSendQueue(max int, send func(*frame) error, fail func(error)) *sendQueue {
-	return &sendQueue{send: send, fail: fail, max: max, kick: make(chan struct{}, 1)}
+func newSendQueue(max int, send func(*frame) error, sendBatch func(*batch) error, fail func(error)) *sendQueue {
+	return &sendQueue{send: send, sendBatch: sendBatch, fail: fail, max: max, kick: make(chan struct{}, 1)}
 }
 
 // put queues f. While the queue is full it waits for room, or until stop
@@ -113,21 +140,47 @@ func (q *sendQueue) started() {
 	}
 }
 
-// pop takes the oldest frame queued; nil when there is none.
-func (q *sendQueue) pop() *frame {
+// take appends to dst the oldest frames queued, at most n and, past the
+// first, at most maxBytes of them in all; none when the queue is empty.
+func (q *sendQueue) take(dst []*frame, n, maxBytes int) []*frame {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.head == len(q.q) {
-		return nil
+	size := 0
+	for q.head < len(q.q) && n > 0 {
+		f := q.q[q.head]
+		size += f.buf[0].Len()
+		if size > maxBytes && len(dst) > 0 {
+			break
+		}
+		dst = append(dst, f)
+		q.q[q.head] = nil
+		q.head++
+		n--
 	}
-	f := q.q[q.head]
-	q.q[q.head] = nil
-	q.head++
 	if q.head == len(q.q) {
 		q.q, q.head = q.q[:0], 0
 	}
-	q.room.wake()
-	return f
+	if len(dst) > 0 {
+		q.room.wake()
+	}
+	return dst
+}
+
+// sendFrames sends fs, in order: as one batch when there are several and
+// the node takes batches, else one by one. The caller holds sendMu.
+func (q *sendQueue) sendFrames(fs []*frame) error {
+	q.frames += int64(len(fs))
+	if len(fs) > 1 && q.sendBatch != nil {
+		q.msgs++
+		return q.sendBatch(newBatch(fs))
+	}
+	for _, f := range fs {
+		q.msgs++
+		if err := q.send(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (q *sendQueue) empty() bool {
@@ -144,17 +197,24 @@ func (q *sendQueue) flush(limit int) error {
 	for q.sendMu.TryLock() {
 		sent := false
 		for limit == 0 || budget > 0 {
-			f := q.pop()
-			if f == nil {
+			n := maxBatchFrames
+			if limit != 0 {
+				n = min(n, budget)
+			}
+			fs := q.take(q.taken[:0], n, maxBatchBytes)
+			if len(fs) == 0 {
 				break
 			}
-			if err := q.send(f); err != nil {
+			err := q.sendFrames(fs)
+			clear(fs) // gRPC holds what it still needs
+			q.taken = fs[:0]
+			if err != nil {
 				q.sendMu.Unlock()
 				q.fail(err)
 				return err
 			}
 			sent = true
-			budget--
+			budget -= len(fs)
 		}
 		q.sendMu.Unlock()
 		if sent {

@@ -117,7 +117,13 @@ func (r *runner) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.sq = newSendQueue(r.cfg.Concurrency*4+16, func(f *frame) error { return s.stream.SendMsg(f) }, func(err error) {
+	// Batches only to a node that said it takes them: an older one ends
+	// the session on a message it does not know.
+	var sendBatch func(*batch) error
+	if reg.GetAcceptsBatches() {
+		sendBatch = func(b *batch) error { return s.stream.SendMsg(b) }
+	}
+	s.sq = newSendQueue(r.cfg.Concurrency*4+16, func(f *frame) error { return s.stream.SendMsg(f) }, sendBatch, func(err error) {
 		// On io.EOF the stream is over and Recv is about to return the
 		// node's status: let that be the session's cause.
 		if !errors.Is(err, io.EOF) {

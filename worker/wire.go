@@ -108,6 +108,7 @@ func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 }
 
 // frameCodec is the session stream's codec: a frame goes out as it is,
+// a batch as its header bytes and its frames' buffers,
 // anything else (the Register) and what the node sends through the
 // session codec of internal/pbcodec, their vtproto code instead of proto's
 // reflection. It answers to the name "proto", so the wire is unchanged.
@@ -119,8 +120,11 @@ func messageFrame(m *pb.WorkerMessage) (*frame, error) {
 type frameCodec struct{ pbcodec.SessionCodec }
 
 func (c frameCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if f, ok := v.(*frame); ok {
-		return f.buf[:], nil
+	switch v := v.(type) {
+	case *frame:
+		return v.buf[:], nil
+	case *batch:
+		return v.bufs, nil
 	}
 	return c.SessionCodec.Marshal(v)
 }

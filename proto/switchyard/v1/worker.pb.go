@@ -42,6 +42,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Fail
 	//	*WorkerMessage_Heartbeat
 	//	*WorkerMessage_UpdateCapabilities
+	//	*WorkerMessage_Batch
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -156,6 +157,15 @@ func (x *WorkerMessage) GetUpdateCapabilities() *UpdateCapabilities {
 	return nil
 }
 
+func (x *WorkerMessage) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -192,6 +202,10 @@ type WorkerMessage_UpdateCapabilities struct {
 	UpdateCapabilities *UpdateCapabilities `protobuf:"bytes,8,opt,name=update_capabilities,json=updateCapabilities,proto3,oneof"`
 }
 
+type WorkerMessage_Batch struct {
+	Batch *Batch `protobuf:"bytes,9,opt,name=batch,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Accept) isWorkerMessage_Msg() {}
@@ -207,6 +221,8 @@ func (*WorkerMessage_Fail) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_UpdateCapabilities) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Batch) isWorkerMessage_Msg() {}
 
 // NodeMessage is what a node sends on a worker session.
 type NodeMessage struct {
@@ -436,9 +452,13 @@ type Registered struct {
 	ConsumerId string                 `protobuf:"bytes,1,opt,name=consumer_id,json=consumerId,proto3" json:"consumer_id,omitempty"`
 	Node       string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	// Heartbeat interval the node expects from the worker, in milliseconds.
-	HeartbeatMs   int64 `protobuf:"varint,3,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HeartbeatMs int64 `protobuf:"varint,3,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// accepts_batches is true when the node takes Batch messages on this
+	// session. A worker sends a Batch only to a node that said so: an older
+	// node does not know the message and ends the session (unexpected_message).
+	AcceptsBatches bool `protobuf:"varint,4,opt,name=accepts_batches,json=acceptsBatches,proto3" json:"accepts_batches,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Registered) Reset() {
@@ -492,6 +512,76 @@ func (x *Registered) GetHeartbeatMs() int64 {
 	return 0
 }
 
+func (x *Registered) GetAcceptsBatches() bool {
+	if x != nil {
+		return x.AcceptsBatches
+	}
+	return false
+}
+
+// Batch is several worker messages sent as one, to a node that announced
+// it accepts them (Registered.accepts_batches). The node handles the
+// messages in their order, exactly as if each had been sent on its own at
+// that point of the stream: each Output counts against its job's credit,
+// each Accept, Complete or Fail is what it would be alone, and a message
+// the node would refuse alone ends the session alone, the messages before
+// it handled and those after it not. So a batch changes nothing but how
+// many transport messages carry them.
+//
+// A Batch is sent as its WorkerMessage's only field, once. A Register or a
+// Batch inside a Batch, or a WorkerMessage that holds a Batch beside
+// another field, is refused: the session ends with unexpected_message
+// (INVALID_ARGUMENT), as for a message out of place. An empty batch is
+// allowed and does nothing but count as liveness, as a Heartbeat does.
+//
+// A worker batches what is ready to go at the same time; it never holds a
+// message back to wait for company. A batch is a message like any other:
+// it must fit the node's maximum message size (4 MiB unless configured
+// otherwise), so a worker bounds a batch well below it.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*WorkerMessage       `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Batch) GetMessages() []*WorkerMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // UpdateCapabilities replaces the capabilities a registered worker declared,
 // without ending the session. The node republishes the worker's consumer
 // record to the registry (the catalog) before it answers, because ingress on
@@ -518,7 +608,7 @@ type UpdateCapabilities struct {
 
 func (x *UpdateCapabilities) Reset() {
 	*x = UpdateCapabilities{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +620,7 @@ func (x *UpdateCapabilities) String() string {
 func (*UpdateCapabilities) ProtoMessage() {}
 
 func (x *UpdateCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[4]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +633,7 @@ func (x *UpdateCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCapabilities.ProtoReflect.Descriptor instead.
 func (*UpdateCapabilities) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UpdateCapabilities) GetCapabilities() []string {
@@ -576,7 +666,7 @@ type CapabilitiesUpdated struct {
 
 func (x *CapabilitiesUpdated) Reset() {
 	*x = CapabilitiesUpdated{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +678,7 @@ func (x *CapabilitiesUpdated) String() string {
 func (*CapabilitiesUpdated) ProtoMessage() {}
 
 func (x *CapabilitiesUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[5]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +691,7 @@ func (x *CapabilitiesUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesUpdated.ProtoReflect.Descriptor instead.
 func (*CapabilitiesUpdated) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CapabilitiesUpdated) GetCode() string {
@@ -668,7 +758,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +770,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[6]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +783,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Job) GetJobId() string {
@@ -815,7 +905,7 @@ type OutputCredit struct {
 
 func (x *OutputCredit) Reset() {
 	*x = OutputCredit{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +917,7 @@ func (x *OutputCredit) String() string {
 func (*OutputCredit) ProtoMessage() {}
 
 func (x *OutputCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[7]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +930,7 @@ func (x *OutputCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputCredit.ProtoReflect.Descriptor instead.
 func (*OutputCredit) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OutputCredit) GetJobId() string {
@@ -882,7 +972,7 @@ type Accept struct {
 
 func (x *Accept) Reset() {
 	*x = Accept{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +984,7 @@ func (x *Accept) String() string {
 func (*Accept) ProtoMessage() {}
 
 func (x *Accept) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[8]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +997,7 @@ func (x *Accept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accept.ProtoReflect.Descriptor instead.
 func (*Accept) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Accept) GetJobId() string {
@@ -937,7 +1027,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1039,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[9]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1052,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Reject) GetJobId() string {
@@ -999,7 +1089,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1101,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[10]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1114,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Output) GetJobId() string {
@@ -1061,7 +1151,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1163,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[11]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1176,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Complete) GetJobId() string {
@@ -1125,7 +1215,7 @@ type Fail struct {
 
 func (x *Fail) Reset() {
 	*x = Fail{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1227,7 @@ func (x *Fail) String() string {
 func (*Fail) ProtoMessage() {}
 
 func (x *Fail) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[12]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1240,7 @@ func (x *Fail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fail.ProtoReflect.Descriptor instead.
 func (*Fail) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Fail) GetJobId() string {
@@ -1194,7 +1284,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1296,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[13]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1309,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cancel) GetJobId() string {
@@ -1253,7 +1343,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1355,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_worker_proto_msgTypes[14]
+	mi := &file_switchyard_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,14 +1368,14 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 var File_switchyard_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1aswitchyard/v1/worker.proto\x12\rswitchyard.v1\"\xd2\x03\n" +
+	"\x1aswitchyard/v1/worker.proto\x12\rswitchyard.v1\"\x80\x04\n" +
 	"\rWorkerMessage\x125\n" +
 	"\bregister\x18\x01 \x01(\v2\x17.switchyard.v1.RegisterH\x00R\bregister\x12/\n" +
 	"\x06accept\x18\x02 \x01(\v2\x15.switchyard.v1.AcceptH\x00R\x06accept\x12/\n" +
@@ -1294,7 +1384,8 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\bcomplete\x18\x05 \x01(\v2\x17.switchyard.v1.CompleteH\x00R\bcomplete\x12)\n" +
 	"\x04fail\x18\x06 \x01(\v2\x13.switchyard.v1.FailH\x00R\x04fail\x128\n" +
 	"\theartbeat\x18\a \x01(\v2\x18.switchyard.v1.HeartbeatH\x00R\theartbeat\x12T\n" +
-	"\x13update_capabilities\x18\b \x01(\v2!.switchyard.v1.UpdateCapabilitiesH\x00R\x12updateCapabilitiesB\x05\n" +
+	"\x13update_capabilities\x18\b \x01(\v2!.switchyard.v1.UpdateCapabilitiesH\x00R\x12updateCapabilities\x12,\n" +
+	"\x05batch\x18\t \x01(\v2\x14.switchyard.v1.BatchH\x00R\x05batchB\x05\n" +
 	"\x03msg\"\x81\x03\n" +
 	"\vNodeMessage\x12;\n" +
 	"\n" +
@@ -1310,13 +1401,16 @@ const file_switchyard_v1_worker_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
 	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\x12 \n" +
 	"\vconcurrency\x18\x03 \x01(\rR\vconcurrency\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"d\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\x8d\x01\n" +
 	"\n" +
 	"Registered\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
 	"consumerId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
-	"\fheartbeat_ms\x18\x03 \x01(\x03R\vheartbeatMs\"8\n" +
+	"\fheartbeat_ms\x18\x03 \x01(\x03R\vheartbeatMs\x12'\n" +
+	"\x0faccepts_batches\x18\x04 \x01(\bR\x0eacceptsBatches\"A\n" +
+	"\x05Batch\x128\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1c.switchyard.v1.WorkerMessageR\bmessages\"8\n" +
 	"\x12UpdateCapabilities\x12\"\n" +
 	"\fcapabilities\x18\x01 \x03(\tR\fcapabilities\"g\n" +
 	"\x13CapabilitiesUpdated\x12\x12\n" +
@@ -1400,47 +1494,50 @@ func file_switchyard_v1_worker_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_worker_proto_rawDescData
 }
 
-var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchyard_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_switchyard_v1_worker_proto_goTypes = []any{
 	(*WorkerMessage)(nil),       // 0: switchyard.v1.WorkerMessage
 	(*NodeMessage)(nil),         // 1: switchyard.v1.NodeMessage
 	(*Register)(nil),            // 2: switchyard.v1.Register
 	(*Registered)(nil),          // 3: switchyard.v1.Registered
-	(*UpdateCapabilities)(nil),  // 4: switchyard.v1.UpdateCapabilities
-	(*CapabilitiesUpdated)(nil), // 5: switchyard.v1.CapabilitiesUpdated
-	(*Job)(nil),                 // 6: switchyard.v1.Job
-	(*OutputCredit)(nil),        // 7: switchyard.v1.OutputCredit
-	(*Accept)(nil),              // 8: switchyard.v1.Accept
-	(*Reject)(nil),              // 9: switchyard.v1.Reject
-	(*Output)(nil),              // 10: switchyard.v1.Output
-	(*Complete)(nil),            // 11: switchyard.v1.Complete
-	(*Fail)(nil),                // 12: switchyard.v1.Fail
-	(*Cancel)(nil),              // 13: switchyard.v1.Cancel
-	(*Heartbeat)(nil),           // 14: switchyard.v1.Heartbeat
+	(*Batch)(nil),               // 4: switchyard.v1.Batch
+	(*UpdateCapabilities)(nil),  // 5: switchyard.v1.UpdateCapabilities
+	(*CapabilitiesUpdated)(nil), // 6: switchyard.v1.CapabilitiesUpdated
+	(*Job)(nil),                 // 7: switchyard.v1.Job
+	(*OutputCredit)(nil),        // 8: switchyard.v1.OutputCredit
+	(*Accept)(nil),              // 9: switchyard.v1.Accept
+	(*Reject)(nil),              // 10: switchyard.v1.Reject
+	(*Output)(nil),              // 11: switchyard.v1.Output
+	(*Complete)(nil),            // 12: switchyard.v1.Complete
+	(*Fail)(nil),                // 13: switchyard.v1.Fail
+	(*Cancel)(nil),              // 14: switchyard.v1.Cancel
+	(*Heartbeat)(nil),           // 15: switchyard.v1.Heartbeat
 }
 var file_switchyard_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: switchyard.v1.WorkerMessage.register:type_name -> switchyard.v1.Register
-	8,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
-	9,  // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
-	10, // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
-	11, // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
-	12, // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
-	14, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
-	4,  // 7: switchyard.v1.WorkerMessage.update_capabilities:type_name -> switchyard.v1.UpdateCapabilities
-	3,  // 8: switchyard.v1.NodeMessage.registered:type_name -> switchyard.v1.Registered
-	6,  // 9: switchyard.v1.NodeMessage.job:type_name -> switchyard.v1.Job
-	13, // 10: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
-	14, // 11: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
-	5,  // 12: switchyard.v1.NodeMessage.capabilities_updated:type_name -> switchyard.v1.CapabilitiesUpdated
-	7,  // 13: switchyard.v1.NodeMessage.output_credit:type_name -> switchyard.v1.OutputCredit
-	7,  // 14: switchyard.v1.Job.output_credit:type_name -> switchyard.v1.OutputCredit
-	0,  // 15: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
-	1,  // 16: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 1: switchyard.v1.WorkerMessage.accept:type_name -> switchyard.v1.Accept
+	10, // 2: switchyard.v1.WorkerMessage.reject:type_name -> switchyard.v1.Reject
+	11, // 3: switchyard.v1.WorkerMessage.output:type_name -> switchyard.v1.Output
+	12, // 4: switchyard.v1.WorkerMessage.complete:type_name -> switchyard.v1.Complete
+	13, // 5: switchyard.v1.WorkerMessage.fail:type_name -> switchyard.v1.Fail
+	15, // 6: switchyard.v1.WorkerMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	5,  // 7: switchyard.v1.WorkerMessage.update_capabilities:type_name -> switchyard.v1.UpdateCapabilities
+	4,  // 8: switchyard.v1.WorkerMessage.batch:type_name -> switchyard.v1.Batch
+	3,  // 9: switchyard.v1.NodeMessage.registered:type_name -> switchyard.v1.Registered
+	7,  // 10: switchyard.v1.NodeMessage.job:type_name -> switchyard.v1.Job
+	14, // 11: switchyard.v1.NodeMessage.cancel:type_name -> switchyard.v1.Cancel
+	15, // 12: switchyard.v1.NodeMessage.heartbeat:type_name -> switchyard.v1.Heartbeat
+	6,  // 13: switchyard.v1.NodeMessage.capabilities_updated:type_name -> switchyard.v1.CapabilitiesUpdated
+	8,  // 14: switchyard.v1.NodeMessage.output_credit:type_name -> switchyard.v1.OutputCredit
+	0,  // 15: switchyard.v1.Batch.messages:type_name -> switchyard.v1.WorkerMessage
+	8,  // 16: switchyard.v1.Job.output_credit:type_name -> switchyard.v1.OutputCredit
+	0,  // 17: switchyard.v1.WorkerService.Connect:input_type -> switchyard.v1.WorkerMessage
+	1,  // 18: switchyard.v1.WorkerService.Connect:output_type -> switchyard.v1.NodeMessage
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_worker_proto_init() }
@@ -1457,6 +1554,7 @@ func file_switchyard_v1_worker_proto_init() {
 		(*WorkerMessage_Fail)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_UpdateCapabilities)(nil),
+		(*WorkerMessage_Batch)(nil),
 	}
 	file_switchyard_v1_worker_proto_msgTypes[1].OneofWrappers = []any{
 		(*NodeMessage_Registered)(nil),
@@ -1472,7 +1570,7 @@ func file_switchyard_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_worker_proto_rawDesc), len(file_switchyard_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
