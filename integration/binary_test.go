@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -204,11 +205,19 @@ func awaitExit(t *testing.T, cmd *exec.Cmd, what, sig string, logs func() string
 // test ends, if it has not exited by then.
 func startServing(t *testing.T, cmd *exec.Cmd) (httpAddr, grpcAddr string, logs func() string) {
 	t.Helper()
-	stderr, err := cmd.StderrPipe()
+	// A pipe of our own, not cmd.StderrPipe: Wait closes that one as soon
+	// as the process exits, and the lines a busy machine has not read by
+	// then (the shutdown's, which the tests check) would be lost. This one
+	// ends, for its reader, when the process's copy of its write end closes.
+	stderr, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	t.Cleanup(func() { stderr.Close() })
+	cmd.Stderr = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // no-op once it exited
