@@ -68,10 +68,8 @@ type sendQueue struct {
 	fail      func(error)
 
 	sendMu sync.Mutex // held by the one goroutine sending
-	// Under sendMu: taken holds the frames popped for one send; frames
-	// and msgs count the frames sent and the messages they went in.
-	taken        []*frame
-	frames, msgs int64
+	// taken holds the frames taken for one send (under sendMu).
+	taken []*frame
 
 	mu   sync.Mutex
 	q    []*frame // q[head:] is queued
@@ -169,13 +167,10 @@ func (q *sendQueue) take(dst []*frame, n, maxBytes int) []*frame {
 // sendFrames sends fs, in order: as one batch when there are several and
 // the node takes batches, else one by one. The caller holds sendMu.
 func (q *sendQueue) sendFrames(fs []*frame) error {
-	q.frames += int64(len(fs))
 	if len(fs) > 1 && q.sendBatch != nil {
-		q.msgs++
 		return q.sendBatch(newBatch(fs))
 	}
 	for _, f := range fs {
-		q.msgs++
 		if err := q.send(f); err != nil {
 			return err
 		}
