@@ -50,29 +50,81 @@ var macSegmentLen = b64.EncodedLen(sha256.Size)
 // ahead. Every token it returns is at most MaxTokenLen bytes of base64url
 // characters and '.'.
 func (k *Keyring) Sign(p Position, now time.Time, ttl time.Duration) (string, error) {
-	if len(p.Stream) == 0 || len(p.Stream) > MaxStreamLen {
-		return "", fmt.Errorf("%w: stream id is %d bytes, must be 1 to %d",
-			ErrUnsignable, len(p.Stream), MaxStreamLen)
+	var buf [MaxTokenLen]byte
+	tok, err := k.AppendSign(buf[:0], p, now, ttl)
+	if err != nil {
+		return "", err
+	}
+	return string(tok), nil
+}
+
+// AppendSign appends the token Sign returns for p to dst: a transport that
+// writes the token out at once (an SSE id: line) signs it straight into
+// its buffer, with no allocation. On error dst is returned as it was.
+func (k *Keyring) AppendSign(dst []byte, p Position, now time.Time, ttl time.Duration) ([]byte, error) {
+	s, err := k.Signer(p.Stream, p.Snapshot, p.Caller, p.Filter, ttl)
+	if err != nil {
+		return dst, err
+	}
+	return s.AppendSign(dst, p.Generation, p.Seq, now)
+}
+
+// Signer signs the positions of one stream, for one caller and filter, at
+// one snapshot version and with one ttl: what a stream's writer signs for
+// every event, checked and looked up once (Keyring.Signer) rather than per
+// token. Its tokens are exactly Sign's. The zero Signer cannot sign; a
+// Signer is safe for concurrent use.
+type Signer struct {
+	mk       *macKey
+	kid      string
+	stream   string
+	snapshot uint64
+	caller   [16]byte
+	filter   [16]byte
+	lifetime uint64
+}
+
+// Signer returns a Signer for the stream's positions at snapshot, issued to
+// caller for filter, living ttl. It fails as Sign does, with an error
+// matching ErrUnsignable, on a stream id that is empty or longer than
+// MaxStreamLen or a ttl under a second or over MaxTTL.
+func (k *Keyring) Signer(stream string, snapshot uint64, caller, filter [16]byte, ttl time.Duration) (Signer, error) {
+	if len(stream) == 0 || len(stream) > MaxStreamLen {
+		return Signer{}, fmt.Errorf("%w: stream id is %d bytes, must be 1 to %d",
+			ErrUnsignable, len(stream), MaxStreamLen)
 	}
 	if ttl < time.Second || ttl > MaxTTL {
-		return "", fmt.Errorf("%w: ttl %v out of range [1s, %v]", ErrUnsignable, ttl, MaxTTL)
+		return Signer{}, fmt.Errorf("%w: ttl %v out of range [1s, %v]", ErrUnsignable, ttl, MaxTTL)
+	}
+	return Signer{
+		mk: k.keys[k.signing], kid: k.signing, stream: stream, snapshot: snapshot,
+		caller: caller, filter: filter, lifetime: uint64(ttl / time.Second),
+	}, nil
+}
+
+// AppendSign appends the token for the event seq of the stream's
+// generation, issued at now, to dst. It fails, with an error matching
+// ErrUnsignable, only on a now before 1970 or absurdly far ahead, and on
+// the zero Signer; dst is then returned as it was.
+func (s *Signer) AppendSign(dst []byte, generation, seq uint64, now time.Time) ([]byte, error) {
+	if s.mk == nil {
+		return dst, fmt.Errorf("%w: the zero Signer has no key", ErrUnsignable)
 	}
 	issued := now.Unix()
 	if issued < 0 || issued > maxIssued {
-		return "", fmt.Errorf("%w: issue time %v out of range", ErrUnsignable, now)
+		return dst, fmt.Errorf("%w: issue time %v out of range", ErrUnsignable, now)
 	}
+	p := Position{Stream: s.stream, Generation: generation, Seq: seq, Snapshot: s.snapshot, Caller: s.caller, Filter: s.filter}
 	var raw [maxPayloadLen]byte
-	payload := appendPayload(raw[:0], &p, uint64(issued), uint64(ttl/time.Second))
+	payload := appendPayload(raw[:0], &p, uint64(issued), s.lifetime)
 
-	kid := k.signing
-	var buf [MaxTokenLen]byte
-	tok := append(buf[:0], kid...)
+	start := len(dst)
+	tok := append(dst, s.kid...)
 	tok = append(tok, '.')
 	tok = b64.AppendEncode(tok, payload)
-	mac := k.keys[kid].mac(tok)
+	mac := s.mk.mac(tok[start:])
 	tok = append(tok, '.')
-	tok = b64.AppendEncode(tok, mac[:])
-	return string(tok), nil
+	return b64.AppendEncode(tok, mac[:]), nil
 }
 
 // Verify checks token against the keyring, the time now and what the current
