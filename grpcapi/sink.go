@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/switchyard/switchyard/internal/chans"
 
@@ -135,9 +136,14 @@ func (s *sink) deadlineLocked() time.Time {
 }
 
 // Event sends a job event, with its envelope and resume token.
-func (s *sink) Event(ev core.Event, token string) error {
+//
+// The message's token is a string view of the writer's token bytes, not a
+// copy: Send encodes the message before it returns (Marshal runs within
+// it, whatever the codec), the bytes are not written to until Event
+// returns (stream.Sink), and send clears the view once Send returned.
+func (s *sink) Event(ev core.Event, token []byte) error {
 	s.data = stream.AppendEventData(s.data[:0], s.job, ev, s.snap)
-	s.msg.set(string(ev.Kind), s.job.ID, ev.Stream, ev.Seq, s.snap, ev.Gen, token, s.data)
+	s.msg.set(string(ev.Kind), s.job.ID, ev.Stream, ev.Seq, s.snap, ev.Gen, unsafe.String(unsafe.SliceData(token), len(token)), s.data)
 	return s.send()
 }
 
@@ -178,7 +184,7 @@ func (s *sink) send() error {
 	if s.lastErr == nil {
 		s.headerSent = true
 	}
-	s.msg.DataJson = nil
+	s.msg.DataJson, s.msg.ResumeToken = nil, ""
 	return s.lastErr
 }
 

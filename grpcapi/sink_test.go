@@ -201,8 +201,8 @@ func TestGRPCSinkWritesInOrder(t *testing.T) {
 	ev := coretest.Append(t, j, core.EventOutput, `{"data":"hi"}`)
 	ev2 := coretest.Append(t, j, core.EventOutput, `{"data":"there"}`)
 	for _, err := range []error{
-		s.Event(ev, "tok-1"),
-		s.Event(ev2, "tok-2"),
+		s.Event(ev, []byte("tok-1")),
+		s.Event(ev2, []byte("tok-2")),
 		s.Heartbeat(),
 		s.Control(stream.Terminated, map[string]any{"reason": "idle", "job_id": j.ID}),
 		s.Flush(),
@@ -257,7 +257,7 @@ func TestGRPCSinkWatchGivesUpOnABlockedSend(t *testing.T) {
 		var gaveUp bool
 		gaveUp, writer = watched(t, f, s, func() {
 			_ = s.SetWriteDeadline(time.Now().Add(80 * time.Millisecond))
-			sendErr = s.Event(ev, "")
+			sendErr = s.Event(ev, nil)
 		})
 		if !gaveUp {
 			t.Error("the watch did not give up on a blocked Send")
@@ -300,7 +300,7 @@ func TestGRPCSinkIdleWatchTakesTheNextDeadline(t *testing.T) {
 		if gaveUp, _ := watched(t, f, s, func() {
 			time.Sleep(40 * time.Millisecond)
 			_ = s.SetWriteDeadline(time.Now().Add(60 * time.Millisecond))
-			_ = s.Event(ev, "")
+			_ = s.Event(ev, nil)
 		}); !gaveUp {
 			t.Error("the watch did not give up on the blocked write")
 		}
@@ -319,7 +319,7 @@ func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
 	within(t, "a watch over a Send that completes", 40*time.Millisecond, 900*time.Millisecond, func() {
 		if gaveUp, _ := watched(t, f, s, func() {
 			_ = s.SetWriteDeadline(time.Now().Add(time.Second))
-			err = s.Event(ev, "")
+			err = s.Event(ev, nil)
 		}); gaveUp {
 			t.Error("the watch gave up on a Send that returned in time")
 		}
@@ -334,7 +334,7 @@ func TestGRPCSinkWatchWaitsForASendThatReturns(t *testing.T) {
 func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
 	s, f, ev := sinkWithEvent(t)
 	_ = s.SetWriteDeadline(time.Now().Add(-time.Millisecond))
-	if err := s.Event(ev, ""); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err := s.Event(ev, nil); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("event: %v, want a deadline error", err)
 	}
 	if err := s.Flush(); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -345,7 +345,7 @@ func TestGRPCSinkWritePastItsDeadlineFails(t *testing.T) {
 	}
 	// A deadline moved on lets writes through again, as on a connection.
 	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := s.Event(ev, ""); err != nil || len(f.events()) != 1 {
+	if err := s.Event(ev, nil); err != nil || len(f.events()) != 1 {
 		t.Errorf("event under a new deadline: %v", err)
 	}
 }
@@ -361,7 +361,7 @@ func TestGRPCSinkAbortBoundsTheWriteInProgress(t *testing.T) {
 	within(t, "a watch over an aborted write", 60*time.Millisecond, time.Second, func() {
 		if gaveUp, _ := watched(t, f, s, func() {
 			_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-			_ = s.Event(ev, "")
+			_ = s.Event(ev, nil)
 		}); !gaveUp {
 			t.Error("the watch did not give up on the aborted write")
 		}
@@ -374,7 +374,7 @@ func TestGRPCSinkAbortDeadlineOutlivesSetWriteDeadline(t *testing.T) {
 	s, f, ev := sinkWithEvent(t)
 	s.Abort(time.Now().Add(-time.Millisecond))
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); !errors.Is(err, errAborted) {
+	if err := s.Event(ev, nil); !errors.Is(err, errAborted) {
 		t.Errorf("event: %v, want aborted", err)
 	}
 	s.Abort(time.Now().Add(time.Hour))
@@ -403,7 +403,7 @@ func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 	var errs []error
 	if gaveUp, _ := watched(t, f, s, func() {
 		_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-		errs = append(errs, s.Event(ev, ""), s.Control(stream.Terminated, map[string]any{"reason": "slow_consumer"}), s.Flush())
+		errs = append(errs, s.Event(ev, nil), s.Control(stream.Terminated, map[string]any{"reason": "slow_consumer"}), s.Flush())
 	}); gaveUp {
 		t.Fatal("the watch gave up within the grace")
 	}
@@ -428,7 +428,7 @@ func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 	f.mu.Unlock()
 	ev := coretest.Append(t, j, core.EventOutput, `{}`)
 	_ = s.SetWriteDeadline(time.Now().Add(time.Hour))
-	if err := s.Event(ev, ""); !errors.Is(err, boom) {
+	if err := s.Event(ev, nil); !errors.Is(err, boom) {
 		t.Fatalf("event: %v, want %v", err, boom)
 	}
 	f.mu.Lock()
@@ -437,7 +437,7 @@ func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 	if err := s.Flush(); !errors.Is(err, boom) {
 		t.Errorf("flush: %v, want %v", err, boom)
 	}
-	if err := s.Event(ev, ""); !errors.Is(err, boom) {
+	if err := s.Event(ev, nil); !errors.Is(err, boom) {
 		t.Errorf("event: %v, want %v", err, boom)
 	}
 	if len(f.events()) != 0 || f.headersSent() != 0 {
@@ -466,7 +466,7 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	var res stream.Result
 	if gaveUp, _ := watched(t, f, s, func() {
 		res = stream.Run(context.Background(), stream.Request{
-			Job: j, Policy: policy(), Token: func(ev core.Event) string { return "t" + string(rune('0'+ev.Seq)) },
+			Job: j, Policy: policy(), Token: func(dst []byte, ev core.Event, _ time.Time) []byte { return append(dst, "t"+string(rune('0'+ev.Seq))...) },
 		}, s)
 		s.close()
 	}); gaveUp {

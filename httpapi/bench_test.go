@@ -40,6 +40,11 @@ func BenchmarkSSEWriter(b *testing.B) {
 	j.History.Append(core.EventDone, 1, []byte(`{"outcome":"completed"}`))
 	pos := stream.Positions{Keyring: ring, TTL: time.Hour, Snapshot: 1}
 	caller, filter := stream.CallerFingerprint(""), stream.FilterFingerprint(nil)
+	sg, err := pos.Signer(j, caller, filter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	signer := func(dst []byte, ev core.Event, now time.Time) []byte { t, _ := sg.AppendSign(dst, ev.Stream, ev.Seq, now); return t }
 	pol := stream.DefaultPolicy()
 	pol.MaxLagEvents = 1 << 20
 	var bytes int64
@@ -48,7 +53,7 @@ func BenchmarkSSEWriter(b *testing.B) {
 		w := &countingWriter{discardWriter: discardWriter{h: http.Header{}}}
 		res := stream.Run(context.Background(), stream.Request{
 			Job: j, Policy: pol,
-			Token: func(ev core.Event) string { t, _ := pos.Token(j, ev.Seq, caller, filter); return t },
+			Token: signer,
 		}, &sseSink{sseConn: sseConn{w: w, rc: http.NewResponseController(w)}, job: j, snap: 1})
 		if res.End != stream.EndTerminal {
 			b.Fatalf("end %s", res.End)

@@ -258,7 +258,7 @@ type chatStreamSink struct {
 
 var _ stream.Sink = (*chatStreamSink)(nil)
 
-func (s *chatStreamSink) Event(ev core.Event, _ string) error { return s.event(s, ev) }
+func (s *chatStreamSink) Event(ev core.Event, _ []byte) error { return s.event(s, ev) }
 
 func (s *chatStreamSink) start() error {
 	empty := ""
@@ -341,7 +341,7 @@ type chatCollector struct {
 
 var _ stream.Sink = (*chatCollector)(nil)
 
-func (c *chatCollector) Event(ev core.Event, _ string) error { return c.event(c, ev) }
+func (c *chatCollector) Event(ev core.Event, _ []byte) error { return c.event(c, ev) }
 
 func (c *chatCollector) start() error { return nil }
 

@@ -43,7 +43,7 @@ var _ stream.Sink = (*sseSink)(nil)
 // writes per event. What the go-sse encoder would refuse or split — a CR
 // or LF in the id, the event name or the data, which cannot come from our
 // own tokens, kinds and compacted JSON — is left to it.
-func (s *sseSink) Event(ev core.Event, token string) error {
+func (s *sseSink) Event(ev core.Event, token []byte) error {
 	bp := sseBufs.Get().(*[]byte)
 	defer sseBufs.Put(bp)
 	b := append((*bp)[:0], "id: "...)
@@ -60,10 +60,10 @@ func (s *sseSink) Event(ev core.Event, token string) error {
 	b = stream.AppendEventData(b, s.job, ev, s.snap)
 	*bp = b
 	s.ended = ev.Kind.Terminal()
-	if !sseLine(token) || !sseLine(string(ev.Kind)) || bytes.IndexByte(b[data:], '\n') >= 0 || bytes.IndexByte(b[data:], '\r') >= 0 {
+	if !sseLineBytes(token) || !sseLine(string(ev.Kind)) || bytes.IndexByte(b[data:], '\n') >= 0 || bytes.IndexByte(b[data:], '\r') >= 0 {
 		return s.eventSlow(ev, token, r, b[data:])
 	}
-	if token == "" {
+	if len(token) == 0 {
 		b = b[len("id: \n"):]
 	}
 	b = append(b, "\n\n"...)
@@ -94,12 +94,17 @@ func sseLine(s string) bool {
 	return strings.IndexByte(s, '\n') < 0 && strings.IndexByte(s, '\r') < 0 && strings.IndexByte(s, 0) < 0
 }
 
+// sseLineBytes is sseLine for bytes.
+func sseLineBytes(b []byte) bool {
+	return bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 && bytes.IndexByte(b, 0) < 0
+}
+
 // eventSlow is Event through the go-sse encoder, which validates the id
 // and event name and splits data lines.
-func (s *sseSink) eventSlow(ev core.Event, token string, retry time.Duration, data []byte) error {
+func (s *sseSink) eventSlow(ev core.Event, token []byte, retry time.Duration, data []byte) error {
 	m := &sse.Message{Type: sse.Type(string(ev.Kind)), Retry: retry}
-	if token != "" {
-		m.ID = sse.ID(token)
+	if len(token) > 0 {
+		m.ID = sse.ID(string(token))
 	}
 	m.AppendData(string(data))
 	_, err := m.WriteTo(s.w)

@@ -47,14 +47,14 @@ func TestSSESinkTerminalEventGoesWithTheResponsesEnd(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		s := &sseSink{sseConn: sseConn{w: w, rc: http.NewResponseController(w)}, job: j, snap: 1}
-		if err := s.Event(core.Event{Seq: 1, Kind: core.EventOutput, Data: []byte(`{"data":"a"}`)}, "t1"); err != nil {
+		if err := s.Event(core.Event{Seq: 1, Kind: core.EventOutput, Data: []byte(`{"data":"a"}`)}, []byte("t1")); err != nil {
 			t.Errorf("Event: %v", err)
 		}
 		if err := s.Flush(); err != nil {
 			t.Errorf("Flush: %v", err)
 		}
 		beforeDone.Store(writes.Load())
-		if err := s.Event(core.Event{Seq: 2, Kind: core.EventDone, Data: []byte(`{"outcome":"succeeded"}`)}, "t2"); err != nil {
+		if err := s.Event(core.Event{Seq: 2, Kind: core.EventDone, Data: []byte(`{"outcome":"succeeded"}`)}, []byte("t2")); err != nil {
 			t.Errorf("Event: %v", err)
 		}
 		if err := s.Flush(); err != nil {

@@ -141,7 +141,7 @@ func FuzzSSEEncoder(f *testing.F) {
 		ev := core.Event{Seq: seq, Kind: kind, Gen: attempt, Stream: j.StreamGeneration(), Data: data}
 
 		sink, rec := newRecorderSink(j, snap)
-		if err := sink.Event(ev, token); err != nil {
+		if err := sink.Event(ev, []byte(token)); err != nil {
 			t.Fatalf("Event: %v", err)
 		}
 		out := rec.Body.String()
@@ -224,7 +224,7 @@ func TestSSESinkControlAndHeartbeat(t *testing.T) {
 
 	// An id on a control would move the client's resume position.
 	sink, rec = newRecorderSink(j, 1)
-	_ = sink.Event(core.Event{Seq: 1, Kind: core.EventOutput, Data: []byte(`{"data":1}`)}, "tok-1")
+	_ = sink.Event(core.Event{Seq: 1, Kind: core.EventOutput, Data: []byte(`{"data":1}`)}, []byte("tok-1"))
 	_ = sink.Control(stream.Gap, map[string]any{"job_id": j.ID, "from_seq": 2, "to_seq": 3})
 	evs = readAll(t, rec.Body.String())
 	if len(evs) != 2 || evs[1].Type != "gap" || evs[1].LastEventID != "tok-1" {
@@ -265,7 +265,7 @@ func TestSSESinkEventMatchesEncoder(t *testing.T) {
 			var want bytes.Buffer
 			for i, retry := range []time.Duration{time.Second, 0} {
 				ev := core.Event{Seq: uint64(i + 1), Kind: core.EventOutput, Gen: 1, Data: []byte(tc.data)}
-				if err := sink.Event(ev, tc.token); err != nil {
+				if err := sink.Event(ev, []byte(tc.token)); err != nil {
 					t.Fatal(err)
 				}
 				m := &sse.Message{Type: sse.Type("output"), Retry: retry}

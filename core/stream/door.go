@@ -46,8 +46,9 @@ func (d Door) Serve(ctx context.Context, js JobStream, sink Sink) Result {
 	filter := FilterFingerprint(js.Filter)
 	res := Run(ctx, Request{
 		Job: j, After: js.After, Filter: js.Filter, Policy: pol,
-		Token: func(ev core.Event) string { return d.Resumes.Token(j, ev.Seq, js.Caller, filter) },
-		Sent:  d.Engine.Pacer(j.ID, owner),
+		Token:   d.Resumes.Signer(j, js.Caller, filter),
+		Writers: d.Resumes.Metrics.Writers(),
+		Sent:    d.Engine.Pacer(j.ID, owner),
 	}, sink)
 	// The engine first: once the metrics show a stream closed, its job's
 	// grace window (if any) has started.

@@ -135,6 +135,15 @@ func (p Positions) Token(j *core.Job, seq uint64, caller, filter [16]byte) (stri
 	}, time.Now(), p.TTL)
 }
 
+// Signer signs the tokens of one stream of j for this caller and filter:
+// its AppendSign(dst, ev.Stream, ev.Seq, now) is Token's for the event
+// (ev.Stream is the generation History.GenerationOf(ev.Seq) names),
+// appended to dst. It fails as Token does on what is the same for every
+// event of the stream: a job id too long to sign, a bad TTL.
+func (p Positions) Signer(j *core.Job, caller, filter [16]byte) (resume.Signer, error) {
+	return p.Keyring.Signer(j.ID, p.Snapshot, caller, filter, p.TTL)
+}
+
 // Verify returns the position a token resumes after. A token names one
 // event, (generation, seq): sequence numbers go on across a job's
 // restarts, so a token from an earlier stream generation resumes exactly

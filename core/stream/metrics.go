@@ -16,6 +16,8 @@ type Metrics struct {
 	resumesRefused  *prometheus.CounterVec
 	slowLagEvents   *prometheus.HistogramVec
 	slowLagBytes    *prometheus.HistogramVec
+	// writers counts the node's streams being written, on every transport.
+	writers Writers
 }
 
 // NewMetrics creates the stream collectors and registers them on reg.
@@ -57,6 +59,10 @@ func (m *Metrics) For(transport string) *TransportMetrics {
 	}
 	return &TransportMetrics{m: m, transport: transport}
 }
+
+// Writers counts the node's streams being written (Request.Writers): the
+// same count for every transport.
+func (t *TransportMetrics) Writers() *Writers { return &t.m.writers }
 
 // Opened counts a stream that started.
 func (t *TransportMetrics) Opened() { t.m.open.WithLabelValues(t.transport).Inc() }

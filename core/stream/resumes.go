@@ -41,6 +41,30 @@ func (r Resumes) Token(j *core.Job, seq uint64, caller, filter [16]byte) string 
 	return tok
 }
 
+// Signer returns what signs the resume tokens of one stream of j for
+// this caller and filter (Request.Token): what is the same for every
+// event (the keyring's key, the snapshot version, the checks on the job
+// id and the ttl) is looked up and checked once, here, and each token is
+// appended to the writer's buffer, with no allocation. The snapshot
+// version is read once, as the transports read it once for their
+// envelopes. A stream whose tokens cannot be signed (never for ids this
+// node makes) is logged and sent without ids: the client then resumes
+// from its previous token.
+func (r Resumes) Signer(j *core.Job, caller, filter [16]byte) func(dst []byte, ev core.Event, now time.Time) []byte {
+	s, err := r.positions().Signer(j, caller, filter)
+	if err != nil {
+		r.Log.WarnContext(j.WithTrace(context.Background()), "sign resume tokens", "job", j.ID, "err", err)
+		return nil
+	}
+	return func(dst []byte, ev core.Event, now time.Time) []byte {
+		tok, err := s.AppendSign(dst, ev.Stream, ev.Seq, now)
+		if err != nil {
+			r.Log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
+		}
+		return tok
+	}
+}
+
 // Resume verifies a token and returns the position to continue after; an
 // empty token means from the start, and resumed false: only a verified
 // token is a resume, the one proof that the stream is the submitter's (it

@@ -72,13 +72,13 @@ func (s *fakeSink) record(c call) {
 	s.calls.Append(c)
 }
 
-func (s *fakeSink) Event(ev core.Event, token string) error {
+func (s *fakeSink) Event(ev core.Event, token []byte) error {
 	if s.onEvent != nil {
 		if err := s.onEvent(ev); err != nil {
 			return err
 		}
 	}
-	s.record(call{Op: "event", Event: ev, Token: token})
+	s.record(call{Op: "event", Event: ev, Token: string(token)})
 	return nil
 }
 

@@ -39,8 +39,10 @@ const (
 // Sink writes one stream on one transport. Run calls it from a single
 // goroutine: it is the stream's only writer.
 type Sink interface {
-	// Event writes a job event with its resume token.
-	Event(ev core.Event, token string) error
+	// Event writes a job event with its resume token (empty: none). The
+	// token's bytes are the writer's, and only valid during the call: a
+	// sink copies them out (into what it writes), never keeps them.
+	Event(ev core.Event, token []byte) error
 	// Control writes a control event with JSON data.
 	Control(c Control, data map[string]any) error
 	// Heartbeat writes a liveness signal. It is not an acknowledgement and
@@ -105,8 +107,15 @@ type Request struct {
 	// events are always sent: a stream must say that it ended.
 	Filter map[core.EventKind]bool
 	Policy Policy
-	// Token returns the resume token for an event; nil sends no id.
-	Token func(ev core.Event) string
+	// Token appends the resume token for an event to dst and returns it
+	// (dst as it was: no token for this one), issued at now: the clock is
+	// read once per batch, not per event. nil sends no ids.
+	Token func(dst []byte, ev core.Event, now time.Time) []byte
+	// Writers, when set, counts the node's streams being written, this one
+	// among them: the first-output flush is only worth its write when the
+	// stream is the only one (see writeBatch). nil: the stream is taken to
+	// be the only one.
+	Writers *Writers
 	// Sent, when set, makes the stream a paced one: the job's owner
 	// stream, whose worker is paced by it (core.Engine.StreamSent). It is
 	// told the stream's position after each flush that moved it. A paced
@@ -139,6 +148,16 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	return w.res
 }
 
+// Writers counts the streams of one node that are being written now: each
+// is counted from the read that found events for it until it has written
+// and flushed them, blocked in a write or waiting for a processor
+// included. The zero value is ready for use.
+type Writers struct{ n atomic.Int64 }
+
+// others reports whether streams other than the caller, which is counted,
+// are being written.
+func (c *Writers) others() bool { return c != nil && c.n.Load() > 1 }
+
 // readBatch is how many events are taken from the history per read.
 const readBatch = 64
 
@@ -149,7 +168,10 @@ type writer struct {
 	jobID  string
 	h      *core.History
 	filter map[core.EventKind]bool
-	token  func(ev core.Event) string
+	token  func(dst []byte, ev core.Event, now time.Time) []byte
+	// tok is the buffer token signs each event's token into.
+	tok     []byte
+	writers *Writers
 	// sent is Request.Sent (nil: not paced); reported is the position it
 	// was last told.
 	sent     func(seq uint64)
@@ -189,7 +211,7 @@ func newWriter(req Request, sink Sink) *writer {
 	p := req.Policy
 	now := time.Now()
 	w := &writer{
-		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token,
+		jobID: req.Job.ID, h: req.Job.History, filter: req.Filter, token: req.Token, writers: req.Writers,
 		sent: req.Sent, reported: req.After, p: p, sink: sink,
 		res:      Result{LastSeq: req.After},
 		start:    now,
@@ -329,17 +351,32 @@ func (w *writer) skip(to uint64, dropOldest bool, detail string) (over bool) {
 
 // writeBatch writes the events of one read that pass the filter, then
 // flushes them and restarts the heartbeat and idle clocks if there were
-// any. The job's terminal event ends the stream.
+// any. The job's terminal event ends the stream. The clock is read once
+// for the batch's tokens: their issue time is to the second anyway.
 //
 // The first output event appended after the stream opened is flushed as
-// soon as it is written, ahead of the rest of its batch: the time to a
+// soon as it is written, ahead of the rest of its batch, when no other
+// stream of the node is being written (Request.Writers): the time to a
 // job's first output is what a streaming client waits on, and a worker
 // that answers at once sends its outputs together, so its first would
-// otherwise wait for the whole batch to be encoded and signed. It costs at
-// most one more flush per stream. A replay of what the history held when
-// the stream opened is catch-up, and goes out in whole batches.
+// otherwise wait for the whole batch to be encoded and signed. It costs
+// one more write syscall per stream. With other streams being written,
+// the node's processors are busy with them: that write would come out of
+// every stream's throughput, and what it would save is the encoding of
+// the rest of one batch, which the writers share the processors for
+// anyway. The first output then goes out with its batch. A replay of what
+// the history held when the stream opened is catch-up, and goes out in
+// whole batches.
 func (w *writer) writeBatch(events []core.Event) (over bool) {
+	if len(events) == 0 {
+		return false
+	}
+	if w.writers != nil {
+		w.writers.n.Add(1)
+		defer w.writers.n.Add(-1)
+	}
 	wrote := false
+	var now time.Time // the tokens' clock, read at the first
 	for i, ev := range events {
 		if e, b, ok := w.overflow.get(); ok {
 			return w.slow(e, b)
@@ -349,12 +386,15 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 			w.written.Store(w.cursor)
 			continue
 		}
-		var tok string
+		w.tok = w.tok[:0]
 		if w.token != nil {
-			tok = w.token(ev)
+			if now.IsZero() {
+				now = time.Now()
+			}
+			w.tok = w.token(w.tok, ev, now)
 		}
 		w.setDeadline()
-		if err := w.sink.Event(ev, tok); err != nil {
+		if err := w.sink.Event(ev, w.tok); err != nil {
 			return w.failed()
 		}
 		w.written.Store(w.cursor)
@@ -366,7 +406,7 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 		}
 		if ev.Kind == core.EventOutput && !w.outputFlushed && ev.Seq > w.base {
 			w.outputFlushed = true
-			if i < len(events)-1 && !w.flush() {
+			if i < len(events)-1 && !w.writers.others() && !w.flush() {
 				return w.failed()
 			}
 		}

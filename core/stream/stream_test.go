@@ -38,7 +38,7 @@ func appendOutputs(t *testing.T, j *core.Job, n int) {
 	}
 }
 
-func seqTokens(ev core.Event) string { return fmt.Sprintf("tok-%d", ev.Seq) }
+func seqTokens(dst []byte, ev core.Event, _ time.Time) []byte { return fmt.Appendf(dst, "tok-%d", ev.Seq) }
 
 func seqsOf(evs []core.Event) []uint64 {
 	out := make([]uint64, 0, len(evs))
@@ -202,8 +202,8 @@ func TestReplayAfterPosition(t *testing.T) {
 		t.Fatalf("seqs = %v, want 3..6 (%s)", got, sink.trace())
 	}
 	for _, c := range evs {
-		if c.Token != seqTokens(c.Event) {
-			t.Errorf("event %d token %q, want %q", c.Event.Seq, c.Token, seqTokens(c.Event))
+		if c.Token != string(seqTokens(nil, c.Event, time.Time{})) {
+			t.Errorf("event %d token %q, want %q", c.Event.Seq, c.Token, string(seqTokens(nil, c.Event, time.Time{})))
 		}
 	}
 	if evs[len(evs)-1].Event.Kind != core.EventDone || string(evs[len(evs)-1].Event.Data) != `{"outcome":"completed"}` {
@@ -268,7 +268,7 @@ func TestLiveEvents(t *testing.T) {
 		t.Fatalf("seqs = %v, want 1..5", got)
 	}
 	for _, c := range sink.ops("event") {
-		if c.Token != seqTokens(c.Event) {
+		if c.Token != string(seqTokens(nil, c.Event, time.Time{})) {
 			t.Errorf("event %d token %q", c.Event.Seq, c.Token)
 		}
 	}
