@@ -466,7 +466,9 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	var res stream.Result
 	if gaveUp, _ := watched(t, f, s, func() {
 		res = stream.Run(context.Background(), stream.Request{
-			Job: j, Policy: policy(), Token: func(dst []byte, ev core.Event, _ time.Time) []byte { return append(dst, "t"+string(rune('0'+ev.Seq))...) },
+			Job: j, Policy: policy(), Token: func(dst []byte, ev core.Event, _ time.Time) []byte {
+				return append(dst, "t"+string(rune('0'+ev.Seq))...)
+			},
 		}, s)
 		s.close()
 	}); gaveUp {

@@ -44,7 +44,10 @@ func BenchmarkSSEWriter(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	signer := func(dst []byte, ev core.Event, now time.Time) []byte { t, _ := sg.AppendSign(dst, ev.Stream, ev.Seq, now); return t }
+	signer := func(dst []byte, ev core.Event, now time.Time) []byte {
+		t, _ := sg.AppendSign(dst, ev.Stream, ev.Seq, now)
+		return t
+	}
 	pol := stream.DefaultPolicy()
 	pol.MaxLagEvents = 1 << 20
 	var bytes int64

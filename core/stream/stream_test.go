@@ -38,7 +38,9 @@ func appendOutputs(t *testing.T, j *core.Job, n int) {
 	}
 }
 
-func seqTokens(dst []byte, ev core.Event, _ time.Time) []byte { return fmt.Appendf(dst, "tok-%d", ev.Seq) }
+func seqTokens(dst []byte, ev core.Event, _ time.Time) []byte {
+	return fmt.Appendf(dst, "tok-%d", ev.Seq)
+}
 
 func seqsOf(evs []core.Event) []uint64 {
 	out := make([]uint64, 0, len(evs))
