@@ -832,20 +832,24 @@ func TestHeadersFlushedAtOnceWithNothingToSend(t *testing.T) {
 // is written, ahead of the rest of its batch, which follows with the
 // batch's own flush; one that ends its batch is flushed with it, once; and
 // a replay of what the history held when the stream opened goes out in
-// one batch.
+// one batch. With another stream of the node being written, the first
+// output goes out with its batch: one write per batch.
 func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		replay bool // appended before the stream opens
+		replay bool  // appended before the stream opens
+		others int64 // other streams of the node being written
 		batch  []core.EventKind
 		want   string
 	}{
-		{"with the rest of the job", false, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+		{"with the rest of the job", false, 0, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
 			"flush accepted output flush output output done flush"},
-		{"last of its batch", false, []core.EventKind{core.EventAccepted, core.EventOutput},
+		{"last of its batch", false, 0, []core.EventKind{core.EventAccepted, core.EventOutput},
 			"flush accepted output flush done flush"},
-		{"replayed", true, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone},
+		{"replayed", true, 0, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone},
 			"accepted output output done flush"},
+		{"others being written", false, 1, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+			"flush accepted output output output done flush"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := newJob(100, 1<<20)
@@ -869,11 +873,17 @@ func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
 			// is read as one.
 			flushing, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
+			writers := &stream.Writers{}
+			writers.Add(tc.others)
+			var counted []int64 // the count as each event is written
 			sink := &fakeSink{onFlush: func() error {
 				once.Do(func() { close(flushing); <-release })
 				return nil
+			}, onEvent: func(core.Event) error {
+				counted = append(counted, writers.Count())
+				return nil
 			}}
-			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy()}, sink)
+			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy(), Writers: writers}, sink)
 			if !tc.replay {
 				<-flushing
 				appendAll()
@@ -896,6 +906,14 @@ func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
 			}
 			if g := strings.Join(got, " "); g != tc.want {
 				t.Errorf("calls = %s, want %s", g, tc.want)
+			}
+			for i, n := range counted {
+				if n != tc.others+1 {
+					t.Errorf("event %d written with %d streams counted, want %d", i, n, tc.others+1)
+				}
+			}
+			if n := writers.Count(); n != tc.others {
+				t.Errorf("%d streams counted once the stream ended, want %d", n, tc.others)
 			}
 		})
 	}
