@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
 )
 
 // Control is an event about the stream rather than the job. Control events
@@ -221,6 +222,11 @@ func newWriter(req Request, sink Sink) *writer {
 		hbDue:    now.Add(p.Heartbeat),
 		idleDue:  now.Add(p.Idle),
 		maxDue:   now.Add(p.MaxDuration),
+	}
+	if req.Token != nil {
+		// Room for any token (resume.MaxTokenLen): one allocation per
+		// stream, not the appends' growth.
+		w.tok = make([]byte, 0, resume.MaxTokenLen)
 	}
 	w.clock = time.NewTimer(w.nextDue().Sub(now))
 	w.written.Store(req.After)
