@@ -6,3 +6,6 @@ func (c *Writers) Add(d int64) { c.n.Add(d) }
 
 // Count is the number of streams counted.
 func (c *Writers) Count() int64 { return c.n.Load() }
+
+// Batch counts a batch begun by another stream.
+func (c *Writers) Batch() { c.batches.Add(1) }

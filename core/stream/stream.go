@@ -149,15 +149,15 @@ func Run(ctx context.Context, req Request, sink Sink) Result {
 	return w.res
 }
 
-// Writers counts the streams of one node that are being written now: each
-// is counted from the read that found events for it until it has written
-// and flushed them, blocked in a write or waiting for a processor
-// included. The zero value is ready for use.
-type Writers struct{ n atomic.Int64 }
-
-// others reports whether streams other than the caller, which is counted,
-// are being written.
-func (c *Writers) others() bool { return c != nil && c.n.Load() > 1 }
+// Writers counts what the streams of one node write: the streams being
+// written now, each counted from the read that found events for it until
+// it has written and flushed them (blocked in a write or waiting for a
+// processor included), and the batches they began. The zero value is
+// ready for use.
+type Writers struct {
+	n       atomic.Int64
+	batches atomic.Uint64
+}
 
 // readBatch is how many events are taken from the history per read.
 const readBatch = 64
@@ -173,6 +173,9 @@ type writer struct {
 	// tok is the buffer token signs each event's token into.
 	tok     []byte
 	writers *Writers
+	// batchSeen is writers.batches as this stream's latest batch began it
+	// (as the stream opened, before its first).
+	batchSeen uint64
 	// sent is Request.Sent (nil: not paced); reported is the position it
 	// was last told.
 	sent     func(seq uint64)
@@ -230,6 +233,9 @@ func newWriter(req Request, sink Sink) *writer {
 	}
 	w.clock = time.NewTimer(w.nextDue().Sub(now))
 	w.written.Store(req.After)
+	if w.writers != nil {
+		w.batchSeen = w.writers.batches.Load()
+	}
 	return w
 }
 
@@ -361,25 +367,31 @@ func (w *writer) skip(to uint64, dropOldest bool, detail string) (over bool) {
 // for the batch's tokens: their issue time is to the second anyway.
 //
 // The first output event appended after the stream opened is flushed as
-// soon as it is written, ahead of the rest of its batch, when no other
-// stream of the node is being written (Request.Writers): the time to a
-// job's first output is what a streaming client waits on, and a worker
-// that answers at once sends its outputs together, so its first would
-// otherwise wait for the whole batch to be encoded and signed. It costs
-// one more write syscall per stream. With other streams being written,
-// the node's processors are busy with them: that write would come out of
-// every stream's throughput, and what it would save is the encoding of
-// the rest of one batch, which the writers share the processors for
-// anyway. The first output then goes out with its batch. A replay of what
-// the history held when the stream opened is catch-up, and goes out in
-// whole batches.
+// soon as it is written, ahead of the rest of its batch, when the stream
+// has had the node to itself (Request.Writers): no other stream of the
+// node is being written, and none began a batch since this stream's
+// previous one (or its opening), while it waited for that output. The
+// time to a job's first output is what a streaming client waits on, and
+// a worker that answers at once sends its outputs together, so its first
+// would otherwise wait for the whole batch to be encoded and signed. The
+// flush costs one more write syscall per stream. When other streams are
+// being written, the node's processors are shared with them: that write
+// would come out of every stream's throughput, and what it would save is
+// the encoding of the rest of one batch, which the first output's wait
+// for a processor already exceeds. The first output then goes out with
+// its batch. A replay of what the history held when the stream opened is
+// catch-up, and goes out in whole batches.
 func (w *writer) writeBatch(events []core.Event) (over bool) {
 	if len(events) == 0 {
 		return false
 	}
+	alone := true // the stream has had the node to itself (see above)
 	if w.writers != nil {
 		w.writers.n.Add(1)
 		defer w.writers.n.Add(-1)
+		b := w.writers.batches.Add(1)
+		alone = b-1 == w.batchSeen
+		w.batchSeen = b
 	}
 	wrote := false
 	var now time.Time // the tokens' clock, read at the first
@@ -412,7 +424,7 @@ func (w *writer) writeBatch(events []core.Event) (over bool) {
 		}
 		if ev.Kind == core.EventOutput && !w.outputFlushed && ev.Seq > w.base {
 			w.outputFlushed = true
-			if i < len(events)-1 && !w.writers.others() && !w.flush() {
+			if i < len(events)-1 && alone && (w.writers == nil || w.writers.n.Load() == 1) && !w.flush() {
 				return w.failed()
 			}
 		}

@@ -832,23 +832,27 @@ func TestHeadersFlushedAtOnceWithNothingToSend(t *testing.T) {
 // is written, ahead of the rest of its batch, which follows with the
 // batch's own flush; one that ends its batch is flushed with it, once; and
 // a replay of what the history held when the stream opened goes out in
-// one batch. With another stream of the node being written, the first
-// output goes out with its batch: one write per batch.
+// one batch. With another stream of the node being written, or one that
+// began a batch while the stream waited, the first output goes out with
+// its batch: one write per batch.
 func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		replay bool  // appended before the stream opens
-		others int64 // other streams of the node being written
-		batch  []core.EventKind
-		want   string
+		name    string
+		replay  bool  // appended before the stream opens
+		others  int64 // other streams of the node being written
+		batched bool  // another stream began a batch while this one waited
+		batch   []core.EventKind
+		want    string
 	}{
-		{"with the rest of the job", false, 0, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+		{"with the rest of the job", false, 0, false, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
 			"flush accepted output flush output output done flush"},
-		{"last of its batch", false, 0, []core.EventKind{core.EventAccepted, core.EventOutput},
+		{"last of its batch", false, 0, false, []core.EventKind{core.EventAccepted, core.EventOutput},
 			"flush accepted output flush done flush"},
-		{"replayed", true, 0, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone},
+		{"replayed", true, 0, false, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventDone},
 			"accepted output output done flush"},
-		{"others being written", false, 1, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+		{"others being written", false, 1, false, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
+			"flush accepted output output output done flush"},
+		{"another stream wrote meanwhile", false, 0, true, []core.EventKind{core.EventAccepted, core.EventOutput, core.EventOutput, core.EventOutput, core.EventDone},
 			"flush accepted output output output done flush"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -886,6 +890,9 @@ func TestFirstOutputFlushedAheadOfItsBatch(t *testing.T) {
 			wait := runAsync(t, context.Background(), stream.Request{Job: j, Policy: stream.DefaultPolicy(), Writers: writers}, sink)
 			if !tc.replay {
 				<-flushing
+				if tc.batched {
+					writers.Batch()
+				}
 				appendAll()
 			}
 			close(release)

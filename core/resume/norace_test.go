@@ -1,0 +1,6 @@
+//go:build !race
+
+package resume_test
+
+// raceDetector is true when the tests run with -race (see race_test.go).
+const raceDetector = false
