@@ -16,7 +16,7 @@ type Metrics struct {
 	resumesRefused  *prometheus.CounterVec
 	slowLagEvents   *prometheus.HistogramVec
 	slowLagBytes    *prometheus.HistogramVec
-	// writers counts the node's streams being written, on every transport.
+	// writers counts what the node's streams write, on every transport.
 	writers Writers
 }
 
@@ -60,8 +60,8 @@ func (m *Metrics) For(transport string) *TransportMetrics {
 	return &TransportMetrics{m: m, transport: transport}
 }
 
-// Writers counts the node's streams being written (Request.Writers): the
-// same count for every transport.
+// Writers is the node's count of what its streams write
+// (Request.Writers): the same for every transport.
 func (t *TransportMetrics) Writers() *Writers { return &t.m.writers }
 
 // Opened counts a stream that started.

@@ -112,10 +112,10 @@ type Request struct {
 	// (dst as it was: no token for this one), issued at now: the clock is
 	// read once per batch, not per event. nil sends no ids.
 	Token func(dst []byte, ev core.Event, now time.Time) []byte
-	// Writers, when set, counts the node's streams being written, this one
-	// among them: the first-output flush is only worth its write when the
-	// stream is the only one (see writeBatch). nil: the stream is taken to
-	// be the only one.
+	// Writers, when set, is the node's count of what its streams write,
+	// this one's included: the first output is flushed ahead of its batch
+	// only when the stream had the node to itself (see writeBatch). nil:
+	// the stream is taken to have it to itself.
 	Writers *Writers
 	// Sent, when set, makes the stream a paced one: the job's owner
 	// stream, whose worker is paced by it (core.Engine.StreamSent). It is
