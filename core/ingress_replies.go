@@ -49,6 +49,8 @@ func (e *Engine) onOfferedLocked(id string, gen uint64, consumer, name string) {
 // onOutputLocked appends one output, or fails the job when the output
 // breaks a limit (not strict JSON, past max_output_bytes). It reports stale
 // when (job, gen) is not the current binding, and the output was dropped.
+// It keeps nothing of data, which may be the transport's buffer
+// (Receiver.HandleMessage): the event is a copy.
 func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool) {
 	j := e.jobs[id]
 	if j == nil || j.gen != gen || j.state != StateRunning {

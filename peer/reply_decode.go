@@ -14,15 +14,18 @@ import (
 // (codec.Unmarshal) fills it. A frame of items, most of what a host sends,
 // is decoded by hand into messages kept from frame to frame, its strings
 // (job id, queue, consumer, worker name: the same for every item of a leg)
-// taken from the stream's interned copies; only an output's bytes, an
-// end and an open are allocated, fresh each time, since the engine keeps
-// them. Every other frame, and a frame of items encoded any other way than
-// the plain one (a field twice, an unknown field, a wire type vtproto's
-// decoder would refuse), is decoded by vtproto into slow, as before.
+// taken from the stream's interned copies, and each output's bytes a slice
+// of the frame's own buffer, kept until the next decode: the receiver
+// reads an output during HandleMessage and keeps none (core.Receiver).
+// Only an end and an open are allocated, fresh each time, since the engine
+// keeps them. Every other frame, and a frame of items encoded any other
+// way than the plain one (a field twice, an unknown field, a wire type
+// vtproto's decoder would refuse), is decoded by vtproto into slow, as
+// before.
 //
 // What frame returns is valid until the next decode: the reader handles
 // each frame before it reads the next, and keeps nothing of its messages
-// but strings, an output's bytes, an end and an open.
+// but strings, an end and an open.
 type frameIn struct {
 	fast bool
 	// The fast path's frame: body holds items, whose Items are the first
@@ -34,7 +37,10 @@ type frameIn struct {
 	msgs  []*pb.PeerMessage
 	n     int
 	slow  pb.RespondFrame
-	ids   interned
+	// buf holds the fast path's frame, its outputs' bytes included, until
+	// the next decode (nil after a slow one).
+	buf mem.Buffer
+	ids interned
 	// last holds the job id, queue, consumer and worker name last decoded:
 	// a frame's items are mostly one leg's, so the next item's are the
 	// same, found without hashing.
@@ -88,20 +94,24 @@ func (in *frameIn) get() *pb.RespondFrame {
 func (in *frameIn) unmarshal(c pbcodec.Codec, data mem.BufferSlice) error {
 	in.clear()
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	ok := in.decodeItems(buf.ReadOnlyData())
-	buf.Free()
-	if ok {
-		in.fast = true
+	if in.decodeItems(buf.ReadOnlyData()) {
+		in.fast, in.buf = true, buf
 		return nil
 	}
+	buf.Free()
 	in.clear()
 	in.fast = false
 	return c.Unmarshal(data, &in.slow)
 }
 
 // clear drops what the last frame held (its outputs, ends and opens), so
-// that nothing of it is kept alive by the reused messages.
+// that nothing of it is kept alive by the reused messages, and gives its
+// buffer back to the pool.
 func (in *frameIn) clear() {
+	if in.buf != nil {
+		in.buf.Free()
+		in.buf = nil
+	}
 	for i := range in.n {
 		in.pool[i].Reset()
 		in.msgs[i].Reset()
@@ -228,9 +238,13 @@ func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
 			case 7:
 				m.WorkerName = in.str(3, v)
 			case 9:
-				// A fresh slice: the engine keeps it. Empty but present is
-				// not nil, as vtproto's decoder has it.
-				m.Output = append(make([]byte, 0, len(v)), v...)
+				// A slice of the frame's buffer, capped so that nothing
+				// appends into what follows. Empty but present is not
+				// nil, as vtproto's decoder has it.
+				m.Output = v[:len(v):len(v)]
+				if m.Output == nil {
+					m.Output = []byte{}
+				}
 			case 10:
 				m.End = &pb.PeerEnd{}
 				if m.End.UnmarshalVT(v) != nil {

@@ -1,6 +1,7 @@
 package peer_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +54,10 @@ func (r *recorder) HandleForward(from string, d core.Delivery) error {
 	return nil
 }
 
+// HandleMessage records m, with a copy of its output: the transport's is
+// valid during the call only (core.Receiver).
 func (r *recorder) HandleMessage(from string, m core.Message) {
+	m.Output = bytes.Clone(m.Output)
 	r.msgs.Append(received{from: from, m: m})
 }
 
