@@ -58,7 +58,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	}
 	// Credit counts the output as the worker sent it.
 	size := int64(len(data))
-	ev, n, ok := outputEvent(data)
+	ev, n, ok := appendOutputEvent(j.slab.take(outputEventMax(data)), data)
 	if !ok {
 		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one strict JSON value: "+jsonFault(data), nil)
 		return false
@@ -77,7 +77,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		}
 	}
 	j.outputs++
-	appended, _ := j.History.Append(EventOutput, gen, ev)
+	appended, _ := j.History.Append(EventOutput, gen, j.slab.keep(ev))
 	e.outputTakenLocked(j, appended.Seq, size)
 	return false
 }
@@ -179,6 +179,7 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	}
 	e.withdrawLocked(j, code)
 	e.paceEndedLocked(j)
+	j.slab = eventSlab{} // its history was compacted: no event's data is in it
 	e.retainLocked(j)
 	if e.log.Enabled(context.Background(), slog.LevelDebug) { // else its arguments are built for nothing, once per job
 		e.logJob(j.trace, slog.LevelDebug, "job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)

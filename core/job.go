@@ -118,6 +118,7 @@ type Job struct {
 	worker        string
 	produced      bool
 	outBytes      int64
+	slab          eventSlab
 	outputs       int
 	code          Code
 	detail        string
