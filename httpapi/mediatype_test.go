@@ -1,8 +1,14 @@
 package httpapi
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
 )
 
 // The fast paths for the bare media types answer what the general parse
@@ -47,5 +53,30 @@ func TestMediaTypeChecks(t *testing.T) {
 	r.Header.Set("Accept", "text/event-stream")
 	if a := testing.AllocsPerRun(100, func() { _ = requireJSON(r); wantsEventStream(r) }); a != 0 {
 		t.Errorf("the bare media types cost %v allocations", a)
+	}
+}
+
+// setReadDeadline reaches the connection through the writers wrapped
+// around it, as http.ResponseController does, without allocating; a
+// writer with no connection says it is not supported.
+func TestSetReadDeadline(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		err := setReadDeadline(ww, time.Now().Add(time.Minute))
+		allocs := testing.AllocsPerRun(10, func() { _ = setReadDeadline(ww, time.Time{}) })
+		got <- fmt.Sprint(err, allocs)
+	}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if g := <-got; g != "<nil> 0" {
+		t.Errorf("through a wrapped writer: error and allocations %s, want <nil> 0", g)
+	}
+	if err := setReadDeadline(httptest.NewRecorder(), time.Time{}); !errors.Is(err, http.ErrNotSupported) {
+		t.Errorf("on a recorder: %v, want ErrNotSupported", err)
 	}
 }
