@@ -60,3 +60,19 @@ func TestEventSlab(t *testing.T) {
 		t.Fatalf("1000 events of 43 bytes cost %v allocations", a)
 	}
 }
+
+// newID is its prefix and 16 characters of the lower-case base32 alphabet
+// (80 random bits), in one allocation.
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID("j_")
+		if len(id) != 18 || !strings.HasPrefix(id, "j_") || strings.Trim(id[2:], "0123456789abcdefghijklmnopqrstuv") != "" || seen[id] {
+			t.Fatalf("newID = %q", id)
+		}
+		seen[id] = true
+	}
+	if a := testing.AllocsPerRun(100, func() { newID("j_") }); a != 1 {
+		t.Fatalf("newID allocates %v times, want 1", a)
+	}
+}
