@@ -13,12 +13,12 @@ import (
 // one per reply stream, reused for every frame: the server's codec
 // (codec.Unmarshal) fills it. A frame of items, most of what a host sends,
 // is decoded by hand into messages kept from frame to frame, its strings
-// (job id, queue, consumer, worker name: the same for every item of a leg)
-// taken from the stream's interned copies, and each output's bytes a slice
+// (job id, queue, consumer, worker name: the same for every item of a leg;
+// an open's session) taken from the stream's interned copies, and each output's bytes a slice
 // of the frame's own buffer, kept until the next decode: the receiver
 // reads an output during HandleMessage and keeps none (core.Receiver).
 // Only an end and an open are allocated, fresh each time, since the engine
-// keeps them. Every other frame, and a frame of items encoded any other
+// keeps them (an open's strings interned too). Every other frame, and a frame of items encoded any other
 // way than the plain one (a field twice, an unknown field, a wire type
 // vtproto's decoder would refuse), is decoded by vtproto into slow, as
 // before.
@@ -41,10 +41,10 @@ type frameIn struct {
 	// the next decode (nil after a slow one).
 	buf mem.Buffer
 	ids interned
-	// last holds the job id, queue, consumer and worker name last decoded:
-	// a frame's items are mostly one leg's, so the next item's are the
-	// same, found without hashing.
-	last [4]string
+	// last holds the job id, queue, consumer, worker name and session last
+	// decoded: a frame's items are mostly one leg's, so the next item's are
+	// the same, found without hashing.
+	last [5]string
 }
 
 // interned holds the strings of a stream's items, each decoded once.
@@ -180,8 +180,7 @@ func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
 		case r.Num == 3 && r.Type == protowire.BytesType:
 			var v []byte
 			if v, ok = r.Bytes(); ok {
-				it.Open = &pb.RespondOpen{}
-				ok = it.Open.UnmarshalVT(v) == nil
+				it.Open, ok = in.decodeOpen(v)
 			}
 		}
 		if !ok {
@@ -189,6 +188,52 @@ func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
 		}
 	}
 	return r.Done()
+}
+
+// decodeOpen decodes b as a leg's open, a fresh one (the stream's handler
+// keeps it), its strings the stream's interned copies: false when it is
+// not encoded the plain way.
+func (in *frameIn) decodeOpen(b []byte) (*pb.RespondOpen, bool) {
+	o := &pb.RespondOpen{}
+	r := pbwire.NewPlain(b, 6)
+	for r.Next() {
+		var ok bool
+		switch r.Type {
+		case protowire.BytesType:
+			var v []byte
+			if v, ok = r.Bytes(); !ok {
+				return nil, false
+			}
+			switch r.Num {
+			case 1:
+				o.Session = in.str(4, v)
+			case 2:
+				o.JobId = in.str(0, v)
+			case 4:
+				o.Queue = in.str(1, v)
+			default:
+				return nil, false
+			}
+		case protowire.VarintType:
+			var v uint64
+			if v, ok = r.Varint(); !ok {
+				return nil, false
+			}
+			switch r.Num {
+			case 3:
+				o.Generation = v
+			case 5:
+				o.HeartbeatIntervalNs = int64(v)
+			case 6:
+				o.TtlNs = int64(v)
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return o, r.Done()
 }
 
 // decodeMessage decodes b into m (reset), a reply or a release: each field
