@@ -87,14 +87,14 @@ const (
 )
 
 // take is an empty buffer with room for n bytes: the slab's free space,
-// or a new array.
+// or a new array of the next size, or of n if larger.
 func (s *eventSlab) take(n int) []byte {
 	if cap(s.free) < n {
 		if n > slabMax/4 {
 			return make([]byte, 0, n)
 		}
 		s.size = min(max(2*s.size, slabFirst), slabMax)
-		s.free = make([]byte, 0, s.size)
+		s.free = make([]byte, 0, max(s.size, n))
 	}
 	return s.free[:0:n]
 }
