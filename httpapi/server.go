@@ -259,7 +259,7 @@ func (s *Server) routes(ui *web.Handler) *chi.Mux {
 	r := chi.NewRouter()
 	// No Timeout middleware and no server WriteTimeout: streams live as long
 	// as their job; their own clocks bound them (see sse.go).
-	r.Use(traceRequests(s.cfg.TracerProvider), s.recoverer, s.bodyDeadline)
+	r.Use(traceRequests(s.cfg.TracerProvider), middleware.RequestID, s.recoverer, s.bodyDeadline)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &core.Error{Code: core.CodeMethodNotAllowed, Detail: r.Method + " is not allowed here"})
