@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/auth"
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/core/resume"
 )
 
 const (
@@ -403,3 +404,18 @@ keys:
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The anonymous identity of a call without a credential is made once: the
+// same roles, queues and caller as for any other credential, bound to "".
+func TestAnonymousWithoutCredential(t *testing.T) {
+	none, other := auth.Anonymous(""), auth.Anonymous("Bearer x")
+	if !none.IsAnonymous() || none.Roles() != other.Roles() || none.Allow(auth.Submit, "any") != nil {
+		t.Fatalf("Anonymous(\"\") is not the anonymous identity: %+v", none)
+	}
+	if none.Caller() != resume.Fingerprint("authorization", "") || none.Caller() == other.Caller() {
+		t.Fatal("Anonymous(\"\") is not bound to the empty credential")
+	}
+	if a := testing.AllocsPerRun(100, func() { auth.Anonymous("") }); a != 0 {
+		t.Fatalf("Anonymous(\"\") allocates %v times", a)
+	}
+}

@@ -34,8 +34,18 @@ type Identity struct {
 // tokens stay bound to it, as they were before nodes knew keys, so a token
 // issued to one credential does not resume under another.
 func Anonymous(credential string) *Identity {
-	return &Identity{anonymous: true, roles: Submit | Work | Admin, queues: []string{"*"}, caller: anonymousCaller(credential)}
+	if credential == "" {
+		return anonymousNone
+	}
+	return &Identity{anonymous: true, roles: Submit | Work | Admin, queues: anyQueue, caller: anonymousCaller(credential)}
 }
+
+// anonymousNone is Anonymous(""), the identity of nearly every call to a
+// node without keys, made once: an Identity is immutable.
+var anonymousNone = &Identity{anonymous: true, roles: Submit | Work | Admin, queues: anyQueue, caller: anonymousCaller("")}
+
+// anyQueue is the queues of an anonymous identity, shared: read only.
+var anyQueue = []string{"*"}
 
 func anonymousCaller(credential string) [16]byte {
 	return resume.Fingerprint("authorization", credential)

@@ -72,12 +72,22 @@ type pace struct {
 	// taken is the part of it the reader took; granted is the newest
 	// credit, sent to the host.
 	recv, taken, granted OutputCredit
-	// sent is the newest position an owner stream wrote, and unread the
-	// outputs after it, oldest first: what a streamed job's reader has not
-	// taken yet. Never more than the window (and the output past it).
+	// sent is the newest position an owner stream wrote, and unread[head:]
+	// the outputs after it, oldest first: what a streamed job's reader has
+	// not taken yet. Never more than the window (and the output past it).
+	// unread is a queue on an array taken from the front, whose taken
+	// part is reclaimed rather than walked off and grown again: it starts
+	// on first, so a job whose reader keeps within a few outputs of its
+	// worker (most) allocates no array of its own.
 	sent   uint64
 	unread []unreadOutput
+	head   int
+	first  [unreadInline]unreadOutput
 }
+
+// unreadInline is how many unread outputs a pace holds without an array
+// of its own.
+const unreadInline = 8
 
 type unreadOutput struct {
 	seq   uint64
@@ -87,7 +97,9 @@ type unreadOutput struct {
 // newPace is the account of a new binding paced by window, for a job
 // whose owner streams have written up to sent.
 func newPace(window OutputCredit, sent uint64) *pace {
-	return &pace{window: window, granted: window, sent: sent}
+	p := &pace{window: window, granted: window, sent: sent}
+	p.unread = p.first[:0]
+	return p
 }
 
 // waiting reports whether the binding's worker has used all its credit:
@@ -109,13 +121,41 @@ func (e *Engine) outputTakenLocked(j *Job, seq uint64, bytes int64) {
 	p := j.pace
 	p.recv = p.recv.add(1, bytes)
 	if j.streamed && seq > p.sent {
-		p.unread = append(p.unread, unreadOutput{seq, bytes})
+		p.pushUnread(seq, bytes)
 		e.m.UnreadEvents.Inc()
 		e.m.UnreadBytes.Add(float64(bytes))
 	} else {
 		p.taken = p.taken.add(1, bytes)
 	}
 	e.grantLocked(j)
+}
+
+// pushUnread queues an output of bytes at seq as not taken yet.
+func (p *pace) pushUnread(seq uint64, bytes int64) {
+	if len(p.unread) == cap(p.unread) && p.head > 0 && p.head >= len(p.unread)/2 {
+		// Full, at least half of it taken: what is left moves to the
+		// front, no more than was taken since the last move, so a
+		// constant amount of copying per output.
+		p.unread = p.unread[:copy(p.unread, p.unread[p.head:])]
+		p.head = 0
+	}
+	p.unread = append(p.unread, unreadOutput{seq, bytes})
+}
+
+// takeUnread takes the unread outputs up to seq: how many, and their
+// bytes, added to what the reader took.
+func (p *pace) takeUnread(seq uint64) (n int, bytes int64) {
+	for ; p.head < len(p.unread) && p.unread[p.head].seq <= seq; p.head++ {
+		p.taken = p.taken.add(1, p.unread[p.head].bytes)
+		bytes += p.unread[p.head].bytes
+		n++
+	}
+	if p.head == len(p.unread) {
+		// All taken (what a reader that keeps up does): the array is
+		// reused from its start.
+		p.unread, p.head = p.unread[:0], 0
+	}
+	return n, bytes
 }
 
 // StreamSent records that an owner stream of the job wrote everything up
@@ -132,20 +172,8 @@ func (e *Engine) StreamSent(id string, seq uint64) {
 	}
 	p := j.pace
 	p.sent = seq
-	n, bytes := 0, int64(0)
-	for n < len(p.unread) && p.unread[n].seq <= seq {
-		p.taken = p.taken.add(1, p.unread[n].bytes)
-		bytes += p.unread[n].bytes
-		n++
-	}
+	n, bytes := p.takeUnread(seq)
 	if n > 0 {
-		// A queue on a slice: taken from the front, the array reused from
-		// its start once all is taken (what a reader that keeps up does).
-		if n == len(p.unread) {
-			p.unread = p.unread[:0]
-		} else {
-			p.unread = p.unread[n:]
-		}
 		e.m.UnreadEvents.Sub(float64(n))
 		e.m.UnreadBytes.Sub(float64(bytes))
 	}
@@ -159,10 +187,11 @@ func (e *Engine) paceEndedLocked(j *Job) {
 		return
 	}
 	var bytes int64
-	for _, u := range j.pace.unread {
+	unread := j.pace.unread[j.pace.head:]
+	for _, u := range unread {
 		bytes += u.bytes
 	}
-	e.m.UnreadEvents.Sub(float64(len(j.pace.unread)))
+	e.m.UnreadEvents.Sub(float64(len(unread)))
 	e.m.UnreadBytes.Sub(float64(bytes))
 	j.pace = nil
 }

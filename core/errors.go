@@ -185,6 +185,16 @@ func errorf(code Code, field, format string, args ...any) *Error {
 
 // CodeOf returns the code of err if it is (or wraps) an *Error.
 func CodeOf(err error) (Code, bool) {
+	// The common answers first: errors.As needs its target on the heap,
+	// one allocation per call for nothing when err is nil or an *Error.
+	switch e := err.(type) {
+	case nil:
+		return "", false
+	case *Error:
+		if e != nil {
+			return e.Code, true
+		}
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code, true

@@ -27,6 +27,15 @@ func TestErrorIsMatchesByCode(t *testing.T) {
 	if code, ok := core.CodeOf(errors.New("x")); ok || code != "" {
 		t.Errorf("CodeOf(plain) = %q, %v", code, ok)
 	}
+	if code, ok := core.CodeOf(nil); ok || code != "" {
+		t.Errorf("CodeOf(nil) = %q, %v", code, ok)
+	}
+	if code, ok := core.CodeOf(core.ErrQueueFull); !ok || code != core.CodeQueueFull {
+		t.Errorf("CodeOf(*Error) = %q, %v", code, ok)
+	}
+	if a := testing.AllocsPerRun(100, func() { core.CodeOf(nil) }); a != 0 {
+		t.Errorf("CodeOf(nil) allocates %v times", a)
+	}
 }
 
 func TestErrorMessage(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -23,9 +24,23 @@ import (
 // escape, no member named twice). Compacting keeps a worker's newlines
 // out of SSE data.
 func outputEvent(output []byte) (ev []byte, n int, ok bool) {
+	return appendOutputEvent(nil, output)
+}
+
+// outputEventMax is the most outputEvent makes of output without HTML
+// escapes: its own size and the object around it.
+func outputEventMax(output []byte) int { return len(`{"data":}`) + len(output) }
+
+// appendOutputEvent is outputEvent, built in buf's spare capacity (buf is
+// empty) when it holds outputEventMax(output) bytes, as it does but when
+// the output needs HTML escapes; else in an array of its own. Either way
+// it writes nothing of buf before its length, nor past its capacity.
+func appendOutputEvent(buf, output []byte) (ev []byte, n int, ok bool) {
 	const head = `{"data":`
-	buf := make([]byte, 0, len(head)+len(output)+1)
-	buf = append(buf, head...)
+	if cap(buf) < outputEventMax(output) {
+		buf = make([]byte, 0, outputEventMax(output))
+	}
+	buf = append(buf[:0], head...)
 	if s := trimJSONSpace(output); len(s) >= 2 && s[0] == '"' && validJSONString(s) {
 		// One string, the usual output (a token, a chunk of text): it is
 		// its own compact form, checked in one pass instead of the
@@ -48,6 +63,50 @@ func outputEvent(output []byte) (ev []byte, n int, ok bool) {
 		buf = esc.Bytes()
 	}
 	return append(buf, '}'), n, true
+}
+
+// eventSlab carves the data of a running job's output events out of
+// arrays each shared by several events, instead of one allocation per
+// event (most outputs are a few dozen bytes). Event data is read-only
+// once appended (stream writers share it): a slab hands out the bytes
+// past what it handed out before, never those again, and each event's
+// data is capped at its length, so nothing appends into its neighbour.
+// Arrays grow from slabFirst to slabMax as the job produces; an output
+// larger than a quarter of slabMax gets an array of its own, so what a
+// retained event keeps alive beyond its own bytes is bounded. A job drops
+// its slab when it ends (its history is compacted into one buffer then).
+// The zero value is ready; guarded by Engine.mu.
+type eventSlab struct {
+	free []byte
+	size int
+}
+
+const (
+	slabFirst = 512
+	slabMax   = 8 << 10
+)
+
+// take is an empty buffer with room for n bytes: the slab's free space,
+// or a new array of the next size, or of n if larger.
+func (s *eventSlab) take(n int) []byte {
+	if cap(s.free) < n {
+		if n > slabMax/4 {
+			return make([]byte, 0, n)
+		}
+		s.size = min(max(2*s.size, slabFirst), slabMax)
+		s.free = make([]byte, 0, max(s.size, n))
+	}
+	return s.free[:0:n]
+}
+
+// keep is the event data b, built in what take returned, capped at its
+// length; the slab goes on past it. Data its builder put in an array of
+// its own is not the slab's and leaves it as it was.
+func (s *eventSlab) keep(b []byte) []byte {
+	if len(b) > 0 && len(b) <= cap(s.free) && unsafe.SliceData(b) == unsafe.SliceData(s.free) {
+		s.free = s.free[len(b):len(b)]
+	}
+	return b[:len(b):len(b)]
 }
 
 // strictJSON are the options that make jsontext's Compact, which by
@@ -232,13 +291,14 @@ func (d doneData) encode() []byte {
 	if !plainJSON(string(d.Outcome)) || needsHTMLEscape(d.Result) {
 		return mustJSON(d)
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, len(`{"outcome":"","result":}`)+len(d.Outcome)+len(d.Result)))
-	buf.Write(appendPlain([]byte{'{'}, "outcome", string(d.Outcome)))
-	if len(d.Result) > 0 {
-		buf.WriteString(`,"result":`)
-		if json.Compact(buf, d.Result) != nil {
-			return mustJSON(d)
-		}
+	b := make([]byte, 0, len(`{"outcome":"","result":}`)+len(d.Outcome)+len(d.Result))
+	b = appendPlain(append(b, '{'), "outcome", string(d.Outcome))
+	if len(d.Result) == 0 {
+		return append(b, '}')
+	}
+	buf := bytes.NewBuffer(append(b, `,"result":`...))
+	if json.Compact(buf, d.Result) != nil {
+		return mustJSON(d)
 	}
 	buf.WriteByte('}')
 	return buf.Bytes()

@@ -6,3 +6,7 @@ var KeyHash = keyHash
 // CapabilityStrings is capabilityStrings, for its test against
 // Capabilities.Strings.
 var CapabilityStrings = capabilityStrings
+
+// RaceEnabled reports whether the race detector is on (allocation counts
+// differ under it).
+const RaceEnabled = raceEnabled

@@ -123,6 +123,20 @@ func (h *History) append(kind EventKind, gen uint64, data []byte) (ev Event, fir
 	}
 	ev = Event{Seq: h.next, Kind: kind, Gen: gen, Stream: h.gen, Data: data, cum: cum + int64(len(data))}
 	h.next++
+	if n := len(h.events); n == cap(h.events) {
+		// Fewer steps than append's doubling from one: 2, 8, 32, then
+		// doubling. A job's events (its accepted event, a few outputs or
+		// a few dozen, its end) take two or three arrays, not six, and
+		// the end's compaction trims the spare.
+		more := n
+		switch {
+		case n == 0:
+			more = 2
+		case n < 32:
+			more = 3 * n
+		}
+		h.events = slices.Grow(h.events, more)
+	}
 	h.events = append(h.events, ev)
 	h.ended = kind.Terminal()
 	for len(h.events) > 1 && (len(h.events) > h.maxEvents || h.retainedBytes() > h.maxBytes) {

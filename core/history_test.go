@@ -429,3 +429,31 @@ func TestHistoryLagFuncPastRetention(t *testing.T) {
 	_, _, _, wake := lagWait(h, 0, 4, 1<<20) // lag 3 (4..6)
 	wantWokenPast(t, h, wake, 1, "events")
 }
+
+// A job's history of an accepted event, 16 outputs and its end grows its
+// events in three arrays, not append's six from one; a history at its
+// bound keeps appending without an array per few events.
+func TestHistoryGrowsInFewSteps(t *testing.T) {
+	if core.RaceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	data := []byte(`{"data":"x"}`)
+	// NewHistory, 3 arrays of events, and the end's compaction (2).
+	if n := testing.AllocsPerRun(100, func() {
+		h := core.NewHistory(1024, 1<<20)
+		h.Append(core.EventAccepted, 0, data)
+		for range 16 {
+			h.Append(core.EventOutput, 1, data)
+		}
+		h.Append(core.EventDone, 1, data)
+	}); n > 6 {
+		t.Fatalf("a job's 18 events cost %v allocations, want 6", n)
+	}
+	h := core.NewHistory(100, 1<<20)
+	for range 1000 {
+		h.Append(core.EventOutput, 1, data)
+	}
+	if n := testing.AllocsPerRun(1000, func() { h.Append(core.EventOutput, 1, data) }); n > 0.05 {
+		t.Fatalf("an append at the history's bound costs %v allocations", n)
+	}
+}

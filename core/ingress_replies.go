@@ -49,6 +49,8 @@ func (e *Engine) onOfferedLocked(id string, gen uint64, consumer, name string) {
 // onOutputLocked appends one output, or fails the job when the output
 // breaks a limit (not strict JSON, past max_output_bytes). It reports stale
 // when (job, gen) is not the current binding, and the output was dropped.
+// It keeps nothing of data, which may be the transport's buffer
+// (Receiver.HandleMessage): the event is a copy.
 func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool) {
 	j := e.jobs[id]
 	if j == nil || j.gen != gen || j.state != StateRunning {
@@ -56,7 +58,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 	}
 	// Credit counts the output as the worker sent it.
 	size := int64(len(data))
-	ev, n, ok := outputEvent(data)
+	ev, n, ok := appendOutputEvent(j.slab.take(outputEventMax(data)), data)
 	if !ok {
 		e.finishLocked(j, CodeBadOutput, "the worker sent output that is not one strict JSON value: "+jsonFault(data), nil)
 		return false
@@ -75,7 +77,7 @@ func (e *Engine) onOutputLocked(id string, gen uint64, data []byte) (stale bool)
 		}
 	}
 	j.outputs++
-	appended, _ := j.History.Append(EventOutput, gen, ev)
+	appended, _ := j.History.Append(EventOutput, gen, j.slab.keep(ev))
 	e.outputTakenLocked(j, appended.Seq, size)
 	return false
 }
@@ -177,6 +179,7 @@ func (e *Engine) finishLocked(j *Job, code Code, detail string, result json.RawM
 	}
 	e.withdrawLocked(j, code)
 	e.paceEndedLocked(j)
+	j.slab = eventSlab{} // its history was compacted: no event's data is in it
 	e.retainLocked(j)
 	if e.log.Enabled(context.Background(), slog.LevelDebug) { // else its arguments are built for nothing, once per job
 		e.logJob(j.trace, slog.LevelDebug, "job ended", "job", j.ID, "queue", j.Queue, "outcome", outcome, "code", code)

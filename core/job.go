@@ -3,8 +3,8 @@ package core
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"strings"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -118,6 +118,7 @@ type Job struct {
 	worker        string
 	produced      bool
 	outBytes      int64
+	slab          eventSlab
 	outputs       int
 	code          Code
 	detail        string
@@ -244,5 +245,9 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadd
 func newID(prefix string) string {
 	var b [10]byte
 	_, _ = rand.Read(b[:])
-	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:]))
+	// Built in place, as strings.Builder does: one allocation, never
+	// written once it is the string. The alphabet is lower case already.
+	buf := make([]byte, len(prefix)+idEncoding.EncodedLen(len(b)))
+	idEncoding.Encode(buf[copy(buf, prefix):], b[:])
+	return unsafe.String(unsafe.SliceData(buf), len(buf))
 }

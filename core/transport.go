@@ -66,7 +66,9 @@ type Receiver interface {
 	// HandleMessage acts on one message. Messages from one node arrive one
 	// at a time, in the order that node sent them on one path: a queue's
 	// delivery stream, a binding's response leg, or the node's unicast
-	// queue of lone messages.
+	// queue of lone messages. m.Output is valid during the call only (a
+	// transport may decode it into a buffer it reuses for the next
+	// message): a receiver that keeps it keeps a copy.
 	HandleMessage(from string, m Message)
 	// Undeliverable is told about a message Send queued that no transport
 	// can carry (too large, or with no valid wire form) or that must not

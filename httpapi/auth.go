@@ -38,7 +38,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // request without one, the read token in its query (see readtoken.go).
 func (s *Server) identify(r *http.Request) (*auth.Identity, error) {
 	credential := r.Header.Get("Authorization")
-	if credential == "" {
+	if credential == "" && r.URL.RawQuery != "" { // else Query parses nothing into a new map
 		if tok := r.URL.Query().Get("read_token"); tok != "" {
 			return s.readTokenIdentity(r, tok)
 		}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -32,7 +33,7 @@ func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			// Not supported only where there is no connection to bound
 			// (a test's ResponseRecorder).
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+			_ = setReadDeadline(w, time.Now().Add(s.cfg.BodyTimeout))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -69,6 +70,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		}
 		return nil, &core.Error{Code: core.CodeMalformedJSON, Detail: "could not read the body: " + err.Error()}
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	_ = setReadDeadline(w, time.Time{})
 	return body, nil
+}
+
+// setReadDeadline is http.NewResponseController(w).SetReadDeadline(t),
+// without the controller it allocates for every call: the first writer
+// down w's Unwrap chain that sets a read deadline sets it.
+func setReadDeadline(w http.ResponseWriter, t time.Time) error {
+	for {
+		switch u := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return u.SetReadDeadline(t)
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = u.Unwrap()
+		default:
+			return fmt.Errorf("%w", http.ErrNotSupported)
+		}
+	}
 }

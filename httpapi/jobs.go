@@ -299,6 +299,11 @@ func requireJSON(r *http.Request) error {
 	if ct == "" {
 		return &core.Error{Code: core.CodeUnsupportedMediaType, Detail: "Content-Type: application/json is required"}
 	}
+	if strings.EqualFold(ct, "application/json") {
+		// What nearly every client sends, and all ParseMediaType would
+		// make of it; it allocates a map of parameters for every call.
+		return nil
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 		return &core.Error{Code: core.CodeUnsupportedMediaType, Detail: "Content-Type must be application/json, not " + ct}
@@ -307,8 +312,14 @@ func requireJSON(r *http.Request) error {
 }
 
 func wantsEventStream(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+		part = strings.TrimSpace(part)
+		if strings.EqualFold(part, "text/event-stream") {
+			// Bare, as nearly every client sends it: what ParseMediaType
+			// would make of it, without its map of parameters.
+			return true
+		}
+		mt, _, err := mime.ParseMediaType(part)
 		if err == nil && mt == "text/event-stream" {
 			return true
 		}

@@ -195,6 +195,9 @@ func BenchmarkProcesses(b *testing.B) {
 		// batches (switchyard_worker_batches_total and
 		// _batched_messages_total), for the cluster setups.
 		batches, batched float64
+		// mallocs and allocBytes: what the setup's ingress node allocated
+		// (go_memstats_mallocs_total, _alloc_bytes_total), cluster setups.
+		mallocs, allocBytes float64
 	}
 	// batchCounts reads node c's batch counters (0 from a node without
 	// them).
@@ -207,6 +210,18 @@ func BenchmarkProcesses(b *testing.B) {
 		batched, _ = procMetric(cNode, "switchyard_worker_batched_messages_total")
 		return batches, batched
 	}
+	// ingress is the cluster setups' ingress node (a, or c co-located);
+	// allocCounts reads its allocation counters (0 for a relay).
+	ingress := map[string]*procNode{"cross": {http: ad["a"].http}, "grpc": {http: ad["a"].http}, "colo": cNode}
+	allocCounts := func(st setup) (mallocs, bytes float64) {
+		n := ingress[st.name]
+		if n == nil {
+			return 0, 0
+		}
+		mallocs, _ = procMetric(n, "go_memstats_mallocs_total")
+		bytes, _ = procMetric(n, "go_memstats_alloc_bytes_total")
+		return mallocs, bytes
+	}
 	rows := map[key]*row{}
 	for round := 1; round <= *procsRounds; round++ {
 		for _, sh := range shapes {
@@ -218,12 +233,14 @@ func BenchmarkProcesses(b *testing.B) {
 						prof = startProfiles(b, st.name, st.profileURL, *procsDur)
 					}
 					bt0, bm0 := batchCounts(st)
+					m0, ab0 := allocCounts(st)
 					a0, b0 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
 					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					a1, b1 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					bt1, bm1 := batchCounts(st)
+					m1, ab1 := allocCounts(st)
 					if prof != nil {
 						prof()
 					}
@@ -238,6 +255,8 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].second += b1 - b0
 					rows[k].batches += bt1 - bt0
 					rows[k].batched += bm1 - bm0
+					rows[k].mallocs += m1 - m0
+					rows[k].allocBytes += ab1 - ab0
 				}
 			}
 		}
@@ -285,6 +304,17 @@ func BenchmarkProcesses(b *testing.B) {
 						}
 					}
 					fmt.Println()
+				}
+			}
+		}
+	}
+	fmt.Printf("the ingress node's allocations per job (a; c co-located): objects, bytes\n")
+	for _, sh := range shapes {
+		for _, c := range levels {
+			for _, st := range setups {
+				r := rows[key{st.name, sh, c}]
+				if jobs := float64(len(r.res.Last)); jobs > 0 && r.mallocs > 0 {
+					fmt.Printf("  %-38s %10.1f %10.0f\n", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c), r.mallocs/jobs, r.allocBytes/jobs)
 				}
 			}
 		}

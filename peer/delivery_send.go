@@ -51,9 +51,9 @@ const seqOverhead = 1 + 10
 // attempt that got no verdict is made again as a new item, after a backoff.
 func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) error {
 	r := t.rt
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(r.ctx, cancel)()
+	// The forward ends with ctx or with the router (Close), whichever
+	// ends first: each wait below watches both, rather than a context
+	// joining them made for every forward.
 	c := &forwardCall{r: r, ctx: ctx, node: node, d: d}
 	p := DeliveryToPB(d)
 	// Every attempt is meant for the incarnation of node the view names
@@ -88,7 +88,7 @@ func (t *Transport) Forward(ctx context.Context, node string, d core.Delivery) e
 // forwardCall is one forward's attempts.
 type forwardCall struct {
 	r    *router
-	ctx  context.Context // the caller's, ended by Close too
+	ctx  context.Context // the caller's; the forward also ends with r.ctx
 	node string
 	d    core.Delivery
 	// last is the last attempt that failed on its own: when ctx ends
@@ -120,6 +120,8 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 	case res = <-it.done:
 	case <-c.ctx.Done():
 		return nil, c.ended(c.ctx.Err())
+	case <-r.ctx.Done():
+		return nil, c.ended(r.ctx.Err())
 	}
 	res.err = replacedError(res.err)
 	switch {
@@ -127,7 +129,7 @@ func (c *forwardCall) attempt(p *pb.PeerDelivery, timeout time.Duration) (*pb.Fo
 		return res.res, nil
 	case errors.Is(res.err, ErrUnknownNode), errors.Is(res.err, core.ErrNodeReplaced):
 		return nil, c.fail(res.err)
-	case c.ctx.Err() != nil:
+	case c.ctx.Err() != nil, r.ctx.Err() != nil:
 		return nil, c.ended(res.err)
 	case !transient(res.err):
 		return nil, c.fail(res.err)

@@ -120,8 +120,11 @@ func (l *deliveryStream) forwardOnce(it *item) {
 		it.finish(nil, err)
 		return
 	}
+	// The forward's context, which Close does not end (Forward watches
+	// both), ended by Close too: the call does not outlive the router.
 	ctx, cancel := context.WithTimeout(it.ctx, r.cfg.AttemptTimeout)
 	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
 	res, err := pb.NewPeerServiceClient(cc).Forward(ctx, &pb.ForwardRequest{
 		Delivery: it.fwd, Session: r.session, Lane: &pb.PeerLane{Queue: l.key.queue}, Seq: it.seq,
 	})

@@ -13,16 +13,19 @@ import (
 // one per reply stream, reused for every frame: the server's codec
 // (codec.Unmarshal) fills it. A frame of items, most of what a host sends,
 // is decoded by hand into messages kept from frame to frame, its strings
-// (job id, queue, consumer, worker name: the same for every item of a leg)
-// taken from the stream's interned copies; only an output's bytes, an
-// end and an open are allocated, fresh each time, since the engine keeps
-// them. Every other frame, and a frame of items encoded any other way than
-// the plain one (a field twice, an unknown field, a wire type vtproto's
-// decoder would refuse), is decoded by vtproto into slow, as before.
+// (job id, queue, consumer, worker name: the same for every item of a leg;
+// an open's session) taken from the stream's interned copies, and each output's bytes a slice
+// of the frame's own buffer, kept until the next decode: the receiver
+// reads an output during HandleMessage and keeps none (core.Receiver).
+// Only an end and an open are allocated, fresh each time, since the engine
+// keeps them (an open's strings interned too). Every other frame, and a frame of items encoded any other
+// way than the plain one (a field twice, an unknown field, a wire type
+// vtproto's decoder would refuse), is decoded by vtproto into slow, as
+// before.
 //
 // What frame returns is valid until the next decode: the reader handles
 // each frame before it reads the next, and keeps nothing of its messages
-// but strings, an output's bytes, an end and an open.
+// but strings, an end and an open.
 type frameIn struct {
 	fast bool
 	// The fast path's frame: body holds items, whose Items are the first
@@ -34,11 +37,14 @@ type frameIn struct {
 	msgs  []*pb.PeerMessage
 	n     int
 	slow  pb.RespondFrame
-	ids   interned
-	// last holds the job id, queue, consumer and worker name last decoded:
-	// a frame's items are mostly one leg's, so the next item's are the
-	// same, found without hashing.
-	last [4]string
+	// buf holds the fast path's frame, its outputs' bytes included, until
+	// the next decode (nil after a slow one).
+	buf mem.Buffer
+	ids interned
+	// last holds the job id, queue, consumer, worker name and session last
+	// decoded: a frame's items are mostly one leg's, so the next item's are
+	// the same, found without hashing.
+	last [5]string
 }
 
 // interned holds the strings of a stream's items, each decoded once.
@@ -88,20 +94,24 @@ func (in *frameIn) get() *pb.RespondFrame {
 func (in *frameIn) unmarshal(c pbcodec.Codec, data mem.BufferSlice) error {
 	in.clear()
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	ok := in.decodeItems(buf.ReadOnlyData())
-	buf.Free()
-	if ok {
-		in.fast = true
+	if in.decodeItems(buf.ReadOnlyData()) {
+		in.fast, in.buf = true, buf
 		return nil
 	}
+	buf.Free()
 	in.clear()
 	in.fast = false
 	return c.Unmarshal(data, &in.slow)
 }
 
 // clear drops what the last frame held (its outputs, ends and opens), so
-// that nothing of it is kept alive by the reused messages.
+// that nothing of it is kept alive by the reused messages, and gives its
+// buffer back to the pool.
 func (in *frameIn) clear() {
+	if in.buf != nil {
+		in.buf.Free()
+		in.buf = nil
+	}
 	for i := range in.n {
 		in.pool[i].Reset()
 		in.msgs[i].Reset()
@@ -170,8 +180,7 @@ func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
 		case r.Num == 3 && r.Type == protowire.BytesType:
 			var v []byte
 			if v, ok = r.Bytes(); ok {
-				it.Open = &pb.RespondOpen{}
-				ok = it.Open.UnmarshalVT(v) == nil
+				it.Open, ok = in.decodeOpen(v)
 			}
 		}
 		if !ok {
@@ -179,6 +188,52 @@ func (in *frameIn) decodeItem(it *pb.RespondItem, b []byte) bool {
 		}
 	}
 	return r.Done()
+}
+
+// decodeOpen decodes b as a leg's open, a fresh one (the stream's handler
+// keeps it), its strings the stream's interned copies: false when it is
+// not encoded the plain way.
+func (in *frameIn) decodeOpen(b []byte) (*pb.RespondOpen, bool) {
+	o := &pb.RespondOpen{}
+	r := pbwire.NewPlain(b, 6)
+	for r.Next() {
+		var ok bool
+		switch r.Type {
+		case protowire.BytesType:
+			var v []byte
+			if v, ok = r.Bytes(); !ok {
+				return nil, false
+			}
+			switch r.Num {
+			case 1:
+				o.Session = in.str(4, v)
+			case 2:
+				o.JobId = in.str(0, v)
+			case 4:
+				o.Queue = in.str(1, v)
+			default:
+				return nil, false
+			}
+		case protowire.VarintType:
+			var v uint64
+			if v, ok = r.Varint(); !ok {
+				return nil, false
+			}
+			switch r.Num {
+			case 3:
+				o.Generation = v
+			case 5:
+				o.HeartbeatIntervalNs = int64(v)
+			case 6:
+				o.TtlNs = int64(v)
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return o, r.Done()
 }
 
 // decodeMessage decodes b into m (reset), a reply or a release: each field
@@ -228,9 +283,13 @@ func (in *frameIn) decodeMessage(m *pb.PeerMessage, b []byte) bool {
 			case 7:
 				m.WorkerName = in.str(3, v)
 			case 9:
-				// A fresh slice: the engine keeps it. Empty but present is
-				// not nil, as vtproto's decoder has it.
-				m.Output = append(make([]byte, 0, len(v)), v...)
+				// A slice of the frame's buffer, capped so that nothing
+				// appends into what follows. Empty but present is not
+				// nil, as vtproto's decoder has it.
+				m.Output = v[:len(v):len(v)]
+				if m.Output == nil {
+					m.Output = []byte{}
+				}
 			case 10:
 				m.End = &pb.PeerEnd{}
 				if m.End.UnmarshalVT(v) != nil {

@@ -43,7 +43,8 @@ func permanent(err error) bool {
 	return false
 }
 
-// sleep waits out the backoff before attempt+1: false when ctx ended first.
+// sleep waits out the backoff before attempt+1: false when ctx ended, or
+// the router closed, first.
 func (r *router) sleep(ctx context.Context, attempt int) bool {
 	t := time.NewTimer(r.backoff(attempt))
 	defer t.Stop()
@@ -51,6 +52,8 @@ func (r *router) sleep(ctx context.Context, attempt int) bool {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-r.ctx.Done():
 		return false
 	}
 }

@@ -1,6 +1,7 @@
 package peer_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +54,10 @@ func (r *recorder) HandleForward(from string, d core.Delivery) error {
 	return nil
 }
 
+// HandleMessage records m, with a copy of its output: the transport's is
+// valid during the call only (core.Receiver).
 func (r *recorder) HandleMessage(from string, m core.Message) {
+	m.Output = bytes.Clone(m.Output)
 	r.msgs.Append(received{from: from, m: m})
 }
 
@@ -714,9 +718,22 @@ func TestCloseStopsEverySender(t *testing.T) {
 	defer fcancel()
 	ferr := make(chan error, 1)
 	go func() { ferr <- r.Forward(fctx, "hung", core.Delivery{JobID: "f"}) }()
+	// A forward to the down peer waits out a minute's backoff after its
+	// first attempt: Close ends that wait too, with a context that never
+	// ends.
+	downErr := make(chan error, 1)
+	go func() { downErr <- r.Forward(context.Background(), "down", core.Delivery{JobID: "g"}) }()
 	time.Sleep(100 * time.Millisecond)
 
 	closeEndsTheForward(t, r.Transport, ferr)
+	select {
+	case err := <-downErr:
+		if !errors.Is(err, peer.ErrClosed) {
+			t.Errorf("forward in its backoff at Close: got %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("a forward in its backoff outlived Close")
+	}
 	if got := sum(t, r.reg, "switchyard_peer_messages_dropped_total"); got != 3 {
 		t.Errorf("dropped at Close = %v, want 3", got)
 	}
