@@ -63,7 +63,11 @@ func (fx *resumeFixture) request(raw string, viaQuery bool) *http.Request {
 // sign returns a token for seq as the server signs it for a request with
 // the given Authorization and filter.
 func (fx *resumeFixture) sign(seq uint64, authorization string, filter map[core.EventKind]bool) string {
-	return fx.s.resumes().Token(fx.j, seq, resume.Fingerprint("authorization", authorization), stream.FilterFingerprint(filter))
+	sign := fx.s.resumes().Signer(fx.j, resume.Fingerprint("authorization", authorization), stream.FilterFingerprint(filter))
+	if sign == nil {
+		return ""
+	}
+	return string(sign(nil, core.Event{Seq: seq, Stream: fx.j.History.GenerationOf(seq)}, time.Now()))
 }
 
 // position signs p with the server's own keyring, for positions s.token

@@ -28,19 +28,6 @@ func (r Resumes) positions() Positions {
 	return Positions{Keyring: r.Keyring, TTL: r.TTL, Snapshot: r.Snapshot()}
 }
 
-// Token signs the position of the event seq of j for this caller and
-// filter. A token that cannot be signed (never for ids this node makes)
-// is logged and sent as no token at all: the client then resumes from its
-// previous one.
-func (r Resumes) Token(j *core.Job, seq uint64, caller, filter [16]byte) string {
-	tok, err := r.positions().Token(j, seq, caller, filter)
-	if err != nil {
-		r.Log.WarnContext(j.WithTrace(context.Background()), "sign resume token", "job", j.ID, "err", err)
-		return ""
-	}
-	return tok
-}
-
 // Signer returns what signs the resume tokens of one stream of j for
 // this caller and filter (Request.Token): what is the same for every
 // event (the keyring's key, the snapshot version, the checks on the job
