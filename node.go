@@ -307,6 +307,8 @@ func (n *Node) openAPIs() (err error) {
 	}
 	jcfg := api.JobConfig()
 	jcfg.Logger = n.log.With("system", "jobs")
+	// A batch well under what the server may send.
+	jcfg.MaxBatchBytes = min(grpcapi.DefaultMaxBatchBytes, cfg.MaxMessageBytes/2)
 	n.jobs, err = grpcapi.NewJobServer(n.engine, jcfg, n.reg)
 	if err != nil {
 		return err

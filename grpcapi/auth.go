@@ -22,6 +22,8 @@ var methodRoles = map[string]auth.Role{
 	pb.WorkerService_Connect_FullMethodName:     auth.Work,
 	pb.JobService_Submit_FullMethodName:         auth.Submit,
 	pb.JobService_Resume_FullMethodName:         auth.Submit | auth.Admin,
+	pb.JobService_SubmitBatched_FullMethodName:  auth.Submit,
+	pb.JobService_ResumeBatched_FullMethodName:  auth.Submit | auth.Admin,
 	pb.JobService_Get_FullMethodName:            auth.Submit | auth.Admin,
 	pb.JobService_Cancel_FullMethodName:         auth.Submit | auth.Admin,
 	pb.ClusterService_ListNodes_FullMethodName:  auth.Admin,

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/switchyard/switchyard/internal/pbcodec"
 	"github.com/switchyard/switchyard/internal/pbwire"
@@ -25,8 +26,11 @@ func newCodec() codec { return codec{pbcodec.NewSession()} }
 
 // Marshal encodes v.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if e, ok := v.(*wireEvent); ok {
-		return e.marshal()
+	switch v := v.(type) {
+	case *wireEvent:
+		return v.marshal()
+	case *wireBatch:
+		return v.marshal(), nil
 	}
 	return c.SessionCodec.Marshal(v)
 }
@@ -93,16 +97,25 @@ func (w *wireEvent) release() {
 	}
 }
 
+// size is the event's encoded size. It refuses a string field that is not
+// valid UTF-8, as proto's codec does.
+func (w *wireEvent) size() (int, error) {
+	e := &w.JobEvent
+	if !utf8.ValidString(e.Kind) || !utf8.ValidString(e.JobId) || !utf8.ValidString(e.ResumeToken) {
+		return 0, errInvalidUTF8
+	}
+	return pbwire.SizeLen(1, len(e.Kind)) + pbwire.SizeLen(2, len(e.JobId)) + pbwire.SizeUint(3, e.Generation) +
+		pbwire.SizeUint(4, e.Seq) + pbwire.SizeUint(5, e.Snapshot) + pbwire.SizeUint(6, e.Attempt) +
+		pbwire.SizeLen(7, len(e.ResumeToken)) + pbwire.SizeLen(8, len(e.DataJson)), nil
+}
+
 // marshal encodes the event as proto would (fields in number order, zero
 // values left out).
 func (w *wireEvent) marshal() (mem.BufferSlice, error) {
-	e := &w.JobEvent
-	if !utf8.ValidString(e.Kind) || !utf8.ValidString(e.JobId) || !utf8.ValidString(e.ResumeToken) {
-		return nil, errInvalidUTF8
+	n, err := w.size()
+	if err != nil {
+		return nil, err
 	}
-	n := pbwire.SizeLen(1, len(e.Kind)) + pbwire.SizeLen(2, len(e.JobId)) + pbwire.SizeUint(3, e.Generation) +
-		pbwire.SizeUint(4, e.Seq) + pbwire.SizeUint(5, e.Snapshot) + pbwire.SizeUint(6, e.Attempt) +
-		pbwire.SizeLen(7, len(e.ResumeToken)) + pbwire.SizeLen(8, len(e.DataJson))
 	switch {
 	case n == 0:
 		return nil, nil
@@ -133,4 +146,66 @@ func (w *wireEvent) append(b []byte) []byte {
 	b = pbwire.AppendUint(b, 6, e.Attempt)
 	b = pbwire.AppendLen(b, 7, e.ResumeToken)
 	return pbwire.AppendLen(b, 8, e.DataJson)
+}
+
+// wireBatch is the JobEventBatch a batched stream's writer sends: the
+// events added since its last send, each encoded as wireEvent encodes it,
+// framed as the batch's field 1, into one pooled buffer as it is added.
+// Sending it is one message whose encoding is that buffer, handed to gRPC
+// as it is (marshal): gRPC frees it once written, and the next event
+// starts another. Only the writer touches it; marshal runs within its Send.
+// Only the server's codec encodes it.
+type wireBatch struct {
+	pool mem.BufferPool
+	buf  *[]byte // the encoding so far, from the pool; nil: none
+	n    int     // the events in it
+}
+
+// framedSize is what an event of n bytes adds to a batch.
+func framedSize(n int) int { return protowire.SizeTag(1) + protowire.SizeBytes(n) }
+
+// len is the batch's encoded size.
+func (b *wireBatch) len() int {
+	if b.buf == nil {
+		return 0
+	}
+	return len(*b.buf)
+}
+
+// add appends e, whose encoded size is n (wireEvent.size).
+func (b *wireBatch) add(e *wireEvent, n int) {
+	need := b.len() + framedSize(n)
+	switch {
+	case b.buf == nil:
+		b.buf = b.pool.Get(max(need, wireChunk))
+		*b.buf = (*b.buf)[:0]
+	case cap(*b.buf) < need:
+		grown := b.pool.Get(max(need, 2*cap(*b.buf)))
+		*grown = append((*grown)[:0], *b.buf...)
+		b.pool.Put(b.buf)
+		b.buf = grown
+	}
+	buf := protowire.AppendTag(*b.buf, 1, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(n))
+	*b.buf = e.append(buf)
+	b.n++
+}
+
+// marshal hands the batch's encoding over to the caller (gRPC, which frees
+// it once written) and empties the batch.
+func (b *wireBatch) marshal() mem.BufferSlice {
+	if b.buf == nil {
+		return nil
+	}
+	buf := b.buf
+	b.buf, b.n = nil, 0
+	return mem.BufferSlice{mem.NewBuffer(buf, b.pool)}
+}
+
+// release returns an unsent batch's buffer to the pool and empties it.
+func (b *wireBatch) release() {
+	if b.buf != nil {
+		b.pool.Put(b.buf)
+		b.buf, b.n = nil, 0
+	}
 }

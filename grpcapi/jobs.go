@@ -53,8 +53,19 @@ type JobConfig struct {
 	// default), or "http" for the instance behind the HTTP API's gateway,
 	// whose refusals an HTTP client receives.
 	Transport string
-	Logger    *slog.Logger
+	// MaxBatchBytes bounds a JobEventBatch of SubmitBatched and
+	// ResumeBatched (one larger event still goes alone): 0 is
+	// DefaultMaxBatchBytes. Keep it well under the clients' receive limit
+	// (gRPC's default is 4 MiB) and the server's send limit.
+	MaxBatchBytes int
+	Logger        *slog.Logger
 }
+
+// DefaultMaxBatchBytes is JobConfig.MaxBatchBytes's default: a sixteenth
+// of gRPC's default message limit, so any client takes a batch, and far
+// past the size (a few KiB) where a message's own cost stops mattering
+// next to its bytes'.
+const DefaultMaxBatchBytes = 256 << 10
 
 // Validate refuses settings that cannot work.
 func (c JobConfig) Validate() error {
@@ -63,6 +74,9 @@ func (c JobConfig) Validate() error {
 	}
 	if c.TokenTTL < time.Second || c.TokenTTL > resume.MaxTTL {
 		return &core.ConfigError{Field: "resume-token-ttl", Value: c.TokenTTL, Err: errors.New("must be between 1s and 24h")}
+	}
+	if c.MaxBatchBytes < 0 {
+		return &core.ConfigError{Field: "max-batch-bytes", Value: c.MaxBatchBytes, Err: errors.New("must not be negative")}
 	}
 	return c.Stream.Validate()
 }
@@ -116,6 +130,9 @@ func NewJobServer(e *core.Engine, cfg JobConfig, reg prometheus.Registerer) (*Jo
 	if cfg.Cluster == nil {
 		cfg.Cluster = core.NoCluster{}
 	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	s := &JobServer{e: e, cfg: cfg, log: cfg.Logger, m: cfg.StreamMetrics.For("grpc"), errs: cfg.Errors.Reporter(cfg.Transport, cfg.Logger)}
 	s.runners.wg = &s.wg
 	return s, nil
@@ -135,11 +152,17 @@ func (s *JobServer) Wait() {
 // cancelled unless its client resumes within the grace window (see
 // core.Engine.StreamClosed).
 func (s *JobServer) Submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
-	return s.serve(gs, func(snk *sink) error { return s.submit(req, gs, snk) })
+	return s.serve(gs, 0, func(snk *sink) error { return s.submit(req, gs, snk) })
 }
 
-// submit is Submit's work, on a runner (see serve).
-func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink) error {
+// SubmitBatched is Submit, its events framed in batches (see sink).
+func (s *JobServer) SubmitBatched(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[pb.JobEventBatch]) error {
+	return s.serve(gs, s.cfg.MaxBatchBytes, func(snk *sink) error { return s.submit(req, gs, snk) })
+}
+
+// submit is the work of Submit and SubmitBatched, on a runner (see serve):
+// snk frames the events.
+func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStream, snk *sink) error {
 	ctx := gs.Context()
 	queue := req.GetQueue()
 	if err := core.CheckQueueName(queue); err != nil {
@@ -158,7 +181,7 @@ func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 		// Declared here: errors.As moves it to the heap (as in httpapi).
 		var elsewhere *core.JobElsewhere
 		if errors.As(err, &elsewhere) {
-			return s.relaySubmit(gs, req, elsewhere)
+			return s.relaySubmit(gs, snk.maxBatch > 0, req, elsewhere)
 		}
 		return s.fail("Submit", err)
 	}
@@ -173,11 +196,17 @@ func (s *JobServer) submit(req *pb.SubmitRequest, gs grpc.ServerStreamingServer[
 // from its grace window, and when it ends the window starts again. One
 // without a token just watches.
 func (s *JobServer) Resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent]) error {
-	return s.serve(gs, func(snk *sink) error { return s.resume(req, gs, snk) })
+	return s.serve(gs, 0, func(snk *sink) error { return s.resume(req, gs, snk) })
 }
 
-// resume is Resume's work, on a runner (see serve).
-func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink) error {
+// ResumeBatched is Resume, its events framed in batches (see sink).
+func (s *JobServer) ResumeBatched(req *pb.ResumeRequest, gs grpc.ServerStreamingServer[pb.JobEventBatch]) error {
+	return s.serve(gs, s.cfg.MaxBatchBytes, func(snk *sink) error { return s.resume(req, gs, snk) })
+}
+
+// resume is the work of Resume and ResumeBatched, on a runner (see serve):
+// snk frames the events.
+func (s *JobServer) resume(req *pb.ResumeRequest, gs grpc.ServerStream, snk *sink) error {
 	j, err := visible(gs.Context(), s.e, req.GetJobId())
 	if err != nil {
 		return s.fail("Resume", err)
@@ -215,32 +244,36 @@ func (s *JobServer) serviceDesc() *grpc.ServiceDesc {
 	for i := range d.Streams {
 		switch d.Streams[i].StreamName {
 		case "Submit":
-			d.Streams[i].Handler = streamHandler(s, s.submit)
+			d.Streams[i].Handler = streamHandler(s, 0, s.submit)
 		case "Resume":
-			d.Streams[i].Handler = streamHandler(s, s.resume)
+			d.Streams[i].Handler = streamHandler(s, 0, s.resume)
+		case "SubmitBatched":
+			d.Streams[i].Handler = streamHandler(s, s.cfg.MaxBatchBytes, s.submit)
+		case "ResumeBatched":
+			d.Streams[i].Handler = streamHandler(s, s.cfg.MaxBatchBytes, s.resume)
 		}
 	}
 	return &d
 }
 
 // streamHandler is a JobService stream's handler: on the stream's runner
-// it receives the one request, then runs handle with it.
-func streamHandler[Req any](s *JobServer, handle func(*Req, grpc.ServerStreamingServer[pb.JobEvent], *sink) error) grpc.StreamHandler {
+// it receives the one request, then runs handle with it, its events
+// framed as maxBatch says (newSink).
+func streamHandler[Req any](s *JobServer, maxBatch int, handle func(*Req, grpc.ServerStream, *sink) error) grpc.StreamHandler {
 	return func(_ any, st grpc.ServerStream) error {
-		gs := &grpc.GenericServerStream[Req, pb.JobEvent]{ServerStream: st}
-		return s.serve(gs, func(snk *sink) error {
+		return s.serve(st, maxBatch, func(snk *sink) error {
 			req := new(Req)
 			if err := st.RecvMsg(req); err != nil {
 				return err
 			}
-			return handle(req, gs, snk)
+			return handle(req, st, snk)
 		})
 	}
 }
 
 // ctxStream is a job event stream whose context is ctx.
 type ctxStream struct {
-	grpc.ServerStreamingServer[pb.JobEvent]
+	grpc.ServerStream
 	ctx context.Context
 }
 
@@ -285,11 +318,12 @@ func (s *JobServer) fail(method string, err error) error {
 // snk (sink.watch). It returns work's status when work is done, or, when
 // a Send of the writer is still blocked at its write deadline, gives up
 // on it: returning ends the gRPC stream, and with it that Send. Until
-// work ends (or the watch gave up), only work touches gs.
-func (s *JobServer) serve(gs grpc.ServerStreamingServer[pb.JobEvent], work func(snk *sink) error) error {
+// work ends (or the watch gave up), only work touches gs. maxBatch is the
+// stream's framing (newSink).
+func (s *JobServer) serve(gs grpc.ServerStream, maxBatch int, work func(snk *sink) error) error {
 	s.wg.Add(1)
 	defer s.wg.Done()
-	snk := newSink(gs, nil, 0)
+	snk := newSink(gs, nil, 0, maxBatch)
 	done := make(chan struct{})
 	var err error
 	s.runners.run(func() {
@@ -308,7 +342,7 @@ func (s *JobServer) serve(gs grpc.ServerStreamingServer[pb.JobEvent], work func(
 // with a valid token (stream.JobStream.Claim). ended, if set, is told how
 // the stream went once it is over, which may be after the call returned
 // (see serve).
-func (s *JobServer) streamJob(gs grpc.ServerStreamingServer[pb.JobEvent], snk *sink, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool, ended func(stream.Result)) error {
+func (s *JobServer) streamJob(gs grpc.ServerStream, snk *sink, j *core.Job, after uint64, filter map[core.EventKind]bool, slow stream.SlowPolicy, claim bool, ended func(stream.Result)) error {
 	ctx := gs.Context()
 	_ = gs.SetHeader(metadata.Pairs(HeaderJobID, j.ID))
 	snk.job, snk.snap = j, s.e.Epoch()

@@ -21,8 +21,10 @@ import (
 // MetadataRelayedBy marks a relayed call with the relaying node.
 const MetadataRelayedBy = "x-switchyard-relayed-by"
 
-// relaySubmit streams req's job from jw.Node to gs.
-func (s *JobServer) relaySubmit(gs grpc.ServerStreamingServer[pb.JobEvent], req *pb.SubmitRequest, jw *core.JobElsewhere) error {
+// relaySubmit streams req's job from jw.Node to gs: it reads the other
+// node's Submit, whatever gs's framing (every node serves Submit, whatever
+// its version), and sends each event in a batch of its own when batched.
+func (s *JobServer) relaySubmit(gs grpc.ServerStream, batched bool, req *pb.SubmitRequest, jw *core.JobElsewhere) error {
 	ctx := gs.Context()
 	addr, err := core.RelayTarget(s.cfg.Cluster, jw, first(metadata.ValueFromIncomingContext(ctx, MetadataRelayedBy)),
 		core.NodeInfo.RelayGRPC)
@@ -66,7 +68,11 @@ func (s *JobServer) relaySubmit(gs grpc.ServerStreamingServer[pb.JobEvent], req 
 			// The other node's status, which carries its code: passed on.
 			return err
 		}
-		if err := gs.Send(ev); err != nil {
+		var m any = ev
+		if batched {
+			m = &pb.JobEventBatch{Events: []*pb.JobEvent{ev}}
+		}
+		if err := gs.SendMsg(m); err != nil {
 			return err
 		}
 	}

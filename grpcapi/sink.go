@@ -66,13 +66,31 @@ var (
 // The writer reuses one message and one data buffer for every event (Send
 // encodes the message before it returns), which the server's codec encodes
 // into pooled memory (wireEvent).
+//
+// The sink decides the stream's message framing, and nothing else differs
+// between the two: a JobEvent per message (Submit, Resume), each sent by
+// the writer's Event, Control or Heartbeat; or, with maxBatch set
+// (SubmitBatched, ResumeBatched), a JobEventBatch per flush: those calls
+// encode their event into the pending batch (wireBatch), and Flush sends
+// it as one message. The writer flushes what it had ready together (one
+// read of the history), and the first output of a stream on its own (see
+// stream.Run), so a batch adds no wait to any event: it holds what a
+// JobEvent stream would have sent back to back. An event that would take
+// the pending batch past maxBatch bytes sends the batch first; an event
+// larger than maxBatch goes alone. The writes that fail, the deadlines
+// and the watch are the same: in a batched stream they are the batch's
+// Send, in Flush (or in the Event that sends a full batch).
 type sink struct {
 	st   sendStream
 	job  *core.Job
 	snap uint64
+	// maxBatch, when not 0, batches the stream's events (see above) in
+	// messages of at most that many bytes, unless one event is larger.
+	maxBatch int
 
 	// Used only by the writer.
 	msg        wireEvent
+	batch      wireBatch
 	data       []byte
 	headerSent bool
 	err        error // a failed Send: every later write fails with it
@@ -93,12 +111,19 @@ type sink struct {
 
 var _ stream.Sink = (*sink)(nil)
 
-func newSink(st sendStream, j *core.Job, snap uint64) *sink {
-	return &sink{st: st, job: j, snap: snap, msg: wireEvent{pool: mem.DefaultBufferPool()}, moved: make(chan struct{}, 1), abortc: make(chan struct{})}
+// newSink returns the sink of a stream on st: maxBatch 0 sends a JobEvent
+// per message, more batches the events (see sink).
+func newSink(st sendStream, j *core.Job, snap uint64, maxBatch int) *sink {
+	pool := mem.DefaultBufferPool()
+	return &sink{st: st, job: j, snap: snap, maxBatch: maxBatch, msg: wireEvent{pool: pool}, batch: wireBatch{pool: pool},
+		moved: make(chan struct{}, 1), abortc: make(chan struct{})}
 }
 
 // close releases what the writer holds; it runs once the writer is done.
-func (s *sink) close() { s.msg.release() }
+func (s *sink) close() {
+	s.msg.release()
+	s.batch.release()
+}
 
 // Abort bounds the write in progress and every later one by deadline,
 // whatever SetWriteDeadline says after it. Safe from any goroutine; the
@@ -160,13 +185,17 @@ func (s *sink) Heartbeat() error {
 	return s.send()
 }
 
-// Flush opens a stream that sent nothing yet: its headers (x-job-id) go
-// out before the job has anything to say, as on SSE. Everything written
-// before it was handed to the transport when its Send returned.
+// Flush sends a batched stream's pending batch, and opens a stream that
+// sent nothing yet: its headers (x-job-id) go out before the job has
+// anything to say, as on SSE. Everything written before it on a JobEvent
+// stream was handed to the transport when its Send returned.
 func (s *sink) Flush() error {
 	// What was sent holds the chunk until gRPC wrote it; the next batch
 	// takes another, and a stream that waits holds none.
 	s.msg.release()
+	if s.batch.n > 0 {
+		return s.sendBatch()
+	}
 	if s.err == nil && !s.headerSent {
 		s.lastErr = s.call(func() error { return s.st.SendHeader(nil) })
 		if s.lastErr == nil {
@@ -178,13 +207,46 @@ func (s *sink) Flush() error {
 	return s.lastErr
 }
 
-// send sends s.msg under the write deadline and records the result.
+// send sends s.msg under the write deadline, or adds it to the pending
+// batch of a batched stream, and records the result.
 func (s *sink) send() error {
-	s.lastErr = s.call(func() error { return s.st.SendMsg(&s.msg) })
+	defer func() { s.msg.DataJson, s.msg.ResumeToken = nil, "" }()
+	if s.maxBatch == 0 {
+		s.lastErr = s.call(func() error { return s.st.SendMsg(&s.msg) })
+		if s.lastErr == nil {
+			s.headerSent = true
+		}
+		return s.lastErr
+	}
+	if s.err != nil {
+		s.lastErr = s.err
+		return s.err
+	}
+	n, err := s.msg.size()
+	if err != nil {
+		s.err, s.lastErr = err, err // as a Send that failed to encode it
+		return err
+	}
+	if s.batch.n > 0 && s.batch.len()+framedSize(n) > s.maxBatch {
+		if err := s.sendBatch(); err != nil {
+			return err
+		}
+	}
+	s.batch.add(&s.msg, n)
+	// Not written yet: lastWriteFailed counts the pending batch.
+	s.lastErr = nil
+	return nil
+}
+
+// sendBatch sends the pending batch as one message under the write
+// deadline and records the result. The batch is empty afterwards: sent, or
+// dropped with the stream, whose writes all fail from then on.
+func (s *sink) sendBatch() error {
+	s.lastErr = s.call(func() error { return s.st.SendMsg(&s.batch) })
 	if s.lastErr == nil {
 		s.headerSent = true
 	}
-	s.msg.DataJson, s.msg.ResumeToken = nil, ""
+	s.batch.release() // a Send that failed before encoding it
 	return s.lastErr
 }
 
@@ -263,4 +325,5 @@ func (s *sink) watch(done <-chan struct{}) (gaveUp bool) {
 
 // lastWriteFailed reports whether the stream's last write or flush failed:
 // its client may not have been told why the stream ended.
-func (s *sink) lastWriteFailed() bool { return s.lastErr != nil }
+// Events left in a pending batch were not written either.
+func (s *sink) lastWriteFailed() bool { return s.lastErr != nil || s.batch.n > 0 }

@@ -178,7 +178,7 @@ func sinkWithEvent(t *testing.T) (*sink, *fakeStream, core.Event) {
 	t.Helper()
 	j := testJob(t)
 	f := newFakeStream()
-	return newSink(f, j, 42), f, coretest.Append(t, j, core.EventOutput, `{}`)
+	return newSink(f, j, 42, 0), f, coretest.Append(t, j, core.EventOutput, `{}`)
 }
 
 func within(t *testing.T, what string, min, max time.Duration, f func()) {
@@ -193,7 +193,7 @@ func within(t *testing.T, what string, min, max time.Duration, f func()) {
 func TestGRPCSinkWritesInOrder(t *testing.T) {
 	j := testJob(t)
 	f := newFakeStream()
-	s := newSink(f, j, 42)
+	s := newSink(f, j, 42, 0)
 	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ func TestGRPCSinkAbortGraceLetsTheTerminatedEventThrough(t *testing.T) {
 func TestGRPCSinkSendErrorFailsLaterWrites(t *testing.T) {
 	j := testJob(t)
 	f := newFakeStream()
-	s := newSink(f, j, 42)
+	s := newSink(f, j, 42, 0)
 	boom := errors.New("transport is closing")
 	f.mu.Lock()
 	f.sendErr = boom
@@ -460,7 +460,7 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	f := newFakeStream()
-	s := newSink(f, j, 42)
+	s := newSink(f, j, 42, 0)
 	pool := newCountingPool()
 	s.msg.pool = pool
 	var res stream.Result
@@ -509,7 +509,7 @@ func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int,
 	j := testJob(t)
 	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
-	s := newSink(f, j, 42)
+	s := newSink(f, j, 42, 0)
 	f.blockThen(t, func() {
 		for range outputs {
 			coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)

@@ -414,6 +414,59 @@ func (x *JobEvent) GetDataJson() []byte {
 	return nil
 }
 
+// JobEventBatch is one message of a SubmitBatched or ResumeBatched stream:
+// events the node had ready together, in stream order, at least one. A
+// stream's batches concatenated are the events Submit or Resume would send
+// one per message. It is a message of its own, not a repeated field added
+// to JobEvent, so the per-event contract of Submit and Resume (and every
+// client that counts their messages) is untouched, and a batch carries no
+// fields of its own to keep consistent with its events'.
+type JobEventBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Events are the batch's events, each exactly as Submit sends it (its
+	// own job_id, position, resume_token and data_json).
+	Events        []*JobEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobEventBatch) Reset() {
+	*x = JobEventBatch{}
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobEventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobEventBatch) ProtoMessage() {}
+
+func (x *JobEventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobEventBatch.ProtoReflect.Descriptor instead.
+func (*JobEventBatch) Descriptor() ([]byte, []int) {
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *JobEventBatch) GetEvents() []*JobEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 // JobStatus is a job as Get and Cancel show it: the fields of the HTTP API's
 // job document (GET /v1/jobs/{id}), which is this message as JSON with the
 // field names below. The optional fields are absent while they have no
@@ -484,7 +537,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[5]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +549,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[5]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +562,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JobStatus) GetJobId() string {
@@ -699,7 +752,7 @@ type JobAttempt struct {
 
 func (x *JobAttempt) Reset() {
 	*x = JobAttempt{}
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +764,7 @@ func (x *JobAttempt) String() string {
 func (*JobAttempt) ProtoMessage() {}
 
 func (x *JobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[6]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +777,7 @@ func (x *JobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
 func (*JobAttempt) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JobAttempt) GetAttempt() uint64 {
@@ -796,7 +849,7 @@ type JobLinks struct {
 
 func (x *JobLinks) Reset() {
 	*x = JobLinks{}
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +861,7 @@ func (x *JobLinks) String() string {
 func (*JobLinks) ProtoMessage() {}
 
 func (x *JobLinks) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_v1_jobs_proto_msgTypes[7]
+	mi := &file_switchyard_v1_jobs_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +874,7 @@ func (x *JobLinks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLinks.ProtoReflect.Descriptor instead.
 func (*JobLinks) Descriptor() ([]byte, []int) {
-	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_v1_jobs_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JobLinks) GetSelf() string {
@@ -867,7 +920,9 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\bsnapshot\x18\x05 \x01(\x04R\bsnapshot\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\x04R\aattempt\x12!\n" +
 	"\fresume_token\x18\a \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tdata_json\x18\b \x01(\fR\bdataJson\"\xd2\x06\n" +
+	"\tdata_json\x18\b \x01(\fR\bdataJson\"@\n" +
+	"\rJobEventBatch\x12/\n" +
+	"\x06events\x18\x01 \x03(\v2\x17.switchyard.v1.JobEventR\x06events\"\xd2\x06\n" +
 	"\tJobStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x14\n" +
@@ -920,11 +975,13 @@ const file_switchyard_v1_jobs_proto_rawDesc = "" +
 	"\a_reason\"6\n" +
 	"\bJobLinks\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x16\n" +
-	"\x06events\x18\x02 \x01(\tR\x06events2\xcc\x02\n" +
+	"\x06events\x18\x02 \x01(\tR\x06events2\xea\x03\n" +
 	"\n" +
 	"JobService\x12A\n" +
 	"\x06Submit\x12\x1c.switchyard.v1.SubmitRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12A\n" +
-	"\x06Resume\x12\x1c.switchyard.v1.ResumeRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12X\n" +
+	"\x06Resume\x12\x1c.switchyard.v1.ResumeRequest\x1a\x17.switchyard.v1.JobEvent0\x01\x12M\n" +
+	"\rSubmitBatched\x12\x1c.switchyard.v1.SubmitRequest\x1a\x1c.switchyard.v1.JobEventBatch0\x01\x12M\n" +
+	"\rResumeBatched\x12\x1c.switchyard.v1.ResumeRequest\x1a\x1c.switchyard.v1.JobEventBatch0\x01\x12X\n" +
 	"\x03Get\x12\x1c.switchyard.v1.GetJobRequest\x1a\x18.switchyard.v1.JobStatus\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}\x12^\n" +
 	"\x06Cancel\x12\x1f.switchyard.v1.CancelJobRequest\x1a\x18.switchyard.v1.JobStatus\"\x19\x82\xd3\xe4\x93\x02\x13*\x11/v1/jobs/{job_id}BCZAgithub.com/switchyard/switchyard/proto/switchyard/v1;switchyardv1b\x06proto3"
 
@@ -940,33 +997,39 @@ func file_switchyard_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_switchyard_v1_jobs_proto_rawDescData
 }
 
-var file_switchyard_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_switchyard_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_switchyard_v1_jobs_proto_goTypes = []any{
 	(*SubmitRequest)(nil),    // 0: switchyard.v1.SubmitRequest
 	(*ResumeRequest)(nil),    // 1: switchyard.v1.ResumeRequest
 	(*GetJobRequest)(nil),    // 2: switchyard.v1.GetJobRequest
 	(*CancelJobRequest)(nil), // 3: switchyard.v1.CancelJobRequest
 	(*JobEvent)(nil),         // 4: switchyard.v1.JobEvent
-	(*JobStatus)(nil),        // 5: switchyard.v1.JobStatus
-	(*JobAttempt)(nil),       // 6: switchyard.v1.JobAttempt
-	(*JobLinks)(nil),         // 7: switchyard.v1.JobLinks
+	(*JobEventBatch)(nil),    // 5: switchyard.v1.JobEventBatch
+	(*JobStatus)(nil),        // 6: switchyard.v1.JobStatus
+	(*JobAttempt)(nil),       // 7: switchyard.v1.JobAttempt
+	(*JobLinks)(nil),         // 8: switchyard.v1.JobLinks
 }
 var file_switchyard_v1_jobs_proto_depIdxs = []int32{
-	7, // 0: switchyard.v1.JobStatus.links:type_name -> switchyard.v1.JobLinks
-	6, // 1: switchyard.v1.JobStatus.attempts:type_name -> switchyard.v1.JobAttempt
-	0, // 2: switchyard.v1.JobService.Submit:input_type -> switchyard.v1.SubmitRequest
-	1, // 3: switchyard.v1.JobService.Resume:input_type -> switchyard.v1.ResumeRequest
-	2, // 4: switchyard.v1.JobService.Get:input_type -> switchyard.v1.GetJobRequest
-	3, // 5: switchyard.v1.JobService.Cancel:input_type -> switchyard.v1.CancelJobRequest
-	4, // 6: switchyard.v1.JobService.Submit:output_type -> switchyard.v1.JobEvent
-	4, // 7: switchyard.v1.JobService.Resume:output_type -> switchyard.v1.JobEvent
-	5, // 8: switchyard.v1.JobService.Get:output_type -> switchyard.v1.JobStatus
-	5, // 9: switchyard.v1.JobService.Cancel:output_type -> switchyard.v1.JobStatus
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: switchyard.v1.JobEventBatch.events:type_name -> switchyard.v1.JobEvent
+	8, // 1: switchyard.v1.JobStatus.links:type_name -> switchyard.v1.JobLinks
+	7, // 2: switchyard.v1.JobStatus.attempts:type_name -> switchyard.v1.JobAttempt
+	0, // 3: switchyard.v1.JobService.Submit:input_type -> switchyard.v1.SubmitRequest
+	1, // 4: switchyard.v1.JobService.Resume:input_type -> switchyard.v1.ResumeRequest
+	0, // 5: switchyard.v1.JobService.SubmitBatched:input_type -> switchyard.v1.SubmitRequest
+	1, // 6: switchyard.v1.JobService.ResumeBatched:input_type -> switchyard.v1.ResumeRequest
+	2, // 7: switchyard.v1.JobService.Get:input_type -> switchyard.v1.GetJobRequest
+	3, // 8: switchyard.v1.JobService.Cancel:input_type -> switchyard.v1.CancelJobRequest
+	4, // 9: switchyard.v1.JobService.Submit:output_type -> switchyard.v1.JobEvent
+	4, // 10: switchyard.v1.JobService.Resume:output_type -> switchyard.v1.JobEvent
+	5, // 11: switchyard.v1.JobService.SubmitBatched:output_type -> switchyard.v1.JobEventBatch
+	5, // 12: switchyard.v1.JobService.ResumeBatched:output_type -> switchyard.v1.JobEventBatch
+	6, // 13: switchyard.v1.JobService.Get:output_type -> switchyard.v1.JobStatus
+	6, // 14: switchyard.v1.JobService.Cancel:output_type -> switchyard.v1.JobStatus
+	9, // [9:15] is the sub-list for method output_type
+	3, // [3:9] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_v1_jobs_proto_init() }
@@ -974,15 +1037,15 @@ func file_switchyard_v1_jobs_proto_init() {
 	if File_switchyard_v1_jobs_proto != nil {
 		return
 	}
-	file_switchyard_v1_jobs_proto_msgTypes[5].OneofWrappers = []any{}
 	file_switchyard_v1_jobs_proto_msgTypes[6].OneofWrappers = []any{}
+	file_switchyard_v1_jobs_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_v1_jobs_proto_rawDesc), len(file_switchyard_v1_jobs_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_Submit_FullMethodName = "/switchyard.v1.JobService/Submit"
-	JobService_Resume_FullMethodName = "/switchyard.v1.JobService/Resume"
-	JobService_Get_FullMethodName    = "/switchyard.v1.JobService/Get"
-	JobService_Cancel_FullMethodName = "/switchyard.v1.JobService/Cancel"
+	JobService_Submit_FullMethodName        = "/switchyard.v1.JobService/Submit"
+	JobService_Resume_FullMethodName        = "/switchyard.v1.JobService/Resume"
+	JobService_SubmitBatched_FullMethodName = "/switchyard.v1.JobService/SubmitBatched"
+	JobService_ResumeBatched_FullMethodName = "/switchyard.v1.JobService/ResumeBatched"
+	JobService_Get_FullMethodName           = "/switchyard.v1.JobService/Get"
+	JobService_Cancel_FullMethodName        = "/switchyard.v1.JobService/Cancel"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -48,8 +50,9 @@ const (
 // "authorization" metadata, as the Authorization header over HTTP) and
 // filter, so a stream read over one transport can be resumed over the other.
 //
-// A stream call (Submit, Resume) ends OK after the job's terminal event, or
-// after a "terminated" or "resync" event that says why the node ended it.
+// A stream call (Submit, Resume and their batched forms) ends OK after the
+// job's terminal event, or after a "terminated" or "resync" event that says
+// why the node ended it.
 // It ends UNAVAILABLE with "write_failed: ..." when its last event could not
 // be written in time (the client stopped reading): the client resumes from
 // the last resume_token it received. "Accepted" by the node never means
@@ -92,6 +95,31 @@ type JobServiceClient interface {
 	// events: there is nothing left to send. Resuming never cancels the job
 	// when the client leaves.
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEvent], error)
+	// SubmitBatched is Submit with the events framed in batches: each
+	// message is a JobEventBatch of the events the node had ready together
+	// (what its stream writer flushes at once: a replay, or outputs a worker
+	// sent together), in order, instead of one message per event. Everything
+	// else is Submit's: the same events with the same ids and resume tokens,
+	// the same refusals and statuses, ownership, grace window, idempotency,
+	// backpressure, tracing and keys (the role is Submit's). Opt-in: it
+	// saves the node gRPC's per-message work (a message and a DATA frame per
+	// event) where events come in bursts, and changes nothing for a lone
+	// event, which goes out in a batch of one as soon as it is ready (the
+	// first output of a stream is flushed on its own, as on Submit).
+	//
+	// A batch holds at least one event, and stays under a bound well below
+	// gRPC's default 4 MiB receive limit (256 KiB by default): events ready
+	// together beyond it go in the next message. One event larger than the
+	// bound goes alone in its batch, as large as it would be on Submit.
+	// A client resumes from the resume_token of the last event it received,
+	// whichever message carried it; a message cut short by the stream's end
+	// was never received. Relayed calls (an idempotency key whose job is on
+	// another node) are relayed with Submit, one event a batch.
+	SubmitBatched(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEventBatch], error)
+	// ResumeBatched is Resume with the events framed in batches, as
+	// SubmitBatched frames Submit's. Tokens are the same: a token from either
+	// framing (or an SSE id) resumes with either.
+	ResumeBatched(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEventBatch], error)
 	// Get returns a job's status (job_not_found: NOT_FOUND).
 	//
 	// Over HTTP: GET /v1/jobs/{id}, served by grpc-gateway. Submit and Resume
@@ -153,6 +181,44 @@ func (c *jobServiceClient) Resume(ctx context.Context, in *ResumeRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_ResumeClient = grpc.ServerStreamingClient[JobEvent]
 
+func (c *jobServiceClient) SubmitBatched(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEventBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[2], JobService_SubmitBatched_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubmitRequest, JobEventBatch]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_SubmitBatchedClient = grpc.ServerStreamingClient[JobEventBatch]
+
+func (c *jobServiceClient) ResumeBatched(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEventBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[3], JobService_ResumeBatched_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ResumeRequest, JobEventBatch]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_ResumeBatchedClient = grpc.ServerStreamingClient[JobEventBatch]
+
 func (c *jobServiceClient) Get(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*JobStatus, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JobStatus)
@@ -196,8 +262,9 @@ func (c *jobServiceClient) Cancel(ctx context.Context, in *CancelJobRequest, opt
 // "authorization" metadata, as the Authorization header over HTTP) and
 // filter, so a stream read over one transport can be resumed over the other.
 //
-// A stream call (Submit, Resume) ends OK after the job's terminal event, or
-// after a "terminated" or "resync" event that says why the node ended it.
+// A stream call (Submit, Resume and their batched forms) ends OK after the
+// job's terminal event, or after a "terminated" or "resync" event that says
+// why the node ended it.
 // It ends UNAVAILABLE with "write_failed: ..." when its last event could not
 // be written in time (the client stopped reading): the client resumes from
 // the last resume_token it received. "Accepted" by the node never means
@@ -240,6 +307,31 @@ type JobServiceServer interface {
 	// events: there is nothing left to send. Resuming never cancels the job
 	// when the client leaves.
 	Resume(*ResumeRequest, grpc.ServerStreamingServer[JobEvent]) error
+	// SubmitBatched is Submit with the events framed in batches: each
+	// message is a JobEventBatch of the events the node had ready together
+	// (what its stream writer flushes at once: a replay, or outputs a worker
+	// sent together), in order, instead of one message per event. Everything
+	// else is Submit's: the same events with the same ids and resume tokens,
+	// the same refusals and statuses, ownership, grace window, idempotency,
+	// backpressure, tracing and keys (the role is Submit's). Opt-in: it
+	// saves the node gRPC's per-message work (a message and a DATA frame per
+	// event) where events come in bursts, and changes nothing for a lone
+	// event, which goes out in a batch of one as soon as it is ready (the
+	// first output of a stream is flushed on its own, as on Submit).
+	//
+	// A batch holds at least one event, and stays under a bound well below
+	// gRPC's default 4 MiB receive limit (256 KiB by default): events ready
+	// together beyond it go in the next message. One event larger than the
+	// bound goes alone in its batch, as large as it would be on Submit.
+	// A client resumes from the resume_token of the last event it received,
+	// whichever message carried it; a message cut short by the stream's end
+	// was never received. Relayed calls (an idempotency key whose job is on
+	// another node) are relayed with Submit, one event a batch.
+	SubmitBatched(*SubmitRequest, grpc.ServerStreamingServer[JobEventBatch]) error
+	// ResumeBatched is Resume with the events framed in batches, as
+	// SubmitBatched frames Submit's. Tokens are the same: a token from either
+	// framing (or an SSE id) resumes with either.
+	ResumeBatched(*ResumeRequest, grpc.ServerStreamingServer[JobEventBatch]) error
 	// Get returns a job's status (job_not_found: NOT_FOUND).
 	//
 	// Over HTTP: GET /v1/jobs/{id}, served by grpc-gateway. Submit and Resume
@@ -268,6 +360,12 @@ func (UnimplementedJobServiceServer) Submit(*SubmitRequest, grpc.ServerStreaming
 }
 func (UnimplementedJobServiceServer) Resume(*ResumeRequest, grpc.ServerStreamingServer[JobEvent]) error {
 	return status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedJobServiceServer) SubmitBatched(*SubmitRequest, grpc.ServerStreamingServer[JobEventBatch]) error {
+	return status.Error(codes.Unimplemented, "method SubmitBatched not implemented")
+}
+func (UnimplementedJobServiceServer) ResumeBatched(*ResumeRequest, grpc.ServerStreamingServer[JobEventBatch]) error {
+	return status.Error(codes.Unimplemented, "method ResumeBatched not implemented")
 }
 func (UnimplementedJobServiceServer) Get(context.Context, *GetJobRequest) (*JobStatus, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
@@ -317,6 +415,28 @@ func _JobService_Resume_Handler(srv interface{}, stream grpc.ServerStream) error
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_ResumeServer = grpc.ServerStreamingServer[JobEvent]
+
+func _JobService_SubmitBatched_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SubmitRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).SubmitBatched(m, &grpc.GenericServerStream[SubmitRequest, JobEventBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_SubmitBatchedServer = grpc.ServerStreamingServer[JobEventBatch]
+
+func _JobService_ResumeBatched_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ResumeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).ResumeBatched(m, &grpc.GenericServerStream[ResumeRequest, JobEventBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_ResumeBatchedServer = grpc.ServerStreamingServer[JobEventBatch]
 
 func _JobService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetJobRequest)
@@ -379,6 +499,16 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Resume",
 			Handler:       _JobService_Resume_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SubmitBatched",
+			Handler:       _JobService_SubmitBatched_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ResumeBatched",
+			Handler:       _JobService_ResumeBatched_Handler,
 			ServerStreams: true,
 		},
 	},
