@@ -30,6 +30,7 @@ import (
 type fakeStream struct {
 	mu      sync.Mutex
 	sent    []*pb.JobEvent
+	msgs    []int // the events in each message sent
 	headers int
 	gate    chan struct{}
 	sendErr error
@@ -107,14 +108,32 @@ func (f *fakeStream) SendMsg(m any) error {
 			return status.Error(codes.Canceled, "context canceled")
 		}
 	}
-	ev := &pb.JobEvent{}
-	if err := proto.Unmarshal(data.Materialize(), ev); err != nil {
-		return err
+	var evs []*pb.JobEvent
+	if _, ok := m.(*wireBatch); ok {
+		b := &pb.JobEventBatch{}
+		if err := proto.Unmarshal(data.Materialize(), b); err != nil {
+			return err
+		}
+		evs = b.Events
+	} else {
+		ev := &pb.JobEvent{}
+		if err := proto.Unmarshal(data.Materialize(), ev); err != nil {
+			return err
+		}
+		evs = []*pb.JobEvent{ev}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sent = append(f.sent, ev)
+	f.sent = append(f.sent, evs...)
+	f.msgs = append(f.msgs, len(evs))
 	return nil
+}
+
+// messages is how many events each message sent held.
+func (f *fakeStream) messages() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.msgs)
 }
 
 func (f *fakeStream) SendHeader(metadata.MD) error {
@@ -503,13 +522,13 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 // accepted event over a sink whose client stops reading at its first Send;
 // outputs more events follow once that Send blocks. The watch must give up
 // on the writer within min..max, as JobServer.serve's does; the stream then ends
-// (the handler returned), and so does Run.
-func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration) (stream.Result, *sink) {
+// (the handler returned), and so does Run. maxBatch is the sink's framing.
+func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int, min, max time.Duration, maxBatch int) (stream.Result, *sink) {
 	t.Helper()
 	j := testJob(t)
 	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
 	f := newFakeStream()
-	s := newSink(f, j, 42, 0)
+	s := newSink(f, j, 42, maxBatch)
 	f.blockThen(t, func() {
 		for range outputs {
 			coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
@@ -533,14 +552,23 @@ func runOnStoppedClient(t *testing.T, what string, p stream.Policy, outputs int,
 // A client that stopped reading: the writer fails at the write timeout
 // (no bound passed), and the call says write_failed.
 func TestGRPCRunWriteTimeoutOnABlockedClient(t *testing.T) {
-	res, s := runOnStoppedClient(t, "Run on a client that stopped reading", policy(), 1, 150*time.Millisecond, 2*time.Second)
-	if res.End != stream.EndWriteFailed {
-		t.Fatalf("result %+v, want write_failed", res)
-	}
-	err := apierr.Status(endError(context.Background(), res.End, s.lastWriteFailed()))
-	if status.Code(err) != codes.Unavailable {
-		t.Errorf("status %v", err)
-	}
+	forEachFraming(t, func(t *testing.T, maxBatch int) {
+		res, s := runOnStoppedClient(t, "Run on a client that stopped reading", policy(), 1, 150*time.Millisecond, 2*time.Second, maxBatch)
+		if res.End != stream.EndWriteFailed {
+			t.Fatalf("result %+v, want write_failed", res)
+		}
+		err := apierr.Status(endError(context.Background(), res.End, s.lastWriteFailed()))
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("status %v", err)
+		}
+	})
+}
+
+// forEachFraming runs f as a subtest for each framing of a stream's
+// events: a JobEvent per message (maxBatch 0), and batches.
+func forEachFraming(t *testing.T, f func(t *testing.T, maxBatch int)) {
+	t.Run("per-event", func(t *testing.T) { f(t, 0) })
+	t.Run("batched", func(t *testing.T) { f(t, 64<<10) })
 }
 
 // The lag watcher aborts a writer blocked on a client that stopped reading
@@ -549,16 +577,18 @@ func TestGRPCRunWatcherAbortsABlockedWriter(t *testing.T) {
 	p := policy()
 	p.WriteTimeout = 4 * time.Second // the watcher, not the write timeout, must end it
 	p.MaxLagEvents = 3
-	res, s := runOnStoppedClient(t, "Run with a watcher", p, 5, 0, 3*time.Second)
-	if res.End != stream.EndSlow || res.LagEvents <= 3 {
-		t.Fatalf("result %+v, want slow past 3 events", res)
-	}
-	if !s.lastWriteFailed() {
-		t.Fatal("the terminated event cannot have got through a blocked Send")
-	}
-	if err := apierr.Status(endError(context.Background(), res.End, true)); status.Code(err) != codes.Unavailable {
-		t.Errorf("status %v", err)
-	}
+	forEachFraming(t, func(t *testing.T, maxBatch int) {
+		res, s := runOnStoppedClient(t, "Run with a watcher", p, 5, 0, 3*time.Second, maxBatch)
+		if res.End != stream.EndSlow || res.LagEvents <= 3 {
+			t.Fatalf("result %+v, want slow past 3 events", res)
+		}
+		if !s.lastWriteFailed() {
+			t.Fatal("the terminated event cannot have got through a blocked Send")
+		}
+		if err := apierr.Status(endError(context.Background(), res.End, true)); status.Code(err) != codes.Unavailable {
+			t.Errorf("status %v", err)
+		}
+	})
 }
 
 func TestGRPCEndError(t *testing.T) {

@@ -256,6 +256,12 @@ func TestAuthMatrix(t *testing.T) {
 		pb.JobService_Resume_FullMethodName: {keyAliceWork, "", keyAlice, func(ctx context.Context, _ bool) error {
 			return streamErr(jobs.Resume(ctx, &pb.ResumeRequest{JobId: job}))
 		}, noQueue},
+		pb.JobService_SubmitBatched_FullMethodName: {keyAliceWork, keyAlice, keyAlice, func(ctx context.Context, forbidden bool) error {
+			return batchedStreamErr(jobs.SubmitBatched(ctx, &pb.SubmitRequest{Queue: queue(forbidden), EnvelopeJson: []byte(`{"input":"x","ttl_ms":5000}`)}))
+		}, access},
+		pb.JobService_ResumeBatched_FullMethodName: {keyAliceWork, "", keyAlice, func(ctx context.Context, _ bool) error {
+			return batchedStreamErr(jobs.ResumeBatched(ctx, &pb.ResumeRequest{JobId: job}))
+		}, noQueue},
 		pb.JobService_Get_FullMethodName: {keyAliceWork, "", keyAlice, func(ctx context.Context, _ bool) error {
 			_, err := jobs.Get(ctx, &pb.GetJobRequest{JobId: job})
 			return err
