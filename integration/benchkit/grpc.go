@@ -36,6 +36,38 @@ func GRPCJob(client pb.JobServiceClient, queue string, envelope []byte) JobFunc 
 	}
 }
 
+// GRPCBatchedJob is GRPCJob through SubmitBatched: the events come in
+// JobEventBatch messages, timed as they come out of each (the first
+// output when the message holding it arrived, the job when the one
+// holding its terminal event did).
+func GRPCBatchedJob(client pb.JobServiceClient, queue string, envelope []byte) JobFunc {
+	return func(ctx context.Context) (first, last time.Duration, ok bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		t0 := time.Now()
+		st, err := client.SubmitBatched(ctx, &pb.SubmitRequest{Queue: queue, EnvelopeJson: envelope})
+		if err != nil {
+			return 0, 0, false
+		}
+		kinds := func(yield func(string, error) bool) {
+			for {
+				b, err := st.Recv()
+				if err != nil {
+					// io.EOF too: the stream ended without a terminal event.
+					yield("", err)
+					return
+				}
+				for _, ev := range b.GetEvents() {
+					if !yield(ev.GetKind(), nil) {
+						return
+					}
+				}
+			}
+		}
+		return timeStream(t0, kinds, "error", "terminated", "resync")
+	}
+}
+
 // DialGRPCJob is GRPCJob against the node at addr over a plaintext gRPC
 // connection of its own; close releases the connection.
 func DialGRPCJob(addr, queue string, envelope []byte) (job JobFunc, close func() error, err error) {
