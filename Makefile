@@ -79,11 +79,13 @@ fuzz:
 ## bench: first what a user runs (BenchmarkProcesses, docs/perf.md): the
 ## 3-node cluster, its SDK worker and two bare relay floors (opaque frames,
 ## the reference kit's shape; the worker protocol), each a process,
-## cross-node, co-located and over the gRPC JobService, 16 outputs of 32 B
+## cross-node, co-located and over the gRPC JobService (Submit and
+## SubmitBatched), 16 outputs of 32 B
 ## and of 4 KiB at concurrency 1 and 64, CPU split between nodes and
 ## workers, ratios to the opaque relay; then a node with a demo worker, driven by
 ## `switchyard bench` (4 outputs;
-## 16 of 32 B over HTTP/SSE and over the gRPC JobService); the in-process
+## 16 of 32 B over HTTP/SSE and over the gRPC JobService, Submit and
+## SubmitBatched); the in-process
 ## cluster benchmark (co-located vs cross-node vs a bare relay, all in one
 ## process with the SDK worker: the second table) with jobs
 ## of 4 outputs, 16 of 32 B and 16 of 4 KiB (issue 15's table); one
@@ -101,7 +103,8 @@ bench: build
 	for i in $$(seq 50); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.1; done; \
 	sleep 0.5; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64; \
 	echo "16 outputs of 32 B, HTTP/SSE:"; $(BIN) bench --url http://127.0.0.1:18080 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32; \
-	echo "16 outputs of 32 B, gRPC JobService:"; $(BIN) bench --url http://127.0.0.1:18080 --grpc --grpc-addr 127.0.0.1:19090 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32
+	echo "16 outputs of 32 B, gRPC JobService:"; $(BIN) bench --url http://127.0.0.1:18080 --grpc --grpc-addr 127.0.0.1:19090 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32; \
+	echo "16 outputs of 32 B, gRPC JobService, SubmitBatched:"; $(BIN) bench --url http://127.0.0.1:18080 --grpc --grpc-batched --grpc-addr 127.0.0.1:19090 --jobs 1000 --concurrency 1,64 --outputs 16 --output-bytes 32
 	$(GO) test -run '^$$' -bench . -benchmem ./core/resume ./httpapi
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS)
 	$(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x ./integration/ -args -cluster.jobs $(CLUSTER_JOBS_16) -cluster.outputs 16 -cluster.output-bytes 32

@@ -8,8 +8,9 @@ import (
 	"github.com/switchyard/switchyard/worker"
 )
 
-// The load generator's gRPC mode (switchyard bench --grpc) runs jobs to
-// their end through the public JobService, the HTTP mode through SSE, and
+// The load generator's gRPC modes (switchyard bench --grpc, and
+// --grpc-batched) run jobs to their end through the public JobService
+// (Submit, SubmitBatched), the HTTP mode through SSE, and
 // the nodes' CPU is read from their /metrics.
 func TestBenchkitModesAndNodeCPU(t *testing.T) {
 	n := MustStartNode(t, nil)
@@ -23,14 +24,20 @@ func TestBenchkitModesAndNodeCPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ProcessCPU: %v", err)
 	}
-	grpcJob, closeConn, err := benchkit.DialGRPCJob(n.GRPCAddr(), "demo", body)
+	grpcJob, closeConn, err := benchkit.DialGRPCJob(n.GRPCAddr(), "demo", body, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeConn() //nolint:errcheck // only read from
+	batchedJob, closeBatched, err := benchkit.DialGRPCJob(n.GRPCAddr(), "demo", body, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBatched() //nolint:errcheck // only read from
 	for name, job := range map[string]benchkit.JobFunc{
-		"grpc": grpcJob,
-		"http": benchkit.HTTPJob(client, baseURL(n)+"/v1/queues/demo/jobs", body),
+		"grpc":         grpcJob,
+		"grpc-batched": batchedJob,
+		"http":         benchkit.HTTPJob(client, baseURL(n)+"/v1/queues/demo/jobs", body),
 	} {
 		r := benchkit.RunJobs(t.Context(), job, 20, 4)
 		if r.Failed != 0 || len(r.Last) != 20 || len(r.First) != 20 || r.First[0] <= 0 {

@@ -23,7 +23,7 @@ import (
 // --output-bytes shape the job for the demo tokens worker (which sends
 // each word of its input back as one output). --grpc drives the public
 // JobService instead of HTTP/SSE, to measure the path without the HTTP
-// edge.
+// edge (--grpc-batched: its SubmitBatched).
 // The client code is integration/benchkit's, shared with the cluster
 // benchmark (BenchmarkCluster), so their figures are measured alike.
 func runBench(ctx context.Context, args []string) error {
@@ -31,6 +31,7 @@ func runBench(ctx context.Context, args []string) error {
 	url := fs.String("url", "http://127.0.0.1:8080", "node HTTP address")
 	useGRPC := fs.Bool("grpc", false, "submit through the public gRPC JobService at --grpc-addr instead of HTTP/SSE")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:9090", "with --grpc: the node's gRPC address (plaintext)")
+	grpcBatched := fs.Bool("grpc-batched", false, "with --grpc: submit through SubmitBatched (events ready together in one message)")
 	metrics := fs.String("metrics", "", "comma-separated /metrics URLs of the nodes whose process_cpu_seconds_total make the cpu/job column (default: --url's /metrics; \"none\" for no column)")
 	queue := fs.String("queue", "demo", "queue to post to")
 	jobs := fs.Int("jobs", 500, "jobs per concurrency level")
@@ -56,7 +57,7 @@ func runBench(ctx context.Context, args []string) error {
 	job := benchkit.HTTPJob(client, strings.TrimRight(*url, "/")+"/v1/queues/"+*queue+"/jobs", body)
 	if *useGRPC {
 		var closeConn func() error
-		if job, closeConn, err = benchkit.DialGRPCJob(*grpcAddr, *queue, body); err != nil {
+		if job, closeConn, err = benchkit.DialGRPCJob(*grpcAddr, *queue, body, *grpcBatched); err != nil {
 			return fmt.Errorf("--grpc-addr: %w", err)
 		}
 		defer closeConn() //nolint:errcheck // the connection is only read from

@@ -68,12 +68,16 @@ func GRPCBatchedJob(client pb.JobServiceClient, queue string, envelope []byte) J
 	}
 }
 
-// DialGRPCJob is GRPCJob against the node at addr over a plaintext gRPC
-// connection of its own; close releases the connection.
-func DialGRPCJob(addr, queue string, envelope []byte) (job JobFunc, close func() error, err error) {
+// DialGRPCJob is GRPCJob (GRPCBatchedJob when batched) against the node
+// at addr over a plaintext gRPC connection of its own; close releases the
+// connection.
+func DialGRPCJob(addr, queue string, envelope []byte, batched bool) (job JobFunc, close func() error, err error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, err
+	}
+	if batched {
+		return GRPCBatchedJob(pb.NewJobServiceClient(conn), queue, envelope), conn.Close, nil
 	}
 	return GRPCJob(pb.NewJobServiceClient(conn), queue, envelope), conn.Close, nil
 }
