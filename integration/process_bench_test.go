@@ -202,6 +202,9 @@ func BenchmarkProcesses(b *testing.B) {
 		// mallocs and allocBytes: what the setup's ingress node allocated
 		// (go_memstats_mallocs_total, _alloc_bytes_total), cluster setups.
 		mallocs, allocBytes float64
+		// msgs and events: the JobEventBatch messages grpc-batched's jobs
+		// received, and the events in them.
+		msgs, events uint64
 	}
 	// batchCounts reads node c's batch counters (0 from a node without
 	// them).
@@ -238,6 +241,7 @@ func BenchmarkProcesses(b *testing.B) {
 					}
 					bt0, bm0 := batchCounts(st)
 					m0, ab0 := allocCounts(st)
+					msgs0, evs0 := benchkit.BatchedMessages.Load(), benchkit.BatchedEvents.Load()
 					a0, b0 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
@@ -245,6 +249,7 @@ func BenchmarkProcesses(b *testing.B) {
 					a1, b1 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					bt1, bm1 := batchCounts(st)
 					m1, ab1 := allocCounts(st)
+					msgs1, evs1 := benchkit.BatchedMessages.Load(), benchkit.BatchedEvents.Load()
 					if prof != nil {
 						prof()
 					}
@@ -261,6 +266,8 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].batched += bm1 - bm0
 					rows[k].mallocs += m1 - m0
 					rows[k].allocBytes += ab1 - ab0
+					rows[k].msgs += msgs1 - msgs0
+					rows[k].events += evs1 - evs0
 				}
 			}
 		}
@@ -305,6 +312,10 @@ func BenchmarkProcesses(b *testing.B) {
 						// how many came in batches and how many each held.
 						if r.batches > 0 {
 							fmt.Printf("   batches: %.1f per job, %.1f messages each", r.batches/jobs, r.batched/r.batches)
+						}
+						// A batched stream's messages per job, and events in each.
+						if r.msgs > 0 {
+							fmt.Printf("   stream: %.1f messages per job, %.1f events each", float64(r.msgs)/jobs, float64(r.events)/float64(r.msgs))
 						}
 					}
 					fmt.Println()

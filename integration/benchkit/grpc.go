@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +37,10 @@ func GRPCJob(client pb.JobServiceClient, queue string, envelope []byte) JobFunc 
 	}
 }
 
+// BatchedMessages and BatchedEvents count what every GRPCBatchedJob
+// received: JobEventBatch messages, and the events in them.
+var BatchedMessages, BatchedEvents atomic.Uint64
+
 // GRPCBatchedJob is GRPCJob through SubmitBatched: the events come in
 // JobEventBatch messages, timed as they come out of each (the first
 // output when the message holding it arrived, the job when the one
@@ -57,6 +62,8 @@ func GRPCBatchedJob(client pb.JobServiceClient, queue string, envelope []byte) J
 					yield("", err)
 					return
 				}
+				BatchedMessages.Add(1)
+				BatchedEvents.Add(uint64(len(b.GetEvents())))
 				for _, ev := range b.GetEvents() {
 					if !yield(ev.GetKind(), nil) {
 						return
