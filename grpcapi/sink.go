@@ -210,14 +210,23 @@ func (s *sink) Flush() error {
 // send sends s.msg under the write deadline, or adds it to the pending
 // batch of a batched stream, and records the result.
 func (s *sink) send() error {
-	defer func() { s.msg.DataJson, s.msg.ResumeToken = nil, "" }()
+	var err error
 	if s.maxBatch == 0 {
-		s.lastErr = s.call(func() error { return s.st.SendMsg(&s.msg) })
-		if s.lastErr == nil {
+		err = s.call(func() error { return s.st.SendMsg(&s.msg) })
+		s.lastErr = err
+		if err == nil {
 			s.headerSent = true
 		}
-		return s.lastErr
+	} else {
+		err = s.add()
 	}
+	s.msg.DataJson, s.msg.ResumeToken = nil, ""
+	return err
+}
+
+// add adds s.msg to the pending batch, after sending the batch when the
+// event would take it past maxBatch.
+func (s *sink) add() error {
 	if s.err != nil {
 		s.lastErr = s.err
 		return s.err
