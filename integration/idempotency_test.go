@@ -19,8 +19,8 @@ import (
 // An Idempotency-Key holds across the cluster: two streamed POSTs with one
 // key through different nodes make one job, and both stream it (the second
 // node relays to the job's ingress node); so does a gRPC Submit through the
-// third; the same key with another body is refused with 409 on any node;
-// another subject's same key is another key.
+// third, and its SubmitBatched; the same key with another body is refused
+// with 409 on any node; another subject's same key is another key.
 func TestIdempotencyAcrossNodes(t *testing.T) {
 	keys := writeKeys(t, accessKeys())
 	nodes := startCluster(t, 3, func(_ int, c *switchyard.Config) { c.Auth.File = keys })
@@ -83,6 +83,22 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 	}
 	if last := gevs[len(gevs)-1]; last.GetKind() != "done" {
 		t.Errorf("the gRPC stream through n3 ended %s", last.GetKind())
+	}
+	// SubmitBatched through n3 is relayed the same way: the other node's
+	// Submit, each event in a batch of its own.
+	bst, err := pb.NewJobServiceClient(conn).SubmitBatched(withKey(t.Context(), keyAlice),
+		&pb.SubmitRequest{Queue: "demo", EnvelopeJson: []byte(body), IdempotencyKey: "order-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := recvBatches(bst, 0)
+	if bevs := flatten(bs); err != nil || len(bevs) != len(gevs) || bevs[0].GetJobId() != id1 || bevs[len(bevs)-1].GetKind() != "done" {
+		t.Fatalf("SubmitBatched through n3: %v %v, %v", kinds(bevs), len(bs), err)
+	}
+	for i, b := range bs {
+		if len(b.GetEvents()) != 1 {
+			t.Errorf("relayed batch %d holds %d events", i, len(b.GetEvents()))
+		}
 	}
 
 	// Another body with the key: 409 on every node.
