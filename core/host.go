@@ -86,10 +86,7 @@ type binding struct {
 	t          *task
 	accepted   bool
 	cancelling bool
-	// relayed: an output of the job went to its remote ingress (Output's
-	// report).
-	relayed bool
-	timer   *time.Timer
+	timer      *time.Timer
 	// short is set when the job's own TTL cut the accept window below
 	// DispatchTimeoutFloor: missing it is the job running out of time, not
 	// the worker stalling.
@@ -433,31 +430,19 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 // Accept counts as the accept. It never waits: a paced job's worker sends
 // output only within the credit it was given (WorkerConn.SendCredit), and
 // an output past it fails the job credit_exceeded (credit.go).
-//
-// It reports whether data was the first output of a job relayed to a
-// remote ingress while that job was the only one this node hosts. The
-// transport's sender for it was woken and waits for a processor, and a
-// worker that answers at once has the job's other outputs read right
-// behind it: a reader that reads them first delays the job's first output
-// by their handling (with one job in flight, the whole path's latency). The
-// caller may then let the sender run first (grpcapi's session reader
-// yields). With other jobs hosted it reports false: their outputs are what
-// the reader reads next, and yielding would delay them.
-func (w *Worker) Output(id string, gen uint64, data []byte) (firstAlone bool) {
+func (w *Worker) Output(id string, gen uint64, data []byte) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := w.bindingLocked("output", id, gen)
 	if b == nil || b.cancelling {
-		return false
+		return
 	}
 	if !b.credit.granted.covers(b.credit.used) {
 		e.creditExceededLocked(w, b)
-		return false
+		return
 	}
-	first := !b.relayed && b.t.d.Ingress != e.cfg.Node
 	w.outputLocked(b, data)
-	return first && len(e.hosted) == 1
 }
 
 // OutputOrWait is Output for a transport whose worker does not see its
@@ -493,7 +478,6 @@ func (w *Worker) outputLocked(b *binding, data []byte) {
 	e.useCreditLocked(b, int64(len(data)))
 	d := b.t.d
 	if d.Ingress != e.cfg.Node {
-		b.relayed = true
 		e.replyLocked(w, d, Message{Output: data})
 		return
 	}

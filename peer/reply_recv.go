@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -472,12 +471,9 @@ func (rd *respondReader) item(it *pb.RespondItem) bool {
 		return true
 	}
 	rs.busy.Store(true)
-	latest, firstOutput := rs.handleItem(rd.rcv, leg, it)
+	latest := rs.handleItem(rd.rcv, leg, it)
 	rs.last.Store(time.Now().UnixNano())
 	rs.busy.Store(false)
-	if firstOutput && len(rd.legs) == 1 {
-		yieldToWriter()
-	}
 	final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
 	ackNow := rs.noteHandled(k, it.GetSeq(), len(m.GetOutput()), final)
 	// A final seen again (resent after its ack was lost) ends the leg only
@@ -493,24 +489,6 @@ func (rd *respondReader) item(it *pb.RespondItem) bool {
 		rs.wake()
 	}
 	return true
-}
-
-// yieldToWriter lets the goroutines woken for a lone leg's first output
-// run before the reader handles the leg's next items, which a host whose
-// worker answered at once sent right behind it. It yields twice: once for
-// the job's stream writer, which writes the output (an SSE stream also
-// flushes it) and parks; once more for the gRPC connection writer a
-// JobService stream's Send woke, which itself yields the processor once,
-// while it holds under 1,000 bytes, before it writes (grpc-go's
-// loopyWriter, as of v1.85: its minBatchSize). This leans on how the
-// runtime and grpc-go schedule, not on any contract of theirs: if either
-// changes, the yields cost two trips through the run queue for one job in
-// flight and nothing else. The reader carries every leg from its host, so
-// it yields only for a leg alone on the stream: with others open, their
-// items are what it reads next, and yielding would delay them.
-func yieldToWriter() {
-	runtime.Gosched()
-	runtime.Gosched()
 }
 
 // end forgets a leg the host ended without its last item.
