@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -73,33 +72,6 @@ func TestWireBatchEncodesAsProto(t *testing.T) {
 	}
 }
 
-// runBatched runs j's stream over a sink of maxBatch (0: per event) whose
-// buffers come from a counting pool, and checks that every buffer returned.
-func runBatched(t *testing.T, j *core.Job, maxBatch int, f *fakeStream) stream.Result {
-	t.Helper()
-	s := newSink(f, j, 42, maxBatch)
-	pool := newCountingPool()
-	s.msg.pool, s.batch.pool = pool, pool
-	var res stream.Result
-	if gaveUp, _ := watched(t, f, s, func() {
-		res = stream.Run(context.Background(), stream.Request{
-			Job: j, Policy: policy(), Token: func(dst []byte, ev core.Event, _ time.Time) []byte {
-				return append(dst, "t"+string(rune('0'+ev.Seq))...)
-			},
-		}, s)
-		s.close()
-	}); gaveUp {
-		t.Fatal("the watch gave up")
-	}
-	if n := pool.outstanding(); n != 0 {
-		t.Errorf("%d encoding buffers never returned to the pool", n)
-	}
-	if s.lastWriteFailed() {
-		t.Error("lastWriteFailed after a stream that ended with its terminal event")
-	}
-	return res
-}
-
 // A replay is one read of the history: one message on a batched stream,
 // the same events (and tokens) as the per-event stream's messages.
 func TestGRPCBatchedRunOverTheSink(t *testing.T) {
@@ -108,8 +80,8 @@ func TestGRPCBatchedRunOverTheSink(t *testing.T) {
 	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
 	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	per, batched := newFakeStream(), newFakeStream()
-	runBatched(t, j, 0, per)
-	res := runBatched(t, j, 64<<10, batched)
+	runSink(t, j, 0, per)
+	res := runSink(t, j, 64<<10, batched)
 	if res.End != stream.EndTerminal || res.LastSeq != 3 {
 		t.Fatalf("result %+v", res)
 	}
@@ -142,7 +114,7 @@ func TestGRPCBatchedFirstOutputGoesAlone(t *testing.T) {
 		coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 		f.unblock()
 	})
-	runBatched(t, j, 64<<10, f)
+	runSink(t, j, 64<<10, f)
 	if got := f.messages(); !slices.Equal(got, []int{1, 1, 4}) {
 		t.Errorf("messages of %v events, want accepted | the first output | the rest", got)
 	}
@@ -163,8 +135,8 @@ func TestGRPCBatchedSinkSplitsAtItsBound(t *testing.T) {
 	coretest.Append(t, j, core.EventOutput, `{"data":"`+strings.Repeat("z", 3*bound)+`"}`)
 	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
 	per, f := newFakeStream(), newFakeStream()
-	runBatched(t, j, 0, per)
-	runBatched(t, j, bound, f)
+	runSink(t, j, 0, per)
+	runSink(t, j, bound, f)
 	evs, msgs := f.events(), f.messages()
 	if !slices.EqualFunc(per.events(), evs, func(a, b *pb.JobEvent) bool { return proto.Equal(a, b) }) {
 		t.Fatalf("batched events differ from the per-event stream's")

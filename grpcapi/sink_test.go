@@ -473,15 +473,13 @@ func policy() stream.Policy {
 	return p
 }
 
-func TestGRPCRunOverTheSink(t *testing.T) {
-	j := testJob(t)
-	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
-	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
-	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
-	f := newFakeStream()
-	s := newSink(f, j, 42, 0)
+// runSink runs j's stream over a sink of maxBatch (0: per event) whose
+// buffers come from a counting pool, and checks that every buffer returned.
+func runSink(t *testing.T, j *core.Job, maxBatch int, f *fakeStream) stream.Result {
+	t.Helper()
+	s := newSink(f, j, 42, maxBatch)
 	pool := newCountingPool()
-	s.msg.pool = pool
+	s.msg.pool, s.batch.pool = pool, pool
 	var res stream.Result
 	if gaveUp, _ := watched(t, f, s, func() {
 		res = stream.Run(context.Background(), stream.Request{
@@ -496,6 +494,19 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 	if n := pool.outstanding(); n != 0 {
 		t.Errorf("%d encoding buffers never returned to the pool", n)
 	}
+	if s.lastWriteFailed() {
+		t.Error("lastWriteFailed after a stream that ended with its terminal event")
+	}
+	return res
+}
+
+func TestGRPCRunOverTheSink(t *testing.T) {
+	j := testJob(t)
+	coretest.Append(t, j, core.EventAccepted, `{"queue":"q"}`)
+	coretest.Append(t, j, core.EventOutput, `{"data":"a"}`)
+	coretest.Append(t, j, core.EventDone, `{"outcome":"completed"}`)
+	f := newFakeStream()
+	res := runSink(t, j, 0, f)
 	if res.End != stream.EndTerminal || res.LastSeq != 3 {
 		t.Fatalf("result %+v", res)
 	}
@@ -513,7 +524,8 @@ func TestGRPCRunOverTheSink(t *testing.T) {
 			t.Errorf("event %d data %s: %v", i, ev.GetDataJson(), err)
 		}
 	}
-	if err := apierr.Status(endError(context.Background(), res.End, s.lastWriteFailed())); err != nil {
+	// runSink checked that the last write did not fail.
+	if err := apierr.Status(endError(context.Background(), res.End, false)); err != nil {
 		t.Errorf("a stream that ended with its terminal event ends %v", err)
 	}
 }
