@@ -68,10 +68,10 @@ var importRules = map[string]importRule{
 	"catalog": {may: []string{"core", "internal/netaddr", "internal/chans"}, neverDeps: []string{chiLib, sseLib}},
 	// Node-to-node transport: the engine and the wire format; no catalog
 	// (the node hands it an address lookup), no public API, no etcd.
-	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbwire", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
+	"peer": {may: []string{"core", "proto/switchyard/v1", "internal/pbwire", "internal/pbcodec", "internal/chans", "internal/flowwin"}, neverDeps: []string{etcdLib, chiLib, sseLib, otelSDK, otelExporters}},
 	// The public gRPC services.
 	"grpcapi": {
-		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec", "internal/chans"},
+		may:       []string{"core", "core/stream", "core/resume", "proto/switchyard/v1", "apierr", "auth", "internal/pbwire", "internal/pbcodec", "internal/chans", "internal/flowwin"},
 		neverDeps: []string{etcdLib, chiLib, sseLib},
 	},
 	// The HTTP/SSE API. Its unary routes are the public gRPC services'
@@ -97,7 +97,7 @@ var importRules = map[string]importRule{
 	"apierr": {may: []string{"core"}, neverDeps: []string{etcdLib, chiLib, sseLib}},
 	// The Go worker SDK a user imports: the wire format only. Nothing of
 	// the engine, not even its metrics library, comes with it.
-	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire", "internal/pbcodec", "internal/chans"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
+	"worker": {may: []string{"proto/switchyard/v1", "tracing/w3c", "internal/pbwire", "internal/pbcodec", "internal/chans", "internal/flowwin"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK, otelExporters}},
 	// The node's traces: the OpenTelemetry SDK and its OTLP exporters,
 	// set up from the node's config and the standard OTEL_* variables,
 	// and the log handler that puts a trace id on every log line. It knows
@@ -113,6 +113,9 @@ var importRules = map[string]importRule{
 	// vtproto code (the peer connections, the worker sessions), and the
 	// UTF-8 check proto's decoder would have made.
 	"internal/pbcodec": {may: []string{"proto/switchyard/v1"}, neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK}},
+	// The static HTTP/2 flow-control windows of the gRPC connections
+	// nodes and the worker SDK make and serve: gRPC only.
+	"internal/flowwin": {neverDeps: []string{etcdLib, chiLib, sseLib, promLib, otelSDK}},
 	// What the node, the catalog and the binary decide alike about a
 	// host:port address (is it loopback): the standard library only.
 	"internal/netaddr": {},

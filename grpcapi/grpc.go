@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard/switchyard/apierr"
 	"github.com/switchyard/switchyard/auth"
+	"github.com/switchyard/switchyard/internal/flowwin"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -77,6 +78,9 @@ func NewServer(cfg ServerConfig, workers *WorkerServer, jobs *JobServer, cluster
 	if cfg.TracerProvider != nil {
 		opts = append(opts, traceCalls(cfg.TracerProvider))
 	}
+	// Static windows: no PING per burst of data read (flowwin); a worker
+	// session is bursts of outputs.
+	opts = append(opts, flowwin.ServerOptions(cfg.MaxMessageBytes)...)
 	s := grpc.NewServer(opts...)
 	pb.RegisterWorkerServiceServer(s, workers)
 	s.RegisterService(jobs.serviceDesc(), jobs)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/switchyard/switchyard/internal/flowwin"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -121,6 +122,8 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientKeepaliveTime, Timeout: ClientKeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 	)
+	// Static windows: no PING per burst of data read (flowwin).
+	opts = append(opts, flowwin.DialOptions(c.cfg.MaxMessageBytes)...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", addr, err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard/switchyard/core"
+	"github.com/switchyard/switchyard/internal/flowwin"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 )
 
@@ -60,7 +61,7 @@ var _ pb.PeerServiceServer = (*server)(nil)
 func newServer(cfg Config) *server {
 	a := &authenticator{metrics: cfg.Metrics, versions: newVersionGate(cfg.Metrics, cfg.Logger)}
 	s := &server{cfg: cfg, senders: map[string]*unicastInbox{}, deliveries: map[deliveryKey]*deliveryInbox{}, inLegs: map[inLegKey]*inLeg{}, orphanWatches: map[*time.Timer]struct{}{}}
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		serverCreds(cfg),
 		serverCodec(),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -77,7 +78,9 @@ func newServer(cfg Config) *server {
 		// Stop returns once every handler has: a Deliver stream's
 		// goroutines never outlive the server.
 		grpc.WaitForHandlers(true),
-	)
+	}
+	// Static windows: no PING per burst of data read (flowwin).
+	s.grpc = grpc.NewServer(append(opts, flowwin.ServerOptions(cfg.MaxMessageBytes)...)...)
 	pb.RegisterPeerServiceServer(s.grpc, s)
 	return s
 }

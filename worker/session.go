@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard/switchyard/internal/flowwin"
 	pb "github.com/switchyard/switchyard/proto/switchyard/v1"
 	"github.com/switchyard/switchyard/tracing/w3c"
 )
@@ -96,7 +97,7 @@ type capUpdate struct {
 func (r *runner) session(ctx context.Context) error {
 	// A fresh connection per session: after a silent node the old one may
 	// be a black hole that gRPC still believes healthy.
-	conn, err := grpc.NewClient(r.cfg.Server, r.cfg.DialOptions...)
+	conn, err := grpc.NewClient(r.cfg.Server, append(flowwin.DialOptions(0), r.cfg.DialOptions...)...)
 	if err != nil {
 		return backoff.Permanent(fmt.Errorf("dial %s: %w", r.cfg.Server, err))
 	}

@@ -68,7 +68,10 @@ type Config struct {
 	// DialOptions for the gRPC connection. When empty the connection uses
 	// insecure (plaintext) credentials, which suits loopback and
 	// development; when set they replace that default, so they must carry
-	// transport credentials of their own.
+	// transport credentials of their own. They apply after the SDK's static
+	// flow-control windows (internal/flowwin: 4 MiB a stream, no PING per
+	// burst of data read), so an option of the caller's that sets a window
+	// wins.
 	DialOptions []grpc.DialOption
 	// MaxBackoff caps the delay between reconnect attempts; 0 means 5s.
 	MaxBackoff time.Duration
