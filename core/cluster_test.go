@@ -1486,3 +1486,56 @@ func TestClusterGrantsGoBackToTheHost(t *testing.T) {
 		"reply n2>n1 end()",
 	)
 }
+
+// Output reports the first output of a job relayed to a remote ingress
+// that sent it latency first (no other job in flight there) while the job
+// is the only one its host holds (grpcapi's session reader then yields to
+// the sender it woke), and nothing for the job's later outputs, for a job
+// with company on the host, for a job its ingress sent while it held
+// another, or for a local ingress.
+func TestOutputReportsALoneJobsFirstRemoteOutput(t *testing.T) {
+	_, n1, n2 := twoNodes(t)
+	w, fc := n2.worker("q", "a", 2)
+
+	j1 := n1.submit("q", env(clusterTTL))
+	if got := n1.e.IngressJobs(); got != 1 {
+		t.Fatalf("the ingress with one job: IngressJobs %d, want 1", got)
+	}
+	o1 := waitOffers(t, fc, j1.ID, 1)[0]
+	if !w.Output(j1.ID, o1.Gen, []byte(`1`)) {
+		t.Fatal("the lone job's first output: Output reported false, want true")
+	}
+	if w.Output(j1.ID, o1.Gen, []byte(`2`)) {
+		t.Fatal("the lone job's second output: Output reported true, want false")
+	}
+	w.End(j1.ID, o1.Gen, "", "", nil)
+	n1.waitState(j1.ID, core.StateCompleted)
+	if got := n1.e.IngressJobs(); got != 0 {
+		t.Fatalf("the ingress with its job ended: IngressJobs %d, want 0", got)
+	}
+
+	// Alone at its ingress, not at its host: a job of n2's own is hosted too.
+	jl := n2.submit("q", env(clusterTTL))
+	ol := waitOffers(t, fc, jl.ID, 1)[0]
+	if w.Output(jl.ID, ol.Gen, []byte(`1`)) {
+		t.Fatal("a first output to a local ingress: Output reported true, want false")
+	}
+	j2 := n1.submit("q", env(clusterTTL))
+	o2 := waitOffers(t, fc, j2.ID, 1)[0]
+	if w.Output(j2.ID, o2.Gen, []byte(`1`)) {
+		t.Fatal("a first output while another job is hosted: Output reported true, want false")
+	}
+	w.End(jl.ID, ol.Gen, "", "", nil)
+	n2.waitState(jl.ID, core.StateCompleted)
+
+	// Alone at its host, not at its ingress when it was sent: n1 held j2.
+	j3 := n1.submit("q", env(clusterTTL))
+	o3 := waitOffers(t, fc, j3.ID, 1)[0]
+	w.End(j2.ID, o2.Gen, "", "", nil)
+	n1.waitState(j2.ID, core.StateCompleted)
+	if w.Output(j3.ID, o3.Gen, []byte(`1`)) {
+		t.Fatal("a first output of a job sent without the hint, alone at its host: Output reported true, want false")
+	}
+	w.End(j3.ID, o3.Gen, "", "", nil)
+	n1.waitState(j3.ID, core.StateCompleted)
+}

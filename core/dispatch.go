@@ -58,6 +58,11 @@ type Delivery struct {
 	// A consumer host refuses a delivery older than an epoch it has seen
 	// for the queue (epoch.go). Zero: none, never refused for it.
 	Epoch uint64
+	// LatencyFirst is the ingress's hint that it held no other job in
+	// flight when it sent this one: the host may favour the job's latency
+	// over batching (Worker.Output's report). Set by the ingress only,
+	// passed on unchanged by a dispatcher; false changes nothing.
+	LatencyFirst bool
 }
 
 // queue is one queue on its dispatcher.

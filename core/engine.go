@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,8 +182,11 @@ type Engine struct {
 	// (silence.go).
 	silent map[string]bool
 	// retain keeps the ended jobs (still in jobs) for late readers.
-	retain   retained
+	retain retained
+	// active counts the jobs this node holds as their ingress, not yet
+	// ended; activeN mirrors it for IngressJobs, which reads it without mu.
 	active   int
+	activeN  atomic.Int64
 	draining bool
 	// fenced: Fence ran and Unfence has not (fence.go).
 	fenced bool
@@ -301,9 +305,18 @@ func (e *Engine) stopTakingLocked() {
 	}
 }
 
+// IngressJobs is the number of jobs this node holds as their ingress and
+// that have not ended. It takes no lock: the count may be a moment old,
+// good for a hint (the peer layer's reply stream reader yields for a job
+// alone at its ingress, peer/reply_recv.go) and nothing that must be exact.
+func (e *Engine) IngressJobs() int {
+	return int(e.activeN.Load())
+}
+
 // activeDoneLocked accounts for a job reaching its terminal outcome.
 func (e *Engine) activeDoneLocked() {
 	e.active--
+	e.activeN.Store(int64(e.active))
 	e.quietLocked()
 }
 

@@ -86,7 +86,10 @@ type binding struct {
 	t          *task
 	accepted   bool
 	cancelling bool
-	timer      *time.Timer
+	// relayed: an output of the job went to its remote ingress (Output's
+	// report, with the delivery's LatencyFirst).
+	relayed bool
+	timer   *time.Timer
 	// short is set when the job's own TTL cut the accept window below
 	// DispatchTimeoutFloor: missing it is the job running out of time, not
 	// the worker stalling.
@@ -430,19 +433,35 @@ func (w *Worker) Reject(id string, gen uint64, reason string) {
 // Accept counts as the accept. It never waits: a paced job's worker sends
 // output only within the credit it was given (WorkerConn.SendCredit), and
 // an output past it fails the job credit_exceeded (credit.go).
-func (w *Worker) Output(id string, gen uint64, data []byte) {
+//
+// It reports whether data was the first output of a job relayed to a
+// remote ingress that sent the job latency first (Delivery.LatencyFirst:
+// it held no other job in flight) while that job is the only one this
+// node hosts. The transport's sender for it was woken and waits for a
+// processor, and a worker that answers at once has the job's other outputs
+// read right behind it: a reader that reads them first delays the job's
+// first output by their handling (with one job in flight, the whole path's
+// latency). The caller may then let the sender run first (grpcapi's
+// session reader yields). Otherwise it reports false: with other jobs
+// hosted their outputs are what the reader reads next, and yielding would
+// delay them; and a host alone at one moment is not a cluster at rest —
+// under load at the ingress (the usual bottleneck) a host often holds one
+// job at a time, and yielding for each would cost every job the trips.
+func (w *Worker) Output(id string, gen uint64, data []byte) (firstAlone bool) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := w.bindingLocked("output", id, gen)
 	if b == nil || b.cancelling {
-		return
+		return false
 	}
 	if !b.credit.granted.covers(b.credit.used) {
 		e.creditExceededLocked(w, b)
-		return
+		return false
 	}
+	first := !b.relayed && b.t.d.LatencyFirst && b.t.d.Ingress != e.cfg.Node
 	w.outputLocked(b, data)
+	return first && len(e.hosted) == 1
 }
 
 // OutputOrWait is Output for a transport whose worker does not see its
@@ -478,6 +497,7 @@ func (w *Worker) outputLocked(b *binding, data []byte) {
 	e.useCreditLocked(b, int64(len(data)))
 	d := b.t.d
 	if d.Ingress != e.cfg.Node {
+		b.relayed = true
 		e.replyLocked(w, d, Message{Output: data})
 		return
 	}

@@ -356,6 +356,7 @@ func (e *Engine) startLocked(j *Job) {
 		e.idem[j.idemKey] = j.ID
 	}
 	e.active++
+	e.activeN.Store(int64(e.active))
 	j.History.Append(EventAccepted, 0, acceptedData{
 		Queue: j.Queue, TraceID: j.trace.TraceID().String(), TTLMs: j.Limits.TTL.Milliseconds(),
 	}.encode())
@@ -375,8 +376,13 @@ func (e *Engine) unstartLocked(j *Job) {
 }
 
 // deliveryLocked is the job as the ingress hands it to a dispatcher, with
-// what is left of its TTL now.
+// what is left of its TTL now. It is latency first when j is the only job
+// this node holds as their ingress, started (a resend) or about to be.
 func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
+	others := e.active
+	if e.jobs[j.ID] == j {
+		others--
+	}
 	d := Delivery{
 		JobID: j.ID, Gen: j.gen, Queue: j.Queue, Ingress: e.cfg.Node,
 		Input: j.Env.Input, Options: j.Env.Options, Capabilities: j.Env.Capabilities, Zone: j.Env.Zone,
@@ -384,6 +390,7 @@ func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
 		MaxQueueDepth: j.Limits.MaxQueueDepth, MaxQueueBytes: j.Limits.MaxQueueBytes,
 		Window: j.pace.window, Trace: j.trace,
 		Subject: j.Owner, Weight: j.weight, Priority: j.Env.Priority, AffinityKey: j.Env.AffinityKey,
+		LatencyFirst: others == 0,
 	}
 	for c := range j.exclude {
 		d.Exclude = append(d.Exclude, c)

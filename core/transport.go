@@ -87,6 +87,16 @@ type Receiver interface {
 
 var _ Receiver = (*Engine)(nil)
 
+// IngressLoad is implemented by a Receiver that tells, without a lock, how
+// many jobs it holds as their ingress (Engine.IngressJobs). A transport may
+// read it on its hot path to favour the latency of a job alone at its
+// ingress over batching; a Receiver without it is taken as never alone.
+type IngressLoad interface {
+	IngressJobs() int
+}
+
+var _ IngressLoad = (*Engine)(nil)
+
 // ErrNodeReplaced is wrapped by a Transport.Forward whose job was meant
 // for an incarnation of its node other than the one there now: the one it
 // was meant for is dead (docs/cluster.md, "Incarnations"), and the one

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,7 +308,9 @@ func (ss *session) handleItem(w *core.Worker, it *item) error {
 	switch it.kind {
 	case itemOutput:
 		// Never waits: the worker sends within the job's output credit.
-		w.Output(it.jobID, it.gen, it.data)
+		if w.Output(it.jobID, it.gen, it.data) {
+			yieldToSender()
+		}
 	case itemAccept:
 		w.Accept(it.jobID, it.gen)
 	case itemComplete:
@@ -376,7 +379,9 @@ func (ss *session) handle(w *core.Worker, m *pb.WorkerMessage) error {
 		w.Reject(msg.Reject.JobId, msg.Reject.Generation, msg.Reject.Reason)
 	case *pb.WorkerMessage_Output:
 		// Never waits: the worker sends within the job's output credit.
-		w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data)
+		if w.Output(msg.Output.JobId, msg.Output.Generation, msg.Output.Data) {
+			yieldToSender()
+		}
 	case *pb.WorkerMessage_Complete:
 		w.End(msg.Complete.JobId, msg.Complete.Generation, "", "", nilIfEmpty(msg.Complete.Result))
 	case *pb.WorkerMessage_Fail:
@@ -547,4 +552,25 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// yieldToSender lets the goroutines woken for a lone job's first output
+// (core.Worker.Output) run before the session reader handles the job's
+// next messages, which a worker that answers at once sent right behind it.
+// It yields twice: once for the peer's response-leg sender, which queues
+// the output on its reply stream and parks; once more for gRPC's
+// connection writer, which the sender woke and which itself yields the
+// processor once, while it holds under 1,000 bytes, before it writes
+// (grpc-go's loopyWriter, as of v1.85: its minBatchSize) — with one yield
+// the reader would run again in that gap and the output would still wait
+// for the rest of the job. This leans on how the runtime and grpc-go
+// schedule, not on any contract of theirs: if either changes, the yields
+// cost two trips through the run queue for one job in flight and nothing
+// else. Other jobs' outputs are never held up: Output reports a first
+// output only when its job is the only one the node hosts and its ingress
+// sent it latency first (core.Delivery.LatencyFirst: no other job in
+// flight there).
+func yieldToSender() {
+	runtime.Gosched()
+	runtime.Gosched()
 }

@@ -108,6 +108,7 @@ func DeliveryToPB(d core.Delivery) *pb.PeerDelivery {
 		Priority:       int32(d.Priority),
 		AffinityKey:    d.AffinityKey,
 		Epoch:          d.Epoch,
+		LatencyFirst:   d.LatencyFirst,
 	}
 }
 
@@ -144,6 +145,8 @@ func DeliveryFromPB(p *pb.PeerDelivery) (core.Delivery, error) {
 		Priority:    min(max(int(p.GetPriority()), core.MinPriority), core.MaxPriority),
 		AffinityKey: p.GetAffinityKey(),
 		Epoch:       p.GetEpoch(),
+		// A sender that carries no hint: false, the host batches as ever.
+		LatencyFirst: p.GetLatencyFirst(),
 	}, nil
 }
 

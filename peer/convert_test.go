@@ -28,6 +28,7 @@ func fullDelivery() core.Delivery {
 		Window:  core.OutputCredit{Events: 512, Bytes: 2 << 20},
 		Trace:   sampleTrace(),
 		Subject: "team-a", Weight: 3, Priority: -2, AffinityKey: "session-42", Epoch: 77,
+		LatencyFirst: true,
 	}
 }
 

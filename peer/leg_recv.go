@@ -54,6 +54,8 @@ type inLeg struct {
 	mu      sync.Mutex
 	session string
 	next    uint64
+	// outputSeen: an output of the leg was handed to the receiver.
+	outputSeen bool
 
 	// Under server.mu.
 	cur    *respondIn
@@ -253,8 +255,9 @@ func (s *server) controlsFor(rs *respondIn, c control) []*pb.PeerMessage {
 
 // handleItem hands one item of leg to the receiver unless the leg handled
 // it already. It reports whether the item is the latest the leg handled:
-// just now, or already (a resend whose ack was lost).
-func (rs *respondIn) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondItem) (latest bool) {
+// just now, or already (a resend whose ack was lost); and whether it was the
+// leg's first output handed to the receiver.
+func (rs *respondIn) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondItem) (latest, firstOutput bool) {
 	s := rs.s
 	leg.mu.Lock()
 	defer leg.mu.Unlock()
@@ -264,7 +267,7 @@ func (rs *respondIn) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondIte
 	}
 	seq := it.GetSeq()
 	if seq < leg.next {
-		return seq+1 == leg.next
+		return seq+1 == leg.next, false
 	}
 	leg.next = seq + 1
 	m, err := MessageFromPB(it.GetMessage())
@@ -274,10 +277,12 @@ func (rs *respondIn) handleItem(rcv core.Receiver, leg *inLeg, it *pb.RespondIte
 	if err != nil {
 		s.cfg.Metrics.invalid.Inc()
 		s.cfg.Logger.Warn("skipped an invalid message on a response leg", "from", rs.from, "job", leg.key.job, "err", err)
-		return true
+		return true, false
 	}
 	// Straight to the receiver: a response leg carries no cancel, so there is
 	// no response leg of this node's to end (server.handleMessage).
 	rcv.HandleMessage(rs.from, m)
-	return true
+	firstOutput = m.Output != nil && !leg.outputSeen
+	leg.outputSeen = leg.outputSeen || m.Output != nil
+	return true, firstOutput
 }

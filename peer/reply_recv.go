@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,6 +320,7 @@ func (rs *respondIn) read(rcv core.Receiver) {
 		return
 	}
 	rd := &respondReader{rs: rs, rcv: rcv, legs: map[inLegKey]*inLeg{}}
+	rd.load, _ = rcv.(core.IngressLoad)
 	for rd.frame(f) {
 		var err error
 		if f, err = rs.recv(&in); errors.Is(err, io.EOF) {
@@ -405,8 +407,10 @@ func (rs *respondIn) wake() {
 // respondReader is the reader goroutine's own state of a reply stream: the legs
 // opened on it.
 type respondReader struct {
-	rs   *respondIn
-	rcv  core.Receiver
+	rs  *respondIn
+	rcv core.Receiver
+	// load is rcv's count of its ingress jobs; nil: never yield for one.
+	load core.IngressLoad
 	legs map[inLegKey]*inLeg
 }
 
@@ -471,9 +475,12 @@ func (rd *respondReader) item(it *pb.RespondItem) bool {
 		return true
 	}
 	rs.busy.Store(true)
-	latest := rs.handleItem(rd.rcv, leg, it)
+	latest, firstOutput := rs.handleItem(rd.rcv, leg, it)
 	rs.last.Store(time.Now().UnixNano())
 	rs.busy.Store(false)
+	if firstOutput && rd.alone() {
+		yieldToWriter()
+	}
 	final := m.GetKind() == pb.PeerMessage_KIND_RELEASE || m.GetEnd() != nil
 	ackNow := rs.noteHandled(k, it.GetSeq(), len(m.GetOutput()), final)
 	// A final seen again (resent after its ack was lost) ends the leg only
@@ -489,6 +496,35 @@ func (rd *respondReader) item(it *pb.RespondItem) bool {
 		rs.wake()
 	}
 	return true
+}
+
+// alone reports whether the reader may yield for a leg's first output: the
+// leg is the only one open on the stream and its job the only one this
+// node holds as their ingress. The stream's legs alone are no sign of
+// rest: under load the ingress is the bottleneck and its reply stream from
+// one host often holds one leg at a time, while many more jobs wait here
+// for their turn (docs/perf.md, "First output at c = 1, fifth round").
+func (rd *respondReader) alone() bool {
+	return len(rd.legs) == 1 && rd.load != nil && rd.load.IngressJobs() == 1
+}
+
+// yieldToWriter lets the goroutines woken for a lone leg's first output
+// run before the reader handles the leg's next items, which a host whose
+// worker answered at once sent right behind it. It yields twice: once for
+// the job's stream writer, which writes the output (an SSE stream also
+// flushes it) and parks; once more for the gRPC connection writer a
+// JobService stream's Send woke, which itself yields the processor once,
+// while it holds under 1,000 bytes, before it writes (grpc-go's
+// loopyWriter, as of v1.85: its minBatchSize). This leans on how the
+// runtime and grpc-go schedule, not on any contract of theirs: if either
+// changes, the yields cost two trips through the run queue for one job in
+// flight and nothing else. The reader carries every leg from its host, so
+// it yields only for a leg alone on the stream and at its ingress
+// (respondReader.alone): with other jobs in flight, their items are what
+// it reads next, and yielding would delay them.
+func yieldToWriter() {
+	runtime.Gosched()
+	runtime.Gosched()
 }
 
 // end forgets a leg the host ended without its last item.

@@ -1094,7 +1094,15 @@ type PeerDelivery struct {
 	// dropped is answered NOT_FOUND. Empty: the sender's view had no record
 	// of the node; taken. (Numbers from 60 on: fencing by incarnation,
 	// docs/cluster.md, "Incarnations".)
-	Incarnation   string `protobuf:"bytes,60,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,60,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// latency_first is set by an ingress that had no other job in flight
+	// when it sent the job: the host may favour this job's latency over
+	// batching its messages with other jobs' (it lets the goroutine carrying
+	// the job's first output run before it reads on, when the job is also
+	// the only one it hosts). A hint, read only by the host: false (a sender
+	// that carries none) changes nothing. (Numbers from 70 on: latency
+	// hints.)
+	LatencyFirst  bool `protobuf:"varint,70,opt,name=latency_first,json=latencyFirst,proto3" json:"latency_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,6 +1303,13 @@ func (x *PeerDelivery) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *PeerDelivery) GetLatencyFirst() bool {
+	if x != nil {
+		return x.LatencyFirst
+	}
+	return false
 }
 
 // DeliverFrame is one frame of a Deliver stream, from the sending node.
@@ -2391,7 +2406,7 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\aPeerEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\xc1\x06\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\"\xe6\x06\n" +
 	"\fPeerDelivery\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
 	"\n" +
@@ -2421,7 +2436,8 @@ const file_switchyard_v1_peer_proto_rawDesc = "" +
 	"\bpriority\x18* \x01(\x11R\bpriority\x12!\n" +
 	"\faffinity_key\x18+ \x01(\tR\vaffinityKey\x12\x14\n" +
 	"\x05epoch\x182 \x01(\x04R\x05epoch\x12 \n" +
-	"\vincarnation\x18< \x01(\tR\vincarnation\x1a?\n" +
+	"\vincarnation\x18< \x01(\tR\vincarnation\x12#\n" +
+	"\rlatency_first\x18F \x01(\bR\flatencyFirst\x1a?\n" +
 	"\x11CapabilitiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +

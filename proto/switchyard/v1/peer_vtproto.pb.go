@@ -857,6 +857,18 @@ func (m *PeerDelivery) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.LatencyFirst {
+		i--
+		if m.LatencyFirst {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x4
+		i--
+		dAtA[i] = 0xb0
+	}
 	if len(m.Incarnation) > 0 {
 		i -= len(m.Incarnation)
 		copy(dAtA[i:], m.Incarnation)
@@ -2393,6 +2405,9 @@ func (m *PeerDelivery) SizeVT() (n int) {
 	l = len(m.Incarnation)
 	if l > 0 {
 		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.LatencyFirst {
+		n += 3
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5748,6 +5763,26 @@ func (m *PeerDelivery) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Incarnation = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 70:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LatencyFirst", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.LatencyFirst = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
