@@ -97,7 +97,7 @@ func (e *Engine) Drain(ctx context.Context) int {
 // but those being cancelled, whose outcome is decided and whose worker
 // has been told to stop.
 func (e *Engine) quietLocked() {
-	if !e.draining || e.active > 0 {
+	if !e.draining || e.active.Load() > 0 {
 		return
 	}
 	for id, w := range e.hosted {

@@ -184,9 +184,8 @@ type Engine struct {
 	// retain keeps the ended jobs (still in jobs) for late readers.
 	retain retained
 	// active counts the jobs this node holds as their ingress, not yet
-	// ended; activeN mirrors it for IngressJobs, which reads it without mu.
-	active   int
-	activeN  atomic.Int64
+	// ended. Changed under mu; atomic so that IngressJobs reads it without.
+	active   atomic.Int64
 	draining bool
 	// fenced: Fence ran and Unfence has not (fence.go).
 	fenced bool
@@ -310,13 +309,12 @@ func (e *Engine) stopTakingLocked() {
 // good for a hint (the peer layer's reply stream reader yields for a job
 // alone at its ingress, peer/reply_recv.go) and nothing that must be exact.
 func (e *Engine) IngressJobs() int {
-	return int(e.activeN.Load())
+	return int(e.active.Load())
 }
 
 // activeDoneLocked accounts for a job reaching its terminal outcome.
 func (e *Engine) activeDoneLocked() {
-	e.active--
-	e.activeN.Store(int64(e.active))
+	e.active.Add(-1)
 	e.quietLocked()
 }
 

@@ -355,8 +355,7 @@ func (e *Engine) startLocked(j *Job) {
 	if j.idemKey != "" {
 		e.idem[j.idemKey] = j.ID
 	}
-	e.active++
-	e.activeN.Store(int64(e.active))
+	e.active.Add(1)
 	j.History.Append(EventAccepted, 0, acceptedData{
 		Queue: j.Queue, TraceID: j.trace.TraceID().String(), TTLMs: j.Limits.TTL.Milliseconds(),
 	}.encode())
@@ -379,7 +378,7 @@ func (e *Engine) unstartLocked(j *Job) {
 // what is left of its TTL now. It is latency first when j is the only job
 // this node holds as their ingress, started (a resend) or about to be.
 func (e *Engine) deliveryLocked(j *Job, now time.Time) Delivery {
-	others := e.active
+	others := e.active.Load()
 	if e.jobs[j.ID] == j {
 		others--
 	}
