@@ -98,10 +98,11 @@ func BenchmarkProcesses(b *testing.B) {
 	startProcess(b, sdk)
 
 	// The opaque relay floor: B, its frame worker, A.
-	frameB, frameA, frameDebug := freeAddr(b), freeAddr(b), freeAddr(b)
+	// A serves its gRPC edge on frameAG, the JobService setups' floor.
+	frameB, frameA, frameAG, frameDebug := freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b)
 	fb := reexec(b, "frame-node", frameB)
 	fw := reexec(b, "frame-worker", frameB, frameDebug)
-	fa := reexec(b, "frame-ingress", frameA, frameB)
+	fa := reexec(b, "frame-ingress", frameA, frameAG, frameB)
 	// The worker-protocol relay: B, its bare worker, A.
 	relayB, relayA, bareDebug := freeAddr(b), freeAddr(b), freeAddr(b)
 	rb := reexec(b, "relay-node", relayB)
@@ -117,6 +118,10 @@ func BenchmarkProcesses(b *testing.B) {
 		bare       bool     // a relay: its bare worker reads the shape from the envelope's options
 	}
 	const floor = "relay" // the setup every ratio is to
+	// grpcFloor is the JobService setups' floor of their own protocol: the
+	// opaque relay through its gRPC edge (benchkit/frameedge.go).
+	const grpcFloor = "relay (gRPC edge)"
+	edge := grpctest.Dial(b, frameAG)
 	jobsURL := func(addr string) string { return "http://" + addr + "/v1/queues/demo/jobs" }
 	conn := grpctest.Dial(b, ad["a"].grpc)
 	jobs := pb.NewJobServiceClient(conn)
@@ -132,6 +137,8 @@ func BenchmarkProcesses(b *testing.B) {
 		{floor, func(body []byte) benchkit.JobFunc {
 			return benchkit.FrameJob(client, "http://"+frameA+"/job", body, 16)
 		}, []int{fb, fa}, fw, []string{"frame=" + frameDebug}, true},
+		{grpcFloor, func(body []byte) benchkit.JobFunc { return benchkit.FrameEdgeJob(edge, body, 16) },
+			[]int{fb, fa}, fw, []string{"frame=" + frameDebug}, true},
 		{"relay (worker protocol)", func(body []byte) benchkit.JobFunc {
 			return benchkit.HTTPJob(client, "http://"+relayA+"/"+benchkit.ModeSharedStream+"/v1/queues/demo/jobs", body)
 		}, []int{rb, ra}, bare, []string{"bare=" + bareDebug}, true},
@@ -141,6 +148,9 @@ func BenchmarkProcesses(b *testing.B) {
 		keep := strings.Split(*procsSetups, ",")
 		if !slices.Contains(keep, floor) {
 			keep = append(keep, floor) // every ratio is to it
+		}
+		if (slices.Contains(keep, "grpc") || slices.Contains(keep, "grpc-batched")) && !slices.Contains(keep, grpcFloor) {
+			keep = append(keep, grpcFloor)
 		}
 		setups = slices.DeleteFunc(setups, func(st setup) bool { return !slices.Contains(keep, st.name) })
 	}
@@ -356,6 +366,30 @@ func BenchmarkProcesses(b *testing.B) {
 			}
 		}
 	}
+	// The JobService paths against the relay through a gRPC edge: what
+	// Switchyard adds over a bare relay of the same protocol. The gRPC
+	// edge's own ratios to the HTTP relay, in the first table, are what
+	// the protocol costs at the edge.
+	fmt.Printf("the JobService against the relay's gRPC edge (%s), same run: nodes' CPU per job, first output p50\n", grpcFloor)
+	for _, sh := range shapes {
+		for _, c := range levels {
+			gf := rows[key{grpcFloor, sh, c}]
+			if gf == nil || len(gf.res.Last) == 0 {
+				continue
+			}
+			gj := float64(len(gf.res.Last))
+			for _, name := range []string{"grpc", "grpc-batched"} {
+				r := rows[key{name, sh, c}]
+				if r == nil || len(r.res.Last) == 0 {
+					continue
+				}
+				jobs := float64(len(r.res.Last))
+				fmt.Printf("  %-38s nodes %.2fx, first p50 %.2fx the gRPC edge's\n", fmt.Sprintf("%s 16×%dB c=%d", name, sh.size, c),
+					(us(r.nodes)/jobs)/(us(gf.nodes)/gj),
+					float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(gf.res.First, 50)))
+			}
+		}
+	}
 	fmt.Printf("targets (issue 31, 16×32B c=64): cross jobs× ≥ 0.9, cross nodes× ≤ 1.15, colo nodes× ≤ 0.8, worker× ≤ 1.5, grpc nodes× < cross nodes×, grpc-batched nodes ≤ 0.9× cross's; c=1 first× ≤ 1.2 for cross and grpc\n")
 }
 
@@ -370,7 +404,7 @@ var (
 
 // benchRoleEnv re-executes the test binary as one of the relay's processes
 // (TestMain): the opaque floor's "frame-node ADDR", "frame-ingress ADDR
-// NODE", "frame-worker NODE DEBUG", or the worker-protocol relay's
+// GRPCADDR NODE", "frame-worker NODE DEBUG", or the worker-protocol relay's
 // "relay-node ADDR", "relay-ingress ADDR NODE", "bare-worker NODE DEBUG".
 const benchRoleEnv = "SWITCHYARD_BENCH_ROLE"
 
@@ -398,8 +432,8 @@ func runBenchRole(role string) error {
 		if _, err := benchkit.StartRelayNode(f[1], 0); err != nil {
 			return err
 		}
-	case len(f) == 3 && f[0] == "frame-ingress":
-		untilNil("frame ingress", func() error { _, err := benchkit.StartFrameIngress(f[1], f[2]); return err })
+	case len(f) == 4 && f[0] == "frame-ingress":
+		untilNil("frame ingress", func() error { _, err := benchkit.StartFrameIngress(f[1], f[2], f[3]); return err })
 	case len(f) == 3 && f[0] == "relay-ingress":
 		untilNil("relay ingress", func() error { _, err := benchkit.StartRelayIngress(f[1], f[2]); return err })
 	case len(f) == 3 && f[0] == "frame-worker":

@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,6 +35,8 @@ import (
 type FrameIngress struct {
 	httpSrv *http.Server
 	ln      net.Listener
+	grpcSrv *grpc.Server // the gRPC edge, if served
+	grpcLn  net.Listener
 	conn    *grpc.ClientConn
 	up      *lockedStream
 	cancel  context.CancelFunc
@@ -47,6 +50,7 @@ type FrameIngress struct {
 
 // frameJobWaiter is a request waiting for its job's frames.
 type frameJobWaiter struct {
+	id     uint64
 	frames chan *wrapperspb.BytesValue // closed if the Forward stream breaks
 	gone   chan struct{}               // closed when the request returns
 }
@@ -59,9 +63,10 @@ const framesPerJob = 64
 // about 64 KiB).
 const maxFrameBody = 1 << 20
 
-// StartFrameIngress serves POST {URL} on addr and opens its Forward stream
-// to the FrameNode at node. Close it when done.
-func StartFrameIngress(addr, node string) (*FrameIngress, error) {
+// StartFrameIngress serves POST {URL} on addr and, unless grpcAddr is "",
+// the gRPC edge (frameedge.go) on grpcAddr, and opens its Forward stream to
+// the FrameNode at node. Close it when done.
+func StartFrameIngress(addr, grpcAddr, node string) (*FrameIngress, error) {
 	in := &FrameIngress{pending: map[uint64]*frameJobWaiter{}}
 	var err error
 	if in.conn, err = grpc.NewClient(node, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -84,7 +89,24 @@ func StartFrameIngress(addr, node string) (*FrameIngress, error) {
 	mux.HandleFunc("POST /job", in.serveJob)
 	in.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	in.wg.Go(func() { _ = in.httpSrv.Serve(in.ln) })
+	if grpcAddr != "" {
+		if in.grpcLn, err = net.Listen("tcp", grpcAddr); err != nil {
+			in.Close()
+			return nil, err
+		}
+		in.grpcSrv = grpc.NewServer()
+		in.grpcSrv.RegisterService(&frameEdgeDesc, in)
+		in.wg.Go(func() { _ = in.grpcSrv.Serve(in.grpcLn) })
+	}
 	return in, nil
+}
+
+// GRPCAddr is where the gRPC edge listens ("" without one).
+func (in *FrameIngress) GRPCAddr() string {
+	if in.grpcLn == nil {
+		return ""
+	}
+	return in.grpcLn.Addr().String()
 }
 
 // URL is where jobs are posted.
@@ -94,6 +116,9 @@ func (in *FrameIngress) URL() string { return "http://" + in.ln.Addr().String() 
 func (in *FrameIngress) Close() {
 	if in.httpSrv != nil {
 		_ = in.httpSrv.Close()
+	}
+	if in.grpcSrv != nil {
+		in.grpcSrv.Stop()
 	}
 	in.cancel()
 	_ = in.conn.Close()
@@ -106,26 +131,12 @@ func (in *FrameIngress) serveJob(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	id := in.next.Add(1)
-	jw := &frameJobWaiter{frames: make(chan *wrapperspb.BytesValue, framesPerJob), gone: make(chan struct{})}
-	defer close(jw.gone)
-	in.mu.Lock()
-	if in.broken {
-		in.mu.Unlock()
-		http.Error(w, "relay stream broken", http.StatusBadGateway)
-		return
-	}
-	in.pending[id] = jw
-	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		delete(in.pending, id)
-		in.mu.Unlock()
-	}()
-	if err := in.up.send(newFrame(frameHeader{id: id}, body)); err != nil {
+	jw, err := in.open(body)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	defer in.end(jw)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -157,6 +168,35 @@ func (in *FrameIngress) serveJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// errBroken: the Forward stream to the node ended, so no job can be sent.
+var errBroken = errors.New("relay stream broken")
+
+// open sends a job whose envelope is body to the node and returns the
+// waiter its frames come to; end it with end.
+func (in *FrameIngress) open(body []byte) (*frameJobWaiter, error) {
+	jw := &frameJobWaiter{id: in.next.Add(1), frames: make(chan *wrapperspb.BytesValue, framesPerJob), gone: make(chan struct{})}
+	in.mu.Lock()
+	if in.broken {
+		in.mu.Unlock()
+		return nil, errBroken
+	}
+	in.pending[jw.id] = jw
+	in.mu.Unlock()
+	if err := in.up.send(newFrame(frameHeader{id: jw.id}, body)); err != nil {
+		in.end(jw)
+		return nil, err
+	}
+	return jw, nil
+}
+
+// end forgets jw: frames still to come for it are dropped.
+func (in *FrameIngress) end(jw *frameJobWaiter) {
+	close(jw.gone)
+	in.mu.Lock()
+	delete(in.pending, jw.id)
+	in.mu.Unlock()
 }
 
 // receive hands each frame from the node to the request waiting for its

@@ -11,6 +11,8 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard/switchyard/integration/benchkit"
 	"github.com/switchyard/switchyard/worker"
@@ -74,9 +76,9 @@ func TestRelay(t *testing.T) {
 
 // The opaque relay floor carries a job's envelope to the frame worker and
 // streams back the frames of the job's shape as SSE events, ids in order,
-// the response ending after the last; a job with no worker ends with an
-// error event; the load generator counts jobs right; nothing is left
-// running.
+// the response ending after the last, and as the messages of a gRPC edge
+// call; a job with no worker ends with an error event (a failed call); the
+// load generator counts jobs right; nothing is left running.
 func TestFrameRelay(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	n, err := benchkit.StartFrameNode("127.0.0.1:0")
@@ -84,7 +86,7 @@ func TestFrameRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	in, err := benchkit.StartFrameIngress("127.0.0.1:0", n.Addr())
+	in, err := benchkit.StartFrameIngress("127.0.0.1:0", "127.0.0.1:0", n.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +103,14 @@ func TestFrameRelay(t *testing.T) {
 	types, _, data := readEvents(t, res)
 	if strings.Join(types, ",") != "error" || data[0] != "no worker" {
 		t.Fatalf("without a worker: events %q %q", types, data)
+	}
+	edge, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge.Close()
+	if r := benchkit.RunJobs(t.Context(), benchkit.FrameEdgeJob(edge, body, 0), 1, 1); r.Failed != 1 {
+		t.Fatalf("without a worker, the gRPC edge's call did not fail: %+v", r)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,14 +146,24 @@ func TestFrameRelay(t *testing.T) {
 		body   []byte
 		frames int
 	}{{body, 5}, {other, 16}} {
-		r := benchkit.RunJobs(ctx, benchkit.FrameJob(client, in.URL(), c.body, c.frames), 50, 8)
-		if r.Failed != 0 || len(r.Last) != 50 || r.First[0] <= 0 || r.Last[0] < r.First[0] {
-			t.Fatalf("%d frames: %d failed, %d done, first %v last %v", c.frames, r.Failed, len(r.Last), r.First[:1], r.Last[:1])
+		for edge, job := range map[string]benchkit.JobFunc{
+			"HTTP": benchkit.FrameJob(client, in.URL(), c.body, c.frames),
+			"gRPC": benchkit.FrameEdgeJob(edge, c.body, c.frames),
+		} {
+			r := benchkit.RunJobs(ctx, job, 50, 8)
+			if r.Failed != 0 || len(r.Last) != 50 || r.First[0] <= 0 || r.Last[0] < r.First[0] {
+				t.Fatalf("%s edge, %d frames: %d failed, %d done, first %v last %v", edge, c.frames, r.Failed, len(r.Last), r.First[:1], r.Last[:1])
+			}
 		}
 	}
 	// The wrong count is a failure, not a job done.
 	if r := benchkit.RunJobs(ctx, benchkit.FrameJob(client, in.URL(), body, 6), 1, 1); r.Failed != 1 {
 		t.Fatalf("6 frames expected, 5 sent: %d failed", r.Failed)
+	}
+	for _, frames := range []int{4, 6} {
+		if r := benchkit.RunJobs(ctx, benchkit.FrameEdgeJob(edge, body, frames), 1, 1); r.Failed != 1 {
+			t.Fatalf("gRPC edge: %d frames expected, 5 sent: %d failed", frames, r.Failed)
+		}
 	}
 }
 
