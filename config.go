@@ -1,6 +1,7 @@
 package switchyard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,7 +135,12 @@ type Config struct {
 
 	// FastCatalog shortens etcd's election timing and skips fsync: tests only.
 	FastCatalog bool
-	Logger      *slog.Logger
+	// PeerDialer, if set, makes the node's connections to other nodes'
+	// peer ports (peer.ClientConfig.Dialer): for tests that watch them,
+	// and for an embedder that routes peer traffic through something of
+	// its own. It has no flag; nil: TCP.
+	PeerDialer func(ctx context.Context, addr string) (net.Conn, error)
+	Logger     *slog.Logger
 }
 
 // DefaultConfig returns a node configuration that works out of the box.

@@ -209,7 +209,8 @@ func (n *Node) openCluster() (err error) {
 	if n.peer, err = peer.New(peer.Config{
 		Node: cfg.Name, Secret: secret, ServerTLS: serverTLS, ClientTLS: clientTLS,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxConcurrentStreams: cfg.MaxConcurrentStreams,
-		Addr: book.addr, Zone: book.zone,
+		Dialer: cfg.PeerDialer,
+		Addr:   book.addr, Zone: book.zone,
 		// A job sent to a node is meant for its incarnation as the view
 		// names it; one meant for a previous incarnation of this node is
 		// dropped (docs/cluster.md, "Incarnations").

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -50,6 +51,11 @@ type ClientConfig struct {
 	// tracker pings those every heartbeat), so one to a node it has no
 	// business with goes, with its keepalives. 0: gRPC's default (30m).
 	IdleTimeout time.Duration
+	// Dialer, if set, makes the pool's network connections, each to a
+	// peer's host:port, beneath the handshake and TLS: for tests that
+	// watch a peer connection's bytes, and for users who route peer
+	// traffic through something of their own. nil: TCP.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Client is a pool of connections, one per peer address, each created on
@@ -109,6 +115,9 @@ func (c *Client) Conn(node, addr string) (*grpc.ClientConn, error) {
 	opts := c.cfg.Activity.dialOptions(node)
 	if c.cfg.IdleTimeout > 0 {
 		opts = append(opts, grpc.WithIdleTimeout(c.cfg.IdleTimeout))
+	}
+	if c.cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(c.cfg.Dialer))
 	}
 	opts = append(opts,
 		grpc.WithTransportCredentials(transport),

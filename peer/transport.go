@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type Config struct {
 	// MaxReconnectDelay caps gRPC's reconnect backoff, so a peer that comes
 	// back is reached again within about this long (default 5s).
 	MaxReconnectDelay time.Duration
+	// Dialer, if set, makes the connections to peers (ClientConfig.Dialer);
+	// nil: TCP.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 
 	// Addr resolves a node id to its peer address; false when the catalog
 	// view has no record of the node: its lease is gone, it is dead.
@@ -209,7 +213,7 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	client := NewClient(ClientConfig{Node: cfg.Node, Secret: cfg.Secret, TLS: cfg.ClientTLS, MaxMessageBytes: cfg.MaxMessageBytes, MaxReconnectDelay: cfg.MaxReconnectDelay, Activity: cfg.Metrics.activity,
-		IdleTimeout: activeRounds * cfg.Heartbeat})
+		IdleTimeout: activeRounds * cfg.Heartbeat, Dialer: cfg.Dialer})
 	srv, rt := newServer(cfg), newRouter(cfg, client)
 	// Cancels cross between them: one for a job whose response leg the
 	// server holds goes back on that leg, and one the server's receiver

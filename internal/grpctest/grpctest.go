@@ -1,6 +1,7 @@
 // Package grpctest serves gRPC in tests, as net/http/httptest serves HTTP:
 // a server on a loopback port for as long as the test runs, a client
-// connection to one, and a stream read to its end.
+// connection to one, a stream read to its end, and a count of the HTTP/2
+// frames a connection carries (Frames).
 package grpctest
 
 import (
