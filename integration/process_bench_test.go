@@ -344,52 +344,42 @@ func BenchmarkProcesses(b *testing.B) {
 			}
 		}
 	}
-	// The JobService paths against HTTP's, in this run: nodes' CPU per job
-	// (a's own: the edge, where they differ) and first output.
+	// jobServiceAgainst prints the JobService setups' ratios to base's row
+	// of the same shape and level: nodes' CPU per job, a's too when withA
+	// (against cross: the edge, where they differ), and first output p50.
+	jobServiceAgainst := func(base, of string, withA bool) {
+		for _, sh := range shapes {
+			for _, c := range levels {
+				b := rows[key{base, sh, c}]
+				if b == nil || len(b.res.Last) == 0 {
+					continue
+				}
+				bj := float64(len(b.res.Last))
+				for _, name := range []string{"grpc", "grpc-batched"} {
+					r := rows[key{name, sh, c}]
+					if r == nil || len(r.res.Last) == 0 {
+						continue
+					}
+					jobs := float64(len(r.res.Last))
+					var a string
+					if withA {
+						a = fmt.Sprintf(", a %.2fx", (us(r.first)/jobs)/(us(b.first)/bj))
+					}
+					fmt.Printf("  %-38s nodes %.2fx%s, first p50 %.2fx %s\n", fmt.Sprintf("%s 16×%dB c=%d", name, sh.size, c),
+						(us(r.nodes)/jobs)/(us(b.nodes)/bj), a,
+						float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(b.res.First, 50)), of)
+				}
+			}
+		}
+	}
 	fmt.Printf("the JobService against HTTP/SSE (cross), same run: nodes' and a's CPU per job, first output p50\n")
-	for _, sh := range shapes {
-		for _, c := range levels {
-			cross := rows[key{"cross", sh, c}]
-			if cross == nil || len(cross.res.Last) == 0 {
-				continue
-			}
-			cj := float64(len(cross.res.Last))
-			for _, name := range []string{"grpc", "grpc-batched"} {
-				r := rows[key{name, sh, c}]
-				if r == nil || len(r.res.Last) == 0 {
-					continue
-				}
-				jobs := float64(len(r.res.Last))
-				fmt.Printf("  %-38s nodes %.2fx, a %.2fx, first p50 %.2fx HTTP's (cross)\n", fmt.Sprintf("%s 16×%dB c=%d", name, sh.size, c),
-					(us(r.nodes)/jobs)/(us(cross.nodes)/cj), (us(r.first)/jobs)/(us(cross.first)/cj),
-					float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(cross.res.First, 50)))
-			}
-		}
-	}
-	// The JobService paths against the relay through a gRPC edge: what
-	// Switchyard adds over a bare relay of the same protocol. The gRPC
-	// edge's own ratios to the HTTP relay, in the first table, are what
-	// the protocol costs at the edge.
+	jobServiceAgainst("cross", "HTTP's (cross)", true)
+	// Against the relay through a gRPC edge: what Switchyard adds over a
+	// bare relay of the same protocol. The gRPC edge's own ratios to the
+	// HTTP relay, in the first table, are what the protocol costs at the
+	// edge.
 	fmt.Printf("the JobService against the relay's gRPC edge (%s), same run: nodes' CPU per job, first output p50\n", grpcFloor)
-	for _, sh := range shapes {
-		for _, c := range levels {
-			gf := rows[key{grpcFloor, sh, c}]
-			if gf == nil || len(gf.res.Last) == 0 {
-				continue
-			}
-			gj := float64(len(gf.res.Last))
-			for _, name := range []string{"grpc", "grpc-batched"} {
-				r := rows[key{name, sh, c}]
-				if r == nil || len(r.res.Last) == 0 {
-					continue
-				}
-				jobs := float64(len(r.res.Last))
-				fmt.Printf("  %-38s nodes %.2fx, first p50 %.2fx the gRPC edge's\n", fmt.Sprintf("%s 16×%dB c=%d", name, sh.size, c),
-					(us(r.nodes)/jobs)/(us(gf.nodes)/gj),
-					float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(gf.res.First, 50)))
-			}
-		}
-	}
+	jobServiceAgainst(grpcFloor, "the gRPC edge's", false)
 	fmt.Printf("targets (issue 31, 16×32B c=64): cross jobs× ≥ 0.9, cross nodes× ≤ 1.15, colo nodes× ≤ 0.8, worker× ≤ 1.5, grpc nodes× < cross nodes×, grpc-batched nodes ≤ 0.9× cross's; c=1 first× ≤ 1.2 for cross and grpc\n")
 }
 
