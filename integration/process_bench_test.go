@@ -350,11 +350,11 @@ func BenchmarkProcesses(b *testing.B) {
 	jobServiceAgainst := func(base, of string, withA bool) {
 		for _, sh := range shapes {
 			for _, c := range levels {
-				b := rows[key{base, sh, c}]
-				if b == nil || len(b.res.Last) == 0 {
+				br := rows[key{base, sh, c}]
+				if br == nil || len(br.res.Last) == 0 {
 					continue
 				}
-				bj := float64(len(b.res.Last))
+				bj := float64(len(br.res.Last))
 				for _, name := range []string{"grpc", "grpc-batched"} {
 					r := rows[key{name, sh, c}]
 					if r == nil || len(r.res.Last) == 0 {
@@ -363,11 +363,11 @@ func BenchmarkProcesses(b *testing.B) {
 					jobs := float64(len(r.res.Last))
 					var a string
 					if withA {
-						a = fmt.Sprintf(", a %.2fx", (us(r.first)/jobs)/(us(b.first)/bj))
+						a = fmt.Sprintf(", a %.2fx", (us(r.first)/jobs)/(us(br.first)/bj))
 					}
 					fmt.Printf("  %-38s nodes %.2fx%s, first p50 %.2fx %s\n", fmt.Sprintf("%s 16×%dB c=%d", name, sh.size, c),
-						(us(r.nodes)/jobs)/(us(b.nodes)/bj), a,
-						float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(b.res.First, 50)), of)
+						(us(r.nodes)/jobs)/(us(br.nodes)/bj), a,
+						float64(benchkit.Percentile(r.res.First, 50))/float64(benchkit.Percentile(br.res.First, 50)), of)
 				}
 			}
 		}

@@ -146,13 +146,13 @@ func TestFrameRelay(t *testing.T) {
 		body   []byte
 		frames int
 	}{{body, 5}, {other, 16}} {
-		for edge, job := range map[string]benchkit.JobFunc{
+		for via, job := range map[string]benchkit.JobFunc{
 			"HTTP": benchkit.FrameJob(client, in.URL(), c.body, c.frames),
 			"gRPC": benchkit.FrameEdgeJob(edge, c.body, c.frames),
 		} {
 			r := benchkit.RunJobs(ctx, job, 50, 8)
 			if r.Failed != 0 || len(r.Last) != 50 || r.First[0] <= 0 || r.Last[0] < r.First[0] {
-				t.Fatalf("%s edge, %d frames: %d failed, %d done, first %v last %v", edge, c.frames, r.Failed, len(r.Last), r.First[:1], r.Last[:1])
+				t.Fatalf("%s edge, %d frames: %d failed, %d done, first %v last %v", via, c.frames, r.Failed, len(r.Last), r.First[:1], r.Last[:1])
 			}
 		}
 	}
