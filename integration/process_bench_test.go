@@ -60,8 +60,9 @@ import (
 // -procs.setups runs only the setups named (the floor always runs), to
 // compare two of them in less time. -procs.profile DIR (it must exist)
 // writes CPU and allocation profiles of each setup's processes (nodes a
-// and c, the workers; b too for cross; c alone for colo) at 16 × the first size, the highest level, in the
-// last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
+// and c, the workers; b too for cross; c alone for colo; the opaque
+// relay's A, B and frame worker) at 16 × the first size, the highest
+// level, in the last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "switchyard")
@@ -100,9 +101,10 @@ func BenchmarkProcesses(b *testing.B) {
 	// The opaque relay floor: B, its frame worker, A.
 	// A serves its gRPC edge on frameAG, the JobService setups' floor.
 	frameB, frameA, frameAG, frameDebug := freeAddr(b), freeAddr(b), freeAddr(b), freeAddr(b)
-	fb := reexec(b, "frame-node", frameB)
+	frameBDebug, frameADebug := freeAddr(b), freeAddr(b)
+	fb := reexec(b, "frame-node", frameB, frameBDebug)
 	fw := reexec(b, "frame-worker", frameB, frameDebug)
-	fa := reexec(b, "frame-ingress", frameA, frameAG, frameB)
+	fa := reexec(b, "frame-ingress", frameA, frameAG, frameB, frameADebug)
 	// The worker-protocol relay: B, its bare worker, A.
 	relayB, relayA, bareDebug := freeAddr(b), freeAddr(b), freeAddr(b)
 	rb := reexec(b, "relay-node", relayB)
@@ -127,6 +129,7 @@ func BenchmarkProcesses(b *testing.B) {
 	jobs := pb.NewJobServiceClient(conn)
 	grpcJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCJob(jobs, "demo", body) }
 	grpcBatchedJob := func(body []byte) benchkit.JobFunc { return benchkit.GRPCBatchedJob(jobs, "demo", body) }
+	frameProfiles := []string{"A=" + frameADebug, "B=" + frameBDebug, "frame=" + frameDebug}
 	setups := []setup{
 		{"cross", func(body []byte) benchkit.JobFunc { return benchkit.HTTPJob(client, jobsURL(ad["a"].http), body) }, nodePids, sdk.Process.Pid,
 			[]string{"a=" + ad["a"].debug, "b=" + ad["b"].debug, "c=" + ad["c"].debug, "sdk=" + sdkDebug}, false},
@@ -136,9 +139,9 @@ func BenchmarkProcesses(b *testing.B) {
 		{"grpc-batched", grpcBatchedJob, nodePids, sdk.Process.Pid, []string{"a=" + ad["a"].debug, "c=" + ad["c"].debug}, false},
 		{floor, func(body []byte) benchkit.JobFunc {
 			return benchkit.FrameJob(client, "http://"+frameA+"/job", body, 16)
-		}, []int{fb, fa}, fw, []string{"frame=" + frameDebug}, true},
+		}, []int{fb, fa}, fw, frameProfiles, true},
 		{grpcFloor, func(body []byte) benchkit.JobFunc { return benchkit.FrameEdgeJob(edge, body, 16) },
-			[]int{fb, fa}, fw, []string{"frame=" + frameDebug}, true},
+			[]int{fb, fa}, fw, frameProfiles, true},
 		{"relay (worker protocol)", func(body []byte) benchkit.JobFunc {
 			return benchkit.HTTPJob(client, "http://"+relayA+"/"+benchkit.ModeSharedStream+"/v1/queues/demo/jobs", body)
 		}, []int{rb, ra}, bare, []string{"bare=" + bareDebug}, true},
@@ -215,6 +218,24 @@ func BenchmarkProcesses(b *testing.B) {
 		// msgs and events: the JobEventBatch messages grpc-batched's jobs
 		// received, and the events in them.
 		msgs, events uint64
+		// The system calls of the first node (as first), the other nodes,
+		// the worker and the load generator (this process, the client).
+		sysFirst, sysRest, sysWorker, sysClient benchkit.Syscalls
+		// client is the load generator's CPU: what the setup's responses
+		// cost the client that reads them.
+		client time.Duration
+	}
+	// syscalls reads the setup's processes' system calls, in row's order.
+	syscalls := func(st setup) [4]benchkit.Syscalls {
+		var s [4]benchkit.Syscalls
+		for i, pids := range [][]int{st.nodes[:1], st.nodes[1:], {st.worker}, {os.Getpid()}} {
+			v, err := benchkit.ProcSyscalls(pids...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s[i] = v
+		}
+		return s
 	}
 	// batchCounts reads node c's batch counters (0 from a node without
 	// them).
@@ -253,9 +274,11 @@ func BenchmarkProcesses(b *testing.B) {
 					m0, ab0 := allocCounts(st)
 					msgs0, evs0 := benchkit.BatchedMessages.Load(), benchkit.BatchedEvents.Load()
 					a0, b0 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
-					n0, w0 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					n0, w0, l0 := procCPU(b, st.nodes...), procCPU(b, st.worker), procCPU(b, os.Getpid())
+					s0 := syscalls(st)
 					res := benchkit.RunJobsFor(b.Context(), job, *procsDur, c)
-					n1, w1 := procCPU(b, st.nodes...), procCPU(b, st.worker)
+					s1 := syscalls(st)
+					n1, w1, l1 := procCPU(b, st.nodes...), procCPU(b, st.worker), procCPU(b, os.Getpid())
 					a1, b1 := procCPU(b, st.nodes[0]), procCPU(b, st.nodes[1])
 					bt1, bm1 := batchCounts(st)
 					m1, ab1 := allocCounts(st)
@@ -278,6 +301,12 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].allocBytes += ab1 - ab0
 					rows[k].msgs += msgs1 - msgs0
 					rows[k].events += evs1 - evs0
+					rows[k].client += l1 - l0
+					for i, sum := range []*benchkit.Syscalls{&rows[k].sysFirst, &rows[k].sysRest, &rows[k].sysWorker, &rows[k].sysClient} {
+						d := s1[i].Sub(s0[i])
+						sum.Reads += d.Reads
+						sum.Writes += d.Writes
+					}
 				}
 			}
 		}
@@ -330,6 +359,23 @@ func BenchmarkProcesses(b *testing.B) {
 					}
 					fmt.Println()
 				}
+			}
+		}
+	}
+	fmt.Printf("system calls per job, writes/reads: the first node and the others (as the split above), the worker, the client (the load generator); and the client's CPU per job, µs\n")
+	for _, sh := range shapes {
+		for _, c := range levels {
+			for _, st := range setups {
+				r := rows[key{st.name, sh, c}]
+				jobs := float64(len(r.res.Last))
+				if jobs == 0 {
+					continue
+				}
+				fmt.Printf("  %-38s", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c))
+				for _, s := range []benchkit.Syscalls{r.sysFirst, r.sysRest, r.sysWorker, r.sysClient} {
+					fmt.Printf(" %5.1f/%-5.1f", float64(s.Writes)/jobs, float64(s.Reads)/jobs)
+				}
+				fmt.Printf(" %8.0f\n", us(r.client)/jobs)
 			}
 		}
 	}
@@ -393,8 +439,9 @@ var (
 )
 
 // benchRoleEnv re-executes the test binary as one of the relay's processes
-// (TestMain): the opaque floor's "frame-node ADDR", "frame-ingress ADDR
-// GRPCADDR NODE", "frame-worker NODE DEBUG", or the worker-protocol relay's
+// (TestMain): the opaque floor's "frame-node ADDR DEBUG", "frame-ingress
+// ADDR GRPCADDR NODE DEBUG", "frame-worker NODE DEBUG", or the
+// worker-protocol relay's
 // "relay-node ADDR", "relay-ingress ADDR NODE", "bare-worker NODE DEBUG".
 const benchRoleEnv = "SWITCHYARD_BENCH_ROLE"
 
@@ -414,7 +461,8 @@ func runBenchRole(role string) error {
 	f := strings.Fields(role)
 	ctx := context.Background()
 	switch {
-	case len(f) == 2 && f[0] == "frame-node":
+	case len(f) == 3 && f[0] == "frame-node":
+		go servePprof(f[2])
 		if _, err := benchkit.StartFrameNode(f[1]); err != nil {
 			return err
 		}
@@ -422,7 +470,8 @@ func runBenchRole(role string) error {
 		if _, err := benchkit.StartRelayNode(f[1], 0); err != nil {
 			return err
 		}
-	case len(f) == 4 && f[0] == "frame-ingress":
+	case len(f) == 5 && f[0] == "frame-ingress":
+		go servePprof(f[4])
 		untilNil("frame ingress", func() error { _, err := benchkit.StartFrameIngress(f[1], f[2], f[3]); return err })
 	case len(f) == 3 && f[0] == "relay-ingress":
 		untilNil("relay ingress", func() error { _, err := benchkit.StartRelayIngress(f[1], f[2]); return err })
