@@ -62,7 +62,8 @@ import (
 // writes CPU and allocation profiles of each setup's processes (nodes a
 // and c, the workers; b too for cross; c alone for colo; the opaque
 // relay's A, B and frame worker) at 16 × the first size, the highest
-// level, in the last round (go tool pprof DIR/grpc-a.pprof, DIR/grpc-a.allocs.pprof).
+// level, in the last round (go tool pprof DIR/grpc-a.pprof,
+// DIR/grpc-a.allocs.pprof).
 func BenchmarkProcesses(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "switchyard")
@@ -218,14 +219,16 @@ func BenchmarkProcesses(b *testing.B) {
 		// msgs and events: the JobEventBatch messages grpc-batched's jobs
 		// received, and the events in them.
 		msgs, events uint64
-		// The system calls of the first node (as first), the other nodes,
-		// the worker and the load generator (this process, the client).
-		sysFirst, sysRest, sysWorker, sysClient benchkit.Syscalls
+		// sys: the system calls of the first node (as first), the other
+		// nodes, the worker and the load generator (this process, the
+		// client), in syscalls' order.
+		sys [4]benchkit.Syscalls
 		// client is the load generator's CPU: what the setup's responses
 		// cost the client that reads them.
 		client time.Duration
 	}
-	// syscalls reads the setup's processes' system calls, in row's order.
+	// syscalls reads the system calls of the setup's processes, in
+	// row.sys's order.
 	syscalls := func(st setup) [4]benchkit.Syscalls {
 		var s [4]benchkit.Syscalls
 		for i, pids := range [][]int{st.nodes[:1], st.nodes[1:], {st.worker}, {os.Getpid()}} {
@@ -302,10 +305,8 @@ func BenchmarkProcesses(b *testing.B) {
 					rows[k].msgs += msgs1 - msgs0
 					rows[k].events += evs1 - evs0
 					rows[k].client += l1 - l0
-					for i, sum := range []*benchkit.Syscalls{&rows[k].sysFirst, &rows[k].sysRest, &rows[k].sysWorker, &rows[k].sysClient} {
-						d := s1[i].Sub(s0[i])
-						sum.Reads += d.Reads
-						sum.Writes += d.Writes
+					for i := range rows[k].sys {
+						rows[k].sys[i] = rows[k].sys[i].Add(s1[i].Sub(s0[i]))
 					}
 				}
 			}
@@ -372,7 +373,7 @@ func BenchmarkProcesses(b *testing.B) {
 					continue
 				}
 				fmt.Printf("  %-38s", fmt.Sprintf("%s 16×%dB c=%d", st.name, sh.size, c))
-				for _, s := range []benchkit.Syscalls{r.sysFirst, r.sysRest, r.sysWorker, r.sysClient} {
+				for _, s := range r.sys {
 					fmt.Printf(" %5.1f/%-5.1f", float64(s.Writes)/jobs, float64(s.Reads)/jobs)
 				}
 				fmt.Printf(" %8.0f\n", us(r.client)/jobs)
@@ -441,8 +442,8 @@ var (
 // benchRoleEnv re-executes the test binary as one of the relay's processes
 // (TestMain): the opaque floor's "frame-node ADDR DEBUG", "frame-ingress
 // ADDR GRPCADDR NODE DEBUG", "frame-worker NODE DEBUG", or the
-// worker-protocol relay's
-// "relay-node ADDR", "relay-ingress ADDR NODE", "bare-worker NODE DEBUG".
+// worker-protocol relay's "relay-node ADDR", "relay-ingress ADDR NODE",
+// "bare-worker NODE DEBUG".
 const benchRoleEnv = "SWITCHYARD_BENCH_ROLE"
 
 // reexec starts the test binary as a relay process and returns its pid.

@@ -112,3 +112,8 @@ func ProcSyscalls(pids ...int) (Syscalls, error) {
 func (s Syscalls) Sub(t Syscalls) Syscalls {
 	return Syscalls{s.Reads - t.Reads, s.Writes - t.Writes}
 }
+
+// Add is s and t, call by call.
+func (s Syscalls) Add(t Syscalls) Syscalls {
+	return Syscalls{s.Reads + t.Reads, s.Writes + t.Writes}
+}

@@ -9,8 +9,9 @@ import (
 )
 
 // ProcSyscalls counts the calls a process makes: fifty writes and fifty
-// reads through a pipe show in this process's counts, a process that
-// exited has none to give, and Sub takes one reading from another.
+// reads through a pipe show in this process's counts (Sub takes one
+// reading from another, Add puts two together), and a process that exited
+// has none to give.
 func TestProcSyscallsCountsAProcessesCalls(t *testing.T) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -41,10 +42,13 @@ func TestProcSyscallsCountsAProcessesCalls(t *testing.T) {
 	if d.Writes < 50 || d.Reads < 50 || d.Writes > 1e6 || d.Reads > 1e6 {
 		t.Errorf("50 writes and 50 reads counted as %+v", d)
 	}
+	if sum := before.Add(d); sum != after {
+		t.Errorf("%+v and %+v make %+v, want %+v", before, d, sum, after)
+	}
 
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
-		t.Skipf("no true to run: %v", err)
+		t.Fatal(err)
 	}
 	if s, err := benchkit.ProcSyscalls(os.Getpid(), cmd.Process.Pid); err == nil {
 		t.Errorf("a process that exited and was reaped counted: %+v", s)
